@@ -46,6 +46,33 @@ def _module(model: LoadedModel | torch.nn.Module) -> torch.nn.Module:
     return model.model if isinstance(model, LoadedModel) else model
 
 
+def truncate_cache(cache: DynamicCache, length: int) -> DynamicCache:
+    """Roll ``cache`` back to its first ``length`` positions, in place, so a decode run can be repeated
+    from the same context without a new prefill. Introduced in section 3."""
+    excess = cache.get_seq_length() - length
+    if length < 0 or excess < 0:
+        raise ValueError(f"cannot truncate a cache of {cache.get_seq_length()} positions to {length}")
+    if excess:
+        cache.crop(-excess)  # transformers 5: a negative count removes that many positions from the end
+    return cache
+
+
+def cast_cache(cache: DynamicCache, dtype: torch.dtype) -> DynamicCache:
+    """Convert every cached key and value to ``dtype``, in place. Lets a fast fp32 prefill build the
+    cache that a slow dtype then decodes from (a step's cost depends on the cache's shape and dtype, not
+    its values). Introduced in section 3."""
+    for layer in cache.layers:
+        if layer.is_initialized:
+            layer.keys, layer.values = layer.keys.to(dtype), layer.values.to(dtype)
+    return cache
+
+
+def cache_bytes(cache: DynamicCache) -> int:
+    """Bytes the KV cache holds right now: every layer's keys and values. Introduced in section 3."""
+    return sum(layer.keys.numel() * layer.keys.element_size() + layer.values.numel() * layer.values.element_size()
+               for layer in cache.layers if layer.is_initialized)
+
+
 def new_cache(model: LoadedModel | torch.nn.Module) -> DynamicCache:
     """An empty KV cache for ``model``."""
     return DynamicCache(config=_module(model).config)
@@ -74,34 +101,51 @@ def prefill(model: LoadedModel | torch.nn.Module, input_ids: torch.Tensor, logit
 
 @dataclass
 class DecodeTrace:
-    """Greedy tokens chosen by a decode loop and the host time (s, ``time.perf_counter``) each was read."""
+    """Greedy tokens chosen by a decode loop and the host time (s, ``time.perf_counter``) each was read.
 
+    ``start`` is the host time the loop began; for a batch, ``token_ids`` holds the first sequence's ids
+    (every sequence's id is read back at every step); ``last_token`` is the ``(batch, 1)`` tensor of the
+    last chosen ids, to continue from."""
+
+    start: float = 0.0
     token_ids: list[int] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
+    last_token: torch.Tensor | None = None
+
+    @property
+    def step_times(self) -> list[float]:
+        """Duration of each step in seconds, from the previous token's readback to this one's."""
+        stamps = [self.start, *self.times]
+        return [b - a for a, b in zip(stamps, stamps[1:])]
 
 
 @torch.inference_mode()
 def decode(model: LoadedModel | torch.nn.Module, last_token: torch.Tensor, cache: DynamicCache,
            steps: int, eos_token_id: int | None = None) -> DecodeTrace:
-    """``steps`` cached greedy decode steps after ``last_token`` (shape ``(batch, 1)``, batch 1 here).
+    """``steps`` cached greedy decode steps after ``last_token`` (shape ``(batch, 1)``).
 
-    Each step runs one position through every layer against the cache, picks the argmax, reads it back
-    to the host and only then stamps the time. Stops early after ``eos_token_id``. Checks the position
-    table first. Introduced in section 1.
+    Each step runs one position per sequence through every layer against the cache, picks the argmax,
+    reads the chosen ids back to the host and only then stamps the time. With batch 1 it stops early
+    after ``eos_token_id``. Checks the position table first. Introduced in section 1; batches in
+    section 3.
     """
     module = _module(model)
     if steps < 0:
         raise ValueError(f"steps cannot be negative, got {steps}")
-    check_fits(module, cache.get_seq_length() + 1, max(steps - 1, 0))
-    trace = DecodeTrace()
     token = last_token.reshape(-1, 1)
+    if cache.get_seq_length() and cache.layers[0].keys.shape[0] != token.shape[0]:
+        raise ValueError(f"the cache holds {cache.layers[0].keys.shape[0]} sequences but "
+                         f"{token.shape[0]} last tokens were given")
+    check_fits(module, cache.get_seq_length() + 1, max(steps - 1, 0))
+    trace = DecodeTrace(start=now())
     for _ in range(steps):
         logits = module(input_ids=token, cache=cache, use_cache=True).logits
         token = logits[:, -1:].argmax(dim=-1)
-        token_id = token[0, 0].item()  # the host readback a serving loop needs before it can send
+        ids = token[:, 0].tolist()  # the host readback a serving loop needs before it can send
         trace.times.append(now())
-        trace.token_ids.append(token_id)
-        if token_id == eos_token_id:
+        trace.token_ids.append(ids[0])
+        trace.last_token = token
+        if len(ids) == 1 and ids[0] == eos_token_id:
             break
     return trace
 

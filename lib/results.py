@@ -45,6 +45,7 @@ def _atomic_write(path: Path, write) -> Path:
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o644)  # mkstemp makes files private; tables and figures are for everyone to read
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -1,0 +1,176 @@
+"""The measurement loops behind the sweeps of sections 2 and 3, and the fixed-cost floor they find.
+
+Each sweep returns a tidy pandas DataFrame, one row per measured point, times in seconds. A point whose
+predicted cost would blow the sweep's time budget is recorded as skipped, with the prediction, rather
+than silently left out; a batch that runs out of memory is recorded as out of memory and the sweep goes
+on. Long sweeps show a tqdm progress bar.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from lib import phases
+from lib.models import LoadedModel, random_prompt
+from lib.timing import measure
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None):
+    """Run the body with ``torch.set_num_threads(n)`` (``None``: leave it), restoring the old count."""
+    old = torch.get_num_threads()
+    if n is not None:
+        if n < 1:
+            raise ValueError(f"thread count must be at least 1, got {n}")
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+@dataclass(frozen=True)
+class FloorFit:
+    """A pass's time as a fixed cost plus a cost per token: ``t(T) = fixed_s + per_token_s * T``.
+
+    ``knee_tokens = fixed_s / per_token_s`` is where the per-token work equals the fixed cost: below it
+    the pass is mostly floor, above it mostly work. Section 5 uses it as the best chunk size.
+    """
+
+    fixed_s: float
+    per_token_s: float
+    max_relative_error: float
+
+    @property
+    def knee_tokens(self) -> float:
+        return self.fixed_s / self.per_token_s if self.per_token_s > 0 else float("inf")
+
+    def predict(self, tokens) -> np.ndarray:
+        return self.fixed_s + self.per_token_s * np.asarray(tokens, dtype=float)
+
+
+def fit_floor(tokens, seconds) -> FloorFit:
+    """Fit ``t = fixed + per_token * T`` to measured pass times, weighting each point by ``1 / t`` so
+    short and long passes count alike (a least-squares fit of relative error). Needs two or more
+    distinct token counts. Introduced in section 2; section 5 predicts a chunk size from it."""
+    tokens = np.asarray(tokens, dtype=float)
+    seconds = np.asarray(seconds, dtype=float)
+    keep = np.isfinite(seconds)
+    tokens, seconds = tokens[keep], seconds[keep]
+    if len(np.unique(tokens)) < 2:
+        raise ValueError(f"a floor fit needs times at two or more prompt lengths, got {tokens.tolist()}")
+    if (seconds <= 0).any():
+        raise ValueError("times must be positive seconds")
+    per_token, fixed = np.polyfit(tokens, seconds, 1, w=1 / seconds)
+    fixed = max(float(fixed), 0.0)
+    error = np.abs((fixed + per_token * tokens) - seconds) / seconds
+    return FloorFit(fixed, float(per_token), float(error.max()))
+
+
+def prefill_sweep(model: LoadedModel, prompts, *, logits: str = "last", repeats: int = 3, warmup: int = 1,
+                  budget_s: float | None = None, seed: int = 0, label: str = "") -> pd.DataFrame:
+    """Time a prefill of each prompt length in ``prompts`` (ascending): median, low and high of
+    ``repeats`` after ``warmup``. Returns one row per length with ``prompt_tokens``, ``median_s``,
+    ``low_s``, ``high_s`` and ``status``.
+
+    With ``budget_s``, a length whose predicted time (the last measured time scaled by the ratio of
+    lengths) times ``warmup + repeats`` exceeds the budget is not run; its row says so and carries the
+    prediction in ``predicted_s``. Introduced in section 2.
+    """
+    rows, last = [], None
+    for n in tqdm(list(prompts), desc=label or "prefill", leave=False):
+        phases.check_fits(model, n)
+        if budget_s is not None and last is not None:
+            predicted = last[1] * n / last[0]
+            if predicted * (warmup + repeats) > budget_s:
+                rows.append(dict(prompt_tokens=n, median_s=np.nan, low_s=np.nan, high_s=np.nan,
+                                 predicted_s=predicted,
+                                 status=f"skipped: predicted {predicted:.1f} s a pass, over the budget"))
+                continue
+        ids = random_prompt(n, model.vocab_size, seed=seed, device=model.device)
+        t = measure(lambda: phases.prefill(model, ids, logits=logits), model.device, warmup=warmup,
+                    repeats=repeats)
+        rows.append(dict(prompt_tokens=n, median_s=t.median, low_s=t.low, high_s=t.high, predicted_s=np.nan,
+                         status="ok"))
+        last = (n, t.median)
+    return pd.DataFrame(rows)
+
+
+def _prefilled(model: LoadedModel, prefill_model: LoadedModel | None, context: int, seed: int):
+    """A cache of ``context`` random tokens for ``model`` and the greedy token after them. The cache is
+    built by ``prefill_model`` (default: ``model``) and cast to ``model``'s dtype."""
+    ids = random_prompt(context, model.vocab_size, seed=seed, device=model.device)
+    logits, cache = phases.prefill(prefill_model or model, ids)
+    return phases.cast_cache(cache, model.dtype), logits[:, -1:].argmax(dim=-1)
+
+
+def decode_sweep(model: LoadedModel, contexts, *, steps: int = 40, runs: int = 3, seed: int = 0,
+                 prefill_model: LoadedModel | None = None, label: str = "") -> pd.DataFrame:
+    """Cached greedy decode from each context length: one prefill builds the cache, then ``runs`` runs
+    of ``steps`` steps each, the cache cropped back to the context before every run (and one short
+    warm-up run first). Every step reads its token back to the host. Returns one row per (context, run)
+    with the run's median, lowest and highest step time in seconds. Checks the position table first.
+    ``prefill_model`` (same architecture, another dtype) may build the cache when ``model``'s own
+    prefill would be slow. Introduced in section 3."""
+    for c in contexts:
+        phases.check_fits(model, c, steps)
+    rows = []
+    for c in tqdm(list(contexts), desc=label or "decode", leave=False):
+        cache, first = _prefilled(model, prefill_model, c, seed)
+        phases.decode(model, first, cache, min(steps, 5))  # warm-up
+        for run in range(runs):
+            phases.truncate_cache(cache, c)
+            step = phases.decode(model, first, cache, steps).step_times
+            rows.append(dict(context_tokens=c, run=run + 1, steps=len(step), median_s=statistics.median(step),
+                             low_s=min(step), high_s=max(step), cache_bytes=phases.cache_bytes(cache)))
+    return pd.DataFrame(rows)
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    text = str(error).lower()
+    return isinstance(error, torch.OutOfMemoryError) or "out of memory" in text or "can't allocate" in text
+
+
+def batched_decode_sweep(model: LoadedModel, context: int, batches, *, steps: int = 8, seed: int = 0,
+                         prefill_model: LoadedModel | None = None, label: str = "") -> pd.DataFrame:
+    """Decode ``steps`` steps for each batch size in ``batches``, every sequence at ``context`` tokens.
+
+    One prompt is prefilled once and its cache copied to every sequence of the batch (a decode step's
+    cost depends on the cache's shape, not its values). Returns one row per batch size: the median,
+    lowest and highest step time (s), or ``status="out of memory"`` when the batch did not fit.
+    Introduced in section 3."""
+    phases.check_fits(model, context, steps)
+    base, first = _prefilled(model, prefill_model, context, seed)
+    rows = []
+    for b in tqdm(list(batches), desc=label or "batched decode", leave=False):
+        if b < 1:
+            raise ValueError(f"batch sizes must be at least 1, got {b}")
+        cache = None
+        try:
+            cache = copy.deepcopy(base)
+            cache.batch_repeat_interleave(b)
+            tokens = first.repeat(b, 1)
+            phases.decode(model, tokens, cache, 1)  # warm-up step
+            phases.truncate_cache(cache, context)
+            step = phases.decode(model, tokens, cache, steps).step_times
+            rows.append(dict(batch=b, context_tokens=context, steps=steps, median_s=statistics.median(step),
+                             low_s=min(step), high_s=max(step), cache_bytes=phases.cache_bytes(cache),
+                             status="ok"))
+        except (RuntimeError, MemoryError) as error:
+            if not _out_of_memory(error):
+                raise
+            rows.append(dict(batch=b, context_tokens=context, steps=steps, median_s=np.nan, low_s=np.nan,
+                             high_s=np.nan, cache_bytes=np.nan, status="out of memory"))
+        finally:
+            del cache
+            if model.device.type == "cuda":
+                torch.cuda.empty_cache()
+    return pd.DataFrame(rows)

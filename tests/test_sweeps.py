@@ -1,0 +1,82 @@
+import numpy as np
+import pytest
+import torch
+
+from lib import sweeps
+
+
+def test_fit_floor_recovers_a_line():
+    tokens = np.array([1, 4, 16, 64, 256])
+    fit = sweeps.fit_floor(tokens, 0.012 + 0.0005 * tokens)
+    assert fit.fixed_s == pytest.approx(0.012) and fit.per_token_s == pytest.approx(0.0005)
+    assert fit.knee_tokens == pytest.approx(24) and fit.max_relative_error < 1e-9
+    assert fit.predict([100])[0] == pytest.approx(0.062)
+
+
+def test_fit_floor_bad_input():
+    with pytest.raises(ValueError, match="two or more prompt lengths"):
+        sweeps.fit_floor([8, 8], [0.1, 0.2])
+    with pytest.raises(ValueError, match="positive"):
+        sweeps.fit_floor([1, 2], [0.1, -0.2])
+
+
+def test_torch_threads_restores():
+    before = torch.get_num_threads()
+    with sweeps.torch_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="at least 1"):
+        with sweeps.torch_threads(0):
+            pass
+
+
+def test_prefill_sweep_rows_and_budget(tiny):
+    table = sweeps.prefill_sweep(tiny, [1, 8, 64], repeats=2)
+    assert table["prompt_tokens"].tolist() == [1, 8, 64]
+    assert (table["status"] == "ok").all()
+    assert (table["low_s"] <= table["median_s"]).all() and (table["median_s"] <= table["high_s"]).all()
+    skipped = sweeps.prefill_sweep(tiny, [1, 1000], repeats=1, budget_s=1e-9)
+    assert skipped["status"].iloc[1].startswith("skipped: predicted")
+    assert np.isnan(skipped["median_s"].iloc[1]) and skipped["predicted_s"].iloc[1] > 0
+
+
+def test_prefill_sweep_refuses_too_long(tiny):
+    with pytest.raises(ValueError, match="positions"):
+        sweeps.prefill_sweep(tiny, [2000])
+
+
+def test_decode_sweep(tiny):
+    table = sweeps.decode_sweep(tiny, [4, 32], steps=5, runs=2)
+    assert len(table) == 4 and set(table["steps"]) == {5}
+    assert (table["median_s"] > 0).all()
+    per_token = 2 * tiny.config.n_layer * tiny.config.n_embd * 4
+    assert table.loc[table.context_tokens == 32, "cache_bytes"].iloc[0] == (32 + 5) * per_token
+    with pytest.raises(ValueError, match="positions"):
+        sweeps.decode_sweep(tiny, [1000], steps=40)
+
+
+def test_batched_decode_sweep_and_out_of_memory(tiny, monkeypatch):
+    table = sweeps.batched_decode_sweep(tiny, 16, [1, 3], steps=3)
+    assert table["status"].tolist() == ["ok", "ok"]
+    per_token = 2 * tiny.config.n_layer * tiny.config.n_embd * 4
+    assert table["cache_bytes"].tolist() == [(16 + 3) * per_token, 3 * (16 + 3) * per_token]
+
+    real = sweeps.phases.decode
+
+    def oom_for_big(model, tokens, cache, steps, **kw):
+        if tokens.shape[0] > 2:
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 10 GB")
+        return real(model, tokens, cache, steps, **kw)
+
+    monkeypatch.setattr(sweeps.phases, "decode", oom_for_big)
+    table = sweeps.batched_decode_sweep(tiny, 16, [1, 4, 2], steps=2)
+    assert table["status"].tolist() == ["ok", "out of memory", "ok"]
+
+
+def test_decode_sweep_with_a_cache_built_in_another_dtype(tiny):
+    from lib.models import load_model
+
+    bf16 = load_model("tiny-gpt2", "cpu", torch.bfloat16)
+    table = sweeps.decode_sweep(bf16, [8], steps=3, runs=1, prefill_model=tiny)
+    per_token_bf16 = 2 * tiny.config.n_layer * tiny.config.n_embd * 2
+    assert table["cache_bytes"].iloc[0] == (8 + 3) * per_token_bf16
