@@ -8,6 +8,8 @@ Modules, each named for what it holds:
 * ``phases``   prefill, cached greedy decode, whole requests, section 1
 * ``roofline`` FLOPs and bytes of each phase, hardware table, machine balance, section 6
 * ``results``  atomic CSV/PNG saving with provenance, section 1
+* ``sweeps``   the measurement loops of sections 2 and 3, and the fixed-cost floor fit
+* ``schedule`` chunked prefill and the interference loop, section 5
 * ``book``     the build that ``make book`` runs
 """
 

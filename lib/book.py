@@ -2,9 +2,10 @@
 
 For each ``notebooks/NN_*.py`` (the py:percent source, read with jupytext), in order:
 
-1. Work out the notebook's *input hash*: its source, every ``lib/*.py``, ``constraints.txt`` and the
-   device asked for. A full build skips a notebook whose executed ``.ipynb`` records the same hash, so a
-   second ``make book`` with nothing changed does no work.
+1. Work out the notebook's *input hash*: its source, every ``lib/*.py``, ``constraints.txt``, the data it
+   reads from earlier chapters (see :func:`upstream_data`) and the device asked for. A full build skips a
+   notebook whose executed ``.ipynb`` records the same hash, so a second ``make book`` with nothing changed
+   does no work.
 2. Execute it with papermill into ``build/staging/<stem>/``, with ``PREFILL_DECODE_OUTPUT_ROOT`` pointing
    the notebook's :class:`lib.results.Results` at that staging folder.
 3. Only if every cell succeeded, move its ``data/<stem>/``, ``figures/<stem>/`` and executed notebook into
@@ -43,11 +44,24 @@ def sources(root: Path = NOTEBOOKS) -> list[Path]:
     return sorted(p for p in root.glob("[0-9][0-9]_*.py"))
 
 
+def upstream_data(source: Path) -> list[Path]:
+    """The data files a notebook reads from earlier chapters: every file under ``data/<stem>/`` of each
+    other chapter whose stem its source names (as in ``load_table("02_prefill_sweep", ...)``)."""
+    root = source.parent.parent
+    text = source.read_text()
+    files = []
+    for other in sources(source.parent):
+        if other != source and other.stem in text:
+            files += sorted(p for p in (root / "data" / other.stem).glob("*") if p.name != "provenance.json")
+    return files
+
+
 def input_hash(source: Path, device: str | None) -> str:
-    """SHA-256 over what a notebook's outputs depend on: its source, the library, the pinned versions
-    and the device asked for."""
+    """SHA-256 over what a notebook's outputs depend on: its source, the library, the pinned versions,
+    the data it reads from earlier chapters and the device asked for."""
     digest = hashlib.sha256()
-    inputs = [source, *sorted((REPO_ROOT / "lib").glob("*.py")), REPO_ROOT / "constraints.txt"]
+    inputs = [source, *sorted((REPO_ROOT / "lib").glob("*.py")), REPO_ROOT / "constraints.txt",
+              *upstream_data(source)]
     for path in inputs:
         digest.update(path.name.encode())
         digest.update(path.read_bytes() if path.exists() else b"")

@@ -46,8 +46,8 @@ def resolve_device(name: str | torch.device = "auto") -> torch.device:
     if key == "cuda" or (key.startswith("cuda:") and key[5:].isdigit()):
         if not torch.cuda.is_available():
             raise ValueError(
-                f"device {name!r} asked for, but this machine has no CUDA GPU visible to torch "
-                f"(torch {torch.__version__}); use device='cpu' or 'auto'"
+                f"device {name!r} asked for, but CUDA is not available here (torch {torch.__version__} "
+                f"sees no GPU); use device='cpu' or 'auto'"
             )
         index = int(key[5:]) if ":" in key else 0
         if index >= torch.cuda.device_count():

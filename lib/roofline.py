@@ -49,7 +49,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from numbers import Integral, Real
@@ -57,12 +56,8 @@ from typing import Any, Literal
 
 import torch
 
-try:  # the book's error for "this device cannot multiply in that dtype"; notebooks catch it
-    from .device import UnsupportedDtype
-except ImportError:  # pragma: no cover - lib.device is absent
-
-    class UnsupportedDtype(ValueError):  # type: ignore[no-redef]
-        """Raised when a device cannot run matrix products in a dtype."""
+from lib.device import UnsupportedDtype, resolve_device, resolve_dtype
+from lib.timing import measure
 
 
 __all__ = [
@@ -799,58 +794,15 @@ class MachineMeasurement:
     repeats: int
 
 
-def _resolve_device(device: str | torch.device) -> torch.device:
-    valid = "'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'"
-    if isinstance(device, torch.device):
-        dev = device
-    elif isinstance(device, str) and device.strip().lower() == "auto":
-        dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    elif isinstance(device, str):
-        try:
-            dev = torch.device(device)
-        except RuntimeError:
-            raise ValueError(f"unknown device {device!r}; valid devices are {valid}") from None
-    else:
-        raise ValueError(f"device must be a string or torch.device ({valid}), got {device!r}")
-    if dev.type == "cpu":
-        return dev
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {str(dev)!r} asked for, but CUDA is not available here; use 'cpu'")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ValueError(
-                f"device {str(dev)!r} does not exist: this machine has "
-                f"{torch.cuda.device_count()} CUDA device(s)"
-            )
-        return dev
-    if dev.type == "mps":
-        if not torch.backends.mps.is_available():
-            raise ValueError("device 'mps' asked for, but MPS is not available here; use 'cpu'")
-        return dev
-    raise ValueError(f"unsupported device {str(dev)!r}; valid devices are {valid}")
-
-
-def _synchronize(dev: torch.device) -> None:
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-    elif dev.type == "mps":
-        torch.mps.synchronize()
-
-
 def _time_op(op: Any, dev: torch.device, warmup: int, repeats: int, inner: int = 1) -> list[float]:
-    """Seconds per call of ``op``: ``repeats`` samples, each the mean of ``inner`` back-to-back
-    calls between two device synchronisations, after ``warmup`` untimed calls."""
-    for _ in range(warmup):
-        op()
-    _synchronize(dev)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+    """Seconds per call of ``op``: ``repeats`` samples, each the mean of ``inner`` back-to-back calls
+    between two device synchronisations (``lib.timing.measure``), after ``warmup`` untimed samples."""
+
+    def calls() -> None:
         for _ in range(inner):
             op()
-        _synchronize(dev)
-        times.append((time.perf_counter() - t0) / inner)
-    return times
+
+    return [t / inner for t in measure(calls, dev, warmup=warmup, repeats=repeats).samples]
 
 
 def measure_machine_detail(
@@ -870,7 +822,7 @@ def measure_machine_detail(
     GPU): ``2 * n**3`` / time. Each is warmed up, synchronised on the device, repeated and
     reported as the median with low and high. The ridge of the result is this machine's balance.
 
-    ``device`` is a ``torch.device`` or ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``;
+    ``device`` is a ``torch.device`` or ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``;
     ``dtype`` a torch dtype or ``"fp32"``, ``"bf16"``, ``"fp16"``. Raises ``ValueError`` for an
     unknown or absent device, and ``UnsupportedDtype`` (a ``ValueError``, from ``lib.device``)
     for a dtype the device cannot multiply, checked with a tiny product before any large
@@ -878,28 +830,12 @@ def measure_machine_detail(
     Returns a ``MachineMeasurement`` in FLOP/s and bytes/s.
     Introduced in section 3 (decode sweep); section 6 draws its roofline.
     """
-    dev = _resolve_device(device)
-    if isinstance(dtype, str):
-        named = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
-                 "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
-        if dtype.lower() not in named:
-            raise ValueError(f"unknown dtype {dtype!r}; use a torch dtype or one of {sorted(named)}")
-        dtype = named[dtype.lower()]
-    if not isinstance(dtype, torch.dtype):
-        raise ValueError(f"dtype must be a torch dtype such as torch.float32, got {dtype!r}")
-    if not dtype.is_floating_point:
+    dev = resolve_device(device)
+    if isinstance(dtype, torch.dtype) and not dtype.is_floating_point:
         raise ValueError(f"dtype must be a floating-point dtype, got {dtype}")
     if repeats < 1 or warmup < 0:
         raise ValueError(f"need repeats >= 1 and warmup >= 0, got {repeats} and {warmup}")
-    try:
-        probe = torch.ones(8, 8, dtype=dtype, device=dev)
-        _ = probe @ probe
-        _ = probe @ probe[0]
-        _synchronize(dev)
-    except (RuntimeError, TypeError, NotImplementedError) as exc:
-        raise UnsupportedDtype(
-            f"{dtype} matrix products are not supported on {dev} ({exc}); try torch.float32"
-        ) from None
+    dtype = resolve_dtype(dtype, dev)  # multiplies a tiny matrix first: UnsupportedDtype if it cannot
     gpu = dev.type != "cpu"
     if matvec_bytes is None:
         matvec_bytes = (1 << 30) if gpu else (256 << 20)

@@ -80,3 +80,18 @@ def test_unknown_selection_and_device(demo):
     assert book.build(root=root, only=["42"], log=logs.append) == 2
     assert "notebooks are: 01_demo" in logs[-1]
     assert book.main(["--device", "tpu"]) == 2
+
+
+def test_a_chapter_reruns_when_the_data_it_reads_changes(demo):
+    root, source = demo
+    reader = root / "notebooks" / "02_reader.py"
+    reader.write_text('# %% tags=["parameters"]\nquick = False\n\n# %%\nfrom lib.results import load_table\n'
+                      'print("reads 01_demo")\n')
+    logs = []
+    assert book.build(root=root, log=logs.append) == 0
+    assert book.upstream_data(reader) == [root / "data" / "01_demo" / "v.csv"]
+    assert book.build(root=root, log=logs.append) == 0
+    assert logs[-2:] == ["01_demo: up to date", "02_reader: up to date"]
+    source.write_text(GOOD.replace("value = 1", "value = 3"))
+    assert book.build(root=root, log=logs.append) == 0
+    assert "executed" in logs[-1], "02_reader reads 01_demo's data, which changed"

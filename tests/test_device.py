@@ -20,7 +20,7 @@ def test_unknown_device_lists_choices():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_cuda_without_gpu_is_refused_early():
-    with pytest.raises(ValueError, match="no CUDA GPU"):
+    with pytest.raises(ValueError, match="CUDA is not available"):
         d.resolve_device("cuda")
 
 
