@@ -40,7 +40,7 @@ test: $(STAMP)
 
 lab: $(STAMP)
 	$(BIN)/python -m ipykernel install --user --name $(KERNEL) --display-name "Prefill and Decode (.venv)"
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root,) notebooks/
 
 lock: $(STAMP)
 	@echo "# Exact versions the book was built and tested with (pip install -c constraints.txt)." > constraints.txt.new

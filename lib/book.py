@@ -2,10 +2,10 @@
 
 For each ``notebooks/NN_*.py`` (the py:percent source, read with jupytext), in order:
 
-1. Work out the notebook's *input hash*: its source, every ``lib/*.py``, ``constraints.txt``, the data it
-   reads from earlier chapters (see :func:`upstream_data`) and the device asked for. A full build skips a
-   notebook whose executed ``.ipynb`` records the same hash, so a second ``make book`` with nothing changed
-   does no work.
+1. Work out the notebook's *input hash*: its source, the library it imports (``lib/*.py`` but this
+   runner), ``constraints.txt``, the data it reads from earlier chapters (see :func:`upstream_data`) and
+   the device asked for. A full build skips a notebook whose executed ``.ipynb`` records the same hash, so
+   a second ``make book`` with nothing changed does no work.
 2. Execute it with papermill into ``build/staging/<stem>/``, with ``PREFILL_DECODE_OUTPUT_ROOT`` pointing
    the notebook's :class:`lib.results.Results` at that staging folder.
 3. Only if every cell succeeded, move its ``data/<stem>/``, ``figures/<stem>/`` and executed notebook into
@@ -60,8 +60,8 @@ def input_hash(source: Path, device: str | None) -> str:
     """SHA-256 over what a notebook's outputs depend on: its source, the library, the pinned versions,
     the data it reads from earlier chapters and the device asked for."""
     digest = hashlib.sha256()
-    inputs = [source, *sorted((REPO_ROOT / "lib").glob("*.py")), REPO_ROOT / "constraints.txt",
-              *upstream_data(source)]
+    library = [p for p in sorted((REPO_ROOT / "lib").glob("*.py")) if p.name != "book.py"]  # not the runner
+    inputs = [source, *library, REPO_ROOT / "constraints.txt", *upstream_data(source)]
     for path in inputs:
         digest.update(path.name.encode())
         digest.update(path.read_bytes() if path.exists() else b"")
@@ -89,6 +89,18 @@ def _replace_dir(new: Path, target: Path) -> None:
         target.rename(old)
     shutil.move(str(new), str(target))
     shutil.rmtree(old, ignore_errors=True)
+
+
+def strip_run_metadata(path: Path) -> None:
+    """Remove papermill's per-cell timing metadata from an executed notebook, so it stays paired with its
+    py:percent source (jupytext in JupyterLab refuses a pair whose cells differ, metadata included)."""
+    notebook = nbformat.read(path, as_version=4)
+    for cell in notebook.cells:
+        cell.metadata.pop("papermill", None)
+        cell.metadata.pop("execution", None)
+        if cell.metadata.get("tags") == []:
+            del cell.metadata["tags"]
+    nbformat.write(notebook, path)
 
 
 class NotebookFailed(RuntimeError):
@@ -128,6 +140,7 @@ def execute(source: Path, *, quick: bool, device: str | None, out_root: Path, ex
         else:
             os.environ[OUTPUT_ROOT_ENV] = previous
         unexecuted.unlink(missing_ok=True)
+    strip_run_metadata(executed)
     return time.perf_counter() - started
 
 

@@ -39,6 +39,8 @@ def test_build_then_skip_then_rebuild(demo):
     assert (root / "data" / "01_demo" / "v.csv").read_text().splitlines() == ["value", "1"]
     assert (root / "data" / "01_demo" / "provenance.json").exists()
     assert book.recorded_hash(executed) == book.input_hash(source, None)
+    cells = nbformat.read(executed, as_version=4).cells
+    assert not any("papermill" in c.metadata or "execution" in c.metadata for c in cells)
     assert not (root / "build" / "staging" / "01_demo").exists()
 
     assert book.build(root=root, log=logs.append) == 0

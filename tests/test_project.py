@@ -8,6 +8,7 @@ import jupytext
 import nbformat
 import pytest
 import yaml
+from jupytext.compare import compare_notebooks
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
@@ -24,6 +25,13 @@ def test_executed_notebook_is_in_sync_with_its_source(source):
     assert executed.exists(), f"{executed.name} is missing: run make book"
     assert _cells(jupytext.read(source)) == _cells(nbformat.read(executed, as_version=4)), (
         f"{executed.name} differs from {source.name}: run make book")
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_jupytext_sees_the_pair_as_identical(source):
+    """What JupyterLab's jupytext checks before it opens a pair: the .ipynb, written as py:percent, must be
+    the .py file, cell metadata included (papermill's timings would make it refuse)."""
+    compare_notebooks(jupytext.read(source.with_suffix(".ipynb")), jupytext.read(source), fmt="py:percent")
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
