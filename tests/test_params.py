@@ -1,0 +1,133 @@
+"""The shared parameter checker: clear errors naming the parameter, lists from strings, quick mode that
+shrinks and says so, and 0 kept as a value (issue 13, items 3 and 5)."""
+
+import pytest
+
+from lib import params
+from lib.models import KNOWN_MODELS
+
+SPEC = {
+    "runs": params.integer(min=1, quick=2),
+    "contexts": params.int_list(min=1, max=1024, quick=[16, 128]),
+    "device": params.device(),
+    "dtypes": params.dtype_list(allow_none=True),
+    "model_name": params.choice(KNOWN_MODELS, quick="tiny-gpt2"),
+    "ttft_slo_ms": params.number(min=0, allow_none=True),
+}
+
+
+def ns(**changes):
+    base = dict(runs=3, contexts=[16, 128, 512, 960], device="auto", dtypes=None, model_name="gpt2-small",
+                ttft_slo_ms=None)
+    return {**base, **changes}
+
+
+def test_good_values_pass_and_are_written_back():
+    namespace = ns(dtypes=["fp32", "bf16"])
+    P = params.check(namespace, SPEC)
+    assert P.runs == 3 and P.contexts == [16, 128, 512, 960] and P.dtypes == ["fp32", "bf16"]
+    assert namespace["model_name"] == "gpt2-small" and params.last["quick_changes"] == []
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("runs", 0, r"parameter runs=0 is not valid; expected an integer >= 1"),
+    ("runs", 2.5, r"runs=2.5 .*an integer >= 1"),
+    ("runs", True, r"runs=True"),
+    ("runs", "three", r"runs='three'"),
+    ("contexts", [], r"contexts=\[\] .*non-empty list .* of an integer >= 1 and <= 1024"),
+    ("contexts", [16, 2000], r"contexts=\[16, 2000\]"),
+    ("contexts", "[16, x]", r"contexts='\[16, x\]'"),
+    ("device", "tpu", r"device='tpu' .*'auto', 'cpu', 'cuda' or 'cuda:N'"),
+    ("dtypes", "[fp32, int3]", r"dtypes=.*one of 'fp32', 'bf16', 'fp16'"),
+    ("dtypes", "[", r"dtypes='\['"),
+    ("model_name", "gpt2-smal", r"model_name='gpt2-smal' .*'gpt2-small', 'tiny-gpt2', 'smollm2-135m'"),
+    ("ttft_slo_ms", -1, r"ttft_slo_ms=-1 .*a number >= 0 or None"),
+    ("ttft_slo_ms", float("nan"), r"ttft_slo_ms=nan"),
+])
+def test_bad_values_name_the_parameter_the_value_and_what_is_right(name, value, message):
+    with pytest.raises(ValueError, match=message):
+        params.check(ns(**{name: value}), SPEC)
+
+
+def test_cuda_without_a_gpu_is_refused_clearly(monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    with pytest.raises(ValueError, match=r"device='cuda:1' .*CUDA is not available"):
+        params.check(ns(device="cuda:1"), SPEC)
+
+
+@pytest.mark.parametrize("given, expected", [
+    ("[16, 128]", [16, 128]), ("16,128", [16, 128]), (" 16 , 128 ", [16, 128]), ("(16, 128)", [16, 128]),
+    (16, [16]), ("16", [16]), ((16, 128), [16, 128]),
+])
+def test_a_list_from_papermill_p_is_parsed_never_read_character_by_character(given, expected):
+    assert params.check(ns(contexts=given), SPEC).contexts == expected
+
+
+def test_dtype_lists_from_strings():
+    assert params.check(ns(dtypes="fp32,bf16"), SPEC).dtypes == ["fp32", "bf16"]
+    assert params.check(ns(dtypes="['fp16']"), SPEC).dtypes == ["fp16"]
+    assert params.check(ns(dtypes="fp32"), SPEC).dtypes == ["fp32"]
+
+
+def test_zero_is_a_value_not_the_default():
+    assert params.check(ns(ttft_slo_ms=0), SPEC).ttft_slo_ms == 0
+    assert params.check(ns(ttft_slo_ms=None), SPEC).ttft_slo_ms is None
+
+
+def test_quick_mode_shrinks_the_chapters_values_and_says_exactly_what_changed():
+    lines = []
+    P = params.check(ns(), SPEC, quick=True, log=lines.append)
+    assert (P.runs, P.contexts, P.model_name) == (2, [16, 128], "tiny-gpt2")
+    assert lines == ["quick mode changed: runs 3 -> 2; contexts [16, 128, 512, 960] -> [16, 128]; "
+                     "model_name 'gpt2-small' -> 'tiny-gpt2'"]
+
+
+def test_quick_mode_never_grows_a_value_and_is_silent_when_nothing_changes():
+    lines = []
+    P = params.check(ns(runs=1, contexts=[16], model_name="tiny-gpt2"), SPEC, quick=True, log=lines.append)
+    assert (P.runs, P.contexts) == (1, [16]) and lines == []
+
+
+def test_quick_mode_keeps_what_the_reader_set(tmp_path, monkeypatch):
+    chapter = tmp_path / "notebooks" / "03_demo.py"
+    chapter.parent.mkdir()
+    chapter.write_text('# %% [markdown]\n# text\n\n# %% tags=["parameters"]\nruns = 3\n'
+                       'contexts = [16, 128, 512, 960]  # comment\nmodel_name = "gpt2-small"\ndevice = "auto"\n'
+                       'dtypes = None\nttft_slo_ms = None\n\n# %%\nx = 1\n')
+    monkeypatch.setattr(params, "REPO_ROOT", tmp_path)
+    assert params.defaults("03_demo")["contexts"] == [16, 128, 512, 960]
+    lines = []
+    P = params.check(ns(contexts=[1000, 16, 64], model_name="smollm2-135m"), SPEC, quick=True,
+                     chapter="03_demo", log=lines.append)
+    # the reader's own list is truncated (not replaced), the reader's model is kept
+    assert P.contexts == [1000, 16] and P.model_name == "smollm2-135m" and P.runs == 2
+    assert lines == ["quick mode changed: runs 3 -> 2; contexts [1000, 16, 64] -> [1000, 16]"]
+    assert params.last["reader_set"] == ["contexts", "model_name"]
+    assert params.last["given"]["contexts"] == [1000, 16, 64]
+
+
+def test_a_missing_parameter_is_named():
+    namespace = ns()
+    del namespace["runs"]
+    with pytest.raises(ValueError, match="parameter runs is not defined"):
+        params.check(namespace, SPEC)
+
+
+def test_pairs_text_and_booleans():
+    spec = {"pairs": params.listof(params.tuple_of(params.integer(min=1), params.integer(min=1))),
+            "question": params.text(), "flag": params.boolean(), "slack": params.number(min=1)}
+    P = params.check({"pairs": "[(16, 64), (128, 8)]", "question": "Why?", "flag": "true", "slack": 1},
+                     spec)
+    assert P.pairs == [(16, 64), (128, 8)] and P.flag is True
+    with pytest.raises(ValueError, match=r"pairs=\[\(16, 0\)\]"):
+        params.check({"pairs": [(16, 0)], "question": "q", "flag": False, "slack": 1}, spec)
+    with pytest.raises(ValueError, match=r"question=42 .*non-empty string"):
+        params.check({"pairs": [(1, 1)], "question": 42, "flag": False, "slack": 1}, spec)
+    with pytest.raises(ValueError, match=r"slack=0.5 .*a number >= 1"):
+        params.check({"pairs": [(1, 1)], "question": "q", "flag": False, "slack": 0.5}, spec)
+
+
+def test_choice_from_a_callers_list():
+    spec = {"course_gpu": params.choice({"H100 SXM": 1, "A100 80GB": 2})}
+    with pytest.raises(ValueError, match=r"course_gpu='H100' .*'H100 SXM', 'A100 80GB'"):
+        params.check({"course_gpu": "H100"}, spec)
