@@ -10,7 +10,7 @@ KERNEL := prefill-decode
 # The CPU build of torch lies in /opt/wheels on the machines this book is built on; use it when present.
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 
-.PHONY: book quick test lab clean env lock help
+.PHONY: book quick test lab lab-settings clean env lock help
 
 help:
 	@echo "make book   execute every notebook with papermill (incremental), regenerating data/ and figures/"
@@ -38,8 +38,14 @@ quick: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
-lab: $(STAMP)
-	$(BIN)/python -m ipykernel install --user --name $(KERNEL) --display-name "Prefill and Decode (.venv)"
+# The kernel and labconfig/ (jupytext's default-viewer setting: a chapter's .py opens as a notebook) go
+# into the venv, so nothing is written to the reader's home folder and deleting .venv removes them.
+lab-settings: $(STAMP)
+	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Prefill and Decode (.venv)"
+	mkdir -p $(VENV)/etc/jupyter/labconfig
+	cp labconfig/default_setting_overrides.json $(VENV)/etc/jupyter/labconfig/
+
+lab: lab-settings
 	$(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root,) notebooks/
 
 lock: $(STAMP)
