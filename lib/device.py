@@ -13,12 +13,7 @@ from importlib import metadata
 
 import torch
 
-DTYPES: dict[str, torch.dtype] = {
-    "fp32": torch.float32,
-    "bf16": torch.bfloat16,
-    "fp16": torch.float16,
-}
-"""The dtypes the book measures, by the short names notebooks use as parameters."""
+from lib.dtypes import MODEL_DTYPES as DTYPES, dtype_name, lookup  # the one dtype vocabulary
 
 KNOWN_DEVICES = ("auto", "cpu", "cuda", "cuda:N")
 
@@ -65,9 +60,10 @@ def resolve_dtype(name: str | torch.dtype, device: torch.device | str = "cpu") -
     if isinstance(name, torch.dtype):
         dtype = name
     else:
-        if name not in DTYPES:
-            raise ValueError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}")
-        dtype = DTYPES[name]
+        short = lookup(name).short  # ValueError listing the known names
+        if short not in DTYPES:
+            raise ValueError(f"dtype {name!r} is not one a model runs in here; choose one of {', '.join(DTYPES)}")
+        dtype = DTYPES[short]
     device = resolve_device(device)
     try:
         a = torch.ones(8, 8, dtype=dtype, device=device)
@@ -78,14 +74,6 @@ def resolve_dtype(name: str | torch.dtype, device: torch.device | str = "cpu") -
             f"use fp32 instead"
         ) from error
     return dtype
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    """Short name of a dtype (``fp32``, ``bf16``, ``fp16``), for tables and file names."""
-    for short, value in DTYPES.items():
-        if value == dtype:
-            return short
-    return str(dtype).removeprefix("torch.")
 
 
 def device_name(device: torch.device | str) -> str:

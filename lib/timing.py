@@ -13,8 +13,9 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
+import pandas as pd
 import torch
 
 
@@ -78,15 +79,59 @@ def measure(fn: Callable[[], object], device: torch.device | str | None = None, 
     events = use_cuda_events and device is not None and torch.device(device).type == "cuda"
     for _ in range(repeats):
         if events:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            synchronize(device)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
+            with torch.cuda.device(torch.device(device)):  # events record on the stream of `device`
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                synchronize(device)
+                start.record()
+                fn()
+                end.record()
+                end.synchronize()
             samples.append(start.elapsed_time(end) / 1e3)
         else:
             t0 = now(device)
             fn()
             samples.append(now(device) - t0)
     return Timing.of(samples)
+
+
+def overhead(device: torch.device | str | None = None, repeats: int = 200) -> dict[str, float]:
+    """What the harness itself costs, in seconds (medians of ``repeats``): ``clock`` (two synchronised
+    clock reads around nothing, what :func:`measure` adds to every sample) and ``readback`` (reading
+    one token id back to the host with ``.item()``, what every decode step adds). Compare them with
+    the shortest step a chapter times.
+
+    Introduced in section 0 (this machine).
+    """
+    empty = measure(lambda: None, device, warmup=5, repeats=repeats).median
+    token = torch.zeros(1, dtype=torch.long, device=device)
+    readback = measure(token.item, device, warmup=5, repeats=repeats).median
+    return {"clock": empty, "readback": readback}
+
+
+def median_range(frame: pd.DataFrame, by: str | Sequence[str], columns: Sequence[str]) -> pd.DataFrame:
+    """Summarise repeated runs: one row per ``by`` group with, for each column ``c``, its median as
+    ``c`` and the lowest and highest run as ``c_low`` and ``c_high`` (``c`` keeps its unit suffix, e.g.
+    ``tpot_ms``, ``tpot_ms_low``, ``tpot_ms_high``). Groups keep their first appearance's order.
+
+    Introduced in section 1.
+    """
+    missing = [c for c in [*([by] if isinstance(by, str) else by), *columns] if c not in frame.columns]
+    if missing:
+        raise ValueError(f"median_range: no column(s) {missing}; the table has {list(frame.columns)}")
+    grouped = frame.groupby(by, sort=False)[list(columns)]
+    parts = [grouped.median()]
+    parts.append(grouped.min().add_suffix("_low"))
+    parts.append(grouped.max().add_suffix("_high"))
+    out = pd.concat(parts, axis=1)
+    order = [x for c in columns for x in (c, f"{c}_low", f"{c}_high")]
+    return out[order].reset_index()
+
+
+def span(low: float, high: float, fmt: str = ".1f", unit: str = "") -> str:
+    """``"low-high unit"`` for a range, or one number when both ends print the same.
+
+    Introduced in section 1.
+    """
+    a, b = format(low, fmt), format(high, fmt)
+    text = a if a == b else f"{a}–{b}"
+    return f"{text} {unit}".rstrip()

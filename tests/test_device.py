@@ -29,7 +29,7 @@ def test_dtypes():
     assert d.resolve_dtype("bf16", "cpu") is torch.bfloat16
     assert d.resolve_dtype(torch.float32) is torch.float32
     assert d.dtype_name(torch.bfloat16) == "bf16"
-    with pytest.raises(ValueError, match="unknown dtype 'int4'.*fp32, bf16, fp16"):
+    with pytest.raises(ValueError, match="dtype 'int4' is not one a model runs in.*fp32, bf16, fp16"):
         d.resolve_dtype("int4")
 
 

@@ -47,3 +47,26 @@ def test_cuda_timing_waits_for_the_gpu():
     events = timing.measure(lambda: x @ x, "cuda", repeats=3, use_cuda_events=True)
     # a 4096^3 product is ~137 GFLOP: even an H200 needs well over 0.1 ms; an unsynchronised clock sees ~10 us
     assert synced.median > 1e-4 and events.median > 1e-4
+
+
+def test_median_range_keeps_group_order_and_names_columns():
+    import pandas as pd
+
+    frame = pd.DataFrame({"chunk": [1000, 128, 1000, 128, 1000], "gap_ms": [5.0, 1.0, 7.0, 2.0, 6.0]})
+    out = timing.median_range(frame, "chunk", ["gap_ms"])
+    assert list(out.chunk) == [1000, 128]  # not sorted: the unchunked row stays first
+    assert list(out.columns) == ["chunk", "gap_ms", "gap_ms_low", "gap_ms_high"]
+    assert out.iloc[0].tolist() == [1000, 6.0, 5.0, 7.0]
+    with pytest.raises(ValueError, match="no column"):
+        timing.median_range(frame, "chunk", ["ttft_ms"])
+
+
+def test_span_prints_one_number_when_the_ends_agree():
+    assert timing.span(1.04, 1.06) == "1.0\u20131.1"
+    assert timing.span(2.0, 2.04, unit="ms") == "2.0 ms"
+
+
+def test_overhead_is_measured_and_small():
+    cost = timing.overhead("cpu", repeats=20)
+    assert set(cost) == {"clock", "readback"}
+    assert all(0 < v < 0.01 for v in cost.values())
