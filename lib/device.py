@@ -104,7 +104,11 @@ def package_versions() -> dict[str, str]:
 
 def describe_environment(device: torch.device | str, dtype: torch.dtype | None = None,
                          model: str | None = None) -> dict[str, object]:
-    """What produced a page: device and its name, dtype, torch threads, CPU count and versions."""
+    """What produced a page: device and its name, dtype, torch threads, CPU count and versions.
+
+    A model given as a local path is shown relative to the home folder (``~/models/x``), never as the
+    build machine's absolute path, since these facts are printed in the published pages and saved in
+    ``provenance.json``."""
     device = torch.device(device)
     facts: dict[str, object] = {
         "device": str(device),
@@ -115,6 +119,10 @@ def describe_environment(device: torch.device | str, dtype: torch.dtype | None =
     if dtype is not None:
         facts["dtype"] = dtype_name(dtype)
     if model is not None:
-        facts["model"] = model
+        home = os.path.expanduser("~")
+        text = str(model)
+        if home not in ("", "/") and (text == home or text.startswith(home + os.sep)):
+            text = "~" + text[len(home):]
+        facts["model"] = text
     facts.update(package_versions())
     return facts
