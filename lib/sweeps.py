@@ -3,7 +3,7 @@
 Each sweep returns a tidy pandas DataFrame, one row per measured point, times in seconds. A point whose
 predicted cost would blow the sweep's time budget is recorded as skipped, with the prediction, rather
 than silently left out; a batch that runs out of memory is recorded as out of memory and the sweep goes
-on. Long sweeps show a tqdm progress bar.
+on. Long sweeps show a progress bar (lib.progress).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
+from lib.progress import progress
 
 from lib import phases
 from lib.models import LoadedModel, random_prompt
@@ -75,6 +75,62 @@ def fit_floor(tokens, seconds) -> FloorFit:
     return FloorFit(fixed, float(per_token), float(error.max()))
 
 
+@dataclass(frozen=True)
+class Floor:
+    """A prefill's floor and knee read off measured points, no fit (seconds, prompt tokens).
+
+    ``floor_s`` (``floor_low_s``, ``floor_high_s``): the pass of the shortest prompt measured,
+    ``floor_tokens`` long (1 in the book). ``flat_until_tokens``: the longest prompt up to which every
+    pass takes at most ``(1 + margin) * floor_high_s``: a longer prompt costs no more than the floor.
+    ``knee_tokens``: the shortest prompt whose time per token is at most ``(1 + margin)`` times the
+    lowest measured (``best_per_token_s``, at ``best_tokens``): where time per token stops falling.
+    ``knee_confirmed``: a longer prompt than the knee was measured (else the knee may lie beyond).
+    """
+
+    floor_tokens: int
+    floor_s: float
+    floor_low_s: float
+    floor_high_s: float
+    flat_until_tokens: int
+    knee_tokens: int
+    knee_s: float
+    best_per_token_s: float
+    best_tokens: int
+    knee_confirmed: bool
+    margin: float
+
+
+def floor_and_knee(tokens, seconds, low_s=None, high_s=None, *, margin: float = 0.25) -> Floor:
+    """Find a prefill's :class:`Floor` from measured medians ``seconds`` at prompt lengths ``tokens``
+    (``low_s``/``high_s``: each point's range, default the median). NaN times (skipped points) are
+    dropped; needs two or more distinct lengths. Introduced in section 2; section 5 reads its knee."""
+    tokens = np.asarray(tokens, dtype=float)
+    seconds = np.asarray(seconds, dtype=float)
+    low = seconds if low_s is None else np.asarray(low_s, dtype=float)
+    high = seconds if high_s is None else np.asarray(high_s, dtype=float)
+    if not (len(tokens) == len(seconds) == len(low) == len(high)):
+        raise ValueError("tokens, seconds, low_s and high_s must have the same length")
+    if not (margin >= 0 and np.isfinite(margin)):
+        raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
+    keep = np.isfinite(seconds)
+    order = np.argsort(tokens[keep], kind="stable")
+    tokens, seconds, low, high = (a[keep][order] for a in (tokens, seconds, low, high))
+    if len(np.unique(tokens)) < 2 or len(np.unique(tokens)) < len(tokens):
+        raise ValueError(f"a floor needs times at two or more distinct prompt lengths, got {tokens.tolist()}")
+    if (tokens < 1).any() or (seconds <= 0).any():
+        raise ValueError("prompt lengths must be at least 1 and times positive seconds")
+    if (low > seconds).any() or (high < seconds).any():
+        raise ValueError("each point needs low_s <= seconds <= high_s")
+    over = seconds > (1 + margin) * high[0]
+    flat_until = tokens[np.argmax(over) - 1] if over.any() else tokens[-1]
+    per_token = seconds / tokens
+    best = int(np.argmin(per_token))
+    knee = int(np.argmax(per_token <= (1 + margin) * per_token[best]))
+    return Floor(int(tokens[0]), float(seconds[0]), float(low[0]), float(high[0]), int(flat_until),
+                 int(tokens[knee]), float(seconds[knee]), float(per_token[best]), int(tokens[best]),
+                 bool(knee < len(tokens) - 1), float(margin))
+
+
 def prefill_sweep(model: LoadedModel, prompts, *, logits: str = "last", repeats: int = 3, warmup: int = 1,
                   budget_s: float | None = None, seed: int = 0, label: str = "") -> pd.DataFrame:
     """Time a prefill of each prompt length in ``prompts`` (ascending): median, low and high of
@@ -86,7 +142,7 @@ def prefill_sweep(model: LoadedModel, prompts, *, logits: str = "last", repeats:
     prediction in ``predicted_s``. Introduced in section 2.
     """
     rows, last = [], None
-    for n in tqdm(list(prompts), desc=label or "prefill", leave=False):
+    for n in progress(list(prompts), desc=label or "prefill", leave=False):
         phases.check_fits(model, n)
         if budget_s is not None and last is not None:
             predicted = last[1] * n / last[0]
@@ -113,25 +169,34 @@ def _prefilled(model: LoadedModel, prefill_model: LoadedModel | None, context: i
 
 
 def decode_sweep(model: LoadedModel, contexts, *, steps: int = 40, runs: int = 3, seed: int = 0,
-                 prefill_model: LoadedModel | None = None, label: str = "") -> pd.DataFrame:
+                 prefill_model: LoadedModel | None = None, label: str = "", cache: str = "dynamic") -> pd.DataFrame:
     """Cached greedy decode from each context length: one prefill builds the cache, then ``runs`` runs
     of ``steps`` steps each, the cache cropped back to the context before every run (and one short
     warm-up run first). Every step reads its token back to the host. Returns one row per (context, run)
     with the run's median, lowest and highest step time in seconds. Checks the position table first.
     ``prefill_model`` (same architecture, another dtype) may build the cache when ``model``'s own
-    prefill would be slow. Introduced in section 3."""
+    prefill would be slow. ``cache="static"`` decodes over a preallocated cache of ``context + steps``
+    positions (:func:`lib.phases.static_cache`) instead of the growing ``DynamicCache``. Introduced in
+    section 3."""
+    _check_cache_kind(cache)
     for c in contexts:
         phases.check_fits(model, c, steps)
     rows = []
-    for c in tqdm(list(contexts), desc=label or "decode", leave=False):
-        cache, first = _prefilled(model, prefill_model, c, seed)
-        phases.decode(model, first, cache, min(steps, 5))  # warm-up
+    for c in progress(list(contexts), desc=label or "decode", leave=False):
+        kv, first = _prefilled(model, prefill_model, c, seed)
+        kv = phases.static_cache(model, kv, c + steps) if cache == "static" else kv
+        phases.decode(model, first, kv, min(steps, 5))  # warm-up
         for run in range(runs):
-            phases.truncate_cache(cache, c)
-            step = phases.decode(model, first, cache, steps).step_times
+            phases.truncate_cache(kv, c)
+            step = phases.decode(model, first, kv, steps).step_times
             rows.append(dict(context_tokens=c, run=run + 1, steps=len(step), median_s=statistics.median(step),
-                             low_s=min(step), high_s=max(step), cache_bytes=phases.cache_bytes(cache)))
+                             low_s=min(step), high_s=max(step), cache_bytes=phases.cache_bytes(kv)))
     return pd.DataFrame(rows)
+
+
+def _check_cache_kind(cache: str) -> None:
+    if cache not in ("dynamic", "static"):
+        raise ValueError(f"cache must be 'dynamic' (grows by concatenation) or 'static' (preallocated), got {cache!r}")
 
 
 def _out_of_memory(error: BaseException) -> bool:
@@ -140,29 +205,33 @@ def _out_of_memory(error: BaseException) -> bool:
 
 
 def batched_decode_sweep(model: LoadedModel, context: int, batches, *, steps: int = 8, seed: int = 0,
-                         prefill_model: LoadedModel | None = None, label: str = "") -> pd.DataFrame:
+                         prefill_model: LoadedModel | None = None, label: str = "",
+                         cache: str = "dynamic") -> pd.DataFrame:
     """Decode ``steps`` steps for each batch size in ``batches``, every sequence at ``context`` tokens.
 
     One prompt is prefilled once and its cache copied to every sequence of the batch (a decode step's
     cost depends on the cache's shape, not its values). Returns one row per batch size: the median,
     lowest and highest step time (s), or ``status="out of memory"`` when the batch did not fit.
-    Introduced in section 3."""
+    ``cache="static"``: a preallocated cache of ``context + steps`` positions, written in place
+    (:func:`lib.phases.static_cache`), so a step copies no cache. Introduced in section 3."""
+    _check_cache_kind(cache)
     phases.check_fits(model, context, steps)
     base, first = _prefilled(model, prefill_model, context, seed)
     rows = []
-    for b in tqdm(list(batches), desc=label or "batched decode", leave=False):
+    for b in progress(list(batches), desc=label or "batched decode", leave=False):
         if b < 1:
             raise ValueError(f"batch sizes must be at least 1, got {b}")
-        cache = None
+        kv = None
         try:
-            cache = copy.deepcopy(base)
-            cache.batch_repeat_interleave(b)
+            kv = copy.deepcopy(base)
+            kv.batch_repeat_interleave(b)
+            kv = phases.static_cache(model, kv, context + steps) if cache == "static" else kv
             tokens = first.repeat(b, 1)
-            phases.decode(model, tokens, cache, 1)  # warm-up step
-            phases.truncate_cache(cache, context)
-            step = phases.decode(model, tokens, cache, steps).step_times
+            phases.decode(model, tokens, kv, 1)  # warm-up step
+            phases.truncate_cache(kv, context)
+            step = phases.decode(model, tokens, kv, steps).step_times
             rows.append(dict(batch=b, context_tokens=context, steps=steps, median_s=statistics.median(step),
-                             low_s=min(step), high_s=max(step), cache_bytes=phases.cache_bytes(cache),
+                             low_s=min(step), high_s=max(step), cache_bytes=phases.cache_bytes(kv),
                              status="ok"))
         except (RuntimeError, MemoryError) as error:
             if not _out_of_memory(error):
@@ -170,7 +239,7 @@ def batched_decode_sweep(model: LoadedModel, context: int, batches, *, steps: in
             rows.append(dict(batch=b, context_tokens=context, steps=steps, median_s=np.nan, low_s=np.nan,
                              high_s=np.nan, cache_bytes=np.nan, status="out of memory"))
         finally:
-            del cache
+            del kv
             if model.device.type == "cuda":
                 torch.cuda.empty_cache()
     return pd.DataFrame(rows)
