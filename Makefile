@@ -10,7 +10,7 @@ KERNEL := prefill-decode
 # The CPU build of torch lies in /opt/wheels on the machines this book is built on; use it when present.
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 
-.PHONY: book quick test lab lab-settings clean env lock help
+.PHONY: book quick test lab lab-settings clean env lock help gpu-check
 
 help:
 	@echo "make book   execute every notebook with papermill (incremental), regenerating data/ and figures/"
@@ -53,6 +53,11 @@ lock: $(STAMP)
 	@echo "# Regenerate with: make lock. torch is the CPU build; on a GPU machine install its CUDA build of the same version." >> constraints.txt.new
 	$(BIN)/python -m pip freeze --exclude-editable | sed 's/^torch==\([0-9.]*\)+.*/torch==\1/' >> constraints.txt.new
 	mv constraints.txt.new constraints.txt
+
+# On a machine with a CUDA GPU: the CUDA and device-generic tests, then the book in quick mode on the GPU;
+# writes build/gpu-check/report.md. Without a GPU it says so and exits 2.
+gpu-check: $(STAMP)
+	$(BIN)/python -m lib.gpucheck
 
 clean:
 	rm -rf build .pytest_cache

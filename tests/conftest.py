@@ -6,10 +6,15 @@ import torch
 from lib.models import load_model
 
 
-@pytest.fixture(scope="session")
-def tiny():
-    """The two-layer GPT-2 with seeded random weights, on the CPU in fp32."""
-    return load_model("tiny-gpt2", "cpu", torch.float32)
+#: Every device present: the device-generic tests (everything that takes ``tiny``) run on each, so a GPU
+#: machine runs them on CUDA too without edits (``make gpu-check``).
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(scope="session", params=DEVICES)
+def tiny(request):
+    """The two-layer GPT-2 with seeded random weights, in fp32, on each device present."""
+    return load_model("tiny-gpt2", request.param, torch.float32)
 
 
 @pytest.fixture(scope="session")
