@@ -80,3 +80,47 @@ def test_decode_sweep_with_a_cache_built_in_another_dtype(tiny):
     table = sweeps.decode_sweep(bf16, [8], steps=3, runs=1, prefill_model=tiny)
     per_token_bf16 = 2 * tiny.config.n_layer * tiny.config.n_embd * 2
     assert table["cache_bytes"].iloc[0] == (8 + 3) * per_token_bf16
+
+
+def test_floor_and_knee_on_a_cpu_like_curve():
+    # time rises from the second token (no flat floor); time per token stops falling near 128
+    tokens = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+    ms = np.array([42.0, 60.7, 73.7, 81.9, 94.2, 103.0, 147.7, 227.1, 414.0, 757.7])
+    floor = sweeps.floor_and_knee(tokens, ms / 1e3, ms / 1e3 - 0.001, ms / 1e3 + 0.002, margin=0.25)
+    assert floor.floor_tokens == 1 and floor.floor_s == pytest.approx(0.042)
+    assert floor.floor_low_s == pytest.approx(0.041) and floor.floor_high_s == pytest.approx(0.044)
+    assert floor.flat_until_tokens == 1
+    assert floor.best_tokens == 512 and floor.best_per_token_s == pytest.approx(0.7577 / 512)
+    assert floor.knee_tokens == 128 and floor.knee_s == pytest.approx(0.2271) and floor.knee_confirmed
+    wider = sweeps.floor_and_knee(tokens, ms / 1e3, margin=0.6)  # a wider margin moves both, as stated
+    assert wider.flat_until_tokens == 2 and wider.knee_tokens == 64
+
+
+def test_floor_and_knee_on_a_gpu_like_curve():
+    # the reference GPU: flat to 256 tokens, where time per token has also stopped falling
+    tokens = [1, 16, 128, 256, 512, 1024]
+    ms = np.array([11.85, 12.05, 12.15, 13.8, 24.45, 48.55])
+    floor = sweeps.floor_and_knee(tokens, ms, [11.5, 11.6, 11.8, 12.2, 22.6, 45.1],
+                                  [12.2, 12.5, 12.5, 15.4, 26.3, 52.0], margin=0.25)
+    assert floor.flat_until_tokens == 256 and floor.knee_tokens == 256 and floor.knee_confirmed
+    # still falling per token at the longest prompt: the knee is the last point, not confirmed
+    last = sweeps.floor_and_knee([1, 2, 4], [1.0, 1.0, 1.0])
+    assert last.flat_until_tokens == 4 and last.knee_tokens == 4 and not last.knee_confirmed
+
+
+def test_floor_and_knee_skips_nan_and_sorts():
+    floor = sweeps.floor_and_knee([4, 1, 2, 8], [0.02, 0.01, np.nan, 0.04])
+    assert floor.floor_tokens == 1 and floor.flat_until_tokens == 1 and floor.knee_tokens == 4
+
+
+def test_floor_and_knee_bad_input():
+    with pytest.raises(ValueError, match="two or more distinct"):
+        sweeps.floor_and_knee([8, 8], [0.1, 0.2])
+    with pytest.raises(ValueError, match="two or more distinct"):
+        sweeps.floor_and_knee([1, 2], [0.1, np.nan])
+    with pytest.raises(ValueError, match="positive"):
+        sweeps.floor_and_knee([1, 2], [0.1, -0.2])
+    with pytest.raises(ValueError, match="low_s <= seconds"):
+        sweeps.floor_and_knee([1, 2], [0.1, 0.2], [0.1, 0.3], [0.1, 0.3])
+    with pytest.raises(ValueError, match="margin"):
+        sweeps.floor_and_knee([1, 2], [0.1, 0.2], margin=-1)
