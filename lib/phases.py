@@ -7,7 +7,9 @@
 * :func:`run_request` is both: a request's prefill, its first token, then its decode steps, with the host
   time of every token, ready for :func:`lib.metrics.request_metrics`.
 
-The KV cache is transformers' ``DynamicCache``. Everything runs under ``torch.inference_mode``.
+The KV cache is transformers' ``DynamicCache``, which grows by concatenation (every step copies the whole
+cache into a tensor one position longer); :func:`static_cache` gives the preallocated ``StaticCache``,
+written in place, for comparison. Everything runs under ``torch.inference_mode``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, StaticCache
 
 from lib.models import LoadedModel, max_positions
 from lib.timing import now
@@ -46,10 +48,11 @@ def _module(model: LoadedModel | torch.nn.Module) -> torch.nn.Module:
     return model.model if isinstance(model, LoadedModel) else model
 
 
+@torch.inference_mode()  # a static cache's length counter is an inference tensor
 def truncate_cache(cache: DynamicCache, length: int) -> DynamicCache:
     """Roll ``cache`` back to its first ``length`` positions, in place, so a decode run can be repeated
     from the same context without a new prefill. Introduced in section 3."""
-    excess = cache.get_seq_length() - length
+    excess = int(cache.get_seq_length()) - length
     if length < 0 or excess < 0:
         raise ValueError(f"cannot truncate a cache of {cache.get_seq_length()} positions to {length}")
     if excess:
@@ -71,6 +74,27 @@ def cache_bytes(cache: DynamicCache) -> int:
     """Bytes the KV cache holds right now: every layer's keys and values. Introduced in section 3."""
     return sum(layer.keys.numel() * layer.keys.element_size() + layer.values.numel() * layer.values.element_size()
                for layer in cache.layers if layer.is_initialized)
+
+
+@torch.inference_mode()
+def static_cache(model: LoadedModel | torch.nn.Module, source: DynamicCache, max_len: int) -> StaticCache:
+    """A preallocated cache (transformers' ``StaticCache``) of ``max_len`` positions per sequence holding a
+    copy of ``source``'s keys and values (same batch, heads and dtype). A decode step then writes its new
+    position in place instead of copying the whole cache into a longer one, as ``DynamicCache`` does;
+    attention runs over all ``max_len`` positions, the unwritten ones masked. ``source`` is left as it
+    was. Introduced in section 3.
+    """
+    module = _module(model)
+    length = int(source.get_seq_length())
+    if length < 1:
+        raise ValueError("static_cache needs a filled source cache (run a prefill first)")
+    if not length <= max_len <= max_positions(module):
+        raise ValueError(f"max_len must hold the source's {length} positions and fit the model's "
+                         f"{max_positions(module)}, got {max_len}")
+    cache = StaticCache(config=module.config, max_cache_len=max_len)
+    for static, layer in zip(cache.layers, source.layers):
+        static.update(layer.keys, layer.values)
+    return cache
 
 
 def new_cache(model: LoadedModel | torch.nn.Module) -> DynamicCache:

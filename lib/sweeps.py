@@ -20,7 +20,8 @@ from lib.progress import progress
 
 from lib import phases
 from lib.models import LoadedModel, random_prompt
-from lib.timing import measure
+from lib.shapes import ModelShape
+from lib.timing import Timing, measure
 
 
 @contextlib.contextmanager
@@ -192,6 +193,41 @@ def decode_sweep(model: LoadedModel, contexts, *, steps: int = 40, runs: int = 3
             rows.append(dict(context_tokens=c, run=run + 1, steps=len(step), median_s=statistics.median(step),
                              low_s=min(step), high_s=max(step), cache_bytes=phases.cache_bytes(kv)))
     return pd.DataFrame(rows)
+
+
+def cache_costs(shape: ModelShape, batch: int, context: int, device: torch.device | str,
+                dtype: torch.dtype = torch.float32, *, repeats: int = 3, warmup: int = 1) -> dict[str, Timing]:
+    """Time, alone, what one decode step does with the KV cache of ``batch`` sequences of ``context``
+    positions, over every layer of ``shape``; returns ``{"attention": Timing, "concatenation": Timing}``
+    in seconds per step:
+
+    * ``attention``: each sequence's one new query per head attends over its cache
+      (``scaled_dot_product_attention``, no mask), every layer: the whole cache is read once;
+    * ``concatenation``: how ``DynamicCache`` grows: every layer's keys and values are copied into new
+      tensors one position longer (so the cache grows by one position per call, as in a decode run).
+
+    The cache has a real one's size and layout (2 x layers tensors, written before timing), so where it
+    is larger than the CPU's caches it is read from memory, as in a decode step. Introduced in section 3.
+    """
+    if batch < 1 or context < 1:
+        raise ValueError(f"cache_costs needs batch and context of at least 1, got {batch} and {context}")
+    dims = (batch, shape.kv_heads, context, shape.head_dim)
+    kv = [torch.full(dims, 0.01, dtype=dtype, device=device) for _ in range(2 * shape.layers)]
+    query = torch.full((batch, shape.heads, 1, shape.head_dim), 0.01, dtype=dtype, device=device)
+    new = torch.full((batch, shape.kv_heads, 1, shape.head_dim), 0.01, dtype=dtype, device=device)
+    gqa = {"enable_gqa": True} if shape.heads != shape.kv_heads else {}
+
+    def attention() -> None:
+        for k, v in zip(kv[0::2], kv[1::2]):
+            torch.nn.functional.scaled_dot_product_attention(query, k, v, **gqa)
+
+    def concatenation() -> None:
+        for i, t in enumerate(kv):
+            kv[i] = torch.cat([t, new], dim=-2)
+
+    with torch.inference_mode():
+        return {"attention": measure(attention, device, warmup=warmup, repeats=repeats),
+                "concatenation": measure(concatenation, device, warmup=warmup, repeats=repeats)}
 
 
 def _check_cache_kind(cache: str) -> None:

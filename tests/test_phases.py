@@ -92,3 +92,29 @@ def test_check_fits_arguments(tiny):
         phases.check_fits(tiny, 5, -1)
     with pytest.raises(ValueError, match="at least 1"):
         phases.run_request(tiny, random_prompt(4, tiny.vocab_size), 0)
+
+
+def test_static_cache_decodes_the_same_tokens_in_place(lively):
+    prompt = random_prompt(21, lively.config.vocab_size, seed=1)
+    logits, growing = phases.prefill(lively, prompt)
+    first = logits[:, -1:].argmax(dim=-1)
+    fixed = phases.static_cache(lively, growing, 21 + 12)
+    assert int(fixed.get_seq_length()) == 21 and int(growing.get_seq_length()) == 21
+    address = fixed.layers[0].keys.data_ptr()
+    static_ids = phases.decode(lively, first, fixed, 12).token_ids
+    assert len(set(static_ids)) > 3, "the test model must not be degenerate"
+    assert static_ids == phases.decode(lively, first, growing, 12).token_ids
+    assert fixed.layers[0].keys.data_ptr() == address  # written in place, never reallocated
+    assert phases.cache_bytes(fixed) == phases.cache_bytes(growing)  # 33 positions each
+    phases.truncate_cache(fixed, 21)
+    assert phases.decode(lively, first, fixed, 12).token_ids == static_ids  # a repeated run from the context
+
+
+def test_static_cache_refuses_bad_sizes(tiny):
+    _, cache = phases.prefill(tiny, random_prompt(10, tiny.vocab_size))
+    with pytest.raises(ValueError, match="max_len"):
+        phases.static_cache(tiny, cache, 9)
+    with pytest.raises(ValueError, match="max_len"):
+        phases.static_cache(tiny, cache, 5000)
+    with pytest.raises(ValueError, match="filled"):
+        phases.static_cache(tiny, phases.new_cache(tiny), 16)

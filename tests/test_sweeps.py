@@ -82,6 +82,18 @@ def test_decode_sweep_with_a_cache_built_in_another_dtype(tiny):
     assert table["cache_bytes"].iloc[0] == (8 + 3) * per_token_bf16
 
 
+def test_sweeps_over_a_static_cache(tiny):
+    per_token = 2 * tiny.config.n_layer * tiny.config.n_embd * 4
+    table = sweeps.decode_sweep(tiny, [4, 32], steps=5, runs=2, cache="static")
+    assert len(table) == 4
+    assert table.loc[table.context_tokens == 32, "cache_bytes"].iloc[0] == (32 + 5) * per_token
+    batched = sweeps.batched_decode_sweep(tiny, 16, [1, 3], steps=3, cache="static")
+    assert batched["status"].tolist() == ["ok", "ok"]
+    assert batched["cache_bytes"].tolist() == [(16 + 3) * per_token, 3 * (16 + 3) * per_token]
+    with pytest.raises(ValueError, match="dynamic"):
+        sweeps.decode_sweep(tiny, [4], steps=2, cache="paged")
+
+
 def test_floor_and_knee_on_a_cpu_like_curve():
     # time rises from the second token (no flat floor); time per token stops falling near 128
     tokens = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
@@ -124,3 +136,18 @@ def test_floor_and_knee_bad_input():
         sweeps.floor_and_knee([1, 2], [0.1, 0.2], [0.1, 0.3], [0.1, 0.3])
     with pytest.raises(ValueError, match="margin"):
         sweeps.floor_and_knee([1, 2], [0.1, 0.2], margin=-1)
+
+
+def test_cache_costs_time_attention_and_growth(tiny):
+    import dataclasses
+
+    from lib.shapes import ModelShape
+
+    shape = ModelShape.from_config(tiny.config, name="tiny")
+    costs = sweeps.cache_costs(shape, 2, 16, "cpu", repeats=2, warmup=1)
+    assert set(costs) == {"attention", "concatenation"}
+    assert all(len(t.samples) == 2 for t in costs.values())
+    gqa = dataclasses.replace(shape, heads=4, kv_heads=2)
+    assert set(sweeps.cache_costs(gqa, 1, 8, "cpu", repeats=1)) == {"attention", "concatenation"}
+    with pytest.raises(ValueError, match="at least 1"):
+        sweeps.cache_costs(shape, 0, 16, "cpu")
