@@ -124,5 +124,21 @@ def describe_environment(device: torch.device | str, dtype: torch.dtype | None =
         if home not in ("", "/") and (text == home or text.startswith(home + os.sep)):
             text = "~" + text[len(home):]
         facts["model"] = text
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        facts.update(cuda=torch.version.cuda, gpu_memory_gib=round(props.total_memory / 2**30, 1),
+                     compute_capability=f"{props.major}.{props.minor}", cuda_driver=_driver_version())
     facts.update(package_versions())
     return facts
+
+
+def _driver_version() -> str:
+    """The NVIDIA driver's version from ``nvidia-smi``, or ``"unknown"``."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.strip().splitlines()[0] if out.strip() else "unknown"

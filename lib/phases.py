@@ -161,7 +161,7 @@ def decode(model: LoadedModel | torch.nn.Module, last_token: torch.Tensor, cache
         raise ValueError(f"the cache holds {cache.layers[0].keys.shape[0]} sequences but "
                          f"{token.shape[0]} last tokens were given")
     check_fits(module, cache.get_seq_length() + 1, max(steps - 1, 0))
-    trace = DecodeTrace(start=now())
+    trace = DecodeTrace(start=now(token.device))  # queued work (a prefill) finishes before the clock starts
     for _ in range(steps):
         logits = module(input_ids=token, cache=cache, use_cache=True).logits
         token = logits[:, -1:].argmax(dim=-1)

@@ -237,7 +237,8 @@ def _check_cache_kind(cache: str) -> None:
 
 def _out_of_memory(error: BaseException) -> bool:
     text = str(error).lower()
-    return isinstance(error, torch.OutOfMemoryError) or "out of memory" in text or "can't allocate" in text
+    return (isinstance(error, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in text
+            or "can't allocate" in text or "cublas_status_alloc_failed" in text)
 
 
 def batched_decode_sweep(model: LoadedModel, context: int, batches, *, steps: int = 8, seed: int = 0,

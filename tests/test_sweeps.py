@@ -151,3 +151,9 @@ def test_cache_costs_time_attention_and_growth(tiny):
     assert set(sweeps.cache_costs(gqa, 1, 8, "cpu", repeats=1)) == {"attention", "concatenation"}
     with pytest.raises(ValueError, match="at least 1"):
         sweeps.cache_costs(shape, 0, 16, "cpu")
+
+
+def test_cublas_allocation_failure_counts_as_out_of_memory():
+    assert sweeps._out_of_memory(RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate"))
+    assert sweeps._out_of_memory(MemoryError())
+    assert not sweeps._out_of_memory(RuntimeError("shape mismatch"))
