@@ -10,7 +10,7 @@ KERNEL := prefill-decode
 # The CPU build of torch lies in /opt/wheels on the machines this book is built on; use it when present.
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 
-.PHONY: book quick test lab lab-settings clean env lock help gpu-check
+.PHONY: book quick test lab lab-settings clean env lock help gpu-check html student class class-zip
 
 help:
 	@echo "make book   execute every notebook with papermill (incremental), regenerating data/ and figures/"
@@ -18,6 +18,9 @@ help:
 	@echo "make quick  the whole book in quick mode into build/quick/ (committed outputs untouched)"
 	@echo "make lab    register the '$(KERNEL)' kernel and open the notebooks in JupyterLab"
 	@echo "make clean  remove build/ and caches (keeps .venv; 'rm -rf .venv' to rebuild it)"
+	@echo "make html     the executed book as a static site in build/site/ (offline, nothing re-run)"
+	@echo "make student  chapters to hand out (no outputs, no answers) in build/student/; teacher copies in build/teacher/"
+	@echo "make class-zip / make class DIRS=...  a student's results as a zip / a class's results compared"
 	@echo "options: DEVICE=cpu|cuda|cuda:N (default: CUDA when present, else CPU)"
 
 env: $(STAMP)
@@ -47,6 +50,21 @@ lab-settings: $(STAMP)
 
 lab: lab-settings
 	$(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root,) notebooks/
+
+# The classroom: the executed book as a static site (build/site/), copies to hand out (build/student/,
+# build/teacher/), and what a class measured. Students: make class-zip (QUICK=1 after make quick) and send
+# build/class/<name>.zip. Teachers: make class DIRS="a.zip b.zip folder/ ...", then make html.
+html: $(STAMP)
+	$(BIN)/python -m lib.site
+
+student: $(STAMP)
+	$(BIN)/python -m lib.student
+
+class-zip: $(STAMP)
+	$(BIN)/python -m lib.classroom pack $(if $(QUICK),--root build/quick,) $(if $(NAME),--name $(NAME),)
+
+class: $(STAMP)
+	$(BIN)/python -m lib.classroom gather $(DIRS)
 
 lock: $(STAMP)
 	@echo "# Exact versions the book was built and tested with (pip install -c constraints.txt)." > constraints.txt.new
