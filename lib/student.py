@@ -1,0 +1,178 @@
+"""``make student``: copies of every chapter to hand out, and the teacher's copies beside them.
+
+``build/student/NN_chapter.ipynb`` is the chapter from its py:percent source with
+
+* no outputs (the student's run makes them);
+* the "Check yourself" answers removed: every ``<details>...</details>`` block in the prose becomes a line
+  that asks for the student's answer;
+* a **predict first** step before each measurement the chapter marks: a markdown cell asking for a
+  prediction and a code cell, ``my_prediction = ...``, where the student writes it before the cells that
+  measure run.
+
+``build/teacher/NN_chapter.ipynb`` is the same with the answers kept.
+
+How a chapter marks a predict-first step: tag the cell where the step begins (the cell that states the
+book's own prediction, or the measuring cell) with ``predict`` (``# %% tags=["predict"]`` in the source).
+The prediction cells go just before it, so the student commits to a guess before reading the book's.
+A chapter with no such tag falls back to its prose: a heading containing "predict" (``## What arithmetic
+predicts``) or a paragraph starting ``**Predict.**``; the cell is split there if it must be.
+
+The copies keep the chapter's parameters cell, so ``papermill -p quick True`` (or editing it) runs them
+in quick mode, and they name the book's kernel, ``prefill-decode`` (``make lab`` registers it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import jupytext
+import nbformat
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+STUDENT_DIR = REPO_ROOT / "build" / "student"
+TEACHER_DIR = REPO_ROOT / "build" / "teacher"
+KERNELSPEC = {"name": "prefill-decode", "display_name": "Prefill and Decode (.venv)", "language": "python"}
+
+PREDICT_TAG = "predict"
+"""The cell tag a chapter puts on the cell where a predict-first step begins."""
+PREDICTION_TAG = "student-prediction"
+"""The tag on the cells this module adds, so a later tool can find the students' predictions."""
+
+DETAILS = re.compile(r"<details>.*?</details>", re.DOTALL | re.IGNORECASE)
+PROSE_MARKER = re.compile(r"^(#{2,4}\s.*\bpredict|\*\*predict\b)", re.IGNORECASE)
+
+ASK_ANSWER = "*Your answer:* (write it here, then compare in class)"
+ASK_PREDICTION = ("**Predict first.** Before you read on and run the next cells, write down what you expect "
+                  "them to show: a number with its unit, or a sentence, and why. Keep it; the chapter measures it "
+                  "next.")
+PREDICTION_CODE = "my_prediction = ...  # replace ... with your prediction (a number, or a sentence in quotes)"
+
+
+def prediction_cells() -> list:
+    """The two cells a student fills in before a measurement."""
+    return [nbformat.v4.new_markdown_cell(ASK_PREDICTION, metadata={"tags": [PREDICTION_TAG]}),
+            nbformat.v4.new_code_cell(PREDICTION_CODE, metadata={"tags": [PREDICTION_TAG]})]
+
+
+def _split_at_markers(cell) -> list:
+    """A markdown cell split before each line that starts a predict-first step in prose (the first part
+    may be empty and is then dropped). Returns ``[(starts_a_step, cell), ...]``."""
+    lines = cell.source.splitlines()
+    starts = [i for i, line in enumerate(lines) if PROSE_MARKER.match(line.strip())]
+    if not starts:
+        return [(False, cell)]
+    parts, bounds = [], [0, *starts, len(lines)]
+    for a, b in zip(bounds, bounds[1:]):
+        text = "\n".join(lines[a:b]).strip()
+        if text:
+            parts.append((a in starts, nbformat.v4.new_markdown_cell(text, metadata=dict(cell.metadata))))
+    return parts
+
+
+def predict_steps(notebook) -> list:
+    """The cells with the prediction cells inserted before each predict-first step (by tag, or else by
+    prose, see the module docstring)."""
+    tagged = any(PREDICT_TAG in c.metadata.get("tags", []) for c in notebook.cells)
+    cells = []
+    for cell in notebook.cells:
+        if tagged:
+            parts = [(PREDICT_TAG in cell.metadata.get("tags", []), cell)]
+        elif cell.cell_type == "markdown":
+            parts = _split_at_markers(cell)
+        else:
+            parts = [(False, cell)]
+        for starts, part in parts:
+            if starts:
+                cells += prediction_cells()
+            cells.append(part)
+    return cells
+
+
+def remove_answers(text: str) -> str:
+    """Markdown with every ``<details>`` block replaced by a line asking for the student's answer."""
+    return DETAILS.sub(ASK_ANSWER, text)
+
+
+def clean(notebook) -> None:
+    """Clear outputs, execution counts and run metadata; name the book's kernel."""
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            cell.outputs = []
+            cell.execution_count = None
+        cell.metadata.pop("papermill", None)
+        cell.metadata.pop("execution", None)
+    for key in ("papermill", "widgets", "prefill_decode"):
+        notebook.metadata.pop(key, None)
+    notebook.metadata["kernelspec"] = dict(KERNELSPEC)
+    notebook.metadata.pop("jupytext", None)  # a handed-out copy is not paired with the book's source
+
+
+def copies(source: Path) -> tuple:
+    """(student, teacher) notebooks for one chapter's py:percent source."""
+    notebook = jupytext.read(source)
+    clean(notebook)
+    notebook.cells = predict_steps(notebook)
+    teacher = nbformat.from_dict(notebook)
+    student = nbformat.from_dict(notebook)
+    for cell in student.cells:
+        if cell.cell_type == "markdown":
+            cell.source = remove_answers(cell.source)
+    for book in (teacher, student):
+        nbformat.validate(book)
+    return student, teacher
+
+
+README = """# Prefill and Decode: {who} copies
+
+One notebook per chapter, without outputs{answers}. Before each measurement the chapter marks, a cell
+asks for your prediction (`my_prediction = ...`): write it before running the cells after it.
+
+Run them from the book's folder, with its environment (`make env`, then `make lab` for JupyterLab and the
+book's kernel). To run a chapter fast in class, set `quick = True` in its first cell.
+"""
+
+
+def build(root: Path = REPO_ROOT, student_dir: Path = STUDENT_DIR, teacher_dir: Path = TEACHER_DIR,
+          log=print) -> list[Path]:
+    """Write every chapter's student and teacher copy; return the student copies' paths."""
+    started = time.perf_counter()
+    sources = sorted((root / "notebooks").glob("[0-9][0-9]_*.py"))
+    if not sources:
+        raise ValueError(f"no chapter sources (NN_name.py) in {root / 'notebooks'}")
+    written = []
+    for folder, who, answers in ((student_dir, "student", ' and without the "Check yourself" answers'),
+                                 (teacher_dir, "teacher", "; the answers are kept")):
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        (folder / "README.md").write_text(README.format(who=who, answers=answers))
+    counts = []
+    for source in sources:
+        student, teacher = copies(source)
+        nbformat.write(student, student_dir / f"{source.stem}.ipynb")
+        nbformat.write(teacher, teacher_dir / f"{source.stem}.ipynb")
+        written.append(student_dir / f"{source.stem}.ipynb")
+        steps = sum(1 for c in student.cells if c.cell_type == "code" and PREDICTION_TAG in c.metadata.get("tags", []))
+        counts.append(f"{source.stem} ({steps} prediction{'s' if steps != 1 else ''})")
+    log(f"student: {len(written)} chapters in {student_dir} and {teacher_dir}: {', '.join(counts)} "
+        f"({time.perf_counter() - started:.1f} s)")
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lib.student", description=__doc__.split("\n\n")[0])
+    parser.parse_args(argv)
+    try:
+        build()
+    except ValueError as error:
+        print(f"make student: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""make student: copies without outputs or answers, a prediction cell before each measurement, and every
+student copy runs top to bottom in quick mode."""
+
+from pathlib import Path
+
+import jupytext
+import nbformat
+import papermill
+import pytest
+
+from lib import student
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
+
+
+@pytest.fixture(scope="module")
+def handed_out(tmp_path_factory):
+    base = tmp_path_factory.mktemp("class")
+    student.build(ROOT, base / "student", base / "teacher", log=lambda *_: None)
+    return base
+
+
+def _tags(cell):
+    return cell.metadata.get("tags", [])
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_copies_have_no_outputs_and_only_the_teacher_s_keeps_answers(handed_out, source):
+    kid = nbformat.read(handed_out / "student" / f"{source.stem}.ipynb", as_version=4)
+    teacher = nbformat.read(handed_out / "teacher" / f"{source.stem}.ipynb", as_version=4)
+    answers = sum(c.source.count("<details>") for c in jupytext.read(source).cells if c.cell_type == "markdown")
+    assert all(c.outputs == [] and c.execution_count is None for c in kid.cells if c.cell_type == "code")
+    assert not any("<details>" in c.source for c in kid.cells if c.cell_type == "markdown")
+    assert sum(c.source.count(student.ASK_ANSWER) for c in kid.cells) == answers
+    assert sum(c.source.count("<details>") for c in teacher.cells if c.cell_type == "markdown") == answers
+    assert kid.metadata.kernelspec["name"] == "prefill-decode"
+    assert "parameters" in _tags(next(c for c in kid.cells if c.cell_type == "code"))
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_each_tagged_step_gets_a_prediction_cell_just_before_it(handed_out, source):
+    kid = nbformat.read(handed_out / "student" / f"{source.stem}.ipynb", as_version=4)
+    tagged = [i for i, c in enumerate(kid.cells) if student.PREDICT_TAG in _tags(c)]
+    for i in tagged:
+        assert kid.cells[i - 1].source == student.PREDICTION_CODE
+        assert kid.cells[i - 2].source == student.ASK_PREDICTION
+
+
+def test_without_tags_the_prose_marks_the_steps():
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# 9. X\n\nIntro.\n\n## What arithmetic predicts\n\nThe bound."),
+        nbformat.v4.new_code_cell("bound = 1"),
+        nbformat.v4.new_markdown_cell("**Predict.** Twice the bytes?"),
+        nbformat.v4.new_code_cell("measured = 2"),
+        nbformat.v4.new_markdown_cell("## Check yourself\n\nWhy?\n\n<details><summary>Answer</summary>\n\nBecause.\n</details>"),
+    ])
+    cells = student.predict_steps(notebook)
+    sources = [c.source for c in cells]
+    assert sources[0] == "# 9. X\n\nIntro."
+    assert sources[1:4] == [student.ASK_PREDICTION, student.PREDICTION_CODE, "## What arithmetic predicts\n\nThe bound."]
+    assert sources[5:8] == [student.ASK_PREDICTION, student.PREDICTION_CODE, "**Predict.** Twice the bytes?"]
+    assert student.remove_answers(sources[-1]) == f"## Check yourself\n\nWhy?\n\n{student.ASK_ANSWER}"
+
+
+def test_a_tag_takes_over_from_the_prose():
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("## What arithmetic predicts"),
+        nbformat.v4.new_code_cell("measure()", metadata={"tags": ["predict"]}),
+    ])
+    assert [c.source for c in student.predict_steps(notebook)] == [
+        "## What arithmetic predicts", student.ASK_PREDICTION, student.PREDICTION_CODE, "measure()"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_every_student_copy_runs_top_to_bottom_in_quick_mode(handed_out, source, tmp_path, monkeypatch):
+    """As a student would run it, with quick=True; results go to a scratch folder, not the book's data/."""
+    monkeypatch.setenv("PREFILL_DECODE_OUTPUT_ROOT", str(tmp_path))
+    monkeypatch.setenv("PREFILL_DECODE_BATCH", "1")
+    executed = tmp_path / f"{source.stem}.ipynb"
+    papermill.execute_notebook(str(handed_out / "student" / f"{source.stem}.ipynb"), str(executed),
+                               parameters={"quick": True, "device": "cpu"}, kernel_name="python3",
+                               cwd=str(tmp_path), progress_bar=False)
+    ran = nbformat.read(executed, as_version=4)
+    assert not any(o.get("output_type") == "error" for c in ran.cells for o in c.get("outputs", []))
+    assert all(c.execution_count is not None for c in ran.cells if c.cell_type == "code" and c.source.strip())
+    assert (tmp_path / "data" / source.stem / "provenance.json").exists()
