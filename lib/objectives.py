@@ -57,9 +57,8 @@ def default_objectives(device) -> tuple[float, float]:
 class Objectives:
     """The objectives a chapter scores goodput against, in seconds (``worst_gap_s`` may be ``None``:
     no objective on the worst gap), and ``defaults``: the names of those that are the device's
-    default rather than the reader's. ``ttft_ms`` etc. give milliseconds for prose.
-
-    Introduced in section 1.
+    default rather than the reader's. ``ttft_ms`` etc. give milliseconds for prose. Returned by
+    :func:`objectives`.
     """
 
     ttft_s: float
