@@ -35,6 +35,7 @@ big_model = "Llama-3-70B"  # a preset of lib.shapes
 batch_contexts = [128, 2048, 8192, 32768]  # decode contexts for the batching question
 
 # %%
+import json
 import math
 
 import matplotlib.pyplot as plt
@@ -171,8 +172,8 @@ display(Markdown(
     f"turns compute-bound at **{int(swapped.prefill_crossover_tokens)} tokens** instead of "
     f"{int(mine.prefill_crossover_tokens)}, and the decode floor goes from {mine.decode_floor_ms:.2f} to "
     f"**{swapped.decode_floor_ms:.2f} ms**, in proportion to the bandwidth alone.\n\n"
-    f"**{big.name}.** {large.weight_gb:.0f} GB of matmul weights in BF16; its decode floor on one {gpu.name} would be "
-    f"**{large.decode_floor_ms:.1f} ms**, " + (
+    f"**{big.name}.** {large.weight_gb:,.3g} GB of matmul weights in BF16; its decode floor on one {gpu.name} would "
+    f"be **{large.decode_floor_ms:.2f} ms**, " + (
         f"with room for {large.cache_tokens_that_fit:,.0f} tokens of cache." if large.gpus_for_weights == 1 else
         f"on paper only: they need {int(large.gpus_for_weights)} GPUs before any cache (with tensor parallelism about "
         f"{large.decode_floor_ms / large.gpus_for_weights:.1f} ms a step, plus communication). In FP8 "
@@ -250,30 +251,32 @@ display(Markdown(
 # and a large matrix product's rate. On it go chapter 2's prefills (last-position logits) and chapter 3's decode steps.
 
 # %%
-def measured(section, name, *columns):
-    """Chapter `section`'s table `name`: the rows that ran in this dtype and thread count, with the first of `columns`
-    it has (a median over runs) and its lowest and highest as `measured_ms`, `_low`, `_high`, and its model."""
+def measured(section, name, column, optional=False):
+    """Chapter `section`'s table `name`: its rows in this dtype and thread count (a table without them is chapter 3's
+    batched decode, fp32 on every thread; of its two caches, the growing one), `column`'s median over runs and its
+    lowest and highest as `measured_ms`, `_low`, `_high`, and the model (and a missing context) from its provenance."""
     rows = load_table(section, name, quick=quick)
-    rows = pd.DataFrame() if rows is None else rows[rows.status == "ok"] if "status" in rows else rows
-    rows = rows[rows.dtype == points_dtype] if "dtype" in rows else rows
+    if rows is None:  # the one clear line: which chapter to run
+        raise FileNotFoundError(f"chapter 6 places what {section} measured: run it first (`python -m lib.book "
+                                f"{'--quick ' * quick}{section}`)")
+    root = next(r for r in (output_root(quick), REPO_ROOT) if (r / "data" / section / f"{name}.csv").exists())
+    run = json.loads((root / "data" / section / "provenance.json").read_text())
+    known = dict(dtype="fp32", threads=run["torch_threads"], cache="dynamic", model=run["model"],
+                 context_tokens=run.get("parameters_used", {}).get("batch_context"))
+    rows = rows.assign(**{k: v for k, v in known.items() if k not in rows})
+    rows = rows[(rows.dtype == points_dtype) & (rows.cache == "dynamic")]
     if "threads" in rows and dev.type == "cpu" and len(rows):
         rows = rows[rows.threads == (threads or rows.threads.max())]
-    if rows.empty:  # the one clear line: which chapter to run
+    if rows.empty and not optional:
         raise FileNotFoundError(f"chapter 6 needs {section}'s {name} in {points_dtype} at {threads or 'all'} threads: "
-                                f"run that chapter first (`python -m lib.book {'--quick ' * quick}{section}`)")
-    column = next(c for c in columns if c in rows)
-    low, high = {"step_ms": ("runs_low_ms", "runs_high_ms"), "median_s": ("low_s", "high_s")}.get(
-        column, (f"{column}_low", f"{column}_high"))
-    scale = 1e3 if column.endswith("_s") else 1.0
-    root = next(r for r in (output_root(quick), REPO_ROOT) if (r / "data" / section / f"{name}.csv").exists())
-    return rows.assign(measured_ms=rows[column] * scale, measured_ms_low=rows[low] * scale,
-                       measured_ms_high=rows[high] * scale,
-                       model=pd.read_json(root / "data" / section / "provenance.json", typ="series")["model"])
+                                "run that chapter with them first")
+    return rows.assign(measured_ms=rows[column], measured_ms_low=rows[f"{column}_low"],
+                       measured_ms_high=rows[f"{column}_high"])
 
 
-prefill = measured("02_prefill_sweep", "prefill_sweep", "time_ms", "median_s")
+prefill = measured("02_prefill_sweep", "prefill_sweep", "time_ms")
 decode = measured("03_decode_sweep", "decode_sweep", "step_ms")
-batched = measured("03_decode_sweep", "batched_decode", "median_s")
+batched = measured("03_decode_sweep", "batched_decode", "step_ms", optional=True)
 used_threads = int(prefill.threads.max()) if "threads" in prefill and dev.type == "cpu" else None
 
 # %%
@@ -302,9 +305,9 @@ display(Markdown(
 
 # %% [markdown] tags=["predict"]
 # **Predict.** Each pass's FLOPs and bytes come from `lib.roofline` (`prefill_cost(shape, T, logits="last")`,
-# `decode_cost(shape, B, C)` mid-run) for the model's configured shape, and give three lower bounds before any time
-# is read: FLOPs over the matrix rate, bytes over the bandwidth, and the launch floor (a 12-layer GPT-2's step, as
-# chapters 2 and 3 use it). The largest of the three is the prediction.
+# `decode_cost(shape, B, C)` at the starting context) for the model's configured shape. Before any time is read they
+# give three lower bounds: FLOPs over the matrix rate, bytes over the bandwidth, and the launch floor (a 12-layer
+# GPT-2's step, as chapters 2 and 3 use it). The largest of the three is the prediction.
 
 # %%
 shape_of = {m: shapes.ModelShape.from_config(gpt2_config(m) if "gpt2" in m else load_model(m, "cpu").config, name=m,
@@ -315,7 +318,7 @@ for series, table in (("prefill", prefill), ("decode", decode), ("batched decode
         shape, batch = shape_of[r.model], int(getattr(r, "batch", 1))
         tokens = int(r.prompt_tokens if series == "prefill" else r.context_tokens)
         cost = (roofline.prefill_cost(shape, tokens, logits="last") if series == "prefill" else
-                roofline.decode_cost(shape, batch, tokens + int(getattr(r, "steps", 0)) // 2))
+                roofline.decode_cost(shape, batch, tokens))
         b = roofline.bound(here, cost)
         rows.append(dict(series=series, model=r.model, tokens=tokens, batch=batch, flops=cost.flops,
                          intensity_flop_per_byte=cost.intensity, compute_ms=b.t_compute * 1e3,
@@ -406,16 +409,13 @@ display(Markdown(register.decide(
 
 # %%
 rising = points[points.series == "batched decode"].sort_values("batch")
+rates = ", ".join(f"batch {r.batch}: {r.achieved_gflop_s:.2f} GFLOP/s" for r in rising.itertuples())
 display(Markdown(register.decide(
     "batching_raises_the_rate", "Batched decode does more FLOP/s as the batch grows (the weights are shared).",
     claims.increasing(list(rising.achieved_gflop_s)) if len(rising) > 1 else None,
-    predicted="rising with the intensity", measured=", ".join(f"{v:.2f}" for v in rising.achieved_gflop_s) + " GFLOP/s",
-    evidence=f"batches {', '.join(map(str, rising.batch))} at context {rising.tokens.iloc[0]}",
-    if_held=f"from batch {rising.batch.iloc[0]} to {rising.batch.iloc[-1]} the step does "
-            f"{rising.achieved_gflop_s.iloc[0]:.2f} to **{rising.achieved_gflop_s.iloc[-1]:.2f} GFLOP/s**.",
-    if_not="the rate does not rise at every batch: " + ", ".join(
-        f"batch {r.batch}: {r.achieved_gflop_s:.2f} GFLOP/s" for r in rising.itertuples()) + ".",
-    if_not_measured="chapter 3 ran one batch size only.")))
+    predicted="rising with the intensity", measured=rates, evidence=f"chapter 3's batched decode, {points_dtype}",
+    if_held=f"the rate rises at every batch: {rates}.", if_not=f"the rate does not rise at every batch: {rates}.",
+    if_not_measured=f"chapter 3 timed fewer than two batch sizes in {points_dtype} at {device_label}.")))
 
 # %%
 # A GPU in the hardware table beside its datasheet's dense 16-bit peaks (quoted for BF16; FP16's are the same).
