@@ -181,8 +181,8 @@ display(Markdown(
     + f" Llama-3-8B leaves room for {mine.cache_tokens_that_fit:,.0f} tokens."))
 
 # %% [markdown]
-# **Takeaway: a slower GPU moves the ridge, the prefill crossover and the decode floor together; a model whose
-# weights do not fit has a decode floor only on paper, and capacity, not bandwidth, decides the first design choice.**
+# **Takeaway: another GPU moves the ridge, the prefill crossover and the decode floor together; a model whose weights
+# do not fit has a decode floor only on paper: capacity, not bandwidth, decides the first design choice.**
 #
 # ## Batching moves decode toward the ridge, until the caches stop it
 #
@@ -427,8 +427,7 @@ display(Markdown(register.decide(
     (claims.within(here.bandwidth, entry.bandwidth, 2) and claims.within(here.flops, entry.flops, 2)) if comparable
     else None, predicted=f"{entry.bandwidth / 1e9:,.0f} GB/s, {entry.flops / 1e12:,.0f} TFLOP/s" if comparable else "",
     measured=f"{here.bandwidth / 1e9:,.0f} GB/s, {here.flops / 1e12:,.1f} TFLOP/s" if comparable else "",
-    evidence=device_label,
-    if_held=f"{reached}.", if_not=f"{reached}: a kernel, a clock or the table entry is off.",
+    evidence=device_label, if_held=f"{reached}.", if_not=f"{reached}: a kernel, a clock or the table entry is off.",
     if_not_measured=(f"{mm.device_name} has no entry in the hardware table ({', '.join(table_gpus)}): there is no "
                      "datasheet to set it beside." if entry is None else
                      f"the table quotes 16-bit peaks for the {entry.name}; set `dtype` to fp16 or bf16 to compare."))))
