@@ -1,10 +1,11 @@
 """Where a notebook's tables and figures go, written atomically with their provenance (section 1).
 
-A full build writes ``data/<section>/<name>.csv`` and ``figures/<section>/<name>.png`` under the book's
-root, plus ``data/<section>/provenance.json``. Quick mode writes the same tree under ``build/quick/``,
-so it never touches the committed outputs. ``make book`` points a notebook at a staging folder through
-the environment variable ``PREFILL_DECODE_OUTPUT_ROOT`` and moves the results into place only when the
-whole notebook succeeded, so a failed run never replaces good outputs.
+Only the build writes the committed outputs: ``make book`` points each chapter at a staging folder through
+``PREFILL_DECODE_OUTPUT_ROOT`` and replaces ``data/<section>/``, ``figures/<section>/`` and the executed
+notebook as one unit when the whole chapter succeeded (:mod:`lib.book`). A chapter run by hand (JupyterLab,
+``papermill``) writes under ``build/scratch/`` instead, and says so, unless the reader sets
+``PREFILL_DECODE_WRITE_COMMITTED=1`` (then the build notices the changed outputs and re-runs the chapter
+at the next ``make book``). Quick mode writes under ``build/quick/``.
 
 Every file is written to a temporary name in its folder and renamed into place, so a reader never
 sees half a CSV.
@@ -27,16 +28,23 @@ from lib.device import describe_environment
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 OUTPUT_ROOT_ENV = "PREFILL_DECODE_OUTPUT_ROOT"
+"""Set by :mod:`lib.book` for each chapter it runs: the staging folder its outputs go to."""
+WRITE_COMMITTED_ENV = "PREFILL_DECODE_WRITE_COMMITTED"
+"""Set to ``1`` by a reader who wants a hand run to write the committed ``data/`` and ``figures/``."""
 
 
 def output_root(quick: bool = False) -> Path:
-    """The root under which ``data/`` and ``figures/`` are written: the folder named by
-    ``$PREFILL_DECODE_OUTPUT_ROOT`` when the build sets it, else ``build/quick`` in quick mode, else the
-    book's root."""
+    """The root under which ``data/`` and ``figures/`` are written: ``$PREFILL_DECODE_OUTPUT_ROOT`` when
+    the build sets it, else ``build/quick`` in quick mode, else the book's root if
+    ``$PREFILL_DECODE_WRITE_COMMITTED`` is ``1``, else ``build/scratch`` (a hand run)."""
     root = os.environ.get(OUTPUT_ROOT_ENV)
     if root:
         return Path(root)
-    return REPO_ROOT / "build" / "quick" if quick else REPO_ROOT
+    if quick:
+        return REPO_ROOT / "build" / "quick"
+    if os.environ.get(WRITE_COMMITTED_ENV, "").strip() == "1":
+        return REPO_ROOT
+    return REPO_ROOT / "build" / "scratch"
 
 
 def _atomic_write(path: Path, write) -> Path:
@@ -53,24 +61,34 @@ def _atomic_write(path: Path, write) -> Path:
     return path
 
 
-def git_commit() -> str:
-    """The book's current git commit (with ``-dirty`` if the work tree has changes), or ``unknown``."""
+def git_state(root: Path = REPO_ROOT) -> dict[str, object]:
+    """``git_commit``: the HEAD commit (a hash ``git show`` finds, or ``unknown``) and ``git_dirty``: the
+    files under ``lib/``, ``notebooks/`` and the pins that differ from it (the executed ``.ipynb`` files,
+    which the build itself rewrites, are not counted)."""
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+        commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
                                 text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "lib", "notebooks"], cwd=REPO_ROOT,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        status = subprocess.run(["git", "status", "--porcelain", "--", "lib", "notebooks", "constraints.txt",
+                                 "pyproject.toml"], cwd=root, capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return (commit + ("-dirty" if dirty else "")) if commit else "unknown"
+        return {"git_commit": "unknown", "git_dirty": []}
+    dirty = sorted(line[3:] for line in status.splitlines() if not line.endswith(".ipynb"))
+    return {"git_commit": commit or "unknown", "git_dirty": dirty}
+
+
+def git_commit() -> str:
+    """The HEAD commit (see :func:`git_state`)."""
+    return str(git_state()["git_commit"])
 
 
 class Results:
     """Saves one section's tables and figures and keeps its provenance.
 
-    ``Results("01_two_phases", quick=quick, device=device, dtype=dtype, params={...})``; then
-    :meth:`table` and :meth:`figure` as the notebook goes, and :meth:`provenance` at the end (it is also
-    rewritten after every save, so it is never stale). Introduced in section 1.
+    ``Results("01_two_phases", quick=quick, device=device, dtype=dtype)``; then :meth:`table` and
+    :meth:`figure` as the notebook goes, and :meth:`provenance` at the end (it is also rewritten after
+    every save, so it is never stale). The parameters recorded are those :func:`lib.params.check` saw
+    (the build replaces them by the notebook's parameter cells); ``params={...}`` is still accepted and
+    recorded as ``parameters_used``. Introduced in section 1.
     """
 
     def __init__(self, section: str, *, quick: bool = False, device: torch.device | str = "cpu",
@@ -87,6 +105,12 @@ class Results:
         self.params = dict(params or {})
         self.started = time.perf_counter()
         self.files: list[str] = []
+        self.git = git_state()
+        if root is None and not os.environ.get(OUTPUT_ROOT_ENV):
+            where = "the committed data/ and figures/ (the next make book will re-run this chapter)" \
+                if self.root == REPO_ROOT else f"{self.root}/ (a run outside make book: data/ and figures/ " \
+                f"are left alone; set {WRITE_COMMITTED_ENV}=1 to write them)"
+            print(f"{section}: outputs go to {where}")
 
     def table(self, frame: pd.DataFrame, name: str) -> Path:
         """Write ``frame`` to ``data/<section>/<name>.csv`` atomically; return the path."""
@@ -110,12 +134,15 @@ class Results:
     def provenance(self) -> Path:
         """Write ``data/<section>/provenance.json``: device, dtype, threads, versions, git commit,
         parameters, date, wall time so far (s) and the files written."""
+        from lib.params import last as checked
         record = {
             "section": self.section,
             "quick": self.quick,
             **self.environment,
-            "git_commit": git_commit(),
-            "parameters": self.params,
+            **self.git,
+            "parameters": dict(checked.get("given", self.params)),
+            "parameters_used": {**self.params, **checked.get("values", {})},
+            "quick_changes": list(checked.get("quick_changes", [])),
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "wall_time_s": round(time.perf_counter() - self.started, 2),
             "files": self.files,
@@ -126,8 +153,9 @@ class Results:
 
 def load_table(section: str, name: str, quick: bool = False) -> pd.DataFrame | None:
     """Read another section's committed table ``data/<section>/<name>.csv``, or ``None`` if that section
-    has not been run. In quick mode the quick tree is tried first. Introduced in section 5."""
-    candidates = ([output_root(True)] if quick else []) + [REPO_ROOT]
+    has not been run. The tree this run writes to (quick, scratch or staging) is tried first, so a hand run
+    reads the hand runs before it. Introduced in section 5."""
+    candidates = list(dict.fromkeys([output_root(quick), REPO_ROOT]))
     for root in candidates:
         path = root / "data" / section / f"{name}.csv"
         if path.exists():

@@ -9,6 +9,13 @@ from lib import results
 matplotlib.use("Agg")
 
 
+@pytest.fixture(autouse=True)
+def no_checked_parameters(monkeypatch):
+    """Each test starts as a chapter that has not called lib.params.check."""
+    from lib import params
+    monkeypatch.setattr(params, "last", {})
+
+
 def test_table_figure_and_provenance(tmp_path):
     import matplotlib.pyplot as plt
 
@@ -21,9 +28,10 @@ def test_table_figure_and_provenance(tmp_path):
     png = r.figure(fig, "line")
     assert png.read_bytes()[:4] == b"\x89PNG"
     record = json.loads((tmp_path / "data" / "99_test" / "provenance.json").read_text())
-    for key in ("device", "device_name", "torch_threads", "torch", "git_commit", "date", "wall_time_s"):
+    for key in ("device", "device_name", "torch_threads", "torch", "git_commit", "git_dirty", "date",
+                "wall_time_s"):
         assert key in record
-    assert record["parameters"] == {"n": 3}
+    assert record["parameters"] == {"n": 3} == record["parameters_used"]
     assert record["files"] == ["data/99_test/numbers.csv", "figures/99_test/line.png"]
     assert not list((tmp_path / "data" / "99_test").glob(".*tmp"))  # no temporary files left behind
 
@@ -42,13 +50,55 @@ def test_failed_write_keeps_the_old_file(tmp_path):
     assert len(list((tmp_path / "data" / "99_test").iterdir())) == 2  # t.csv and provenance.json
 
 
-def test_output_roots(monkeypatch, tmp_path):
+def test_output_roots(monkeypatch, tmp_path, capsys):
     monkeypatch.delenv(results.OUTPUT_ROOT_ENV, raising=False)
-    assert results.output_root() == results.REPO_ROOT
-    assert results.output_root(quick=True) == results.REPO_ROOT / "build" / "quick"
-    monkeypatch.setenv(results.OUTPUT_ROOT_ENV, str(tmp_path))
-    assert results.output_root() == tmp_path
-    assert results.Results("01_x").root == tmp_path
+    monkeypatch.delenv(results.WRITE_COMMITTED_ENV, raising=False)
+    monkeypatch.setattr(results, "REPO_ROOT", tmp_path)
+    assert results.output_root() == tmp_path / "build" / "scratch"  # a hand run leaves data/ alone
+    assert results.output_root(quick=True) == tmp_path / "build" / "quick"
+    r = results.Results("01_x")
+    assert r.root == tmp_path / "build" / "scratch"
+    assert f"01_x: outputs go to {tmp_path}/build/scratch/ (a run outside make book" in capsys.readouterr().out
+    monkeypatch.setenv(results.WRITE_COMMITTED_ENV, "1")
+    assert results.output_root() == tmp_path and results.output_root(quick=True) == tmp_path / "build" / "quick"
+    results.Results("01_x")
+    assert "committed data/ and figures/ (the next make book will re-run" in capsys.readouterr().out
+    monkeypatch.setenv(results.OUTPUT_ROOT_ENV, str(tmp_path / "staging"))  # the build
+    assert results.output_root() == tmp_path / "staging"
+    assert results.Results("01_x").root == tmp_path / "staging" and capsys.readouterr().out == ""
+
+
+def test_provenance_takes_the_checked_parameters(tmp_path):
+    from lib import params
+    params.check({"runs": 3, "sizes": [1, 2, 3]}, {"runs": params.integer(min=1, quick=1),
+                                                   "sizes": params.int_list(quick=[1])}, quick=True,
+                 log=lambda _: None)
+    r = results.Results("99_test", root=tmp_path, params={"extra": 1})
+    record = json.loads(r.provenance().read_text())
+    assert record["parameters"] == {"runs": 3, "sizes": [1, 2, 3]}
+    assert record["parameters_used"] == {"extra": 1, "runs": 1, "sizes": [1]}
+    assert record["quick_changes"] == ["runs 3 -> 1", "sizes [1, 2, 3] -> [1]"]
+
+
+def test_git_state_names_a_real_commit_and_the_dirty_files():
+    import subprocess
+    state = results.git_state()
+    assert "-dirty" not in state["git_commit"]
+    assert subprocess.run(["git", "cat-file", "-t", state["git_commit"]], cwd=results.REPO_ROOT,
+                          capture_output=True, text=True).stdout.strip() == "commit"
+    assert all(not f.endswith(".ipynb") for f in state["git_dirty"])
+
+
+def test_load_table_reads_this_runs_tree_first(monkeypatch, tmp_path):
+    monkeypatch.setattr(results, "REPO_ROOT", tmp_path)
+    monkeypatch.delenv(results.OUTPUT_ROOT_ENV, raising=False)
+    monkeypatch.delenv(results.WRITE_COMMITTED_ENV, raising=False)
+    for root, value in [(tmp_path, 1), (tmp_path / "build" / "scratch", 2)]:
+        (root / "data" / "02_x").mkdir(parents=True)
+        (root / "data" / "02_x" / "t.csv").write_text(f"a\n{value}\n")
+    assert results.load_table("02_x", "t")["a"].tolist() == [2]
+    monkeypatch.setenv(results.OUTPUT_ROOT_ENV, str(tmp_path / "staging"))
+    assert results.load_table("02_x", "t")["a"].tolist() == [1]
 
 
 def test_bad_section_name():
