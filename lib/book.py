@@ -2,41 +2,57 @@
 
 For each ``notebooks/NN_*.py`` (the py:percent source, read with jupytext), in order:
 
-1. Work out the notebook's *input hash*: its source, the library it imports (``lib/*.py`` but this
-   runner), ``constraints.txt``, the data it reads from earlier chapters (see :func:`upstream_data`) and
-   the device asked for. A full build skips a notebook whose executed ``.ipynb`` records the same hash, so
-   a second ``make book`` with nothing changed does no work.
-2. Execute it with papermill into ``build/staging/<stem>/``, with ``PREFILL_DECODE_OUTPUT_ROOT`` pointing
-   the notebook's :class:`lib.results.Results` at that staging folder.
-3. Only if every cell succeeded, move its ``data/<stem>/``, ``figures/<stem>/`` and executed notebook into
-   place. A failure exits non-zero naming the notebook and the cell, and leaves the last good outputs
-   untouched (the failed run stays in ``build/staging/`` to inspect).
+1. Work out its *input hash*: its source, the library (``lib/*.py`` but this runner),
+   ``constraints.txt``, the data it reads from earlier chapters (:func:`upstream_data`) and the machine it
+   runs on (:func:`run_environment`: the *resolved* device, its name, the torch and CUDA versions, so
+   ``DEVICE=cpu`` and ``auto`` on a CPU-only machine are the same build). A chapter is up to date when its
+   executed ``.ipynb`` records that hash **and** its committed ``data/<stem>/`` and ``figures/<stem>/``
+   still match the SHA-256 manifest recorded beside it; anything else re-runs it.
+2. Execute it with papermill into ``build/staging/<stem>/`` (``PREFILL_DECODE_OUTPUT_ROOT`` points its
+   :class:`lib.results.Results` there), then record in its ``provenance.json`` the parameters read from
+   its tagged ``parameters`` cell and papermill's injected one.
+3. Only if every cell succeeded, replace ``data/<stem>/``, ``figures/<stem>/`` and the executed notebook
+   as one unit (:func:`commit`): the new outputs are first put beside the old ones, a journal in
+   ``build/journal/`` is written, then each is swapped in by renaming. An interrupted swap is completed
+   (or, if it cannot be, rolled back) by the next build, so a chapter is always wholly old or wholly new.
 
-Quick mode (``--quick``) runs every notebook with ``quick=True``, writes everything under
-``build/quick/`` and never touches the committed outputs.
+Only one build runs in a checkout at a time (a lock on ``build/book.lock``). Every failure, in a cell or
+not (a dead kernel, Ctrl-C, a full disk, a read-only folder), ends in one line naming the chapter, the
+cell's position in the source and what happened, saying the previous outputs were kept; the traceback
+goes to ``build/logs/<stem>.log``.
 
-Run ``python -m lib.book --help`` for the options.
+Quick mode (``--quick``) runs every notebook with ``quick=True``, writes everything under ``build/quick/``
+and never touches the committed outputs. Run ``python -m lib.book --help`` for the options.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import datetime as _dt
+import fcntl
 import hashlib
+import json
 import os
+import re
 import shutil
+import signal
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import jupytext
 import nbformat
 import papermill
 
+from lib.params import parameter_values
 from lib.results import OUTPUT_ROOT_ENV, REPO_ROOT
 
 NOTEBOOKS = REPO_ROOT / "notebooks"
 KERNEL = "python3"
 HASH_KEY = "prefill_decode"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def sources(root: Path = NOTEBOOKS) -> list[Path]:
@@ -56,39 +72,71 @@ def upstream_data(source: Path) -> list[Path]:
     return files
 
 
-def input_hash(source: Path, device: str | None) -> str:
-    """SHA-256 over what a notebook's outputs depend on: its source, the library, the pinned versions,
-    the data it reads from earlier chapters and the device asked for."""
+def run_environment(device: str | None) -> dict[str, str]:
+    """What the outputs depend on beyond the files: the resolved device (``auto`` becomes ``cpu`` or
+    ``cuda:0``), its name, and the torch and CUDA versions."""
+    import torch
+
+    from lib.device import device_name, resolve_device
+    resolved = resolve_device(device or "auto")
+    if resolved.type == "cuda" and resolved.index is None:
+        resolved = torch.device("cuda", torch.cuda.current_device())
+    return {"device": str(resolved), "device_name": device_name(resolved), "torch": torch.__version__,
+            "cuda": torch.version.cuda or "none"}
+
+
+def library_digest() -> str:
+    """SHA-256 over the library every chapter imports (``lib/*.py`` but this runner) and the pins."""
     digest = hashlib.sha256()
-    library = [p for p in sorted((REPO_ROOT / "lib").glob("*.py")) if p.name != "book.py"]  # not the runner
-    inputs = [source, *library, REPO_ROOT / "constraints.txt", *upstream_data(source)]
-    for path in inputs:
+    library = [p for p in sorted((REPO_ROOT / "lib").glob("*.py")) if p.name != "book.py"]
+    for path in [*library, REPO_ROOT / "constraints.txt"]:
         digest.update(path.name.encode())
         digest.update(path.read_bytes() if path.exists() else b"")
-    digest.update(f"device={device or 'auto'}".encode())
     return digest.hexdigest()
+
+
+def input_hash(source: Path, device: str | None, environment: dict | None = None) -> str:
+    """SHA-256 over what a notebook's outputs depend on: its source, the library, the pinned versions,
+    the data it reads from earlier chapters and :func:`run_environment` (or ``environment``)."""
+    digest = hashlib.sha256(library_digest().encode())
+    for path in [source, *upstream_data(source)]:
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes() if path.exists() else b"")
+    digest.update(json.dumps(environment or run_environment(device), sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def output_hashes(root: Path, stem: str) -> dict[str, str]:
+    """SHA-256 of every file under ``root/data/<stem>/`` and ``root/figures/<stem>/``, by relative path."""
+    files = sorted(p for kind in ("data", "figures") for p in (root / kind / stem).rglob("*") if p.is_file())
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+
+def _record(executed: Path) -> dict:
+    try:
+        return nbformat.read(executed, as_version=4).metadata.get(HASH_KEY, {})
+    except Exception:  # a missing or unreadable notebook is simply out of date
+        return {}
 
 
 def recorded_hash(executed: Path) -> str | None:
     """The input hash stored in an executed notebook's metadata, if any."""
-    if not executed.exists():
-        return None
-    try:
-        notebook = nbformat.read(executed, as_version=4)
-    except Exception:  # an unreadable notebook is simply out of date
-        return None
-    return notebook.metadata.get(HASH_KEY, {}).get("input_hash")
+    return _record(executed).get("input_hash")
 
 
-def _replace_dir(new: Path, target: Path) -> None:
-    """Put ``new`` at ``target``, replacing what was there, with the old copy removed only afterwards."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    old = target.with_name(target.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if target.exists():
-        target.rename(old)
-    shutil.move(str(new), str(target))
-    shutil.rmtree(old, ignore_errors=True)
+def stale_reason(source: Path, root: Path, digest: str) -> str | None:
+    """Why a chapter must re-run (``None`` if it is up to date)."""
+    record = _record(root / "notebooks" / f"{source.stem}.ipynb")
+    if record.get("input_hash") != digest:
+        return "its inputs changed" if record else "it has no executed notebook from this build"
+    recorded, now = record.get("outputs"), output_hashes(root, source.stem)
+    if recorded is None:
+        return "no manifest of its outputs was recorded"
+    differ = sorted(name for name in set(recorded) | set(now) if recorded.get(name) != now.get(name))
+    if differ:
+        more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+        return f"its committed outputs differ from what the build recorded ({', '.join(differ[:3])}{more})"
+    return None
 
 
 def strip_run_metadata(path: Path) -> None:
@@ -104,89 +152,392 @@ def strip_run_metadata(path: Path) -> None:
 
 
 class NotebookFailed(RuntimeError):
-    """A notebook raised; the message names the notebook and the cell."""
+    """A chapter failed; ``str()`` is the one line for the reader, ``log`` the file with the details."""
+
+    def __init__(self, line: str, log: Path | None = None, interrupted: bool = False):
+        super().__init__(line)
+        self.log, self.interrupted = log, interrupted
+
+
+class HalfReplaced(OSError):
+    """A chapter's outputs could neither be replaced nor put back; the journal makes the next build finish."""
+
+
+class BuildBusy(RuntimeError):
+    """Another build holds this checkout's lock."""
+
+
+def _where(executed: Path, cell_index: int | None = None) -> str:
+    """'cell N of M' counted in the chapter's source (papermill's injected cell not counted)."""
+    try:
+        cells = [c for c in nbformat.read(executed, as_version=4).cells  # as run: no error banners
+                 if "papermill-error-cell-tag" not in c.metadata.get("tags", [])]
+    except Exception:
+        return "cell unknown (no partial notebook)"
+    if cell_index is None:  # the last cell started is the one that was running
+        running = [i for i, c in enumerate(cells) if c.metadata.get("papermill", {}).get("start_time")]
+        if not running:
+            return "before the first cell ran"
+        cell_index = running[-1]
+    injected = [i for i, c in enumerate(cells) if "injected-parameters" in c.metadata.get("tags", [])]
+    position = cell_index + 1 - sum(1 for i in injected if i < cell_index)
+    return f"cell {position} of {len(cells) - len(injected)}"
+
+
+def _failure(stem: str, where: str, what: str, details: str, logs: Path, interrupted=False,
+             kept=True) -> NotebookFailed:
+    log = logs / f"{stem}.log"
+    line = (f"{stem} failed in {where}: {what}." + (f" The previous outputs of {stem} were kept;" if kept else "")
+            + f" details in {log}")
+    try:
+        logs.mkdir(parents=True, exist_ok=True)
+        plain = ANSI.sub("", details)  # papermill's tracebacks are coloured
+        log.write_text(f"{_dt.datetime.now().isoformat(timespec='seconds')}\n{line}\n\n{plain}\n")
+    except OSError as error:  # a full disk cannot take the log either: say so in the line
+        line = line.replace(f"details in {log}", f"no log written ({error.strerror})")
+    return NotebookFailed(line, log, interrupted)
+
+
+@contextlib.contextmanager
+def _stderr_to(path: Path):
+    """Send this process's stderr, and so the kernel's (it inherits it), to ``path`` for a while: a
+    kernel's own tracebacks (on Ctrl-C, on death) belong in the log, not in the reader's terminal."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except OSError:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(target, 2)
+    os.close(target)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _captured(path: Path) -> str:
+    try:
+        text = path.read_text(errors="replace")
+        path.unlink()
+    except OSError:
+        return ""
+    return f"\n---- stderr of the build and the kernel ----\n{text}" if text.strip() else ""
 
 
 def execute(source: Path, *, quick: bool, device: str | None, out_root: Path, executed: Path,
-            digest: str | None = None) -> float:
-    """Execute one notebook with papermill; return its wall time in seconds."""
-    parameters: dict[str, object] = {}
-    if quick:
-        parameters["quick"] = True
+            digest: str | None = None, logs: Path | None = None) -> float:
+    """Execute one notebook with papermill; return its wall time in seconds. Any failure raises
+    :class:`NotebookFailed` with one line (chapter, cell position, what happened)."""
+    parameters: dict[str, object] = {"quick": True} if quick else {}
     if device:
         parameters["device"] = device
-    out_root.mkdir(parents=True, exist_ok=True)
-    notebook = jupytext.read(source)
-    notebook.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python 3", "language": "python"}
-    if digest:
-        notebook.metadata[HASH_KEY] = {"input_hash": digest}
-    unexecuted = out_root / f"{source.stem}.input.ipynb"
-    nbformat.write(notebook, unexecuted)
+    logs = logs or out_root / "logs"
     previous = os.environ.get(OUTPUT_ROOT_ENV)
-    os.environ[OUTPUT_ROOT_ENV] = str(out_root)
     started = time.perf_counter()
+    unexecuted = out_root / f"{source.stem}.input.ipynb"
+    stderr = logs / f"{source.stem}.stderr"
     try:
-        papermill.execute_notebook(str(unexecuted), str(executed), parameters=parameters,
-                                   kernel_name=KERNEL, cwd=str(source.parent), progress_bar=False,
-                                   log_output=False)
+        out_root.mkdir(parents=True, exist_ok=True)
+        notebook = jupytext.read(source)
+        notebook.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python 3", "language": "python"}
+        if digest:
+            notebook.metadata[HASH_KEY] = {"input_hash": digest}
+        nbformat.write(notebook, unexecuted)
+        os.environ[OUTPUT_ROOT_ENV] = str(out_root)
+        with _stderr_to(stderr):
+            papermill.execute_notebook(str(unexecuted), str(executed), parameters=parameters,
+                                       kernel_name=KERNEL, cwd=str(source.parent), progress_bar=False,
+                                       log_output=False)
+        strip_run_metadata(executed)
     except papermill.PapermillExecutionError as error:
-        raise NotebookFailed(
-            f"{source.name} failed in cell {error.exec_count} ({error.ename}: {error.evalue}); "
-            f"the partial run is in {executed}"
-        ) from None
+        raise _failure(source.stem, _where(executed, error.cell_index), f"{error.ename}: {error.evalue}",
+                       "\n".join(error.traceback) + _captured(stderr), logs) from None
+    except KeyboardInterrupt:
+        raise _failure(source.stem, _where(executed), "interrupted (Ctrl-C)",
+                       traceback.format_exc() + _captured(stderr), logs, interrupted=True) from None
+    except Exception as error:  # a dead kernel, a full disk, a read-only folder, ...
+        what = "the kernel died (out of memory?)" if type(error).__name__ == "DeadKernelError" else \
+            f"{type(error).__name__}: {error}"
+        raise _failure(source.stem, _where(executed), what, traceback.format_exc() + _captured(stderr),
+                       logs) from None
     finally:
         if previous is None:
             os.environ.pop(OUTPUT_ROOT_ENV, None)
         else:
             os.environ[OUTPUT_ROOT_ENV] = previous
-        unexecuted.unlink(missing_ok=True)
-    strip_run_metadata(executed)
+        with contextlib.suppress(OSError):
+            unexecuted.unlink(missing_ok=True)
+            stderr.unlink(missing_ok=True)
     return time.perf_counter() - started
+
+
+def record_parameters(executed: Path, provenance: Path) -> None:
+    """Write into ``provenance.json`` the parameters the chapter ran with, read from the executed
+    notebook's tagged ``parameters`` cell and papermill's ``injected-parameters`` cell."""
+    if not provenance.exists():
+        return
+    values, injected = {}, {}
+    for cell in nbformat.read(executed, as_version=4).cells:
+        tags = cell.metadata.get("tags", [])
+        if "parameters" in tags:
+            values.update(parameter_values(cell.source))
+        if "injected-parameters" in tags:
+            injected = parameter_values(cell.source)
+    record = json.loads(provenance.read_text())
+    record["parameters"] = {**values, **injected}
+    record["parameters_injected"] = sorted(injected)
+    provenance.write_text(json.dumps(record, indent=2, default=str) + "\n")
+
+
+# ---- all-or-nothing replacement -------------------------------------------------------------------
+
+def _side(target: Path, kind: str) -> Path:
+    return target.with_name(f".{target.name}.book-{kind}")
+
+
+def _targets(root: Path, stem: str) -> list[Path]:
+    return [root / "data" / stem, root / "figures" / stem, root / "notebooks" / f"{stem}.ipynb"]
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+@contextlib.contextmanager
+def _no_interrupt():
+    """Hold Ctrl-C back for the few renames of a swap (re-raised right after)."""
+    caught = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda *_: caught.append(1))
+    except ValueError:  # not the main thread: nothing to hold back
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            raise KeyboardInterrupt
+
+
+def _journal(root: Path, stem: str) -> Path:
+    return root / "build" / "journal" / f"{stem}.json"
+
+
+def _write_journal(journal: Path, record: dict) -> None:
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    tmp = journal.with_suffix(".tmp")
+    try:
+        tmp.write_text(json.dumps(record) + "\n")
+        os.replace(tmp, journal)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _roll_forward(root: Path, stem: str, with_new: list[str]) -> None:
+    """Swap every prepared ``.book-new`` in, moving what it replaces to ``.book-old``. Idempotent, so a
+    swap cut short is finished by the next build. ``with_new``: the targets that have a new version
+    (a target without one, e.g. figures the new run no longer draws, is moved aside too)."""
+    for target in _targets(root, stem):
+        old, new = _side(target, "old"), _side(target, "new")
+        if target.name in with_new and not new.exists():
+            continue  # already swapped in
+        if target.exists() and not old.exists():
+            os.rename(target, old)
+        if new.exists():
+            if target.exists():
+                _remove(target)
+            os.rename(new, target)
+
+
+def _roll_back(root: Path, stem: str) -> None:
+    """Put every ``.book-old`` back, then drop the ``.book-new`` ones (kept until every old one is back,
+    so a roll-back cut short can still be rolled forward)."""
+    for target in _targets(root, stem):
+        old, new = _side(target, "old"), _side(target, "new")
+        if old.exists():
+            if target.exists():  # the new version, already swapped in: back to its side name
+                _remove(new)
+                os.rename(target, new)
+            os.rename(old, target)
+    for target in _targets(root, stem):
+        _remove(_side(target, "new"))
+
+
+def _finish(root: Path, stem: str) -> None:
+    """Drop the old versions once every new one is in (the journal says so first)."""
+    journal = _journal(root, stem)
+    _write_journal(journal, {"chapter": stem, "state": "done"})
+    for target in _targets(root, stem):
+        _remove(_side(target, "old"))
+    journal.unlink(missing_ok=True)
+
+
+def commit(staging: Path, root: Path, stem: str) -> None:
+    """Replace a chapter's committed outputs by those in ``staging`` as one unit (see the module doc).
+    On an OSError the old outputs are put back and the error re-raised."""
+    news = [staging / "data" / stem, staging / "figures" / stem, staging / f"{stem}.ipynb"]
+    with_new = []
+    try:
+        for new, target in zip(news, _targets(root, stem)):
+            _remove(_side(target, "new"))
+            _remove(_side(target, "old"))
+            if new.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(new), str(_side(target, "new")))
+                with_new.append(target.name)
+        _write_journal(_journal(root, stem), {"chapter": stem, "state": "swap", "with_new": with_new})
+    except BaseException:
+        for target in _targets(root, stem):
+            with contextlib.suppress(OSError):
+                _remove(_side(target, "new"))
+        raise
+    with _no_interrupt():
+        try:
+            _roll_forward(root, stem, with_new)
+        except OSError as error:
+            try:
+                _roll_back(root, stem)
+            except OSError as again:
+                raise HalfReplaced(f"{error}; putting the old outputs back failed too ({again}). Fix that "
+                                   f"and run the build again: its journal {_journal(root, stem)} makes it "
+                                   f"finish the replacement") from error
+            _journal(root, stem).unlink(missing_ok=True)
+            raise
+        _finish(root, stem)
+
+
+def recover(root: Path, log=print) -> None:
+    """Finish (or, if that fails, undo) any replacement a killed build left half done, and drop stray
+    ``.book-new`` copies of a build that died before writing its journal."""
+    for journal in sorted((root / "build" / "journal").glob("*.json")):
+        stem = journal.stem
+        try:
+            record = json.loads(journal.read_text())
+        except (OSError, ValueError):
+            record = {}
+        try:
+            if record.get("state") == "swap":
+                try:
+                    _roll_forward(root, stem, record.get("with_new", []))
+                    log(f"{stem}: completed the replacement of its outputs that an interrupted build began")
+                except OSError as error:
+                    _roll_back(root, stem)
+                    log(f"{stem}: could not complete an interrupted replacement ({error}); "
+                        f"its previous outputs are back")
+            elif record.get("state") != "done":
+                _roll_back(root, stem)
+            _finish(root, stem)
+        except OSError as error:
+            raise NotebookFailed(f"{stem}: an interrupted replacement of its outputs can be neither finished "
+                                 f"nor undone ({error}); fix that and run the build again (journal: {journal})")
+    for kind in ("data", "figures", "notebooks"):
+        for stray in (root / kind).glob(".*.book-*"):
+            target = stray.with_name(stray.name[1:].rsplit(".book-", 1)[0])
+            if stray.name.endswith(".book-old") and not target.exists():
+                os.rename(stray, target)  # never drop the only copy of an output
+            else:
+                _remove(stray)
+
+
+@contextlib.contextmanager
+def build_lock(root: Path):
+    """Hold ``root/build/book.lock`` for one build; raise :class:`BuildBusy` if another build has it.
+    The kernel drops the lock when its holder dies, so a killed build never leaves it stuck."""
+    path = root / "build" / "book.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 200).decode(errors="replace").strip() or "unknown process"
+        os.close(fd)
+        raise BuildBusy(f"another build is already running in this checkout ({holder}); wait for it to "
+                        f"finish (lock: {path})") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()}, started {time.strftime('%H:%M:%S')}".encode())
+        yield
+    finally:
+        os.close(fd)
+
+
+def _run_chapter(source: Path, root: Path, device, environment, force, log) -> None:
+    stem, target = source.stem, root / "notebooks" / f"{source.stem}.ipynb"
+    digest = input_hash(source, device, environment)
+    reason = "forced" if force else stale_reason(source, root, digest)
+    if reason is None:
+        log(f"{stem}: up to date")
+        return
+    staging = root / "build" / "staging" / stem
+    logs = root / "build" / "logs"
+    log(f"{stem}: running ({reason}) ...")
+    shutil.rmtree(staging, ignore_errors=True)
+    executed = staging / f"{stem}.ipynb"
+    seconds = execute(source, quick=False, device=device, out_root=staging, executed=executed,
+                      digest=digest, logs=logs)
+    try:
+        strays = sorted({p.name for kind in ("data", "figures") for p in (staging / kind).glob("*")} - {stem})
+        if strays:
+            raise ValueError(f"it wrote outputs for {', '.join(strays)}; Results(...) must be named {stem!r}")
+        record_parameters(executed, staging / "data" / stem / "provenance.json")
+        notebook = nbformat.read(executed, as_version=4)
+        notebook.metadata[HASH_KEY] = {"input_hash": digest, "outputs": output_hashes(staging, stem)}
+        nbformat.write(notebook, executed)
+        commit(staging, root, stem)
+    except KeyboardInterrupt:
+        raise _failure(stem, "replacing its outputs", "interrupted (Ctrl-C)", traceback.format_exc(), logs,
+                       interrupted=True) from None
+    except Exception as error:
+        raise _failure(stem, "replacing its outputs", f"{type(error).__name__}: {error}",
+                       traceback.format_exc(), logs, kept=not isinstance(error, HalfReplaced)) from None
+    shutil.rmtree(staging, ignore_errors=True)
+    log(f"{stem}: executed in {seconds:.1f} s")
 
 
 def build(*, quick: bool = False, device: str | None = None, only: list[str] | None = None,
           force: bool = False, root: Path = REPO_ROOT, log=print) -> int:
     """Build the book (or the quick book) whose notebooks are in ``root/notebooks``; return 0 on
-    success, 1 if a notebook failed, 2 if ``only`` matched nothing."""
+    success, 1 if a chapter failed, 2 if ``only`` matched nothing, 3 if another build holds the lock,
+    130 if interrupted."""
     available = sources(root / "notebooks")
     chosen = [s for s in available if not only or any(s.stem.startswith(o) for o in only)]
     if only and not chosen:
         log(f"no notebook matches {only}; notebooks are: {', '.join(s.stem for s in available)}")
         return 2
-    for source in chosen:
-        if quick:
-            quick_root = root / "build" / "quick"
-            executed = quick_root / "notebooks" / f"{source.stem}.ipynb"
-            executed.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                seconds = execute(source, quick=True, device=device, out_root=quick_root, executed=executed)
-            except NotebookFailed as error:
-                log(f"FAILED: {error}")
-                return 1
-            log(f"{source.stem}: quick run in {seconds:.1f} s -> {executed.relative_to(root)}")
-            continue
-        target = source.with_suffix(".ipynb")
-        digest = input_hash(source, device)
-        if not force and recorded_hash(target) == digest:
-            log(f"{source.stem}: up to date")
-            continue
-        staging = root / "build" / "staging" / source.stem
-        shutil.rmtree(staging, ignore_errors=True)
-        executed = staging / f"{source.stem}.ipynb"
-        log(f"{source.stem}: running ...")
-        try:
-            seconds = execute(source, quick=False, device=device, out_root=staging, executed=executed,
-                              digest=digest)
-        except NotebookFailed as error:
-            log(f"FAILED: {error}\nThe previous outputs of {source.stem} were kept.")
-            return 1
-        for kind in ("data", "figures"):
-            produced = staging / kind / source.stem
-            if produced.exists():
-                _replace_dir(produced, root / kind / source.stem)
-        os.replace(executed, target)
-        shutil.rmtree(staging, ignore_errors=True)
-        log(f"{source.stem}: executed in {seconds:.1f} s")
+    try:
+        with build_lock(root):
+            environment = run_environment(device)
+            log(f"building with torch {environment['torch']}, CUDA {environment['cuda']}, device "
+                f"{environment['device']} ({environment['device_name']})")
+            recover(root, log)
+            for source in chosen:
+                if quick:
+                    quick_root = root / "build" / "quick"
+                    executed = quick_root / "notebooks" / f"{source.stem}.ipynb"
+                    executed.parent.mkdir(parents=True, exist_ok=True)
+                    seconds = execute(source, quick=True, device=device, out_root=quick_root, executed=executed,
+                                      logs=root / "build" / "logs")
+                    log(f"{source.stem}: quick run in {seconds:.1f} s -> {executed.relative_to(root)}")
+                else:
+                    _run_chapter(source, root, device, environment, force, log)
+    except BuildBusy as error:
+        log(f"FAILED: {error}")
+        return 3
+    except NotebookFailed as error:
+        log(f"FAILED: {error}")
+        return 130 if error.interrupted else 1
+    except KeyboardInterrupt:
+        log("FAILED: interrupted between chapters; every chapter's outputs are whole (old or new)")
+        return 130
     return 0
 
 
@@ -196,6 +547,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=os.environ.get("DEVICE") or None,
                         help="force a device (cpu, cuda, cuda:N); default: auto")
     parser.add_argument("--force", action="store_true", help="re-run notebooks even if up to date")
+    parser.add_argument("--recover", action="store_true",
+                        help="only finish (or undo) a replacement an interrupted build left half done")
+    parser.add_argument("--root", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)  # tests' demo books
     parser.add_argument("only", nargs="*", help="notebook stems or prefixes to build (default: all)")
     args = parser.parse_args(argv)
     if args.device:
@@ -205,8 +559,16 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as error:
             print(f"make book: {error}", file=sys.stderr)
             return 2
+    if args.recover:
+        try:
+            with build_lock(args.root):
+                recover(args.root)
+        except (BuildBusy, NotebookFailed) as error:
+            print(f"FAILED: {error}")
+            return 3
+        return 0
     started = time.perf_counter()
-    status = build(quick=args.quick, device=args.device, only=args.only, force=args.force)
+    status = build(quick=args.quick, device=args.device, only=args.only, force=args.force, root=args.root)
     print(f"{'quick book' if args.quick else 'book'}: {'done' if status == 0 else 'FAILED'} "
           f"in {time.perf_counter() - started:.1f} s")
     return status
