@@ -258,7 +258,9 @@ def load_model(name: str, device: str | torch.device = "auto", dtype: torch.dtyp
 def random_prompt(n_tokens: int, vocab_size: int, seed: int = 0, device: str | torch.device = "cpu") -> torch.Tensor:
     """A ``(1, n_tokens)`` tensor of random token ids: the sweeps' prompts. Timings do not depend on
     which tokens they are. Introduced in section 2."""
-    if n_tokens < 1:
-        raise ValueError(f"a prompt needs at least one token, got {n_tokens}")
+    if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 1:
+        raise ValueError(f"a prompt needs at least one token (a whole number), got {n_tokens!r}")
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
+        raise ValueError(f"vocab_size must be a whole number of at least 1, got {vocab_size!r}")
     generator = torch.Generator().manual_seed(seed)
     return torch.randint(0, vocab_size, (1, n_tokens), generator=generator).to(device)

@@ -81,6 +81,11 @@ def git_commit() -> str:
     return str(git_state()["git_commit"])
 
 
+def _check_name(name: str) -> None:
+    if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
+        raise ValueError(f"an output name must be a plain file name such as 'prefill_sweep', got {name!r}")
+
+
 class Results:
     """Saves one section's tables and figures and keeps its provenance.
 
@@ -114,12 +119,18 @@ class Results:
 
     def table(self, frame: pd.DataFrame, name: str) -> Path:
         """Write ``frame`` to ``data/<section>/<name>.csv`` atomically; return the path."""
+        _check_name(name)
+        if not isinstance(frame, pd.DataFrame):
+            raise ValueError(f"table {name!r}: expected a pandas DataFrame, got {type(frame).__name__}")
         path = _atomic_write(self.data_dir / f"{name}.csv", lambda tmp: frame.to_csv(tmp, index=False))
         self._record(path)
         return path
 
     def figure(self, fig, name: str, dpi: int = 120) -> Path:
         """Write a matplotlib figure to ``figures/<section>/<name>.png`` atomically; return the path."""
+        _check_name(name)
+        if not hasattr(fig, "savefig"):
+            raise ValueError(f"figure {name!r}: expected a matplotlib figure, got {type(fig).__name__}")
         path = _atomic_write(self.figure_dir / f"{name}.png",
                              lambda tmp: fig.savefig(tmp, dpi=dpi, bbox_inches="tight", format="png"))
         self._record(path)

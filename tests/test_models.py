@@ -53,6 +53,10 @@ def test_random_prompt():
     assert torch.equal(p, models.random_prompt(7, 100, seed=3))
     with pytest.raises(ValueError, match="at least one token"):
         models.random_prompt(0, 100)
+    with pytest.raises(ValueError, match="at least one token"):
+        models.random_prompt(2.5, 100)
+    with pytest.raises(ValueError, match="vocab_size must be"):
+        models.random_prompt(4, 0)
 
 
 def test_cache_dir_respects_environment(monkeypatch, tmp_path):

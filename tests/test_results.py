@@ -115,3 +115,15 @@ def test_reference_tables_are_there():
 
 def test_load_table_of_a_section_not_run():
     assert results.load_table("77_never_run", "x") is None
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda r: r.table([1, 2], "t"), "expected a pandas DataFrame, got list"),
+    (lambda r: r.table(pd.DataFrame({"a": [1]}), "../t"), "plain file name"),
+    (lambda r: r.table(pd.DataFrame({"a": [1]}), ""), "plain file name"),
+    (lambda r: r.figure("not a figure", "f"), "expected a matplotlib figure, got str"),
+])
+def test_nonsense_outputs_are_refused(tmp_path, call, message):
+    with pytest.raises(ValueError, match=message):
+        call(results.Results("99_test", root=tmp_path))
+    assert not (tmp_path / "data" / "99_test").exists()
