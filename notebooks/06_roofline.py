@@ -252,9 +252,9 @@ display(Markdown(
 
 # %%
 def measured(section, name, column, optional=False):
-    """Chapter `section`'s table `name`: its rows in this dtype and thread count (a table without them is chapter 3's
-    batched decode, fp32 on every thread; of its two caches, the growing one), `column`'s median over runs and its
-    lowest and highest as `measured_ms`, `_low`, `_high`, and the model (and a missing context) from its provenance."""
+    """Chapter `section`'s table `name` in this dtype and thread count, with `column`'s median and range over runs as
+    `measured_ms`, `_low`, `_high` (a table without dtype, threads or model is chapter 3's batched decode: fp32 on
+    every thread, the growing cache; its model and context are in the chapter's provenance)."""
     rows = load_table(section, name, quick=quick)
     if rows is None:  # the one clear line: which chapter to run
         raise FileNotFoundError(f"chapter 6 places what {section} measured: run it first (`python -m lib.book "
@@ -265,8 +265,7 @@ def measured(section, name, column, optional=False):
                  context_tokens=run.get("parameters_used", {}).get("batch_context"))
     rows = rows.assign(**{k: v for k, v in known.items() if k not in rows})
     rows = rows[(rows.dtype == points_dtype) & (rows.cache == "dynamic")]
-    if "threads" in rows and dev.type == "cpu" and len(rows):
-        rows = rows[rows.threads == (threads or rows.threads.max())]
+    rows = rows[rows.threads == (threads or rows.threads.max())] if dev.type == "cpu" and len(rows) else rows
     if rows.empty and not optional:
         raise FileNotFoundError(f"chapter 6 needs {section}'s {name} in {points_dtype} at {threads or 'all'} threads: "
                                 "run that chapter with them first")
@@ -277,19 +276,14 @@ def measured(section, name, column, optional=False):
 prefill = measured("02_prefill_sweep", "prefill_sweep", "time_ms")
 decode = measured("03_decode_sweep", "decode_sweep", "step_ms")
 batched = measured("03_decode_sweep", "batched_decode", "step_ms", optional=True)
-used_threads = int(prefill.threads.max()) if "threads" in prefill and dev.type == "cpu" else None
 
 # %%
-def ceiling(kernel):
-    """Chapter 0's row for `kernel` in this dtype and thread count."""
-    t = ceilings.table
-    rows = t[(t.kernel == kernel) & (t.dtype == points_dtype) & (t.status == "ok")]
-    return rows[rows.threads == used_threads].iloc[0] if used_threads in set(rows.threads) else rows.iloc[0]
-
-
+used_threads = int(prefill.threads.max()) if dev.type == "cpu" else None
 here, gemv = (ceilings.hardware(points_dtype, used_threads, bandwidth=k) for k in (bandwidth_kernel, "matvec"))
 launch_s = ceilings.launch_s(points_dtype, used_threads)  # a 12-layer GPT-2's step, negligible bytes and FLOPs
-bw, mm = ceiling(bandwidth_kernel), ceiling("matmul")
+kernels = ceilings.table.query("dtype == @points_dtype and status == 'ok'")
+kernels = (kernels[kernels.threads == used_threads] if used_threads in set(kernels.threads) else kernels)
+bw, mm = kernels.set_index("kernel").loc[bandwidth_kernel], kernels.set_index("kernel").loc["matmul"]  # for ranges
 device_label = mm.device_name + (f", {used_threads} thread{'s' * (used_threads > 1)}" if used_threads else "")
 entry = next((hw for hw in roofline.HARDWARE.values()  # this GPU's datasheet entry, where the table has one
               if not math.isnan(hw.flops) and hw.name.split()[0] in mm.device_name), None)
