@@ -49,7 +49,7 @@ import pandas as pd
 from lib import metrics
 from lib.serving import Trace
 
-__all__ = ["CONVENTIONS", "SOURCES", "per_request", "summary", "compare"]
+__all__ = ["CONVENTIONS", "SOURCES", "per_request", "summary", "compare", "meets", "bootstrap_fraction"]
 
 CONVENTIONS = ("book", "vllm", "guidellm", "llmperf", "genai-perf")
 
@@ -175,3 +175,30 @@ def compare(traces: Sequence[Trace], ttft_slo: float, tpot_slo: float,
     """:func:`summary` for every convention, one row each (seconds; goodput in each tool's unit).
     Introduced in section 7."""
     return pd.DataFrame([summary(traces, c, ttft_slo, tpot_slo, count_tokens) for c in CONVENTIONS])
+
+
+def meets(trace: Trace, ttft_slo: float, tpot_slo: float, worst_gap_slo: float | None = None) -> bool:
+    """Whether one request met every objective by the book's definitions (``lib.metrics.meets_slo``); a
+    failed request, or one that received no content, met none. Introduced in section 7."""
+    if not trace.ok or not trace.chunk_times:
+        return False
+    return metrics.meets_slo(trace.metrics(), ttft_slo, tpot_slo, worst_gap_slo)
+
+
+def bootstrap_fraction(flags: Sequence[bool], resamples: int = 1000, level: float = 0.95,
+                       seed: int = 0) -> tuple[float, float, float]:
+    """The fraction of true ``flags`` (e.g. goodput: requests that met their objectives) and a percentile
+    bootstrap confidence interval at ``level``: ``resamples`` resamplings of the requests with
+    replacement, from a seeded generator. Returns ``(fraction, low, high)``. With every flag equal the
+    interval is that single value: more requests, not more resamples, would widen or narrow it.
+    Introduced in section 7."""
+    a = np.asarray(list(flags), dtype=float)
+    if a.size == 0:
+        raise ValueError("bootstrap_fraction needs at least one request")
+    if resamples < 1 or not 0 < level < 1:
+        raise ValueError(f"need resamples >= 1 and 0 < level < 1, got {resamples} and {level}")
+    rng = np.random.default_rng(seed)
+    means = a[rng.integers(0, a.size, size=(resamples, a.size))].mean(axis=1)
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return float(a.mean()), float(low), float(high)

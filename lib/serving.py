@@ -59,7 +59,7 @@ from lib import metrics
 __all__ = [
     "Event", "Trace", "EngineFailed", "Unreachable", "Engine", "free_port", "transformers_engine",
     "vllm_engine", "vllm_python", "vllm_unavailable", "check_reachable", "served_model", "stream_chat",
-    "closed_loop", "poisson_offsets", "open_loop", "failures", "scrape_metrics", "REPO_ROOT",
+    "closed_loop", "poisson_offsets", "open_loop", "failures", "scrape_metrics", "interference", "REPO_ROOT",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -472,12 +472,13 @@ def _kind(error: BaseException) -> str:
 
 def stream_chat(base_url: str, model: str, messages: list[dict], max_tokens: int, *, request_id: int = 0,
                 timeout_s: float = 300.0, extra: dict | None = None, scheduled: float | None = None,
-                label: str = "") -> Trace:
+                label: str = "", on_event: Callable[[Event], None] | None = None) -> Trace:
     """Send one streaming chat completion (greedy: temperature 0, ``stream_options.include_usage``) to
     ``base_url`` and return its :class:`Trace`; never raises for a failed request.
 
     ``timeout_s`` bounds the whole request and every read. ``extra`` is merged into the request body
-    (e.g. ``{"ignore_eos": True}`` for vLLM). Introduced in section 7.
+    (e.g. ``{"ignore_eos": True}`` for vLLM). ``on_event(event)`` is called in the reading thread as each
+    event arrives (:func:`interference` uses it to send a second request mid-stream). Introduced in section 7.
     """
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}, **(extra or {})}
@@ -525,6 +526,8 @@ def stream_chat(base_url: str, model: str, messages: list[dict], max_tokens: int
             if event.get("usage"):
                 usage = event["usage"]
             events.append(Event(arrived, bool(choices), delta.get("content"), reason, event.get("usage")))
+            if on_event is not None:
+                on_event(events[-1])
             finished = finished or reason is not None
         if not finished:
             return result("incomplete: the stream ended before the reply finished")
@@ -581,3 +584,38 @@ def open_loop(send: Callable[[int, float], Trace], offsets: Sequence[float]) -> 
                 time.sleep(delay)
             futures.append(pool.submit(send, i, start + float(offset)))
         return [f.result() for f in futures]
+
+
+def interference(base_url: str, model: str, a_messages: list[dict], a_tokens: int, b_messages: list[dict],
+                 arrive_after: int, *, extra: dict | None = None, timeout_s: float = 600.0) -> tuple[Trace, Trace]:
+    """Chapter 5's experiment through a server: stream A decodes ``a_tokens`` tokens; as soon as A's
+    ``arrive_after``-th content chunk has arrived, request B (``b_messages``, one output token) is sent on a
+    second connection. Returns ``(a, b)``; B's ``sent`` marks its arrival on A's clock, so A's gaps after it
+    show the stall. If A ends before it reaches ``arrive_after`` chunks, B is sent when A ends.
+    Introduced in section 7."""
+    if arrive_after < 1 or arrive_after >= a_tokens:
+        raise ValueError(f"arrive_after must be from 1 to a_tokens - 1 = {a_tokens - 1}, got {arrive_after}")
+    reached = threading.Event()
+    seen = [0]
+
+    def count(event: Event) -> None:
+        if event.content:
+            seen[0] += 1
+            if seen[0] >= arrive_after:
+                reached.set()
+
+    box: list[Trace] = []
+
+    def run_a() -> None:
+        box.append(stream_chat(base_url, model, a_messages, a_tokens, request_id=0, timeout_s=timeout_s,
+                               extra=extra, label="A", on_event=count))
+        reached.set()
+
+    thread = threading.Thread(target=run_a, daemon=True)
+    thread.start()
+    reached.wait(timeout_s)
+    b = stream_chat(base_url, model, b_messages, 1, request_id=1, timeout_s=timeout_s, extra=extra, label="B")
+    thread.join(timeout_s)
+    if not box:
+        return Trace(0, b.sent, time.perf_counter(), error="timeout: stream A did not finish", label="A"), b
+    return box[0], b

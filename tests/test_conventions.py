@@ -150,3 +150,15 @@ def test_lib_metrics_agree_with_vllms_metric_code():
     mine = conventions.summary(traces, "vllm", slo_ms["ttft"] / 1e3, slo_ms["tpot"] / 1e3)
     assert mine["ttft_mean"] * 1e3 == pytest.approx(theirs["mean_ttft_ms"], rel=1e-9)
     assert mine["tpot_mean"] * 1e3 == pytest.approx(theirs["mean_tpot_ms"], rel=1e-9)
+
+
+def test_meets_and_bootstrap_fraction():
+    fast, slow = _trace(0, chunks=((10.1, "a"), (10.15, "b"))), _trace(1, chunks=((12.0, "a"), (12.05, "b")))
+    failed = Trace(2, 10.0, 10.2, (), error="reset: gone")
+    assert [conventions.meets(t, 1.0, 0.1) for t in (fast, slow, failed)] == [True, False, False]
+    frac, low, high = conventions.bootstrap_fraction([True] * 30 + [False] * 10, resamples=2000, seed=3)
+    assert frac == 0.75 and 0.55 < low < 0.75 < high < 0.9
+    assert conventions.bootstrap_fraction([True, True]) == (1.0, 1.0, 1.0)
+    assert conventions.bootstrap_fraction([True, False], seed=1) == conventions.bootstrap_fraction([True, False], seed=1)
+    with pytest.raises(ValueError):
+        conventions.bootstrap_fraction([])
