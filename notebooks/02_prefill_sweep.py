@@ -60,6 +60,9 @@ P = params.check(globals(), {
     "logits_runs": params.integer(min=2, quick=2),
 }, quick=quick, chapter="02_prefill_sweep")
 prompts, matmul_rows, logits_prompts = sorted(set(prompts)), sorted(set(matmul_rows)), sorted(set(logits_prompts))
+if len(prompts) < 2 or not set(matmul_rows) <= set(prompts) or len(matmul_rows) < 2:
+    raise ValueError(f"prompts={prompts} needs two or more lengths, and matmul_rows={matmul_rows} two or more of "
+                     "those lengths (the bare products are compared with the passes the sweep measures)")
 
 # %%
 import matplotlib.pyplot as plt
@@ -137,9 +140,9 @@ bounds = []
 for dt, n in configs:
     shape = base_shape.with_dtype(dt)
     for p in prompts:
-        b = roofline.bound(hardware[(dt, n)], roofline.prefill_cost(shape, p, logits="last"))
-        bounds.append(dict(dtype=dt, threads=n, prompt_tokens=p, compute_ms=b.t_compute * 1e3,
-                           memory_ms=b.t_memory * 1e3, launch_ms=ceilings.launch_s(dt, n or None) * 1e3))
+        bound = roofline.bound(hardware[(dt, n)], roofline.prefill_cost(shape, p, logits="last"))
+        bounds.append(dict(dtype=dt, threads=n, prompt_tokens=p, compute_ms=bound.t_compute * 1e3,
+                           memory_ms=bound.t_memory * 1e3, launch_ms=ceilings.launch_s(dt, n or None) * 1e3))
 bounds = pd.DataFrame(bounds)
 bounds["bound_ms"] = bounds[["compute_ms", "memory_ms", "launch_ms"]].max(axis=1)
 predicted = {c: sweeps.floor_and_knee(g.prompt_tokens, g.bound_ms / 1e3, margin=margin)
@@ -229,14 +232,14 @@ for (dt, n), g in sweep.groupby(["dtype", "threads"], sort=False):
         continue
     f = sweeps.floor_and_knee(g.prompt_tokens, g.time_ms / 1e3, g.time_ms_low / 1e3, g.time_ms_high / 1e3,
                               margin=margin)
-    longest = g.iloc[-1]
+    last_point = g.iloc[-1]
     floor_rows.append(dict(
         dtype=dt, threads=n, floor_tokens=f.floor_tokens, floor_ms=f.floor_s * 1e3,
         floor_ms_low=f.floor_low_s * 1e3, floor_ms_high=f.floor_high_s * 1e3, flat_until_tokens=f.flat_until_tokens,
         knee_tokens=f.knee_tokens, knee_ms=f.knee_s * 1e3, knee_confirmed=f.knee_confirmed,
         best_ms_per_token=f.best_per_token_s * 1e3, best_at_tokens=f.best_tokens,
-        marginal_ms_per_token=(longest.time_ms - f.knee_s * 1e3) / (longest.prompt_tokens - f.knee_tokens)
-        if f.knee_confirmed else np.nan, longest_prompt_tokens=int(longest.prompt_tokens), margin=margin,
+        marginal_ms_per_token=(last_point.time_ms - f.knee_s * 1e3) / (last_point.prompt_tokens - f.knee_tokens)
+        if f.knee_confirmed else np.nan, longest_prompt_tokens=int(last_point.prompt_tokens), margin=margin,
         predicted_flat_until_tokens=predicted[(dt, n)].flat_until_tokens,
         predicted_knee_tokens=predicted[(dt, n)].knee_tokens))
 floors = pd.DataFrame(floor_rows)
