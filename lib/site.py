@@ -194,8 +194,9 @@ def render_chapter(chapter: Chapter, prev: Chapter | None, next_: Chapter | None
     from jinja2 import DictLoader
     from nbconvert import HTMLExporter
 
-    exporter = HTMLExporter(template_name="lab", extra_loaders=[DictLoader({"book.html.j2": CHAPTER_TEMPLATE})],
-                            embed_images=True)
+    # embed_images stays off: it re-parses each HTML block on its own, which closes a <details> before the
+    # answer inside it. Output figures are data URIs anyway; a prose image must lie beside the page (check()).
+    exporter = HTMLExporter(template_name="lab", extra_loaders=[DictLoader({"book.html.j2": CHAPTER_TEMPLATE})])
     exporter.template_file = "book.html.j2"
     notebook = nbformat.read(chapter.notebook, as_version=4)
     notebook.metadata.pop("widgets", None)  # no widget state is published; the pages load no scripts

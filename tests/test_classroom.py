@@ -93,3 +93,10 @@ def test_sessions_are_packed_in_order_within_the_budget():
     need = {"01": 20.0, "02": 15.0, "03": 30.0, "04": 50.0}
     assert classroom.plan_sessions(need, 45) == [["01", "02"], ["03"], ["04"]]
     assert classroom.plan_sessions(need, 90) == [["01", "02", "03"], ["04"]]
+
+
+def test_public_drops_the_build_machine_s_folders():
+    home = Path("~").expanduser()
+    root = classroom.REPO_ROOT
+    assert classroom.public(f"run `{root}/.venv/bin/python -m pip`") == "run `.venv/bin/python -m pip`"
+    assert classroom.public(f"cached in {home}/.cache/x", root=Path("/elsewhere")) == "cached in ~/.cache/x"

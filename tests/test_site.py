@@ -85,7 +85,11 @@ def test_hidden_answers_are_real_details_elements_and_takeaways_are_shown(built)
         shown = "\n".join(o.get("data", {}).get("text/markdown", "") for c in nb.cells for o in c.get("outputs", []))
         page = (built / f"{notebook.stem}.html").read_text()
         assert site.parse(built / f"{notebook.stem}.html").details == (markdown + shown).count("<details>")
-        prose = BeautifulSoup(page, "html.parser").select(".jp-RenderedMarkdown, .jp-RenderedHTMLCommon")
+        soup = BeautifulSoup(page, "html.parser")
+        for details in soup.find_all("details"):  # the answer is inside, hidden until the summary is clicked
+            summary = details.find("summary")
+            assert summary is not None and len(details.get_text(strip=True)) > len(summary.get_text(strip=True)) + 5
+        prose = soup.select(".jp-RenderedMarkdown, .jp-RenderedHTMLCommon")
         assert not any("<details>" in p.get_text() for p in prose), "answers must render, not show as text"
         if re.search(r"^#+\s*Takeaways", markdown, re.MULTILINE):
             assert re.search(r"<h2[^>]*>Takeaways", page)
