@@ -644,18 +644,22 @@ else:
 # %%
 ref = load_reference("ch09_prefill_gpu_cpu")
 wf = load_reference("wordfactory_part3_cpu").query("table == 'prefill'")
-curves = {f"this machine, {label(dt, n)}": (g.prompt_tokens, g.time_ms, g.time_ms_low, g.time_ms_high)
-          for (dt, n), g in sweep.groupby(["dtype", "threads"], sort=False) if dt == main_dt}
-for name, col in [("reference GPU, fp32", "gpu_fp32"), ("reference GPU, fp16", "gpu_fp16"),
-                  ("reference CPU, 1 thread", "cpu_1thread")]:
+curves = [dict(source="this machine", device=dev.type, dtype=dt, threads=n,
+               points=(g.prompt_tokens, g.time_ms, g.time_ms_low, g.time_ms_high))
+          for (dt, n), g in sweep.groupby(["dtype", "threads"], sort=False) if dt == main_dt]
+for device_type, dt, n, col in [("cuda", "fp32", 0, "gpu_fp32"), ("cuda", "fp16", 0, "gpu_fp16"),
+                                ("cpu", "fp32", 1, "cpu_1thread")]:
     r = ref.dropna(subset=[f"{col}_ms_lo"])
-    curves[name] = (r.prompt_tokens, (r[f"{col}_ms_lo"] + r[f"{col}_ms_hi"]) / 2, r[f"{col}_ms_lo"], r[f"{col}_ms_hi"])
-curves["Word Factory, 2-core NumPy"] = (wf.x.astype(int), wf.time_ms, wf.time_ms, wf.time_ms)
+    curves.append(dict(source="source chapter", device=device_type, dtype=dt, threads=n, points=(
+        r.prompt_tokens, (r[f"{col}_ms_lo"] + r[f"{col}_ms_hi"]) / 2, r[f"{col}_ms_lo"], r[f"{col}_ms_hi"])))
+curves.append(dict(source="Word Factory (NumPy)", device="cpu", dtype="", threads=2,
+                   points=(wf.x.astype(int), wf.time_ms, wf.time_ms, wf.time_ms)))
 beside = []
-for name, (tok, ms, lo, hi) in curves.items():
+for c in curves:
+    tok, ms, lo, hi = c["points"]
     f = sweeps.floor_and_knee(tok, ms / 1e3, lo / 1e3, hi / 1e3, margin=margin)
-    beside.append(dict(run=name, prompts=", ".join(map(str, tok)), floor_ms=f.floor_s * 1e3,
-                       flat_until_tokens=f.flat_until_tokens, knee_tokens=f.knee_tokens,
+    beside.append(dict({k: v for k, v in c.items() if k != "points"}, prompts=", ".join(map(str, tok)),
+                       floor_ms=f.floor_s * 1e3, flat_until_tokens=f.flat_until_tokens, knee_tokens=f.knee_tokens,
                        best_tokens_per_s=1 / f.best_per_token_s))
 beside = pd.DataFrame(beside)
 results.table(beside, "beside_reference")
@@ -663,11 +667,15 @@ beside.round(1)
 
 # %%
 fig, ax = plt.subplots(figsize=(8, 4.5))
-for i, (name, (tok, ms, _, _)) in enumerate(curves.items()):
-    ax.plot(tok, tok / ms * 1e3, "o-" if name.startswith("this") else "s--", ms=3, color=f"C{i}", label=name)
+for i, c in enumerate(curves):
+    tok, ms = c["points"][:2]
+    name = f"{c['source']}, {c['device']}" + (f", {c['dtype']}" if c["dtype"] else "") + (
+        f", {c['threads']} thr." if c["threads"] else "")
+    ax.plot(tok, tok / ms * 1e3, "o-" if c["source"] == "this machine" else "s--", ms=3, color=f"C{i}", label=name)
 ax.set(xscale="log", yscale="log", xlabel="prompt tokens", ylabel="prompt tokens per second")
 ax.set_xscale("log", base=2)
-ours, gpu = beside.set_index("run").loc[f"this machine, {label(*main)}"], beside.set_index("run").loc["reference GPU, fp32"]
+ours = beside[(beside.source == "this machine") & (beside.threads == most)].iloc[0]
+gpu = beside[(beside.source == "source chapter") & (beside.device == "cuda") & (beside.dtype == "fp32")].iloc[0]
 ax.set_title(f"On its floor up to {tokens(ours.flat_until_tokens)} here, {int(gpu.flat_until_tokens)} on the "
              f"reference GPU (fp32)")
 ax.legend(fontsize=8)
