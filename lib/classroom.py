@@ -174,47 +174,52 @@ def _main_rows(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def _from_tables(run: Run, candidates: list[tuple[str, str, str, str]]) -> tuple[float | None, str]:
-    """Try ``(chapter, table, column pattern, how)`` in order; ``how`` (``max``, ``min``, ``median``) reduces
-    the column over the main rows (see :func:`_main_rows`). Return (value, source)."""
-    for chapter, table, pattern, how in candidates:
+def _from_tables(run: Run, candidates: list[tuple]) -> tuple[float | None, str]:
+    """Try ``(chapter, table, column pattern, how, scale, where)`` in order: keep the rows matching
+    ``where`` (column: value), then the main rows (see :func:`_main_rows`), reduce the column with ``how``
+    (``max``, ``min``, ``median``) and multiply by ``scale``. Return (value, where it came from)."""
+    for chapter, table, pattern, how, scale, where in candidates:
         frame = run.table(chapter, table)
         if frame is None or frame.empty:
             continue
         column = _numeric(frame, pattern)
-        if column is None:
+        if column is None or any(key not in frame.columns for key in where):
             continue
+        for key, value in where.items():
+            frame = frame[frame[key].astype(str) == value]
         rows = _main_rows(frame).dropna(subset=[column])
         if rows.empty:
             continue
-        value = getattr(rows[column], how)()
-        return float(value), f"{chapter}/{table}.csv: {column} ({how})"
+        value = float(getattr(rows[column], how)()) * scale
+        condition = "".join(f", {k}={v}" for k, v in where.items())
+        return value, f"{chapter}/{table}.csv: {column} ({how}{condition})"
     return None, "not measured in this run"
 
 
-# (column in the comparison, unit, scale, candidates); the first table that has the number wins, so a
-# future prologue chapter (00_machine) that measures the machine once is preferred when present.
-METRICS: list[tuple[str, str, float, list[tuple[str, str, str, str]]]] = [
-    ("bandwidth_gb_s", "GB/s", 1.0, [
-        ("00_machine", "machine", r"bandwidth.*gb|gb.?/s", "max"),
-        ("06_roofline", "machine", r"^bandwidth_gb_s$", "max"),
-        ("03_decode_sweep", "ceilings", r"bandwidth", "max"),
-        ("02_prefill_sweep", "machine", r"gb/s", "max"),
+# (column in the comparison, unit, candidates); the first table that has the number wins, so chapter 0's
+# one measurement of the machine is preferred, and older runs (before chapter 0 existed) still compare.
+METRICS: list[tuple[str, str, list[tuple]]] = [
+    ("bandwidth_gb_s", "GB/s", [
+        ("00_machine", "ceilings", r"^bandwidth_gb_s$", "max", 1.0, {"kernel": "read"}),
+        ("06_roofline", "machine", r"^bandwidth_gb_s$", "max", 1.0, {}),
+        ("03_decode_sweep", "ceilings", r"bandwidth", "max", 1.0, {}),
     ]),
-    ("matmul_gflop_s", "GFLOP/s", 1.0, [
-        ("00_machine", "machine", r"gflop", "max"),
-        ("06_roofline", "machine", r"^gflop_s$", "max"),
-        ("03_decode_sweep", "ceilings", r"gflop", "max"),
-        ("02_prefill_sweep", "machine", r"gflop", "max"),
+    ("matmul_gflop_s", "GFLOP/s", [
+        ("00_machine", "ceilings", r"^gflop_s$", "max", 1.0, {"kernel": "matmul"}),
+        ("06_roofline", "machine", r"^gflop_s$", "max", 1.0, {}),
+        ("03_decode_sweep", "ceilings", r"gflop", "max", 1.0, {}),
     ]),
-    ("ttft_ms", "ms", 1e3, [("01_two_phases", "request_metrics", r"^ttft$", "median")]),
-    ("decode_step_ms", "ms", 1.0, [("03_decode_sweep", "decode_sweep", r"^step_ms$", "median")]),
-    ("tpot_ms", "ms", 1e3, [("01_two_phases", "request_metrics", r"^tpot$", "median")]),
-    ("prefill_tokens_per_s", "tokens/s", 1.0, [("02_prefill_sweep", "prefill_sweep", r"tokens_per_s", "max")]),
+    ("ttft_ms", "ms", [("01_two_phases", "request_metrics", r"^ttft_ms$", "median", 1.0, {}),
+                       ("01_two_phases", "request_metrics", r"^ttft$", "median", 1e3, {})]),
+    ("decode_step_ms", "ms", [("03_decode_sweep", "decode_sweep", r"^step_ms$", "median", 1.0, {})]),
+    ("tpot_ms", "ms", [("01_two_phases", "request_metrics", r"^tpot_ms$", "median", 1.0, {}),
+                       ("01_two_phases", "request_metrics", r"^tpot$", "median", 1e3, {})]),
+    ("prefill_tokens_per_s", "tokens/s", [("02_prefill_sweep", "prefill_sweep", r"tokens_per_s", "max", 1.0, {})]),
 ]
-"""What the comparison reports. TTFT and TPOT are SmolLM2's (chapter 1); the decode step is the median over
-the contexts chapter 3 measured, and the prefill rate the best tokens per second of chapter 2, both fp32 at
-the most threads, on GPT-2 small (the tiny GPT-2 in quick mode)."""
+"""What the comparison reports. Bandwidth is STREAM's read and the FLOP rate a large matrix product, at the
+most threads in fp32 (chapter 0). TTFT and TPOT are SmolLM2's (chapter 1); the decode step is the median
+over the contexts chapter 3 measured, and the prefill rate the best tokens per second of chapter 2, both fp32
+at the most threads, on GPT-2 small (the tiny GPT-2 in quick mode)."""
 
 
 def claims(run: Run) -> pd.DataFrame:
@@ -249,9 +254,9 @@ def compare(runs: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     rows, sources, verdicts = [], [], []
     for run in runs:
         row = machine(run)
-        for column, unit, scale, candidates in METRICS:
+        for column, unit, candidates in METRICS:
             value, source = _from_tables(run, candidates)
-            row[column] = None if value is None else value * scale
+            row[column] = value
             sources.append(dict(run=run.name, metric=column, unit=unit, source=source))
         found = claims(run)
         row["claims_held"] = int((found.verdict == "held").sum())
@@ -275,7 +280,7 @@ def plot(comparison: pd.DataFrame, path: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [(c, u) for c, u, _, _ in METRICS if c in comparison and comparison[c].notna().any()]
+    panels = [(c, u) for c, u, _ in METRICS if c in comparison and comparison[c].notna().any()]
     if not panels:
         return None
     fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.4), squeeze=False)

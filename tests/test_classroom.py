@@ -100,3 +100,18 @@ def test_public_drops_the_build_machine_s_folders():
     root = classroom.REPO_ROOT
     assert classroom.public(f"run `{root}/.venv/bin/python -m pip`") == "run `.venv/bin/python -m pip`"
     assert classroom.public(f"cached in {home}/.cache/x", root=Path("/elsewhere")) == "cached in ~/.cache/x"
+
+
+def test_chapter_0_s_ceilings_are_preferred_when_a_run_has_them(tmp_path):
+    run = tmp_path / "with-chapter-0"
+    shutil.copytree(RUNS[0], run)
+    (run / "data" / "00_machine").mkdir()
+    pd.DataFrame({"dtype": ["fp32"] * 4 + ["bf16"], "threads": [2, 2, 1, 2, 2],
+                  "kernel": ["read", "matmul", "read", "copy", "read"], "status": ["ok"] * 5,
+                  "bandwidth_gb_s": [20.0, None, 11.0, 30.0, 99.0], "gflop_s": [None, 150.0, None, None, None]}
+                 ).to_csv(run / "data" / "00_machine" / "ceilings.csv", index=False)
+    comparison = classroom.gather([run], tmp_path / "class")
+    assert comparison.bandwidth_gb_s.iloc[0] == 20.0  # STREAM read, fp32, most threads
+    assert comparison.matmul_gflop_s.iloc[0] == 150.0
+    sources = pd.read_csv(tmp_path / "class" / "sources.csv").set_index("metric")
+    assert sources.loc["bandwidth_gb_s", "source"].startswith("00_machine/ceilings.csv")
