@@ -252,25 +252,21 @@ display(Markdown(
 
 # %%
 def measured(section, name, column, optional=False):
-    """Chapter `section`'s table `name` in this dtype and thread count, with `column`'s median and range over runs as
-    `measured_ms`, `_low`, `_high` (a table without dtype, threads or model is chapter 3's batched decode: fp32 on
-    every thread, the growing cache; its model and context are in the chapter's provenance)."""
+    """Chapter `section`'s table `name` in this dtype and thread count (of two caches, the growing one), with
+    `column`'s median and range over runs as `measured_ms`, `_low`, `_high`, and the model of its provenance."""
     rows = load_table(section, name, quick=quick)
     if rows is None:  # the one clear line: which chapter to run
         raise FileNotFoundError(f"chapter 6 places what {section} measured: run it first (`python -m lib.book "
                                 f"{'--quick ' * quick}{section}`)")
     root = next(r for r in (output_root(quick), REPO_ROOT) if (r / "data" / section / f"{name}.csv").exists())
-    run = json.loads((root / "data" / section / "provenance.json").read_text())
-    known = dict(dtype="fp32", threads=run["torch_threads"], cache="dynamic", model=run["model"],
-                 context_tokens=run.get("parameters_used", {}).get("batch_context"))
-    rows = rows.assign(**{k: v for k, v in known.items() if k not in rows})
-    rows = rows[(rows.dtype == points_dtype) & (rows.cache == "dynamic")]
+    model = json.loads((root / "data" / section / "provenance.json").read_text())["model"]
+    rows = rows[(rows.dtype == points_dtype) & (rows.cache == "dynamic" if "cache" in rows else True)]
     rows = rows[rows.threads == (threads or rows.threads.max())] if dev.type == "cpu" and len(rows) else rows
     if rows.empty and not optional:
         raise FileNotFoundError(f"chapter 6 needs {section}'s {name} in {points_dtype} at {threads or 'all'} threads: "
                                 "run that chapter with them first")
     return rows.assign(measured_ms=rows[column], measured_ms_low=rows[f"{column}_low"],
-                       measured_ms_high=rows[f"{column}_high"])
+                       measured_ms_high=rows[f"{column}_high"], model=model)
 
 
 prefill = measured("02_prefill_sweep", "prefill_sweep", "time_ms")
@@ -301,7 +297,7 @@ display(Markdown(
 # **Predict.** Each pass's FLOPs and bytes come from `lib.roofline` (`prefill_cost(shape, T, logits="last")`,
 # `decode_cost(shape, B, C)` at the starting context) for the model's configured shape. Before any time is read they
 # give three lower bounds: FLOPs over the matrix rate, bytes over the bandwidth, and the launch floor (a 12-layer
-# GPT-2's step, as chapters 2 and 3 use it). The largest of the three is the prediction.
+# GPT-2's step, scaled to the model's layers as chapter 3 does). The largest of the three is the prediction.
 
 # %%
 shape_of = {m: shapes.ModelShape.from_config(gpt2_config(m) if "gpt2" in m else load_model(m, "cpu").config, name=m,
@@ -317,7 +313,7 @@ for series, table in (("prefill", prefill), ("decode", decode), ("batched decode
         rows.append(dict(series=series, model=r.model, tokens=tokens, batch=batch, flops=cost.flops,
                          intensity_flop_per_byte=cost.intensity, compute_ms=b.t_compute * 1e3,
                          memory_ms=b.t_memory * 1e3,
-                         launch_ms=launch_s * 1e3,
+                         launch_ms=launch_s * shape.layers / shapes.GPT2_SMALL.layers * 1e3,
                          measured_ms=r.measured_ms, measured_ms_low=r.measured_ms_low,
                          measured_ms_high=r.measured_ms_high))
 points = pd.DataFrame(rows)
@@ -326,9 +322,9 @@ points[["series", "tokens", "batch", "intensity_flop_per_byte", "compute_ms", "m
         "predicted"]].round(3)
 
 # %% [markdown]
-# **Measure.** The chapters' medians over runs, with the lowest and highest run. `lib.regime` labels each pass: up
-# to 2x its largest bound, that bound's regime; further above, unexplained; faster than it, a ceiling is wrong. Each
-# series is then a claim: its passes are in the regime their largest bound predicts.
+# **Measure.** The chapters' medians over runs, with the lowest and highest run. `lib.regime` labels each pass: up to
+# `REGIME_SLACK` times its largest bound, that bound's regime; further above, unexplained; below it, a ceiling is
+# wrong. Each series is then a claim: its passes are in the regime their largest bound predicts.
 
 # %%
 labels = [regime.regime(r.measured_ms / 1e3, {"compute": r.compute_ms / 1e3, "memory": r.memory_ms / 1e3,
@@ -360,8 +356,8 @@ for (series, label), g in points.groupby(["series", "regime"], sort=False):
                     textcoords="offset points", xytext=(-30, 9 * j) if series == "decode" else (4, 3))
 ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP/byte)", ylabel=f"GFLOP/s ({points_dtype})")
 ax.set_title(f"This machine ({device_label}, {points_dtype}): {points.regime.str.endswith('-bound').sum()} of "
-             f"{len(points)} passes within 2x of a bound\n(labels: fraction of the roofline bound reached)",
-             fontsize=10)
+             f"{len(points)} passes within {regime.REGIME_SLACK:g}x of a bound\n(labels: fraction of the roofline "
+             "bound reached)", fontsize=10)
 ax.legend(fontsize=7, loc="lower right")
 ax.grid(True, which="major", alpha=0.3)
 results.figure(fig, "this_machine_roofline")
@@ -380,14 +376,14 @@ for series, g in points.groupby("series", sort=False):
     off = g[g.regime != g.predicted]
     display(Markdown(register.decide(
         f"{series.replace(' ', '_')}_as_predicted",
-        f"Every {series} pass is in the regime its largest lower bound predicts (within 2x of it).",
+        f"Every {series} pass is in the regime its largest lower bound predicts (within {regime.REGIME_SLACK:g}x).",
         off.empty, predicted=", ".join(sorted(set(g.predicted))), measured=", ".join(sorted(set(g.regime))),
         evidence=f"{len(g)} {series} passes of {g.model.iloc[0]}, {points_dtype}, {device_label}",
         if_held=f"all {len(g)} {series} passes of {g.model.iloc[0]} are where their largest bound puts them: "
                 f"{listed(g)}.",
         if_not=f"{len(off)} of {len(g)} {series} passes of {g.model.iloc[0]} are not: {listed(off)}." + (
-            " No bound explains those above 2x: the matrix rate is a large square product's, and a pass of few rows "
-            "per weight, or attention over many small matrices, can run slower than either ceiling says."
+            " No bound explains those far above it: the matrix rate is a large square product's, and a pass of few "
+            "rows per weight, or attention over many small matrices, can run slower than either ceiling says."
             if (off.measured_over_bound > 1).any() else ""))))
 
 # %%
@@ -398,8 +394,7 @@ display(Markdown(register.decide(
     evidence=f"{len(points)} passes of chapters 2 and 3 against chapter 0's ceilings",
     if_held=f"every pass takes at least {points.measured_over_bound.min():.2f} times its largest bound.",
     if_not=f"{len(too_fast)} passes ran faster than a lower bound (down to {points.measured_over_bound.min():.2f}x): a "
-           "ceiling understates this machine, chapter 0 ran under another load than chapters 2 and 3, or (for a model "
-           "of fewer than 12 layers) the launch floor is longer than its own.")))
+           "ceiling understates this machine, or chapter 0 ran under another load than chapters 2 and 3.")))
 
 # %%
 rising = points[points.series == "batched decode"].sort_values("batch")
