@@ -102,7 +102,10 @@ def pack(root: Path, out: Path) -> Path:
             for path in sorted(chapter.rglob("*")):
                 if path.is_file():
                     archive.write(path, f"data/{chapter.name}/{path.relative_to(chapter)}")
-        archive.writestr("timings.csv", chapter_times(root / "notebooks").to_csv(index=False))
+        times = chapter_times(root / "notebooks")
+        if times.empty and (root / "timings.csv").exists():  # re-packing a run that was sent before
+            times = pd.read_csv(root / "timings.csv")
+        archive.writestr("timings.csv", times.to_csv(index=False))
     return out
 
 

@@ -28,6 +28,7 @@ def test_gather_compares_folders_and_zips(tmp_path):
     comparison = classroom.gather([RUNS[0], packed], tmp_path / "class")
     assert list(comparison.run) == [RUNS[0].name, "student-b"]
     assert list(comparison.threads) == ["1", "2"]
+    assert comparison.book_run_s.notna().all(), "a re-packed run keeps its chapters' run times"
     for column in ("bandwidth_gb_s", "matmul_gflop_s", "ttft_ms", "decode_step_ms", "prefill_tokens_per_s"):
         assert comparison[column].notna().all() and (comparison[column] > 0).all(), column
     assert (comparison.claims_recorded == 0).all(), "the example runs predate claims.csv"
