@@ -11,11 +11,12 @@
 
 ``build/teacher/NN_chapter.ipynb`` is the same with the answers kept.
 
-How a chapter marks a predict-first step: tag the cell where the step begins (the cell that states the
-book's own prediction, or the measuring cell) with ``predict`` (``# %% tags=["predict"]`` in the source).
-The prediction cells go just before it, so the student commits to a guess before reading the book's.
-A chapter with no such tag falls back to its prose: a heading containing "predict" (``## What arithmetic
-predicts``) or a paragraph starting ``**Predict.**``; the cell is split there if it must be.
+How a chapter marks a predict-first step: tag the cell that asks for the prediction with ``predict``
+(``# %% [markdown] tags=["predict"]`` in the source): the prediction cells go just after a tagged markdown
+cell (the question is in it, the measuring code follows), or just before a tagged code cell. A chapter with
+no such tag falls back to its prose: after a paragraph starting ``**Predict`` (``**Predict first:**``), or
+after the section under a heading containing "predict" (``## What arithmetic predicts``), splitting a cell
+there if it must.
 
 The copies keep the chapter's parameters cell, so ``papermill -p quick True`` (or editing it) runs them
 in quick mode, and they name the book's kernel, ``prefill-decode`` (``make lab`` registers it).
@@ -47,9 +48,9 @@ DETAILS = re.compile(r"<details>.*?</details>", re.DOTALL | re.IGNORECASE)
 PROSE_MARKER = re.compile(r"^(#{2,4}\s.*\bpredict|\*\*predict\b)", re.IGNORECASE)
 
 ASK_ANSWER = "*Your answer:* (write it here, then compare in class)"
-ASK_PREDICTION = ("**Predict first.** Before you read on and run the next cells, write down what you expect "
-                  "them to show: a number with its unit, or a sentence, and why. Keep it; the chapter measures it "
-                  "next.")
+ASK_PREDICTION = ("**Your prediction.** Before you run the next cells, write down what you expect them to show "
+                  "(the question above): a number with its unit, or a sentence, and why. The cells after it "
+                  "measure it; compare then.")
 PREDICTION_CODE = "my_prediction = ...  # replace ... with your prediction (a number, or a sentence in quotes)"
 
 
@@ -60,36 +61,44 @@ def prediction_cells() -> list:
 
 
 def _split_at_markers(cell) -> list:
-    """A markdown cell split before each line that starts a predict-first step in prose (the first part
-    may be empty and is then dropped). Returns ``[(starts_a_step, cell), ...]``."""
+    """A markdown cell split so that each predict-first step in its prose ends a part: a ``**Predict``
+    paragraph, or a section under a heading that says "predict". Returns ``[(ends_a_step, cell), ...]``."""
     lines = cell.source.splitlines()
-    starts = [i for i, line in enumerate(lines) if PROSE_MARKER.match(line.strip())]
-    if not starts:
+    ends = []
+    for i, line in enumerate(lines):
+        if PROSE_MARKER.match(line.strip()):
+            stop = i + 1  # the step runs to the end of its paragraph, or of its section for a heading
+            while stop < len(lines) and (lines[stop].strip() or line.startswith("#")) and not lines[stop].startswith("#"):
+                stop += 1
+            ends.append(stop)
+    if not ends:
         return [(False, cell)]
-    parts, bounds = [], [0, *starts, len(lines)]
+    parts, bounds = [], [0, *sorted(set(ends))]
+    if bounds[-1] < len(lines):
+        bounds.append(len(lines))
     for a, b in zip(bounds, bounds[1:]):
         text = "\n".join(lines[a:b]).strip()
         if text:
-            parts.append((a in starts, nbformat.v4.new_markdown_cell(text, metadata=dict(cell.metadata))))
+            parts.append((b in ends, nbformat.v4.new_markdown_cell(text, metadata=dict(cell.metadata))))
     return parts
 
 
 def predict_steps(notebook) -> list:
-    """The cells with the prediction cells inserted before each predict-first step (by tag, or else by
+    """The cells with the prediction cells inserted at each predict-first step (by tag, or else by
     prose, see the module docstring)."""
     tagged = any(PREDICT_TAG in c.metadata.get("tags", []) for c in notebook.cells)
     cells = []
     for cell in notebook.cells:
-        if tagged:
-            parts = [(PREDICT_TAG in cell.metadata.get("tags", []), cell)]
+        marked = PREDICT_TAG in cell.metadata.get("tags", [])
+        if tagged and marked and cell.cell_type == "code":
+            cells += prediction_cells() + [cell]
+        elif tagged:
+            cells += [cell] + (prediction_cells() if marked else [])
         elif cell.cell_type == "markdown":
-            parts = _split_at_markers(cell)
+            for ends, part in _split_at_markers(cell):
+                cells += [part] + (prediction_cells() if ends else [])
         else:
-            parts = [(False, cell)]
-        for starts, part in parts:
-            if starts:
-                cells += prediction_cells()
-            cells.append(part)
+            cells.append(cell)
     return cells
 
 

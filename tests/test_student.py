@@ -39,37 +39,42 @@ def test_copies_have_no_outputs_and_only_the_teacher_s_keeps_answers(handed_out,
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
-def test_each_tagged_step_gets_a_prediction_cell_just_before_it(handed_out, source):
+def test_each_tagged_step_gets_a_prediction_cell_before_its_measurement(handed_out, source):
     kid = nbformat.read(handed_out / "student" / f"{source.stem}.ipynb", as_version=4)
-    tagged = [i for i, c in enumerate(kid.cells) if student.PREDICT_TAG in _tags(c)]
-    for i in tagged:
-        assert kid.cells[i - 1].source == student.PREDICTION_CODE
-        assert kid.cells[i - 2].source == student.ASK_PREDICTION
+    for i, cell in enumerate(kid.cells):
+        if student.PREDICT_TAG not in _tags(cell):
+            continue
+        if cell.cell_type == "markdown":  # the question; the student answers it right after
+            assert [c.source for c in kid.cells[i + 1:i + 3]] == [student.ASK_PREDICTION, student.PREDICTION_CODE]
+        else:  # the measuring cell; the prediction comes first
+            assert [c.source for c in kid.cells[i - 2:i]] == [student.ASK_PREDICTION, student.PREDICTION_CODE]
 
 
 def test_without_tags_the_prose_marks_the_steps():
     notebook = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_markdown_cell("# 9. X\n\nIntro.\n\n## What arithmetic predicts\n\nThe bound."),
+        nbformat.v4.new_markdown_cell("# 9. X\n\nIntro.\n\n## What arithmetic predicts\n\nThe bound.\n\n## Next\n\nMore."),
         nbformat.v4.new_code_cell("bound = 1"),
-        nbformat.v4.new_markdown_cell("**Predict.** Twice the bytes?"),
+        nbformat.v4.new_markdown_cell("Text.\n\n**Predict first:** twice the bytes?\n\nAfter."),
         nbformat.v4.new_code_cell("measured = 2"),
         nbformat.v4.new_markdown_cell("## Check yourself\n\nWhy?\n\n<details><summary>Answer</summary>\n\nBecause.\n</details>"),
     ])
-    cells = student.predict_steps(notebook)
-    sources = [c.source for c in cells]
-    assert sources[0] == "# 9. X\n\nIntro."
-    assert sources[1:4] == [student.ASK_PREDICTION, student.PREDICTION_CODE, "## What arithmetic predicts\n\nThe bound."]
-    assert sources[5:8] == [student.ASK_PREDICTION, student.PREDICTION_CODE, "**Predict.** Twice the bytes?"]
-    assert student.remove_answers(sources[-1]) == f"## Check yourself\n\nWhy?\n\n{student.ASK_ANSWER}"
+    ask = [student.ASK_PREDICTION, student.PREDICTION_CODE]
+    assert [c.source for c in student.predict_steps(notebook)] == [
+        "# 9. X\n\nIntro.\n\n## What arithmetic predicts\n\nThe bound.", *ask, "## Next\n\nMore.", "bound = 1",
+        "Text.\n\n**Predict first:** twice the bytes?", *ask, "After.", "measured = 2", notebook.cells[-1].source]
+    assert student.remove_answers(notebook.cells[-1].source) == f"## Check yourself\n\nWhy?\n\n{student.ASK_ANSWER}"
 
 
 def test_a_tag_takes_over_from_the_prose():
     notebook = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_markdown_cell("## What arithmetic predicts"),
         nbformat.v4.new_code_cell("measure()", metadata={"tags": ["predict"]}),
+        nbformat.v4.new_markdown_cell("How fast? Guess.", metadata={"tags": ["predict"]}),
+        nbformat.v4.new_code_cell("time_it()"),
     ])
+    ask = [student.ASK_PREDICTION, student.PREDICTION_CODE]
     assert [c.source for c in student.predict_steps(notebook)] == [
-        "## What arithmetic predicts", student.ASK_PREDICTION, student.PREDICTION_CODE, "measure()"]
+        "## What arithmetic predicts", *ask, "measure()", "How fast? Guess.", *ask, "time_it()"]
 
 
 @pytest.fixture(scope="module")
