@@ -398,7 +398,7 @@ display(Markdown(register.decide(
 
 # %%
 rising = points[points.series == "batched decode"].sort_values("batch")
-rates = ", ".join(f"batch {r.batch}: {r.achieved_gflop_s:.2f} GFLOP/s" for r in rising.itertuples())
+rates = ", ".join(f"batch {r.batch}: {r.achieved_gflop_s:.3g} GFLOP/s" for r in rising.itertuples())
 display(Markdown(register.decide(
     "batching_raises_the_rate", "Batched decode does more FLOP/s as the batch grows (the weights are shared).",
     claims.increasing(list(rising.achieved_gflop_s)) if len(rising) > 1 else None,
