@@ -471,7 +471,7 @@ def build_lock(root: Path):
 
 
 def _run_chapter(source: Path, root: Path, device, environment, force, log) -> None:
-    stem, target = source.stem, root / "notebooks" / f"{source.stem}.ipynb"
+    stem = source.stem
     digest = input_hash(source, device, environment)
     reason = "forced" if force else stale_reason(source, root, digest)
     if reason is None:
@@ -538,6 +538,10 @@ def build(*, quick: bool = False, device: str | None = None, only: list[str] | N
     except KeyboardInterrupt:
         log("FAILED: interrupted between chapters; every chapter's outputs are whole (old or new)")
         return 130
+    except OSError as error:  # build/ itself cannot be written (the lock, the journal): nothing was replaced
+        log(f"FAILED: the build cannot write under {root / 'build'} ({error}); every chapter's previous "
+            f"outputs were kept")
+        return 1
     return 0
 
 

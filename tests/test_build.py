@@ -290,6 +290,14 @@ def test_two_real_builds_at_once_one_refused_nothing_mixed(demo):
     assert table(root) == ["value", "3"]
 
 
+def test_an_unwritable_build_folder_is_one_line(demo):
+    root, _ = demo
+    (root / "build").write_text("a file where the build folder should be")
+    logs = []
+    assert book.build(root=root, log=logs.append) == 1
+    assert logs[-1].startswith(f"FAILED: the build cannot write under {root / 'build'} (") and "kept" in logs[-1]
+
+
 def test_quick_mode_writes_under_build_quick_only(demo):
     root, _ = demo
     assert book.build(root=root, quick=True, log=lambda _: None) == 0
