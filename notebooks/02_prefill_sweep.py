@@ -430,15 +430,16 @@ rest_1 = float(b.rest_ms.iloc[0])
 display(Markdown(register.decide(
     "rest_is_launch_floor",
     "What is not matrix product in a 1-token pass is about chapter 0's launch floor (within 2x).",
-    rest_1 > 0 and claims.within(rest_1, float(b.launch_ms.iloc[0]), 2),
+    None if rest_1 <= 0 else claims.within(rest_1, float(b.launch_ms.iloc[0]), 2),
     predicted=f"{b.launch_ms.iloc[0]:.1f} ms (launch floor)", measured=f"{rest_1:.1f} ms",
     evidence=f"{label(*main)}, 1-token pass minus bare products",
     if_held=f"the rest of a 1-token pass is {rest_1:.1f} ms, beside the {b.launch_ms.iloc[0]:.1f} ms it costs to "
             "issue a narrow GPT-2's operations: what is not matrix product is about the cost of issuing the pass.",
-    if_not=(f"the rest of a 1-token pass is {rest_1:.1f} ms, against a launch floor of {b.launch_ms.iloc[0]:.1f} ms: "
-            "the part of the pass that is not matrix product is not the cost of issuing it.") if rest_1 > 0 else
-           (f"the bare products ({b.matmul_ms.iloc[0]:.1f} ms) take as long as the whole 1-token pass "
-            f"({b.time_ms.iloc[0]:.1f} ms) or longer, so no rest is left to compare with the launch floor."))))
+    if_not=f"the rest of a 1-token pass is {rest_1:.1f} ms, against a launch floor of {b.launch_ms.iloc[0]:.1f} ms: "
+           "the part of the pass that is not matrix product is not the cost of issuing it.",
+    if_not_measured=f"the bare products ({b.matmul_ms.iloc[0]:.1f} ms) take as long as the whole 1-token pass "
+                    f"({b.time_ms.iloc[0]:.1f} ms) or longer, so this run leaves no rest to compare with the launch "
+                    "floor.")))
 
 # %% [markdown]
 # **Takeaway: time a short pass's parts before you call its floor a fixed cost.**
@@ -588,17 +589,18 @@ saving.round(3)
 # %%
 facts = load_reference("ch09_facts").set_index("fact").value.astype(float)
 missed = saving[~saving.prediction_within_runs]
-spans = {r.prompt_tokens: timing.span(r.saving_low * 100, r.saving_high * 100, ".0f", "%") for r in saving.itertuples()}
+spans = {r.prompt_tokens: timing.span(r.saving_low * 100, r.saving_high * 100, ".1f", "%")
+         for r in saving.itertuples()}
 display(Markdown(register.decide(
     "last_logits_saving_as_predicted",
     "At every length, the FLOP count's predicted saving lies within the measured saving's range over runs.",
-    missed.empty, predicted=", ".join(f"{p:.0%}" for p in saving.predicted_saving),
+    missed.empty, predicted=", ".join(f"{p:.1%}" for p in saving.predicted_saving),
     measured=", ".join(spans.values()), evidence=f"{label(*main)}, {logits_runs} runs at "
                                                  f"{', '.join(map(str, saving.prompt_tokens))} tokens",
     if_held="the measured saving's range over runs contains the prediction at every length: "
-            + "; ".join(f"{p} tokens: {spans[p]} against {s:.0%}" for p, s in
+            + "; ".join(f"{p} tokens: {spans[p]} against {s:.1%}" for p, s in
                         zip(saving.prompt_tokens, saving.predicted_saving)) + ".",
-    if_not="at " + ", ".join(f"{r.prompt_tokens} tokens ({spans[r.prompt_tokens]} against {r.predicted_saving:.0%})"
+    if_not="at " + ", ".join(f"{r.prompt_tokens} tokens ({spans[r.prompt_tokens]} against {r.predicted_saving:.1%})"
                              for r in missed.itertuples())
            + " the difference between measured and predicted is larger than the spread of this run's "
              f"{logits_runs} runs; this chapter does not measure why.")))
