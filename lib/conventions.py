@@ -114,7 +114,7 @@ def per_request(traces: Sequence[Trace], convention: str,
     ``itl`` (a list of gaps; the book's and vLLM's only), ``tpot``, ``inter_token`` (GuideLLM's, LLMPerf's
     and GenAI-Perf's per-request ITL), ``e2e`` in seconds and ``n`` tokens. ``count_tokens(text)`` is the
     tokenizer count the tools that re-tokenize use (LLMPerf, GenAI-Perf, vLLM without usage); without it,
-    the server's usage count stands in. Introduced in section 7."""
+    the server's usage count stands in. Section 7 reads it through :func:`compare`."""
     _check(convention)
     rows = [dict(request_id=t.request_id, **_row(t, convention, count_tokens))
             for t in traces if t.ok and t.chunk_times]
@@ -146,7 +146,7 @@ def summary(traces: Sequence[Trace], convention: str, ttft_slo: float, tpot_slo:
     """The headline numbers of ``traces`` as ``convention`` reports them: mean and p``percentile`` of TTFT,
     of its ITL and of its TPOT (each as that tool defines them, seconds, NaN where it has none), mean
     end-to-end, goodput against ``ttft_slo`` and ``tpot_slo`` (seconds) in that tool's unit, completed and
-    failed counts, the run's duration (first send to last end). Introduced in section 7."""
+    failed counts, the run's duration (first send to last end). Section 7 reads it through :func:`compare`."""
     frame = per_request(traces, convention, count_tokens)
     done = [t for t in traces if t.ok]
     duration = (max(t.end for t in traces) - min(t.sent for t in traces)) if traces else float("nan")

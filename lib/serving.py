@@ -59,7 +59,7 @@ from lib import metrics
 __all__ = [
     "Event", "Trace", "EngineFailed", "Unreachable", "Engine", "free_port", "transformers_engine",
     "vllm_engine", "vllm_python", "vllm_unavailable", "check_reachable", "served_model", "stream_chat",
-    "closed_loop", "poisson_offsets", "open_loop", "failures", "scrape_metrics", "interference", "REPO_ROOT",
+    "closed_loop", "poisson_offsets", "open_loop", "failures", "scrape_metrics", "stall_experiment", "REPO_ROOT",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -142,9 +142,8 @@ class Engine:
     ``base_url`` is ``http://127.0.0.1:PORT`` once started. ``health_path`` must answer 200 when the engine
     can serve. ``log_path`` (default: a temporary file) receives the engine's stdout and stderr.
     ``start_timeout_s`` bounds the wait for health (a first vLLM start compiles for minutes).
-    ``startup_s`` is how long the last start took.
-
-    Introduced in section 7.
+    ``startup_s`` is how long the last start took. Section 7 builds its engines with
+    :func:`transformers_engine` and :func:`vllm_engine`.
     """
 
     name: str
@@ -478,7 +477,7 @@ def stream_chat(base_url: str, model: str, messages: list[dict], max_tokens: int
 
     ``timeout_s`` bounds the whole request and every read. ``extra`` is merged into the request body
     (e.g. ``{"ignore_eos": True}`` for vLLM). ``on_event(event)`` is called in the reading thread as each
-    event arrives (:func:`interference` uses it to send a second request mid-stream). Introduced in section 7.
+    event arrives (:func:`stall_experiment` uses it to send a second request mid-stream). Introduced in section 7.
     """
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}, **(extra or {})}
@@ -586,7 +585,7 @@ def open_loop(send: Callable[[int, float], Trace], offsets: Sequence[float]) -> 
         return [f.result() for f in futures]
 
 
-def interference(base_url: str, model: str, a_messages: list[dict], a_tokens: int, b_messages: list[dict],
+def stall_experiment(base_url: str, model: str, a_messages: list[dict], a_tokens: int, b_messages: list[dict],
                  arrive_after: int, *, extra: dict | None = None, timeout_s: float = 600.0) -> tuple[Trace, Trace]:
     """Chapter 5's experiment through a server: stream A decodes ``a_tokens`` tokens; as soon as A's
     ``arrive_after``-th content chunk has arrived, request B (``b_messages``, one output token) is sent on a

@@ -322,9 +322,9 @@ def test_engine_dies_with_the_process_that_started_it(tmp_path):
 
 
 def test_interference_sends_b_while_a_streams(server):
-    a, b = serving.interference(server, "ok", [], 5, [], arrive_after=2, timeout_s=10)
+    a, b = serving.stall_experiment(server, "ok", [], 5, [], arrive_after=2, timeout_s=10)
     assert a.ok and b.ok and a.label == "A" and b.label == "B"
     chunks = a.chunk_times
     assert chunks[1] <= b.sent < chunks[-1]          # B arrived after A's second chunk, before A ended
     with pytest.raises(ValueError, match="arrive_after"):
-        serving.interference(server, "ok", [], 5, [], arrive_after=5)
+        serving.stall_experiment(server, "ok", [], 5, [], arrive_after=5)
