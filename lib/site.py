@@ -302,7 +302,10 @@ def class_page(results: Path | None) -> str:
         body.append("<p><b>Example.</b> No class results were gathered on this machine, so this page shows the "
                     "book's two example runs (<code>classroom/runs/</code>): the development machine in quick "
                     "mode with one thread and with two. Quick mode uses the tiny GPT-2 for the sweeps, so its "
-                    "rates are not the full book's. <code>make class DIRS=...</code> replaces them.</p>")
+                    "rates are not the full book's. Other jobs shared the machine while they ran (a load average "
+                    "of about 14 on its 2 cores, read with <code>uptime</code>), and the 2-thread run, which "
+                    "needs both cores, suffered most: read them as an example of this page, not as the machine's "
+                    "speed. <code>make class DIRS=...</code> replaces them.</p>")
     body.append("<p>One row per machine; every number comes from that run's own tables "
                 "(the table under <i>Where each number comes from</i> says which); empty means not measured.</p>")
     shown = comparison.copy()
