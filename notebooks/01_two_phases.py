@@ -199,6 +199,7 @@ runs_table = pd.DataFrame({
     "choose_first_token_ms": [(t.token_times[0] - t.prefill_done) * 1e3 for t in traces],
     "decode_step_ms": [np.nan if r.median_gap is None else r.median_gap * 1e3 for r in per_run]})
 runs_table["prompt_token_cheaper_x"] = runs_table.decode_step_ms / (runs_table.prefill_ms / T)
+results.table(runs_table, "phase_times")
 per_phase = timing.median_range(runs_table, "prompt_tokens", ["prefill_ms", "decode_step_ms", "prompt_token_cheaper_x"])
 ph = per_phase.iloc[0]
 costs = pd.DataFrame([
