@@ -450,6 +450,7 @@ def public(text: str, root: Path = REPO_ROOT) -> str:
     written ``~`` (a published page must not show where it was built)."""
     import os
 
+    text = text.replace(sys.prefix + os.sep, ".venv" + os.sep)  # the book's environment, wherever it lies
     text = text.replace(str(root) + os.sep, "")
     home = os.path.expanduser("~")
     return text.replace(home + os.sep, "~" + os.sep) if home not in ("", os.sep) else text

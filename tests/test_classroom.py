@@ -2,6 +2,7 @@
 
 import json
 import shutil
+import sys
 import zipfile
 from pathlib import Path
 
@@ -108,6 +109,7 @@ def test_public_drops_the_build_machine_s_folders():
     root = classroom.REPO_ROOT
     assert classroom.public(f"run `{root}/.venv/bin/python -m pip`") == "run `.venv/bin/python -m pip`"
     assert classroom.public(f"cached in {home}/.cache/x", root=Path("/elsewhere")) == "cached in ~/.cache/x"
+    assert classroom.public(f"{sys.prefix}/bin/python", root=Path("/elsewhere")) == ".venv/bin/python"
 
 
 def test_chapter_0_s_ceilings_are_preferred_when_a_run_has_them(tmp_path):
