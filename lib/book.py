@@ -30,13 +30,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as _dt
-import fcntl
 import hashlib
 import json
 import os
 import re
 import shutil
-import signal
 import sys
 import time
 import traceback
@@ -46,6 +44,8 @@ import jupytext
 import nbformat
 import papermill
 
+from lib.machine import MACHINE_SECTION
+from lib.outputs import BuildBusy, HalfReplaced, build_lock, commit, recover
 from lib.params import parameter_values
 from lib.results import OUTPUT_ROOT_ENV, REPO_ROOT
 
@@ -62,12 +62,14 @@ def sources(root: Path = NOTEBOOKS) -> list[Path]:
 
 def upstream_data(source: Path) -> list[Path]:
     """The data files a notebook reads from earlier chapters: every file under ``data/<stem>/`` of each
-    other chapter whose stem its source names (as in ``load_table("02_prefill_sweep", ...)``)."""
+    other chapter whose stem its source names (as in ``load_table("02_prefill_sweep", ...)``), and chapter
+    0's when it reads the machine's ceilings (``machine.load_ceilings``)."""
     root = source.parent.parent
     text = source.read_text()
     files = []
     for other in sources(source.parent):
-        if other != source and other.stem in text:
+        named = other.stem in text or (other.stem == MACHINE_SECTION and "load_ceilings" in text)
+        if other != source and named:
             files += sorted(p for p in (root / "data" / other.stem).glob("*") if p.name != "provenance.json")
     return files
 
@@ -85,10 +87,14 @@ def run_environment(device: str | None) -> dict[str, str]:
             "cuda": torch.version.cuda or "none"}
 
 
+#: Modules no chapter imports (the build, the site and the classroom tools): changing them re-runs nothing.
+NOT_IN_CHAPTERS = {"book.py", "outputs.py", "gpucheck.py", "site.py", "student.py", "classroom.py"}
+
+
 def library_digest() -> str:
-    """SHA-256 over the library every chapter imports (``lib/*.py`` but this runner) and the pins."""
+    """SHA-256 over the library the chapters import (``lib/*.py`` but ``NOT_IN_CHAPTERS``) and the pins."""
     digest = hashlib.sha256()
-    library = [p for p in sorted((REPO_ROOT / "lib").glob("*.py")) if p.name != "book.py"]
+    library = [p for p in sorted((REPO_ROOT / "lib").glob("*.py")) if p.name not in NOT_IN_CHAPTERS]
     for path in [*library, REPO_ROOT / "constraints.txt"]:
         digest.update(path.name.encode())
         digest.update(path.read_bytes() if path.exists() else b"")
@@ -157,14 +163,6 @@ class NotebookFailed(RuntimeError):
     def __init__(self, line: str, log: Path | None = None, interrupted: bool = False):
         super().__init__(line)
         self.log, self.interrupted = log, interrupted
-
-
-class HalfReplaced(OSError):
-    """A chapter's outputs could neither be replaced nor put back; the journal makes the next build finish."""
-
-
-class BuildBusy(RuntimeError):
-    """Another build holds this checkout's lock."""
 
 
 def _where(executed: Path, cell_index: int | None = None) -> str:
@@ -294,182 +292,6 @@ def record_parameters(executed: Path, provenance: Path) -> None:
     provenance.write_text(json.dumps(record, indent=2, default=str) + "\n")
 
 
-# ---- all-or-nothing replacement -------------------------------------------------------------------
-
-def _side(target: Path, kind: str) -> Path:
-    return target.with_name(f".{target.name}.book-{kind}")
-
-
-def _targets(root: Path, stem: str) -> list[Path]:
-    return [root / "data" / stem, root / "figures" / stem, root / "notebooks" / f"{stem}.ipynb"]
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
-
-
-@contextlib.contextmanager
-def _no_interrupt():
-    """Hold Ctrl-C back for the few renames of a swap (re-raised right after)."""
-    caught = []
-    try:
-        previous = signal.signal(signal.SIGINT, lambda *_: caught.append(1))
-    except ValueError:  # not the main thread: nothing to hold back
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if caught:
-            raise KeyboardInterrupt
-
-
-def _journal(root: Path, stem: str) -> Path:
-    return root / "build" / "journal" / f"{stem}.json"
-
-
-def _write_journal(journal: Path, record: dict) -> None:
-    journal.parent.mkdir(parents=True, exist_ok=True)
-    tmp = journal.with_suffix(".tmp")
-    try:
-        tmp.write_text(json.dumps(record) + "\n")
-        os.replace(tmp, journal)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _roll_forward(root: Path, stem: str, with_new: list[str]) -> None:
-    """Swap every prepared ``.book-new`` in, moving what it replaces to ``.book-old``. Idempotent, so a
-    swap cut short is finished by the next build. ``with_new``: the targets that have a new version
-    (a target without one, e.g. figures the new run no longer draws, is moved aside too)."""
-    for target in _targets(root, stem):
-        old, new = _side(target, "old"), _side(target, "new")
-        if target.name in with_new and not new.exists():
-            continue  # already swapped in
-        if target.exists() and not old.exists():
-            os.rename(target, old)
-        if new.exists():
-            if target.exists():
-                _remove(target)
-            os.rename(new, target)
-
-
-def _roll_back(root: Path, stem: str) -> None:
-    """Put every ``.book-old`` back, then drop the ``.book-new`` ones (kept until every old one is back,
-    so a roll-back cut short can still be rolled forward)."""
-    for target in _targets(root, stem):
-        old, new = _side(target, "old"), _side(target, "new")
-        if old.exists():
-            if target.exists():  # the new version, already swapped in: back to its side name
-                _remove(new)
-                os.rename(target, new)
-            os.rename(old, target)
-    for target in _targets(root, stem):
-        _remove(_side(target, "new"))
-
-
-def _finish(root: Path, stem: str) -> None:
-    """Drop the old versions once every new one is in (the journal says so first)."""
-    journal = _journal(root, stem)
-    _write_journal(journal, {"chapter": stem, "state": "done"})
-    for target in _targets(root, stem):
-        _remove(_side(target, "old"))
-    journal.unlink(missing_ok=True)
-
-
-def commit(staging: Path, root: Path, stem: str) -> None:
-    """Replace a chapter's committed outputs by those in ``staging`` as one unit (see the module doc).
-    On an OSError the old outputs are put back and the error re-raised."""
-    news = [staging / "data" / stem, staging / "figures" / stem, staging / f"{stem}.ipynb"]
-    with_new = []
-    try:
-        for new, target in zip(news, _targets(root, stem)):
-            _remove(_side(target, "new"))
-            _remove(_side(target, "old"))
-            if new.exists():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.move(str(new), str(_side(target, "new")))
-                with_new.append(target.name)
-        _write_journal(_journal(root, stem), {"chapter": stem, "state": "swap", "with_new": with_new})
-    except BaseException:
-        for target in _targets(root, stem):
-            with contextlib.suppress(OSError):
-                _remove(_side(target, "new"))
-        raise
-    with _no_interrupt():
-        try:
-            _roll_forward(root, stem, with_new)
-        except OSError as error:
-            try:
-                _roll_back(root, stem)
-            except OSError as again:
-                raise HalfReplaced(f"{error}; putting the old outputs back failed too ({again}). Fix that "
-                                   f"and run the build again: its journal {_journal(root, stem)} makes it "
-                                   f"finish the replacement") from error
-            _journal(root, stem).unlink(missing_ok=True)
-            raise
-        _finish(root, stem)
-
-
-def recover(root: Path, log=print) -> None:
-    """Finish (or, if that fails, undo) any replacement a killed build left half done, and drop stray
-    ``.book-new`` copies of a build that died before writing its journal."""
-    for journal in sorted((root / "build" / "journal").glob("*.json")):
-        stem = journal.stem
-        try:
-            record = json.loads(journal.read_text())
-        except (OSError, ValueError):
-            record = {}
-        try:
-            if record.get("state") == "swap":
-                try:
-                    _roll_forward(root, stem, record.get("with_new", []))
-                    log(f"{stem}: completed the replacement of its outputs that an interrupted build began")
-                except OSError as error:
-                    _roll_back(root, stem)
-                    log(f"{stem}: could not complete an interrupted replacement ({error}); "
-                        f"its previous outputs are back")
-            elif record.get("state") != "done":
-                _roll_back(root, stem)
-            _finish(root, stem)
-        except OSError as error:
-            raise NotebookFailed(f"{stem}: an interrupted replacement of its outputs can be neither finished "
-                                 f"nor undone ({error}); fix that and run the build again (journal: {journal})")
-    for kind in ("data", "figures", "notebooks"):
-        for stray in (root / kind).glob(".*.book-*"):
-            target = stray.with_name(stray.name[1:].rsplit(".book-", 1)[0])
-            if stray.name.endswith(".book-old") and not target.exists():
-                os.rename(stray, target)  # never drop the only copy of an output
-            else:
-                _remove(stray)
-
-
-@contextlib.contextmanager
-def build_lock(root: Path):
-    """Hold ``root/build/book.lock`` for one build; raise :class:`BuildBusy` if another build has it.
-    The kernel drops the lock when its holder dies, so a killed build never leaves it stuck."""
-    path = root / "build" / "book.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.read(fd, 200).decode(errors="replace").strip() or "unknown process"
-        os.close(fd)
-        raise BuildBusy(f"another build is already running in this checkout ({holder}); wait for it to "
-                        f"finish (lock: {path})") from None
-    try:
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()}, started {time.strftime('%H:%M:%S')}".encode())
-        yield
-    finally:
-        os.close(fd)
-
-
 def _run_chapter(source: Path, root: Path, device, environment, force, log) -> None:
     stem = source.stem
     digest = input_hash(source, device, environment)
@@ -500,7 +322,21 @@ def _run_chapter(source: Path, root: Path, device, environment, force, log) -> N
         raise _failure(stem, "replacing its outputs", f"{type(error).__name__}: {error}",
                        traceback.format_exc(), logs, kept=not isinstance(error, HalfReplaced)) from None
     shutil.rmtree(staging, ignore_errors=True)
-    log(f"{stem}: executed in {seconds:.1f} s")
+    log(f"{stem}: executed in {seconds:.1f} s; {claims_held(root, stem)}")
+
+
+def claims_held(root: Path, stem: str) -> str:
+    """``"k of n claims held"`` from ``root/data/<stem>/claims.csv`` (claims that do not hold never fail
+    the build: another machine may legitimately differ)."""
+    path = root / "data" / stem / "claims.csv"
+    if not path.exists():
+        return "no claims recorded"
+    import pandas as pd
+
+    verdicts = pd.read_csv(path).verdict.tolist()
+    missing = verdicts.count("not measured")
+    return (f"{verdicts.count('held')} of {len(verdicts)} claims held"
+            + (f", {missing} not measured" if missing else ""))
 
 
 def build(*, quick: bool = False, device: str | None = None, only: list[str] | None = None,
@@ -526,7 +362,8 @@ def build(*, quick: bool = False, device: str | None = None, only: list[str] | N
                     executed.parent.mkdir(parents=True, exist_ok=True)
                     seconds = execute(source, quick=True, device=device, out_root=quick_root, executed=executed,
                                       logs=root / "build" / "logs")
-                    log(f"{source.stem}: quick run in {seconds:.1f} s -> {executed.relative_to(root)}")
+                    log(f"{source.stem}: quick run in {seconds:.1f} s -> {executed.relative_to(root)}; "
+                        f"{claims_held(quick_root, source.stem)}")
                 else:
                     _run_chapter(source, root, device, environment, force, log)
     except BuildBusy as error:
@@ -535,6 +372,9 @@ def build(*, quick: bool = False, device: str | None = None, only: list[str] | N
     except NotebookFailed as error:
         log(f"FAILED: {error}")
         return 130 if error.interrupted else 1
+    except HalfReplaced as error:  # an earlier build's half-done replacement that recover() cannot settle
+        log(f"FAILED: {error}")
+        return 1
     except KeyboardInterrupt:
         log("FAILED: interrupted between chapters; every chapter's outputs are whole (old or new)")
         return 130
@@ -567,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with build_lock(args.root):
                 recover(args.root)
-        except (BuildBusy, NotebookFailed) as error:
+        except (BuildBusy, HalfReplaced) as error:
             print(f"FAILED: {error}")
             return 3
         return 0

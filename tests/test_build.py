@@ -11,7 +11,7 @@ import time
 import nbformat
 import pytest
 
-from lib import book
+from lib import book, outputs
 from lib.results import REPO_ROOT
 
 GOOD = '''# %% tags=["parameters"]
@@ -206,7 +206,7 @@ def test_a_replacement_killed_half_way_is_completed_by_the_next_build(demo, monk
     root, source = demo
     built(demo)
     source.write_text(GOOD.replace("value = 1", "value = 8"))
-    real, forward, count = os.rename, book._roll_forward, []
+    real, forward, count = os.rename, outputs._roll_forward, []
 
     def killed_forward(*args):
         def rename(a, b):
@@ -220,10 +220,10 @@ def test_a_replacement_killed_half_way_is_completed_by_the_next_build(demo, monk
         finally:
             monkeypatch.setattr(os, "rename", real)
 
-    monkeypatch.setattr(book, "_roll_forward", killed_forward)
+    monkeypatch.setattr(outputs, "_roll_forward", killed_forward)
     with pytest.raises(Killed):
         book.build(root=root, log=lambda _: None)
-    monkeypatch.setattr(book, "_roll_forward", forward)
+    monkeypatch.setattr(outputs, "_roll_forward", forward)
     assert (root / "build" / "journal" / "01_demo.json").exists()
     logs = []
     assert book.build(root=root, log=logs.append) == 0
@@ -236,17 +236,17 @@ def test_interrupt_while_replacing_is_held_back_until_the_swap_is_done(demo, mon
     root, source = demo
     built(demo)
     source.write_text(GOOD.replace("value = 1", "value = 9"))
-    forward = book._roll_forward
+    forward = outputs._roll_forward
 
     def interrupted_forward(*args):
         os.kill(os.getpid(), 2)  # Ctrl-C arrives in the middle of the swap
         forward(*args)
 
-    monkeypatch.setattr(book, "_roll_forward", interrupted_forward)
+    monkeypatch.setattr(outputs, "_roll_forward", interrupted_forward)
     logs = []
     assert book.build(root=root, log=logs.append) == 130
     assert "interrupted" in logs[-1] and table(root) == ["value", "9"]  # the swap finished first
-    monkeypatch.setattr(book, "_roll_forward", forward)
+    monkeypatch.setattr(outputs, "_roll_forward", forward)
     assert book.build(root=root, log=logs.append) == 0 and logs[-1] == "01_demo: up to date"
 
 
