@@ -290,15 +290,16 @@ def takeaways_page(chapters: list[Chapter]) -> str:
     return page("Takeaways, chapter by chapter", "".join(parts) or "<p>No chapter has a takeaways section yet.</p>")
 
 
-def class_page(results: Path | None) -> str:
-    """The class comparison from ``results`` (a folder written by ``lib.classroom.gather``)."""
+def class_page(results: Path | None, example: bool = False) -> str:
+    """The class comparison from ``results`` (a folder written by ``lib.classroom.gather``); ``example``
+    when it is the committed example runs rather than a class's."""
     if results is None or not (results / "comparison.csv").exists():
         return page("Class results", "<p>No class results yet. Students run <code>make class-zip</code> and send "
                     "the zip; the teacher runs <code>make class DIRS=\"a.zip b.zip ...\"</code>, then "
                     "<code>make html</code>.</p>")
     comparison = pd.read_csv(results / "comparison.csv")
     body = []
-    if results.resolve().is_relative_to(classroom.EXAMPLE_RUNS.resolve()) or results.name == "example":
+    if example:
         body.append("<p><b>Example.</b> No class results were gathered on this machine, so this page shows the "
                     "book's two example runs (<code>classroom/runs/</code>): the development machine in quick "
                     "mode with one thread and with two. Quick mode uses the tiny GPT-2 for the sweeps, so its "
@@ -366,9 +367,10 @@ def build(out: Path = SITE_DIR, root: Path = REPO_ROOT, log=print) -> list[Path]
     write("takeaways.html", takeaways_page(chapters))
     write("teacher.html", page("For teachers", classroom.teacher_body(chapters, root)))
     results = class_results(root, out / "class")
-    if results is not None and results != out / "class":
-        shutil.copytree(results, out / "class", ignore=shutil.ignore_patterns("class-*"))
-    write("class.html", class_page(out / "class" if results else None))
+    example = results == out / "class"  # gathered just now from classroom/runs/
+    if results is not None and not example:
+        shutil.copytree(results, out / "class", ignore=shutil.ignore_patterns("class-*", "*.zip"))
+    write("class.html", class_page(out / "class" if results else None, example))
     log(f"site: {len(written)} pages in {out} ({time.perf_counter() - started:.1f} s)")
     return written
 

@@ -127,6 +127,7 @@ def test_teacher_page_plans_45_and_90_minute_sessions_and_prints_real_failures(b
 
 
 def test_class_page_compares_the_example_runs(built):
+    assert "<b>Example.</b>" in (built / "class.html").read_text(), "the example runs are labelled as such"
     comparison = _table(built / "class.html")
     assert set(comparison["run"]) >= {"dev-cpu-1-thread", "dev-cpu-2-threads"}
     assert (built / "class" / "comparison.png").exists()
