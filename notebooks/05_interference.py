@@ -133,6 +133,9 @@ section2 = sweep2[mine].dropna(subset=["time_ms"]).sort_values("prompt_tokens")
 if section2.prompt_tokens.nunique() < 2:
     raise FileNotFoundError(f"chapter 2 has no {dtype_name(torch_dtype)} sweep with {threads} threads: run chapter 2 "
                             f"with dtypes=['{dtype_name(torch_dtype)}'] and {threads} threads first")
+if b_prompt_len > section2.prompt_tokens.max():
+    print(f"section 2 measured passes up to {section2.prompt_tokens.max()} tokens: longer chunks are predicted in "
+          f"proportion to their length")
 floor2 = load_table("02_prefill_sweep", "floor", quick=quick)
 floor2 = floor2[(floor2.dtype == dtype_name(torch_dtype)) & (floor2.threads == threads)].iloc[0]
 section2[["prompt_tokens", "time_ms", "time_ms_low", "time_ms_high"]].set_index("prompt_tokens").T.round(1)
@@ -269,7 +272,8 @@ display(Markdown(register.decide(
 # %%
 crowded = summary.a_median_gap_ms > 1.5 * unchunked.a_median_gap_ms
 crowded_pred = summary.predicted_a_median_gap_ms > 1.5 * a_step_ms
-listed = lambda mask: "sizes " + ", ".join(str(c) for c in summary.chunk_tokens[mask]) if mask.any() else "no size"
+listed = lambda mask: (f"size{'s' if mask.sum() > 1 else ''} " + ", ".join(str(c) for c in summary.chunk_tokens[mask])
+                       if mask.any() else "no size")
 display(Markdown(register.decide(
     "crowded_median_gap",
     "A's median gap holds a chunk (is over 1.5x the unchunked median) exactly at the sizes where half or more of "
@@ -297,8 +301,10 @@ for ax, r in zip(axes, example):
                    label="B's prefill chunks" if i == 0 else None)
     ax.axvline((r.b_request_time - t0) * 1e3, color="tab:red", ls="--", lw=1, label="B arrives")
     ax.axvline((r.b_first_token_time - t0) * 1e3, color="tab:green", ls="--", lw=1, label="B's first token")
-    ax.set(yscale="log", ylabel="A's gap (ms)", title=f"chunk {r.chunk} tokens (run 1): A's worst gap "
-           f"{r.a_metrics.worst_gap * 1e3:,.0f} ms, B's TTFT {r.b_metrics.ttft * 1e3:,.0f} ms")
+    row = summary[summary.chunk_tokens == r.chunk].iloc[0]
+    worst = timing.span(row.a_worst_gap_ms_low, row.a_worst_gap_ms_high, ",.0f")
+    ax.set(yscale="log", ylabel="A's gap (ms)", title=f"chunk {r.chunk} tokens (run 1's trace); over {runs} runs A's "
+           f"worst gap {row.a_worst_gap_ms:,.0f} ms ({worst}), B's TTFT {row.b_ttft_ms:,.0f} ms")
     ax.legend(fontsize=7, loc="upper right")
 axes[-1].set_xlabel("time since A's request (ms)")
 shorter = unchunked.a_worst_gap_ms / summary.set_index("chunk_tokens").a_worst_gap_ms[best_pred]
@@ -318,7 +324,7 @@ steps = summary[["chunk_tokens", "a_worst_gap_ms", "worst_gap_cut", "predicted_w
 steps["b_ttft_growth"] = steps.b_ttft_ms / steps.b_ttft_ms.shift(1) - 1
 results.table(steps, "halving")
 best, stop = stopping_point(summary.chunk_tokens.tolist(), summary.a_worst_gap_ms.tolist())
-steps.set_index("chunk_tokens").round(3)
+steps.set_index("chunk_tokens")[["worst_gap_cut", "predicted_worst_gap_cut", "b_ttft_growth"]].round(3)
 
 # %%
 fig, ax = plt.subplots(figsize=(7.5, 4.8))
@@ -362,6 +368,7 @@ display(Markdown(register.decide(
 
 # %%
 ttft = summary.b_ttft_ms.tolist()
+falls = [(c0, t0, c1, t1) for c0, t0, c1, t1 in zip(sizes, ttft, sizes[1:], ttft[1:]) if t1 < t0 * 0.95] or [(0,) * 4]
 display(Markdown(register.decide(
     "smaller_chunks_delay_b",
     "Every smaller chunk delays B: its TTFT never falls (beyond 5 per cent noise) as the chunk shrinks.",
@@ -369,9 +376,9 @@ display(Markdown(register.decide(
     measured="TTFT (ms): " + ", ".join(f"{c}: {t:,.0f}" for c, t in zip(summary.chunk_tokens, ttft)),
     evidence=f"medians of {runs} runs",
     if_held=f"B's TTFT rose from {ttft[0]:,.0f} ms unchunked to {ttft[-1]:,.0f} ms with {sizes[-1]}-token chunks: "
-            f"each chunk pays one more of A's steps and one more pass's floor.",
-    if_not="B's TTFT fell at some step down, beyond the noise allowed: a smaller chunk was cheaper in total, so the "
-           "passes were not paying a floor per chunk there.")))
+            f"more chunks mean more passes, each with its floor, and one more of A's steps before each.",
+    if_not="B's TTFT fell from {1:,.0f} ms with {0}-token chunks to {3:,.0f} ms with {2}-token chunks, more than the "
+           "5 per cent allowed for noise: in this run a smaller chunk was not always slower for B.".format(*falls[0]))))
 
 # %% [markdown]
 # ## What a chunk costs
@@ -415,7 +422,7 @@ display(Markdown(register.decide(
            f"{spread(first_ratio)} times section 2's pass of the same length: {cause}. From the first to the last full "
            f"chunk the cost grew {spread(growth)}x, where the prefix's FLOPs predict {spread(growth_flops)}x.")))
 
-# %% [markdown]
+# %% [markdown] tags=["predict"]
 # ## Chunking changes the schedule, not the answer
 #
 # B's last-position logits after a chunked prefill, against the unchunked run's (both prefill the same prompt, so
@@ -481,7 +488,7 @@ display(Markdown(
     f"eight typers on a 2-core CPU with a 1,024-token newcomer: a normal gap of {typers['normal']:.0f} ms, a worst gap "
     f"of {typers['unchunked_worst']:,.0f} ms unchunked and {typers['chunk128_worst']:.0f} ms with 128-token chunks."))
 
-# %% [markdown]
+# %% [markdown] tags=["predict"]
 # ## Extension: several streams decoding at once
 #
 # With `k` A streams decoding as one batch, every A step reads `k` caches but the same weights once; B's chunks
@@ -571,6 +578,7 @@ display(Markdown("\n".join([
     + best_line])))
 results.table(register.frame(), "claims")
 print(register.summary())
+register.frame()
 
 # %% [markdown]
 # ## Check yourself
