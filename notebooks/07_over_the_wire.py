@@ -1,0 +1,666 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 7. Over the wire: the book's measurements against a real serving engine
+#
+# Chapters 1 to 6 timed a request inside one Python process. A served model answers through an engine with
+# continuous batching and a scheduler, behind an OpenAI-compatible HTTP API, and its TTFT and TPOT are what a
+# client measures at the other end of a socket. This chapter starts two such engines on loopback, serving the
+# book's SmolLM2 on this machine: `transformers serve` with continuous batching, and vLLM (its CPU build, in its
+# own environment `.venv-vllm`, where it can run). It streams requests to them with `lib.serving`'s client,
+# which stamps every chunk as it arrives, and scores the traces with `lib.metrics`, as in chapter 1.
+#
+# Four experiments: one request in-process beside the same request through each engine (what the HTTP path
+# and the engine add); load, from 1 to 16 concurrent users and as random (Poisson) arrivals, against stated
+# objectives; chapter 5's stall inside a real scheduler; and one set of traces scored the way four public
+# benchmark tools define their metrics. Set `base_url` to measure any OpenAI-compatible deployment instead of
+# the local engines.
+
+# %% tags=["parameters"]
+quick = False
+base_url = None             # e.g. "http://127.0.0.1:8000": measure that server instead of starting local engines
+engines = ["transformers", "vllm"]  # local engines to start (vLLM only where .venv-vllm exists)
+question = "Why is the sky blue? Explain it to a ten-year-old in three sentences."
+max_new_tokens = 48
+runs = 3                    # requests per path in the one-request comparison, after one warm-up each
+concurrency = [1, 2, 4, 8, 16]
+requests_per_user = 2       # closed loop: each concurrency level sends concurrency x this many requests
+load_tokens = 32            # output tokens of each load request
+arrival_rates = [0.25, 0.5, 1.0, 2.0]  # Poisson arrivals, requests per second
+arrivals = 12               # requests per arrival rate
+seed = 0
+stall_prompt_tokens = 1000  # B's prompt in the stall experiment
+stall_tokens = 40           # A's output tokens
+stall_arrival = 10          # B arrives after A's tenth chunk
+vllm_budgets = [2048, 512, 128]  # vLLM --max-num-batched-tokens: the chunked-prefill budget (the first: none)
+tf_batch_tokens = 512       # transformers serve --cb-max-batch-tokens
+ttft_slo_ms = None          # goodput objectives in ms; None: the CPU/GPU default (lib.objectives)
+tpot_slo_ms = None
+collapse_below = 0.5        # goodput "collapses" where its interval's top falls below this fraction
+resamples = 1000            # bootstrap resamples for goodput's interval
+start_timeout_s = 1200      # a first vLLM start compiles for minutes
+
+# %%
+from lib import params
+
+P = params.check(globals(), {
+    "base_url": params.text(allow_none=True),
+    "engines": params.listof(params.choice(["transformers", "vllm"]), quick=["transformers"]),
+    "question": params.text(), "max_new_tokens": params.integer(min=2, quick=8),
+    "runs": params.integer(min=1, quick=2),
+    "concurrency": params.int_list(min=1, max=64, quick=[1, 4]),
+    "requests_per_user": params.integer(min=1, quick=1), "load_tokens": params.integer(min=2, quick=8),
+    "arrival_rates": params.listof(params.number(above=0), quick=[1.0, 4.0]),
+    "arrivals": params.integer(min=2, quick=4), "seed": params.integer(min=0),
+    "stall_prompt_tokens": params.integer(min=16, max=1900, quick=256),
+    "stall_tokens": params.integer(min=3, quick=12), "stall_arrival": params.integer(min=1, quick=4),
+    "vllm_budgets": params.int_list(min=16, quick=[256, 64]), "tf_batch_tokens": params.integer(min=16, quick=128),
+    "ttft_slo_ms": params.number(above=0, allow_none=True), "tpot_slo_ms": params.number(above=0, allow_none=True),
+    "collapse_below": params.number(above=0, max=1), "resamples": params.integer(min=10, quick=200),
+    "start_timeout_s": params.number(above=0),
+}, quick=quick, chapter="07_over_the_wire")
+if stall_arrival >= stall_tokens:
+    raise ValueError(f"B must arrive while A streams: stall_arrival ({stall_arrival}) must be below stall_tokens "
+                     f"({stall_tokens})")
+
+# %%
+import threading
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import torch
+from IPython.display import Markdown, display
+
+from lib import claims, conventions, metrics, objectives, phases, serving, timing
+from lib.device import describe_environment
+from lib.models import SMOLLM2_VERSION, cache_dir, load_model
+from lib.results import Results, load_table
+
+MODEL = "smollm2-135m"
+lm = load_model(MODEL, "cpu", torch.float32)  # converts and caches the weights the engines serve
+model_dir = cache_dir() / f"smollm2-135m-instruct-{SMOLLM2_VERSION}"
+goals = objectives.objectives("cpu", ttft_slo_ms, tpot_slo_ms)
+results = Results("07_over_the_wire", quick=quick, device="cpu", dtype=torch.float32, model=MODEL)
+register = claims.Claims()
+pd.Series(describe_environment("cpu", torch.float32, MODEL)).to_frame("this run")
+
+# %% [markdown]
+# ## The engines
+#
+# With no `base_url`, `lib.serving` starts each engine in `engines` on `127.0.0.1` at a free port, waits until
+# its `/health` answers, and stops it at the end of the chapter, or when the chapter fails, or when its
+# kernel dies (the engine runs in its own process group, which is killed as a whole). A start that fails
+# shows the end of the engine's log. Both engines get the same converted SmolLM2 folder the book loads
+# in-process, in fp32.
+
+# %%
+vllm_missing = serving.vllm_unavailable()
+if base_url:
+    serving.check_reachable(base_url)  # one line naming the address if it does not answer
+    wanted = {"server": None}
+    print(f"measuring {base_url} (serving {serving.served_model(base_url)}); no local engine is started")
+else:
+    wanted = {"transformers serve": lambda: serving.transformers_engine(
+        model_dir, max_batch_tokens=tf_batch_tokens, start_timeout_s=start_timeout_s)} if "transformers" in engines else {}
+    if "vllm" in engines and vllm_missing:
+        print(vllm_missing + ".")
+    elif "vllm" in engines:
+        wanted["vLLM"] = lambda: serving.vllm_engine(model_dir, max_num_batched_tokens=vllm_budgets[0],
+                                                     start_timeout_s=start_timeout_s)
+if not wanted:
+    raise ValueError("no engine to measure: set engines to include 'transformers' (or 'vllm' where it can run), "
+                     "or give a base_url")
+
+# %% [markdown] tags=["predict"]
+# ## One request: in-process against through an engine
+#
+# **Predict.** Chapter 1's request runs here in-process (`lib.phases.run_request`: prefill, then greedy
+# decode, each token read back to the host). Through an engine the same model does the same prefill and the
+# same decode steps, plus: the HTTP request and its JSON, the chat template and tokenisation, the scheduler
+# placing the request in a batch, detokenising each token and writing it to the socket. These are fixed
+# costs per request and per token, small beside a 135M-parameter model's forward pass on a CPU. So TTFT should
+# be longer through an engine by a fixed amount, and the gaps should be close to the in-process ones (within
+# 1.5x).
+
+# %%
+chat = [{"role": "user", "content": question}]
+prompt_ids = lm.tokenizer.apply_chat_template(chat, add_generation_prompt=True, return_tensors="pt",
+                                              return_dict=True)["input_ids"]
+eos = lm.tokenizer.eos_token_id
+phases.run_request(lm, prompt_ids, max_new_tokens, eos_token_id=eos)  # warm-up
+local = [phases.run_request(lm, prompt_ids, max_new_tokens, eos_token_id=eos) for _ in range(runs)]
+local_text = lm.tokenizer.decode(local[0].token_ids, skip_special_tokens=True)
+rows = [dict(path="in-process", run=i + 1, prompt_tokens=prompt_ids.shape[1], output_tokens=len(t.token_ids),
+             ttft_ms=m.ttft * 1e3, tpot_ms=m.tpot * 1e3, median_gap_ms=m.median_gap * 1e3)
+        for i, t in enumerate(local) for m in [metrics.request_metrics(t.request_time, t.token_times)]]
+print(f"in-process answer ({len(local[0].token_ids)} tokens): {local_text}")
+
+# %% [markdown]
+# Now the engines start (the first vLLM start on a machine compiles for minutes; later ones read
+# `~/.cache/vllm`).
+
+# %%
+live, urls, model_ids, startup = {}, {}, {}, {}
+for name, make in wanted.items():
+    if make is None:
+        urls[name] = base_url.rstrip("/")
+    else:
+        live[name] = make().start()
+        urls[name], startup[name] = live[name].base_url, live[name].startup_s
+    model_ids[name] = serving.served_model(urls[name])
+pd.DataFrame({"engine": list(urls), "startup_s": [startup.get(n, np.nan) for n in urls]})
+
+
+# %%
+def fixed_length(name: str) -> dict | None:
+    """The request field that makes engine ``name`` ignore the end-of-turn token (vLLM's only)."""
+    return {"ignore_eos": True} if name == "vLLM" else None
+
+
+def send(name: str, messages, tokens: int, fixed: bool = False, **kw) -> serving.Trace:
+    """One streamed request to engine ``name``, greedy. ``fixed``: ask vLLM for exactly ``tokens`` tokens
+    (``ignore_eos``; transformers serve refuses the field, so its replies may end sooner)."""
+    return serving.stream_chat(urls[name], model_ids[name], messages, tokens, extra=fixed_length(name) if fixed else None,
+                               **kw)
+
+
+server_before = {n: serving.scrape_metrics(u) for n, u in urls.items()}
+replies = {}
+for name in urls:
+    send(name, chat, max_new_tokens)  # warm-up
+    traces = [send(name, chat, max_new_tokens, request_id=i) for i in range(runs)]
+    bad = serving.failures(traces)
+    if bad:
+        raise RuntimeError(f"{name}: requests failed ({bad}): {[t.error for t in traces if t.error]}")
+    replies[name] = traces[0].text
+    rows += [dict(path=name, run=i + 1, prompt_tokens=t.prompt_tokens, output_tokens=t.n_tokens,
+                  ttft_ms=m.ttft * 1e3, tpot_ms=m.tpot * 1e3, median_gap_ms=m.median_gap * 1e3)
+             for i, t in enumerate(traces) for m in [t.metrics()]]
+server_after = {n: serving.scrape_metrics(u) for n, u in urls.items()}
+one = pd.DataFrame(rows)
+results.table(one, "one_request_runs")
+
+# %%
+paths = timing.median_range(one, "path", ["ttft_ms", "tpot_ms", "median_gap_ms"])
+paths = paths.merge(one.groupby("path", sort=False)[["prompt_tokens", "output_tokens"]].first().reset_index())
+base = paths.iloc[0]
+paths["ttft_added_ms"] = paths.ttft_ms - base.ttft_ms
+paths["gap_added_ms"] = paths.median_gap_ms - base.median_gap_ms
+results.table(paths, "one_request")
+paths.round(1)
+
+# %%
+for name, reply in replies.items():
+    print(f"{name} ({paths.set_index('path').loc[name, 'output_tokens']:.0f} tokens): {reply}")
+engine_rows = paths.iloc[1:]
+same_prompt = bool((engine_rows.prompt_tokens == base.prompt_tokens).all())
+span = lambda r, c: timing.span(getattr(r, f"{c}_low"), getattr(r, f"{c}_high"), ".0f", "ms")  # noqa: E731
+added = "; ".join(f"{r.path}: TTFT **{r.ttft_ms:.0f} ms** ({span(r, 'ttft_ms')}), {r.ttft_added_ms:+.0f} ms"
+                  for r in engine_rows.itertuples())
+display(Markdown(register.decide(
+    "engine_adds_to_ttft", "Through each engine, TTFT is longer than in-process (medians over runs).",
+    bool((engine_rows.ttft_added_ms > 0).all()),
+    predicted="longer by a fixed cost", measured=added,
+    evidence=f"{runs} runs per path after a warm-up; prompt {base.prompt_tokens:.0f} tokens in-process, "
+             f"{', '.join(f'{p:.0f}' for p in engine_rows.prompt_tokens)} as the engines counted it",
+    if_held=f"in-process TTFT was **{base.ttft_ms:.0f} ms** ({span(base, 'ttft_ms')}); {added}. That difference "
+            "is what the HTTP path, the template and tokenisation, and the scheduler cost before the first token.",
+    if_not=f"in-process TTFT was **{base.ttft_ms:.0f} ms** ({span(base, 'ttft_ms')}); {added}. An engine reached "
+           "its first token sooner than the in-process path: its prefill kernels (paged attention, a compiled "
+           "graph) beat the plain model call by more than the HTTP path costs.")))
+if not same_prompt:
+    print("The engines counted a different prompt length than the in-process chat template: their templates differ.")
+
+# %%
+ratio = engine_rows.median_gap_ms / base.median_gap_ms
+display(Markdown(register.decide(
+    "engine_gaps_close_to_in_process",
+    "Through each engine, the median gap between tokens is within 1.5x of the in-process one.",
+    bool(all(claims.within(g, base.median_gap_ms, 1.5) for g in engine_rows.median_gap_ms)),
+    predicted=f"{base.median_gap_ms:.0f} ms (in-process), within 1.5x",
+    measured=", ".join(f"{r.path}: {r.median_gap_ms:.0f} ms ({q:.2f}x)" for r, q in zip(engine_rows.itertuples(), ratio)),
+    evidence=f"{runs} runs per path; in-process on {torch.get_num_threads()} threads",
+    if_held="each engine's decode step costs about what the in-process one does: the per-token work of "
+            "serving (detokenising, one server-sent event) is small beside the forward pass.",
+    if_not="an engine's gaps are far from the in-process ones: "
+           + ", ".join(f"{r.path} {q:.2f}x" for r, q in zip(engine_rows.itertuples(), ratio))
+           + ". Below 1, its decode kernels are faster than the plain model call; above, the engine's own loop "
+             "(scheduling, paged-cache bookkeeping, a core kept for the HTTP server) costs more than the HTTP path.")))
+
+# %% [markdown]
+# vLLM also reports its own timings, as Prometheus histograms on `/metrics` (`vllm:time_to_first_token_seconds`
+# and others), measured inside the server. The client's TTFT minus the server's is the part of TTFT that the
+# server cannot see: the connection, the request's parsing before it is timed, and the wire back.
+
+# %%
+def server_mean(name: str, metric: str) -> float:
+    """Mean of a server histogram over the one-request runs (warm-up included), in ms; NaN if absent."""
+    before, after = server_before[name], server_after[name]
+    count = after.get(f"{metric}_count", 0) - before.get(f"{metric}_count", 0)
+    return (after.get(f"{metric}_sum", 0) - before.get(f"{metric}_sum", 0)) / count * 1e3 if count else np.nan
+
+
+own = pd.DataFrame([dict(path=n, client_ttft_ms=one[one.path == n].ttft_ms.mean(),
+                         server_ttft_ms=server_mean(n, "vllm:time_to_first_token_seconds"),
+                         server_queue_ms=server_mean(n, "vllm:request_queue_time_seconds"),
+                         server_prefill_ms=server_mean(n, "vllm:request_prefill_time_seconds")) for n in urls])
+own["outside_server_ms"] = own.client_ttft_ms - own.server_ttft_ms
+results.table(own, "server_reported")
+reported = own.dropna(subset=["server_ttft_ms"])
+display(Markdown(register.decide(
+    "client_ttft_covers_server_ttft", "The client's mean TTFT is at least the engine's own reported TTFT.",
+    bool((reported.outside_server_ms >= 0).all()) if len(reported) else None,
+    predicted="client >= server", measured=", ".join(f"{r.path}: {r.client_ttft_ms:.0f} ms against {r.server_ttft_ms:.0f}"
+                                                     for r in reported.itertuples()),
+    evidence="server histograms' sum and count before and after the runs (the warm-up falls in the server's count)",
+    if_held="the part outside the server: " + ", ".join(f"{r.path} **{r.outside_server_ms:.1f} ms**"
+                                                        for r in reported.itertuples()) + " of TTFT.",
+    if_not="the server's own TTFT exceeds the client's: its histogram also counted the slower warm-up request.",
+    if_not_measured="no engine here reports its timings on /metrics (transformers serve has none).")))
+own.round(1)
+
+# %% [markdown] tags=["predict"]
+# ## Load: many users at once
+#
+# **Predict** from chapter 3's batched decode: one decode step of `B` sequences reads the weights once for
+# all of them, so up to the point where the step becomes compute-bound, a batch of `B` costs little more than
+# one sequence. An engine with continuous batching puts every active request into each step. So, as more
+# users stream at once, the total tokens per second should rise, and each user's TPOT should rise too, but
+# more slowly than the number of users. On a 2-core CPU the step becomes compute-bound at a small batch, so
+# the gain should be modest. Each level of the **closed loop** below keeps `c` users busy: each sends its
+# next request when the last one ends.
+
+# %%
+load_prompt = [{"role": "user", "content": "Write a long story about a lighthouse keeper and a storm."}]
+sweep_rows, sweep_traces = [], {}
+for name in urls:
+    for c in concurrency:
+        traces = serving.closed_loop(lambda i: send(name, load_prompt, load_tokens, request_id=i, fixed=True),
+                                     c * requests_per_user, c)
+        sweep_traces[(name, c)] = traces
+        ok = [t for t in traces if t.ok]
+        span_s = max(t.end for t in traces) - min(t.sent for t in traces)
+        good, low, high = conventions.bootstrap_fraction([conventions.meets(t, goals.ttft_s, goals.tpot_s)
+                                                          for t in traces], resamples, seed=seed)
+        scored = [t.metrics() for t in ok]
+        sweep_rows.append(dict(engine=name, concurrency=c, requests=len(traces), failures=str(serving.failures(traces)),
+                               tokens_per_s=sum(t.n_tokens for t in ok) / span_s,
+                               ttft_ms=np.median([m.ttft for m in scored]) * 1e3,
+                               tpot_ms=np.median([m.tpot for m in scored if m.tpot]) * 1e3,
+                               goodput=good, goodput_low=low, goodput_high=high))
+sweep = pd.DataFrame(sweep_rows)
+results.table(sweep, "concurrency_sweep")
+dead = sweep[sweep.tokens_per_s == 0]
+if len(dead):
+    raise RuntimeError("every request of a load level failed: " + "; ".join(
+        f"{r.engine} at {r.concurrency} users: {r.failures}" for r in dead.itertuples()))
+sweep.round(2)
+
+# %%
+fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+for name, g in sweep.groupby("engine", sort=False):
+    left.plot(g.concurrency, g.tokens_per_s, "o-", label=name)
+    right.plot(g.tokens_per_s, g.tpot_ms, "o-", label=name)
+    for r in g.itertuples():
+        right.annotate(f"{r.concurrency}", (r.tokens_per_s, r.tpot_ms), fontsize=8)
+gain = sweep.groupby("engine").apply(lambda g: g.tokens_per_s.iloc[-1] / g.tokens_per_s.iloc[0])
+left.set(xscale="log", xlabel="concurrent users", ylabel="total output tokens / s",
+         title=f"{concurrency[-1]} users give {gain.min():.1f}x to {gain.max():.1f}x the tokens/s of {concurrency[0]}")
+right.set(xlabel="total output tokens / s", ylabel="each user's median TPOT (ms)",
+          title="throughput is bought with each user's TPOT (labels: users)")
+left.legend(fontsize=8)
+right.legend(fontsize=8)
+fig.tight_layout()
+results.figure(fig, "throughput_against_tpot")
+plt.show()
+
+# %%
+for name, g in sweep.groupby("engine", sort=False):
+    first, last = g.iloc[0], g.iloc[-1]
+    display(Markdown(register.decide(
+        f"batching_raises_throughput_{name.split()[0].lower()}",
+        f"{name}: {last.concurrency} concurrent users get at least 1.2x the total tokens/s of {first.concurrency}.",
+        claims.at_least(last.tokens_per_s / first.tokens_per_s, 1.2) if len(g) > 1 else None,
+        predicted="more tokens/s in total, each user's TPOT higher",
+        measured=f"{first.tokens_per_s:.1f} -> {last.tokens_per_s:.1f} tokens/s; TPOT {first.tpot_ms:.0f} -> "
+                 f"{last.tpot_ms:.0f} ms",
+        evidence=f"closed loop, {requests_per_user} requests per user of {load_tokens} tokens; {len(g)} levels",
+        if_held=f"from {first.concurrency} to {last.concurrency} users the total rose **{last.tokens_per_s / first.tokens_per_s:.1f}x** "
+                f"while each user's TPOT went from {first.tpot_ms:.0f} to **{last.tpot_ms:.0f} ms**: the batch shares "
+                "each step's reading of the weights.",
+        if_not=f"from {first.concurrency} to {last.concurrency} users the total went from {first.tokens_per_s:.1f} to "
+               f"{last.tokens_per_s:.1f} tokens/s (x{last.tokens_per_s / first.tokens_per_s:.2f}) and TPOT from "
+               f"{first.tpot_ms:.0f} to {last.tpot_ms:.0f} ms: on this machine a step is already compute-bound "
+               "(or the cores are busy with other work), so a larger batch costs about its size in time.",
+        if_not_measured="one concurrency level only.")))
+
+# %% [markdown] tags=["predict"]
+# ## Random arrivals and the load at which goodput collapses
+#
+# Real users do not wait for each other: requests arrive at random. An **open loop** sends requests at the
+# times of a seeded Poisson process, whether or not earlier ones have finished. **Predict:** below the rate
+# the engine can serve, requests rarely overlap and goodput is that of one request alone; above it, queues
+# grow, TTFT climbs with every request in the queue, and goodput falls towards zero. Goodput here is the
+# fraction of requests that met the objectives, with a 95 % bootstrap interval over requests (a failed request
+# meets none).
+
+# %%
+poisson_rows, poisson_traces = [], {}
+for name in urls:
+    for rate in arrival_rates:
+        offsets = serving.poisson_offsets(rate, arrivals, seed=seed)
+        traces = serving.open_loop(lambda i, at: send(name, load_prompt, load_tokens, request_id=i, scheduled=at,
+                                                      fixed=True), offsets)
+        poisson_traces[(name, rate)] = traces
+        ok = [t.metrics() for t in traces if t.ok]
+        good, low, high = conventions.bootstrap_fraction([conventions.meets(t, goals.ttft_s, goals.tpot_s)
+                                                          for t in traces], resamples, seed=seed)
+        poisson_rows.append(dict(engine=name, rate_per_s=rate, requests=len(traces),
+                                 failures=str(serving.failures(traces)),
+                                 ttft_ms=np.median([m.ttft for m in ok]) * 1e3 if ok else np.nan,
+                                 ttft_p90_ms=np.percentile([m.ttft for m in ok], 90) * 1e3 if ok else np.nan,
+                                 tpot_ms=np.median([m.tpot for m in ok if m.tpot]) * 1e3 if ok else np.nan,
+                                 goodput=good, goodput_low=low, goodput_high=high))
+poisson = pd.DataFrame(poisson_rows)
+results.table(poisson, "poisson_arrivals")
+poisson.round(2)
+
+# %%
+fig, ax = plt.subplots(figsize=(7, 4))
+for name, g in poisson.groupby("engine", sort=False):
+    ax.errorbar(g.rate_per_s, g.goodput, yerr=[g.goodput - g.goodput_low, g.goodput_high - g.goodput],
+                fmt="o-", capsize=3, label=name)
+ax.axhline(collapse_below, color="grey", ls=":", label=f"collapse: interval below {collapse_below:.0%}")
+collapsed = poisson[poisson.goodput_high < collapse_below].groupby("engine").rate_per_s.min()
+ax.set(xscale="log", xlabel="arrival rate (requests / s)", ylabel="goodput (fraction meeting objectives)",
+       ylim=(-0.05, 1.05), title=("goodput collapses at " + ", ".join(f"{r:g}/s ({n})" for n, r in collapsed.items()))
+       if len(collapsed) else "goodput did not collapse at the rates tried")
+ax.legend(fontsize=8)
+results.figure(fig, "goodput_against_rate")
+plt.show()
+
+# %%
+for name, g in poisson.groupby("engine", sort=False):
+    low_rate, high_rate = g.iloc[0], g.iloc[-1]
+    where = collapsed.get(name)
+    display(Markdown(register.decide(
+        f"goodput_falls_with_load_{name.split()[0].lower()}",
+        f"{name}: goodput at the highest arrival rate is below goodput at the lowest (intervals apart).",
+        bool(high_rate.goodput_high < low_rate.goodput_low) if len(g) > 1 else None,
+        predicted="high at low rates, collapsing above what the engine can serve",
+        measured=", ".join(f"{r.rate_per_s:g}/s: {r.goodput:.0%} [{r.goodput_low:.0%}, {r.goodput_high:.0%}]"
+                           for r in g.itertuples()),
+        evidence=f"{arrivals} Poisson arrivals per rate (seed {seed}); objectives TTFT <= {goals.ttft_ms:.0f} ms, "
+                 f"TPOT <= {goals.tpot_ms:.0f} ms; {resamples} bootstrap resamples",
+        if_held=f"goodput fell from **{low_rate.goodput:.0%}** at {low_rate.rate_per_s:g} requests/s to "
+                f"**{high_rate.goodput:.0%}** at {high_rate.rate_per_s:g}/s; median TTFT went from "
+                f"{low_rate.ttft_ms:.0f} to {high_rate.ttft_ms:.0f} ms. "
+                + (f"It collapsed (interval below {collapse_below:.0%}) from **{where:g} requests/s**."
+                   if where is not None else f"Its interval never fell below {collapse_below:.0%}."),
+        if_not=f"goodput did not fall clearly between {low_rate.rate_per_s:g} and {high_rate.rate_per_s:g} requests/s "
+               f"({low_rate.goodput:.0%} against {high_rate.goodput:.0%}): either every rate tried is within what "
+               "the engine serves, or every one is beyond it (the intervals say which).",
+        if_not_measured="one arrival rate only.")))
+
+# %% [markdown]
+# **Takeaway: an engine serves more tokens per second to many users than to one, and pays for it in each
+# user's TPOT and, once arrivals outpace it, in TTFT: goodput, not throughput, says when it is overloaded.**
+#
+# ## One set of traces, five ways to score it
+#
+# Benchmark tools do not agree on what TTFT, ITL and TPOT mean (`lib.conventions` cites each one's code).
+# vLLM's benchmark ends TTFT at the first streamed event that carries a `choices` list, even an empty one;
+# GuideLLM's time per output token and LLMPerf's inter-token latency both include the wait for the first
+# token; GenAI-Perf's inter-token latency is the book's TPOT. The traces of the largest concurrency level
+# above, scored by each:
+
+# %%
+count_tokens = lambda text: len(lm.tokenizer(text, add_special_tokens=False).input_ids)  # noqa: E731
+scored = pd.concat([conventions.compare(sweep_traces[(name, concurrency[-1])], goals.ttft_s, goals.tpot_s,
+                                        count_tokens).assign(engine=name) for name in urls], ignore_index=True)
+for col in ("ttft_mean", "itl_mean", "tpot_mean", "e2e_mean"):
+    scored[col.replace("_mean", "_mean_ms")] = scored.pop(col) * 1e3
+scored = scored.drop(columns=["ttft_p", "itl_p", "tpot_p"])
+results.table(scored, "conventions")
+scored[["engine", "convention", "ttft_mean_ms", "itl_name", "itl_mean_ms", "tpot_name", "tpot_mean_ms",
+        "goodput", "goodput_unit"]].round(3)
+
+# %%
+for name, g in scored.groupby("engine", sort=False):
+    g = g.set_index("convention")
+    per_token = {"book TPOT": g.loc["book", "tpot_mean_ms"], "GuideLLM time_per_output_token": g.loc["guidellm", "tpot_mean_ms"],
+                 "LLMPerf inter_token_latency": g.loc["llmperf", "itl_mean_ms"],
+                 "GenAI-Perf inter_token_latency": g.loc["genai-perf", "itl_mean_ms"]}
+    spread = max(per_token.values()) / min(per_token.values())
+    display(Markdown(register.decide(
+        f"conventions_disagree_{name.split()[0].lower()}",
+        f"{name}: the tools' per-token figures for the same traces differ by more than 20 %.",
+        spread > 1.2, predicted="GuideLLM's and LLMPerf's above the book's TPOT by about TTFT / tokens",
+        measured=", ".join(f"{k} {v:.1f} ms" for k, v in per_token.items()),
+        evidence=f"{int(g.loc['book', 'completed'])} requests at {concurrency[-1]} concurrent users; the same timestamps",
+        if_held=f"the same requests are quoted from **{min(per_token.values()):.1f}** to **{max(per_token.values()):.1f} ms** "
+                f"per token ({spread:.2f}x) depending on the tool; vLLM's TTFT is {g.loc['vllm', 'ttft_mean_ms']:.0f} ms "
+                f"against the book's {g.loc['book', 'ttft_mean_ms']:.0f} ms. Quote the definition with the number.",
+        if_not=f"here the tools agree within 20 % ({spread:.2f}x): TTFT is small beside the decode, so including it "
+               "in a per-token figure changes little. With long prompts or queues they part.")))
+
+# %% [markdown] tags=["predict"]
+# ## Chapter 5's stall, inside a real scheduler
+#
+# Stream A decodes; after its `stall_arrival`-th token arrives, request B sends a prompt of
+# `stall_prompt_tokens` tokens (`lib.serving.stall_experiment`). **Predict** from chapter 5: each scheduler step
+# has a token budget (vLLM's `--max-num-batched-tokens`, `transformers serve`'s `--cb-max-batch-tokens`). A
+# prompt longer than the budget is prefilled in pieces of at most the budget, one piece per step beside A's
+# decode token (**chunked prefill**). So A's worst gap should be about one of its ordinary gaps plus the
+# prefill of one piece, which is timed below in-process on the same model (a piece of the whole prompt when
+# the budget holds it all); and B's TTFT grows by one step per piece as the budget shrinks.
+
+# %%
+filler = lm.tokenizer("The quick brown fox jumps over the lazy dog. " * (stall_prompt_tokens // 5 + 10),
+                      add_special_tokens=False).input_ids
+long_text = lm.tokenizer.decode(filler[:stall_prompt_tokens])
+b_chat = [{"role": "user", "content": long_text}]
+b_ids = lm.tokenizer.apply_chat_template(b_chat, add_generation_prompt=True, return_tensors="pt",
+                                         return_dict=True)["input_ids"]
+a_chat = [{"role": "user", "content": "Count from one to one hundred in words."}]
+settings = [(n, tf_batch_tokens if n in live else 0) for n in urls if n != "vLLM"]  # 0: the server's own
+settings += [("vLLM", b) for b in vllm_budgets] if "vLLM" in urls else []
+pieces = sorted({min(b or b_ids.shape[1], b_ids.shape[1]) for _, b in settings} | {b_ids.shape[1]})
+piece_ms = {p: timing.measure(lambda: phases.prefill(lm, b_ids[:, :p], logits="last"), "cpu", warmup=1,
+                              repeats=max(runs, 2)) for p in pieces}
+pd.DataFrame([dict(piece_tokens=p, prefill_ms=t.median_ms, low_ms=t.low_ms, high_ms=t.high_ms)
+              for p, t in piece_ms.items()]).round(0)
+
+# %%
+def stall_once(name: str, budget) -> dict:
+    """Chapter 5's experiment once against engine ``name``; A's gaps before and across B's arrival."""
+    a, b = serving.stall_experiment(urls[name], model_ids[name], a_chat, stall_tokens, b_chat, stall_arrival,
+                                extra=fixed_length(name))
+    if not (a.ok and b.ok):
+        return dict(engine=name, budget_tokens=budget, error=a.error or b.error)
+    m = a.metrics()
+    before = [g for g, t in zip(m.gaps, a.token_times()[1:]) if t < b.sent]
+    return dict(engine=name, budget_tokens=budget, b_prompt_tokens=b.prompt_tokens, a_tokens=m.n_tokens,
+                a_median_gap_before_ms=np.median(before) * 1e3 if before else np.nan,
+                a_worst_gap_ms=m.worst_gap * 1e3, b_ttft_ms=b.metrics().ttft * 1e3, error=None)
+
+
+# %%
+stall_rows = []
+for name, budget in settings:
+    if name != "vLLM":
+        stall_rows += [stall_once(name, budget) for _ in range(runs)]
+        continue
+    # one vLLM at a time: the running one has the first budget, each other budget is a fresh engine
+    engine = live.pop("vLLM") if budget == vllm_budgets[0] else serving.vllm_engine(
+        model_dir, max_num_batched_tokens=budget, start_timeout_s=start_timeout_s).start()
+    try:
+        urls["vLLM"], model_ids["vLLM"] = engine.base_url, serving.served_model(engine.base_url)
+        send("vLLM", chat, 4)  # warm-up
+        stall_rows += [stall_once("vLLM", budget) for _ in range(runs)]
+    finally:
+        engine.stop()
+stalls = pd.DataFrame(stall_rows)
+results.table(stalls, "stall_runs")
+if stalls.error.notna().any():
+    raise RuntimeError(f"stall requests failed: {stalls.error.dropna().tolist()}")
+stall = timing.median_range(stalls, ["engine", "budget_tokens"], ["a_median_gap_before_ms", "a_worst_gap_ms",
+                                                                   "b_ttft_ms"])
+stall["piece_tokens"] = [min(int(b), b_ids.shape[1]) if b else b_ids.shape[1] for b in stall.budget_tokens]
+stall["predicted_worst_gap_ms"] = [piece_ms[p].median_ms for p in stall.piece_tokens] + stall.a_median_gap_before_ms
+results.table(stall, "stall")
+stall.round(0)
+
+# %%
+ch5 = load_table("05_interference", "interference", quick=quick)
+if ch5 is None:
+    print("chapter 5's table is absent: run `python -m lib.book 05_interference` to show it here")
+else:
+    display(Markdown("Chapter 5's in-process experiment (its own model, see its provenance), for comparison:"))
+    display(ch5[["chunk_tokens", "a_worst_gap_ms", "b_ttft_ms"]].round(0))
+
+# %%
+ok = [claims.within(r.a_worst_gap_ms, r.predicted_worst_gap_ms, 2) for r in stall.itertuples()]
+display(Markdown(register.decide(
+    "stall_is_one_piece",
+    "At every setting, A's worst gap is within 2x of one ordinary gap plus the prefill of one budget-sized piece of B.",
+    bool(all(ok)),
+    predicted=", ".join(f"{r.engine} {r.budget_tokens:.0f}: {r.predicted_worst_gap_ms:.0f} ms" for r in stall.itertuples()),
+    measured=", ".join(f"{r.engine} {r.budget_tokens:.0f}: {r.a_worst_gap_ms:.0f} ms" for r in stall.itertuples()),
+    evidence=f"{runs} runs per setting, medians; B's prompt {b_ids.shape[1]} tokens; pieces prefilled in-process",
+    if_held="a production scheduler stalls a decoding stream for one step holding a piece of the newcomer's "
+            "prompt, as chapter 5's loop did: " + ", ".join(
+                f"{r.engine} (budget {r.budget_tokens:.0f}) froze A for **{r.a_worst_gap_ms:.0f} ms** against "
+                f"{r.a_median_gap_before_ms:.0f} ms gaps before" for r in stall.itertuples()) + ".",
+    if_not="not every setting matched one piece's prefill: " + ", ".join(
+        f"{r.engine} {r.budget_tokens:.0f}: {r.a_worst_gap_ms:.0f} ms against {r.predicted_worst_gap_ms:.0f}"
+        for r, good in zip(stall.itertuples(), ok) if not good) + ". A scheduler may run several pieces before "
+        "returning to A, or its kernels differ from the in-process model call.")))
+
+# %%
+vl = stall[stall.engine == "vLLM"].sort_values("budget_tokens", ascending=False)
+display(Markdown(register.decide(
+    "chunking_trades_stall_for_ttft",
+    "In vLLM, a smaller --max-num-batched-tokens shortens A's worst gap and lengthens B's TTFT.",
+    (claims.increasing(list(vl.a_worst_gap_ms[::-1]), tolerance=0.1)
+     and claims.increasing(list(vl.b_ttft_ms), tolerance=0.1)) if len(vl) > 1 else None,
+    predicted="worst gap falls, B's TTFT rises, as the budget shrinks",
+    measured="; ".join(f"budget {r.budget_tokens:.0f}: A's worst gap {r.a_worst_gap_ms:.0f} ms, B's TTFT "
+                       f"{r.b_ttft_ms:.0f} ms" for r in vl.itertuples()),
+    evidence=f"{runs} runs per budget, medians; a fresh vLLM per budget",
+    if_held="chunked prefill in a production scheduler makes chapter 5's trade: A's stall shrinks with the budget, "
+            "and B waits one more step per chunk.",
+    if_not="the budgets did not order A's worst gap and B's TTFT as chapter 5 did (10 % noise allowed): with this "
+           "prompt and machine, per-step costs other than the prefill's size dominate.",
+    if_not_measured=f"vLLM did not run here ({vllm_missing or 'not among the engines'}); only one setting was measured.")))
+
+# %%
+fig, ax = plt.subplots(figsize=(7, 4))
+for name, g in stall.groupby("engine", sort=False):
+    ax.plot(g.budget_tokens, g.a_worst_gap_ms, "o-", label=f"{name}: A's worst gap")
+    ax.plot(g.budget_tokens, g.b_ttft_ms, "s--", label=f"{name}: B's TTFT")
+ax.axhline(piece_ms[b_ids.shape[1]].median_ms, color="grey", ls=":", label="B's whole prefill in-process")
+worst = stall.loc[stall.a_worst_gap_ms.idxmax()]
+ax.set(xscale="log", yscale="log", xlabel="token budget per step", ylabel="ms",
+       title=f"a {b_ids.shape[1]}-token prompt froze A for up to {worst.a_worst_gap_ms:.0f} ms ({worst.engine})")
+ax.legend(fontsize=8)
+results.figure(fig, "stall_against_budget")
+plt.show()
+
+# %% [markdown]
+# **Takeaway: the two phases survive the trip over the wire: an engine adds a fixed cost to TTFT, batches
+# decode to buy throughput with TPOT, and stalls a stream for a newcomer's prefill unless its token budget
+# chunks it.**
+#
+# ## What these numbers do not show
+#
+# * **A 135M-parameter model on a shared CPU.** Production engines serve billion-parameter models on GPUs,
+#   where a decode step is memory-bound far longer and batching pays much more; the shapes, not the sizes, carry
+#   over.
+# * **Loopback only.** No real network: a deployment adds its round trip to TTFT and may buffer a stream.
+# * **vLLM's CPU build keeps one core for its HTTP server** (`VLLM_CPU_NUM_OF_RESERVED_CPU`) and computes on the
+#   rest; on a 2-core machine that is one core against the in-process path's two.
+# * **Few requests per point.** Goodput's intervals are wide with a dozen requests; the seeded arrivals make a
+#   run repeatable, not representative.
+# * **Greedy decoding, one prompt per experiment.** Sampling, prefix caching across different prompts and long
+#   contexts are not exercised.
+# * **`ignore_eos`**: vLLM is asked to produce exactly the requested tokens; transformers serve ignores the
+#   field, so its replies may end earlier (their token counts come from its usage report).
+#
+# ## Takeaways
+#
+# * A client's TTFT is the server's plus what the server cannot see; an engine's own histograms say which part
+#   is which.
+# * Continuous batching trades each user's TPOT for total tokens per second; state the objectives and report
+#   goodput with its interval.
+# * Open-loop arrivals show collapse that a closed loop hides: a closed loop slows its users down when the
+#   server does.
+# * Chunked prefill bounds the stall a long prompt inflicts on streams that are decoding, at the newcomer's
+#   expense.
+# * Before comparing two benchmark reports, check which tool wrote them: TTFT, ITL and TPOT are not defined
+#   alike.
+#
+# ## Check yourself
+#
+# 1. A closed loop of 8 users and an open loop at 8 requests per second: which one can overload the server?
+#
+# <details><summary>Answer</summary>
+#
+# The open loop. A closed-loop user waits for its reply before sending again, so the load falls when the server
+# slows down; open-loop arrivals keep coming, and the queue grows without bound once they outpace the server.
+# </details>
+#
+# 2. One tool reports a TPOT of 120 ms, another an inter-token latency of 100 ms, for the same run of 50-token
+#    replies with a 1 s TTFT. Can both be right?
+#
+# <details><summary>Answer</summary>
+#
+# Yes: if the 120 ms includes the first token's wait, (1,000 + 49 x 100) / 50 = 118 ms, about the first tool's
+# figure, while the second excludes it (GuideLLM's time_per_output_token against its inter_token_latency).
+# </details>
+#
+# 3. Why does vLLM's own TTFT histogram come out shorter than the client's?
+#
+# <details><summary>Answer</summary>
+#
+# The server starts its clock when it has received and parsed the request and stops it when it has the first
+# token; the client's clock also runs while the request travels, is read and queued by the HTTP server, and while
+# the first chunk travels back.
+# </details>
+#
+# 4. A newcomer's 1,000-token prompt and a token budget of 128: about how many steps does its prefill take, and
+#    what happens to the decoding streams meanwhile?
+#
+# <details><summary>Answer</summary>
+#
+# About eight steps (1,000 / 128, less the decode tokens that share each step's budget). Each step runs every
+# stream's decode token beside one piece of the prompt, so the streams keep producing tokens, each step a little
+# slower than a pure decode step.
+# </details>
+#
+# ## Try it
+#
+# * Point the chapter at your own deployment: `base_url = "http://127.0.0.1:8000"` (any OpenAI-compatible
+#   server; the stall runs at its own settings).
+# * Tighten the objectives (`tpot_slo_ms = 50`) and watch where goodput collapses move.
+# * Add `64` to `vllm_budgets`: does A's worst gap keep shrinking, or does a step's fixed cost take over?
+
+# %%
+for engine in live.values():
+    engine.stop()
+claims.invariant(not any(e.running for e in live.values()), "an engine is still running after the chapter")
+results.table(register.frame(), "claims")
+print(register.summary())
+register.frame()
