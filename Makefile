@@ -89,8 +89,8 @@ clean:
 	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +
 
 # Chapter 7's second engine: vLLM's CPU build, in its own environment (it pins transformers<5.20, so it
-# cannot share .venv; about 3.5 GB). Created only when asked for (make .venv-vllm) or when chapter 7 runs
-# with vLLM. Its torchvision, torchaudio and torchcodec do not match the CPU torch ("operator
+# cannot share .venv; about 3.5 GB). Created by make .venv-vllm, or by make book where vLLM can run (below);
+# never by make test. Its torchvision, torchaudio and torchcodec do not match the CPU torch ("operator
 # torchvision::nms does not exist") and vLLM's text path does not need them: they are removed.
 VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
@@ -111,3 +111,14 @@ vllm-lock: $(VLLM_STAMP)
 	@echo "# Exact versions of .venv-vllm, chapter 7's vLLM environment (make .venv-vllm installs with -c)." > constraints-vllm.txt.new
 	$(VLLM_VENV)/bin/python -m pip freeze | sed 's/^torch==\([0-9.]*\)+.*/torch==\1/' >> constraints-vllm.txt.new
 	mv constraints-vllm.txt.new constraints-vllm.txt
+
+# make book builds .venv-vllm first where vLLM's CPU build runs (Linux on x86-64 or aarch64), so chapter 7
+# measures both engines; VLLM=0 skips building it (without it, chapter 7 says so and measures transformers serve only).
+# make test and make quick never need it.
+ifneq ($(VLLM),0)
+ifeq ($(shell uname -s),Linux)
+ifneq ($(filter x86_64 aarch64,$(shell uname -m)),)
+book: $(VLLM_STAMP)
+endif
+endif
+endif
