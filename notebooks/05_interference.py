@@ -398,6 +398,8 @@ last["predicted_last_over_first"] = last.predicted_ms / last.tokens.map(pass_ms)
 costs = (full.groupby("chunk_tokens", sort=False).ratio.median().rename("chunk_over_predicted").to_frame()
          .join(first.groupby("chunk_tokens").first_over_section2.median())
          .join(last.groupby("chunk_tokens")[["last_over_first", "predicted_last_over_first"]].median()).reset_index())
+costliest = chunk_table.groupby(["chunk_tokens", "run"]).chunk_ms.agg(lambda ms: ms.max() / ms.median())
+costs["costliest_over_median_chunk"] = costs.chunk_tokens.map(costliest.groupby("chunk_tokens").median())
 results.table(costs, "chunk_cost")
 costs.round(2).set_index("chunk_tokens")
 
@@ -421,6 +423,10 @@ display(Markdown(register.decide(
     if_not=f"a chunk cost {spread(cost_ratio)} times its prediction. The first chunk of a run, with no prefix, cost "
            f"{spread(first_ratio)} times section 2's pass of the same length: {cause}. From the first to the last full "
            f"chunk the cost grew {spread(growth)}x, where the prefix's FLOPs predict {spread(growth_flops)}x.")))
+display(Markdown(
+    f"A's worst gap ran {spread(summary.a_worst_gap_over_predicted)} times its prediction. It is the largest of A's "
+    f"gaps, so it carries their spread: within a run, the costliest chunk cost "
+    f"{spread(costs.costliest_over_median_chunk)} times the run's median chunk."))
 
 # %% [markdown] tags=["predict"]
 # ## Chunking changes the schedule, not the answer
