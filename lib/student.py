@@ -5,6 +5,7 @@
 * no outputs (the student's run makes them);
 * the "Check yourself" answers removed: every ``<details>...</details>`` block in the prose becomes a line
   that asks for the student's answer;
+* cells tagged ``answer`` dropped (for an answer a chapter must compute, so it cannot sit in the prose);
 * a **predict first** step before each measurement the chapter marks: a markdown cell asking for a
   prediction and a code cell, ``my_prediction = ...``, where the student writes it before the cells that
   measure run.
@@ -41,6 +42,8 @@ KERNELSPEC = {"name": "prefill-decode", "display_name": "Prefill and Decode (.ve
 
 PREDICT_TAG = "predict"
 """The cell tag a chapter puts on the cell where a predict-first step begins."""
+ANSWER_TAG = "answer"
+"""The cell tag for a "Check yourself" answer built by code: the student copy drops the cell."""
 PREDICTION_TAG = "student-prediction"
 """The tag on the cells this module adds, so a later tool can find the students' predictions."""
 
@@ -128,6 +131,7 @@ def copies(source: Path) -> tuple:
     notebook.cells = predict_steps(notebook)
     teacher = nbformat.from_dict(notebook)
     student = nbformat.from_dict(notebook)
+    student.cells = [c for c in student.cells if ANSWER_TAG not in c.metadata.get("tags", [])]
     for cell in student.cells:
         if cell.cell_type == "markdown":
             cell.source = remove_answers(cell.source)

@@ -100,3 +100,14 @@ def test_every_student_copy_runs_top_to_bottom_in_quick_mode(handed_out, student
     assert all(c.execution_count is not None for c in ran.cells if c.cell_type == "code" and c.source.strip())
     assert any(c.source == student.PREDICTION_CODE for c in ran.cells) or source.stem.startswith("00")
     assert (student_run / "data" / source.stem / "provenance.json").exists()
+
+
+def test_a_code_cell_tagged_answer_stays_only_in_the_teacher_s_copy(tmp_path):
+    source = tmp_path / "notebooks" / "09_x.py"
+    source.parent.mkdir()
+    source.write_text('# %% [markdown]\n# # 9. X\n\n# %% tags=["parameters"]\nquick = False\n\n'
+                      '# %% tags=["answer"]\nprint("the answer is 42")\n')
+    student.build(tmp_path, tmp_path / "s", tmp_path / "t", log=lambda *_: None)
+    kid = nbformat.read(tmp_path / "s" / "09_x.ipynb", as_version=4)
+    teacher = nbformat.read(tmp_path / "t" / "09_x.ipynb", as_version=4)
+    assert not any("42" in c.source for c in kid.cells) and any("42" in c.source for c in teacher.cells)
