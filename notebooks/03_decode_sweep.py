@@ -101,6 +101,7 @@ main = ("fp32", most)
 launch_scale = shape.layers / GPT2_SMALL.layers  # chapter 0's launch floor is a 12-layer GPT-2's
 
 
+# %%
 def ms(x: float) -> str:
     """A time in ms with the digits its size deserves."""
     return f"{x:.0f} ms" if abs(x) >= 100 else f"{x:.1f} ms" if abs(x) >= 1 else f"{x:.2f} ms"
@@ -124,6 +125,7 @@ def label(dt: str, n: int) -> str:
     return f"{dt}, GPU" if on_gpu else f"{dt}, {n} thread{'s' if n > 1 else ''}"
 
 
+# %%
 results = Results("03_decode_sweep", quick=quick, device=dev, model=model_name)
 register = claims.Claims()
 pd.Series({**describe_environment(dev, None, model_name), "configurations": [label(*c) for c in configs],
