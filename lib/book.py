@@ -50,7 +50,17 @@ from lib.params import parameter_values
 from lib.results import OUTPUT_ROOT_ENV, REPO_ROOT
 
 NOTEBOOKS = REPO_ROOT / "notebooks"
-KERNEL = "python3"
+#: The book's named kernel (``make env`` installs it into .venv); plain ``python3`` where it is missing.
+KERNEL_NAME, KERNEL_DISPLAY = "prefill-decode", "Prefill and Decode (.venv)"
+
+
+def kernel() -> tuple[str, str]:
+    """(name, display name) of the kernel chapters run in: the book's own when installed, else python3."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    if KERNEL_NAME in KernelSpecManager().find_kernel_specs():
+        return KERNEL_NAME, KERNEL_DISPLAY
+    return "python3", "Python 3"
 HASH_KEY = "prefill_decode"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -242,14 +252,15 @@ def execute(source: Path, *, quick: bool, device: str | None, out_root: Path, ex
     try:
         out_root.mkdir(parents=True, exist_ok=True)
         notebook = jupytext.read(source)
-        notebook.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python 3", "language": "python"}
+        name, display = kernel()
+        notebook.metadata["kernelspec"] = {"name": name, "display_name": display, "language": "python"}
         if digest:
             notebook.metadata[HASH_KEY] = {"input_hash": digest}
         nbformat.write(notebook, unexecuted)
         os.environ[OUTPUT_ROOT_ENV] = str(out_root)
         with _stderr_to(stderr):
             papermill.execute_notebook(str(unexecuted), str(executed), parameters=parameters,
-                                       kernel_name=KERNEL, cwd=str(source.parent), progress_bar=False,
+                                       kernel_name=name, cwd=str(source.parent), progress_bar=False,
                                        log_output=False)
         strip_run_metadata(executed)
     except papermill.PapermillExecutionError as error:

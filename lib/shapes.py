@@ -141,7 +141,7 @@ class ModelShape:
         model_type = getattr(config, "model_type", None)
         if bytes_per_param is None:
             bytes_per_param = (
-                getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or 4
+                getattr(config, "dtype", None) or 4
             )
         bpp, label = bytes_and_label(bytes_per_param)
         default_name = getattr(config, "name_or_path", "") or str(model_type)

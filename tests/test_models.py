@@ -128,3 +128,13 @@ def test_a_failed_conversion_leaves_no_cache(tmp_path):
         models.ensure_cache(tmp_path / "m", broken)
     assert list(tmp_path.iterdir()) == []
     assert "rm -rf" in models.rebuild_command(tmp_path / "m") and "load_model('smollm2-135m'" in models.rebuild_command(tmp_path / "m")
+
+
+@pytest.mark.slow
+def test_a_16_bit_smollm2_keeps_its_rotary_frequencies_in_fp32(smollm2):
+    half = models.load_model("smollm2-135m", "cpu", torch.bfloat16)
+    buffers = {n: b for n, b in half.model.named_buffers() if n.endswith("inv_freq")}
+    assert buffers and all(b.dtype == torch.float32 for b in buffers.values())
+    reference = dict(smollm2.model.named_buffers())
+    assert all(torch.equal(b, reference[n]) for n, b in buffers.items())
+    assert next(half.model.parameters()).dtype == torch.bfloat16
