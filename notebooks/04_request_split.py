@@ -6,9 +6,9 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Prefill and Decode (.venv)
 #     language: python
-#     name: python3
+#     name: prefill-decode
 # ---
 
 # %% [markdown]
@@ -277,8 +277,9 @@ display(Markdown(register.decide(
     measured=f"{slope:.2f} ms per 1k tokens (TPOT line)",
     evidence=f"parts timed at contexts {c_low:.0f} and {c_high:.0f}, medians of 7 repeats; {dtype}, {where}",
     if_held=f"per 1,000 tokens of context, the parts timed alone add {shares}: **{cache_slope:.1f} ms** together, "
-            f"against the **{slope:.1f} ms** TPOT gains. The copy a growing cache makes at every step, not only "
-            "the attention that reads it, is why TPOT outgrows the bytes.",
+            f"against the **{slope:.1f} ms** TPOT gains: the copy a growing cache makes at every step and the "
+            "attention that reads it account for TPOT's growth"
+            + (", and the copy is why TPOT outgrows the bytes." if slope > bytes_slope else "."),
     if_not=f"per 1,000 tokens of context, the parts timed alone add {shares}: **{cache_slope:.1f} ms** together, "
            f"against the **{slope:.1f} ms** TPOT gains. Timed alone they do not account for the growth; "
            + ("what else grows with the cache (the attention mask, or the cache pushing the weights out of the "
