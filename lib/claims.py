@@ -41,7 +41,7 @@ _COLUMNS = ["claim", "statement", "predicted", "measured", "verdict", "evidence"
 class Claim:
     """One row of ``claims.csv``: ``claim`` (a short id), ``statement`` (what is claimed),
     ``predicted`` and ``measured`` (as text, with units), ``verdict`` (held / did not hold / not
-    measured) and ``evidence`` (which data decided it). Introduced in section 1."""
+    measured) and ``evidence`` (which data decided it)."""
 
     claim: str
     statement: str
@@ -52,7 +52,7 @@ class Claim:
 
 
 class Claims:
-    """The register of one chapter's claims. Introduced in section 1."""
+    """The register of one chapter's claims. Introduced in section 0."""
 
     def __init__(self) -> None:
         self.rows: list[Claim] = []

@@ -27,7 +27,7 @@ def resolve_device(name: str | torch.device = "auto") -> torch.device:
 
     ``"auto"`` picks CUDA when a GPU is present and the CPU otherwise; ``"cpu"``, ``"cuda"`` and
     ``"cuda:N"`` force one. An unknown name, or CUDA on a machine without it, raises ``ValueError``
-    naming the valid choices. Introduced in section 1.
+    naming the valid choices. Introduced in section 0.
     """
     if isinstance(name, torch.device):
         name = str(name)

@@ -63,7 +63,7 @@ def sizes(device: torch.device | str, quick: bool = False) -> Sizes:
     """The measurement sizes for ``device``: arrays of 256 MiB on a CPU and 1 GiB on a GPU (far past
     any cache), a 2048-square product on a CPU and 8192 on a GPU, 7 repeats; quick mode shrinks all.
 
-    Introduced in section 0.
+    Introduced in section 2.
     """
     gpu = torch.device(device).type == "cuda"
     if quick:
@@ -116,8 +116,6 @@ def _timing(fn, device: torch.device, size: Sizes) -> Timing:
 def stream(device: torch.device, dtype: torch.dtype, size: Sizes) -> dict[str, tuple[int, Timing]]:
     """STREAM's kernels over arrays of ``size.stream_bytes``: ``{"read": (bytes, Timing), "copy": ...,
     "triad": ...}``, the bytes each call moves and its timing in seconds.
-
-    Introduced in section 0.
     """
     n = max(1, size.stream_bytes // dtype.itemsize)
     a, b, c = (torch.rand(n, dtype=dtype, device=device) for _ in range(3))
@@ -135,7 +133,7 @@ def model_matmuls(shape: ModelShape, device: torch.device, dtype: torch.dtype) -
     """One random weight matrix per matmul of ``shape`` (q, k, v, o and the feed-forward matrices of
     every layer, then the LM head), laid out as ``F.linear`` takes them: ``(out, in)``.
 
-    Introduced in section 0.
+    Introduced in section 2.
     """
     kv = shape.kv_heads * shape.head_dim
     ffn = [(shape.d_ff, shape.d_model)] * (2 if shape.gated_ffn else 1) + [(shape.d_model, shape.d_ff)]
@@ -149,7 +147,7 @@ def matvec(weights: list[torch.Tensor], rows: int, device: torch.device, size: S
     """Time one pass of ``rows`` input rows through every matrix in ``weights`` (``F.linear``): with
     ``rows=1`` a decode step's weight reads, with more the matrix products of a prefill.
 
-    Introduced in section 0.
+    Introduced in section 2.
     """
     d_in = {w.shape[1] for w in weights}
     inputs = {d: torch.randn(rows, d, dtype=weights[0].dtype, device=device) for d in d_in}
@@ -163,8 +161,6 @@ def matvec(weights: list[torch.Tensor], rows: int, device: torch.device, size: S
 
 def matmul(device: torch.device, dtype: torch.dtype, size: Sizes) -> tuple[float, Timing]:
     """Time an ``n x n`` product of random matrices; return (FLOPs per call, Timing).
-
-    Introduced in section 0.
     """
     n = size.matmul_n
     a = torch.randn(n, n, dtype=dtype, device=device)
@@ -176,8 +172,6 @@ def launch_floor(device: torch.device, dtype: torch.dtype, layers: int = GPT2_SM
                  steps: int = 20, context: int = 16) -> Timing:
     """Step time of a narrow GPT-2 (``layers`` layers, width 64, 4 heads, vocabulary 1,024, random
     weights): the cost of issuing a decode step's operations, with negligible bytes and FLOPs.
-
-    Introduced in section 0.
     """
     config = transformers.GPT2Config(n_layer=layers, n_embd=64, n_head=4, vocab_size=1024, n_positions=1024,
                                     bos_token_id=0, eos_token_id=0)

@@ -53,8 +53,6 @@ class RequestMetrics:
 
     ``tpot``, ``worst_gap`` and ``median_gap`` are ``None`` for a one-token request (it has no gap),
     and ``gaps`` is then empty.
-
-    Introduced in section 1 (two phases).
     """
 
     ttft: float
@@ -251,7 +249,7 @@ def phase_share(m: RequestMetrics) -> tuple[float, float]:
 
     Raises ``ValueError`` when ``e2e`` is 0 (there is no time to share).
 
-    Introduced in section 1 (two phases).
+    Introduced in section 4.
     """
     if not isinstance(m, RequestMetrics):
         raise TypeError(f"phase_share expects a RequestMetrics record, got a {type(m).__name__}")
@@ -328,7 +326,7 @@ def to_frame(metrics_list: RequestMetrics | Iterable[RequestMetrics]) -> pd.Data
     ``decode_share`` (fractions of e2e, as :func:`phase_share`). Values a request does not have
     (TPOT and gaps of a one-token request, shares when e2e is 0) are NaN.
 
-    Introduced in section 1 (two phases).
+    Introduced in section 0.
     """
     items = _as_list(metrics_list, "to_frame")
     nan = math.nan

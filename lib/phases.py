@@ -51,7 +51,7 @@ def _module(model: LoadedModel | torch.nn.Module) -> torch.nn.Module:
 @torch.inference_mode()  # a static cache's length counter is an inference tensor
 def truncate_cache(cache: DynamicCache, length: int) -> DynamicCache:
     """Roll ``cache`` back to its first ``length`` positions, in place, so a decode run can be repeated
-    from the same context without a new prefill. Introduced in section 3."""
+    from the same context without a new prefill."""
     excess = int(cache.get_seq_length()) - length
     if length < 0 or excess < 0:
         raise ValueError(f"cannot truncate a cache of {cache.get_seq_length()} positions to {length}")
@@ -63,7 +63,7 @@ def truncate_cache(cache: DynamicCache, length: int) -> DynamicCache:
 def cast_cache(cache: DynamicCache, dtype: torch.dtype) -> DynamicCache:
     """Convert every cached key and value to ``dtype``, in place. Lets a fast fp32 prefill build the
     cache that a slow dtype then decodes from (a step's cost depends on the cache's shape and dtype, not
-    its values). Introduced in section 3."""
+    its values)."""
     for layer in cache.layers:
         if layer.is_initialized:
             layer.keys, layer.values = layer.keys.to(dtype), layer.values.to(dtype)
@@ -82,7 +82,7 @@ def static_cache(model: LoadedModel | torch.nn.Module, source: DynamicCache, max
     copy of ``source``'s keys and values (same batch, heads and dtype). A decode step then writes its new
     position in place instead of copying the whole cache into a longer one, as ``DynamicCache`` does;
     attention runs over all ``max_len`` positions, the unwritten ones masked. ``source`` is left as it
-    was. Introduced in section 3.
+    was.
     """
     module = _module(model)
     length = int(source.get_seq_length())
@@ -109,7 +109,7 @@ def prefill(model: LoadedModel | torch.nn.Module, input_ids: torch.Tensor, logit
 
     ``logits="last"`` computes the LM head for the last position only, shape ``(batch, 1, vocab)``;
     ``"all"`` for every position, ``(batch, T, vocab)``. Pass ``cache`` to continue a cache (chunked
-    prefill); otherwise a new one is made. Returns ``(logits, cache)``. Introduced in section 1.
+    prefill); otherwise a new one is made. Returns ``(logits, cache)``. Introduced in section 2.
     """
     if logits not in ("last", "all"):
         raise ValueError(f"logits must be 'last' or 'all', got {logits!r}")

@@ -5,7 +5,7 @@ launch floor :mod:`lib.machine` measures) is a floor: the largest one limits the
 time near it is in that regime; one far above it is not explained by any bound; one below it means a
 ceiling was measured wrong. Every chapter that labels a point calls :func:`regime`.
 
-Introduced in section 3 (decode sweep).
+Introduced in section 2 (the regime of each prefill point); sections 3 and 6 label every point with it.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class Regime:
     largest lower bound ``limit`` and its time ``bound_s`` (seconds), and ``ratio = measured /
     bound_s``.
 
-    Introduced in section 3 (decode sweep).
+    Introduced in section 2.
     """
 
     label: str
@@ -60,7 +60,7 @@ def regime(measured_s: float, bounds: Mapping[str, float], *, slack: float = REG
       it: measure further before optimising);
     * otherwise ``"<name>-bound"`` for the largest bound.
 
-    Introduced in section 3 (decode sweep); section 6 labels every measured point with it.
+    Introduced in section 2; section 6 labels every measured point with it.
     """
     measured_s = positive_seconds("measured time", measured_s)
     if not slack >= 1:

@@ -93,7 +93,7 @@ class Results:
     :meth:`figure` as the notebook goes, and :meth:`provenance` at the end (it is also rewritten after
     every save, so it is never stale). The parameters recorded are those :func:`lib.params.check` saw
     (the build replaces them by the notebook's parameter cells); ``params={...}`` is still accepted and
-    recorded as ``parameters_used``. Introduced in section 1.
+    recorded as ``parameters_used``. Introduced in section 0.
     """
 
     def __init__(self, section: str, *, quick: bool = False, device: torch.device | str = "cpu",

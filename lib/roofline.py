@@ -74,8 +74,6 @@ class Hardware:
     """A chip's two ceilings, ``flops`` (FLOP/s, dense) and ``bandwidth`` (bytes/s), its memory
     capacity ``memory_bytes`` and where the figures come from. ``flops`` or ``memory_bytes`` is NaN
     when not known; the bandwidth must be known. Non-positive figures raise ``ValueError``.
-
-    Introduced in section 3 (the bandwidth floor of a decode step).
     """
 
     name: str
@@ -142,7 +140,7 @@ class Cost:
     """The FLOPs and bytes of one pass, and ``tokens``: prompt tokens for a prefill, sequences
     (one new token each) for a decode step.
 
-    Introduced in section 1.
+    Introduced in section 3.
     """
 
     phase: str
@@ -230,8 +228,6 @@ class Bound:
     """The roofline bound of one pass on one chip, in seconds: ``t_compute = flops / hardware.flops``,
     ``t_memory = bytes / hardware.bandwidth``, ``time`` the larger, ``limit`` which one
     (``"compute"`` or ``"memory"``).
-
-    Introduced in section 2 (prefill sweep).
     """
 
     hardware: str
@@ -269,8 +265,6 @@ def bound(hardware: Hardware, cost: Cost) -> Bound:
 
 def memory_time(bytes_: float, hardware: Hardware) -> float:
     """Seconds to move ``bytes_`` (non-negative) at ``hardware.bandwidth``.
-
-    Introduced in section 3 (decode sweep).
     """
     if not bytes_ >= 0:
         raise ValueError(f"bytes must be non-negative, got {bytes_!r}")
@@ -281,7 +275,7 @@ def decode_floor(shape: ModelShape, hardware: Hardware, context: int = 0, batch:
     """The memory floor of one decode step in seconds: weights plus ``batch`` caches of ``context``
     tokens, over the bandwidth (``context=0``: the single-stream floor, weight bytes / bandwidth).
 
-    Introduced in section 3 (decode sweep).
+    Introduced in section 6.
     """
     return memory_time(decode_cost(shape, batch, context).bytes, hardware)
 
@@ -364,8 +358,6 @@ def batch_that_fits(shape: ModelShape, hardware: Hardware, context: int) -> int:
 @dataclass(frozen=True)
 class RequestSplit:
     """Roofline time of one request's two phases, in seconds.
-
-    Introduced in section 6 (roofline).
     """
 
     prompt: int

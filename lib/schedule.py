@@ -47,8 +47,7 @@ def chunk_schedule(prompt_len: int, chunk: int) -> list[tuple[int, int]]:
 def chunked_prefill(model: LoadedModel | torch.nn.Module, input_ids: torch.Tensor, chunk: int,
                     cache: DynamicCache | None = None) -> tuple[torch.Tensor, DynamicCache]:
     """Prefill ``input_ids`` (``(batch, T)``) one chunk at a time through one cache; return the
-    last-position logits ``(batch, 1, vocab)`` and the cache. Checks the position table first.
-    Introduced in section 5."""
+    last-position logits ``(batch, 1, vocab)`` and the cache. Checks the position table first."""
     spans = chunk_schedule(input_ids.shape[1], chunk)
     module = model.model if isinstance(model, LoadedModel) else model
     cache = phases.new_cache(module) if cache is None else cache

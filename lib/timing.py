@@ -67,7 +67,7 @@ def measure(fn: Callable[[], object], device: torch.device | str | None = None, 
 
     The device is synchronised before and after each call. On CUDA, ``use_cuda_events=True`` times
     with CUDA events instead of the host clock (device time only, no launch latency seen by the host).
-    Introduced in section 1.
+    Introduced in section 2.
     """
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
@@ -130,7 +130,7 @@ def median_range(frame: pd.DataFrame, by: str | Sequence[str], columns: Sequence
 def span(low: float, high: float, fmt: str = ".1f", unit: str = "") -> str:
     """``"low-high unit"`` for a range, or one number when both ends print the same.
 
-    Introduced in section 1.
+    Introduced in section 0.
     """
     a, b = format(low, fmt), format(high, fmt)
     text = a if a == b else f"{a}–{b}"
