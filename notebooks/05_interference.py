@@ -6,9 +6,9 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Prefill and Decode (.venv)
 #     language: python
-#     name: python3
+#     name: prefill-decode
 # ---
 
 # %% [markdown]
@@ -97,7 +97,12 @@ pd.Series(describe_environment(dev, torch_dtype, model_name)).to_frame("this run
 # %%
 def cut_words(cut: float) -> str:
     """What a step down did to A's worst gap, in words."""
-    return f"a cut of only {cut:.0%} in A's worst gap" if cut >= 0 else f"a worst gap {-cut:.0%} longer for A"
+    return f"a cut of only {cut:.1%} in A's worst gap" if cut >= 0 else f"a worst gap {-cut:.1%} longer for A"
+
+
+def paid_off(size: int) -> str:
+    """Where chunking paid off, in words: down to `size` tokens, or nowhere when `size` is unchunked."""
+    return "no chunk size paid off" if size == b_prompt_len else f"chunking paid off down to **{size} tokens**"
 
 
 def tokens(n: int) -> str:
@@ -341,8 +346,9 @@ for size, marker, text in [(best, "*", "measured best"), (best_pred, "D", "predi
     row = summary[summary.chunk_tokens == size].iloc[0]
     ax.plot(row.b_ttft_ms, row.a_worst_gap_ms, marker, ms=14, mfc="none", label=f"{text}: {size} tokens")
 ax.set(xscale="log", yscale="log", xlabel="B's time to first token (ms)", ylabel="A's worst gap (ms)",
-       title=(f"Chunking stopped paying off below {best} tokens" if stop else
-              f"Chunking still paid off at {best} tokens, the smallest run") + f" (predicted best: {best_pred})")
+       title=(f"Chunking still paid off at {best} tokens, the smallest run" if stop is None else
+              "No chunk size paid off in this run" if best == b_prompt_len else
+              f"Chunking stopped paying off below {best} tokens") + f" (predicted best: {best_pred})")
 ax.legend(fontsize=8)
 ax.grid(True, alpha=0.3)
 results.figure(fig, "tradeoff")
@@ -362,8 +368,8 @@ display(Markdown(register.decide(
     measured=f"best {best} tokens; cut {cut_at('worst_gap_cut', stop)}",
     evidence="measured cut per step down: " + ", ".join(
         f"{c}: {x:.0%}" for c, x in zip(summary.chunk_tokens[1:], summary.worst_gap_cut[1:])),
-    if_held=f"chunking paid off down to **{best} tokens**, as predicted; {below}.",
-    if_not=f"chunking paid off down to **{best} tokens**, against the predicted **{best_pred}**; {below}. What a "
+    if_held=f"{paid_off(best)}, as predicted; {below}.",
+    if_not=f"{paid_off(best)}, against the predicted **{best_pred}**; {below}. What a "
            f"chunk costs, below, shows where the prediction's inputs differ from the run.")))
 
 # %%
@@ -549,7 +555,9 @@ display(Markdown(register.decide(
             f"{timing.span(one.a_worst_gap_ms_low, one.a_worst_gap_ms_high, ',.0f', 'ms')}): the newcomer's prefill is "
             f"paid by every stream in the batch.",
     if_not=f"with {kn} streams the unchunked stall was {span_many}, against {expected:,.0f} ms predicted from one "
-           f"stream's stall and the longer step: something besides the prefill grew with the batch.",
+           f"stream's stall and the longer step: " + ("something besides the prefill grew with the batch." if
+                                                      many.a_worst_gap_ms > expected else "the prefill itself ran at "
+                                                      "another speed in these runs than in the one-stream runs."),
     if_not_measured="only one stream count was run; set stream_counts to two or more.")))
 
 # %% [markdown]
@@ -568,19 +576,18 @@ display(Markdown(register.decide(
 # %%
 verdict = register.frame().set_index("claim").verdict
 held = lambda claim: verdict[claim] == claims.HELD
-at_best = summary[summary.chunk_tokens == best].iloc[0]
+smallest = summary[summary.chunk_tokens == sizes[-1]].iloc[0]
 stall_line = ("the worst gap shows it and TPOT hides it." if held("tpot_hides_the_stall") else
               "on this machine the stall was small beside TPOT, but only the worst gap measures it.")
-chunk_line = (f"with {best}-token chunks A's worst gap was {at_best.a_worst_gap_ms:,.0f} ms against "
-              f"{unchunked.a_worst_gap_ms:,.0f} ms unchunked, and B's TTFT {at_best.b_ttft_ms:,.0f} ms against "
+chunk_line = (f"with {sizes[-1]}-token chunks A's worst gap was {smallest.a_worst_gap_ms:,.0f} ms against "
+              f"{unchunked.a_worst_gap_ms:,.0f} ms unchunked, and B's TTFT {smallest.b_ttft_ms:,.0f} ms against "
               f"{unchunked.b_ttft_ms:,.0f} ms.")
 best_line = ("as section 2's passes predicted." if held("chunk_size_prediction") else
              f"where section 2's passes predicted {best_pred}: predict from the pass times, then measure.")
 display(Markdown("\n".join([
     f"* A long prefill stalls every stream sharing the machine; {stall_line}",
     f"* Chunked prefill trades the stream's stall for the newcomer's TTFT: {chunk_line}",
-    f"* Chunking stops paying off where a smaller chunk is no longer a quicker pass: here it paid down to {best} "
-    f"tokens, "
+    f"* Chunking stops paying off where a smaller chunk is no longer a quicker pass: here {paid_off(best)}, "
     + best_line])))
 results.table(register.frame(), "claims")
 print(register.summary())
