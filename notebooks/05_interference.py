@@ -494,7 +494,7 @@ typer_rows = load_reference("wordfactory_part3_cpu").query("table == 'interferen
 typers = dict(zip(typer_rows.x, typer_rows.time_ms))
 display(Markdown(
     f"By the same rule (a step down pays if it cuts the worst gap by more than {stops_helping:.0%}), the reference "
-    f"GPU's chunking paid off down to **{gpu_best} tokens**, against **{best}** here. By section 2's rule, the "
+    f"GPU's chunking paid off down to **{gpu_best} tokens**; here {paid_off(best)}. By section 2's rule, the "
     f"reference GPU's fp32 prefill stayed on its floor up to {gpu_floor.flat_until_tokens} tokens, this machine's up "
     f"to {tokens(floor2.flat_until_tokens)}: below its floor a smaller chunk is no quicker a pass. The Word Factory's "
     f"eight typers on a 2-core CPU with a 1,024-token newcomer: a normal gap of {typers['normal']:.0f} ms, a worst gap "
