@@ -276,17 +276,22 @@ def vllm_unavailable(root: Path = REPO_ROOT) -> str | None:
 
 def vllm_engine(model_dir: str | Path, *, served_name: str = "smollm2", max_num_batched_tokens: int | None = None,
                 max_model_len: int = 2048, threads: int | None = None, kv_cache_gib: int = 1,
-                extra_args: Sequence[str] = (), root: Path = REPO_ROOT, start_timeout_s: float = 1200.0) -> Engine:
+                prefix_caching: bool = False, extra_args: Sequence[str] = (), root: Path = REPO_ROOT,
+                start_timeout_s: float = 1200.0) -> Engine:
     """vLLM's OpenAI-compatible server (CPU build, from ``.venv-vllm``) serving ``model_dir`` as ``served_name``.
 
     ``max_num_batched_tokens`` is the scheduler's token budget per step (chunked prefill splits a longer
     prompt); ``threads`` sets ``OMP_NUM_THREADS`` (vLLM uses one thread when it is unset; default: every
-    core); ``kv_cache_gib`` is the CPU KV cache (``VLLM_CPU_KVCACHE_SPACE``). The first start compiles for
-    minutes and caches under ``~/.cache/vllm``. Introduced in section 7.
+    core); ``kv_cache_gib`` is the CPU KV cache (``VLLM_CPU_KVCACHE_SPACE``). ``prefix_caching`` is off by
+    default: a repeated prompt would otherwise skip its prefill, and a measurement that repeats a request
+    would time the cache. The first start compiles for minutes and caches under ``~/.cache/vllm``.
+    Introduced in section 7.
     """
     argv = [str(vllm_python(root)), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
             "--served-model-name", served_name, "--dtype", "float32", "--max-model-len", str(max_model_len),
             "--host", "{host}", "--port", "{port}", *extra_args]
+    if not prefix_caching:
+        argv.append("--no-enable-prefix-caching")
     if max_num_batched_tokens is not None:
         argv += ["--max-num-batched-tokens", str(max_num_batched_tokens)]
     env = {"OMP_NUM_THREADS": str(threads or os.cpu_count() or 1), "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib)}

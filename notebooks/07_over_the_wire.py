@@ -6,9 +6,9 @@
 #       extension: .py
 #       format_name: percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Prefill and Decode (.venv)
 #     language: python
-#     name: python3
+#     name: prefill-decode
 # ---
 
 # %% [markdown]
@@ -45,6 +45,7 @@ stall_tokens = 40           # A's output tokens
 stall_arrival = 10          # B arrives after A's tenth chunk
 vllm_budgets = [2048, 512, 128]  # vLLM --max-num-batched-tokens: the chunked-prefill budget (the first: none)
 tf_batch_tokens = 512       # transformers serve --cb-max-batch-tokens
+threads = None              # compute threads of every path (in-process, each engine); None: torch's default
 ttft_slo_ms = None          # goodput objectives in ms; None: the CPU/GPU default (lib.objectives)
 tpot_slo_ms = None
 collapse_below = 0.5        # goodput "collapses" where its interval's top falls below this fraction
@@ -66,6 +67,7 @@ P = params.check(globals(), {
     "stall_prompt_tokens": params.integer(min=16, max=1900, quick=256),
     "stall_tokens": params.integer(min=3, quick=12), "stall_arrival": params.integer(min=1, quick=4),
     "vllm_budgets": params.int_list(min=16, quick=[256, 64]), "tf_batch_tokens": params.integer(min=16, quick=128),
+    "threads": params.integer(min=1, allow_none=True),
     "ttft_slo_ms": params.number(above=0, allow_none=True), "tpot_slo_ms": params.number(above=0, allow_none=True),
     "collapse_below": params.number(above=0, max=1), "resamples": params.integer(min=10, quick=200),
     "start_timeout_s": params.number(above=0),
@@ -89,6 +91,9 @@ from lib.models import SMOLLM2_VERSION, cache_dir, load_model
 from lib.results import Results, load_table
 
 MODEL = "smollm2-135m"
+if threads:
+    torch.set_num_threads(threads)
+engine_env = {"OMP_NUM_THREADS": str(threads or torch.get_num_threads())}  # torch in an engine reads it at start
 lm = load_model(MODEL, "cpu", torch.float32)  # converts and caches the weights the engines serve
 model_dir = cache_dir() / f"smollm2-135m-instruct-{SMOLLM2_VERSION}"
 goals = objectives.objectives("cpu", ttft_slo_ms, tpot_slo_ms)
@@ -103,7 +108,8 @@ pd.Series(describe_environment("cpu", torch.float32, MODEL)).to_frame("this run"
 # its `/health` answers, and stops it at the end of the chapter, or when the chapter fails, or when its
 # kernel dies (the engine runs in its own process group, which is killed as a whole). A start that fails
 # shows the end of the engine's log. Both engines get the same converted SmolLM2 folder the book loads
-# in-process, in fp32.
+# in-process, in fp32. vLLM runs with its prefix cache off (`lib.serving.vllm_engine`): this chapter repeats
+# requests, and a cached prefix would skip the very prefill it times.
 
 # %%
 vllm_missing = serving.vllm_unavailable()
@@ -113,11 +119,12 @@ if base_url:
     print(f"measuring {base_url} (serving {serving.served_model(base_url)}); no local engine is started")
 else:
     wanted = {"transformers serve": lambda: serving.transformers_engine(
-        model_dir, max_batch_tokens=tf_batch_tokens, start_timeout_s=start_timeout_s)} if "transformers" in engines else {}
+        model_dir, max_batch_tokens=tf_batch_tokens, env=engine_env, start_timeout_s=start_timeout_s)
+        } if "transformers" in engines else {}
     if "vllm" in engines and vllm_missing:
         print(vllm_missing + ".")
     elif "vllm" in engines:
-        wanted["vLLM"] = lambda: serving.vllm_engine(model_dir, max_num_batched_tokens=vllm_budgets[0],
+        wanted["vLLM"] = lambda: serving.vllm_engine(model_dir, max_num_batched_tokens=vllm_budgets[0], threads=threads,
                                                      start_timeout_s=start_timeout_s)
 if not wanted:
     raise ValueError("no engine to measure: set engines to include 'transformers' (or 'vllm' where it can run), "
@@ -218,8 +225,9 @@ display(Markdown(register.decide(
     if_held=f"in-process TTFT was **{base.ttft_ms:.0f} ms** ({span(base, 'ttft_ms')}); {added}. That difference "
             "is what the HTTP path, the template and tokenisation, and the scheduler cost before the first token.",
     if_not=f"in-process TTFT was **{base.ttft_ms:.0f} ms** ({span(base, 'ttft_ms')}); {added}. An engine reached "
-           "its first token sooner than the in-process path: its prefill kernels (paged attention, a compiled "
-           "graph) beat the plain model call by more than the HTTP path costs.")))
+           "its first token sooner than the in-process path. Either its prefill kernels (paged attention, a "
+           "compiled graph) beat the plain model call by more than the HTTP path costs, or the machine's other work "
+           "moved between the runs: where the ranges overlap, this run cannot tell the two paths apart.")))
 if not same_prompt:
     print("The engines counted a different prompt length than the in-process chat template: their templates differ.")
 
@@ -236,8 +244,10 @@ display(Markdown(register.decide(
             "serving (detokenising, one server-sent event) is small beside the forward pass.",
     if_not="an engine's gaps are far from the in-process ones: "
            + ", ".join(f"{r.path} {q:.2f}x" for r, q in zip(engine_rows.itertuples(), ratio))
-           + ". Below 1, its decode kernels are faster than the plain model call; above, the engine's own loop "
-             "(scheduling, paged-cache bookkeeping, a core kept for the HTTP server) costs more than the HTTP path.")))
+           + ". Below 1, the engine's decode step is quicker than the plain model call (its own kernels, or its "
+             "threading: vLLM's CPU build computes on cores it pins, one thread each, which a busy machine disturbs "
+             "less than the in-process path's free-running threads); above 1, the engine's own loop (scheduling, "
+             "paged-cache bookkeeping) costs more than the HTTP path.")))
 
 # %% [markdown]
 # vLLM also reports its own timings, as Prometheus histograms on `/metrics` (`vllm:time_to_first_token_seconds`
@@ -465,7 +475,9 @@ for name, g in scored.groupby("engine", sort=False):
 # prompt longer than the budget is prefilled in pieces of at most the budget, one piece per step beside A's
 # decode token (**chunked prefill**). So A's worst gap should be about one of its ordinary gaps plus the
 # prefill of one piece, which is timed below in-process on the same model (a piece of the whole prompt when
-# the budget holds it all); and B's TTFT grows by one step per piece as the budget shrinks.
+# the budget holds it all); and B's TTFT grows by one step per piece as the budget shrinks. B's prompt starts
+# with a different request number in every run, so no engine can skip its prefill by reusing a cached prefix
+# (vLLM also runs with its prefix cache off throughout this chapter).
 
 # %%
 filler = lm.tokenizer("The quick brown fox jumps over the lazy dog. " * (stall_prompt_tokens // 5 + 10),
@@ -484,10 +496,12 @@ pd.DataFrame([dict(piece_tokens=p, prefill_ms=t.median_ms, low_ms=t.low_ms, high
               for p, t in piece_ms.items()]).round(0)
 
 # %%
-def stall_once(name: str, budget) -> dict:
-    """Chapter 5's experiment once against engine ``name``; A's gaps before and across B's arrival."""
-    a, b = serving.stall_experiment(urls[name], model_ids[name], a_chat, stall_tokens, b_chat, stall_arrival,
-                                extra=fixed_length(name))
+def stall_once(name: str, budget, run: int) -> dict:
+    """Chapter 5's experiment once against engine ``name``; A's gaps before and across B's arrival. B's prompt
+    starts with the engine, budget and run, so no run can reuse a cache an earlier one left."""
+    b_run = [{"role": "user", "content": f"Request {run} to {name} at {budget}. {long_text}"}]
+    a, b = serving.stall_experiment(urls[name], model_ids[name], a_chat, stall_tokens, b_run, stall_arrival,
+                                    extra=fixed_length(name))
     if not (a.ok and b.ok):
         return dict(engine=name, budget_tokens=budget, error=a.error or b.error)
     m = a.metrics()
@@ -501,15 +515,15 @@ def stall_once(name: str, budget) -> dict:
 stall_rows = []
 for name, budget in settings:
     if name != "vLLM":
-        stall_rows += [stall_once(name, budget) for _ in range(runs)]
+        stall_rows += [stall_once(name, budget, run) for run in range(runs)]
         continue
     # one vLLM at a time: the running one has the first budget, each other budget is a fresh engine
     engine = live.pop("vLLM") if budget == vllm_budgets[0] else serving.vllm_engine(
-        model_dir, max_num_batched_tokens=budget, start_timeout_s=start_timeout_s).start()
+        model_dir, max_num_batched_tokens=budget, threads=threads, start_timeout_s=start_timeout_s).start()
     try:
         urls["vLLM"], model_ids["vLLM"] = engine.base_url, serving.served_model(engine.base_url)
         send("vLLM", chat, 4)  # warm-up
-        stall_rows += [stall_once("vLLM", budget) for _ in range(runs)]
+        stall_rows += [stall_once("vLLM", budget, run) for run in range(runs)]
     finally:
         engine.stop()
 stalls = pd.DataFrame(stall_rows)
@@ -590,8 +604,11 @@ plt.show()
 #   where a decode step is memory-bound far longer and batching pays much more; the shapes, not the sizes, carry
 #   over.
 # * **Loopback only.** No real network: a deployment adds its round trip to TTFT and may buffer a stream.
-# * **vLLM's CPU build keeps one core for its HTTP server** (`VLLM_CPU_NUM_OF_RESERVED_CPU`) and computes on the
-#   rest; on a 2-core machine that is one core against the in-process path's two.
+# * **Threads.** vLLM's CPU build keeps one core for its HTTP server (`VLLM_CPU_NUM_OF_RESERVED_CPU`) and
+#   computes on the rest, one pinned thread per core; the in-process path and `transformers serve` run
+#   `threads` free-running threads (all cores by default). On a machine busy with other work, threads that wait
+#   for each other lose far more than one pinned thread does, so the paths can differ by more than their
+#   kernels: re-run with `threads = 1` to compare them like for like.
 # * **Few requests per point.** Goodput's intervals are wide with a dozen requests; the seeded arrivals make a
 #   run repeatable, not representative.
 # * **Greedy decoding, one prompt per experiment.** Sampling, prefix caching across different prompts and long
@@ -656,6 +673,7 @@ plt.show()
 #   server; the stall runs at its own settings).
 # * Tighten the objectives (`tpot_slo_ms = 50`) and watch where goodput collapses move.
 # * Add `64` to `vllm_budgets`: does A's worst gap keep shrinking, or does a step's fixed cost take over?
+# * Set `threads = 1`: how much of the difference between the in-process path and each engine was threading?
 
 # %%
 for engine in live.values():
