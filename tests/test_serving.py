@@ -290,6 +290,7 @@ def test_stop_kills_the_whole_process_group(tmp_path):
     assert not _alive(worker)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal (prctl) is Linux's")
 def test_engine_dies_with_the_process_that_started_it(tmp_path):
     """A notebook kernel killed outright (no atexit, no finalizer) must not leave its engine running."""
     pid_file = tmp_path / "engine.pid"
