@@ -588,7 +588,8 @@ for name, g in stall.groupby("engine", sort=False):
     ax.plot(g.budget_tokens, g.b_ttft_ms, "s--", label=f"{name}: B's TTFT")
 ax.axhline(piece_ms[b_ids.shape[1]].median_ms, color="grey", ls=":", label="B's whole prefill in-process")
 worst = stall.loc[stall.a_worst_gap_ms.idxmax()]
-ax.set(xscale="log", yscale="log", xlabel="token budget per step", ylabel="ms",
+ax.set(xscale="log" if (stall.budget_tokens > 0).all() else "linear", yscale="log",
+       xlabel="token budget per step (0: the server's own)", ylabel="ms",
        title=f"a {b_ids.shape[1]}-token prompt froze A for up to {worst.a_worst_gap_ms:.0f} ms ({worst.engine})")
 ax.legend(fontsize=8)
 results.figure(fig, "stall_against_budget")
