@@ -218,7 +218,8 @@ def measure_ceilings(device: str | torch.device = "auto", dtypes=("fp32",), thre
                 del weights
                 flops, t = matmul(dev, torch_dtype, size)
                 rows.append(_rate_row(base, "matmul", t, flops_per_call=flops))
-                rows.append(_rate_row(base, "launch", launch_floor(dev, torch_dtype, shape.layers)))
+                rows.append(dict(_rate_row(base, "launch", launch_floor(dev, torch_dtype, shape.layers)),
+                                 layers=shape.layers))
     return pd.DataFrame(rows)
 
 
@@ -261,9 +262,12 @@ class Ceilings:
         """Measured matrix rate in FLOP/s."""
         return float(self._row(dtype, threads, "matmul").gflop_s) * 1e9
 
-    def launch_s(self, dtype: str = "fp32", threads: int | None = None) -> float:
-        """Measured launch floor of one decode step, seconds."""
-        return float(self._row(dtype, threads, "launch").median_s)
+    def launch_s(self, dtype: str = "fp32", threads: int | None = None, layers: int | None = None) -> float:
+        """Measured launch floor of one pass, seconds: chapter 0's narrow GPT-2 step, scaled to ``layers``
+        transformer blocks when given (issuing a pass's operations costs about the same per block)."""
+        row = self._row(dtype, threads, "launch")
+        measured = int(row.layers) if "layers" in row and row.layers == row.layers else GPT2_SMALL.layers
+        return float(row.median_s) * (layers / measured if layers else 1.0)
 
     def hardware_support(self, dtype: str = "fp32") -> bool:
         """Whether the dtype's matrix products run on hardware instructions here."""

@@ -142,14 +142,14 @@ for dt, n in configs:
     for p in prompts:
         bound = roofline.bound(hardware[(dt, n)], roofline.prefill_cost(shape, p, logits="last"))
         bounds.append(dict(dtype=dt, threads=n, prompt_tokens=p, compute_ms=bound.t_compute * 1e3,
-                           memory_ms=bound.t_memory * 1e3, launch_ms=ceilings.launch_s(dt, n or None) * 1e3))
+                           memory_ms=bound.t_memory * 1e3, launch_ms=ceilings.launch_s(dt, n or None, shape.layers) * 1e3))
 bounds = pd.DataFrame(bounds)
 bounds["bound_ms"] = bounds[["compute_ms", "memory_ms", "launch_ms"]].max(axis=1)
 predicted = {c: sweeps.floor_and_knee(g.prompt_tokens, g.bound_ms / 1e3, margin=margin)
              for c, g in bounds.groupby(["dtype", "threads"], sort=False)}
 pd.DataFrame([{"configuration": label(dt, n), "matrix_rate_gflop_s": hardware[(dt, n)].flops / 1e9,
                "read_bandwidth_gb_s": hardware[(dt, n)].bandwidth / 1e9,
-               "launch_floor_ms": ceilings.launch_s(dt, n or None) * 1e3,
+               "launch_floor_ms": ceilings.launch_s(dt, n or None, base_shape.layers) * 1e3,
                "hardware_matrix_instructions": ceilings.hardware_support(dt),
                "predicted_flat_until_tokens": predicted[(dt, n)].flat_until_tokens,
                "predicted_knee_tokens": predicted[(dt, n)].knee_tokens} for dt, n in configs]).round(2)

@@ -71,7 +71,7 @@ from lib.device import UnsupportedDtype, describe_environment, resolve_device, r
 from lib.models import load_model
 from lib.progress import progress
 from lib.results import Results, load_reference
-from lib.shapes import GPT2_SMALL, ModelShape
+from lib.shapes import ModelShape
 
 # %%
 dev = resolve_device(device)
@@ -98,7 +98,6 @@ for dt, n in configs:
 fp32 = models["fp32"]
 shape = ModelShape.from_config(fp32.config, name=model_name).with_dtype("fp32")
 main = ("fp32", most)
-launch_scale = shape.layers / GPT2_SMALL.layers  # chapter 0's launch floor is a 12-layer GPT-2's
 
 
 # %%
@@ -174,7 +173,7 @@ def step_bounds(dt: str, n: int, batch: int, context: int) -> tuple[roofline.Cos
     cost = roofline.decode_cost(shape.with_dtype(dt), batch=batch, context=context)
     arithmetic = "compute" if ceilings.hardware_support(dt) else "slow-kernel"
     return cost, {arithmetic: cost.flops / ceilings.flops(dt, t),
-                  "memory": cost.bytes / ceilings.bandwidth(dt, t, "read"), "launch": ceilings.launch_s(dt, t) * launch_scale}
+                  "memory": cost.bytes / ceilings.bandwidth(dt, t, "read"), "launch": ceilings.launch_s(dt, t, shape.layers)}
 
 
 rows = []
@@ -627,7 +626,7 @@ with sweeps.torch_threads(main[1] or None):
                           lm_head_ms=machine.matvec(weights[-1:], b, dev, size).median * 1e3,
                           attention_ms=cache["attention"].median * 1e3,
                           concatenation_ms=cache["concatenation"].median * 1e3,
-                          launch_ms=ceilings.launch_s(*main) * launch_scale * 1e3))
+                          launch_ms=ceilings.launch_s(*main, shape.layers) * 1e3))
 del weights
 parts = pd.DataFrame(parts).merge(batch_bounds[["batch", "weight_mb", "kv_read_mb"]], on="batch")
 parts["step_ms"] = [dyn.step_ms[b] for b in parts.batch]

@@ -313,7 +313,7 @@ for series, table in (("prefill", prefill), ("decode", decode), ("batched decode
         rows.append(dict(series=series, model=r.model, tokens=tokens, batch=batch, flops=cost.flops,
                          intensity_flop_per_byte=cost.intensity, compute_ms=b.t_compute * 1e3,
                          memory_ms=b.t_memory * 1e3,
-                         launch_ms=launch_s * shape.layers / shapes.GPT2_SMALL.layers * 1e3,
+                         launch_ms=ceilings.launch_s(points_dtype, used_threads, shape.layers) * 1e3,
                          measured_ms=r.measured_ms, measured_ms_low=r.measured_ms_low,
                          measured_ms_high=r.measured_ms_high))
 points = pd.DataFrame(rows)

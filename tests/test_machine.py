@@ -74,3 +74,12 @@ def test_load_ceilings_says_which_chapter_to_run(monkeypatch, tmp_path):
     monkeypatch.setattr("lib.results.load_table", lambda *a, **k: None)
     with pytest.raises(FileNotFoundError, match="00_machine"):
         machine.load_ceilings()
+
+
+def test_launch_floor_scales_with_the_blocks_of_the_model():
+    base = dict(dtype="fp32", threads=2, status="ok", device_name="cpu", hardware_support=True)
+    table = pd.DataFrame([dict(base, kernel="launch", median_s=0.012, layers=12)])
+    ceilings = machine.Ceilings(table)
+    assert ceilings.launch_s("fp32", 2) == pytest.approx(0.012)
+    assert ceilings.launch_s("fp32", 2, layers=30) == pytest.approx(0.030)
+    assert ceilings.launch_s("fp32", 2, layers=2) == pytest.approx(0.002)
