@@ -365,6 +365,5 @@ def test_metrics_module_stays_model_free():
     import lib.metrics as metrics
 
     source = open(metrics.__file__, encoding="utf-8").read()
-    assert "import torch" not in source
-    for name in ("request_metrics", "goodput", "meets_slo", "phase_share", "summarize", "to_frame"):
-        assert "section 1 (two phases)" in getattr(metrics, name).__doc__
+    assert "import torch" not in source and "import transformers" not in source
+    # the section each function is introduced in is checked by tests/test_docstrings.py
