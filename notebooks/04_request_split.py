@@ -282,7 +282,9 @@ display(Markdown(register.decide(
             + (", and the copy is why TPOT outgrows the bytes." if slope > bytes_slope else "."),
     if_not=f"per 1,000 tokens of context, the parts timed alone add {shares}: **{cache_slope:.1f} ms** together, "
            f"against the **{slope:.1f} ms** TPOT gains. Timed alone they do not account for the growth; "
-           + ("what else grows with the cache (the attention mask, or the cache pushing the weights out of the "
+           + ("TPOT did not grow in this run, so there is no growth to explain (see the slopes' range over runs)."
+              if slope <= 0 else
+              "what else grows with the cache (the attention mask, or the cache pushing the weights out of the "
               "processor's caches) is not measured here."
               if cache_slope < slope else "alone they cost more than inside the model (their tensors may "
               "have stayed in the processor's caches between repeats)."),
