@@ -39,10 +39,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from IPython.display import Markdown, display
 
-from lib import claims, metrics, objectives, params, phases, roofline, shapes, timing
+from lib import claims, metrics, objectives, params, phases, roofline, shapes, sweeps, timing
 from lib.device import describe_environment, resolve_device, resolve_dtype
 from lib.models import KNOWN_MODELS, load_model, random_prompt
 from lib.progress import progress
@@ -227,7 +226,8 @@ display(Markdown(register.decide(
 # ## What grows with the cache
 #
 # Two pieces of a decode step's work grow with the context, and each can be timed alone, at the shortest and
-# longest mean context of the grid, on tensors of the model's own shapes:
+# longest mean context of the grid, on tensors of the model's own shapes (`lib.sweeps.cache_costs`, the same
+# timer chapter 3 uses):
 #
 # * **Concatenating the cache.** transformers' `DynamicCache` does not write the new position into free space:
 #   every step, for every layer, it builds a keys tensor and a values tensor one position longer
@@ -239,26 +239,7 @@ display(Markdown(register.decide(
 # of context matches the slope measured above.
 
 # %%
-def cache_work(context: int) -> dict[str, timing.Timing]:
-    """Time, alone, the two parts of a decode step at ``context`` that grow with the cache."""
-    kv = [torch.randn(1, shape.kv_heads, context, shape.head_dim, dtype=torch_dtype, device=dev)
-          for _ in range(2 * shape.layers)]
-    new = torch.randn(1, shape.kv_heads, 1, shape.head_dim, dtype=torch_dtype, device=dev)
-    query = torch.randn(1, shape.heads, 1, shape.head_dim, dtype=torch_dtype, device=dev)
-    gqa = shape.heads > shape.kv_heads  # grouped-query attention: a cached head serves several queries
-
-    def attend():
-        for k, v in zip(kv[::2], kv[1::2]):
-            F.scaled_dot_product_attention(query, k, v, enable_gqa=gqa)
-
-    concat = timing.measure(lambda: [torch.cat([c, new], dim=-2) for c in kv], dev, warmup=2, repeats=7,
-                            use_cuda_events=on_gpu)
-    return {"concatenation": concat, "attention": timing.measure(attend, dev, warmup=2, repeats=7,
-                                                                  use_cuda_events=on_gpu)}
-
-
-# %%
-timed = {c: cache_work(int(c)) for c in (c_low, c_high)}
+timed = {c: sweeps.cache_costs(shape, 1, int(c), dev, torch_dtype, repeats=7, warmup=2) for c in (c_low, c_high)}
 parts = pd.DataFrame([dict(part=part, context_tokens=c, median_ms=t.median_ms, low_ms=t.low_ms, high_ms=t.high_ms)
                       for c, work in timed.items() for part, t in work.items()])
 per_1k = {part: (timed[c_high][part].median - timed[c_low][part].median) * 1e6 / (c_high - c_low)
