@@ -47,17 +47,18 @@ from lib.models import KNOWN_MODELS, load_model, random_prompt
 from lib.progress import progress
 from lib.results import Results, load_reference
 
+# %%
+token_pair = params.tuple_of(params.integer(min=1), params.integer(min=1))
+
 
 def _archetypes(value):
     """A non-empty dict of workload name -> (prompt tokens, output tokens)."""
     value = ast.literal_eval(value) if isinstance(value, str) else value  # papermill -p passes a string
-    pair = params.tuple_of(params.integer(min=1), params.integer(min=1))
     if not isinstance(value, dict) or not value or not all(isinstance(k, str) and k for k in value):
         raise ValueError
-    return {name: pair.convert(p) for name, p in value.items()}
+    return {name: token_pair.convert(p) for name, p in value.items()}
 
 
-token_pair = params.tuple_of(params.integer(min=1), params.integer(min=1))
 P = params.check(globals(), {
     "device": params.device(), "dtype": params.dtype(),
     "model_name": params.Rule(f"one of {', '.join(KNOWN_MODELS)}, a local path or a cached Hugging Face id",
