@@ -22,7 +22,7 @@
 # which stamps every chunk as it arrives, and scores the traces with `lib.metrics`, as in chapter 1.
 #
 # Four experiments: one request in-process beside the same request through each engine (what the HTTP path
-# and the engine add); load, from 1 to 16 concurrent users and as random (Poisson) arrivals, against stated
+# and the engine add); load, from one user to several at once and as random (Poisson) arrivals, against stated
 # objectives; chapter 5's stall inside a real scheduler; and one set of traces scored the way four public
 # benchmark tools define their metrics. Set `base_url` to measure any OpenAI-compatible deployment instead of
 # the local engines.
