@@ -98,7 +98,7 @@ def run_environment(device: str | None) -> dict[str, str]:
 
 
 #: Modules no chapter imports (the build, the site and the classroom tools): changing them re-runs nothing.
-NOT_IN_CHAPTERS = {"book.py", "outputs.py", "gpucheck.py", "site.py", "student.py", "classroom.py"}
+NOT_IN_CHAPTERS = {"book.py", "outputs.py", "gpucheck.py", "site.py", "student.py", "classroom.py", "teaching.py"}
 
 
 def library_digest() -> str:
@@ -157,8 +157,11 @@ def stale_reason(source: Path, root: Path, digest: str) -> str | None:
 
 def strip_run_metadata(path: Path) -> None:
     """Remove papermill's per-cell timing metadata from an executed notebook, so it stays paired with its
-    py:percent source (jupytext in JupyterLab refuses a pair whose cells differ, metadata included)."""
+    py:percent source (jupytext in JupyterLab refuses a pair whose cells differ, metadata included), and the
+    build machine's paths papermill records (a published notebook carries none)."""
     notebook = nbformat.read(path, as_version=4)
+    for key in ("input_path", "output_path"):
+        notebook.metadata.get("papermill", {}).pop(key, None)
     for cell in notebook.cells:
         cell.metadata.pop("papermill", None)
         cell.metadata.pop("execution", None)

@@ -36,7 +36,7 @@ from urllib.parse import unquote, urlparse
 import nbformat
 import pandas as pd
 
-from lib import classroom
+from lib import classroom, teaching
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SITE_DIR = REPO_ROOT / "build" / "site"
@@ -103,6 +103,14 @@ class Chapter:
 
 def _markdown_text(cell) -> str:
     return cell.source if cell.cell_type == "markdown" else ""
+
+
+def _markdown_outputs(cell) -> str:
+    """The markdown a code cell displayed: takeaways decided by the run's data are written by code."""
+    if cell.cell_type != "code":
+        return ""
+    return "\n\n".join(o["data"]["text/markdown"] for o in cell.get("outputs", [])
+                        if "text/markdown" in o.get("data", {}))
 
 
 def _title_and_summary(notebook) -> tuple[str, str]:
@@ -212,7 +220,7 @@ def takeaways(chapter: Chapter) -> str:
     if chapter.notebook is None:
         return ""
     notebook = nbformat.read(chapter.notebook, as_version=4)
-    lines = "\n\n".join(_markdown_text(c) for c in notebook.cells).splitlines()
+    lines = "\n\n".join(_markdown_text(c) + _markdown_outputs(c) for c in notebook.cells).splitlines()
     for i, line in enumerate(lines):
         heading = re.match(r"^(#+)\s*Takeaways?\b", line, re.IGNORECASE)
         if heading:
@@ -366,7 +374,7 @@ def build(out: Path = SITE_DIR, root: Path = REPO_ROOT, log=print) -> list[Path]
     write("index.html", index_page(chapters))
     write("status.html", status_page(chapters))
     write("takeaways.html", takeaways_page(chapters))
-    write("teacher.html", page("For teachers", classroom.teacher_body(chapters, root)))
+    write("teacher.html", page("For teachers", teaching.teacher_body(chapters, root)))
     results = class_results(root, out / "class")
     example = results == out / "class"  # gathered just now from classroom/runs/
     if results is not None and not example:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from lib import classroom
+from lib import classroom, teaching
 
 RUNS = sorted(p for p in classroom.EXAMPLE_RUNS.glob("*") if p.is_dir())
 
@@ -100,16 +100,16 @@ def test_pack_holds_data_and_timings_but_no_reference_or_notebook(tmp_path):
 
 def test_sessions_are_packed_in_order_within_the_budget():
     need = {"01": 20.0, "02": 15.0, "03": 30.0, "04": 50.0}
-    assert classroom.plan_sessions(need, 45) == [["01", "02"], ["03"], ["04"]]
-    assert classroom.plan_sessions(need, 90) == [["01", "02", "03"], ["04"]]
+    assert teaching.plan_sessions(need, 45) == [["01", "02"], ["03"], ["04"]]
+    assert teaching.plan_sessions(need, 90) == [["01", "02", "03"], ["04"]]
 
 
 def test_public_drops_the_build_machine_s_folders():
     home = Path("~").expanduser()
     root = classroom.REPO_ROOT
-    assert classroom.public(f"run `{root}/.venv/bin/python -m pip`") == "run `.venv/bin/python -m pip`"
-    assert classroom.public(f"cached in {home}/.cache/x", root=Path("/elsewhere")) == "cached in ~/.cache/x"
-    assert classroom.public(f"{sys.prefix}/bin/python", root=Path("/elsewhere")) == ".venv/bin/python"
+    assert teaching.public(f"run `{root}/.venv/bin/python -m pip`") == "run `.venv/bin/python -m pip`"
+    assert teaching.public(f"cached in {home}/.cache/x", root=Path("/elsewhere")) == "cached in ~/.cache/x"
+    assert teaching.public(f"{sys.prefix}/bin/python", root=Path("/elsewhere")) == ".venv/bin/python"
 
 
 def test_chapter_0_s_ceilings_are_preferred_when_a_run_has_them(tmp_path):
