@@ -114,7 +114,7 @@ for run in progress(range(1, runs + 1), desc="runs"):
                             meets_objectives=metrics.meets_slo(m, goals.ttft_s, goals.tpot_s)))
 requests = pd.DataFrame(records)
 requests["context_tokens"] = requests.prompt_tokens + requests.output_tokens / 2  # mean context while decoding
-results.table(requests, "requests")
+_ = results.table(requests, "requests")  # the path it returns is not for the page
 
 # %% [markdown]
 # One row per pair: the median run, and the lowest and highest of the `runs` runs (`lib.timing.median_range`).

@@ -197,7 +197,7 @@ for name in urls:
              for i, t in enumerate(traces) for m in [t.metrics()]]
 server_after = {n: serving.scrape_metrics(u) for n, u in urls.items()}
 one = pd.DataFrame(rows)
-results.table(one, "one_request_runs")
+_ = results.table(one, "one_request_runs")  # the path it returns is not for the page
 
 # %%
 paths = timing.median_range(one, "path", ["ttft_ms", "tpot_ms", "median_gap_ms"])
