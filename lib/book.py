@@ -32,6 +32,7 @@ import contextlib
 import datetime as _dt
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -400,6 +401,10 @@ def build(*, quick: bool = False, device: str | None = None, only: list[str] | N
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A kernel killed by Ctrl-C or out of memory leaves nbclient's pending task failed with DeadKernelError;
+    # asyncio would print its traceback when the loop is collected, after the one-line FAILED message that
+    # already reported it (the details are in build/logs/).
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
     parser = argparse.ArgumentParser(prog="python -m lib.book", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="quick mode, into build/quick/")
     parser.add_argument("--device", default=os.environ.get("DEVICE") or None,
