@@ -207,14 +207,17 @@ def cache_costs(shape: ModelShape, batch: int, context: int, device: torch.devic
       tensors one position longer (so the cache grows by one position per call, as in a decode run).
 
     The cache has a real one's size and layout (2 x layers tensors, written before timing), so where it
-    is larger than the CPU's caches it is read from memory, as in a decode step. Introduced in section 3.
+    is larger than the CPU's caches it is read from memory, as in a decode step. The tensors hold random
+    values (a GPU's kernels can run faster on constants). On a GPU each sample is timed with CUDA events
+    on ``device``'s stream (a few microseconds of copies per layer would be swamped by the host clock and
+    its two synchronisations). Introduced in section 3.
     """
     if batch < 1 or context < 1:
         raise ValueError(f"cache_costs needs batch and context of at least 1, got {batch} and {context}")
     dims = (batch, shape.kv_heads, context, shape.head_dim)
-    kv = [torch.full(dims, 0.01, dtype=dtype, device=device) for _ in range(2 * shape.layers)]
-    query = torch.full((batch, shape.heads, 1, shape.head_dim), 0.01, dtype=dtype, device=device)
-    new = torch.full((batch, shape.kv_heads, 1, shape.head_dim), 0.01, dtype=dtype, device=device)
+    kv = [torch.randn(dims, dtype=dtype, device=device) for _ in range(2 * shape.layers)]
+    query = torch.randn((batch, shape.heads, 1, shape.head_dim), dtype=dtype, device=device)
+    new = torch.randn((batch, shape.kv_heads, 1, shape.head_dim), dtype=dtype, device=device)
     gqa = {"enable_gqa": True} if shape.heads != shape.kv_heads else {}
 
     def attention() -> None:
@@ -225,9 +228,10 @@ def cache_costs(shape: ModelShape, batch: int, context: int, device: torch.devic
         for i, t in enumerate(kv):
             kv[i] = torch.cat([t, new], dim=-2)
 
+    events = torch.device(device).type == "cuda"
     with torch.inference_mode():
-        return {"attention": measure(attention, device, warmup=warmup, repeats=repeats),
-                "concatenation": measure(concatenation, device, warmup=warmup, repeats=repeats)}
+        return {name: measure(fn, device, warmup=warmup, repeats=repeats, use_cuda_events=events)
+                for name, fn in (("attention", attention), ("concatenation", concatenation))}
 
 
 def _check_cache_kind(cache: str) -> None:

@@ -144,13 +144,28 @@ def test_cache_costs_time_attention_and_growth(tiny):
     from lib.shapes import ModelShape
 
     shape = ModelShape.from_config(tiny.config, name="tiny")
-    costs = sweeps.cache_costs(shape, 2, 16, "cpu", repeats=2, warmup=1)
+    costs = sweeps.cache_costs(shape, 2, 16, tiny.device, repeats=2, warmup=1)
     assert set(costs) == {"attention", "concatenation"}
-    assert all(len(t.samples) == 2 for t in costs.values())
+    assert all(len(t.samples) == 2 and min(t.samples) > 0 for t in costs.values())
     gqa = dataclasses.replace(shape, heads=4, kv_heads=2)
-    assert set(sweeps.cache_costs(gqa, 1, 8, "cpu", repeats=1)) == {"attention", "concatenation"}
+    assert set(sweeps.cache_costs(gqa, 1, 8, tiny.device, repeats=1)) == {"attention", "concatenation"}
     with pytest.raises(ValueError, match="at least 1"):
-        sweeps.cache_costs(shape, 0, 16, "cpu")
+        sweeps.cache_costs(shape, 0, 16, tiny.device)
+
+
+def test_cache_costs_use_cuda_events_exactly_on_a_gpu(tiny, monkeypatch):
+    from lib.shapes import ModelShape
+
+    asked = []
+    real = sweeps.measure
+
+    def recording(fn, device, **options):
+        asked.append(options["use_cuda_events"])
+        return real(fn, device, **options)
+
+    monkeypatch.setattr(sweeps, "measure", recording)
+    sweeps.cache_costs(ModelShape.from_config(tiny.config, name="tiny"), 1, 8, tiny.device, repeats=1)
+    assert asked == [tiny.device.type == "cuda"] * 2
 
 
 def test_cublas_allocation_failure_counts_as_out_of_memory():
