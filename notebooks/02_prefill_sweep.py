@@ -639,11 +639,14 @@ else:
 # ## Beside the reference runs
 #
 # Two published runs: the source chapter's GPT-2 small prefill (last-position logits; one CPU thread, and a
-# consumer GPU with about 303 GB/s in fp32 and fp16), and the Word Factory blog's NumPy GPT-2-shaped model on a
-# 2-core cloud CPU. The same `floor_and_knee`, with the same margin, reads each one's floor and knee.
-# Different machines should not agree; the comparison says where this machine sits among them.
+# consumer GPU in fp32 and fp16, whose quoted bandwidth is printed below from `lib.roofline.HARDWARE`), and the
+# Word Factory blog's NumPy GPT-2-shaped model on a 2-core cloud CPU. The same `floor_and_knee`, with the same
+# margin, reads each one's floor and knee. Different machines should not agree; the comparison says where this
+# machine sits among them.
 
 # %%
+reference_gpu = roofline.HARDWARE["Source chapter GPU"]
+print(f"The source chapter's GPU: {reference_gpu.bandwidth / 1e9:.0f} GB/s of memory bandwidth, as quoted there.")
 ref = load_reference("ch09_prefill_gpu_cpu")
 wf = load_reference("wordfactory_part3_cpu").query("table == 'prefill'")
 curves = [dict(source="this machine", device=dev.type, dtype=dt, threads=n,
