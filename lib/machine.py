@@ -23,9 +23,7 @@ synchronisation (:mod:`lib.timing`). Introduced in section 0 (this machine).
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import os
 from dataclasses import dataclass
 
 import pandas as pd

@@ -47,26 +47,20 @@ def test_row_records_round_to_the_reference_figures():
         decimals = len(printed.split(".")[1]) if "." in printed else 0
         assert f"{value:.{decimals}f}" == printed
 
-    for row, line in zip(course.prefill_rows(LLAMA3_8B, H100), pre_lines, strict=True):
-        p, gflop, gb, inten, tc, tm, tps = _numbers(line)
-        assert row["prompt_tokens"] == int(p)
-        check(row["flops"] / 1e9, gflop)
-        check(row["bytes"] / 1e9, gb)
-        check(row["intensity_flop_per_byte"], inten)
-        check(row["t_compute_s"] * 1e3, tc)
-        check(row["t_memory_s"] * 1e3, tm)
-        check(row["tokens_per_s"], tps)
-        assert row["limit"] == line.split()[6]
-    for row, line in zip(course.decode_rows(LLAMA3_8B, H100), dec_lines, strict=True):
-        c, gflop, gb, inten, tc, tm, tps = _numbers(line)
-        assert row["context_tokens"] == int(c)
-        check(row["flops"] / 1e9, gflop)
-        check(row["bytes"] / 1e9, gb)
-        check(row["intensity_flop_per_byte"], inten)
-        check(row["t_compute_s"] * 1e3, tc)
-        check(row["t_memory_s"] * 1e3, tm)
-        check(row["tokens_per_s"], tps)
-        assert row["limit"] == "memory"
+    tables = [(course.prefill_rows(LLAMA3_8B, H100), pre_lines, "prompt_tokens"),
+              (course.decode_rows(LLAMA3_8B, H100), dec_lines, "context_tokens")]
+    for rows, printed_lines, tokens in tables:
+        for row, line in zip(rows, printed_lines, strict=True):
+            n, gflop, gb, inten, tc, tm, tps = _numbers(line)
+            assert row[tokens] == int(n)
+            check(row["flops"] / 1e9, gflop)
+            check(row["bytes"] / 1e9, gb)
+            check(row["intensity_flop_per_byte"], inten)
+            check(row["t_compute_s"] * 1e3, tc)
+            check(row["t_memory_s"] * 1e3, tm)
+            check(row["tokens_per_s"], tps)
+            assert row["limit"] == line.split()[6]
+    assert {row["limit"] for row in tables[1][0]} == {"memory"}
 
 
 def test_request_split_reproduces_course_line():

@@ -1,6 +1,5 @@
 """This machine's ceilings: every kernel measured, rates from counted bytes and FLOPs, clear errors."""
 
-import math
 
 import pandas as pd
 import pytest

@@ -9,7 +9,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from lib import roofline as rl
 from lib.roofline import HARDWARE
 from lib.shapes import GPT2_SMALL, LLAMA3_8B, LLAMA3_70B, PRESETS, SMOLLM2_135M, ModelShape
 
