@@ -2,12 +2,12 @@
 
 For each ``notebooks/NN_*.py`` (the py:percent source, read with jupytext), in order:
 
-1. Work out its *input hash*: its source, the library (``lib/*.py`` but this runner),
-   ``constraints.txt``, the data it reads from earlier chapters (:func:`upstream_data`) and the machine it
-   runs on (:func:`run_environment`: the *resolved* device, its name, the torch and CUDA versions, so
-   ``DEVICE=cpu`` and ``auto`` on a CPU-only machine are the same build). A chapter is up to date when its
-   executed ``.ipynb`` records that hash **and** its committed ``data/<stem>/`` and ``figures/<stem>/``
-   still match the SHA-256 manifest recorded beside it; anything else re-runs it.
+1. Work out its *input hash* (:mod:`lib.staleness`): its source, the library modules it imports (directly
+   or through another module), ``constraints.txt``, the data it reads from earlier chapters and the machine
+   it runs on (the *resolved* device, its name, the torch and CUDA versions, so ``DEVICE=cpu`` and ``auto``
+   on a CPU-only machine are the same build). A chapter is up to date when its executed ``.ipynb`` records
+   that hash **and** its committed ``data/<stem>/`` and ``figures/<stem>/`` still match the SHA-256
+   manifest recorded beside it; anything else re-runs it.
 2. Execute it with papermill into ``build/staging/<stem>/`` (``PREFILL_DECODE_OUTPUT_ROOT`` points its
    :class:`lib.results.Results` there), then record in its ``provenance.json`` the parameters read from
    its tagged ``parameters`` cell and papermill's injected one.
@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as _dt
-import hashlib
 import json
 import logging
 import os
@@ -45,14 +44,14 @@ import jupytext
 import nbformat
 import papermill
 
-from lib.machine import MACHINE_SECTION
 from lib.outputs import BuildBusy, HalfReplaced, build_lock, commit, recover
 from lib.params import parameter_values
 from lib.results import OUTPUT_ROOT_ENV, REPO_ROOT
+from lib.staleness import HASH_KEY, input_hash, output_hashes, run_environment, sources, stale_reason
 
-NOTEBOOKS = REPO_ROOT / "notebooks"
 #: The book's named kernel (``make env`` installs it into .venv); plain ``python3`` where it is missing.
 KERNEL_NAME, KERNEL_DISPLAY = "prefill-decode", "Prefill and Decode (.venv)"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # papermill's tracebacks are coloured; the logs are plain text
 
 
 def kernel() -> tuple[str, str]:
@@ -62,98 +61,6 @@ def kernel() -> tuple[str, str]:
     if KERNEL_NAME in KernelSpecManager().find_kernel_specs():
         return KERNEL_NAME, KERNEL_DISPLAY
     return "python3", "Python 3"
-HASH_KEY = "prefill_decode"
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def sources(root: Path = NOTEBOOKS) -> list[Path]:
-    """The notebooks' py:percent sources, in reading order."""
-    return sorted(p for p in root.glob("[0-9][0-9]_*.py"))
-
-
-def upstream_data(source: Path) -> list[Path]:
-    """The data files a notebook reads from earlier chapters: every file under ``data/<stem>/`` of each
-    other chapter whose stem its source names (as in ``load_table("02_prefill_sweep", ...)``), and chapter
-    0's when it reads the machine's ceilings (``machine.load_ceilings``)."""
-    root = source.parent.parent
-    text = source.read_text()
-    files = []
-    for other in sources(source.parent):
-        named = other.stem in text or (other.stem == MACHINE_SECTION and "load_ceilings" in text)
-        if other != source and named:
-            files += sorted(p for p in (root / "data" / other.stem).glob("*") if p.name != "provenance.json")
-    return files
-
-
-def run_environment(device: str | None) -> dict[str, str]:
-    """What the outputs depend on beyond the files: the resolved device (``auto`` becomes ``cpu`` or
-    ``cuda:0``), its name, and the torch and CUDA versions."""
-    import torch
-
-    from lib.device import device_name, resolve_device
-    resolved = resolve_device(device or "auto")
-    if resolved.type == "cuda" and resolved.index is None:
-        resolved = torch.device("cuda", torch.cuda.current_device())
-    return {"device": str(resolved), "device_name": device_name(resolved), "torch": torch.__version__,
-            "cuda": torch.version.cuda or "none"}
-
-
-#: Modules no chapter imports (the build, the site and the classroom tools): changing them re-runs nothing.
-NOT_IN_CHAPTERS = {"book.py", "outputs.py", "gpucheck.py", "site.py", "student.py", "classroom.py", "teaching.py"}
-
-
-def library_digest() -> str:
-    """SHA-256 over the library the chapters import (``lib/*.py`` but ``NOT_IN_CHAPTERS``) and the pins."""
-    digest = hashlib.sha256()
-    library = [p for p in sorted((REPO_ROOT / "lib").glob("*.py")) if p.name not in NOT_IN_CHAPTERS]
-    for path in [*library, REPO_ROOT / "constraints.txt"]:
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes() if path.exists() else b"")
-    return digest.hexdigest()
-
-
-def input_hash(source: Path, device: str | None, environment: dict | None = None) -> str:
-    """SHA-256 over what a notebook's outputs depend on: its source, the library, the pinned versions,
-    the data it reads from earlier chapters and :func:`run_environment` (or ``environment``)."""
-    digest = hashlib.sha256(library_digest().encode())
-    for path in [source, *upstream_data(source)]:
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes() if path.exists() else b"")
-    digest.update(json.dumps(environment or run_environment(device), sort_keys=True).encode())
-    return digest.hexdigest()
-
-
-def output_hashes(root: Path, stem: str) -> dict[str, str]:
-    """SHA-256 of every file under ``root/data/<stem>/`` and ``root/figures/<stem>/``, by relative path."""
-    files = sorted(p for kind in ("data", "figures") for p in (root / kind / stem).rglob("*") if p.is_file())
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
-
-
-def _record(executed: Path) -> dict:
-    try:
-        return nbformat.read(executed, as_version=4).metadata.get(HASH_KEY, {})
-    except Exception:  # a missing or unreadable notebook is simply out of date
-        return {}
-
-
-def recorded_hash(executed: Path) -> str | None:
-    """The input hash stored in an executed notebook's metadata, if any."""
-    return _record(executed).get("input_hash")
-
-
-def stale_reason(source: Path, root: Path, digest: str) -> str | None:
-    """Why a chapter must re-run (``None`` if it is up to date)."""
-    record = _record(root / "notebooks" / f"{source.stem}.ipynb")
-    if record.get("input_hash") != digest:
-        return "its inputs changed" if record else "it has no executed notebook from this build"
-    recorded, now = record.get("outputs"), output_hashes(root, source.stem)
-    if recorded is None:
-        return "no manifest of its outputs was recorded"
-    differ = sorted(name for name in set(recorded) | set(now) if recorded.get(name) != now.get(name))
-    if differ:
-        more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
-        return f"its committed outputs differ from what the build recorded ({', '.join(differ[:3])}{more})"
-    return None
 
 
 def strip_run_metadata(path: Path) -> None:

@@ -1,0 +1,173 @@
+"""Whether a chapter of the book is up to date: what its outputs depend on, hashed, against what was recorded.
+
+A chapter's *input hash* (:func:`input_hash`) covers its py:percent source, the library files it imports
+(:func:`library_files`: its own imports of ``lib`` modules, followed through the modules' imports of each
+other), ``constraints.txt``, the data it reads from earlier chapters (:func:`upstream_data`) and the machine
+it runs on (:func:`run_environment`). The build (:mod:`lib.book`) stores that hash and a SHA-256 manifest of
+the chapter's outputs (:func:`output_hashes`) in the executed notebook's metadata; :func:`stale_reason` says
+why a chapter must re-run, or ``None`` when both still match.
+
+So editing a library module re-runs only the chapters that import it, directly or through another module;
+a module no chapter imports (the build, the site, the classroom tools) re-runs nothing. No chapter imports
+this module.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import nbformat
+
+from lib.machine import MACHINE_SECTION
+from lib.results import REPO_ROOT
+
+NOTEBOOKS = REPO_ROOT / "notebooks"
+LIBRARY = REPO_ROOT / "lib"
+#: The key of the build's record (input hash, output manifest) in an executed notebook's metadata.
+HASH_KEY = "prefill_decode"
+_RUN_AS_MODULE = re.compile(r"lib(\.\w+)+")  # "lib.x" as a string, as in [python, "-m", "lib.x"]
+
+
+def sources(root: Path = NOTEBOOKS) -> list[Path]:
+    """The notebooks' py:percent sources, in reading order."""
+    return sorted(p for p in root.glob("[0-9][0-9]_*.py"))
+
+
+def upstream_data(source: Path) -> list[Path]:
+    """The data files a notebook reads from earlier chapters: every file under ``data/<stem>/`` of each
+    other chapter whose stem its source names (as in ``load_table("02_prefill_sweep", ...)``), and chapter
+    0's when it reads the machine's ceilings (``machine.load_ceilings``)."""
+    root = source.parent.parent
+    text = source.read_text()
+    files = []
+    for other in sources(source.parent):
+        named = other.stem in text or (other.stem == MACHINE_SECTION and "load_ceilings" in text)
+        if other != source and named:
+            files += sorted(p for p in (root / "data" / other.stem).glob("*") if p.name != "provenance.json")
+    return files
+
+
+def run_environment(device: str | None) -> dict[str, str]:
+    """What the outputs depend on beyond the files: the resolved device (``auto`` becomes ``cpu`` or
+    ``cuda:0``), its name, and the torch and CUDA versions."""
+    import torch
+
+    from lib.device import device_name, resolve_device
+    resolved = resolve_device(device or "auto")
+    if resolved.type == "cuda" and resolved.index is None:
+        resolved = torch.device("cuda", torch.cuda.current_device())
+    return {"device": str(resolved), "device_name": device_name(resolved), "torch": torch.__version__,
+            "cuda": torch.version.cuda or "none"}
+
+
+def _module_file(name: str, library: Path) -> Path | None:
+    """The file of library module ``name`` (``"lib.x"``): ``library/x.py``, or a package's ``__init__.py``;
+    ``None`` when ``name`` is not a module of the library (a function or constant of ``lib``, a typo)."""
+    parts = name.split(".")[1:]
+    if parts and (library.joinpath(*parts).with_suffix(".py")).is_file():
+        return library.joinpath(*parts).with_suffix(".py")
+    package = library.joinpath(*parts, "__init__.py")
+    return package if package.is_file() else None
+
+
+def imported_modules(tree: ast.AST, package: str | None = None) -> set[str]:
+    """Every ``lib...`` name the code imports, anywhere in it (a function's lazy import counts): ``import
+    lib.x``, ``from lib import x, y`` (both ``lib.x`` and ``lib.y``; :func:`library_files` drops names that
+    are not modules), ``from lib.x import f``, relative imports inside ``package`` (``"lib"``) and a string
+    naming a module, as a subprocess's ``-m lib.x`` does. ``lib`` itself is always implied."""
+    names = {"lib"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # from . import x, from ..x import f: relative to the importing package
+                if package is None:
+                    continue
+                parent = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, *([base] if base else [])])
+            names.add(base)
+            names |= {f"{base}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _RUN_AS_MODULE.fullmatch(node.value):
+            names.add(node.value)
+    return {n for n in names if n == "lib" or n.startswith("lib.")}
+
+
+def library_files(source: Path, library: Path = LIBRARY) -> list[Path]:
+    """The library files a chapter depends on: ``lib/__init__.py``, each ``lib`` module its source imports,
+    and each module those import, transitively (sorted). Where the source or one of those modules does not
+    parse as Python, the chapter depends on the whole library (its imports cannot be read, so nothing is
+    ruled out; the chapter's run then reports the error)."""
+    found: set[Path] = set()
+    try:
+        waiting = list(imported_modules(ast.parse(source.read_text(), filename=str(source))))
+        while waiting:
+            name = waiting.pop()
+            path = _module_file(name, library)
+            if path is None or path in found:
+                continue
+            found.add(path)
+            package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+            waiting += imported_modules(ast.parse(path.read_text(), filename=str(path)), package)
+    except SyntaxError:
+        return sorted(library.glob("*.py"))
+    return sorted(found)
+
+
+def library_digest(source: Path, library: Path = LIBRARY) -> str:
+    """SHA-256 over the library files a chapter depends on (:func:`library_files`) and the pins
+    (``constraints.txt`` beside ``library``)."""
+    digest = hashlib.sha256()
+    for path in [*library_files(source, library), library.parent / "constraints.txt"]:
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes() if path.exists() else b"")
+    return digest.hexdigest()
+
+
+def input_hash(source: Path, device: str | None, environment: dict | None = None) -> str:
+    """SHA-256 over what a notebook's outputs depend on: its source, the library files it imports, the
+    pinned versions, the data it reads from earlier chapters and :func:`run_environment` (or
+    ``environment``)."""
+    digest = hashlib.sha256(library_digest(source).encode())
+    for path in [source, *upstream_data(source)]:
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes() if path.exists() else b"")
+    digest.update(json.dumps(environment or run_environment(device), sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def output_hashes(root: Path, stem: str) -> dict[str, str]:
+    """SHA-256 of every file under ``root/data/<stem>/`` and ``root/figures/<stem>/``, by relative path."""
+    files = sorted(p for kind in ("data", "figures") for p in (root / kind / stem).rglob("*") if p.is_file())
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+
+
+def _record(executed: Path) -> dict:
+    try:
+        return nbformat.read(executed, as_version=4).metadata.get(HASH_KEY, {})
+    except Exception:  # a missing or unreadable notebook is simply out of date
+        return {}
+
+
+def recorded_hash(executed: Path) -> str | None:
+    """The input hash stored in an executed notebook's metadata, if any."""
+    return _record(executed).get("input_hash")
+
+
+def stale_reason(source: Path, root: Path, digest: str) -> str | None:
+    """Why a chapter must re-run (``None`` if it is up to date)."""
+    record = _record(root / "notebooks" / f"{source.stem}.ipynb")
+    if record.get("input_hash") != digest:
+        return "its inputs changed" if record else "it has no executed notebook from this build"
+    recorded, now = record.get("outputs"), output_hashes(root, source.stem)
+    if recorded is None:
+        return "no manifest of its outputs was recorded"
+    differ = sorted(name for name in set(recorded) | set(now) if recorded.get(name) != now.get(name))
+    if differ:
+        more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+        return f"its committed outputs differ from what the build recorded ({', '.join(differ[:3])}{more})"
+    return None
