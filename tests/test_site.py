@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from bs4 import BeautifulSoup
 
-from lib import site
+from lib import chapters, linkcheck, pages, site
 from lib.device import describe_environment
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,14 +33,14 @@ def _table(path, index=0) -> pd.DataFrame:
 
 
 def _problems(out, kind):
-    return [p for p in site.check(out) if kind in p]
+    return [p for p in linkcheck.check(out) if kind in p]
 
 
 def test_every_chapter_has_a_page_and_the_site_its_other_pages(built):
     assert not _problems(built, "missing")
     for notebook in EXECUTED:
         assert (built / f"{notebook.stem}.html").stat().st_size > 10_000
-    for name, _ in site.NAV_PAGES:
+    for name, _ in pages.NAV_PAGES:
         assert (built / name).exists()
 
 
@@ -49,7 +49,7 @@ def test_every_image_resolves_and_every_figure_is_on_its_page(built):
     for notebook in EXECUTED:
         figures = sum("image/png" in o.get("data", {}) for c in nbformat.read(notebook, as_version=4).cells
                       for o in c.get("outputs", []))
-        found = site.parse(built / f"{notebook.stem}.html")
+        found = linkcheck.parse(built / f"{notebook.stem}.html")
         assert len([s for s in found.images if s.startswith("data:image/png")]) >= figures > 0
 
 
@@ -57,13 +57,13 @@ def test_every_internal_link_resolves_and_chapters_link_to_their_neighbours(buil
     assert not _problems(built, "link")
     pages = [f"{n.stem}.html" for n in EXECUTED]
     for i, name in enumerate(pages):
-        links = site.parse(built / name).links
+        links = linkcheck.parse(built / name).links
         assert "index.html" in links
         if i > 0:
             assert pages[i - 1] in links
         if i + 1 < len(pages):
             assert pages[i + 1] in links
-    index_links = site.parse(built / "index.html").links
+    index_links = linkcheck.parse(built / "index.html").links
     assert all(p in index_links for p in pages)
 
 
@@ -84,7 +84,7 @@ def test_hidden_answers_are_real_details_elements_and_takeaways_are_shown(built)
         markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
         shown = "\n".join(o.get("data", {}).get("text/markdown", "") for c in nb.cells for o in c.get("outputs", []))
         page = (built / f"{notebook.stem}.html").read_text()
-        assert site.parse(built / f"{notebook.stem}.html").details == (markdown + shown).count("<details>")
+        assert linkcheck.parse(built / f"{notebook.stem}.html").details == (markdown + shown).count("<details>")
         soup = BeautifulSoup(page, "html.parser")
         for details in soup.find_all("details"):  # the answer is inside, hidden until the summary is clicked
             summary = details.find("summary")
@@ -105,18 +105,9 @@ def test_pages_load_nothing_from_the_network(built):
 
 def test_status_page_has_a_row_per_chapter_with_its_machine(built):
     status = _table(built / "status.html")
-    assert len(status) == len(site.load_chapters(ROOT))
+    assert len(status) == len(chapters.load_chapters(ROOT))
     executed = status[status["Mode"] != "—"]
     assert executed["Device"].str.len().gt(3).all() and executed["Commit"].ne("—").all()
-
-
-def test_claims_are_counted_and_missing_claims_said_so():
-    chapter = site.Chapter("09_x", "9. X", "", None, None, None, None)
-    assert chapter.claims_summary() == "no claims recorded"
-    chapter.claims = pd.DataFrame({"claim": list("abcd"), "verdict": ["held", "held", "did not hold", "not measured"]})
-    assert chapter.claims_summary() == "2 of 4 held (1 did not hold, 1 not measured)"
-    html = site.status_page([chapter])
-    assert "2 of 4 held" in html and 'class="not-held">did not hold' in html
 
 
 def test_teacher_page_plans_45_and_90_minute_sessions_and_prints_real_failures(built):
@@ -131,17 +122,6 @@ def test_class_page_compares_the_example_runs(built):
     comparison = _table(built / "class.html")
     assert set(comparison["run"]) >= {"dev-cpu-1-thread", "dev-cpu-2-threads"}
     assert (built / "class" / "comparison.png").exists()
-
-
-def test_the_checker_finds_what_is_broken(tmp_path):
-    """The checks above pass only because the site is right: on a broken site they report each fault."""
-    (tmp_path / "index.html").write_text(
-        '<a href="nowhere.html">x</a><img src="figures/none.png">'
-        '<div data-mime-type="application/vnd.jupyter.stderr">oops</div>'
-        f'<pre>{ROOT}/lib/x.py</pre><a href="index.html#no-such-id">y</a>')
-    problems = site.check(tmp_path, ROOT)
-    for kind in ("missing", "nowhere.html", "figures/none.png", "stderr", "path of the build machine", "no-such-id"):
-        assert any(kind in p for p in problems), kind
 
 
 def test_describe_environment_hides_the_home_folder():
