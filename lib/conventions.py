@@ -2,12 +2,12 @@
 
 The same streamed requests are quoted with different numbers depending on which tool scored them, because
 the tools do not agree on what the words mean. Each function below re-implements one tool's definitions on
-the events a :class:`lib.serving.Trace` recorded (every server-sent event, stamped when its line was
+the events a :class:`lib.client.Trace` recorded (every server-sent event, stamped when its line was
 read), citing the code it follows. The client's timestamps are the same for all of them; only the
 definitions differ.
 
 * ``book`` (``lib.metrics``, section 1): TTFT ends at the first content chunk; the gaps are between
-  tokens, a chunk carrying several tokens giving gaps of 0 (``lib.serving``'s attribution rule); TPOT is
+  tokens, a chunk carrying several tokens giving gaps of 0 (``lib.client``'s attribution rule); TPOT is
   ``(t_last - t_first) / (n - 1)``; goodput is the fraction of requests meeting every objective (a one-token
   request judged on TTFT alone).
 * ``vllm``: vLLM's ``vllm bench serve`` (``vllm/benchmarks/lib/endpoint_request_func.py``, the
@@ -47,14 +47,14 @@ import numpy as np
 import pandas as pd
 
 from lib import metrics
-from lib.serving import Trace
+from lib.client import Trace
 
 __all__ = ["CONVENTIONS", "SOURCES", "per_request", "summary", "compare", "meets", "bootstrap_fraction"]
 
 CONVENTIONS = ("book", "vllm", "guidellm", "llmperf", "genai-perf")
 
 SOURCES = {
-    "book": "lib/metrics.py and lib/serving.py (this book)",
+    "book": "lib/metrics.py and lib/client.py (this book)",
     "vllm": "vllm 0.32.0: vllm/benchmarks/lib/endpoint_request_func.py, vllm/benchmarks/serve.py calculate_metrics",
     "guidellm": "guidellm: src/guidellm/schemas/request_stats.py, src/guidellm/schemas/benchmark/goodput.py",
     "llmperf": "llmperf: src/llmperf/ray_clients/openai_chat_completions_client.py, token_benchmark_ray.py",

@@ -18,8 +18,8 @@
 # continuous batching and a scheduler, behind an OpenAI-compatible HTTP API, and its TTFT and TPOT are what a
 # client measures at the other end of a socket. This chapter starts two such engines on loopback, serving the
 # book's SmolLM2 on this machine: `transformers serve` with continuous batching, and vLLM (its CPU build, in its
-# own environment `.venv-vllm`, where it can run). It streams requests to them with `lib.serving`'s client,
-# which stamps every chunk as it arrives, and scores the traces with `lib.metrics`, as in chapter 1.
+# own environment `.venv-vllm`, where it can run). It streams requests to them with `lib.client`, which
+# stamps every chunk as it arrives, and scores the traces with `lib.metrics`, as in chapter 1.
 #
 # Four experiments: one request in-process beside the same request through each engine (what the HTTP path
 # and the engine add); load, from one user to several at once and as random (Poisson) arrivals, against stated
@@ -85,10 +85,12 @@ import pandas as pd
 import torch
 from IPython.display import Markdown, display
 
-from lib import claims, conventions, metrics, objectives, phases, serving, timing
+from lib import claims, client, conventions, metrics, objectives, phases, timing
 from lib.device import describe_environment
+from lib.engines import transformers_engine, vllm_engine, vllm_unavailable
 from lib.models import SMOLLM2_VERSION, cache_dir, load_model
 from lib.results import Results, load_table
+from lib.stall import stall_case, stall_experiment
 
 MODEL = "smollm2-135m"
 if threads:
@@ -104,28 +106,28 @@ pd.Series(describe_environment("cpu", torch.float32, MODEL)).to_frame("this run"
 # %% [markdown]
 # ## The engines
 #
-# With no `base_url`, `lib.serving` starts each engine in `engines` on `127.0.0.1` at a free port, waits until
+# With no `base_url`, `lib.engines` starts each engine in `engines` on `127.0.0.1` at a free port, waits until
 # its `/health` answers, and stops it at the end of the chapter, or when the chapter fails, or when its
 # kernel dies (the engine runs in its own process group, which is killed as a whole). A start that fails
 # shows the end of the engine's log. Both engines get the same converted SmolLM2 folder the book loads
-# in-process, in fp32. vLLM runs with its prefix cache off (`lib.serving.vllm_engine`): this chapter repeats
+# in-process, in fp32. vLLM runs with its prefix cache off (`lib.engines.vllm_engine`): this chapter repeats
 # requests, and a cached prefix would skip the very prefill it times.
 
 # %%
-vllm_missing = serving.vllm_unavailable()
+vllm_missing = vllm_unavailable()
 if base_url:
-    serving.check_reachable(base_url)  # one line naming the address if it does not answer
+    client.check_reachable(base_url)  # one line naming the address if it does not answer
     wanted = {"server": None}
-    print(f"measuring {base_url} (serving {serving.served_model(base_url)}); no local engine is started")
+    print(f"measuring {base_url} (serving {client.served_model(base_url)}); no local engine is started")
 else:
-    wanted = {"transformers serve": lambda: serving.transformers_engine(
+    wanted = {"transformers serve": lambda: transformers_engine(
         model_dir, max_batch_tokens=tf_batch_tokens, env=engine_env, start_timeout_s=start_timeout_s)
         } if "transformers" in engines else {}
     if "vllm" in engines and vllm_missing:
         print(vllm_missing + ".")
     elif "vllm" in engines:
-        wanted["vLLM"] = lambda: serving.vllm_engine(model_dir, max_num_batched_tokens=vllm_budgets[0], threads=threads,
-                                                     start_timeout_s=start_timeout_s)
+        wanted["vLLM"] = lambda: vllm_engine(model_dir, max_num_batched_tokens=vllm_budgets[0], threads=threads,
+                                             start_timeout_s=start_timeout_s)
 if not wanted:
     raise ValueError("no engine to measure: set engines to include 'transformers' (or 'vllm' where it can run), "
                      "or give a base_url")
@@ -166,7 +168,7 @@ for name, make in wanted.items():
     else:
         live[name] = make().start()
         urls[name], startup[name] = live[name].base_url, live[name].startup_s
-    model_ids[name] = serving.served_model(urls[name])
+    model_ids[name] = client.served_model(urls[name])
 pd.DataFrame({"engine": list(urls), "startup_s": [startup.get(n, np.nan) for n in urls]})
 
 
@@ -176,26 +178,26 @@ def fixed_length(name: str) -> dict | None:
     return {"ignore_eos": True} if name == "vLLM" else None
 
 
-def send(name: str, messages, tokens: int, fixed: bool = False, **kw) -> serving.Trace:
+def send(name: str, messages, tokens: int, fixed: bool = False, **kw) -> client.Trace:
     """One streamed request to engine ``name``, greedy. ``fixed``: ask vLLM for exactly ``tokens`` tokens
     (``ignore_eos``; transformers serve refuses the field, so its replies may end sooner)."""
-    return serving.stream_chat(urls[name], model_ids[name], messages, tokens, extra=fixed_length(name) if fixed else None,
+    return client.stream_chat(urls[name], model_ids[name], messages, tokens, extra=fixed_length(name) if fixed else None,
                                **kw)
 
 
-server_before = {n: serving.scrape_metrics(u) for n, u in urls.items()}
+server_before = {n: client.scrape_metrics(u) for n, u in urls.items()}
 replies = {}
 for name in urls:
     send(name, chat, max_new_tokens)  # warm-up
     traces = [send(name, chat, max_new_tokens, request_id=i) for i in range(runs)]
-    bad = serving.failures(traces)
+    bad = client.failures(traces)
     if bad:
         raise RuntimeError(f"{name}: requests failed ({bad}): {[t.error for t in traces if t.error]}")
     replies[name] = traces[0].text
     rows += [dict(path=name, run=i + 1, prompt_tokens=t.prompt_tokens, output_tokens=t.n_tokens,
                   ttft_ms=m.ttft * 1e3, tpot_ms=m.tpot * 1e3, median_gap_ms=m.median_gap * 1e3)
              for i, t in enumerate(traces) for m in [t.metrics()]]
-server_after = {n: serving.scrape_metrics(u) for n, u in urls.items()}
+server_after = {n: client.scrape_metrics(u) for n, u in urls.items()}
 one = pd.DataFrame(rows)
 _ = results.table(one, "one_request_runs")  # the path it returns is not for the page
 
@@ -298,7 +300,7 @@ load_prompt = [{"role": "user", "content": "Write a long story about a lighthous
 sweep_rows, sweep_traces = [], {}
 for name in urls:
     for c in concurrency:
-        traces = serving.closed_loop(lambda i: send(name, load_prompt, load_tokens, request_id=i, fixed=True),
+        traces = client.closed_loop(lambda i: send(name, load_prompt, load_tokens, request_id=i, fixed=True),
                                      c * requests_per_user, c)
         sweep_traces[(name, c)] = traces
         ok = [t for t in traces if t.ok]
@@ -306,7 +308,7 @@ for name in urls:
         good, low, high = conventions.bootstrap_fraction([conventions.meets(t, goals.ttft_s, goals.tpot_s)
                                                           for t in traces], resamples, seed=seed)
         scored = [t.metrics() for t in ok]
-        sweep_rows.append(dict(engine=name, concurrency=c, requests=len(traces), failures=str(serving.failures(traces)),
+        sweep_rows.append(dict(engine=name, concurrency=c, requests=len(traces), failures=str(client.failures(traces)),
                                tokens_per_s=sum(t.n_tokens for t in ok) / span_s,
                                ttft_ms=np.median([m.ttft for m in scored]) * 1e3,
                                tpot_ms=np.median([m.tpot for m in scored if m.tpot]) * 1e3,
@@ -371,15 +373,15 @@ for name, g in sweep.groupby("engine", sort=False):
 poisson_rows, poisson_traces = [], {}
 for name in urls:
     for rate in arrival_rates:
-        offsets = serving.poisson_offsets(rate, arrivals, seed=seed)
-        traces = serving.open_loop(lambda i, at: send(name, load_prompt, load_tokens, request_id=i, scheduled=at,
+        offsets = client.poisson_offsets(rate, arrivals, seed=seed)
+        traces = client.open_loop(lambda i, at: send(name, load_prompt, load_tokens, request_id=i, scheduled=at,
                                                       fixed=True), offsets)
         poisson_traces[(name, rate)] = traces
         ok = [t.metrics() for t in traces if t.ok]
         good, low, high = conventions.bootstrap_fraction([conventions.meets(t, goals.ttft_s, goals.tpot_s)
                                                           for t in traces], resamples, seed=seed)
         poisson_rows.append(dict(engine=name, rate_per_s=rate, requests=len(traces),
-                                 failures=str(serving.failures(traces)),
+                                 failures=str(client.failures(traces)),
                                  ttft_ms=np.median([m.ttft for m in ok]) * 1e3 if ok else np.nan,
                                  ttft_p90_ms=np.percentile([m.ttft for m in ok], 90) * 1e3 if ok else np.nan,
                                  tpot_ms=np.median([m.tpot for m in ok if m.tpot]) * 1e3 if ok else np.nan,
@@ -472,7 +474,7 @@ for name, g in scored.groupby("engine", sort=False):
 # ## Chapter 5's stall, inside a real scheduler
 #
 # Stream A decodes; after its `stall_arrival`-th token arrives, request B sends a prompt of
-# `stall_prompt_tokens` tokens (`lib.serving.stall_experiment`). **Predict** from chapter 5: each scheduler step
+# `stall_prompt_tokens` tokens (`lib.stall.stall_experiment`). **Predict** from chapter 5: each scheduler step
 # has a token budget (vLLM's `--max-num-batched-tokens`, `transformers serve`'s `--cb-max-batch-tokens`). A
 # prompt longer than the budget is prefilled in pieces of at most the budget, one piece per step beside A's
 # decode token (**chunked prefill**). So A's worst gap should be about one of its ordinary gaps plus the
@@ -502,8 +504,8 @@ def stall_once(name: str, budget, run: int) -> dict:
     """Chapter 5's experiment once against engine ``name``; A's gaps before and across B's arrival. B's prompt
     starts with the engine, budget and run, so no run can reuse a cache an earlier one left."""
     b_run = [{"role": "user", "content": f"Request {run} to {name} at {budget}. {long_text}"}]
-    a, b = serving.stall_experiment(urls[name], model_ids[name], a_chat, stall_tokens, b_run, stall_arrival,
-                                    extra=fixed_length(name))
+    a, b = stall_experiment(urls[name], model_ids[name], a_chat, stall_tokens, b_run, stall_arrival,
+                            extra=fixed_length(name))
     if not (a.ok and b.ok):
         return dict(engine=name, budget_tokens=budget, error=a.error or b.error)
     m = a.metrics()
@@ -520,10 +522,10 @@ for name, budget in settings:
         stall_rows += [stall_once(name, budget, run) for run in range(runs)]
         continue
     # one vLLM at a time: the running one has the first budget, each other budget is a fresh engine
-    engine = live.pop("vLLM") if budget == vllm_budgets[0] else serving.vllm_engine(
+    engine = live.pop("vLLM") if budget == vllm_budgets[0] else vllm_engine(
         model_dir, max_num_batched_tokens=budget, threads=threads, start_timeout_s=start_timeout_s).start()
     try:
-        urls["vLLM"], model_ids["vLLM"] = engine.base_url, serving.served_model(engine.base_url)
+        urls["vLLM"], model_ids["vLLM"] = engine.base_url, client.served_model(engine.base_url)
         send("vLLM", chat, 4)  # warm-up
         stall_rows += [stall_once("vLLM", budget, run) for run in range(runs)]
     finally:

@@ -8,8 +8,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from lib import conventions, metrics, serving
-from lib.serving import Event, Trace
+from lib import conventions, engines, metrics
+from lib.client import Event, Trace
 
 
 def _trace(request_id=0, sent=10.0, role_at=None, chunks=((10.5, "a"), (10.6, "b"), (10.8, "c")), tokens=None,
@@ -127,8 +127,8 @@ print(json.dumps({k: getattr(m, k) for k in ("mean_ttft_ms", "mean_tpot_ms", "me
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(serving.vllm_unavailable() is not None,
-                    reason=f"vLLM's own metric code is needed: {serving.vllm_unavailable()}")
+@pytest.mark.skipif(engines.vllm_unavailable() is not None,
+                    reason=f"vLLM's own metric code is needed: {engines.vllm_unavailable()}")
 def test_lib_metrics_agree_with_vllms_metric_code():
     traces = _synthetic()
     scored = [t.metrics() for t in traces]
@@ -136,7 +136,7 @@ def test_lib_metrics_agree_with_vllms_metric_code():
                for t, m in zip(traces, scored)]
     duration = max(t.end for t in traces) - min(t.sent for t in traces)
     slo_ms = {"ttft": 400.0, "tpot": 60.0}
-    run = subprocess.run([str(serving.vllm_python()), "-c", VLLM_SCRIPT], input=json.dumps(
+    run = subprocess.run([str(engines.vllm_python()), "-c", VLLM_SCRIPT], input=json.dumps(
         {"outputs": outputs, "duration": duration, "goodput": slo_ms}), capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     theirs = json.loads(run.stdout.strip().splitlines()[-1])

@@ -1,0 +1,340 @@
+"""A streaming client that times every chunk of an OpenAI-compatible server's reply, and the loads that
+send many requests (section 7). Plain standard library: no asyncio, no HTTP package.
+
+:func:`stream_chat` sends one OpenAI-style streaming chat request and records, on ``time.perf_counter``'s
+clock, when it was sent and when every server-sent event arrived (an event is stamped when its line has been
+read from the socket), with the event's content, finish reason and the server's ``usage`` report. The result
+is a :class:`Trace`. A request that fails (connection refused, reset, timed out, an HTTP error, an error
+event, a stream that ends before the reply finished) is a ``Trace`` with ``error`` set, never an exception
+and never dropped: :func:`failures` counts them. :func:`closed_loop` and :func:`open_loop` send many requests
+and return every trace, failed ones included, in request order. The engines it talks to are in
+``lib.engines``.
+
+**How time is attributed to tokens.** A content chunk may carry several tokens (a server that falls behind
+writes several tokens at once; the client cannot see inside a chunk). The count of tokens is the server's
+``usage.completion_tokens``. :meth:`Trace.token_times` gives the first content chunk one token (the first
+token: TTFT ends there), spreads the remaining tokens as evenly as possible over the later chunks
+(earlier chunks take the remainder), and stamps every token with the arrival of its chunk, because the
+reader sees none of them earlier. The gaps inside a chunk are therefore 0 and the whole wait is charged
+to the chunk's first token. When the server reports no usage, every content chunk counts as one token;
+when it reports fewer tokens than content chunks, the chunks are kept (one token each) and
+``Trace.usage_mismatch`` says so. Other benchmark tools attribute differently: see ``lib.conventions``.
+
+Introduced in section 7 (over the wire).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import http.client
+import json
+import socket
+import time
+import urllib.parse
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from lib import metrics
+
+__all__ = ["Event", "Trace", "Unreachable", "http_get", "check_reachable", "served_model", "scrape_metrics",
+           "stream_chat", "failures", "closed_loop", "poisson_offsets", "open_loop"]
+
+
+class Unreachable(ConnectionError):
+    """A server's address does not answer; the message is one line naming it."""
+
+
+# ----------------------------------------------------------------------------------------------------------
+# HTTP helpers
+# ----------------------------------------------------------------------------------------------------------
+
+def _split(url: str) -> tuple[str, int, str]:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError(f"{url!r}: give an http:// address such as http://127.0.0.1:8000")
+    return parts.hostname, parts.port or 80, parts.path.rstrip("/")
+
+
+def http_get(url: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
+    """``GET url``: (HTTP status, body). Raises ``OSError`` when nothing answers, ``ValueError`` for a URL
+    that is not ``http://``."""
+    host, port, path = _split(url)
+    conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+    try:
+        conn.request("GET", path or "/")
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def check_reachable(base_url: str, timeout_s: float = 5.0) -> None:
+    """Raise :class:`Unreachable` (one line naming ``base_url``) unless ``GET /v1/models`` answers 200."""
+    try:
+        status, _ = http_get(base_url.rstrip("/") + "/v1/models", timeout_s)
+    except ValueError as error:
+        raise Unreachable(str(error)) from None
+    except OSError as error:
+        raise Unreachable(f"cannot reach {base_url}: {_describe(error)}") from None
+    if status != 200:
+        raise Unreachable(f"{base_url} answered HTTP {status} to GET /v1/models; is it an OpenAI-compatible server?")
+
+
+def served_model(base_url: str) -> str:
+    """The id of the first model ``base_url`` serves (``GET /v1/models``)."""
+    check_reachable(base_url)
+    _, body = http_get(base_url.rstrip("/") + "/v1/models")
+    return json.loads(body)["data"][0]["id"]
+
+
+def scrape_metrics(base_url: str) -> dict[str, float]:
+    """The server's Prometheus metrics (``GET /metrics``) as ``{name: value}``, summed over label sets
+    (so a histogram's ``_sum`` and ``_count`` are totals); ``{}`` where the server has none."""
+    try:
+        status, body = http_get(base_url.rstrip("/") + "/metrics")
+    except OSError:
+        return {}
+    if status != 200:
+        return {}
+    values: dict[str, float] = {}
+    for line in body.decode(errors="replace").splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name_part, _, value = line.rpartition(" ")
+        name = name_part.split("{", 1)[0].strip()
+        try:
+            values[name] = values.get(name, 0.0) + float(value)
+        except ValueError:
+            continue
+    return values
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The streaming client
+# ----------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Event:
+    """One server-sent event: when its line was read (seconds, ``perf_counter``), whether it carried a
+    ``choices`` list, its delta's content (``None`` when it had no content field), its finish reason and
+    its ``usage`` report."""
+
+    time: float
+    choices: bool
+    content: str | None
+    finish_reason: str | None = None
+    usage: dict | None = None
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One request as the client saw it. Times are seconds on ``time.perf_counter``'s clock.
+
+    ``sent``: just before the request was written; ``scheduled``: when an open-loop load meant to send it
+    (``None`` for closed loops); ``end``: when the stream closed (or failed); ``events``: every event;
+    ``prompt_tokens``/``output_tokens``: the server's usage report (``None`` if it sent none); ``error``:
+    ``None`` for a good request, else ``"refused: ..."``, ``"reset: ..."``, ``"timeout: ..."``,
+    ``"http 500: ..."``, ``"error event: ..."`` or ``"incomplete: ..."``.
+
+    Introduced in section 7.
+    """
+
+    request_id: int
+    sent: float
+    end: float
+    events: tuple[Event, ...] = ()
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    error: str | None = None
+    scheduled: float | None = None
+    label: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def error_kind(self) -> str | None:
+        return None if self.error is None else self.error.split(":", 1)[0]
+
+    @property
+    def chunk_times(self) -> tuple[float, ...]:
+        """Arrival of every content chunk (an event whose content is a non-empty string)."""
+        return tuple(e.time for e in self.events if e.content)
+
+    @property
+    def text(self) -> str:
+        return "".join(e.content or "" for e in self.events)
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens of the reply: the server's count, or the content chunks where it sent none."""
+        chunks = len(self.chunk_times)
+        return chunks if self.output_tokens is None else max(self.output_tokens, chunks)
+
+    @property
+    def usage_mismatch(self) -> bool:
+        return self.output_tokens is not None and self.output_tokens < len(self.chunk_times)
+
+    def token_times(self) -> tuple[float, ...]:
+        """One time per token, by the attribution rule of this module's docstring."""
+        chunks = self.chunk_times
+        n, k = self.n_tokens, len(chunks)
+        if k == 0:
+            return ()
+        extra = n - k
+        per_chunk = [1] * k
+        if k > 1:
+            base, rest = divmod(extra, k - 1)
+            for i in range(1, k):
+                per_chunk[i] += base + (1 if i - 1 < rest else 0)
+        else:
+            per_chunk[0] += extra
+        return tuple(t for t, c in zip(chunks, per_chunk) for _ in range(c))
+
+    def metrics(self) -> metrics.RequestMetrics:
+        """The book's metrics of this request (``lib.metrics``), from :meth:`token_times`. Raises
+        ``ValueError`` for a failed request or one without content."""
+        if not self.ok:
+            raise ValueError(f"request {self.request_id} failed ({self.error}); it has no latency metrics")
+        times = self.token_times()
+        if not times:
+            raise ValueError(f"request {self.request_id} received no content")
+        return metrics.request_metrics(self.sent, times)
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error) or type(error).__name__
+    return text.splitlines()[0][:200]
+
+
+def _kind(error: BaseException) -> str:
+    if isinstance(error, ConnectionRefusedError):
+        return "refused"
+    if isinstance(error, (socket.timeout, TimeoutError)):
+        return "timeout"
+    if isinstance(error, (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected,
+                          http.client.IncompleteRead, ConnectionAbortedError)):
+        return "reset"
+    if isinstance(error, (http.client.HTTPException, ValueError)):
+        return "incomplete"
+    return "reset" if isinstance(error, OSError) else "incomplete"
+
+
+def stream_chat(base_url: str, model: str, messages: list[dict], max_tokens: int, *, request_id: int = 0,
+                timeout_s: float = 300.0, extra: dict | None = None, scheduled: float | None = None,
+                label: str = "", on_event: Callable[[Event], None] | None = None) -> Trace:
+    """Send one streaming chat completion (greedy: temperature 0, ``stream_options.include_usage``) to
+    ``base_url`` and return its :class:`Trace`; never raises for a failed request.
+
+    ``timeout_s`` bounds the whole request and every read. ``extra`` is merged into the request body
+    (e.g. ``{"ignore_eos": True}`` for vLLM). ``on_event(event)`` is called in the reading thread as each
+    event arrives (``lib.stall.stall_experiment`` uses it to send a second request mid-stream).
+    Introduced in section 7.
+    """
+    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}, **(extra or {})}
+    payload = json.dumps(body).encode()
+    events: list[Event] = []
+    usage: dict | None = None
+    finished = False
+    host, port, prefix = _split(base_url)
+    sent = time.perf_counter()
+    deadline = sent + timeout_s
+    conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+
+    def result(error: str | None) -> Trace:
+        return Trace(request_id, sent, time.perf_counter(), tuple(events),
+                     None if usage is None else usage.get("prompt_tokens"),
+                     None if usage is None else usage.get("completion_tokens"), error, scheduled, label)
+
+    try:
+        conn.request("POST", prefix + "/v1/chat/completions", body=payload,
+                     headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+        response = conn.getresponse()
+        if response.status != 200:
+            text = response.read(400).decode(errors="replace").replace("\n", " ")
+            return result(f"http {response.status}: {text}")
+        while True:
+            if time.perf_counter() > deadline:
+                return result(f"timeout: no end of stream after {timeout_s:g} s")
+            line = response.readline()
+            arrived = time.perf_counter()
+            if not line:
+                break
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                finished = True
+                break
+            event = json.loads(data)
+            if "error" in event:
+                return result(f"error event: {json.dumps(event['error'])[:200]}")
+            choices = event.get("choices") or []
+            delta = choices[0].get("delta", {}) if choices else {}
+            reason = choices[0].get("finish_reason") if choices else None
+            if event.get("usage"):
+                usage = event["usage"]
+            events.append(Event(arrived, bool(choices), delta.get("content"), reason, event.get("usage")))
+            if on_event is not None:
+                on_event(events[-1])
+            finished = finished or reason is not None
+        if not finished:
+            return result("incomplete: the stream ended before the reply finished")
+        return result(None)
+    except Exception as error:  # every failure becomes a counted, failed trace
+        return result(f"{_kind(error)}: {_describe(error)}")
+    finally:
+        conn.close()
+
+
+def failures(traces: Sequence[Trace]) -> dict[str, int]:
+    """How many requests failed, by kind (``refused``, ``reset``, ``timeout``, ``http 500``, ...)."""
+    counts: dict[str, int] = {}
+    for t in traces:
+        if not t.ok:
+            counts[t.error_kind] = counts.get(t.error_kind, 0) + 1
+    return counts
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Loads
+# ----------------------------------------------------------------------------------------------------------
+
+def closed_loop(send: Callable[[int], Trace], n_requests: int, concurrency: int) -> list[Trace]:
+    """``n_requests`` requests, ``concurrency`` at a time: each of ``concurrency`` users sends its next request
+    as soon as its last one ends. ``send(i)`` sends request ``i`` and returns its trace. Returns the traces in
+    request order (failed ones included). Introduced in section 7."""
+    if n_requests < 1 or concurrency < 1:
+        raise ValueError(f"need n_requests >= 1 and concurrency >= 1, got {n_requests} and {concurrency}")
+    with concurrent.futures.ThreadPoolExecutor(max_workers=concurrency) as pool:
+        return list(pool.map(send, range(n_requests)))
+
+
+def poisson_offsets(rate_per_s: float, n_requests: int, seed: int = 0) -> np.ndarray:
+    """Send times (seconds after the start) of ``n_requests`` arrivals of a Poisson process of ``rate_per_s``
+    requests a second: exponential gaps of mean ``1 / rate_per_s`` from a seeded generator, the first at 0."""
+    if not rate_per_s > 0 or n_requests < 1:
+        raise ValueError(f"need rate_per_s > 0 and n_requests >= 1, got {rate_per_s} and {n_requests}")
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate_per_s, n_requests)
+    gaps[0] = 0.0
+    return np.cumsum(gaps)
+
+
+def open_loop(send: Callable[[int, float], Trace], offsets: Sequence[float]) -> list[Trace]:
+    """Send request ``i`` at ``offsets[i]`` seconds after now, whether or not earlier ones have finished (an
+    open loop: arrivals do not wait for the server). ``send(i, scheduled)`` sends it. Returns the traces in
+    request order. Introduced in section 7."""
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(offsets))) as pool:
+        futures = []
+        for i, offset in enumerate(offsets):
+            delay = start + float(offset) - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            futures.append(pool.submit(send, i, start + float(offset)))
+        return [f.result() for f in futures]

@@ -1,0 +1,126 @@
+"""A fake OpenAI-compatible streaming server (standard library, loopback) for the client, stall and engine
+tests: imported, it serves in a thread (:func:`serve_in_thread`); run as a program
+(``python fake_openai.py PORT [--worker-pid-file PATH]``) it is an engine process for :class:`lib.engines.Engine`.
+
+The request's model name chooses the behaviour: ``ok``, ``grouped`` (several tokens in one chunk),
+``http500``, ``reset``, ``slow`` (a 3 s pause after two tokens), ``error_event``, ``cut`` (the body ends
+without a finish reason) and ``long`` (:data:`LONG_TOKENS` tokens, :attr:`FakeServer.gap_s` apart).
+``GET /health`` and ``GET /v1/models`` answer 200. Not a test file: the test files import it.
+"""
+
+import argparse
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+TOKENS = ["The", " sky", " is", " blue", "."]
+LONG_TOKENS = 200
+
+
+def event(content=None, role=None, finish=None, usage=None, choices=True) -> bytes:
+    """One server-sent event of a chat completion chunk."""
+    delta = {}
+    if role:
+        delta["role"] = role
+    if content is not None:
+        delta["content"] = content
+    body = {"object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}] if choices else []}
+    if usage:
+        body["usage"] = usage
+    return f"data: {json.dumps(body)}\n\n".encode()
+
+
+class FakeServer(BaseHTTPRequestHandler):
+    """Behaviour chosen by the request's model name (see the module's docstring)."""
+
+    protocol_version = "HTTP/1.1"
+    gap_s = 0.05
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        body = json.dumps({"data": [{"id": "fake-model"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _send(self, chunk: bytes):
+        self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+        self.wfile.flush()
+
+    def do_POST(self):
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        mode = request["model"]
+        if mode == "http500":
+            body = b'{"error": "engine exploded"}'
+            self.send_response(500)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self._send(event(role="assistant", content=""))
+        tokens = ["x"] * LONG_TOKENS if mode == "long" else TOKENS
+        usage = {"prompt_tokens": 7, "completion_tokens": len(tokens), "total_tokens": 7 + len(tokens)}
+        if mode == "grouped":  # tokens 2-3 and 4-5 in one write each: 3 content chunks for 5 tokens
+            for group in (TOKENS[:1], TOKENS[1:3], TOKENS[3:]):
+                time.sleep(self.gap_s)
+                self._send(event(content="".join(group)))
+        else:
+            for i, token in enumerate(tokens):
+                time.sleep(self.gap_s)
+                if mode == "slow" and i == 2:
+                    time.sleep(3)
+                if mode == "reset" and i == 2:
+                    # linger 0, then close every handle of the socket: the kernel sends a reset (RST)
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                    self.wfile.close()
+                    self.rfile.close()
+                    self.connection.close()
+                    return
+                if mode == "error_event" and i == 2:
+                    self._send(b'data: {"error": {"message": "out of blocks"}}\n\n')
+                    self._send(b"")
+                    return
+                if mode == "cut" and i == 2:
+                    self._send(b"")  # a clean end of the body, but no finish reason
+                    return
+                self._send(event(content=token))
+        self._send(event(content="", finish="length"))
+        self._send(event(choices=False, usage=usage))
+        self._send(b"data: [DONE]\n\n")
+        self._send(b"")
+
+
+def serve_in_thread():
+    """Start the fake server on a free loopback port in a daemon thread; return (base_url, server)."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), FakeServer)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{httpd.server_address[1]}", httpd
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("port", type=int)
+    parser.add_argument("--worker-pid-file", help="first start a worker process (as an engine does) and write "
+                                                  "its pid here")
+    args = parser.parse_args()
+    if args.worker_pid_file:  # a worker in the engine's process group, as vLLM's engine core is
+        worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        with open(args.worker_pid_file, "w") as f:
+            f.write(str(worker.pid))
+    ThreadingHTTPServer(("127.0.0.1", args.port), FakeServer).serve_forever()
+
+
+if __name__ == "__main__":
+    main()

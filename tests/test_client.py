@@ -1,0 +1,119 @@
+"""lib.client: the streaming client and the loads against a fake server (tests/fake_openai.py, standard
+library, loopback). No model, no engine package needed."""
+
+import time
+
+import pytest
+from fake_openai import TOKENS, FakeServer, serve_in_thread
+
+from lib import client
+from lib.engines import free_port
+
+
+@pytest.fixture(scope="module")
+def server():
+    base, httpd = serve_in_thread()
+    yield base
+    httpd.shutdown()
+
+
+def _ask(base, mode, timeout_s=10.0):
+    return client.stream_chat(base, mode, [{"role": "user", "content": "hi"}], 5, timeout_s=timeout_s)
+
+
+def test_chunk_times_usage_and_metrics(server):
+    trace = _ask(server, "ok")
+    assert trace.ok, trace.error
+    assert trace.text == "".join(TOKENS)
+    assert (trace.prompt_tokens, trace.output_tokens) == (7, 5)
+    chunks = trace.chunk_times
+    assert len(chunks) == 5 and list(chunks) == sorted(chunks)
+    assert trace.sent < chunks[0] <= trace.end
+    m = trace.metrics()
+    assert m.n_tokens == 5
+    assert m.ttft == pytest.approx(chunks[0] - trace.sent)
+    # the server waits gap_s before every token: each gap is at least that, and TTFT too
+    assert min(m.gaps) >= FakeServer.gap_s * 0.9 and m.ttft >= FakeServer.gap_s * 0.9
+    assert m.tpot == pytest.approx((chunks[-1] - chunks[0]) / 4)
+
+
+def test_several_tokens_in_one_chunk_are_stamped_with_the_chunk(server):
+    trace = _ask(server, "grouped")
+    assert trace.ok and len(trace.chunk_times) == 3 and trace.output_tokens == 5
+    c = trace.chunk_times
+    # first chunk one token; the 4 others spread over the 2 later chunks, two each
+    assert trace.token_times() == (c[0], c[1], c[1], c[2], c[2])
+    m = trace.metrics()
+    assert m.n_tokens == 5 and m.gaps[1] == 0.0 and m.gaps[3] == 0.0
+    assert m.tpot == pytest.approx((c[2] - c[0]) / 4)
+
+
+def test_attribution_without_usage_and_with_too_little_usage():
+    events = tuple(client.Event(t, True, "x") for t in (1.0, 2.0, 3.0))
+    assert client.Trace(0, 0.5, 3.0, events).token_times() == (1.0, 2.0, 3.0)
+    short = client.Trace(0, 0.5, 3.0, events, output_tokens=2)
+    assert short.usage_mismatch and short.token_times() == (1.0, 2.0, 3.0)
+    one = client.Trace(0, 0.5, 3.0, events[:1], output_tokens=3)
+    assert one.token_times() == (1.0, 1.0, 1.0)
+    # an uneven split: 7 tokens over 3 chunks -> 1, then 3 and 3
+    uneven = client.Trace(0, 0.5, 3.0, events, output_tokens=7)
+    assert uneven.token_times() == (1.0, 2.0, 2.0, 2.0, 3.0, 3.0, 3.0)
+    uneven8 = client.Trace(0, 0.5, 3.0, events, output_tokens=8)
+    assert uneven8.token_times().count(2.0) == 4 and uneven8.token_times().count(3.0) == 3
+
+
+@pytest.mark.parametrize("mode, kind", [("http500", "http 500"), ("reset", "reset"),
+                                        ("error_event", "error event"), ("cut", "incomplete")])
+def test_failed_requests_are_counted_with_their_error(server, mode, kind):
+    trace = _ask(server, mode)
+    assert not trace.ok and trace.error_kind == kind, trace.error
+    with pytest.raises(ValueError, match="failed"):
+        trace.metrics()
+    if mode == "http500":
+        assert "engine exploded" in trace.error
+
+
+def test_timeout_is_a_failed_request(server):
+    started = time.perf_counter()
+    trace = _ask(server, "slow", timeout_s=1.0)
+    assert trace.error_kind == "timeout", trace.error
+    assert time.perf_counter() - started < 2.5
+    assert len(trace.chunk_times) == 2  # what arrived before the stall is kept
+
+
+def test_refused_port_and_unreachable_base_url():
+    port = free_port()
+    trace = client.stream_chat(f"http://127.0.0.1:{port}", "m", [], 3)
+    assert trace.error_kind == "refused"
+    with pytest.raises(client.Unreachable, match=f"127.0.0.1:{port}") as caught:
+        client.check_reachable(f"http://127.0.0.1:{port}")
+    assert "\n" not in str(caught.value)
+    with pytest.raises(client.Unreachable, match="http://"):
+        client.check_reachable("localhost:8000")
+
+
+def test_loads_keep_every_request_in_order(server):
+    port = free_port()
+    dead = f"http://127.0.0.1:{port}"
+
+    def send(i):
+        base = dead if i == 3 else server
+        return client.stream_chat(base, "ok", [], 5, request_id=i, timeout_s=10)
+
+    traces = client.closed_loop(send, 6, concurrency=3)
+    assert [t.request_id for t in traces] == list(range(6))
+    assert client.failures(traces) == {"refused": 1}
+    offsets = client.poisson_offsets(20.0, 4, seed=1)
+    assert offsets[0] == 0 and list(offsets) == sorted(offsets)
+    assert list(offsets) == list(client.poisson_offsets(20.0, 4, seed=1))
+    opened = client.open_loop(lambda i, at: client.stream_chat(server, "ok", [], 5, request_id=i, scheduled=at),
+                               offsets)
+    assert [t.request_id for t in opened] == [0, 1, 2, 3] and all(t.ok for t in opened)
+    assert all(t.sent >= t.scheduled - 1e-3 for t in opened)
+    with pytest.raises(ValueError):
+        client.poisson_offsets(0, 3)
+
+
+def test_served_model_and_metrics_scrape(server):
+    assert client.served_model(server) == "fake-model"
+    assert client.scrape_metrics(f"http://127.0.0.1:{free_port()}") == {}
