@@ -54,6 +54,7 @@ CHAPTER_TEMPLATE = """{%- extends 'index.html.j2' -%}
 
 
 def nav(prev: Chapter | None = None, next_: Chapter | None = None, pages: list[tuple[str, str]] = NAV_PAGES) -> str:
+    """The navigation bar: a link to each of ``pages``, and to the previous and next chapter when given."""
     links = "".join(f'<a href="{href}">{label}</a>' for href, label in pages)
     step = ""
     if prev or next_:
@@ -76,6 +77,7 @@ def page(title: str, body: str, pages: list[tuple[str, str]] = NAV_PAGES) -> str
 
 
 def table(frame: pd.DataFrame) -> str:
+    """``frame`` as an HTML table, its cells' HTML kept (escape what is not HTML first); missing values "—"."""
     return frame.to_html(index=False, border=0, na_rep="—", escape=False)
 
 
@@ -118,6 +120,7 @@ def _markdown_html(text: str) -> str:
 
 
 def index_page(chapters: list[Chapter]) -> str:
+    """The contents page: each chapter's title, what it does, run time and claims held."""
     rows = [{"Chapter": f'<a href="{c.page}">{html.escape(c.title)}</a>' if c.notebook else html.escape(c.stem),
              "What it does": html.escape(c.summary) or '<span class="muted">not executed yet</span>',
              "Run time": _minutes(c.run_seconds), "Claims": c.claims_summary()} for c in chapters]
@@ -129,6 +132,7 @@ def index_page(chapters: list[Chapter]) -> str:
 
 
 def status_page(chapters: list[Chapter]) -> str:
+    """The status page: what produced each chapter's numbers (provenance) and each claim's verdict."""
     rows, details = [], []
     for c in chapters:
         p = c.provenance or {}
@@ -164,6 +168,7 @@ def status_page(chapters: list[Chapter]) -> str:
 
 
 def takeaways_page(chapters: list[Chapter]) -> str:
+    """Every chapter's "Takeaways" section on one page, each under a link to its chapter."""
     parts = []
     for c in chapters:
         text = takeaways(c)
