@@ -11,14 +11,15 @@ arrival to B's first token). A gap is **elevated** when it is more than ``factor
 * ``"after_a"``: B arrived when A had already sent its last chunk, so nothing was measured (A's reply was
   shorter than ``arrive_after`` chunks).
 * ``"one_stall"``: B's prefill ran inside A's stream as one stall: one elevated gap holds at least
-  ``one_share`` of A's whole excess (A's worst gap is then close to B's TTFT when the prefill was not chunked).
+  ``one_share`` of A's whole excess (with B's whole prompt in one step, A's worst gap is close to B's TTFT).
 * ``"pieces"``: B's prefill ran in pieces interleaved with A: several elevated gaps, none holding
   ``one_share`` of the excess; their excesses add up to about B's prefill.
 * ``"queued"``: B waited until A finished: no gap of A is elevated and B's first token came after A's last.
 * ``"undisturbed"``: B was served while A streamed, and no gap of A is elevated (a prefill too short, or a
   machine with room to spare, for A to notice).
 
-A failed request, or one without content, gives ``"not_measured"``. Plain standard library.
+A failed request, an A with fewer than two content chunks or a B with none gives ``"not_measured"``. Plain
+standard library.
 
 Introduced in section 7 (over the wire).
 """

@@ -481,7 +481,8 @@ for name, g in scored.groupby("engine", sort=False):
 # prefill of one piece, which is timed below in-process on the same model (a piece of the whole prompt when
 # the budget holds it all); and B's TTFT grows by one step per piece as the budget shrinks. B's prompt starts
 # with a different request number in every run, so no engine can skip its prefill by reusing a cached prefix
-# (vLLM also runs with its prefix cache off throughout this chapter).
+# (vLLM also runs with its prefix cache off throughout this chapter). A asks for a story, a reply longer than
+# `stall_tokens` (SmolLM2's answer to "count to one hundred" is 9 tokens, which ended A before B arrived).
 
 # %%
 filler = lm.tokenizer("The quick brown fox jumps over the lazy dog. " * (stall_prompt_tokens // 5 + 10),
@@ -490,7 +491,7 @@ long_text = lm.tokenizer.decode(filler[:stall_prompt_tokens])
 b_chat = [{"role": "user", "content": long_text}]
 b_ids = lm.tokenizer.apply_chat_template(b_chat, add_generation_prompt=True, return_tensors="pt",
                                          return_dict=True)["input_ids"]
-a_chat = [{"role": "user", "content": "Count from one to one hundred in words."}]
+a_chat = load_prompt  # a story: A must still be streaming when B arrives (transformers serve stops at end of turn)
 settings = [(n, tf_batch_tokens if n in live else 0) for n in urls if n != "vLLM"]  # 0: the server's own
 settings += [("vLLM", b) for b in vllm_budgets] if "vLLM" in urls else []
 pieces = sorted({min(b or b_ids.shape[1], b_ids.shape[1]) for _, b in settings} | {b_ids.shape[1]})
@@ -508,14 +509,27 @@ def stall_once(name: str, budget, run: int) -> dict:
                             extra=fixed_length(name))
     if not (a.ok and b.ok):
         return dict(engine=name, budget_tokens=budget, error=a.error or b.error)
-    m = a.metrics()
+    m, case = a.metrics(), stall_case(a, b, factor=elevated_factor)
     before = [g for g, t in zip(m.gaps, a.token_times()[1:]) if t < b.sent]
     return dict(engine=name, budget_tokens=budget, b_prompt_tokens=b.prompt_tokens, a_tokens=m.n_tokens,
                 a_median_gap_before_ms=np.median(before) * 1e3 if before else np.nan,
-                a_worst_gap_ms=m.worst_gap * 1e3, b_ttft_ms=b.metrics().ttft * 1e3, error=None)
+                a_worst_gap_ms=m.worst_gap * 1e3, b_ttft_ms=b.metrics().ttft * 1e3, case=case.case,
+                a_ordinary_gap_ms=case.ordinary_gap * 1e3, a_worst_gap_during_ms=case.worst_gap * 1e3,
+                a_elevated_gaps=case.elevated, a_excess_ms=case.excess * 1e3, worst_share=case.worst_share,
+                b_after_a=case.b_after_a, error=None)
+
+
+def most_common_case(runs_: pd.DataFrame) -> dict:
+    """One setting's case: the one most of its runs showed, with the medians of those runs' numbers."""
+    case = runs_.case.value_counts().index[0]
+    same = runs_[runs_.case == case]
+    numbers = ["a_tokens", "a_ordinary_gap_ms", "a_worst_gap_during_ms", "a_elevated_gaps", "a_excess_ms",
+               "worst_share", "b_ttft_ms"]
+    return dict(case=case, case_runs=f"{len(same)} of {len(runs_)}", **{f"case_{c}": same[c].median() for c in numbers})
 
 
 # %%
+elevated_factor = 2.0  # a gap of A is elevated above this many times its ordinary gap (lib.stall.stall_case)
 stall_rows = []
 for name, budget in settings:
     if name != "vLLM":
@@ -538,6 +552,9 @@ stall = timing.median_range(stalls, ["engine", "budget_tokens"], ["a_median_gap_
                                                                    "b_ttft_ms"])
 stall["piece_tokens"] = [min(int(b), b_ids.shape[1]) if b else b_ids.shape[1] for b in stall.budget_tokens]
 stall["predicted_worst_gap_ms"] = [piece_ms[p].median_ms for p in stall.piece_tokens] + stall.a_median_gap_before_ms
+cases = pd.DataFrame([dict(engine=e, budget_tokens=b, **most_common_case(g))
+                      for (e, b), g in stalls.groupby(["engine", "budget_tokens"], sort=False)])
+stall = stall.merge(cases, on=["engine", "budget_tokens"])
 results.table(stall, "stall")
 stall.round(0)
 
@@ -549,23 +566,64 @@ else:
     display(Markdown("Chapter 5's in-process experiment (its own model, see its provenance), for comparison:"))
     display(ch5[["chunk_tokens", "a_worst_gap_ms", "b_ttft_ms"]].round(0))
 
+# %% [markdown]
+# What did each engine do with B's prompt while A streamed? `lib.stall.stall_case` reads it from the two traces
+# alone. A's ordinary gap is its median gap before B arrived; a gap of A that overlaps B's wait (from B's arrival
+# to B's first token) is elevated when it is more than `elevated_factor` times the ordinary gap, and its excess
+# is what it holds beyond it. One elevated gap holding at least 80 % of A's excess is **one stall** (B's prefill
+# ran inside A's stream in one go); several are **pieces** interleaved with A's decode; none, with B's first
+# token after A's last, means B was **queued** until A finished; none, with B served before A ended, means A did
+# not notice B. A setting's case is the one most of its runs showed, with those runs' medians.
+
 # %%
-ok = [claims.within(r.a_worst_gap_ms, r.predicted_worst_gap_ms, 2) for r in stall.itertuples()]
+def stall_sentence(r) -> str:
+    """What the engine of ``r`` (a row of ``stall``) did with B's prefill, in one sentence, for its case."""
+    budget = f"budget {r.budget_tokens:.0f}" if r.budget_tokens else "its own budget"
+    who = f"**{r.engine}** ({budget}; {r.case_runs} runs)"
+    ordinary, worst, ttft = r.case_a_ordinary_gap_ms, r.case_a_worst_gap_during_ms, r.case_b_ttft_ms
+    calm = f"no gap of A rose above {elevated_factor:g}x its ordinary {ordinary:.0f} ms (the worst was {worst:.0f} ms)"
+    return {
+        "after_a": f"{who}: B arrived after A's last chunk (A's reply was {r.case_a_tokens:.0f} tokens; B waits for its "
+                   f"chunk {stall_arrival}), so A had nothing left to stall and this setting measured no "
+                   f"interference; B's TTFT alone was {ttft:.0f} ms.",
+        "one_stall": f"{who}: B's prefill ran inside A's stream as **one stall**: A's worst gap was {worst:.0f} ms "
+                     f"against its ordinary {ordinary:.0f} ms, that one gap held {r.case_worst_share:.0%} of the "
+                     f"{r.case_a_excess_ms:.0f} ms A lost, and B's TTFT was {ttft:.0f} ms.",
+        "pieces": f"{who}: B's prefill ran **in pieces interleaved with A**: {r.case_a_elevated_gaps:.0f} of A's "
+                  f"gaps rose above {elevated_factor:g}x its ordinary {ordinary:.0f} ms (the worst {worst:.0f} ms), "
+                  f"adding {r.case_a_excess_ms:.0f} ms in all against B's TTFT of {ttft:.0f} ms.",
+        "queued": f"{who}: B was **queued until A finished**: {calm}, and B's first token came after A's last, "
+                  f"{ttft:.0f} ms after B was sent.",
+        "undisturbed": f"{who}: B was served while A streamed and **A did not notice**: {calm}, and B's first "
+                       f"token came {ttft:.0f} ms after it was sent, before A's last.",
+        "not_measured": f"{who}: a request had no content, so the traces decide nothing.",
+    }[r.case]
+
+
+display(Markdown("\n".join(f"* {stall_sentence(r)}" for r in stall.itertuples())))
+
+# %%
+tested = [r for r in stall.itertuples() if r.case not in ("after_a", "not_measured")]
+ok = [r.case in ("one_stall", "pieces") and claims.within(r.a_worst_gap_ms, r.predicted_worst_gap_ms, 2)
+      for r in tested]
 display(Markdown(register.decide(
     "stall_is_one_piece",
     "At every setting, A's worst gap is within 2x of one ordinary gap plus the prefill of one budget-sized piece of B.",
-    bool(all(ok)),
+    bool(all(ok)) if tested else None,
     predicted=", ".join(f"{r.engine} {r.budget_tokens:.0f}: {r.predicted_worst_gap_ms:.0f} ms" for r in stall.itertuples()),
-    measured=", ".join(f"{r.engine} {r.budget_tokens:.0f}: {r.a_worst_gap_ms:.0f} ms" for r in stall.itertuples()),
-    evidence=f"{runs} runs per setting, medians; B's prompt {b_ids.shape[1]} tokens; pieces prefilled in-process",
+    measured=", ".join(f"{r.engine} {r.budget_tokens:.0f}: {r.a_worst_gap_ms:.0f} ms ({r.case})" for r in stall.itertuples()),
+    evidence=f"{runs} runs per setting, medians; B's prompt {b_ids.shape[1]} tokens; pieces prefilled in-process; "
+             f"settings where B arrived after A ended are left out",
     if_held="a production scheduler stalls a decoding stream for one step holding a piece of the newcomer's "
             "prompt, as chapter 5's loop did: " + ", ".join(
                 f"{r.engine} (budget {r.budget_tokens:.0f}) froze A for **{r.a_worst_gap_ms:.0f} ms** against "
-                f"{r.a_median_gap_before_ms:.0f} ms gaps before" for r in stall.itertuples()) + ".",
+                f"{r.a_median_gap_before_ms:.0f} ms gaps before" for r in tested) + ".",
     if_not="not every setting matched one piece's prefill: " + ", ".join(
         f"{r.engine} {r.budget_tokens:.0f}: {r.a_worst_gap_ms:.0f} ms against {r.predicted_worst_gap_ms:.0f}"
-        for r, good in zip(stall.itertuples(), ok) if not good) + ". A scheduler may run several pieces before "
-        "returning to A, or its kernels differ from the in-process model call.")))
+        for r, good in zip(tested, ok) if not good) + ". What the traces show: " + " ".join(
+        stall_sentence(r) for r, good in zip(tested, ok) if not good),
+    if_not_measured="in no setting was A still streaming when B arrived, so the stall was not measured: " + " ".join(
+        stall_sentence(r) for r in stall.itertuples()))))
 
 # %%
 vl = stall[stall.engine == "vLLM"].sort_values("budget_tokens", ascending=False)
