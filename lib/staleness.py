@@ -38,9 +38,10 @@ def sources(root: Path = NOTEBOOKS) -> list[Path]:
 
 
 def upstream_data(source: Path) -> list[Path]:
-    """The data files a notebook reads from earlier chapters: every file under ``data/<stem>/`` of each
-    other chapter whose stem its source names (as in ``load_table("02_prefill_sweep", ...)``), and chapter
-    0's when it reads the machine's ceilings (``machine.load_ceilings``)."""
+    """The data files a notebook reads: every file under ``data/<stem>/`` of each other chapter whose stem
+    its source names (as in ``load_table("02_prefill_sweep", ...)``), chapter 0's when it reads the
+    machine's ceilings (``machine.load_ceilings``), and each published reference run under
+    ``data/reference/`` whose name its source names (as in ``load_reference("ch09_facts")``)."""
     root = source.parent.parent
     text = source.read_text()
     files = []
@@ -48,7 +49,7 @@ def upstream_data(source: Path) -> list[Path]:
         named = other.stem in text or (other.stem == MACHINE_SECTION and "load_ceilings" in text)
         if other != source and named:
             files += sorted(p for p in (root / "data" / other.stem).glob("*") if p.name != "provenance.json")
-    return files
+    return files + sorted(p for p in (root / "data" / "reference").glob("*") if p.stem in text)
 
 
 def run_environment(device: str | None) -> dict[str, str]:

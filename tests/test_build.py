@@ -334,6 +334,11 @@ def test_a_chapter_reruns_when_the_data_it_reads_changes(demo):
     assert staleness.upstream_data(reader) == [root / "data" / "01_demo" / "v.csv"]
     assert book.build(root=root, log=logs.append) == 0
     assert logs[-2:] == ["01_demo: up to date", "02_reader: up to date"]
+    (root / "data" / "reference").mkdir()
+    (root / "data" / "reference" / "published_run.csv").write_text("x\n1\n")
+    assert staleness.upstream_data(reader)[-1:] == [root / "data" / "01_demo" / "v.csv"], "not named: not read"
+    reader.write_text(reader.read_text() + '# compare with load_reference("published_run")\n')
+    assert staleness.upstream_data(reader)[-1] == root / "data" / "reference" / "published_run.csv"
     source.write_text(GOOD.replace("value = 1", "value = 3"))
     assert book.build(root=root, log=logs.append) == 0
     assert "executed" in logs[-1], "02_reader reads 01_demo's data, which changed"
