@@ -20,8 +20,17 @@ Modules, each named for what it holds (the section that introduces it in bracket
 * ``params``     the check of a chapter's parameters (0)
 * ``progress``   progress bars: widgets in JupyterLab, one line in a build
 * ``results``    atomic CSV/PNG saving with provenance (0)
-* ``book``       the build that ``make book`` runs; ``gpucheck`` the one behind ``make gpu-check``
-* ``site``, ``student``, ``classroom``  the published site, student copies and a class's results
+* ``engines``    serving engines (vLLM, transformers serve) started on loopback and always stopped (7)
+* ``client``     the streaming HTTP client, its traces, closed- and open-loop load (7)
+* ``stall``      chapter 5's stall through a server, and what the server did with the prompt (7)
+* ``conventions`` one set of traces scored the way each benchmark tool defines its metrics (7)
+
+Not imported by any chapter (a change in them re-runs nothing):
+
+* ``book``       the build that ``make book`` runs; ``staleness`` its re-run hash; ``outputs`` its
+  all-or-nothing replacement; ``gpucheck`` the one behind ``make gpu-check``
+* ``site`` (with ``chapters``, ``pages``, ``linkcheck``), ``student``, ``classroom``, ``teaching``: the
+  published site, student copies, a class's results and the teacher's page
 """
 
 __version__ = "0.1.0"
