@@ -26,6 +26,7 @@ Introduced in section 7 (over the wire).
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import threading
 import time
@@ -70,7 +71,7 @@ def stall_case(a: Trace, b: Trace, factor: float = 2.0, one_share: float = 0.8) 
     b_after_a = b_first > chunks[-1]
     if b.sent >= chunks[-1]:
         return StallCase("after_a", b_ttft=b_ttft, b_after_a=True)
-    gaps = [(start, end) for start, end in zip(chunks, chunks[1:])]
+    gaps = list(itertools.pairwise(chunks))
     before = [end - start for start, end in gaps if end <= b.sent]
     during = [end - start for start, end in gaps if end > b.sent and start < b_first]
     others = [end - start for start, end in gaps if not (end > b.sent and start < b_first)]

@@ -16,6 +16,7 @@ import pytest
 from lib import engines
 from lib.client import http_get, stream_chat
 
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
