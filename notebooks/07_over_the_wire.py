@@ -77,8 +77,6 @@ if stall_arrival >= stall_tokens:
                      f"({stall_tokens})")
 
 # %%
-import threading
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
