@@ -546,6 +546,8 @@ stalls = pd.DataFrame(stall_rows)
 results.table(stalls, "stall_runs")
 if stalls.error.notna().any():
     raise RuntimeError(f"stall requests failed: {stalls.error.dropna().tolist()}")
+
+# %%
 stall = timing.median_range(stalls, ["engine", "budget_tokens"], ["a_median_gap_before_ms", "a_worst_gap_ms",
                                                                    "b_ttft_ms"])
 stall["piece_tokens"] = [min(int(b), b_ids.shape[1]) if b else b_ids.shape[1] for b in stall.budget_tokens]
