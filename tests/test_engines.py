@@ -34,6 +34,17 @@ def _http_server(**kw):
                           health_path="/", start_timeout_s=30, **kw)
 
 
+def test_vllm_command_sets_its_budget_threads_and_compile_cache(tmp_path):
+    engine = engines.vllm_engine(tmp_path / "model", max_num_batched_tokens=256, threads=3, root=tmp_path)
+    assert engine.name == "vLLM (budget 256)"
+    assert engine.argv[engine.argv.index("--max-num-batched-tokens") + 1] == "256"
+    assert "--no-enable-prefix-caching" in engine.argv
+    assert engine.env["OMP_NUM_THREADS"] == "3"
+    assert engine.env["VLLM_USE_AOT_COMPILE"] == "0", "vLLM 0.32.0's AOT artifacts do not load: every start recompiled"
+    plain = engines.vllm_engine(tmp_path / "model", prefix_caching=True, root=tmp_path)
+    assert "--max-num-batched-tokens" not in plain.argv and "--no-enable-prefix-caching" not in plain.argv
+
+
 def test_engine_starts_healthy_and_stops():
     with _http_server() as engine:
         assert engine.running and engine.startup_s > 0
