@@ -659,6 +659,8 @@ for device_type, dt, n, col in [("cuda", "fp32", 0, "gpu_fp32"), ("cuda", "fp16"
         r.prompt_tokens, (r[f"{col}_ms_lo"] + r[f"{col}_ms_hi"]) / 2, r[f"{col}_ms_lo"], r[f"{col}_ms_hi"])))
 curves.append(dict(source="Word Factory (NumPy)", device="cpu", dtype="", threads=2,
                    points=(wf.x.astype(int), wf.time_ms, wf.time_ms, wf.time_ms)))
+
+# %%
 beside = []
 for c in curves:
     tok, ms, lo, hi = c["points"]
