@@ -526,10 +526,7 @@ else:
                f"product's rate. By the regime rule this pass is {half_regime}.")))
 
 # %%
-if half is None or pair.empty:
-    display(Markdown(register.decide("half_short_prompt", "A 16-bit dtype's short prefill follows its GEMV rate.", None,
-                                     if_held="", if_not="", if_not_measured="one dtype only in this run.")))
-else:
+if half is not None and not pair.empty:
     small = int(pair.index.min())
     lo = sweep[(sweep.threads == most) & (sweep.prompt_tokens == small)].set_index("dtype")
     speed_1 = float(lo.time_ms[main_dt] / lo.time_ms[half])
@@ -538,6 +535,12 @@ else:
     speed_mv = weights_ratio * mv[half] / mv[main_dt]
     half_span = timing.span(lo.time_ms_low[half], lo.time_ms_high[half], ".1f", "ms")
     main_span = timing.span(lo.time_ms_low[main_dt], lo.time_ms_high[main_dt], ".1f", "ms")
+
+# %%
+if half is None or pair.empty:
+    display(Markdown(register.decide("half_short_prompt", "A 16-bit dtype's short prefill follows its GEMV rate.", None,
+                                     if_held="", if_not="", if_not_measured="one dtype only in this run.")))
+else:
     display(Markdown(register.decide(
         "half_short_prompt",
         f"A {small}-token pass in {half} is as much faster than in {main_dt} as chapter 0's matrix-vector rates "
