@@ -20,8 +20,8 @@
 # the cache is large, and it should halve when the bytes halve.
 #
 # This chapter tests that against the ceilings chapter 0 measured on this machine: cached greedy decode of
-# GPT-2 small from contexts of 16 to 960 tokens, 40 steps with the token read back to the host at every step,
-# in several runs. Each step is set against two floors, its bytes over the **streaming** bandwidth (what the
+# GPT-2 small from a short context to one near its 1,024 positions (the `contexts` parameter), `steps` steps
+# per run with the token read back to the host at every step, in several runs. Each step is set against two floors, its bytes over the **streaming** bandwidth (what the
 # memory delivers to a simple loop) and over the rate the model's own **matrix-vector products** reach; its
 # regime comes from the one rule in `lib.regime`. Then: what makes a step grow with the context, whether a
 # second thread helps, and batched decode, where the weights are shared by the batch but every sequence's
@@ -32,7 +32,7 @@ quick = False
 device = "auto"                  # "auto", "cpu", "cuda", "cuda:N"
 model_name = "gpt2-small"
 contexts = [16, 128, 512, 960]   # GPT-2 has 1,024 positions: context + steps must fit
-steps = 40                       # greedy steps per run, each read back to the host
+steps = 32                       # greedy steps per run, each read back to the host
 runs = 3                         # runs per point (decode sweep and batched sweep); a point is their median
 configs = None                   # [(dtype, threads)]; None: fp32 on all threads and on 1, bf16 where its GEMV was fastest (GPU: fp32, fp16)
 batches = [1, 4, 16, 64]
