@@ -21,11 +21,11 @@
 #
 # This chapter tests that against the ceilings chapter 0 measured on this machine: cached greedy decode of
 # GPT-2 small from a short context to one near its 1,024 positions (the `contexts` parameter), `steps` steps
-# per run with the token read back to the host at every step, in several runs. Each step is set against two floors, its bytes over the **streaming** bandwidth (what the
-# memory delivers to a simple loop) and over the rate the model's own **matrix-vector products** reach; its
-# regime comes from the one rule in `lib.regime`. Then: what makes a step grow with the context, whether a
-# second thread helps, and batched decode, where the weights are shared by the batch but every sequence's
-# cache is not, taken apart into its pieces.
+# per run with the token read back to the host at every step, in several runs. Each step is set against two
+# floors, its bytes over the **streaming** bandwidth (what the memory delivers to a simple loop) and over the
+# rate the model's own **matrix-vector products** reach; its regime comes from the one rule in `lib.regime`.
+# Then: what makes a step grow with the context, whether a second thread helps, and batched decode, where the
+# weights are shared by the batch but every sequence's cache is not, taken apart into its pieces.
 
 # %% tags=["parameters"]
 quick = False

@@ -482,8 +482,9 @@ for name, g in scored.groupby("engine", sort=False):
 # prefill of one piece, which is timed below in-process on the same model (a piece of the whole prompt when
 # the budget holds it all); and B's TTFT grows by one step per piece as the budget shrinks. B's prompt starts
 # with a different request number in every run, so no engine can skip its prefill by reusing a cached prefix
-# (vLLM also runs with its prefix cache off throughout this chapter). A asks for a story, a reply longer than
-# `stall_tokens` (SmolLM2's answer to "count to one hundred" is 9 tokens, which ended A before B arrived).
+# (vLLM also runs with its prefix cache off throughout this chapter). A asks for a story, so that its reply
+# outlasts B's arrival; a reply that ends sooner (an engine that stops at the end of a turn) leaves nothing to
+# stall, and the case below then says so.
 
 # %%
 filler = lm.tokenizer("The quick brown fox jumps over the lazy dog. " * (stall_prompt_tokens // 5 + 10),
