@@ -31,6 +31,7 @@ class Chapter:
     provenance: dict | None
     claims: pd.DataFrame | None
     run_seconds: float | None  # papermill's duration, else provenance's wall time
+    measured_dtypes: tuple[str, ...] = ()  # the dtype column's values across the chapter's tables
 
     @property
     def page(self) -> str:
@@ -70,6 +71,22 @@ def _title_and_summary(notebook) -> tuple[str, str]:
     return "", ""
 
 
+def measured_dtypes(data: Path) -> tuple[str, ...]:
+    """The dtypes a chapter's tables name (their ``dtype`` columns), in order of first appearance: what it
+    ran with when its parameters left the choice to the run (``dtypes = None``). Rows of a table with a
+    ``source`` column count only where the source is ``"this machine"`` (the others are reference runs)."""
+    found: dict[str, None] = {}
+    for table in sorted(data.glob("*.csv")):
+        try:
+            frame = pd.read_csv(table)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError):
+            continue
+        if "dtype" in frame:
+            ours = frame[frame["source"] == "this machine"] if "source" in frame else frame
+            found.update(dict.fromkeys(str(d) for d in ours["dtype"].dropna() if str(d).strip()))
+    return tuple(found)
+
+
 def load_chapters(root: Path = REPO_ROOT) -> list[Chapter]:
     """Every chapter that has a py:percent source, with its executed notebook, provenance and claims."""
     chapters = []
@@ -89,7 +106,8 @@ def load_chapters(root: Path = REPO_ROOT) -> list[Chapter]:
         if seconds is None and provenance:
             seconds = provenance.get("wall_time_s")
         chapters.append(Chapter(source.stem, title or source.stem, summary, executed if notebook else None,
-                                provenance, claims, float(seconds) if seconds is not None else None))
+                                provenance, claims, float(seconds) if seconds is not None else None,
+                                measured_dtypes(data)))
     return chapters
 
 

@@ -138,7 +138,7 @@ def status_page(chapters: list[Chapter]) -> str:
         p = c.provenance or {}
         params = p.get("parameters", {}) if isinstance(p.get("parameters"), dict) else {}
         listed = params.get("dtypes") or [c[0] for c in params.get("configs") or [] if isinstance(c, (list, tuple)) and c]
-        dtype = p.get("dtype") or ", ".join(dict.fromkeys(map(str, listed))) or None
+        dtype = p.get("dtype") or ", ".join(dict.fromkeys(map(str, listed))) or ", ".join(c.measured_dtypes) or None
         versions = ", ".join(f"{k} {p[k]}" for k in ("python", "torch", "transformers", "numpy", "pandas",
                                                     "matplotlib") if p.get(k))
         device = " ".join(str(x) for x in (p.get("device"), f"({p['device_name']})" if p.get("device_name") else None) if x)

@@ -29,7 +29,10 @@ def test_a_chapter_is_read_from_its_notebook_provenance_and_claims(tmp_path):
     (tmp_path / "data" / "01_demo").mkdir(parents=True)
     (tmp_path / "data" / "01_demo" / "provenance.json").write_text(json.dumps({"device": "cpu"}))
     (tmp_path / "data" / "01_demo" / "claims.csv").write_text("claim,verdict\na,held\n")
+    (tmp_path / "data" / "01_demo" / "sweep.csv").write_text("dtype,ms\nfp32,1\nbf16,2\nfp32,3\n")
+    (tmp_path / "data" / "01_demo" / "beside.csv").write_text("source,dtype\nthis machine,fp32\nreference,fp16\n")
     demo, never = chapters.load_chapters(tmp_path)
+    assert demo.measured_dtypes == ("fp32", "bf16") and never.measured_dtypes == ()
     assert (demo.title, demo.summary, demo.run_seconds, demo.page) == ("1. Demo", "It measures one thing.", 12.5,
                                                                       "01_demo.html")
     assert demo.provenance == {"device": "cpu"} and demo.claims_summary() == "1 of 1 held"

@@ -17,6 +17,13 @@ def test_status_page_shows_each_claim_and_its_verdict():
     assert "2 of 4 held" in html and 'class="not-held">did not hold' in html and 'class="held">held' in html
 
 
+def test_status_page_names_the_dtypes_a_chapter_chose_at_run_time():
+    chapter = _chapter("09_x", "9. X")
+    chapter.provenance = {"parameters": {"dtypes": None}}
+    chapter.measured_dtypes = ("fp32", "bf16")
+    assert "<td>fp32, bf16</td>" in pages.status_page([chapter])
+
+
 def test_navigation_links_every_page_and_the_neighbouring_chapters():
     bar = pages.nav(_chapter("01_a", "1. A & B"), _chapter("03_c", "3. C"))
     assert all(f'href="{name}"' in bar for name, _ in pages.NAV_PAGES)
