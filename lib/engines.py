@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lib.client import http_get
+from lib.paths import REPO_ROOT
 
 __all__ = ["EngineFailed", "Engine", "free_port", "transformers_engine", "vllm_engine", "vllm_python",
            "vllm_unavailable", "REPO_ROOT", "LOOPBACK"]
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 LOOPBACK = "127.0.0.1"
 
 

@@ -35,6 +35,7 @@ from lib import sweeps
 from lib.device import UnsupportedDtype, device_name, resolve_device, resolve_dtype
 from lib.dtypes import dtype_name
 from lib.models import LoadedModel
+from lib.paths import MACHINE_SECTION
 from lib.roofline import Hardware
 from lib.shapes import GPT2_SMALL, ModelShape
 from lib.timing import Timing, measure
@@ -42,8 +43,6 @@ from lib.timing import Timing, measure
 __all__ = ["Sizes", "sizes", "cpu_flags", "hardware_support", "stream", "matvec", "model_matmuls",
            "matmul", "launch_floor", "measure_ceilings", "load_ceilings", "Ceilings", "MACHINE_SECTION"]
 
-#: The chapter that measures the machine; later chapters read its ``ceilings`` table.
-MACHINE_SECTION = "00_machine"
 
 
 @dataclass(frozen=True)
@@ -296,6 +295,6 @@ def load_ceilings(quick: bool = False) -> Ceilings:
     table = load_table(MACHINE_SECTION, "ceilings", quick=quick)
     if table is None:
         raise FileNotFoundError(
-            f"this chapter reads the machine's ceilings from chapter 0: run `python -m lib.book {MACHINE_SECTION}`"
+            f"this chapter reads the machine's ceilings from chapter 0: run `python -m lib.make.book {MACHINE_SECTION}`"
             f"{' --quick' if quick else ''} (or `make book`) first")
     return Ceilings(table)

@@ -36,7 +36,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from lib.paths import REPO_ROOT
+
 last: dict[str, Any] = {}
 """The latest :func:`check` in this process: ``given``, ``values``, ``reader_set`` and ``quick_changes``
 (read by :class:`lib.results.Results` for provenance)."""

@@ -9,7 +9,7 @@
   would otherwise be stored in the executed notebook as dozens of stderr outputs.
 
 A build is recognised by the environment variable ``PREFILL_DECODE_BATCH`` (any value but ``""`` or
-``"0"``), or by ``PREFILL_DECODE_OUTPUT_ROOT``, which ``lib.book`` sets for every chapter it executes.
+``"0"``), or by ``PREFILL_DECODE_OUTPUT_ROOT``, which ``lib.make.book`` sets for every chapter it executes.
 Setting ``PREFILL_DECODE_BATCH=0`` forces the interactive choice even under a build.
 
 This module never imports ``tqdm.auto``: that import warns ("IProgress not found") on stderr when
@@ -24,12 +24,13 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
+from lib.paths import OUTPUT_ROOT_ENV
+
 T = TypeVar("T")
 
 BATCH_ENV = "PREFILL_DECODE_BATCH"
 """Set to ``1`` by the build (and tests) so bars print one line; ``0`` forces interactive bars."""
 
-OUTPUT_ROOT_ENV = "PREFILL_DECODE_OUTPUT_ROOT"  # set by lib.book for every chapter it executes
 
 
 def batch_mode() -> bool:

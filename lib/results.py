@@ -2,7 +2,7 @@
 
 Only the build writes the committed outputs: ``make book`` points each chapter at a staging folder through
 ``PREFILL_DECODE_OUTPUT_ROOT`` and replaces ``data/<section>/``, ``figures/<section>/`` and the executed
-notebook as one unit when the whole chapter succeeded (:mod:`lib.book`). A chapter run by hand (JupyterLab,
+notebook as one unit when the whole chapter succeeded (:mod:`lib.make.book`). A chapter run by hand (JupyterLab,
 ``papermill``) writes under ``build/scratch/`` instead, and says so, unless the reader sets
 ``PREFILL_DECODE_WRITE_COMMITTED=1`` (then the build notices the changed outputs and re-runs the chapter
 at the next ``make book``). Quick mode writes under ``build/quick/``.
@@ -25,27 +25,7 @@ import pandas as pd
 import torch
 
 from lib.device import describe_environment
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-OUTPUT_ROOT_ENV = "PREFILL_DECODE_OUTPUT_ROOT"
-"""Set by :mod:`lib.book` for each chapter it runs: the staging folder its outputs go to."""
-WRITE_COMMITTED_ENV = "PREFILL_DECODE_WRITE_COMMITTED"
-"""Set to ``1`` by a reader who wants a hand run to write the committed ``data/`` and ``figures/``."""
-
-
-def output_root(quick: bool = False) -> Path:
-    """The root under which ``data/`` and ``figures/`` are written: ``$PREFILL_DECODE_OUTPUT_ROOT`` when
-    the build sets it, else ``build/quick`` in quick mode, else the book's root if
-    ``$PREFILL_DECODE_WRITE_COMMITTED`` is ``1``, else ``build/scratch`` (a hand run)."""
-    root = os.environ.get(OUTPUT_ROOT_ENV)
-    if root:
-        return Path(root)
-    if quick:
-        return REPO_ROOT / "build" / "quick"
-    if os.environ.get(WRITE_COMMITTED_ENV, "").strip() == "1":
-        return REPO_ROOT
-    return REPO_ROOT / "build" / "scratch"
-
+from lib.paths import OUTPUT_ROOT_ENV, REPO_ROOT, WRITE_COMMITTED_ENV, output_root
 
 def _atomic_write(path: Path, write) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -132,7 +132,7 @@ def tokens(n: int) -> str:
 sweep2 = load_table("02_prefill_sweep", "prefill_sweep", quick=quick)
 if sweep2 is None or "time_ms" not in sweep2.columns:
     raise FileNotFoundError(f"chapter 5 predicts from chapter 2's prefill sweep, which is missing or older than "
-                            f"chapter 5: run `python -m lib.book {'--quick ' if quick else ''}02_prefill_sweep` first")
+                            f"chapter 5: run `python -m lib.make.book {'--quick ' if quick else ''}02_prefill_sweep` first")
 mine = (sweep2.dtype == dtype_name(torch_dtype)) & (sweep2.threads == threads)
 section2 = sweep2[mine].dropna(subset=["time_ms"]).sort_values("prompt_tokens")
 if section2.prompt_tokens.nunique() < 2:

@@ -46,7 +46,8 @@ from IPython.display import Markdown, display
 from lib import claims, course, machine, params, regime, roofline, shapes, timing
 from lib.device import describe_environment, resolve_device
 from lib.models import gpt2_config, load_model
-from lib.results import REPO_ROOT, Results, load_table, output_root
+from lib.paths import REPO_ROOT, output_root
+from lib.results import Results, load_table
 
 table_gpus = [name for name, hw in roofline.HARDWARE.items() if not math.isnan(hw.flops)]
 P = params.check(globals(), {
@@ -256,7 +257,7 @@ def measured(section, name, column, optional=False):
     `column`'s median and range over runs as `measured_ms`, `_low`, `_high`, and the model of its provenance."""
     rows = load_table(section, name, quick=quick)
     if rows is None:  # the one clear line: which chapter to run
-        raise FileNotFoundError(f"chapter 6 places what {section} measured: run it first (`python -m lib.book "
+        raise FileNotFoundError(f"chapter 6 places what {section} measured: run it first (`python -m lib.make.book "
                                 f"{'--quick ' * quick}{section}`)")
     root = next(r for r in (output_root(quick), REPO_ROOT) if (r / "data" / section / f"{name}.csv").exists())
     model = json.loads((root / "data" / section / "provenance.json").read_text())["model"]

@@ -565,7 +565,7 @@ stall.round(0)
 # %%
 ch5 = load_table("05_interference", "interference", quick=quick)
 if ch5 is None:
-    print("chapter 5's table is absent: run `python -m lib.book 05_interference` to show it here")
+    print("chapter 5's table is absent: run `python -m lib.make.book 05_interference` to show it here")
 else:
     display(Markdown("Chapter 5's in-process experiment (its own model, see its provenance), for comparison:"))
     display(ch5[["chunk_tokens", "a_worst_gap_ms", "b_ttft_ms"]].round(0))

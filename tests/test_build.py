@@ -11,8 +11,8 @@ import time
 import nbformat
 import pytest
 
-from lib import book, outputs, staleness
-from lib.results import REPO_ROOT
+from lib.make import book, outputs, staleness
+from lib.paths import REPO_ROOT
 
 GOOD = '''# %% tags=["parameters"]
 quick = False
@@ -136,7 +136,7 @@ def test_interrupt_during_a_cell_is_one_line_and_keeps_outputs(demo):
     root, source = demo
     before = built(demo)
     source.write_text(with_cell("import os, signal, time\nos.kill(os.getppid(), signal.SIGINT)\ntime.sleep(30)"))
-    run = subprocess.run([sys.executable, "-m", "lib.book", "--root", str(root)], capture_output=True,
+    run = subprocess.run([sys.executable, "-m", "lib.make.book", "--root", str(root)], capture_output=True,
                          text=True, timeout=120)
     assert run.returncode == 130, run.stdout + run.stderr
     lines = [line for line in run.stdout.splitlines() if line.startswith("FAILED")]
@@ -273,7 +273,7 @@ def test_two_real_builds_at_once_one_refused_nothing_mixed(demo):
     release = root / "release"  # the first build's last cell waits for it: no timing assumed
     source.write_text(with_cell(f"import pathlib, time\nwhile not pathlib.Path({str(release)!r}).exists():\n"
                                 f"    time.sleep(0.1)", value=3))
-    command = [sys.executable, "-m", "lib.book", "--root", str(root)]
+    command = [sys.executable, "-m", "lib.make.book", "--root", str(root)]
     first = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
         lock = root / "build" / "book.lock"

@@ -6,7 +6,7 @@ import nbformat
 import pandas as pd
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from lib import chapters
+from lib.make.site import chapters
 
 
 def test_claims_are_counted_and_missing_claims_said_so():

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from lib import classroom, teaching
+from lib.make import classroom, teaching
 
 RUNS = sorted(p for p in classroom.EXAMPLE_RUNS.glob("*") if p.is_dir())
 

@@ -1,6 +1,6 @@
 """lib.engines: the engine lifecycle against trivial processes and a fake OpenAI-compatible server run as
 an engine (tests/fake_openai.py); an engine killed mid-run, alone and inside a demo chapter built by
-lib.book (issue 10). No model, no engine package needed."""
+lib.make.book (issue 10). No model, no engine package needed."""
 
 import os
 import signal
@@ -253,7 +253,7 @@ engine.stop()
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads process groups from /proc")
 def test_an_engine_dying_mid_chapter_fails_the_chapter_keeps_its_outputs_and_leaves_nothing_running(tmp_path):
-    from lib import book
+    from lib.make import book
 
     root = tmp_path / "book"
     (root / "notebooks").mkdir(parents=True)

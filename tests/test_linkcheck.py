@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from lib import linkcheck
-from lib.pages import NAV_PAGES
+from lib.make.site import linkcheck
+from lib.make.site.pages import NAV_PAGES
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from lib import book
+from lib.make import book
 
 SOURCES = book.sources()
 

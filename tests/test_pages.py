@@ -2,8 +2,8 @@
 
 import pandas as pd
 
-from lib import pages
-from lib.chapters import Chapter
+from lib.make.site import pages
+from lib.make.site.chapters import Chapter
 
 
 def _chapter(stem, title):

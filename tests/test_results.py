@@ -4,7 +4,7 @@ import matplotlib
 import pandas as pd
 import pytest
 
-from lib import results
+from lib import paths, results
 
 matplotlib.use("Agg")
 
@@ -51,8 +51,9 @@ def test_failed_write_keeps_the_old_file(tmp_path):
 
 
 def test_output_roots(monkeypatch, tmp_path, capsys):
-    monkeypatch.delenv(results.OUTPUT_ROOT_ENV, raising=False)
-    monkeypatch.delenv(results.WRITE_COMMITTED_ENV, raising=False)
+    monkeypatch.delenv(paths.OUTPUT_ROOT_ENV, raising=False)
+    monkeypatch.delenv(paths.WRITE_COMMITTED_ENV, raising=False)
+    monkeypatch.setattr(paths, "REPO_ROOT", tmp_path)
     monkeypatch.setattr(results, "REPO_ROOT", tmp_path)
     assert results.output_root() == tmp_path / "build" / "scratch"  # a hand run leaves data/ alone
     assert results.output_root(quick=True) == tmp_path / "build" / "quick"
@@ -90,6 +91,7 @@ def test_git_state_names_a_real_commit_and_the_dirty_files():
 
 
 def test_load_table_reads_this_runs_tree_first(monkeypatch, tmp_path):
+    monkeypatch.setattr(paths, "REPO_ROOT", tmp_path)
     monkeypatch.setattr(results, "REPO_ROOT", tmp_path)
     monkeypatch.delenv(results.OUTPUT_ROOT_ENV, raising=False)
     monkeypatch.delenv(results.WRITE_COMMITTED_ENV, raising=False)

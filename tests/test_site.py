@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from bs4 import BeautifulSoup
 
-from lib import chapters, linkcheck, pages, site
+from lib.make.site import build as site, chapters, linkcheck, pages
 from lib.device import describe_environment
 
 ROOT = Path(__file__).resolve().parents[1]

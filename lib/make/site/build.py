@@ -1,8 +1,8 @@
 """``make html``: the executed book as a static site, built offline without re-running anything.
 
 Reads the committed ``notebooks/NN_*.ipynb`` (the build's executed copies), ``data/<chapter>/provenance.json``
-and ``data/<chapter>/claims.csv`` (:mod:`lib.chapters`), and writes under ``build/site/`` (the pages'
-HTML: :mod:`lib.pages`):
+and ``data/<chapter>/claims.csv`` (:mod:`lib.make.site.chapters`), and writes under ``build/site/`` (the pages'
+HTML: :mod:`lib.make.site.pages`):
 
 * ``index.html``: the chapter table (title, what it measures, run time, claims held);
 * ``NN_chapter.html``: each chapter with its outputs, figures embedded in the page, hidden answers as
@@ -11,10 +11,10 @@ HTML: :mod:`lib.pages`):
 * ``status.html``: per chapter, the machine, dtype, threads, versions, commit and run time that produced
   it, and how many of its claims held;
 * ``teacher.html``: sessions that fit 45 and 90 minutes, installing, what a GPU changes, common failures
-  (:mod:`lib.teaching`);
+  (:mod:`lib.make.teaching`);
 * ``class.html``: class results (``make class``), or the committed example runs when there are none.
 
-The pages need no network at build time or to be read. After building, :func:`lib.linkcheck.check` parses
+The pages need no network at build time or to be read. After building, :func:`lib.make.site.linkcheck.check` parses
 the site and lists what is wrong: a missing chapter page, an image or internal link that does not resolve,
 a stderr output block.
 """
@@ -27,10 +27,11 @@ import sys
 import time
 from pathlib import Path
 
-from lib import classroom, teaching
-from lib.chapters import REPO_ROOT, load_chapters
-from lib.linkcheck import check
-from lib.pages import class_page, index_page, page, render_chapter, status_page, takeaways_page
+from lib.make import classroom, teaching
+from lib.make.site.chapters import load_chapters
+from lib.make.site.linkcheck import check
+from lib.make.site.pages import class_page, index_page, page, render_chapter, status_page, takeaways_page
+from lib.paths import REPO_ROOT
 
 SITE_DIR = REPO_ROOT / "build" / "site"
 
@@ -40,7 +41,7 @@ def class_results(root: Path, scratch: Path) -> Path | None:
     gathered = root / "build" / "class"
     if (gathered / "comparison.csv").exists():
         return gathered
-    examples = sorted(p for p in (root / "classroom" / "runs").glob("*") if p.is_dir())
+    examples = sorted(p for p in (root / "data" / "classroom" / "runs").glob("*") if p.is_dir())
     if not examples:
         return None
     classroom.gather(examples, scratch)
@@ -72,7 +73,7 @@ def build(out: Path = SITE_DIR, root: Path = REPO_ROOT, log=print) -> list[Path]
     write("takeaways.html", takeaways_page(chapters))
     write("teacher.html", page("For teachers", teaching.teacher_body(chapters, root)))
     results = class_results(root, out / "class")
-    example = results == out / "class"  # gathered just now from classroom/runs/
+    example = results == out / "class"  # gathered just now from data/classroom/runs/
     if results is not None and not example:
         shutil.copytree(results, out / "class", ignore=shutil.ignore_patterns("class-*", "*.zip"))
     write("class.html", class_page(out / "class" if results else None, example))
@@ -81,7 +82,7 @@ def build(out: Path = SITE_DIR, root: Path = REPO_ROOT, log=print) -> list[Path]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lib.site", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m lib.make.site", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=SITE_DIR)
     args = parser.parse_args(argv)
     try:

@@ -2,7 +2,7 @@
 
 On a machine with a CUDA GPU it runs, in order: the CUDA-marked tests and the device-generic tests
 (the ``tiny`` fixture runs every test that takes it on each device present), then the whole book in
-quick mode on the GPU (``python -m lib.book --quick --device cuda``), and writes
+quick mode on the GPU (``python -m lib.make.book --quick --device cuda``), and writes
 ``build/gpu-check/report.md``: the device, its memory, torch, CUDA and driver versions, each step's
 wall time and exit status, chapter 0's measured ceilings against the GPU's hardware-table entry, and
 the end of any failure's log. Without a GPU it says so in one line and exits 2.
@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from lib.results import REPO_ROOT
+from lib.paths import REPO_ROOT
 
 OUT = REPO_ROOT / "build" / "gpu-check"
 
@@ -68,7 +68,7 @@ def main() -> int:
     env = dict(os.environ)
     steps = [
         _run("tests", [sys.executable, "-m", "pytest", "-q", "-m", "cuda or not slow"], env),
-        _run("quick-book", [sys.executable, "-m", "lib.book", "--quick", "--force", "--device", "cuda"], env),
+        _run("quick-book", [sys.executable, "-m", "lib.make.book", "--quick", "--force", "--device", "cuda"], env),
     ]
     report = ["# GPU check", "", *_facts(), "", "## Steps", ""]
     for s in steps:

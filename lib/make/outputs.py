@@ -8,7 +8,7 @@ and :func:`recover` (the next build's first step, and ``make clean``'s) finishes
 when it cannot: each chapter is always wholly old or wholly new. :func:`build_lock` lets one build run
 in a checkout at a time.
 
-Used by :mod:`lib.book`; no chapter imports it.
+Used by :mod:`lib.make.book`; no chapter imports it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The book's chapters as the published site shows them (``make html``, :mod:`lib.site`).
+"""The book's chapters as the published site shows them (``make html``, :mod:`lib.make.site`).
 
 :func:`load_chapters` reads, for every chapter with a py:percent source, its executed notebook (the
 build's committed copy), ``data/<chapter>/provenance.json`` and ``data/<chapter>/claims.csv``, into one
@@ -17,7 +17,8 @@ from pathlib import Path
 import nbformat
 import pandas as pd
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from lib.paths import REPO_ROOT
+
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 For each ``notebooks/NN_*.py`` (the py:percent source, read with jupytext), in order:
 
-1. Work out its *input hash* (:mod:`lib.staleness`): its source, the library modules it imports (directly
+1. Work out its *input hash* (:mod:`lib.make.staleness`): its source, the library modules it imports (directly
    or through another module), ``constraints.txt``, the data it reads from earlier chapters and the machine
    it runs on (the *resolved* device, its name, the torch and CUDA versions, so ``DEVICE=cpu`` and ``auto``
    on a CPU-only machine are the same build). A chapter is up to date when its executed ``.ipynb`` records
@@ -22,7 +22,7 @@ cell's position in the source and what happened, saying the previous outputs wer
 goes to ``build/logs/<stem>.log``.
 
 Quick mode (``--quick``) runs every notebook with ``quick=True``, writes everything under ``build/quick/``
-and never touches the committed outputs. Run ``python -m lib.book --help`` for the options.
+and never touches the committed outputs. Run ``python -m lib.make.book --help`` for the options.
 """
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ import jupytext
 import nbformat
 import papermill
 
-from lib.outputs import BuildBusy, HalfReplaced, build_lock, commit, recover
+from lib.make.outputs import BuildBusy, HalfReplaced, build_lock, commit, recover
 from lib.params import parameter_values
-from lib.results import OUTPUT_ROOT_ENV, REPO_ROOT
-from lib.staleness import HASH_KEY, input_hash, output_hashes, run_environment, sources, stale_reason
+from lib.paths import OUTPUT_ROOT_ENV, REPO_ROOT
+from lib.make.staleness import HASH_KEY, input_hash, output_hashes, run_environment, sources, stale_reason
 
 #: The book's named kernel (``make env`` installs it into .venv); plain ``python3`` where it is missing.
 KERNEL_NAME, KERNEL_DISPLAY = "prefill-decode", "Prefill and Decode (.venv)"
@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     # asyncio would print its traceback when the loop is collected, after the one-line FAILED message that
     # already reported it (the details are in build/logs/).
     logging.getLogger("asyncio").setLevel(logging.CRITICAL)
-    parser = argparse.ArgumentParser(prog="python -m lib.book", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m lib.make.book", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="quick mode, into build/quick/")
     parser.add_argument("--device", default=os.environ.get("DEVICE") or None,
                         help="force a device (cpu, cuda, cuda:N); default: auto")

@@ -11,7 +11,7 @@ notebook. No notebook, figure or path of the student's machine is included.
 The teacher gathers any number of zips or folders (a folder may be a run's root, holding ``data/``, or a
 ``data/`` folder itself)::
 
-    make class DIRS="alice.zip bob.zip lab-pc-3/"   # or: python -m lib.classroom gather ...
+    make class DIRS="alice.zip bob.zip lab-pc-3/"   # or: python -m lib.make.classroom gather ...
 
 and gets, under ``build/class/``, ``comparison.csv`` (one row per machine: device, threads, measured
 bandwidth and FLOP rate, TTFT, decode step, prefill rate, claims held), ``sources.csv`` (which table each
@@ -37,9 +37,10 @@ from pathlib import Path
 
 import pandas as pd
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from lib.paths import REPO_ROOT
+
 CLASS_DIR = REPO_ROOT / "build" / "class"
-EXAMPLE_RUNS = REPO_ROOT / "classroom" / "runs"
+EXAMPLE_RUNS = REPO_ROOT / "data" / "classroom" / "runs"
 """Two real quick-mode runs of the book on the development machine (1 and 2 threads), committed as an
 example of class results and used by the tests."""
 
@@ -328,7 +329,7 @@ def gather(paths: list[Path], out: Path = CLASS_DIR) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lib.classroom", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m lib.make.classroom", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p_pack = sub.add_parser("pack", help="zip this machine's results for the teacher")
     p_pack.add_argument("--root", type=Path, default=REPO_ROOT,
@@ -354,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(text.getvalue())
             print(f"wrote comparison.csv, sources.csv, claims.csv, comparison.png under {args.out}")
     except ValueError as error:
-        print(f"lib.classroom: {error}", file=sys.stderr)
+        print(f"lib.make.classroom: {error}", file=sys.stderr)
         return 2
     return 0
 

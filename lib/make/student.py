@@ -35,7 +35,8 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from lib.paths import REPO_ROOT
+
 STUDENT_DIR = REPO_ROOT / "build" / "student"
 TEACHER_DIR = REPO_ROOT / "build" / "teacher"
 KERNELSPEC = {"name": "prefill-decode", "display_name": "Prefill and Decode (.venv)", "language": "python"}
@@ -177,7 +178,7 @@ def build(root: Path = REPO_ROOT, student_dir: Path = STUDENT_DIR, teacher_dir: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lib.student", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m lib.make.student", description=__doc__.split("\n\n")[0])
     parser.parse_args(argv)
     try:
         build()

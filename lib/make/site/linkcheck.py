@@ -13,8 +13,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from lib.chapters import REPO_ROOT, load_chapters
-from lib.pages import NAV_PAGES
+from lib.make.site.chapters import load_chapters
+from lib.make.site.pages import NAV_PAGES
+from lib.paths import REPO_ROOT
 
 
 class _Links(HTMLParser):

@@ -1,10 +1,10 @@
-"""The HTML of the published site's pages (``make html``, :mod:`lib.site`): the navigation bar, a plain page,
+"""The HTML of the published site's pages (``make html``, :mod:`lib.make.site`): the navigation bar, a plain page,
 each chapter converted by nbconvert, and the contents, status, takeaways and class pages.
 
 Chapters are converted with nbconvert's bundled ``lab`` template, with the blocks that load MathJax,
 require.js, mermaid and widget scripts from CDNs switched off (the chapters use no maths, diagrams or
 saved widgets), so the pages need no network at build time or to be read. Each function returns a page's
-text; :mod:`lib.site` writes them. No chapter imports this module.
+text; :mod:`lib.make.site` writes them. No chapter imports this module.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 import pandas as pd
 
-from lib.chapters import Chapter, takeaways
+from lib.make.site.chapters import Chapter, takeaways
 
 NAV_PAGES = [("index.html", "Contents"), ("takeaways.html", "Takeaways"), ("status.html", "Status"),
              ("teacher.html", "For teachers"), ("class.html", "Class results")]
@@ -178,7 +178,7 @@ def takeaways_page(chapters: list[Chapter]) -> str:
 
 
 def class_page(results: Path | None, example: bool = False) -> str:
-    """The class comparison from ``results`` (a folder written by ``lib.classroom.gather``); ``example``
+    """The class comparison from ``results`` (a folder written by ``lib.make.classroom.gather``); ``example``
     when it is the committed example runs rather than a class's."""
     if results is None or not (results / "comparison.csv").exists():
         return page("Class results", "<p>No class results yet. Students run <code>make class-zip</code> and send "
@@ -188,7 +188,7 @@ def class_page(results: Path | None, example: bool = False) -> str:
     body = []
     if example:
         body.append("<p><b>Example.</b> No class results were gathered on this machine, so this page shows the "
-                    "book's two example runs (<code>classroom/runs/</code>): the development machine in quick "
+                    "book's two example runs (<code>data/classroom/runs/</code>): the development machine in quick "
                     "mode with one thread and with two. Quick mode uses the tiny GPT-2 for the sweeps, so its "
                     "rates are not the full book's. Other jobs shared the machine while they ran (a load average "
                     "of about 14 on its 2 cores, read with <code>uptime</code>), and the 2-thread run, which "

@@ -3,7 +3,7 @@
 A chapter's *input hash* (:func:`input_hash`) covers its py:percent source, the library files it imports
 (:func:`library_files`: its own imports of ``lib`` modules, followed through the modules' imports of each
 other), ``constraints.txt``, the data it reads from earlier chapters (:func:`upstream_data`) and the machine
-it runs on (:func:`run_environment`). The build (:mod:`lib.book`) stores that hash and a SHA-256 manifest of
+it runs on (:func:`run_environment`). The build (:mod:`lib.make.book`) stores that hash and a SHA-256 manifest of
 the chapter's outputs (:func:`output_hashes`) in the executed notebook's metadata; :func:`stale_reason` says
 why a chapter must re-run, or ``None`` when both still match.
 
@@ -22,8 +22,7 @@ from pathlib import Path
 
 import nbformat
 
-from lib.machine import MACHINE_SECTION
-from lib.results import REPO_ROOT
+from lib.paths import MACHINE_SECTION, REPO_ROOT
 
 NOTEBOOKS = REPO_ROOT / "notebooks"
 LIBRARY = REPO_ROOT / "lib"

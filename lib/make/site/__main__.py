@@ -1,0 +1,5 @@
+import sys
+
+from lib.make.site.build import main
+
+sys.exit(main())
