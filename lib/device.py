@@ -91,6 +91,46 @@ def device_name(device: torch.device | str) -> str:
     return platform.processor() or platform.machine()
 
 
+#: The CPU instruction sets that change which kernels PyTorch runs (and so the book's numbers).
+KERNEL_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+                "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16",
+                "asimd", "sve", "sve2", "bf16", "i8mm", "fphp", "asimdhp")
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags from ``/proc/cpuinfo`` (``flags`` on x86, ``Features`` on ARM; empty where
+    there is none, e.g. macOS).
+
+    Introduced in section 0.
+    """
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def machine_identity(device: torch.device) -> dict[str, object]:
+    """What identifies a machine for the book's numbers: on a CPU its model name, the instruction sets that
+    change kernels (:data:`KERNEL_FLAGS`) and its core count; on a GPU its name, memory (GiB) and compute
+    capability. Two machines with the same identity run the same kernels; a machine that reports the same
+    name but other instruction sets (AVX2 only against AVX-512 BF16) does not.
+
+    Introduced in section 0.
+    """
+    identity: dict[str, object] = {"cpu": device_name(torch.device("cpu")),
+                                   "cpu_flags": " ".join(sorted(cpu_flags() & set(KERNEL_FLAGS))),
+                                   "cpu_count": os.cpu_count()}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        identity.update(gpu=torch.cuda.get_device_name(device), gpu_memory_gib=round(props.total_memory / 2**30, 1),
+                        compute_capability=f"{props.major}.{props.minor}")
+    return identity
+
+
 def package_versions() -> dict[str, str]:
     """Versions of the packages whose behaviour the measurements depend on."""
     versions = {"python": platform.python_version()}

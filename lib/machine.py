@@ -32,7 +32,7 @@ import torch.nn.functional as F
 import transformers
 
 from lib import sweeps
-from lib.device import UnsupportedDtype, device_name, resolve_device, resolve_dtype
+from lib.device import UnsupportedDtype, cpu_flags, device_name, resolve_device, resolve_dtype
 from lib.dtypes import dtype_name
 from lib.models import LoadedModel
 from lib.paths import MACHINE_SECTION
@@ -67,21 +67,6 @@ def sizes(device: torch.device | str, quick: bool = False) -> Sizes:
         return Sizes(stream_bytes=32 << 20, matmul_n=512, repeats=3, warmup=1)
     return Sizes(stream_bytes=(1 << 30) if gpu else (256 << 20), matmul_n=8192 if gpu else 2048,
                  repeats=7, warmup=2)
-
-
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags from ``/proc/cpuinfo`` (empty where there is none, e.g. macOS).
-
-    Introduced in section 0.
-    """
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
 
 
 def hardware_support(device: torch.device | str, dtype: torch.dtype) -> bool:
