@@ -1,14 +1,19 @@
-"""Choosing the device and dtype, and saying what a page was run with (section 1).
+"""The device, its thread counts and its dtypes, and what a page was run with (section 0).
 
-Every notebook calls :func:`resolve_device` and :func:`resolve_dtype` in its first cells and prints
-:func:`describe_environment`, so a reader can tell which machine, dtype, thread count and library
-versions produced the numbers on the page.
+A chapter resolves its device once, in its parameter check (``params.device()`` calls
+:func:`resolve_device`); everything after takes that ``torch.device`` (or reads it off the model and tensors
+that carry it). Thread counts have one meaning from the parameters cell to the timer: whole numbers of CPU
+threads (:func:`thread_counts` turns a chapter's ``None`` into all cores and one; :func:`use_threads` sets
+one for a block of code). Every chapter prints :func:`describe_environment`, so a reader can tell which
+machine, dtype, thread count and library versions produced the numbers on the page.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
+from collections.abc import Iterator, Sequence
 from importlib import metadata
 
 import torch
@@ -51,8 +56,45 @@ def resolve_device(name: str | torch.device = "auto") -> torch.device:
     raise ValueError(f"unknown device {name!r}; choose one of {', '.join(KNOWN_DEVICES)}")
 
 
-def resolve_dtype(name: str | torch.dtype, device: torch.device | str = "cpu") -> torch.dtype:
-    """Return the torch dtype for a short name (``fp32``, ``bf16``, ``fp16``), checked on ``device``.
+#: How many threads torch uses by default here (all physical cores): what "all threads" means in the book.
+ALL_THREADS = torch.get_num_threads()
+
+
+def thread_counts(device: torch.device, threads: Sequence[int] | None = None) -> list[int]:
+    """The CPU thread counts a chapter measures, as whole numbers: ``threads`` as given, or all cores
+    (:data:`ALL_THREADS`) and one, most first. On a GPU the host's one count: a GPU's kernels do not use the
+    host's threads, so it is recorded but never varied.
+
+    Introduced in section 0.
+    """
+    if device.type == "cuda":
+        return [ALL_THREADS]
+    if threads is None:
+        return sorted({ALL_THREADS, 1}, reverse=True)
+    if not threads or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in threads):
+        raise ValueError(f"thread counts must be whole numbers of at least 1, got {threads!r}")
+    return list(threads)
+
+
+@contextlib.contextmanager
+def use_threads(n: int) -> Iterator[None]:
+    """Run the body with ``torch.set_num_threads(n)``, restoring the previous count afterwards.
+
+    Introduced in section 0.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"a thread count must be a whole number of at least 1, got {n!r}")
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def resolve_dtype(name: str | torch.dtype, device: torch.device) -> torch.dtype:
+    """Return the torch dtype for a short name (``fp32``, ``bf16``, ``fp16``), checked on ``device`` (the
+    chapter's resolved ``torch.device``).
 
     The check multiplies two small matrices in that dtype, so a device that cannot run it fails here,
     early, with :class:`UnsupportedDtype` rather than deep inside a model. Introduced in section 1.
@@ -64,7 +106,7 @@ def resolve_dtype(name: str | torch.dtype, device: torch.device | str = "cpu") -
         if short not in DTYPES:
             raise ValueError(f"dtype {name!r} is not one a model runs in here; choose one of {', '.join(DTYPES)}")
         dtype = DTYPES[short]
-    device = resolve_device(device)
+    _check_device(device, "resolve_dtype")
     try:
         a = torch.ones(8, 8, dtype=dtype, device=device)
         (a @ a).sum().item()
@@ -76,9 +118,15 @@ def resolve_dtype(name: str | torch.dtype, device: torch.device | str = "cpu") -
     return dtype
 
 
-def device_name(device: torch.device | str) -> str:
+def _check_device(device: object, where: str) -> None:
+    if not isinstance(device, torch.device):
+        raise ValueError(f"{where} takes the chapter's resolved torch.device (from params.device() or "
+                         f"resolve_device), got {device!r}")
+
+
+def device_name(device: torch.device) -> str:
     """A human name for the device: the GPU's marketing name, or the CPU model from /proc/cpuinfo."""
-    device = torch.device(device)
+    _check_device(device, "device_name")
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     try:
@@ -142,19 +190,20 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def describe_environment(device: torch.device | str, dtype: torch.dtype | None = None,
+def describe_environment(device: torch.device, dtype: torch.dtype | None = None,
                          model: str | None = None) -> dict[str, object]:
-    """What produced a page: device and its name, dtype, torch threads, CPU count and versions.
+    """What produced a page: device and its name, the machine's identity (:func:`machine_identity`), dtype,
+    torch threads and versions (CUDA's and the driver's on a GPU).
 
     A model given as a local path is shown relative to the home folder (``~/models/x``), never as the
     build machine's absolute path, since these facts are printed in the published pages and saved in
     ``provenance.json``."""
-    device = torch.device(device)
+    _check_device(device, "describe_environment")
     facts: dict[str, object] = {
         "device": str(device),
         "device_name": device_name(device),
         "torch_threads": torch.get_num_threads(),
-        "cpu_count": os.cpu_count(),
+        **machine_identity(device),
     }
     if dtype is not None:
         facts["dtype"] = dtype_name(dtype)
@@ -165,9 +214,7 @@ def describe_environment(device: torch.device | str, dtype: torch.dtype | None =
             text = "~" + text[len(home):]
         facts["model"] = text
     if device.type == "cuda":
-        props = torch.cuda.get_device_properties(device)
-        facts.update(cuda=torch.version.cuda, gpu_memory_gib=round(props.total_memory / 2**30, 1),
-                     compute_capability=f"{props.major}.{props.minor}", cuda_driver=_driver_version())
+        facts.update(cuda=torch.version.cuda, cuda_driver=_driver_version())
     facts.update(package_versions())
     return facts
 

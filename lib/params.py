@@ -33,14 +33,9 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Callable
 
 from lib.paths import REPO_ROOT
-
-last: dict[str, Any] = {}
-"""The latest :func:`check` in this process: ``given``, ``values``, ``reader_set`` and ``quick_changes``
-(read by :class:`lib.results.Results` for provenance)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +48,26 @@ class Rule:
     quick: Any = None
     is_list: bool = False
     shrink: Callable[[Any, Any], Any] | None = field(default=None, compare=False)
+    finish: Callable[[Any, dict], Any] | None = field(default=None, compare=False)
+    """Applied once every parameter is converted, with the converted values (e.g. ``threads`` needs the
+    resolved ``device``)."""
+
+
+class Parameters:
+    """What :func:`check` returns: the checked values as attributes (``P.runs``), plus ``given`` (as the
+    chapter or reader wrote them), ``reader_set`` (names the reader changed from the chapter's own) and
+    ``quick_changes`` (what quick mode changed). :class:`lib.results.Results` records them in
+    ``provenance.json``."""
+
+    def __init__(self, values: dict, given: dict, reader_set: list[str], quick_changes: list[str]):
+        self.values, self.given = dict(values), dict(given)
+        self.reader_set, self.quick_changes = list(reader_set), list(quick_changes)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["values"][name]
+        except KeyError:
+            raise AttributeError(f"no parameter {name!r}; checked: {', '.join(self.__dict__['values'])}") from None
 
 
 def _literal(text: str) -> Any:
@@ -130,14 +145,39 @@ def choice(names, *, allow_none=False, quick: str | None = None) -> Rule:
 
 
 def device() -> Rule:
-    """``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"``, and available here."""
+    """``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"``, available here; checked into the ``torch.device``
+    the chapter runs on. This is the one place a chapter resolves its device: everything after reads it
+    from this value (or from the tensors and models that carry it)."""
     def convert(v):
+        import torch
+
+        from lib.device import resolve_device
+        if isinstance(v, torch.device):
+            v = str(v)
         if not isinstance(v, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", v.strip().lower()):
             raise ValueError
-        from lib.device import resolve_device
-        resolve_device(v)  # its own message says what is missing (CUDA, or that many GPUs)
-        return v.strip().lower()
+        return resolve_device(v)  # its own message says what is missing (CUDA, or that many GPUs)
     return Rule("'auto', 'cpu', 'cuda' or 'cuda:N'", convert)
+
+
+def threads(*, many: bool = True) -> Rule:
+    """CPU thread counts, checked into a list of whole numbers from 1 to this machine's cores (``many``) or
+    one such number. ``None`` (the usual default) means all cores and one (``many``) or all cores: see
+    :func:`lib.device.thread_counts`. On a GPU it becomes the host's one count, which its kernels do not use.
+    Needs a ``device`` parameter checked in the same call."""
+    import os
+
+    cores = os.cpu_count() or 1
+    item = integer(min=1, max=cores)
+    rule = listof(item) if many else item
+
+    def finish(v, values):
+        from lib.device import thread_counts
+        if "device" not in values:
+            raise ValueError("a threads parameter needs the device parameter in the same params.check")
+        counts = thread_counts(values["device"], v if v is None or many else [v])
+        return counts if many else counts[0]
+    return Rule(rule.expected, rule.convert, True, is_list=many, shrink=rule.shrink, finish=finish)
 
 
 def dtype(*, allow_none=False) -> Rule:
@@ -146,29 +186,39 @@ def dtype(*, allow_none=False) -> Rule:
     return choice(DTYPES, allow_none=allow_none)
 
 
-def listof(item: Rule, *, allow_none=False, quick: list | None = None) -> Rule:
-    """A non-empty list whose items each pass ``item``; a string is parsed as a list."""
+def listof(item: Rule, *, allow_none=False, quick: list | None = None, min_items: int = 1,
+           max_items: int | None = None, ascending: bool = False) -> Rule:
+    """A list of ``min_items`` to ``max_items`` distinct items, each passing ``item``; a string is parsed as a
+    list. A repeated item is refused (it would measure the same point twice and make a curve's steps
+    ambiguous). ``ascending``: the checked list is sorted (a sweep's order)."""
     def convert(v):
         if isinstance(v, str):
             parsed = _literal(v) if v.strip()[:1] in "[(" else [_literal(p) for p in v.split(",")]
             v = parsed if isinstance(parsed, (list, tuple)) else [parsed]
         elif not isinstance(v, (list, tuple)):
             v = [v]  # a single value, as papermill -p gives for "16"
-        if not v:
-            raise ValueError
-        return [item.convert(x) for x in v]
-    return Rule(f"a non-empty list (like [1, 2] or '1,2') of {item.expected}", convert, allow_none, quick,
-                is_list=True,
-                shrink=lambda v, q: v[:len(q)])
+        if len(v) < min_items or (max_items is not None and len(v) > max_items):
+            raise ValueError(f"{len(v)} item(s) given")
+        out = [item.convert(x) for x in v]
+        repeated = sorted({repr(x) for x in out if out.count(x) > 1})
+        if repeated:
+            raise ValueError(f"{', '.join(repeated)} repeated")
+        return sorted(out) if ascending else out
+    count = (f"{min_items} to {max_items}" if max_items is not None else f"at least {min_items}") \
+        if (min_items, max_items) != (1, None) else "one or more"
+    return Rule(f"a list of {count} distinct items (like [1, 2] or '1,2'), each {item.expected}", convert,
+                allow_none, quick, is_list=True, shrink=lambda v, q: v[:len(q)])
 
 
-def int_list(*, min: int | None = None, max: int | None = None, allow_none=False, quick: list | None = None) -> Rule:
-    """A non-empty list of integers in ``[min, max]``."""
-    return listof(integer(min=min, max=max), allow_none=allow_none, quick=quick)
+def int_list(*, min: int | None = None, max: int | None = None, allow_none=False, quick: list | None = None,
+             min_items: int = 1, max_items: int | None = None, ascending: bool = False) -> Rule:
+    """A list of distinct integers in ``[min, max]`` (see :func:`listof`)."""
+    return listof(integer(min=min, max=max), allow_none=allow_none, quick=quick, min_items=min_items,
+                  max_items=max_items, ascending=ascending)
 
 
 def dtype_list(*, allow_none=False, quick: list | None = None) -> Rule:
-    """A non-empty list of dtype short names."""
+    """A list of distinct dtype short names."""
     return listof(dtype(), allow_none=allow_none, quick=quick)
 
 
@@ -208,9 +258,10 @@ def parameter_values(source: str) -> dict[str, Any]:
 
 
 def check(namespace: dict, spec: dict[str, Rule], *, quick: bool = False, chapter: str | None = None,
-          log: Callable[[str], None] = print) -> SimpleNamespace:
+          log: Callable[[str], None] = print) -> Parameters:
     """Check every parameter in ``spec`` against ``namespace`` (a chapter's ``globals()``), apply quick
-    mode, write the checked values back into ``namespace`` and return them as a namespace."""
+    mode, write the checked values back into ``namespace`` and return them as :class:`Parameters` (pass it
+    to :class:`lib.results.Results`, which records it in ``provenance.json``)."""
     shipped = defaults(chapter) if chapter else {}
     values, given, changes, reader_set = {}, {}, [], []
     for name, rule in spec.items():
@@ -236,9 +287,13 @@ def check(namespace: dict, spec: dict[str, Rule], *, quick: bool = False, chapte
                 changes.append(f"{name} {value!r} -> {new!r}")
                 value = new
         values[name] = value
+    for name, rule in spec.items():
+        if rule.finish is not None:
+            try:
+                values[name] = rule.finish(values[name], values)
+            except ValueError as error:
+                raise ValueError(f"parameter {name}={given[name]!r} is not valid ({error})") from None
     if changes:
         log("quick mode changed: " + "; ".join(changes))
     namespace.update(values)
-    last.clear()
-    last.update(given=given, values=values, reader_set=reader_set, quick_changes=changes)
-    return SimpleNamespace(**values)
+    return Parameters(values, given, reader_set, changes)

@@ -25,6 +25,7 @@ import pandas as pd
 import torch
 
 from lib.device import describe_environment
+from lib.params import Parameters
 from lib.paths import OUTPUT_ROOT_ENV, REPO_ROOT, WRITE_COMMITTED_ENV, output_root
 
 def _atomic_write(path: Path, write) -> Path:
@@ -69,16 +70,16 @@ def _check_name(name: str) -> None:
 class Results:
     """Saves one section's tables and figures and keeps its provenance.
 
-    ``Results("01_two_phases", quick=quick, device=device, dtype=dtype)``; then :meth:`table` and
-    :meth:`figure` as the notebook goes, and :meth:`provenance` at the end (it is also rewritten after
-    every save, so it is never stale). The parameters recorded are those :func:`lib.params.check` saw
-    (the build replaces them by the notebook's parameter cells); ``params={...}`` is still accepted and
-    recorded as ``parameters_used``. Introduced in section 0.
+    ``Results("01_two_phases", params=P, quick=quick, dtype=dtype)``, where ``P`` is what
+    :func:`lib.params.check` returned: its device is the page's, and its parameters (as given, as used,
+    and what quick mode changed) go into ``provenance.json`` (the build later records the notebook's
+    parameter cells there too). Then :meth:`table` and :meth:`figure` as the notebook goes; the provenance
+    is rewritten after every save, so it is never stale. Introduced in section 0.
     """
 
-    def __init__(self, section: str, *, quick: bool = False, device: torch.device | str = "cpu",
-                 dtype: torch.dtype | None = None, model: str | None = None,
-                 params: dict | None = None, root: Path | str | None = None):
+    def __init__(self, section: str, *, params: Parameters | None = None, quick: bool = False,
+                 device: torch.device | None = None, dtype: torch.dtype | None = None, model: str | None = None,
+                 root: Path | str | None = None):
         if not section or "/" in section:
             raise ValueError(f"section must be a plain name such as '01_two_phases', got {section!r}")
         self.section = section
@@ -86,8 +87,10 @@ class Results:
         self.root = Path(root) if root is not None else output_root(quick)
         self.data_dir = self.root / "data" / section
         self.figure_dir = self.root / "figures" / section
+        if device is None:
+            device = params.device if params is not None and "device" in params.values else torch.device("cpu")
         self.environment = describe_environment(device, dtype, model)
-        self.params = dict(params or {})
+        self.params = params
         self.started = time.perf_counter()
         self.files: list[str] = []
         self.git = git_state()
@@ -125,15 +128,15 @@ class Results:
     def provenance(self) -> Path:
         """Write ``data/<section>/provenance.json``: device, dtype, threads, versions, git commit,
         parameters, date, wall time so far (s) and the files written."""
-        from lib.params import last as checked
+        checked = self.params
         record = {
             "section": self.section,
             "quick": self.quick,
             **self.environment,
             **self.git,
-            "parameters": dict(checked.get("given", self.params)),
-            "parameters_used": {**self.params, **checked.get("values", {})},
-            "quick_changes": list(checked.get("quick_changes", [])),
+            "parameters": checked.given if checked else {},
+            "parameters_used": checked.values if checked else {},
+            "quick_changes": checked.quick_changes if checked else [],
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "wall_time_s": round(time.perf_counter() - self.started, 2),
             "files": self.files,

@@ -8,7 +8,6 @@ on. Long sweeps show a progress bar (lib.progress).
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import statistics
 from dataclasses import dataclass
@@ -22,20 +21,6 @@ from lib import phases
 from lib.models import LoadedModel, random_prompt
 from lib.shapes import ModelShape
 from lib.timing import Timing, measure
-
-
-@contextlib.contextmanager
-def torch_threads(n: int | None):
-    """Run the body with ``torch.set_num_threads(n)`` (``None``: leave it), restoring the old count."""
-    old = torch.get_num_threads()
-    if n is not None:
-        if n < 1:
-            raise ValueError(f"thread count must be at least 1, got {n}")
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
+from lib import params
 from lib.results import Results
 
-r = Results("01_demo", quick=quick, params={"legacy": True})
+P = params.check(globals(), {"value": params.integer(min=0), "sizes": params.int_list(min=1)})
+r = Results("01_demo", quick=quick, params=P)
 r.table(pd.DataFrame({"value": [value]}), "v")
 fig, ax = plt.subplots()
 r.figure(fig, "f")
@@ -92,7 +94,7 @@ def test_provenance_records_the_parameter_cells_and_a_real_commit(demo):
     record = json.loads((root / "data" / "01_demo" / "provenance.json").read_text())
     assert record["parameters"] == {"quick": False, "value": 1, "sizes": [1, 2], "device": "cpu"}
     assert record["parameters_injected"] == ["device"]
-    assert record["parameters_used"] == {"legacy": True}  # the old params= argument still works
+    assert record["parameters_used"] == {"value": 1, "sizes": [1, 2]}  # as lib.params checked them
     found = subprocess.run(["git", "cat-file", "-t", record["git_commit"]], cwd=REPO_ROOT,
                            capture_output=True, text=True).stdout.strip()
     assert found == "commit" and isinstance(record["git_dirty"], list)

@@ -2,6 +2,7 @@
 shrinks and says so, and 0 kept as a value (issue 13, items 3 and 5)."""
 
 import pytest
+import torch
 
 from lib import params
 from lib.models import KNOWN_MODELS
@@ -26,7 +27,8 @@ def test_good_values_pass_and_are_written_back():
     namespace = ns(dtypes=["fp32", "bf16"])
     P = params.check(namespace, SPEC)
     assert P.runs == 3 and P.contexts == [16, 128, 512, 960] and P.dtypes == ["fp32", "bf16"]
-    assert namespace["model_name"] == "gpt2-small" and params.last["quick_changes"] == []
+    assert namespace["model_name"] == "gpt2-small" and P.quick_changes == []
+    assert P.given["device"] == "auto" and isinstance(P.device, torch.device)
 
 
 @pytest.mark.parametrize("name, value, message", [
@@ -34,7 +36,8 @@ def test_good_values_pass_and_are_written_back():
     ("runs", 2.5, r"runs=2.5 .*an integer >= 1"),
     ("runs", True, r"runs=True"),
     ("runs", "three", r"runs='three'"),
-    ("contexts", [], r"contexts=\[\] .*non-empty list .* of an integer >= 1 and <= 1024"),
+    ("contexts", [], r"contexts=\[\] .*0 item\(s\).*one or more distinct items .* an integer >= 1 and <= 1024"),
+    ("contexts", [16, 128, 16], r"contexts=\[16, 128, 16\] is not valid \(16 repeated\)"),
     ("contexts", [16, 2000], r"contexts=\[16, 2000\]"),
     ("contexts", "[16, x]", r"contexts='\[16, x\]'"),
     ("device", "tpu", r"device='tpu' .*'auto', 'cpu', 'cuda' or 'cuda:N'"),
@@ -102,8 +105,8 @@ def test_quick_mode_keeps_what_the_reader_set(tmp_path, monkeypatch):
     # the reader's own list is truncated (not replaced), the reader's model is kept
     assert P.contexts == [1000, 16] and P.model_name == "smollm2-135m" and P.runs == 2
     assert lines == ["quick mode changed: runs 3 -> 2; contexts [1000, 16, 64] -> [1000, 16]"]
-    assert params.last["reader_set"] == ["contexts", "model_name"]
-    assert params.last["given"]["contexts"] == [1000, 16, 64]
+    assert P.reader_set == ["contexts", "model_name"]
+    assert P.given["contexts"] == [1000, 16, 64]
 
 
 def test_a_missing_parameter_is_named():
@@ -131,3 +134,33 @@ def test_choice_from_a_callers_list():
     spec = {"course_gpu": params.choice({"H100 SXM": 1, "A100 80GB": 2})}
     with pytest.raises(ValueError, match=r"course_gpu='H100' .*'H100 SXM', 'A100 80GB'"):
         params.check({"course_gpu": "H100"}, spec)
+
+
+def test_the_device_is_resolved_once_into_a_torch_device():
+    P = params.check(ns(device="CPU "), SPEC)
+    assert P.device == torch.device("cpu")
+    assert params.check(ns(device=torch.device("cpu")), SPEC).device == torch.device("cpu")
+
+
+def test_threads_are_whole_numbers_from_the_check_on():
+    from lib.device import ALL_THREADS
+    spec = {"device": params.device(), "threads": params.threads()}
+    assert params.check({"device": "cpu", "threads": None}, spec).threads == sorted({ALL_THREADS, 1}, reverse=True)
+    assert params.check({"device": "cpu", "threads": "1"}, spec).threads == [1]
+    one = {"device": params.device(), "threads": params.threads(many=False)}
+    assert params.check({"device": "cpu", "threads": None}, one).threads == ALL_THREADS
+    with pytest.raises(ValueError, match=r"threads=\[0\] is not valid; expected .*>= 1"):
+        params.check({"device": "cpu", "threads": [0]}, spec)
+    with pytest.raises(ValueError, match=r"threads=\[1, 1\] is not valid \(1 repeated\)"):
+        params.check({"device": "cpu", "threads": [1, 1]}, spec)
+    with pytest.raises(ValueError, match="needs the device parameter"):
+        params.check({"threads": None}, {"threads": params.threads()})
+
+
+def test_lists_with_a_size_and_an_order():
+    rule = {"lengths": params.int_list(min=1, min_items=2, max_items=3, ascending=True)}
+    assert params.check({"lengths": [64, 1, 16]}, rule).lengths == [1, 16, 64]
+    with pytest.raises(ValueError, match=r"lengths=\[16\] is not valid \(1 item\(s\) given\); expected a list of 2 to 3"):
+        params.check({"lengths": [16]}, rule)
+    with pytest.raises(ValueError, match=r"4 item\(s\) given"):
+        params.check({"lengths": [1, 2, 3, 4]}, rule)

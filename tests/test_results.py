@@ -9,17 +9,12 @@ from lib import paths, results
 matplotlib.use("Agg")
 
 
-@pytest.fixture(autouse=True)
-def no_checked_parameters(monkeypatch):
-    """Each test starts as a chapter that has not called lib.params.check."""
-    from lib import params
-    monkeypatch.setattr(params, "last", {})
-
-
 def test_table_figure_and_provenance(tmp_path):
     import matplotlib.pyplot as plt
 
-    r = results.Results("99_test", root=tmp_path, params={"n": 3}, model="tiny-gpt2")
+    from lib import params
+    P = params.check({"n": 3}, {"n": params.integer(min=1)})
+    r = results.Results("99_test", root=tmp_path, params=P, model="tiny-gpt2")
     path = r.table(pd.DataFrame({"a": [1, 2]}), "numbers")
     assert path == tmp_path / "data" / "99_test" / "numbers.csv"
     assert pd.read_csv(path)["a"].tolist() == [1, 2]
@@ -71,13 +66,13 @@ def test_output_roots(monkeypatch, tmp_path, capsys):
 
 def test_provenance_takes_the_checked_parameters(tmp_path):
     from lib import params
-    params.check({"runs": 3, "sizes": [1, 2, 3]}, {"runs": params.integer(min=1, quick=1),
-                                                   "sizes": params.int_list(quick=[1])}, quick=True,
-                 log=lambda _: None)
-    r = results.Results("99_test", root=tmp_path, params={"extra": 1})
+    P = params.check({"runs": 3, "sizes": [1, 2, 3]}, {"runs": params.integer(min=1, quick=1),
+                                                       "sizes": params.int_list(quick=[1])}, quick=True,
+                     log=lambda _: None)
+    r = results.Results("99_test", root=tmp_path, params=P)
     record = json.loads(r.provenance().read_text())
     assert record["parameters"] == {"runs": 3, "sizes": [1, 2, 3]}
-    assert record["parameters_used"] == {"extra": 1, "runs": 1, "sizes": [1]}
+    assert record["parameters_used"] == {"runs": 1, "sizes": [1]}
     assert record["quick_changes"] == ["runs 3 -> 1", "sizes [1, 2, 3] -> [1]"]
 
 

@@ -125,7 +125,8 @@ def test_class_page_compares_the_example_runs(built):
 
 
 def test_describe_environment_hides_the_home_folder():
+    import torch
     home = os.path.expanduser("~")
-    facts = describe_environment("cpu", None, os.path.join(home, "models", "mine"))
+    facts = describe_environment(torch.device("cpu"), None, os.path.join(home, "models", "mine"))
     assert facts["model"] == os.path.join("~", "models", "mine")
-    assert describe_environment("cpu", None, "gpt2-small")["model"] == "gpt2-small"
+    assert describe_environment(torch.device("cpu"), None, "gpt2-small")["model"] == "gpt2-small"

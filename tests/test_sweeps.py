@@ -20,16 +20,6 @@ def test_fit_floor_bad_input():
         sweeps.fit_floor([1, 2], [0.1, -0.2])
 
 
-def test_torch_threads_restores():
-    before = torch.get_num_threads()
-    with sweeps.torch_threads(1):
-        assert torch.get_num_threads() == 1
-    assert torch.get_num_threads() == before
-    with pytest.raises(ValueError, match="at least 1"):
-        with sweeps.torch_threads(0):
-            pass
-
-
 def test_prefill_sweep_rows_and_budget(tiny):
     table = sweeps.prefill_sweep(tiny, [1, 8, 64], repeats=2)
     assert table["prompt_tokens"].tolist() == [1, 8, 64]
