@@ -344,3 +344,236 @@ def test_a_chapter_reruns_when_the_data_it_reads_changes(demo):
     source.write_text(GOOD.replace("value = 1", "value = 3"))
     assert book.build(root=root, log=logs.append) == 0
     assert "executed" in logs[-1], "02_reader reads 01_demo's data, which changed"
+
+
+# ------------------------------------------------------------------------------------------------------
+# The build trusts only what it wrote (issue 20, item 2)
+# ------------------------------------------------------------------------------------------------------
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purpose
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_sigterm_is_one_failed_line_and_stops_the_kernel(demo):
+    root, source = demo
+    before = built(demo)
+    pid_file = root / "kernel.pid"
+    source.write_text(with_cell(f"import os, signal, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+                                f"os.kill(os.getppid(), signal.SIGTERM)\ntime.sleep(60)"))
+    run = subprocess.run([sys.executable, "-m", "lib.make.book", "--root", str(root)], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 143, run.stdout + run.stderr
+    lines = [line for line in run.stdout.splitlines() if line.startswith("FAILED")]
+    assert len(lines) == 1 and "01_demo failed in cell 3 of 3: terminated (SIGTERM)" in lines[0], run.stdout
+    assert "previous outputs of 01_demo were kept" in lines[0] and "Traceback" not in run.stdout + run.stderr
+    assert snapshot(root) == before
+    kernel = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(kernel) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(kernel), "the kernel outlived the terminated build"
+
+
+def test_a_journal_the_build_did_not_write_is_refused_and_left_alone(demo):
+    root, source = demo
+    built(demo)
+    reference = root / "data" / "reference"
+    reference.mkdir()
+    (reference / "published.csv").write_text("x\n1\n")
+    before = snapshot(root)
+    journal = root / "build" / "journal"
+    journal.mkdir(parents=True, exist_ok=True)
+    (journal / "reference.json").write_text('{"state": "swap", "with_new": []}')  # the issue's example
+    (journal / "01_demo.json").write_text(json.dumps({"chapter": "01_demo", "state": "swap", "with_new": [],
+                                                      "digests": {}, "signature": "0" * 64}))
+    logs = []
+    assert outputs.recover(root, log=logs.append) == ["01_demo", "reference"]
+    assert len(logs) == 2 and all("not a journal this build wrote" in line and "left alone" in line for line in logs)
+    assert "signature is not this build's" in logs[0] and "not a chapter's name" in logs[1]
+    assert (reference / "published.csv").read_text() == "x\n1\n" and snapshot(root) == before
+    assert book.main(["--recover", "--root", str(root)]) == 0  # make clean's first step: nothing deleted
+    assert (reference / "published.csv").exists() and snapshot(root) == before
+    assert outputs.unfinished(root) == ["01_demo", "reference"]
+    with pytest.raises(outputs.Unfinished, match=r"make html: refused: .*01_demo, reference.*make clean.*--recover"
+                                                 r".*not written by the build"):
+        outputs.check_finished(root, "make html")
+    source.write_text(GOOD.replace("value = 1", "value = 4"))  # a chapter that must re-run cannot, until it is gone
+    assert book.build(root=root, log=logs.append) == 1
+    assert logs[-1].startswith("FAILED: 01_demo failed before its first cell: ") and "left alone" in logs[-1]
+    assert snapshot(root) == before
+    (journal / "01_demo.json").unlink()
+    assert book.build(root=root, log=logs.append) == 0 and table(root) == ["value", "4"]
+
+
+def _crash_in_the_swap(root, monkeypatch):
+    """Run a build that dies after its first rename of the swap; leave its journal."""
+    real, forward = os.rename, outputs._roll_forward
+
+    def killed_forward(*args):
+        count = []
+
+        def rename(a, b):
+            if count:
+                raise Killed
+            count.append(1)
+            real(a, b)
+        monkeypatch.setattr(os, "rename", rename)
+        try:
+            forward(*args)
+        finally:
+            monkeypatch.setattr(os, "rename", real)
+
+    monkeypatch.setattr(outputs, "_roll_forward", killed_forward)
+    with pytest.raises(Killed):
+        book.build(root=root, log=lambda _: None)
+    monkeypatch.setattr(outputs, "_roll_forward", forward)
+
+
+@pytest.mark.parametrize("forgery", ["edited", "other-key", "swapped-content"])
+def test_a_signed_journal_is_trusted_only_unchanged_with_its_own_key_and_content(demo, monkeypatch, forgery):
+    root, source = demo
+    built(demo)
+    source.write_text(GOOD.replace("value = 1", "value = 8"))
+    _crash_in_the_swap(root, monkeypatch)
+    journal = root / "build" / "journal" / "01_demo.json"
+    record = json.loads(journal.read_text())
+    assert set(record["with_new"]) == {"data/01_demo", "figures/01_demo", "notebooks/01_demo.ipynb"}
+    if forgery == "edited":
+        record["with_new"] = record["with_new"][:1]
+        journal.write_text(json.dumps(record))
+    elif forgery == "other-key":
+        (root / "build" / "journal.key").write_text("another checkout's key")
+    else:
+        (root / "figures" / ".01_demo.book-new" / "f.png").write_bytes(b"not the figure the build made")
+    sides = sorted(str(p.relative_to(root)) for p in root.glob("*/.*.book-*"))
+    logs = []
+    assert outputs.recover(root, log=logs.append) == ["01_demo"]
+    assert len(logs) == 1 and "left alone" in logs[0], logs
+    assert sorted(str(p.relative_to(root)) for p in root.glob("*/.*.book-*")) == sides  # nothing touched
+    assert outputs.unfinished(root) == ["01_demo"]
+
+
+def test_publishing_is_refused_while_a_replacement_is_unfinished(demo, monkeypatch):
+    root, source = demo
+    built(demo)
+    assert outputs.unfinished(root) == []
+    outputs.check_finished(root, "make html")  # a whole chapter: nothing to say
+    source.write_text(GOOD.replace("value = 1", "value = 8"))
+    _crash_in_the_swap(root, monkeypatch)
+    assert outputs.unfinished(root) == ["01_demo"]
+    with pytest.raises(outputs.Unfinished) as refused:
+        outputs.check_finished(root, "make student")
+    line = str(refused.value)
+    assert line.startswith("make student: refused: the outputs of 01_demo under ") and "\n" not in line
+    assert "`make clean` or `python -m lib.make.book --recover`" in line and "not written" not in line
+    assert book.main(["--recover", "--root", str(root)]) == 0
+    assert outputs.unfinished(root) == [] and table(root) == ["value", "8"]
+    outputs.check_finished(root, "make student")
+
+
+def test_an_old_copy_that_cannot_be_removed_is_no_false_kept_and_blocks_no_later_build(demo, monkeypatch):
+    """An immutable file inside an output folder: the swap succeeds, the old copy cannot be deleted."""
+    root, source = demo
+    built(demo)
+    source.write_text(GOOD.replace("value = 1", "value = 5"))
+    real = shutil.rmtree
+
+    def rmtree(path, *args, **kwargs):  # root ignores file modes: chattr +i is simulated
+        if ".book-old" in str(path) or ".book-trash" in str(path):
+            raise PermissionError(1, "Operation not permitted", str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", rmtree)
+    logs = []
+    assert book.build(root=root, log=logs.append) == 0
+    assert table(root) == ["value", "5"] and not any("kept" in line for line in logs)
+    notes = [line for line in logs if "could not be removed" in line]
+    assert notes and all("outputs are whole" in line and "remove it by hand" in line for line in notes)
+    assert outputs.unfinished(root) == [] and not (root / "build" / "journal" / "01_demo.json").exists()
+    source.write_text(GOOD.replace("value = 1", "value = 6"))  # later builds and make clean still work
+    assert book.build(root=root, log=logs.append) == 0 and table(root) == ["value", "6"]
+    assert book.main(["--recover", "--root", str(root)]) == 0
+    monkeypatch.setattr(shutil, "rmtree", real)
+    assert book.main(["--recover", "--root", str(root)]) == 0 and not list(root.glob("*/.*.book-*"))
+
+
+QUICK_FAILS = '''
+# %%
+import pathlib
+if quick and pathlib.Path({flag!r}).exists():
+    raise RuntimeError("half way")
+r.table(pd.DataFrame({{"after": [value]}}), "w")
+'''
+
+
+def test_quick_mode_replaces_a_chapter_as_one_unit(demo):
+    root, source = demo
+    flag = root / "fail"
+    source.write_text(GOOD + QUICK_FAILS.format(flag=str(flag)))
+    assert book.build(root=root, quick=True, log=lambda _: None) == 0
+    quick = root / "build" / "quick"
+    files = {str(p.relative_to(quick)): p.read_bytes() for p in quick.rglob("*") if p.is_file()
+             and "journal" not in p.parts}
+    assert {"data/01_demo/v.csv", "data/01_demo/w.csv", "notebooks/01_demo.ipynb"} <= set(files)
+    source.write_text(GOOD.replace("value = 1", "value = 2") + QUICK_FAILS.format(flag=str(flag)))
+    flag.write_text("")  # v.csv is written, then the chapter fails before w.csv
+    logs = []
+    assert book.build(root=root, quick=True, log=logs.append) == 1
+    assert "previous outputs of 01_demo were kept" in logs[-1] and "RuntimeError: half way" in logs[-1]
+    assert {str(p.relative_to(quick)): p.read_bytes() for p in quick.rglob("*") if p.is_file()
+            and "journal" not in p.parts} == files  # wholly old: v.csv is not the new one
+    flag.unlink()
+    assert book.build(root=root, quick=True, log=logs.append) == 0
+    assert (quick / "data" / "01_demo" / "v.csv").read_text().splitlines() == ["value", "2"]
+
+
+def test_a_quick_chapter_reads_the_quick_data_of_the_chapters_before_it(demo):
+    root, _ = demo
+    reader = root / "notebooks" / "02_reader.py"
+    reader.write_text('# %% tags=["parameters"]\nquick = False\n\n# %%\nfrom lib.results import Results, load_table\n'
+                      'seen = load_table("01_demo", "v", quick=quick)\n'
+                      'Results("02_reader", quick=quick).table(seen, "seen")\n')
+    assert book.build(root=root, quick=True, log=lambda _: None) == 0
+    quick = root / "build" / "quick"
+    assert (quick / "data" / "02_reader" / "seen.csv").read_text().splitlines() == ["value", "1"]
+    assert sorted(p.name for p in (quick / "data").iterdir()) == ["01_demo", "02_reader"]
+    assert not (root / "build" / "staging-quick" / "02_reader").exists()
+
+
+def test_the_build_process_never_imports_torch(demo):
+    root, _ = demo
+    code = ("import sys\nfrom pathlib import Path\nfrom lib.make import book, staleness\n"
+            "staleness.library_digest = lambda source: 'fixed library'\n"
+            f"status = book.build(root=Path({str(root)!r}), log=lambda _: None)\n"
+            "print(status, 'torch' in sys.modules)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+    assert run.stdout.split() == ["0", "False"], run.stdout + run.stderr
+
+
+def test_the_machine_is_recorded_in_the_chapter_s_metadata(demo):
+    root, _ = demo
+    built(demo)
+    record = nbformat.read(root / "notebooks" / "01_demo.ipynb", as_version=4).metadata[staleness.HASH_KEY]
+    machine = record["environment"]["machine"]
+    assert record["environment"]["device"] == "cpu" and machine["cpu"] and machine["cpu_count"] >= 1
+    assert isinstance(machine["cpu_flags"], str)
+
+
+def test_an_unknown_or_absent_device_is_one_line_from_the_probe(demo):
+    root, _ = demo
+    logs = []
+    assert book.build(root=root, device="tpu", log=logs.append) == 2
+    assert logs == ["FAILED: make book: unknown device 'tpu'; choose one of auto, cpu, cuda, cuda:N"]
+    import torch  # the test process may; the build does not
+
+    if not torch.cuda.is_available():
+        assert book.build(root=root, device="cuda", log=logs.append) == 2
+        assert logs[-1].startswith("FAILED: make book: device 'cuda' asked for, but CUDA is not available here")

@@ -1,6 +1,7 @@
 """A chapter's input hash: the library it imports (followed through the library's own imports, lazy ones
 included), and nothing it does not; the machine it runs on."""
 
+import nbformat
 import pytest
 
 from lib.make import staleness
@@ -104,13 +105,50 @@ def test_the_hash_covers_the_resolved_device_and_versions(tmp_path, monkeypatch)
         source, "auto")
     cpu = staleness.run_environment("cpu")
     assert cpu["device"] == "cpu" and cpu["torch"] and cpu["cuda"]
+    assert cpu == staleness.probe_environment("cpu"), "the subprocess's record is the one made in-process"
     base = staleness.input_hash(source, None, cpu)
     for key, other in [("device", "cuda:0"), ("device_name", "NVIDIA H100"), ("torch", "9.9"), ("cuda", "12.4")]:
         assert staleness.input_hash(source, None, {**cpu, key: other}) != base, key
+    import torch
+
+    class Properties:
+        name, total_memory, major, minor = "NVIDIA H200", 141 * 2**30, 9, 0
+
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
     monkeypatch.setattr("torch.cuda.device_count", lambda: 1)
     monkeypatch.setattr("torch.cuda.current_device", lambda: 0)
     monkeypatch.setattr("torch.cuda.get_device_name", lambda *_: "NVIDIA H200")
-    gpu = staleness.run_environment(None)
+    monkeypatch.setattr("torch.cuda.get_device_properties", lambda *_: Properties)
+    gpu = staleness.probe_environment(None)
     assert gpu["device"] == "cuda:0" and gpu["device_name"] == "NVIDIA H200"
-    assert staleness.run_environment("cuda") == gpu == staleness.run_environment("cuda:0")
+    assert gpu["machine"]["gpu"] == "NVIDIA H200" and gpu["machine"]["compute_capability"] == "9.0"
+    assert staleness.probe_environment("cuda") == gpu == staleness.probe_environment("cuda:0")
+    assert torch.cuda.is_available()
+
+
+@pytest.mark.parametrize("key, other", [("cpu_flags", "avx avx2 f16c fma"), ("cpu_count", 64),
+                                        ("cpu", "Intel(R) Xeon(R)")])
+def test_another_machine_of_the_same_name_is_another_machine(tmp_path, key, other):
+    """The issue's case: a second host whose CPU reports the same name but has AVX2 only is not up to date."""
+    source = tmp_path / "notebooks" / "01_demo.py"
+    source.parent.mkdir()
+    source.write_text("# %%\nvalue = 1\n")
+    here = {"device": "cpu", "device_name": "AMD EPYC", "torch": "2.13.0+cpu", "cuda": "none",
+            "machine": {"cpu": "AMD EPYC", "cpu_flags": "avx avx2 avx512_bf16 avx512f f16c fma", "cpu_count": 2}}
+    there = {**here, "machine": {**here["machine"], key: other}}
+    assert staleness.input_hash(source, None, here) != staleness.input_hash(source, None, there)
+    assert staleness.machine_change(here, there) == f"{key}: {here['machine'][key]} -> {other}"
+    assert staleness.machine_change(here, dict(here)) is None and staleness.machine_change(None, here) is None
+    executed = tmp_path / "notebooks" / "01_demo.ipynb"
+    notebook = nbformat.v4.new_notebook()
+    notebook.metadata[staleness.HASH_KEY] = {"input_hash": staleness.input_hash(source, None, here),
+                                             "environment": here, "outputs": {}}
+    nbformat.write(notebook, executed)
+    assert staleness.stale_reason(source, tmp_path, staleness.input_hash(source, None, here), here) is None
+    reason = staleness.stale_reason(source, tmp_path, staleness.input_hash(source, None, there), there)
+    assert reason == f"its outputs came from another machine ({key}: {here['machine'][key]} -> {other})"
+
+
+def test_an_unknown_device_is_the_probe_s_one_line():
+    with pytest.raises(ValueError, match=r"^unknown device 'tpu'; choose one of auto, cpu, cuda, cuda:N$"):
+        staleness.run_environment("tpu")

@@ -4,25 +4,31 @@ For each ``notebooks/NN_*.py`` (the py:percent source, read with jupytext), in o
 
 1. Work out its *input hash* (:mod:`lib.make.staleness`): its source, the library modules it imports (directly
    or through another module), ``constraints.txt``, the data it reads from earlier chapters and the machine
-   it runs on (the *resolved* device, its name, the torch and CUDA versions, so ``DEVICE=cpu`` and ``auto``
-   on a CPU-only machine are the same build). A chapter is up to date when its executed ``.ipynb`` records
-   that hash **and** its committed ``data/<stem>/`` and ``figures/<stem>/`` still match the SHA-256
-   manifest recorded beside it; anything else re-runs it.
+   it runs on (the *resolved* device, its name, the torch and CUDA versions and the machine's identity: CPU
+   model, instruction sets and cores, GPU name, memory and capability; so ``DEVICE=cpu`` and ``auto`` on a
+   CPU-only machine are the same build, and a host whose CPU has the same name but other instruction sets is
+   not). The machine is probed once per build, in a subprocess: the build itself never imports torch. A
+   chapter is up to date when its executed ``.ipynb`` records that hash **and** its committed
+   ``data/<stem>/`` and ``figures/<stem>/`` still match the SHA-256 manifest recorded beside it; anything
+   else re-runs it.
 2. Execute it with papermill into ``build/staging/<stem>/`` (``PREFILL_DECODE_OUTPUT_ROOT`` points its
    :class:`lib.results.Results` there), then record in its ``provenance.json`` the parameters read from
-   its tagged ``parameters`` cell and papermill's injected one.
+   its tagged ``parameters`` cell and papermill's injected one, and in the notebook's metadata
+   (``prefill_decode``) the hash, the machine's record (``environment``) and the manifest.
 3. Only if every cell succeeded, replace ``data/<stem>/``, ``figures/<stem>/`` and the executed notebook
-   as one unit (:func:`commit`): the new outputs are first put beside the old ones, a journal in
+   as one unit (:func:`commit`): the new outputs are first put beside the old ones, a signed journal in
    ``build/journal/`` is written, then each is swapped in by renaming. An interrupted swap is completed
-   (or, if it cannot be, rolled back) by the next build, so a chapter is always wholly old or wholly new.
+   (or, if it cannot be, rolled back) by the next build, so a chapter is always wholly old or wholly new;
+   a journal the build did not write is reported and left alone (:mod:`lib.make.outputs`).
 
 Only one build runs in a checkout at a time (a lock on ``build/book.lock``). Every failure, in a cell or
-not (a dead kernel, Ctrl-C, a full disk, a read-only folder), ends in one line naming the chapter, the
-cell's position in the source and what happened, saying the previous outputs were kept; the traceback
-goes to ``build/logs/<stem>.log``.
+not (a dead kernel, Ctrl-C, SIGTERM, a full disk, a read-only folder), ends in one line naming the chapter,
+the cell's position in the source and what happened, saying truly what became of the previous outputs; the
+traceback goes to ``build/logs/<stem>.log``.
 
-Quick mode (``--quick``) runs every notebook with ``quick=True``, writes everything under ``build/quick/``
-and never touches the committed outputs. Run ``python -m lib.make.book --help`` for the options.
+Quick mode (``--quick``) runs every notebook with ``quick=True`` and writes everything under ``build/quick/``,
+each chapter replaced there as one unit in the same way (it runs in ``build/staging-quick/<stem>/``); it
+never touches the committed outputs. Run ``python -m lib.make.book --help`` for the options.
 """
 
 from __future__ import annotations
@@ -44,10 +50,11 @@ import jupytext
 import nbformat
 import papermill
 
-from lib.make.outputs import BuildBusy, HalfReplaced, build_lock, commit, recover
+from lib.make.outputs import (BuildBusy, HalfReplaced, Terminated, build_lock, commit, journal_dir,
+                              raise_on_sigterm, recover)
+from lib.make.staleness import HASH_KEY, input_hash, output_hashes, run_environment, sources, stale_reason
 from lib.params import parameter_values
 from lib.paths import OUTPUT_ROOT_ENV, REPO_ROOT
-from lib.make.staleness import HASH_KEY, input_hash, output_hashes, run_environment, sources, stale_reason
 
 #: The book's named kernel (``make env`` installs it into .venv); plain ``python3`` where it is missing.
 KERNEL_NAME, KERNEL_DISPLAY = "prefill-decode", "Prefill and Decode (.venv)"
@@ -79,11 +86,21 @@ def strip_run_metadata(path: Path) -> None:
 
 
 class NotebookFailed(RuntimeError):
-    """A chapter failed; ``str()`` is the one line for the reader, ``log`` the file with the details."""
+    """A chapter failed; ``str()`` is the one line for the reader, ``log`` the file with the details,
+    ``status`` the build's exit status (1; 130 after Ctrl-C; 143 after SIGTERM)."""
 
-    def __init__(self, line: str, log: Path | None = None, interrupted: bool = False):
+    def __init__(self, line: str, log: Path | None = None, status: int = 1):
         super().__init__(line)
-        self.log, self.interrupted = log, interrupted
+        self.log, self.status = log, status
+
+
+def _stopped(interrupt: KeyboardInterrupt) -> tuple[str, int]:
+    """What stopped the build, for its line, and the exit status: Ctrl-C (130) or SIGTERM (143)."""
+    return ("terminated (SIGTERM)", 143) if isinstance(interrupt, Terminated) else ("interrupted (Ctrl-C)", 130)
+
+
+#: What a failure's line says became of the chapter's outputs.
+KEPT, REPLACED, UNSETTLED = "kept", "replaced", "unsettled"
 
 
 def _where(executed: Path, cell_index: int | None = None) -> str:
@@ -103,18 +120,22 @@ def _where(executed: Path, cell_index: int | None = None) -> str:
     return f"cell {position} of {len(cells) - len(injected)}"
 
 
-def _failure(stem: str, where: str, what: str, details: str, logs: Path, interrupted=False,
-             kept=True) -> NotebookFailed:
+def _failure(stem: str, where: str, what: str, details: str, logs: Path, status: int = 1,
+             outputs: str = KEPT) -> NotebookFailed:
+    """The one line of a failure. ``outputs``: :data:`KEPT` (the previous outputs are whole and in place),
+    :data:`REPLACED` (the new ones are, the failure came after the swap) or :data:`UNSETTLED` (neither: the
+    line's ``what`` says how the next build settles it)."""
     log = logs / f"{stem}.log"
-    line = (f"{stem} failed in {where}: {what}." + (f" The previous outputs of {stem} were kept;" if kept else "")
-            + f" details in {log}")
+    said = {KEPT: f" The previous outputs of {stem} were kept;", REPLACED: f" The new outputs of {stem} are in place;",
+            UNSETTLED: ""}[outputs]
+    line = f"{stem} failed {where if where.startswith('before') else 'in ' + where}: {what}.{said} details in {log}"
     try:
         logs.mkdir(parents=True, exist_ok=True)
         plain = ANSI.sub("", details)  # papermill's tracebacks are coloured
         log.write_text(f"{_dt.datetime.now().isoformat(timespec='seconds')}\n{line}\n\n{plain}\n")
     except OSError as error:  # a full disk cannot take the log either: say so in the line
         line = line.replace(f"details in {log}", f"no log written ({error.strerror})")
-    return NotebookFailed(line, log, interrupted)
+    return NotebookFailed(line, log, status)
 
 
 @contextlib.contextmanager
@@ -177,9 +198,10 @@ def execute(source: Path, *, quick: bool, device: str | None, out_root: Path, ex
     except papermill.PapermillExecutionError as error:
         raise _failure(source.stem, _where(executed, error.cell_index), f"{error.ename}: {error.evalue}",
                        "\n".join(error.traceback) + _captured(stderr), logs) from None
-    except KeyboardInterrupt:
-        raise _failure(source.stem, _where(executed), "interrupted (Ctrl-C)",
-                       traceback.format_exc() + _captured(stderr), logs, interrupted=True) from None
+    except KeyboardInterrupt as interrupt:  # Ctrl-C, or SIGTERM (lib.make.outputs.raise_on_sigterm)
+        what, status = _stopped(interrupt)
+        raise _failure(source.stem, _where(executed), what, traceback.format_exc() + _captured(stderr), logs,
+                       status) from None
     except Exception as error:  # a dead kernel, a full disk, a read-only folder, ...
         what = "the kernel died (out of memory?)" if type(error).__name__ == "DeadKernelError" else \
             f"{type(error).__name__}: {error}"
@@ -214,37 +236,103 @@ def record_parameters(executed: Path, provenance: Path) -> None:
     provenance.write_text(json.dumps(record, indent=2, default=str) + "\n")
 
 
+def _refuse_foreign_journal(root: Path, stem: str, logs: Path) -> None:
+    """Fail the chapter before any work when a journal the build did not write names it (recover() left it
+    alone): its outputs cannot be replaced until someone has looked at it."""
+    journal = journal_dir(root) / f"{stem}.json"
+    if journal.exists():
+        raise _failure(stem, "before its first cell",
+                       f"{journal} is not a journal this build wrote, and was left alone; look at it, and "
+                       f"delete it to build {stem}", "", logs)
+
+
+def _replace(staging: Path, root: Path, stem: str, logs: Path, log) -> None:
+    """commit() the staged outputs of ``stem`` into ``root``; every failure one line that says truly what
+    became of the outputs."""
+    try:
+        for note in commit(staging, root, stem):
+            log(note)
+    except KeyboardInterrupt as interrupt:
+        what, status = _stopped(interrupt)
+        raise _failure(stem, "replacing its outputs", what, traceback.format_exc(), logs, status,
+                       REPLACED if getattr(interrupt, "outputs_replaced", False) else KEPT) from None
+    except Exception as error:
+        raise _failure(stem, "replacing its outputs", f"{type(error).__name__}: {error}", traceback.format_exc(),
+                       logs, outputs=UNSETTLED if isinstance(error, HalfReplaced) else KEPT) from None
+
+
+def _strays(staging: Path, stem: str, seeded: dict[str, str]) -> None:
+    """Raise ValueError if the run wrote outputs of another chapter (or changed the ones it was given)."""
+    names = {p.name for kind in ("data", "figures") for p in (staging / kind).glob("*")}
+    strays = sorted(names - {stem} - set(seeded))
+    strays += sorted(name for name, digest in seeded.items()
+                     if output_hashes(staging, name) != json.loads(digest))
+    if strays:
+        raise ValueError(f"it wrote outputs for {', '.join(strays)}; Results(...) must be named {stem!r}")
+
+
 def _run_chapter(source: Path, root: Path, device, environment, force, log) -> None:
     stem = source.stem
     digest = input_hash(source, device, environment)
-    reason = "forced" if force else stale_reason(source, root, digest)
+    reason = "forced" if force else stale_reason(source, root, digest, environment)
     if reason is None:
         log(f"{stem}: up to date")
         return
     staging = root / "build" / "staging" / stem
     logs = root / "build" / "logs"
+    _refuse_foreign_journal(root, stem, logs)
     log(f"{stem}: running ({reason}) ...")
     shutil.rmtree(staging, ignore_errors=True)
     executed = staging / f"{stem}.ipynb"
     seconds = execute(source, quick=False, device=device, out_root=staging, executed=executed,
                       digest=digest, logs=logs)
     try:
-        strays = sorted({p.name for kind in ("data", "figures") for p in (staging / kind).glob("*")} - {stem})
-        if strays:
-            raise ValueError(f"it wrote outputs for {', '.join(strays)}; Results(...) must be named {stem!r}")
+        _strays(staging, stem, {})
         record_parameters(executed, staging / "data" / stem / "provenance.json")
         notebook = nbformat.read(executed, as_version=4)
-        notebook.metadata[HASH_KEY] = {"input_hash": digest, "outputs": output_hashes(staging, stem)}
+        notebook.metadata[HASH_KEY] = {"input_hash": digest, "environment": environment,
+                                       "outputs": output_hashes(staging, stem)}
         nbformat.write(notebook, executed)
-        commit(staging, root, stem)
-    except KeyboardInterrupt:
-        raise _failure(stem, "replacing its outputs", "interrupted (Ctrl-C)", traceback.format_exc(), logs,
-                       interrupted=True) from None
     except Exception as error:
         raise _failure(stem, "replacing its outputs", f"{type(error).__name__}: {error}",
-                       traceback.format_exc(), logs, kept=not isinstance(error, HalfReplaced)) from None
+                       traceback.format_exc(), logs) from None
+    _replace(staging, root, stem, logs, log)
     shutil.rmtree(staging, ignore_errors=True)
     log(f"{stem}: executed in {seconds:.1f} s; {claims_held(root, stem)}")
+
+
+def _run_quick(source: Path, root: Path, device, environment, log) -> None:
+    """One chapter in quick mode, into ``build/quick/``, replaced as one unit as ``make book`` does: it runs
+    in ``build/staging-quick/<stem>/``, which holds a copy of the earlier quick chapters' data (what it
+    reads), and only its own outputs are swapped in."""
+    stem, quick_root = source.stem, root / "build" / "quick"
+    staging, logs = root / "build" / "staging-quick" / stem, root / "build" / "logs"
+    _refuse_foreign_journal(quick_root, stem, logs)
+    shutil.rmtree(staging, ignore_errors=True)
+    seeded = {}
+    try:
+        for folder in sorted(p for p in (quick_root / "data").glob("*") if p.is_dir() and p.name != stem):
+            shutil.copytree(folder, staging / "data" / folder.name)
+            seeded[folder.name] = json.dumps(output_hashes(staging, folder.name), sort_keys=True)
+    except OSError as error:
+        raise _failure(stem, "before its first cell", f"the earlier quick chapters' data could not be staged "
+                       f"({type(error).__name__}: {error})", traceback.format_exc(), logs) from None
+    executed = staging / f"{stem}.ipynb"
+    seconds = execute(source, quick=True, device=device, out_root=staging, executed=executed, logs=logs)
+    try:
+        _strays(staging, stem, seeded)
+        for name in seeded:
+            shutil.rmtree(staging / "data" / name)
+        notebook = nbformat.read(executed, as_version=4)
+        notebook.metadata[HASH_KEY] = {"environment": environment}
+        nbformat.write(notebook, executed)
+    except Exception as error:
+        raise _failure(stem, "replacing its outputs", f"{type(error).__name__}: {error}",
+                       traceback.format_exc(), logs) from None
+    _replace(staging, quick_root, stem, logs, log)
+    shutil.rmtree(staging, ignore_errors=True)
+    shown = quick_root.relative_to(root) / "notebooks" / f"{stem}.ipynb"
+    log(f"{stem}: quick run in {seconds:.1f} s -> {shown}; {claims_held(quick_root, stem)}")
 
 
 def claims_held(root: Path, stem: str) -> str:
@@ -264,8 +352,8 @@ def claims_held(root: Path, stem: str) -> str:
 def build(*, quick: bool = False, device: str | None = None, only: list[str] | None = None,
           force: bool = False, root: Path = REPO_ROOT, log=print) -> int:
     """Build the book (or the quick book) whose notebooks are in ``root/notebooks``; return 0 on
-    success, 1 if a chapter failed, 2 if ``only`` matched nothing, 3 if another build holds the lock,
-    130 if interrupted."""
+    success, 1 if a chapter failed, 2 if ``only`` matched nothing or the device is unknown or absent,
+    3 if another build holds the lock, 130 if interrupted, 143 if terminated (SIGTERM)."""
     available = sources(root / "notebooks")
     chosen = [s for s in available if not only or any(s.stem.startswith(o) for o in only)]
     if only and not chosen:
@@ -273,19 +361,17 @@ def build(*, quick: bool = False, device: str | None = None, only: list[str] | N
         return 2
     try:
         with build_lock(root):
-            environment = run_environment(device)
+            try:
+                environment = run_environment(device)  # once per build, in a subprocess: no torch here
+            except ValueError as error:
+                log(f"FAILED: make book: {error}")
+                return 2
             log(f"building with torch {environment['torch']}, CUDA {environment['cuda']}, device "
                 f"{environment['device']} ({environment['device_name']})")
-            recover(root, log)
+            recover(root / "build" / "quick" if quick else root, log)
             for source in chosen:
                 if quick:
-                    quick_root = root / "build" / "quick"
-                    executed = quick_root / "notebooks" / f"{source.stem}.ipynb"
-                    executed.parent.mkdir(parents=True, exist_ok=True)
-                    seconds = execute(source, quick=True, device=device, out_root=quick_root, executed=executed,
-                                      logs=root / "build" / "logs")
-                    log(f"{source.stem}: quick run in {seconds:.1f} s -> {executed.relative_to(root)}; "
-                        f"{claims_held(quick_root, source.stem)}")
+                    _run_quick(source, root, device, environment, log)
                 else:
                     _run_chapter(source, root, device, environment, force, log)
     except BuildBusy as error:
@@ -293,13 +379,14 @@ def build(*, quick: bool = False, device: str | None = None, only: list[str] | N
         return 3
     except NotebookFailed as error:
         log(f"FAILED: {error}")
-        return 130 if error.interrupted else 1
+        return error.status
     except HalfReplaced as error:  # an earlier build's half-done replacement that recover() cannot settle
         log(f"FAILED: {error}")
         return 1
-    except KeyboardInterrupt:
-        log("FAILED: interrupted between chapters; every chapter's outputs are whole (old or new)")
-        return 130
+    except KeyboardInterrupt as interrupt:
+        what, status = _stopped(interrupt)
+        log(f"FAILED: {what} between chapters; every chapter's outputs are whole (old or new)")
+        return status
     except OSError as error:  # build/ itself cannot be written (the lock, the journal): nothing was replaced
         log(f"FAILED: the build cannot write under {root / 'build'} ({error}); every chapter's previous "
             f"outputs were kept")
@@ -322,20 +409,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)  # tests' demo books
     parser.add_argument("only", nargs="*", help="notebook stems or prefixes to build (default: all)")
     args = parser.parse_args(argv)
-    if args.device:
-        from lib.device import resolve_device
-        try:
-            resolve_device(args.device)
-        except ValueError as error:
-            print(f"make book: {error}", file=sys.stderr)
-            return 2
-    if args.recover:
+    raise_on_sigterm()  # SIGTERM ends the build as Ctrl-C does: one FAILED line, the kernel stopped
+    if args.recover:  # make clean's first step: the book's outputs and the quick book's
         try:
             with build_lock(args.root):
-                recover(args.root)
+                for root in (args.root, args.root / "build" / "quick"):
+                    recover(root)
         except (BuildBusy, HalfReplaced) as error:
             print(f"FAILED: {error}")
             return 3
+        except KeyboardInterrupt as interrupt:
+            what, status = _stopped(interrupt)
+            print(f"FAILED: {what} while recovering; run it again to finish")
+            return status
         return 0
     started = time.perf_counter()
     status = build(quick=args.quick, device=args.device, only=args.only, force=args.force, root=args.root)

@@ -3,9 +3,12 @@
 A chapter's *input hash* (:func:`input_hash`) covers its py:percent source, the library files it imports
 (:func:`library_files`: its own imports of ``lib`` modules, followed through the modules' imports of each
 other), ``constraints.txt``, the data it reads from earlier chapters (:func:`upstream_data`) and the machine
-it runs on (:func:`run_environment`). The build (:mod:`lib.make.book`) stores that hash and a SHA-256 manifest of
-the chapter's outputs (:func:`output_hashes`) in the executed notebook's metadata; :func:`stale_reason` says
-why a chapter must re-run, or ``None`` when both still match.
+it runs on (:func:`run_environment`: the resolved device, the torch and CUDA versions, and the machine's
+identity, so a second host whose CPU has the same name but other instruction sets is another machine). The
+build (:mod:`lib.make.book`) stores that hash, the machine's record and a SHA-256 manifest of the chapter's
+outputs (:func:`output_hashes`) in the executed notebook's metadata (under :data:`HASH_KEY`: ``input_hash``,
+``environment``, ``outputs``); :func:`stale_reason` says why a chapter must re-run, or ``None`` when both
+still match.
 
 So editing a library module re-runs only the chapters that import it, directly or through another module;
 a module no chapter imports (the build, the site, the classroom tools) re-runs nothing. No chapter imports
@@ -15,9 +18,12 @@ this module.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -51,17 +57,67 @@ def upstream_data(source: Path) -> list[Path]:
     return files + sorted(p for p in (root / "data" / "reference").glob("*") if p.stem in text)
 
 
-def run_environment(device: str | None) -> dict[str, str]:
-    """What the outputs depend on beyond the files: the resolved device (``auto`` becomes ``cpu`` or
-    ``cuda:0``), its name, and the torch and CUDA versions."""
+def probe_environment(device: str | None) -> dict:
+    """The machine a chapter runs on, worked out in the process that calls it (it imports torch, so the
+    build runs it in a subprocess: :func:`run_environment`): the resolved device (``auto`` becomes ``cpu``
+    or ``cuda:0``), its name, the torch and CUDA versions, and ``machine``, what identifies the machine
+    for the book's numbers (:func:`lib.device.machine_identity`: CPU model, instruction sets, cores; GPU
+    name, memory, compute capability). An unknown device, or CUDA where there is none, raises
+    ``ValueError`` with :func:`lib.device.resolve_device`'s one line."""
     import torch
 
-    from lib.device import device_name, resolve_device
+    from lib.device import device_name, machine_identity, resolve_device
     resolved = resolve_device(device or "auto")
     if resolved.type == "cuda" and resolved.index is None:
         resolved = torch.device("cuda", torch.cuda.current_device())
     return {"device": str(resolved), "device_name": device_name(resolved), "torch": torch.__version__,
-            "cuda": torch.version.cuda or "none"}
+            "cuda": torch.version.cuda or "none", "machine": machine_identity(resolved)}
+
+
+_PROBE = """import json, sys
+from lib.make.staleness import probe_environment
+try:
+    record = probe_environment(sys.argv[1])
+except ValueError as error:
+    print(str(error).splitlines()[0], file=sys.stderr)
+    sys.exit(2)
+print(json.dumps(record, sort_keys=True))
+"""
+PROBE_TIMEOUT_S = 300
+"""The probe imports torch and, on a GPU, starts CUDA: seconds, but bounded."""
+
+
+@functools.lru_cache(maxsize=None)
+def _probe(device: str) -> str:
+    try:
+        done = subprocess.run([sys.executable, "-c", _PROBE, device], cwd=REPO_ROOT, capture_output=True,
+                              text=True, timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise ValueError(f"the device probe ({sys.executable} importing torch) did not answer in "
+                         f"{PROBE_TIMEOUT_S} s") from None
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        raise ValueError(lines[-1] if lines else f"the device probe exited with status {done.returncode}")
+    return done.stdout.strip().splitlines()[-1]
+
+
+def run_environment(device: str | None) -> dict:
+    """What the outputs depend on beyond the files (:func:`probe_environment`'s record), from a small
+    subprocess, once per process and device: the build itself never imports torch. Raises ``ValueError``
+    with one line for an unknown device or CUDA where there is none."""
+    return json.loads(_probe(device or "auto"))
+
+
+def machine_change(recorded: dict | None, now: dict) -> str | None:
+    """How the machine ``now`` differs from the one a chapter's outputs ``recorded`` (``None`` when they are
+    the same, or when nothing was recorded): ``"cpu_flags: avx2 avx512_bf16 ... -> avx2 ..."``."""
+    if not recorded:
+        return None
+    before = {**recorded.get("machine", {}), **{k: v for k, v in recorded.items() if k != "machine"}}
+    after = {**now.get("machine", {}), **{k: v for k, v in now.items() if k != "machine"}}
+    changed = [f"{key}: {before.get(key)} -> {after.get(key)}" for key in sorted(set(before) | set(after))
+               if before.get(key) != after.get(key)]
+    return "; ".join(changed) or None
 
 
 def _module_file(name: str, library: Path) -> Path | None:
@@ -158,10 +214,14 @@ def recorded_hash(executed: Path) -> str | None:
     return _record(executed).get("input_hash")
 
 
-def stale_reason(source: Path, root: Path, digest: str) -> str | None:
-    """Why a chapter must re-run (``None`` if it is up to date)."""
+def stale_reason(source: Path, root: Path, digest: str, environment: dict | None = None) -> str | None:
+    """Why a chapter must re-run (``None`` if it is up to date). ``environment``: this build's
+    :func:`run_environment`, to say so when the outputs came from another machine."""
     record = _record(root / "notebooks" / f"{source.stem}.ipynb")
     if record.get("input_hash") != digest:
+        moved = machine_change(record.get("environment"), environment) if environment else None
+        if moved:
+            return f"its outputs came from another machine ({moved})"
         return "its inputs changed" if record else "it has no executed notebook from this build"
     recorded, now = record.get("outputs"), output_hashes(root, source.stem)
     if recorded is None:
