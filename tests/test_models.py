@@ -1,3 +1,5 @@
+import hashlib
+
 import pytest
 import torch
 
@@ -105,6 +107,66 @@ def test_cache_is_checksummed_shared_and_rebuilt_when_corrupt(tmp_path):
     (target / models.CHECKSUMS).unlink()
     assert "has no SHA256SUMS" in models.cache_problem(target)
     assert not [p for p in target.parent.iterdir() if p != target]  # no staging or broken copies left
+
+
+def _sealed(target):
+    """A converted fake cache, verified."""
+    models.ensure_cache(target, _fake_convert, log=lambda _: None)
+    assert models.cache_problem(target) is None
+    return target
+
+
+def _reseal(target, lines):
+    body = "".join(lines)
+    (target / models.CHECKSUMS).write_text(f"{body}{models.SEAL} {hashlib.sha256(body.encode()).hexdigest()}\n")
+
+
+@pytest.mark.parametrize("fault, problem", [
+    ("unlisted-file", "pytorch_model.bin is in the cache but not in its SHA256SUMS"),
+    ("unlisted-in-a-folder", "extra/model.safetensors is in the cache but not in its SHA256SUMS"),
+    ("edited-list", "its SHA256SUMS was edited"),
+    ("unsealed-list", "its SHA256SUMS is not sealed"),
+    ("symlink", "model.safetensors is a symbolic link"),
+    ("malformed-list", "its SHA256SUMS has a malformed line 1"),
+], ids=lambda v: v if " " not in v else "")
+def test_a_cache_file_the_list_does_not_vouch_for_is_not_trusted(tmp_path, fault, problem):
+    target = _sealed(tmp_path / "cache" / "m")
+    listing = target / models.CHECKSUMS
+    lines = listing.read_text().splitlines(keepends=True)[:-1]
+    weights = target / "model.safetensors"
+    if fault == "unlisted-file":  # a file transformers would load beside the checked ones
+        (target / "pytorch_model.bin").write_bytes(b"anything")
+    elif fault == "unlisted-in-a-folder":
+        (target / "extra").mkdir()
+        (target / "extra" / "model.safetensors").write_bytes(b"anything")
+    elif fault == "edited-list":  # weights changed and their line rewritten to match, the seal not
+        weights.write_bytes(b"other weights")
+        lines = [f"{hashlib.sha256(b'other weights').hexdigest()}  model.safetensors\n" if "model.safetensors" in line
+                 else line for line in lines]
+        listing.write_text("".join(lines) + listing.read_text().splitlines(keepends=True)[-1])
+    elif fault == "unsealed-list":  # a list in the old format, or one rewritten without its seal
+        listing.write_text("".join(lines))
+    elif fault == "symlink":
+        real = tmp_path / "elsewhere.safetensors"
+        real.write_bytes(weights.read_bytes())
+        weights.unlink()
+        weights.symlink_to(real)
+    else:
+        _reseal(target, ["not-a-digest  model.safetensors\n"])
+    assert problem in models.cache_problem(target)
+    said = []
+    models.ensure_cache(target, _fake_convert, log=said.append)  # named, then rebuilt
+    assert len(said) == 1 and problem in said[0] and "rebuilding it" in said[0]
+    assert models.cache_problem(target) is None and weights.read_bytes() == bytes(range(256)) * 64
+    assert sorted(p.name for p in target.iterdir()) == ["SHA256SUMS", "config.json", "model.safetensors"]
+
+
+def test_a_resealed_list_still_has_to_match_every_file(tmp_path):
+    target = _sealed(tmp_path / "m")
+    lines = (target / models.CHECKSUMS).read_text().splitlines(keepends=True)[:-1]
+    _reseal(target, [line for line in lines if "config.json" not in line])  # a whole line dropped, resealed
+    assert models.cache_problem(target) == "config.json is in the cache but not in its SHA256SUMS (a file the " \
+                                           "conversion did not write)"
 
 
 def test_cache_location_is_checked_before_converting(tmp_path, monkeypatch):
