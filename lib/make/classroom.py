@@ -20,6 +20,17 @@ number came from), ``claims.csv`` (every claim's verdict on every machine) and `
 
 Every number is read from the run's own tables; a number a run did not measure is left empty and said
 so, never filled in.
+
+**Every file a student sends is treated as hostile.** A zip is unpacked into a folder of its own (two
+``alice.zip`` from different folders never mix), member by member, refusing any path that would land outside
+it and any zip that would expand past :data:`ZIP_LIMITS` (bytes, files, folder depth), counting the bytes
+actually written, not the sizes the zip declares. Every bad input (a path that does not exist, a file that
+is not a zip, an empty zip, a ``provenance.json`` or ``timings.csv`` that cannot be read, a table that does
+not parse) stops the gathering with one line naming the file and what was wrong (:class:`BadRun`; exit
+status 2). Every CSV written is spreadsheet-safe: a text cell (or header) beginning with ``=``, ``+``, ``-``,
+``@``, a tab or a carriage return is prefixed with ``'`` so a spreadsheet shows it as text instead of running
+it; numbers, negative ones included, stay numbers (:func:`spreadsheet_safe`). ``make class-zip`` refuses a run
+whose chapter replacement is unfinished (:func:`lib.make.outputs.check_finished`).
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
 import re
 import shutil
 import sys
@@ -37,6 +49,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from lib.make.outputs import check_finished
 from lib.paths import REPO_ROOT
 
 CLASS_DIR = REPO_ROOT / "build" / "class"
@@ -45,6 +58,15 @@ EXAMPLE_RUNS = REPO_ROOT / "data" / "classroom" / "runs"
 example of class results and used by the tests."""
 
 CHAPTER = re.compile(r"^\d\d_[a-z0-9_]+$")
+
+ZIP_LIMITS = {"bytes": 64 * 2**20, "files": 2000, "depth": 6}
+"""The most a student's zip may expand to: 64 MiB, 2,000 files, paths 6 folders deep. A whole book's run is
+about 1 MiB in about 150 files, ``data/<chapter>/<table>.csv`` 3 deep."""
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+class BadRun(ValueError):
+    """A student's file that cannot be gathered: ``str()`` is one line naming the file and what was wrong."""
 
 
 @dataclass
@@ -55,15 +77,22 @@ class Run:
     data: Path
     timings: pd.DataFrame | None = None
     provenance: dict[str, dict] = field(default_factory=dict)
+    source: Path | None = None  # what the teacher named: the zip or folder
 
     def table(self, chapter: str, name: str) -> pd.DataFrame | None:
+        """``data/<chapter>/<name>.csv``, ``None`` when the run has no such table; :class:`BadRun` naming the
+        file when it is there but is not a table."""
         path = self.data / chapter / f"{name}.csv"
-        if not path.exists():
+        if not path.is_file():
             return None
-        try:
-            return pd.read_csv(path)
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError):
-            return None
+        return _read_table(path, self._shown(path))
+
+    def _shown(self, path: Path) -> str:
+        """``path`` as the teacher knows it: inside the zip or folder they named."""
+        if self.source is None:
+            return str(path)
+        inside = path.relative_to(self.data.parent).as_posix() if path.is_relative_to(self.data.parent) else path.name
+        return f"{self.source}: {inside}"
 
     def chapters(self) -> list[str]:
         return sorted(p.name for p in self.data.iterdir() if p.is_dir() and CHAPTER.match(p.name))
@@ -92,7 +121,9 @@ def chapter_times(notebooks: Path) -> pd.DataFrame:
 def pack(root: Path, out: Path) -> Path:
     """Zip a run's ``data/`` (not ``data/reference``) and ``timings.csv`` into ``out``; return ``out``.
 
-    ``root`` is the book's folder after ``make book``, or ``build/quick`` after ``make quick``."""
+    ``root`` is the book's folder after ``make book``, or ``build/quick`` after ``make quick``. Refused
+    (:class:`lib.make.outputs.Unfinished`) while a chapter's replacement there is unfinished."""
+    check_finished(root, "make class-zip")
     data = root / "data"
     chapters = sorted(p for p in data.glob("[0-9][0-9]_*") if p.is_dir()) if data.is_dir() else []
     if not chapters:
@@ -105,8 +136,8 @@ def pack(root: Path, out: Path) -> Path:
                     archive.write(path, f"data/{chapter.name}/{path.relative_to(chapter)}")
         times = chapter_times(root / "notebooks")
         if times.empty and (root / "timings.csv").exists():  # re-packing a run that was sent before
-            times = pd.read_csv(root / "timings.csv")
-        archive.writestr("timings.csv", times.to_csv(index=False))
+            times = _timings(root / "timings.csv", str(root / "timings.csv"))
+        archive.writestr("timings.csv", spreadsheet_safe(times).to_csv(index=False))
     return out
 
 
@@ -122,37 +153,118 @@ def _find_data(folder: Path) -> Path | None:
     return None
 
 
+def _read_table(path: Path, shown: str) -> pd.DataFrame:
+    try:
+        return pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise BadRun(f"{shown}: an empty file, not a table") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError, OSError) as error:
+        raise BadRun(f"{shown}: not a readable table ({_first_line(error)})") from None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0][:200]
+
+
+def _timings(path: Path, shown: str) -> pd.DataFrame:
+    """A run's ``timings.csv`` (chapter, seconds), checked."""
+    frame = _read_table(path, shown)
+    missing = {"chapter", "seconds"} - set(frame.columns)
+    if missing:
+        raise BadRun(f"{shown}: no {', '.join(sorted(missing))} column (it has {', '.join(map(str, frame.columns))})")
+    seconds = pd.to_numeric(frame["seconds"], errors="coerce")
+    if seconds.isna().any() or (seconds < 0).any() or not seconds.map(math.isfinite).all():
+        raise BadRun(f"{shown}: its seconds are not all finite numbers of at least 0")
+    return frame.assign(seconds=seconds)
+
+
+def _unpack(path: Path, folder: Path) -> None:
+    """Unpack the zip ``path`` into ``folder`` (new, empty), member by member, within :data:`ZIP_LIMITS`;
+    :class:`BadRun` naming the zip for anything else."""
+    try:
+        archive = zipfile.ZipFile(path)
+    except zipfile.BadZipFile:
+        raise BadRun(f"{path}: not a zip file (make class-zip writes one)") from None
+    with archive:
+        members = archive.infolist()
+        if not any(not m.is_dir() for m in members):
+            raise BadRun(f"{path}: an empty zip (no files inside)")
+        files = [m for m in members if not m.is_dir()]
+        if len(files) > ZIP_LIMITS["files"]:
+            raise BadRun(f"{path}: holds {len(files):,} files, more than the {ZIP_LIMITS['files']:,} a run may have")
+        declared = sum(m.file_size for m in files)
+        if declared > ZIP_LIMITS["bytes"]:
+            raise BadRun(f"{path}: would expand to {declared / 2**20:,.0f} MiB, more than the "
+                         f"{ZIP_LIMITS['bytes'] / 2**20:.0f} MiB a run may have")
+        root, written = folder.resolve(), 0
+        for member in members:
+            parts = Path(member.filename.replace("\\", "/")).parts
+            if member.filename.startswith(("/", "\\")) or ".." in parts or (parts and ":" in parts[0]):
+                raise BadRun(f"{path}: unsafe path {member.filename!r} in the zip (it would be written outside "
+                             f"the folder it is unpacked into)")
+            if len(parts) > ZIP_LIMITS["depth"]:
+                raise BadRun(f"{path}: {member.filename!r} is {len(parts)} levels deep, more than the "
+                             f"{ZIP_LIMITS['depth']} a run's files are")
+            target = (folder / Path(*parts)) if parts else folder
+            if not target.resolve().is_relative_to(root):
+                raise BadRun(f"{path}: unsafe path {member.filename!r} in the zip")
+            if member.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                with archive.open(member) as source, open(target, "wb") as sink:
+                    for block in iter(lambda: source.read(1 << 20), b""):
+                        written += len(block)
+                        if written > ZIP_LIMITS["bytes"]:
+                            raise BadRun(f"{path}: expands past {ZIP_LIMITS['bytes'] / 2**20:.0f} MiB (more "
+                                         f"than it declares), more than a run may have")
+                        sink.write(block)
+            except (zipfile.BadZipFile, EOFError, NotImplementedError, RuntimeError, ValueError) as error:
+                if isinstance(error, BadRun):
+                    raise
+                raise BadRun(f"{path}: {member.filename!r} cannot be unpacked ({_first_line(error)})") from None
+
+
 def load_run(path: Path, scratch: Path) -> Run:
-    """Read a zip or folder a student sent; zips are unpacked under ``scratch``."""
+    """Read a zip or folder a student sent; a zip is unpacked into a new folder of its own under
+    ``scratch``. Raises :class:`BadRun` (one line naming the file) for anything that is not a readable run."""
     path = Path(path)
-    name = path.stem if path.suffix == ".zip" else path.name
-    if path.suffix == ".zip":
-        folder = scratch / name
-        shutil.rmtree(folder, ignore_errors=True)
-        with zipfile.ZipFile(path) as archive:
-            for member in archive.namelist():  # refuse paths that would escape the scratch folder
-                if member.startswith("/") or ".." in Path(member).parts:
-                    raise ValueError(f"{path}: unsafe path {member!r} in the zip")
-            archive.extractall(folder)
-    elif path.is_dir():
-        folder = path
-    else:
-        raise ValueError(f"{path} is neither a folder nor a .zip of a run")
-    data = _find_data(folder)
+    if not path.exists():
+        raise BadRun(f"{path}: no such file or folder")
+    name = path.stem if path.is_file() else path.name
+    try:
+        if path.is_file():
+            folder = Path(tempfile.mkdtemp(prefix=f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', name)[:40]}-", dir=scratch))
+            _unpack(path, folder)
+        elif path.is_dir():
+            folder = path
+        else:
+            raise BadRun(f"{path}: neither a folder nor a .zip of a run")
+        data = _find_data(folder)
+    except OSError as error:
+        raise BadRun(f"{path}: cannot be read ({error.strerror or _first_line(error)})") from None
     if data is None:
-        raise ValueError(f"{path}: no data/NN_chapter/ folders inside; is this a run of the book?")
+        raise BadRun(f"{path}: no data/NN_chapter/ folders inside; is this a run of the book?")
     if name == "data":
         name = data.parent.name
+    run = Run(name=name, data=data, source=path)
     timings_path = data.parent / "timings.csv"
-    timings = pd.read_csv(timings_path) if timings_path.exists() else None
-    run = Run(name=name, data=data, timings=timings)
+    if timings_path.is_file():
+        run.timings = _timings(timings_path, run._shown(timings_path))
     for chapter in run.chapters():
         prov = data / chapter / "provenance.json"
-        if prov.exists():
-            try:
-                run.provenance[chapter] = json.loads(prov.read_text())
-            except json.JSONDecodeError:
-                pass
+        if not prov.is_file():
+            continue
+        try:
+            record = json.loads(prov.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError, OSError) as error:
+            raise BadRun(f"{run._shown(prov)}: not readable JSON ({_first_line(error)})") from None
+        if not isinstance(record, dict):
+            raise BadRun(f"{run._shown(prov)}: not a provenance record (a JSON object of device, threads, ...), "
+                         f"but a JSON {type(record).__name__}")
+        run.provenance[chapter] = record
     return run
 
 
@@ -245,7 +357,8 @@ def machine(run: Run) -> dict[str, object]:
         values = [r.get(key) for r in records if r.get(key) is not None]
         return max(set(map(str, values)), key=[str(v) for v in values].count) if values else None
 
-    threads = sorted({r["torch_threads"] for r in records if r.get("torch_threads") is not None})
+    threads = sorted({str(r["torch_threads"]) for r in records if r.get("torch_threads") is not None},
+                     key=lambda t: (not t.isdigit(), int(t) if t.isdigit() else 0, t))
     return dict(run=run.name, device=common("device"), device_name=common("device_name"),
                 threads=",".join(map(str, threads)) or None, cpu_count=common("cpu_count"),
                 torch=common("torch"), quick=common("quick"), commit=common("git_commit"),
@@ -257,17 +370,15 @@ def compare(runs: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     verdict per run (runs as columns)."""
     rows, sources, verdicts = [], [], []
     for run in runs:
-        row = machine(run)
-        for column, unit, candidates in METRICS:
-            value, source = _from_tables(run, candidates)
-            row[column] = value
-            sources.append(dict(run=run.name, metric=column, unit=unit, source=source))
-        found = claims(run)
-        row["claims_held"] = int((found.verdict == "held").sum())
-        row["claims_recorded"] = len(found)
-        if run.timings is not None and len(run.timings):
-            row["book_run_s"] = float(run.timings["seconds"].sum())
+        try:
+            row, run_sources, found = _compare_one(run)
+        except BadRun:
+            raise
+        except Exception as error:  # a table whose contents no run of the book writes
+            raise BadRun(f"{run.source or run.data}: its tables cannot be compared ({type(error).__name__}: "
+                         f"{_first_line(error)})") from None
         rows.append(row)
+        sources += run_sources
         verdicts.append(found.assign(run=run.name))
     comparison = pd.DataFrame(rows)
     all_claims = pd.concat(verdicts, ignore_index=True) if verdicts else pd.DataFrame()
@@ -275,6 +386,21 @@ def compare(runs: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
         all_claims = all_claims.pivot_table(index=["chapter", "claim"], columns="run", values="verdict",
                                             aggfunc="first").reset_index()
     return comparison, pd.DataFrame(sources), all_claims
+
+
+def _compare_one(run: Run) -> tuple[dict, list[dict], pd.DataFrame]:
+    """One run's row of the comparison, where each number came from, and its claims."""
+    sources, row = [], machine(run)
+    for column, unit, candidates in METRICS:
+        value, source = _from_tables(run, candidates)
+        row[column] = value
+        sources.append(dict(run=run.name, metric=column, unit=unit, source=source))
+    found = claims(run)
+    row["claims_held"] = int((found.verdict == "held").sum())
+    row["claims_recorded"] = len(found)
+    if run.timings is not None and len(run.timings):
+        row["book_run_s"] = float(run.timings["seconds"].sum())
+    return row, sources, found
 
 
 def plot(comparison: pd.DataFrame, path: Path) -> Path | None:
@@ -288,7 +414,7 @@ def plot(comparison: pd.DataFrame, path: Path) -> Path | None:
     if not panels:
         return None
     fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.4), squeeze=False)
-    labels = [f"{r.run}\n({r.threads} thr)" for r in comparison.itertuples()]
+    labels = [f"{r.run}\n({r.threads} thr)".replace("$", r"\$") for r in comparison.itertuples()]  # no mathtext
     for ax, (column, unit) in zip(axes[0], panels):
         ax.bar(labels, comparison[column].fillna(0.0), color="tab:blue")
         ax.set_title(column.replace("_", " "), fontsize=10)
@@ -302,12 +428,41 @@ def plot(comparison: pd.DataFrame, path: Path) -> Path | None:
     return path
 
 
+def _safe_cell(value):
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        try:
+            float(value)  # "-1.5", "+3": a number written as text stays as it is
+            return value
+        except ValueError:
+            return "'" + value
+    return value
+
+
+def spreadsheet_safe(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with every text cell and header that a spreadsheet would run as a formula (beginning with
+    ``=``, ``+``, ``-``, ``@``, a tab or a carriage return) prefixed with ``'``; numbers, negative ones
+    included, are left as numbers."""
+    safe = frame.copy()
+    safe.columns = [_safe_cell(str(c)) if isinstance(c, str) else c for c in safe.columns]
+    for column in safe.columns:
+        if safe[column].dtype == object or pd.api.types.is_string_dtype(safe[column]):
+            safe[column] = safe[column].map(_safe_cell)
+    return safe
+
+
+def write_csv(frame: pd.DataFrame, path: Path) -> Path:
+    """Write ``frame`` to ``path`` spreadsheet-safe (:func:`spreadsheet_safe`), without the index."""
+    spreadsheet_safe(frame).to_csv(path, index=False)
+    return path
+
+
 def gather(paths: list[Path], out: Path = CLASS_DIR) -> pd.DataFrame:
     """Read every run in ``paths`` and write the comparison under ``out``; return the comparison.
 
-    Two runs with the same name (say two ``data`` folders) get a number appended."""
+    Each zip is unpacked into a folder of its own; two runs with the same name (two ``alice.zip`` from
+    different folders, two ``data`` folders) get a number appended. :class:`BadRun` for a bad input."""
     if not paths:
-        raise ValueError("name at least one run: a zip from make class-zip, or a folder holding data/")
+        raise BadRun("name at least one run: a zip from make class-zip, or a folder holding data/")
     out.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="class-", dir=out))
     try:
@@ -321,9 +476,9 @@ def gather(paths: list[Path], out: Path = CLASS_DIR) -> pd.DataFrame:
         comparison, sources, all_claims = compare(runs)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    comparison.to_csv(out / "comparison.csv", index=False)
-    sources.to_csv(out / "sources.csv", index=False)
-    all_claims.to_csv(out / "claims.csv", index=False)
+    write_csv(comparison, out / "comparison.csv")
+    write_csv(sources, out / "sources.csv")
+    write_csv(all_claims, out / "claims.csv")
     plot(comparison, out / "comparison.png")
     return comparison
 
@@ -354,8 +509,10 @@ def main(argv: list[str] | None = None) -> int:
                 comparison.to_string(text, index=False)
                 print(text.getvalue())
             print(f"wrote comparison.csv, sources.csv, claims.csv, comparison.png under {args.out}")
-    except ValueError as error:
-        print(f"lib.make.classroom: {error}", file=sys.stderr)
+    except (ValueError, OSError) as error:  # BadRun, Unfinished, an unwritable output folder
+        text = str(error) if isinstance(error, ValueError) else f"{getattr(error, 'filename', '') or ''}: " \
+            f"{error.strerror or error}"
+        print(f"lib.make.classroom: {text.splitlines()[0] if text else type(error).__name__}", file=sys.stderr)
         return 2
     return 0
 
