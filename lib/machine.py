@@ -1,83 +1,109 @@
-"""This machine's ceilings, measured once per build: memory bandwidth, matrix rate, launch floor.
+"""This machine's ceilings: the rates the kernels of a pass actually meet, measured once per build.
 
-The roofline needs two ceilings and a small model needs a third floor. Chapter 0 measures them once
-(:func:`measure_ceilings`) and writes ``data/00_machine/ceilings.csv``; every later chapter reads that
-one table (:func:`load_ceilings`) instead of measuring again, so the same ceiling never drifts between
-chapters built minutes apart.
+A pass of an eager model is a row of kernels issued one after another from Python, so its time is the sum of
+what each kernel takes plus the cost of issuing them (:mod:`lib.costmodel` adds them up). Chapter 0 measures
+every rate that sum needs, once, with simple code (:func:`measure_ceilings`), and writes
+``data/00_machine/ceilings.csv``; every later chapter reads that one table (:func:`load_ceilings`), so the same
+ceiling never drifts between chapters built minutes apart. For each dtype and thread count:
 
-* **Streaming bandwidth**, the way STREAM measures it: a *read* (sum of an array), a *copy*
-  (``b = a``) and a *triad* (``a = b + s * c``) over arrays far larger than any cache, with every
-  thread, bytes counted per kernel (read: one array; copy: two; triad: three; write-allocate
-  traffic not counted, as STREAM does not).
-* **Matrix-vector rate**: what the model's own matrix-vector products reach. Every matmul weight of a
-  model shape (one matrix per projection, per layer, plus the LM head) multiplied by a one-row input:
-  weight bytes over time. On the development CPU this rate is lower than the streaming one because a
-  GEMV does not use the second thread, so a decode step is explained against both.
-* **Matrix rate**: an ``n x n`` matrix product on random data, ``2 n**3`` FLOPs over time.
-* **Launch floor**: a decode step of a GPT-2 with the model's 12 layers and the same operations but a
-  width of 64, so its bytes and FLOPs are negligible: what issuing the operations costs.
+* **Streaming** (``read``, ``read_max``, ``copy``, ``fresh_copy``, ``triad``), the way STREAM measures it: arrays
+  far larger than any cache, bytes counted per kernel (write-allocate traffic not counted, as in STREAM). The
+  read is a sum; ``read_max`` cross-checks it with a kernel that does almost no arithmetic (a running maximum);
+  ``fresh_copy`` copies into newly allocated memory, as a cache that grows by concatenation does.
+* **The model's matrices in its own layout** (``blocks`` and ``head``, per model and number of rows): GPT-2's
+  ``Conv1D`` calls ``addmm`` on ``[in, out]`` weights with a bias, a Llama's ``Linear`` calls ``F.linear`` on
+  ``[out, in]``; the LM head is ``F.linear`` in both. At one row this is the rate a decode step streams its
+  weights at (bytes over time); at ``M`` rows it is ``F(M)``, the FLOP rate the model's shapes reach with ``M``
+  rows, from one row to the longest prompt.
+* **Attention** (``attention_prefill`` over ``T`` tokens, causal; ``attention_decode``, one new token per
+  sequence over a cache), with the model's heads, for every layer.
+* **Dispatch** (``dispatch``, per model and pass): a pass of the same model only 64 wide (72 for a Llama, whose 9
+  heads must divide it), so its bytes and FLOPs are negligible: what issuing the pass's operations costs. The
+  operations are counted (:class:`torch.overrides.TorchFunctionMode`), so the cost per operation is stated.
+* **The square product** (``square_matmul``): a large ``n x n`` product on random data, the peak the textbook
+  roofline uses; ``n`` follows the rate the machine shows, so a slow kernel gets a small product.
 
-Every figure is the median of repeats, with the low and high, after warm-up and device
-synchronisation (:mod:`lib.timing`). Introduced in section 0 (this machine).
+**The statistic.** Every ceiling is the *fastest* of its repeats, after warm-up and device synchronisation: other
+programs on a shared machine only ever slow a kernel down, so the fastest sample is the one closest to what the
+kernel can do, and it is the one a second build reproduces. The median of the same repeats is kept beside it, and
+``spread = median / fastest - 1`` says how noisy the machine was. Every measurement has a time budget
+(:class:`Budget`): a kernel that runs slowly (a dtype without hardware instructions, say) is measured on fewer
+layers, or fewer rows, and the table says so.
+
+Introduced in section 0 (this machine).
 """
 
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
 import transformers
 
-from lib import sweeps
-from lib.device import UnsupportedDtype, cpu_flags, device_name, resolve_device, resolve_dtype
+from lib.device import UnsupportedDtype, cpu_flags, device_name, resolve_dtype, use_threads
 from lib.dtypes import dtype_name
-from lib.models import LoadedModel
 from lib.paths import MACHINE_SECTION
-from lib.roofline import Hardware
-from lib.shapes import GPT2_SMALL, ModelShape
-from lib.timing import Timing, measure
+from lib.shapes import GPT2_SMALL, SMOLLM2_135M, ModelShape
+from lib.timing import Timing, synchronize
 
-__all__ = ["Sizes", "sizes", "cpu_flags", "hardware_support", "stream", "matvec", "model_matmuls",
-           "matmul", "launch_floor", "measure_ceilings", "load_ceilings", "Ceilings", "MACHINE_SECTION"]
+__all__ = ["Budget", "budget", "hardware_support", "MODELS", "ROWS", "HEAD_ROWS", "ATTENTION_ROWS", "STREAM_KERNELS", "measure_ceilings",
+           "Ceilings", "KernelTime", "load_ceilings", "check_ceilings", "CorruptCeilings", "count_operations"]
 
+#: The models chapter 0 can measure: their shape and how their layers call their matrices.
+MODELS: dict[str, tuple[ModelShape, str]] = {
+    "gpt2-small": (GPT2_SMALL, "conv1d"),
+    "smollm2-135m": (SMOLLM2_135M, "linear"),
+    "tiny-gpt2": (ModelShape("tiny GPT-2", 2, 64, 4, 4, 256, 1024, gated_ffn=False), "conv1d"),
+}
+#: Rows through the model's block matrices: one (a decode step) to the longest prompt the chapters run; its LM
+#: head (which a prefill runs at one row) and its attention need fewer points.
+ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+HEAD_ROWS = (1, 2, 4, 16, 64, 256, 1024)
+ATTENTION_ROWS = (1, 4, 16, 64, 256, 1024)
+QUICK_ROWS = (1, 4, 16)
+STREAM_KERNELS = ("read", "read_max", "copy", "fresh_copy", "triad")
+#: The most a pass of a memory system can stream, in bytes/s: a table above it was not measured here.
+_FASTEST_MEMORY = 20e12
 
 
 @dataclass(frozen=True)
-class Sizes:
-    """How big each measurement is: ``stream_bytes`` per array, the ``matmul_n`` of the square
-    product, ``repeats`` and ``warmup`` samples. One policy for every chapter (:func:`sizes`)."""
+class Budget:
+    """How long one ceiling may take to measure (``seconds``, warm-up included), how many repeats it gets at
+    least and at most, and how large the streamed arrays are (``stream_bytes``). One policy for the book
+    (:func:`budget`)."""
 
+    seconds: float
+    min_repeats: int
+    max_repeats: int
     stream_bytes: int
-    matmul_n: int
-    repeats: int
-    warmup: int
 
 
-def sizes(device: torch.device | str, quick: bool = False) -> Sizes:
-    """The measurement sizes for ``device``: arrays of 256 MiB on a CPU and 1 GiB on a GPU (far past
-    any cache), a 2048-square product on a CPU and 8192 on a GPU, 7 repeats; quick mode shrinks all.
-
-    Introduced in section 2.
-    """
-    gpu = torch.device(device).type == "cuda"
-    if quick:
-        return Sizes(stream_bytes=32 << 20, matmul_n=512, repeats=3, warmup=1)
-    return Sizes(stream_bytes=(1 << 30) if gpu else (256 << 20), matmul_n=8192 if gpu else 2048,
-                 repeats=7, warmup=2)
-
-
-def hardware_support(device: torch.device | str, dtype: torch.dtype) -> bool:
-    """Whether ``device`` has instructions for matrix products in ``dtype``: always for fp32; for
-    bf16 on a CPU, AVX-512 BF16 or AMX; for fp16 on a CPU, AVX-512 FP16 or AMX-FP16; on a GPU,
-    bf16 from compute capability 8.0 and fp16 from 5.3. Without it the rate is a slow kernel's, not
-    the hardware's arithmetic.
+def budget(device: torch.device, quick: bool = False) -> Budget:
+    """Measurement sizes for ``device``: arrays of 256 MiB on a CPU and 1 GiB on a GPU (far past any cache),
+    0.6 s per ceiling with 5 to 11 repeats; quick mode shrinks both.
 
     Introduced in section 0.
     """
-    device = torch.device(device)
+    if quick:
+        return Budget(seconds=0.25, min_repeats=3, max_repeats=5, stream_bytes=32 << 20)
+    return Budget(seconds=0.6, min_repeats=5, max_repeats=11,
+                  stream_bytes=(1 << 30) if device.type == "cuda" else (256 << 20))
+
+
+def hardware_support(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether ``device`` has instructions for matrix products in ``dtype``: always for fp32; for bf16 on a CPU,
+    AVX-512 BF16, AMX or ARM's BF16; for fp16 on a CPU, AVX-512 FP16, AMX-FP16 or ARM's half-precision vectors;
+    on a GPU, bf16 from compute capability 8.0 and fp16 from 5.3. Without it the rate is a slow kernel's, not the
+    hardware's arithmetic.
+
+    Introduced in section 0.
+    """
     if dtype == torch.float32:
         return True
     if device.type == "cuda":
@@ -85,201 +111,501 @@ def hardware_support(device: torch.device | str, dtype: torch.dtype) -> bool:
         return (major, minor) >= ((8, 0) if dtype == torch.bfloat16 else (5, 3))
     flags = cpu_flags()
     if dtype == torch.bfloat16:
-        return bool(flags & {"avx512_bf16", "amx_bf16"})
+        return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
     if dtype == torch.float16:
-        return bool(flags & {"avx512_fp16", "amx_fp16"})
+        return bool(flags & {"avx512_fp16", "amx_fp16", "asimdhp"})
     return False
 
 
-def _timing(fn, device: torch.device, size: Sizes) -> Timing:
-    return measure(fn, device, warmup=size.warmup, repeats=size.repeats)
+# --------------------------------------------------------------------------------------------
+# Timing within a budget
+# --------------------------------------------------------------------------------------------
 
 
-def stream(device: torch.device, dtype: torch.dtype, size: Sizes) -> dict[str, tuple[int, Timing]]:
-    """STREAM's kernels over arrays of ``size.stream_bytes``: ``{"read": (bytes, Timing), "copy": ...,
-    "triad": ...}``, the bytes each call moves and its timing in seconds.
-    """
-    n = max(1, size.stream_bytes // dtype.itemsize)
+def _timed(fn: Callable[[], object], device: torch.device, plan: Budget) -> Timing:
+    """Warm ``fn`` up once (its time sets the number of repeats), then time ``min_repeats`` to ``max_repeats``
+    calls within ``plan.seconds``."""
+    synchronize(device)
+    t0 = time.perf_counter()
+    fn()
+    synchronize(device)
+    first = time.perf_counter() - t0
+    repeats = int(min(plan.max_repeats, max(plan.min_repeats, plan.seconds / max(first, 1e-6))))
+    samples = []
+    for _ in range(repeats):
+        synchronize(device)
+        t0 = time.perf_counter()
+        fn()
+        synchronize(device)
+        samples.append(time.perf_counter() - t0)
+    return Timing.of(samples)
+
+
+def _row(base: dict, kernel: str, t: Timing, *, model: str = "", rows: int = 0, bytes_: float = math.nan,
+         flops: float = math.nan, scale: float = 1.0, note: str = "", **extra) -> dict:
+    """One row of the table: the fastest and median call (scaled by ``scale`` when only a part was timed) and
+    the rates they give."""
+    best, median, worst = t.low * scale, t.median * scale, t.high * scale
+    return dict(base, kernel=kernel, model=model, rows=rows, bytes_per_call=bytes_, flops_per_call=flops,
+                best_s=best, median_s=median, worst_s=worst, repeats=len(t.samples), spread=median / best - 1,
+                gb_s=bytes_ / best / 1e9, gb_s_median=bytes_ / median / 1e9,
+                gflop_s=flops / best / 1e9, gflop_s_median=flops / median / 1e9,
+                measured_fraction=1 / scale, note=note, status="ok", **extra)
+
+
+# --------------------------------------------------------------------------------------------
+# The kernels
+# --------------------------------------------------------------------------------------------
+
+
+def stream(device: torch.device, dtype: torch.dtype, plan: Budget, base: dict) -> list[dict]:
+    """STREAM's kernels over arrays of ``plan.stream_bytes``: a read (sum), a read with almost no arithmetic
+    (running maximum), a copy, a copy into fresh memory (``clone``) and a triad; one row each."""
+    n = max(1, plan.stream_bytes // dtype.itemsize)
     a, b, c = (torch.rand(n, dtype=dtype, device=device) for _ in range(3))
     out = torch.empty((), dtype=dtype, device=device)
     nbytes = n * dtype.itemsize
     kernels = {
         "read": (nbytes, lambda: torch.sum(a, dim=0, out=out)),
+        "read_max": (nbytes, lambda: torch.amax(a, dim=0, out=out)),
         "copy": (2 * nbytes, lambda: b.copy_(a)),
+        "fresh_copy": (2 * nbytes, lambda: a.clone()),
         "triad": (3 * nbytes, lambda: torch.add(b, c, alpha=3.0, out=a)),
     }
-    return {name: (moved, _timing(fn, device, size)) for name, (moved, fn) in kernels.items()}
+    return [_row(base, name, _timed(fn, device, plan), bytes_=moved) for name, (moved, fn) in kernels.items()]
 
 
-def model_matmuls(shape: ModelShape, device: torch.device, dtype: torch.dtype) -> list[torch.Tensor]:
-    """One random weight matrix per matmul of ``shape`` (q, k, v, o and the feed-forward matrices of
-    every layer, then the LM head), laid out as ``F.linear`` takes them: ``(out, in)``.
+def square_matmul(device: torch.device, dtype: torch.dtype, plan: Budget, base: dict) -> dict:
+    """The largest square product that fits the budget (at most 2048 on a CPU, 8192 on a GPU): ``2 n**3`` FLOPs
+    over the fastest call. A 256-square probe sets ``n``, so a slow kernel gets a small product."""
+    n = 256
+    probe = torch.randn(n, n, dtype=dtype, device=device)
+    rate = 2 * n**3 / _timed(lambda: probe @ probe, device, Budget(0.05, 3, 5, 0)).low
+    limit = 8192 if device.type == "cuda" else 2048
+    while n * 2 <= limit and 2 * (2 * n) ** 3 / rate < plan.seconds / (2 * plan.min_repeats):
+        n *= 2
+    a, b = (torch.randn(n, n, dtype=dtype, device=device) for _ in range(2))
+    return _row(base, "square_matmul", _timed(lambda: a @ b, device, plan), rows=n, flops=2.0 * n**3,
+                note=f"{n} x {n}")
 
-    Introduced in section 2.
-    """
+
+def model_matrices(shape: ModelShape, layout: str, device: torch.device, dtype: torch.dtype, layers: int):
+    """Random weights of ``layers`` of the model's blocks, as its layers call them (``layout``: ``"conv1d"``,
+    GPT-2's ``addmm(bias, x, W)`` on ``[in, out]``, or ``"linear"``, ``F.linear(x, W)`` on ``[out, in]``); returns
+    ``(run, weights)`` where ``run(inputs)`` applies them all to a dict of inputs by width."""
     kv = shape.kv_heads * shape.head_dim
-    ffn = [(shape.d_ff, shape.d_model)] * (2 if shape.gated_ffn else 1) + [(shape.d_model, shape.d_ff)]
-    per_layer = [(shape.d_model, shape.d_model), (kv, shape.d_model), (kv, shape.d_model),
-                 (shape.d_model, shape.d_model)] + ffn
-    dims = per_layer * shape.layers + [(shape.vocab, shape.d_model)]
-    return [torch.randn(o, i, dtype=dtype, device=device) / math.sqrt(i) for o, i in dims]
+    d, ff = shape.d_model, shape.d_ff
+    if layout == "conv1d":
+        dims = [(d, 3 * d), (d, d), (d, ff), (ff, d)]  # c_attn (q, k and v in one), c_proj, c_fc, mlp.c_proj
+        mats = [(torch.randn(i, o, dtype=dtype, device=device) / math.sqrt(i), torch.zeros(o, dtype=dtype,
+                 device=device)) for _ in range(layers) for i, o in dims]
+
+        def run(x: dict) -> None:
+            for w, b in mats:
+                torch.addmm(b, x[w.shape[0]], w)
+    elif layout == "linear":
+        dims = [(d, d), (kv, d), (kv, d), (d, d)] + [(ff, d)] * (2 if shape.gated_ffn else 1) + [(d, ff)]
+        mats = [torch.randn(o, i, dtype=dtype, device=device) / math.sqrt(i) for _ in range(layers) for o, i in dims]
+
+        def run(x: dict) -> None:
+            for w in mats:
+                F.linear(x[w.shape[1]], w)
+    else:
+        raise ValueError(f"layout must be 'conv1d' or 'linear', got {layout!r}")
+    return run
 
 
-def matvec(weights: list[torch.Tensor], rows: int, device: torch.device, size: Sizes) -> Timing:
-    """Time one pass of ``rows`` input rows through every matrix in ``weights`` (``F.linear``): with
-    ``rows=1`` a decode step's weight reads, with more the matrix products of a prefill.
+def matrices(model: str, device: torch.device, dtype: torch.dtype, plan: Budget, base: dict,
+             rows: Sequence[int] = ROWS, head_rows: Sequence[int] = HEAD_ROWS, slow: bool = False) -> list[dict]:
+    """The model's block matrices and its LM head at each number of ``rows``, in its own layout: one row per
+    (``blocks`` or ``head``, rows). Each call is priced for the whole model: where all layers (or the whole head)
+    would take too long for the budget, a part is timed and scaled by the FLOPs it left out (``measured_fraction``).
+    Up to 16 rows every layer is timed, so the weights stream from memory as in a pass (a part small enough to
+    stay in the caches would not), unless the kernel is ``slow`` (no hardware instructions: its time is its
+    arithmetic). A row count that would not fit the budget even on a sixty-fourth of the work is recorded as
+    skipped, with the reason.""" 
+    shape, layout = MODELS[model]
+    out = []
+    widths = {shape.d_model, shape.d_ff}
+    block_bytes = shape.layers * shape.block_params * dtype.itemsize
+    head_bytes = shape.lm_head_params * dtype.itemsize
+    full_layers = None
+    for kernel, n_bytes, n_flops, counts in (("blocks", block_bytes, 2 * shape.layers * shape.block_params, rows),
+                                             ("head", head_bytes, 2 * shape.lm_head_params, head_rows)):
+        per_row, last = None, None  # seconds per row at the last count measured, to keep within the budget
+        for m in counts:
+            target = plan.seconds / (plan.min_repeats + 1)
+            guess = per_row * m if per_row else None
+            whole = guess is None or guess <= target or (m <= 16 and not slow)
+            part = 1.0 if whole else max(target / guess, 1 / 64)
+            if guess is not None and guess * part > plan.seconds:
+                out.append(dict(base, kernel=kernel, model=model, rows=m, status="skipped: over its time budget",
+                                note=f"predicted {guess:.1f} s a call at the rate {last} rows reached"))
+                continue
+            x = {w: torch.randn(m, w, dtype=dtype, device=device) for w in widths}
+            if kernel == "blocks":
+                layers = max(1, round(shape.layers * part))
+                if full_layers is None:
+                    full_layers = model_matrices(shape, layout, device, dtype, shape.layers)
+                run = full_layers if layers == shape.layers else model_matrices(shape, layout, device, dtype, layers)
+                scale = shape.layers / layers
+                t = _timed(lambda: run(x), device, plan)
+            else:
+                vocab = max(64, round(shape.vocab * part))
+                head = torch.randn(vocab, shape.d_model, dtype=dtype, device=device) / math.sqrt(shape.d_model)
+                scale = shape.vocab / vocab
+                t = _timed(lambda: F.linear(x[shape.d_model], head), device, plan)
+                del head
+            out.append(_row(base, kernel, t, model=model, rows=m, bytes_=n_bytes, flops=n_flops * m, scale=scale,
+                            note="" if scale == 1 else f"timed on 1/{scale:.0f} of it, scaled",
+                            layout=layout))
+            per_row, last = t.low * scale / m, m
+        full_layers = None
+    return out
 
-    Introduced in section 2.
-    """
-    d_in = {w.shape[1] for w in weights}
-    inputs = {d: torch.randn(rows, d, dtype=weights[0].dtype, device=device) for d in d_in}
 
-    def run() -> None:
-        for w in weights:
-            F.linear(inputs[w.shape[1]], w)
+def attention(model: str, device: torch.device, dtype: torch.dtype, plan: Budget, base: dict,
+              rows: Sequence[int] = ATTENTION_ROWS,
+              contexts: Sequence[tuple[int, int]] = ((1, 16), (1, 128), (1, 1024), (8, 512), (64, 512))) -> list[dict]:
+    """``scaled_dot_product_attention`` with the model's heads, every layer: a causal prefill of each of ``rows``
+    tokens (``attention_prefill``; FLOPs ``2 d T**2`` per layer), and one new token per sequence over a cache of
+    each ``(batch, context)``, as a growing cache calls it (``attention_decode``, no mask) and as a preallocated one
+    does (``attention_decode_masked``, a mask over every position); bytes: the caches read. A prefill is timed on
+    one layer and priced for all (its inputs are activations, written just before); a decode over a separate cache
+    per layer, as a step reads them."""
+    shape, _ = MODELS[model]
+    h, kvh, hd, layers = shape.heads, shape.kv_heads, shape.head_dim, shape.layers
+    gqa = {"enable_gqa": True} if h != kvh else {}
+    out = []
+    for t_len in rows:
+        q = torch.randn(1, h, t_len, hd, dtype=dtype, device=device)
+        k, v = (torch.randn(1, kvh, t_len, hd, dtype=dtype, device=device) for _ in range(2))
+        t = _timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa), device, plan)
+        out.append(_row(base, "attention_prefill", t, model=model, rows=t_len, scale=layers,
+                        flops=layers * 2 * shape.d_model * t_len * t_len, note="one layer timed, priced for all"))
+    for batch, context in contexts:
+        q = torch.randn(batch, h, 1, hd, dtype=dtype, device=device)
+        caches = [torch.randn(batch, kvh, context, hd, dtype=dtype, device=device) for _ in range(2 * layers)]
 
-    return _timing(run, device, size)
+        mask = torch.ones(batch, 1, 1, context, dtype=torch.bool, device=device)
+        for kernel, extra in (("attention_decode", {}), ("attention_decode_masked", {"attn_mask": mask})):
+            def run() -> None:
+                for k, v in zip(caches[0::2], caches[1::2]):
+                    F.scaled_dot_product_attention(q, k, v, **extra, **gqa)
+
+            out.append(_row(base, kernel, _timed(run, device, plan), model=model, rows=batch, context=context,
+                            bytes_=2 * layers * batch * kvh * context * hd * dtype.itemsize,
+                            flops=batch * layers * 4 * shape.d_model * context))
+        del caches
+    return out
 
 
-def matmul(device: torch.device, dtype: torch.dtype, size: Sizes) -> tuple[float, Timing]:
-    """Time an ``n x n`` product of random matrices; return (FLOPs per call, Timing).
-    """
-    n = size.matmul_n
-    a = torch.randn(n, n, dtype=dtype, device=device)
-    b = torch.randn(n, n, dtype=dtype, device=device)
-    return 2.0 * n**3, _timing(lambda: a @ b, device, size)
-
-
-def launch_floor(device: torch.device, dtype: torch.dtype, layers: int = GPT2_SMALL.layers, *,
-                 steps: int = 20, context: int = 16) -> Timing:
-    """Step time of a narrow GPT-2 (``layers`` layers, width 64, 4 heads, vocabulary 1,024, random
-    weights): the cost of issuing a decode step's operations, with negligible bytes and FLOPs.
-    """
-    config = transformers.GPT2Config(n_layer=layers, n_embd=64, n_head=4, vocab_size=1024, n_positions=1024,
-                                    bos_token_id=0, eos_token_id=0)
+def narrow_model(model: str, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
+    """The model's architecture and layer count at a width of 64 (GPT-2) or 72 (a Llama, 9 heads of 8), a
+    vocabulary of 1,024 and random weights: its passes issue the same operations with negligible bytes and
+    FLOPs."""
+    shape, layout = MODELS[model]
     torch.manual_seed(0)
-    module = transformers.GPT2LMHeadModel(config).eval().to(device=device, dtype=dtype)
-    narrow = LoadedModel(module, None, "narrow GPT-2", "random weights", device, dtype)
-    table = sweeps.decode_sweep(narrow, [context], steps=steps, runs=3, label="launch floor")
-    per_run = table.median_s.tolist()
-    return Timing.of(per_run)
+    if layout == "conv1d":
+        config = transformers.GPT2Config(n_layer=shape.layers, n_embd=64, n_head=4, vocab_size=1024,
+                                         n_positions=1024, bos_token_id=0, eos_token_id=0)
+        module = transformers.GPT2LMHeadModel(config)
+    else:
+        config = transformers.LlamaConfig(hidden_size=72, intermediate_size=192, num_hidden_layers=shape.layers,
+                                          num_attention_heads=9, num_key_value_heads=3 if shape.kv_heads < shape.heads
+                                          else 9, vocab_size=1024, max_position_embeddings=2048,
+                                          tie_word_embeddings=True, bos_token_id=0, eos_token_id=0)
+        module = transformers.LlamaForCausalLM(config)
+    return module.eval().to(device=device, dtype=dtype)
 
 
-def measure_ceilings(device: str | torch.device = "auto", dtypes=("fp32",), threads=(None,), *,
-                     shape: ModelShape = GPT2_SMALL, quick: bool = False) -> pd.DataFrame:
-    """Measure every ceiling for each dtype and thread count (``None``: all threads; ignored on a GPU).
+class _Counter(torch.overrides.TorchFunctionMode):
+    """Counts the torch functions and tensor methods a block of Python code calls."""
 
-    Returns one row per (dtype, threads, kernel): ``kernel`` (read, copy, triad, matvec, matmul,
-    launch), ``bytes_per_call`` or ``flops_per_call``, ``median_s``, ``low_s``, ``high_s``, and the
-    rate it implies: ``bandwidth_gb_s`` (median, ``_low``, ``_high``) or ``gflop_s`` (likewise), plus
-    ``hardware_support`` for the dtype. A dtype the device cannot run gets one row with
-    ``status="unsupported"``.
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+def count_operations(fn: Callable[[], object]) -> int:
+    """How many torch operations ``fn()`` issues from Python (functions and tensor methods, each counted once
+    where Python calls it; what they call inside is not counted).
 
     Introduced in section 0.
     """
-    dev = resolve_device(device)
-    size = sizes(dev, quick)
-    rows = []
-    for dt in dtypes:
+    counter = _Counter()
+    with counter, torch.inference_mode():
+        fn()
+    return counter.calls
+
+
+def dispatch(model: str, device: torch.device, dtype: torch.dtype, plan: Budget, base: dict, steps: int = 16
+             ) -> list[dict]:
+    """The cost of issuing one pass's operations (:func:`narrow_model`): a 1-token prefill, and a decode step
+    (:func:`lib.phases.decode`, token read back included) over a growing and over a preallocated cache at context
+    16; one row each, with the number of operations (``operations``) and the cost of one (``us_per_operation``).
+    A decode step's time is the median of ``steps`` steps in a run, and the ceiling the fastest run."""
+    from lib import phases
+
+    module = narrow_model(model, device, dtype)
+    out = []
+    with torch.inference_mode():
+        one = torch.zeros(1, 1, dtype=torch.long, device=device)
+        _, grown = phases.prefill(module, torch.zeros(1, 16, dtype=torch.long, device=device))
+        caches = {"decode": grown, "decode_static": phases.static_cache(module, grown, 16 + 2 * steps)}
+        ops = count_operations(lambda: phases.prefill(module, one))
+        t = _timed(lambda: phases.prefill(module, one), device, plan)
+        out.append(_row(base, "dispatch", t, model=model, rows=1, pass_kind="prefill", operations=ops,
+                        us_per_operation=t.low / ops * 1e6))
+        for name, cache in caches.items():
+            def run_steps() -> float:
+                phases.truncate_cache(cache, 16)
+                return float(np.median(phases.decode(module, one, cache, steps).step_times))
+
+            ops = count_operations(lambda: phases.decode(module, one, cache, 1))
+            run_steps()  # warm-up
+            medians = [run_steps() for _ in range(plan.min_repeats)]
+            t = Timing.of(medians)
+            out.append(_row(base, "dispatch", t, model=model, rows=1, pass_kind=name, operations=ops,
+                            us_per_operation=t.low / ops * 1e6, note=f"median of {steps} steps a run"))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The table
+# --------------------------------------------------------------------------------------------
+
+
+def measure_ceilings(device: torch.device, dtypes: Sequence[str] = ("fp32",), threads: Sequence[int] = (1,), *,
+                     models: Sequence[str] = ("gpt2-small",), models_all_threads: Sequence[str] = (),
+                     quick: bool = False, log: Callable[[str], None] = print) -> pd.DataFrame:
+    """Measure every ceiling for each dtype and thread count (whole numbers, :func:`lib.device.thread_counts`):
+    the streaming kernels and the square product, and for each of ``models`` its matrices (at :data:`ROWS`, and
+    :data:`HEAD_ROWS` for the LM head), attention (:data:`ATTENTION_ROWS`) and dispatch; ``models_all_threads``
+    only at the most threads (the chapters run those models so). Quick mode measures :data:`QUICK_ROWS` only.
+    Returns one row per measurement (see the module docstring): ``device``, ``dtype``, ``threads``,
+    ``kernel``, ``model``, ``rows``, bytes and FLOPs per call, the fastest, median and slowest call (``best_s``,
+    ``median_s``, ``worst_s``), the rates of the fastest and the median (``gb_s``, ``gflop_s`` and their
+    ``_median``), ``spread``, ``repeats``, ``hardware_support`` and ``status``. A dtype the device cannot run gets
+    one row with ``status`` saying so.
+
+    Introduced in section 0.
+    """
+    plan = budget(device, quick)
+    rows, head_rows, attention_rows = (QUICK_ROWS,) * 3 if quick else (ROWS, HEAD_ROWS, ATTENTION_ROWS)
+    unknown = [m for m in [*models, *models_all_threads] if m not in MODELS]
+    if unknown:
+        raise ValueError(f"chapter 0 knows the matrices of {', '.join(MODELS)}, not {', '.join(unknown)}")
+    out = []
+    for name in dtypes:
         try:
-            torch_dtype = resolve_dtype(dt, dev)
+            dtype = resolve_dtype(name, device)
         except UnsupportedDtype as error:
-            rows.append(dict(dtype=dt, kernel="matmul", status=f"unsupported: {error}"))
+            out.append(dict(device=str(device), dtype=name, kernel="square_matmul", status=f"unsupported: {error}"))
             continue
-        support = hardware_support(dev, torch_dtype)
-        for n in (threads if dev.type == "cpu" else (None,)):
-            with sweeps.torch_threads(n):
-                used = torch.get_num_threads() if dev.type == "cpu" else 0
-                base = dict(device=str(dev), device_name=device_name(dev), dtype=dtype_name(torch_dtype),
-                            threads=used, hardware_support=support, status="ok")
-                for kernel, (moved, t) in stream(dev, torch_dtype, size).items():
-                    rows.append(_rate_row(base, kernel, t, bytes_per_call=moved))
-                weights = model_matmuls(shape.with_dtype(torch_dtype), dev, torch_dtype)
-                moved = sum(w.numel() for w in weights) * torch_dtype.itemsize
-                rows.append(_rate_row(base, "matvec", matvec(weights, 1, dev, size), bytes_per_call=moved))
-                del weights
-                flops, t = matmul(dev, torch_dtype, size)
-                rows.append(_rate_row(base, "matmul", t, flops_per_call=flops))
-                rows.append(dict(_rate_row(base, "launch", launch_floor(dev, torch_dtype, shape.layers)),
-                                 layers=shape.layers))
-    return pd.DataFrame(rows)
+        support = hardware_support(device, dtype)
+        for n in threads:
+            started = time.perf_counter()
+            with use_threads(n), torch.inference_mode():
+                base = dict(device=str(device), device_name=device_name(device), dtype=dtype_name(dtype), threads=n,
+                            hardware_support=support)
+                out += stream(device, dtype, plan, base)
+                out.append(square_matmul(device, dtype, plan, base))
+                for model in [*models, *(models_all_threads if n == max(threads) else ())]:
+                    out += matrices(model, device, dtype, plan, base, rows, head_rows, slow=not support)
+                    out += attention(model, device, dtype, plan, base, attention_rows)
+                    out += dispatch(model, device, dtype, plan, base)
+            log(f"{name}, {n} thread{'s' * (n > 1)}: measured in {time.perf_counter() - started:.1f} s")
+    return pd.DataFrame(out)
 
 
-def _rate_row(base: dict, kernel: str, t: Timing, *, bytes_per_call: float = math.nan,
-              flops_per_call: float = math.nan) -> dict:
-    row = dict(base, kernel=kernel, bytes_per_call=bytes_per_call, flops_per_call=flops_per_call,
-               median_s=t.median, low_s=t.low, high_s=t.high)
-    # The fastest sample gives the highest rate.
-    row["bandwidth_gb_s"] = bytes_per_call / t.median / 1e9
-    row["bandwidth_gb_s_low"] = bytes_per_call / t.high / 1e9
-    row["bandwidth_gb_s_high"] = bytes_per_call / t.low / 1e9
-    row["gflop_s"] = flops_per_call / t.median / 1e9
-    row["gflop_s_low"] = flops_per_call / t.high / 1e9
-    row["gflop_s_high"] = flops_per_call / t.low / 1e9
-    return row
+class CorruptCeilings(ValueError):
+    """The ceilings table holds values no measurement could have produced."""
+
+
+def check_ceilings(table: pd.DataFrame, where: str = "data/00_machine/ceilings.csv") -> pd.DataFrame:
+    """Refuse a ceilings table no machine could have produced: a missing column, a non-positive or non-finite
+    time, a median outside its own range, or a streaming rate beyond any memory system (20 TB/s). The message
+    names the file and the command that measures it again. Returns the table.
+
+    Introduced in section 0.
+    """
+    again = f"re-measure it with `python -m lib.make.book --force {MACHINE_SECTION}`"
+    needed = {"device", "dtype", "threads", "kernel", "model", "rows", "best_s", "median_s", "worst_s", "status"}
+    missing = needed - set(table.columns)
+    if missing:
+        raise CorruptCeilings(f"{where} is not a ceilings table (no column {', '.join(sorted(missing))}): {again}")
+    ok = table[table.status == "ok"]
+    times = ok[["best_s", "median_s", "worst_s"]].to_numpy(dtype=float)
+    bad = ~np.isfinite(times).all(axis=1) | (times <= 0).any(axis=1) | (times[:, 0] > times[:, 1]) | \
+        (times[:, 1] > times[:, 2])
+    if bad.any():
+        row = ok[bad].iloc[0]
+        raise CorruptCeilings(f"{where} is corrupt: {row.kernel} ({row.dtype}, {row.threads} threads) has fastest, "
+                              f"median and slowest times {row.best_s}, {row.median_s}, {row.worst_s} s (each must "
+                              f"be positive and the median within the range): {again}")
+    fast = ok[(ok.kernel.isin(STREAM_KERNELS)) & (ok.bytes_per_call / ok.best_s > _FASTEST_MEMORY)]
+    if len(fast):
+        row = fast.iloc[0]
+        raise CorruptCeilings(f"{where} is corrupt: {row.kernel} streams {row.bytes_per_call / row.best_s / 1e9:,.0f} "
+                              f"GB/s, beyond any memory system: {again}")
+    return table
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    """What chapter 0 measured for one kernel call, in seconds: ``best`` (the ceiling) and ``median``, and
+    the row it came from (``source``: kernel, model, rows)."""
+
+    best: float
+    median: float
+    source: str
+
+    def __mul__(self, k: float) -> "KernelTime":
+        return KernelTime(self.best * k, self.median * k, self.source)
+
+    __rmul__ = __mul__
+
+    @property
+    def spread(self) -> float:
+        """``median / best - 1``: how much slower a typical call ran than the fastest."""
+        return self.median / self.best - 1
+
+
+def _interpolate(xs: np.ndarray, ys: np.ndarray, x: float) -> float:
+    """``y`` at ``x`` on a log-log line through the points (extended flat in rate past the ends)."""
+    order = np.argsort(xs)
+    xs, ys = xs[order], ys[order]
+    if x <= xs[0]:
+        return float(ys[0] * x / xs[0]) if len(xs) > 1 and x < xs[0] else float(ys[0])
+    if x >= xs[-1]:
+        return float(ys[-1] * x / xs[-1])  # the last rate, held
+    return float(np.exp(np.interp(np.log(x), np.log(xs), np.log(ys))))
 
 
 @dataclass(frozen=True)
 class Ceilings:
-    """The table of :func:`measure_ceilings`, with the look-ups chapters need. Introduced in section 0."""
+    """The table of :func:`measure_ceilings` for one device, with the look-ups the cost model needs. Every
+    look-up takes the dtype and a whole number of threads, and says in one line what chapter 0 measured when it
+    has no such row. Introduced in section 0."""
 
     table: pd.DataFrame
+    device: str
 
-    def _row(self, dtype: str, threads: int | None, kernel: str) -> pd.Series:
-        t = self.table[(self.table.kernel == kernel) & (self.table.dtype == dtype) & (self.table.status == "ok")]
-        if threads is not None and (t.threads > 0).any():
-            t = t[t.threads == threads]
-        elif (t.threads > 0).any():
-            t = t[t.threads == t.threads.max()]
+    def _rows(self, dtype: str, threads: int, kernel: str, model: str | None = None, **match) -> pd.DataFrame:
+        t = self.table
+        t = t[(t.kernel == kernel) & (t.dtype == dtype) & (t.status == "ok") & (t.threads == threads)]
+        if model is not None:
+            t = t[t.model == model]
+        for key, value in match.items():
+            t = t[t[key] == value]
         if t.empty:
-            raise ValueError(f"chapter 0 measured no {kernel} for {dtype} at {threads or 'all'} threads; "
-                             f"it has: {sorted(set(zip(self.table.dtype, self.table.threads)))}")
-        return t.iloc[0]
+            have = sorted(set(zip(self.table.dtype, self.table.threads)))
+            what = f"{kernel}{f' of {model}' if model else ''}"
+            raise ValueError(f"chapter 0 measured no {what} in {dtype} at {threads} thread(s) on {self.device}; it "
+                             f"has (dtype, threads) {have}: run chapter 0 with that dtype and thread count first")
+        return t
 
-    def bandwidth(self, dtype: str = "fp32", threads: int | None = None, kernel: str = "read") -> float:
-        """Measured bandwidth in bytes/s: ``kernel`` is ``read``, ``copy``, ``triad`` or ``matvec``."""
-        return float(self._row(dtype, threads, kernel).bandwidth_gb_s) * 1e9
+    def stream_bandwidth(self, dtype: str, threads: int, kernel: str = "read") -> float:
+        """A streaming kernel's rate in bytes/s (the fastest call): ``read``, ``read_max``, ``copy``,
+        ``fresh_copy`` or ``triad``."""
+        row = self._rows(dtype, threads, kernel).iloc[0]
+        return float(row.bytes_per_call / row.best_s)
 
-    def flops(self, dtype: str = "fp32", threads: int | None = None) -> float:
-        """Measured matrix rate in FLOP/s."""
-        return float(self._row(dtype, threads, "matmul").gflop_s) * 1e9
+    def stream_spread(self, dtype: str, threads: int, kernel: str = "read") -> float:
+        return float(self._rows(dtype, threads, kernel).iloc[0].spread)
 
-    def launch_s(self, dtype: str = "fp32", threads: int | None = None, layers: int | None = None) -> float:
-        """Measured launch floor of one pass, seconds: chapter 0's narrow GPT-2 step, scaled to ``layers``
-        transformer blocks when given (issuing a pass's operations costs about the same per block)."""
-        row = self._row(dtype, threads, "launch")
-        measured = int(row.layers) if "layers" in row and row.layers == row.layers else GPT2_SMALL.layers
-        return float(row.median_s) * (layers / measured if layers else 1.0)
+    def square_flops(self, dtype: str, threads: int) -> float:
+        """The square product's rate in FLOP/s (the fastest call): the textbook roofline's peak."""
+        row = self._rows(dtype, threads, "square_matmul").iloc[0]
+        return float(row.flops_per_call / row.best_s)
 
-    def hardware_support(self, dtype: str = "fp32") -> bool:
+    def hardware_support(self, dtype: str) -> bool:
         """Whether the dtype's matrix products run on hardware instructions here."""
-        return bool(self._row(dtype, None, "matmul").hardware_support)
+        t = self.table[(self.table.dtype == dtype) & (self.table.status == "ok")]
+        if t.empty:
+            raise ValueError(f"chapter 0 measured nothing in {dtype} on {self.device}")
+        return bool(t.hardware_support.iloc[0])
 
     def threads(self, dtype: str = "fp32") -> list[int]:
-        """The thread counts measured for ``dtype`` (``[0]`` on a GPU)."""
+        """The thread counts measured for ``dtype``, most first."""
         t = self.table[(self.table.dtype == dtype) & (self.table.status == "ok")]
-        return sorted(set(int(n) for n in t.threads))
+        return sorted({int(n) for n in t.threads}, reverse=True)
 
-    def hardware(self, dtype: str = "fp32", threads: int | None = None, bandwidth: str = "read") -> Hardware:
-        """This machine as a ``Hardware`` record: the matrix rate and the ``bandwidth`` kernel's rate."""
-        row = self._row(dtype, threads, "matmul")
-        where = row.device_name + (f", {int(row.threads)} threads" if row.threads else "")
-        return Hardware(f"this machine ({where}, {dtype})", self.flops(dtype, threads),
-                        self.bandwidth(dtype, threads, bandwidth),
-                        f"measured in chapter 0: {bandwidth} bandwidth and an {row.kernel} rate, median of repeats")
+    def dtypes(self) -> list[str]:
+        """The dtypes measured (not those the device refused)."""
+        return list(dict.fromkeys(self.table[self.table.status == "ok"].dtype))
+
+    def matrices(self, model: str, dtype: str, threads: int, kernel: str, rows: float) -> KernelTime:
+        """One call of the model's ``blocks`` (every layer) or ``head`` at ``rows`` rows, interpolated between the
+        row counts measured (log-log), at the last rate measured beyond them."""
+        t = self._rows(dtype, threads, kernel, model)
+        best = _interpolate(t.rows.to_numpy(float), t.best_s.to_numpy(float), rows)
+        median = _interpolate(t.rows.to_numpy(float), t.median_s.to_numpy(float), rows)
+        return KernelTime(best, median, f"{kernel} of {model} at {rows:g} rows")
+
+    def weight_rate(self, model: str, dtype: str, threads: int) -> float:
+        """The rate, in bytes/s, at which one row streams the model's weights (blocks and head, fastest calls):
+        what a decode step's matrix-vector products reach."""
+        b, h = (self._rows(dtype, threads, k, model, rows=1).iloc[0] for k in ("blocks", "head"))
+        return float((b.bytes_per_call + h.bytes_per_call) / (b.best_s + h.best_s))
+
+    def matrix_rate(self, model: str, dtype: str, threads: int, rows: float) -> float:
+        """``F(rows)``: the FLOP rate of the model's block matrices at ``rows`` rows (FLOP/s, fastest calls)."""
+        t = self._rows(dtype, threads, "blocks", model).iloc[0]
+        flops = t.flops_per_call / t.rows * rows
+        return float(flops / self.matrices(model, dtype, threads, "blocks", rows).best)
+
+    def attention_prefill(self, model: str, dtype: str, threads: int, tokens: float) -> KernelTime:
+        """A causal attention over ``tokens`` tokens, every layer (interpolated over the lengths measured)."""
+        t = self._rows(dtype, threads, "attention_prefill", model)
+        xs = t.rows.to_numpy(float)
+        return KernelTime(_interpolate(xs, t.best_s.to_numpy(float), tokens),
+                          _interpolate(xs, t.median_s.to_numpy(float), tokens), "attention_prefill")
+
+    def attention_decode(self, model: str, dtype: str, threads: int, cache_bytes: float,
+                         masked: bool = False) -> KernelTime:
+        """One new token per sequence attending over caches of ``cache_bytes`` in all, every layer (interpolated
+        over the cache sizes measured); ``masked``: with a mask over every position, as a preallocated cache
+        calls it."""
+        kernel = "attention_decode_masked" if masked else "attention_decode"
+        t = self._rows(dtype, threads, kernel, model)
+        xs = t.bytes_per_call.to_numpy(float)
+        return KernelTime(_interpolate(xs, t.best_s.to_numpy(float), cache_bytes),
+                          _interpolate(xs, t.median_s.to_numpy(float), cache_bytes), kernel)
+
+    def dispatch(self, model: str, dtype: str, threads: int, pass_kind: str = "decode") -> KernelTime:
+        """Issuing one pass's operations (``prefill``, ``decode`` or ``decode_static``), from the narrow model."""
+        row = self._rows(dtype, threads, "dispatch", model, pass_kind=pass_kind).iloc[0]
+        return KernelTime(float(row.best_s), float(row.median_s), f"dispatch of a {pass_kind} pass")
+
+    def operations(self, model: str, dtype: str, threads: int, pass_kind: str = "decode") -> tuple[int, float]:
+        """(operations issued by one pass, microseconds each)."""
+        row = self._rows(dtype, threads, "dispatch", model, pass_kind=pass_kind).iloc[0]
+        return int(row.operations), float(row.us_per_operation)
 
 
-def load_ceilings(quick: bool = False) -> Ceilings:
-    """The ceilings chapter 0 measured in this build. Raises ``FileNotFoundError`` with the one
-    command to run when chapter 0 has not been built.
+def load_ceilings(device: torch.device, quick: bool = False) -> Ceilings:
+    """The ceilings chapter 0 measured in this build on ``device``, checked (:func:`check_ceilings`). Raises
+    ``FileNotFoundError`` with the one command to run when chapter 0 has not been built, and ``ValueError`` in one
+    line when it measured another device (a chapter run by hand with ``device="cpu"`` on a GPU machine, say).
 
-    Introduced in section 0; read by sections 1 to 6.
+    Introduced in section 0; read by every later chapter.
     """
     from lib.results import load_table  # results imports device; keep this module's import light
 
     table = load_table(MACHINE_SECTION, "ceilings", quick=quick)
     if table is None:
         raise FileNotFoundError(
-            f"this chapter reads the machine's ceilings from chapter 0: run `python -m lib.make.book {MACHINE_SECTION}`"
-            f"{' --quick' if quick else ''} (or `make book`) first")
-    return Ceilings(table)
+            f"this chapter reads the machine's ceilings from chapter 0: run `python -m lib.make.book "
+            f"{'--quick ' if quick else ''}{MACHINE_SECTION}` (or `make book`) first")
+    check_ceilings(table)
+    mine = table[table.device == str(device)]
+    if mine.empty:
+        raise ValueError(f"chapter 0 measured {', '.join(sorted(set(table.device)))}, not {device}: run chapter 0 "
+                         f"with device='{device}' first (this chapter's predictions need this device's ceilings)")
+    return Ceilings(mine.reset_index(drop=True), str(device))

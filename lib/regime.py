@@ -1,85 +1,76 @@
-"""The one rule that labels a measured point: compute-, memory- or launch-bound, or not explained.
+"""The one rule that labels a measured pass: which part of it sets its time, or that nothing explains it.
 
-Every lower bound on a pass (the roofline's compute and memory terms from :mod:`lib.roofline`, the
-launch floor :mod:`lib.machine` measures) is a floor: the largest one limits the pass. A measured
-time near it is in that regime; one far above it is not explained by any bound; one below it means a
-ceiling was measured wrong. Every chapter that labels a point calls :func:`regime`.
+The cost model (:mod:`lib.costmodel`) prices a pass as a sum of terms, each at a ceiling chapter 0 measured for
+the kernel that does the work. A measured pass is labelled by that prediction:
 
-Introduced in section 2 (the regime of each prefill point); sections 3 and 6 label every point with it.
+* faster than its floor (its largest term alone, at the ceilings' fastest calls) by more than that ceiling's own
+  spread: ``"below its floor: a ceiling is wrong"``: chapter 0 understated this machine;
+* slower than ``slack`` times the predicted sum: ``"unexplained overhead"``: some work the model does not price;
+  measure one layer down before optimising;
+* otherwise ``"<limit>-bound"`` for the largest term's limit: ``memory`` (weights or cache streamed),
+  ``compute`` (matrix FLOPs at the rate the rows reach), ``slow-kernel`` (a dtype without hardware instructions)
+  or ``launch`` (issuing the operations).
+
+Every chapter that labels a point calls :func:`regime`. Introduced in section 2; sections 3 and 6 label every
+point with it.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 
-from lib.roofline import positive_seconds
+from lib.claims import PREDICTED_TIME, Spread
+from lib.costmodel import Prediction
 
-__all__ = ["REGIME_SLACK", "FLOOR_TOLERANCE", "Regime", "regime"]
+__all__ = ["REGIME_SLACK", "Regime", "regime"]
 
-#: A measured pass more than this many times its largest lower bound is not explained by any bound.
-REGIME_SLACK = 2.0
-#: A measured pass faster than this fraction of a lower bound means that bound's ceiling is wrong.
-FLOOR_TOLERANCE = 0.9
+#: A pass slower than this many times its predicted time is not explained by the cost model: the same
+#: tolerance the claims give a time predicted from measured ceilings.
+REGIME_SLACK = PREDICTED_TIME
 
 
 @dataclass(frozen=True)
 class Regime:
-    """Which regime a measured pass is in: ``label`` (``"compute-bound"``, ``"memory-bound"``,
-    ``"launch-bound"``, ``"unexplained overhead"`` or ``"below a bound: a ceiling is wrong"``), the
-    largest lower bound ``limit`` and its time ``bound_s`` (seconds), and ``ratio = measured /
-    bound_s``.
+    """The regime of one measured pass: ``label``, the largest term (``term``, ``limit``), the predicted time
+    (``predicted_s``, at the ceilings' fastest calls), the floor (``floor_s``) and ``ratio``: measured (median
+    over runs) over predicted.
 
     Introduced in section 2.
     """
 
     label: str
+    term: str
     limit: str
-    bound_s: float
+    predicted_s: float
+    floor_s: float
     ratio: float
 
     @property
     def explained(self) -> bool:
-        """True when a bound explains the time (the label names a bound)."""
+        """True when the cost model explains the pass (the label names a limit)."""
         return self.label.endswith("-bound")
 
 
-def regime(measured_s: float, bounds: Mapping[str, float], *, slack: float = REGIME_SLACK,
-           tolerance: float = FLOOR_TOLERANCE) -> Regime:
-    """The one rule that labels a measured point, used by every chapter.
+def regime(measured: Spread | float, prediction: Prediction, *, slack: float = REGIME_SLACK,
+           floor_spread: float = 0.0) -> Regime:
+    """Label a measured pass (seconds; a :class:`~lib.claims.Spread` over runs, or one number) by its
+    :class:`~lib.costmodel.Prediction`. ``floor_spread`` is the relative spread of the ceiling the floor is priced
+    at (a pass may beat the fastest call by that much before the ceiling is called wrong).
 
-    ``bounds`` maps a name (``"compute"``, ``"memory"``, ``"launch"``) to a lower bound on the pass in
-    seconds: the roofline's two terms and, where measured, the launch floor (the same pass with
-    negligible bytes and FLOPs). NaN bounds are skipped. Every bound is a floor, so the largest one
-    limits the pass:
-
-    * measured below ``tolerance`` times the largest bound: ``"below a bound: a ceiling is wrong"``
-      (a measured ceiling understates the machine, or a count overstates the work);
-    * measured above ``slack`` times the largest bound: ``"unexplained overhead"`` (no bound explains
-      it: measure further before optimising);
-    * otherwise ``"<name>-bound"`` for the largest bound.
-
-    Introduced in section 2; section 6 labels every measured point with it.
+    Introduced in section 2.
     """
-    measured_s = positive_seconds("measured time", measured_s)
+    m = measured if isinstance(measured, Spread) else Spread.at(float(measured))
+    if not m.low > 0:
+        raise ValueError(f"a measured time must be positive seconds, got {m}")
     if not slack >= 1:
-        raise ValueError(f"slack must be at least 1 (a pass cannot beat its bound), got {slack!r}")
-    if not 0 < tolerance <= 1:
-        raise ValueError(f"tolerance must be in (0, 1], got {tolerance!r}")
-    known = {}
-    for name, seconds in bounds.items():
-        if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
-            continue
-        known[name] = positive_seconds(f"bound {name!r}", seconds)
-    if not known:
-        raise ValueError("regime needs at least one known lower bound (compute, memory or launch)")
-    limit = max(known, key=known.get)
-    ratio = measured_s / known[limit]
-    if ratio < tolerance:
-        label = "below a bound: a ceiling is wrong"
-    elif ratio > slack:
+        raise ValueError(f"slack must be at least 1, got {slack!r}")
+    top = prediction.dominant
+    limit = top.limit.replace(" ", "-")
+    ratio = m.mid / prediction.best
+    if m.low < prediction.floor * (1 - floor_spread):
+        label = "below its floor: a ceiling is wrong"
+    elif m.mid > slack * prediction.best:
         label = "unexplained overhead"
     else:
         label = f"{limit}-bound"
-    return Regime(label, limit, known[limit], ratio)
+    return Regime(label, top.name, limit, prediction.best, prediction.floor, ratio)

@@ -125,13 +125,3 @@ def median_range(frame: pd.DataFrame, by: str | Sequence[str], columns: Sequence
     out = pd.concat(parts, axis=1)
     order = [x for c in columns for x in (c, f"{c}_low", f"{c}_high")]
     return out[order].reset_index()
-
-
-def span(low: float, high: float, fmt: str = ".1f", unit: str = "") -> str:
-    """``"low-high unit"`` for a range, or one number when both ends print the same.
-
-    Introduced in section 0.
-    """
-    a, b = format(low, fmt), format(high, fmt)
-    text = a if a == b else f"{a}–{b}"
-    return f"{text} {unit}".rstrip()

@@ -1,84 +1,141 @@
-"""This machine's ceilings: every kernel measured, rates from counted bytes and FLOPs, clear errors."""
+"""This machine's ceilings: every kernel measured within its budget, rates from counted bytes and FLOPs, look-ups
+by device, dtype and a whole number of threads, and a table no machine could produce refused."""
 
+import time
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
 
+import synthetic
 from lib import machine
 from lib.device import UnsupportedDtype
-from lib.shapes import GPT2_SMALL, ModelShape
 
-TINY = ModelShape("tiny", 2, 64, 4, 2, 128, 256, gated_ffn=True, bytes_per_param=4)
+CPU = torch.device("cpu")
 
 
-def test_sizes_policy_is_one_for_every_chapter():
-    full, quick = machine.sizes("cpu"), machine.sizes("cpu", quick=True)
+def test_budget_policy():
+    full, quick = machine.budget(CPU), machine.budget(CPU, quick=True)
     assert full.stream_bytes >= 256 << 20 and quick.stream_bytes < full.stream_bytes
-    assert quick.repeats <= full.repeats
+    assert quick.seconds < full.seconds and quick.max_repeats <= full.max_repeats
 
 
-def test_model_matmuls_hold_exactly_the_shape_weights():
-    weights = machine.model_matmuls(TINY, torch.device("cpu"), torch.float32)
-    assert sum(w.numel() for w in weights) == TINY.matmul_params
-    gpt2 = GPT2_SMALL
-    dims = machine.model_matmuls(ModelShape("g", 1, 64, 4, 4, 256, 100, gated_ffn=False), torch.device("cpu"),
-                                 torch.float32)
-    assert len(dims) == 4 + 2 + 1 and gpt2.gated_ffn is False
+@pytest.mark.parametrize("layout, calls", [("conv1d", 4), ("linear", 7)])
+def test_model_matrices_are_the_models_own_layout(layout, calls, monkeypatch):
+    shape, _ = machine.MODELS["smollm2-135m" if layout == "linear" else "tiny-gpt2"]
+    seen = []
+    real_addmm, real_linear = torch.addmm, torch.nn.functional.linear
+    monkeypatch.setattr(torch, "addmm", lambda b, x, w: seen.append(("addmm", tuple(w.shape))) or real_addmm(b, x, w))
+    monkeypatch.setattr(torch.nn.functional, "linear", lambda x, w: seen.append(("linear", tuple(w.shape))) or
+                        real_linear(x, w))
+    run = machine.model_matrices(shape, layout, CPU, torch.float32, layers=1)
+    run({n: torch.zeros(1, n) for n in (shape.d_model, shape.d_ff)})
+    assert len(seen) == calls
+    if layout == "conv1d":  # GPT-2's Conv1D: [in, out]
+        assert seen[0] == ("addmm", (shape.d_model, 3 * shape.d_model))
+    else:  # a Llama's Linear: [out, in]; k and v sized for grouped-query attention
+        assert seen[1] == ("linear", (shape.kv_heads * shape.head_dim, shape.d_model))
+    assert sum(np.prod(s) for _, s in seen) == shape.block_params
 
 
 @pytest.mark.slow
-def test_measure_ceilings_cpu_quick():
-    table = machine.measure_ceilings("cpu", ("fp32",), (1,), shape=TINY, quick=True)
-    assert set(table.kernel) == {"read", "copy", "triad", "matvec", "matmul", "launch"}
-    assert (table.status == "ok").all() and (table.threads == 1).all()
-    read = table[table.kernel == "read"].iloc[0]
-    assert read.bandwidth_gb_s == pytest.approx(read.bytes_per_call / read.median_s / 1e9)
-    assert read.bandwidth_gb_s_low <= read.bandwidth_gb_s <= read.bandwidth_gb_s_high
-    triad = table[table.kernel == "triad"].iloc[0]
-    assert triad.bytes_per_call == 3 * read.bytes_per_call
-    mm = table[table.kernel == "matmul"].iloc[0]
-    assert mm.flops_per_call == 2 * machine.sizes("cpu", True).matmul_n ** 3 and mm.gflop_s > 0
-    ceilings = machine.Ceilings(table)
-    hw = ceilings.hardware("fp32", 1, bandwidth="triad")
-    assert hw.bandwidth == pytest.approx(triad.bandwidth_gb_s * 1e9) and hw.flops == pytest.approx(mm.gflop_s * 1e9)
-    assert ceilings.threads("fp32") == [1] and ceilings.launch_s("fp32", 1) > 0
-    with pytest.raises(ValueError, match="measured no"):
-        ceilings.bandwidth("bf16")
+def test_measure_ceilings_quick_has_every_kernel_and_consistent_rates():
+    table = machine.measure_ceilings(CPU, ("fp32",), (1,), models=("tiny-gpt2",), quick=True, log=lambda _: None)
+    assert {"read", "read_max", "copy", "fresh_copy", "triad", "square_matmul", "blocks", "head", "attention_prefill",
+            "attention_decode", "attention_decode_masked", "dispatch"} <= set(table.kernel)
+    ok = table[table.status == "ok"]
+    assert (ok.best_s <= ok.median_s).all() and (ok.median_s <= ok.worst_s).all() and (ok.threads == 1).all()
+    read = ok[ok.kernel == "read"].iloc[0]
+    assert read.gb_s == pytest.approx(read.bytes_per_call / read.best_s / 1e9)
+    assert ok[ok.kernel == "triad"].iloc[0].bytes_per_call == 3 * read.bytes_per_call
+    c = machine.Ceilings(machine.check_ceilings(table), "cpu")
+    assert c.threads() == [1] and c.dispatch("tiny-gpt2", "fp32", 1).best > 0
+    ops, us = c.operations("tiny-gpt2", "fp32", 1)
+    assert ops > 50 and us > 0
+    assert c.weight_rate("tiny-gpt2", "fp32", 1) > 0
+    with pytest.raises(ValueError, match=r"measured no read in bf16 at 1 thread\(s\) on cpu"):
+        c.stream_bandwidth("bf16", 1)
+    with pytest.raises(ValueError, match="measured no read in fp32 at 2 thread"):
+        c.stream_bandwidth("fp32", 2)
+
+
+def test_a_slow_kernel_gets_a_short_sweep_within_its_budget(monkeypatch):
+    """A dtype without hardware instructions can be 60 times slower; the sweep must follow the rate it finds:
+    a 1 GFLOP/s product is timed on part of the model, and what would not fit is skipped with the reason."""
+    real = torch.nn.functional.linear
+
+    def slow(x, w, *args):
+        time.sleep(2 * x.shape[0] * w.numel() / 1e9)
+        return real(x, w, *args)
+
+    monkeypatch.setattr(torch.nn.functional, "linear", slow)
+    plan = machine.Budget(seconds=0.3, min_repeats=2, max_repeats=3, stream_bytes=1 << 20)
+    started = time.perf_counter()
+    rows = machine.matrices("smollm2-135m", CPU, torch.float32, plan, dict(device="cpu"), rows=(1, 4, 64, 1024),
+                            head_rows=(1, 64), slow=True)
+    assert time.perf_counter() - started < 30
+    table = pd.DataFrame(rows)
+    assert (table.status.str.startswith("skipped") | (table.measured_fraction < 1)).any()
+    skipped = table[table.status != "ok"]
+    assert skipped.note.str.contains("predicted").all()
 
 
 def test_unsupported_dtype_is_a_row_not_a_crash(monkeypatch):
     def refuse(name, device):
-        raise UnsupportedDtype("no fp16 here")
+        raise UnsupportedDtype("fp16 matrix products are not supported")
+
     monkeypatch.setattr(machine, "resolve_dtype", refuse)
-    table = machine.measure_ceilings("cpu", ("fp16",), (1,), shape=TINY, quick=True)
+    table = machine.measure_ceilings(CPU, ("fp16",), (1,), quick=True, log=lambda _: None)
     assert len(table) == 1 and table.status.iloc[0].startswith("unsupported")
 
 
-@pytest.mark.parametrize("device", ["tpu", "gpu", ""])
-def test_unknown_device(device):
-    with pytest.raises(ValueError, match="device"):
-        machine.measure_ceilings(device, quick=True)
+def test_unknown_model_is_refused():
+    with pytest.raises(ValueError, match="knows the matrices of gpt2-small"):
+        machine.measure_ceilings(CPU, models=("gpt5",))
 
 
 def test_hardware_support_reads_cpu_flags(monkeypatch):
     monkeypatch.setattr(machine, "cpu_flags", lambda: {"avx2"})
-    assert machine.hardware_support("cpu", torch.float32)
-    assert not machine.hardware_support("cpu", torch.bfloat16)
+    assert machine.hardware_support(CPU, torch.float32)
+    assert not machine.hardware_support(CPU, torch.bfloat16)
     monkeypatch.setattr(machine, "cpu_flags", lambda: {"avx512_bf16"})
-    assert machine.hardware_support("cpu", torch.bfloat16)
+    assert machine.hardware_support(CPU, torch.bfloat16)
 
 
-def test_load_ceilings_says_which_chapter_to_run(monkeypatch, tmp_path):
-    monkeypatch.setattr("lib.results.load_table", lambda *a, **k: None)
-    with pytest.raises(FileNotFoundError, match="00_machine"):
-        machine.load_ceilings()
+def test_look_ups_interpolate_between_measured_rows():
+    c = synthetic.ceilings()
+    one, sixteen = (c.matrices("gpt2-small", "fp32", 2, "blocks", m).best for m in (1, 16))
+    assert one == pytest.approx(sixteen)  # flat while the bytes dominate
+    big = c.matrices("gpt2-small", "fp32", 2, "blocks", 512).best
+    assert c.matrix_rate("gpt2-small", "fp32", 2, 512) == pytest.approx(synthetic.PEAK, rel=1e-6)
+    assert c.matrices("gpt2-small", "fp32", 2, "blocks", 2048).best == pytest.approx(2 * c.matrices(
+        "gpt2-small", "fp32", 2, "blocks", 1024).best)  # past the last row count: the last rate, held
+    assert big > sixteen
+    assert c.weight_rate("gpt2-small", "fp32", 2) == pytest.approx(synthetic.WEIGHT_RATE)
 
 
-def test_launch_floor_scales_with_the_blocks_of_the_model():
-    base = dict(dtype="fp32", threads=2, status="ok", device_name="cpu", hardware_support=True)
-    table = pd.DataFrame([dict(base, kernel="launch", median_s=0.012, layers=12)])
-    ceilings = machine.Ceilings(table)
-    assert ceilings.launch_s("fp32", 2) == pytest.approx(0.012)
-    assert ceilings.launch_s("fp32", 2, layers=30) == pytest.approx(0.030)
-    assert ceilings.launch_s("fp32", 2, layers=2) == pytest.approx(0.002)
+def test_check_ceilings_refuses_what_no_machine_produces():
+    good = synthetic.table()
+    machine.check_ceilings(good)
+    fast = good.copy()
+    fast.loc[fast.kernel == "read", "best_s"] = 1e-9
+    with pytest.raises(machine.CorruptCeilings, match="beyond any memory system.*re-measure it with"):
+        machine.check_ceilings(fast)
+    outside = good.copy()
+    outside.loc[0, "median_s"] = outside.loc[0, "worst_s"] * 2
+    with pytest.raises(machine.CorruptCeilings, match="median within the range"):
+        machine.check_ceilings(outside)
+    with pytest.raises(machine.CorruptCeilings, match="not a ceilings table"):
+        machine.check_ceilings(good.drop(columns=["best_s"]))
+
+
+def test_load_ceilings_names_the_chapter_and_the_device(monkeypatch, tmp_path):
+    import lib.results
+    monkeypatch.setattr(lib.results, "load_table", lambda *a, **k: None)
+    with pytest.raises(FileNotFoundError, match="python -m lib.make.book 00_machine"):
+        machine.load_ceilings(CPU)
+    monkeypatch.setattr(lib.results, "load_table", lambda *a, **k: synthetic.table())
+    assert machine.load_ceilings(CPU).device == "cpu"
+    with pytest.raises(ValueError, match="chapter 0 measured cpu, not cuda:0: run chapter 0 with device='cuda:0'"):
+        machine.load_ceilings(torch.device("cuda", 0))

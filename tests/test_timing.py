@@ -61,11 +61,6 @@ def test_median_range_keeps_group_order_and_names_columns():
         timing.median_range(frame, "chunk", ["ttft_ms"])
 
 
-def test_span_prints_one_number_when_the_ends_agree():
-    assert timing.span(1.04, 1.06) == "1.0\u20131.1"
-    assert timing.span(2.0, 2.04, unit="ms") == "2.0 ms"
-
-
 def test_overhead_is_measured_and_small():
     cost = timing.overhead("cpu", repeats=20)
     assert set(cost) == {"clock", "readback"}

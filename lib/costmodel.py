@@ -1,0 +1,184 @@
+"""The one cost model: what a pass of an eager model should take on this machine, term by term.
+
+An eager pass on a CPU (or a GPU driven from Python) runs its kernels one after another, and issuing each one
+costs time of its own. So its time is a **sum**, each term priced at a ceiling chapter 0 measured for the kernel
+that does the work (:mod:`lib.machine`), not at a textbook peak:
+
+* **matrices**: per group of weight matrices (the transformer blocks, the LM head), the larger of its bytes over
+  the rate its own kernel streams them at one row, and its FLOPs over ``F(rows)``, the rate the model's matrices
+  reach with that many rows. (At one row the two are the same number: the weights must stream once. With more
+  rows the FLOPs take over, at a rate that depends on the number of rows.)
+* **attention**: a prefill's causal attention at the rate chapter 0 measured for that length; a decode step's
+  read of every sequence's cache.
+* **cache copy**: a cache that grows by concatenation (``DynamicCache``) is read and written into a new tensor at
+  every step, at the copy rate (into fresh memory, where a tensor is large enough that the allocator maps new
+  pages for it); a preallocated cache (``StaticCache``) is written in place, but attention then reads every
+  preallocated position.
+* **dispatch**: issuing the pass's operations, measured on the same model only 64 wide.
+
+:class:`CostModel` returns a :class:`Prediction` with every term, so a page can show where a pass's time goes;
+:func:`lib.regime.regime` labels a measured pass from it. Every term is priced twice: at the ceilings' fastest
+calls (``best``, the floor a pass cannot beat) and at their medians (what a typical call took).
+
+Introduced in section 2 (a prefill's cost); used by every chapter that predicts a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import pandas as pd
+
+from lib.machine import Ceilings, KernelTime
+from lib.shapes import ModelShape
+
+__all__ = ["Term", "Prediction", "CostModel", "FRESH_PAGES_BYTES"]
+
+#: A tensor at least this large gets fresh pages from the allocator each time it is made (glibc's largest
+#: mmap threshold on 64-bit Linux): copying into it runs at chapter 0's ``fresh_copy`` rate, not ``copy``'s.
+FRESH_PAGES_BYTES = 32 << 20
+
+
+@dataclass(frozen=True)
+class Term:
+    """One part of a pass: ``name``, its time in seconds at the ceilings' fastest calls (``best``) and at their
+    medians (``median``), what limits it (``limit``: ``"memory"``, ``"compute"``, ``"slow kernel"`` or
+    ``"launch"``) and how it was priced (``how``)."""
+
+    name: str
+    best: float
+    median: float
+    limit: str
+    how: str
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The predicted time of one pass, as the sum of its :class:`Term` s (seconds)."""
+
+    kind: str
+    tokens: int
+    batch: int
+    context: int
+    terms: tuple[Term, ...]
+
+    @property
+    def best(self) -> float:
+        """The pass at the ceilings' fastest calls, seconds."""
+        return sum(t.best for t in self.terms)
+
+    @property
+    def median(self) -> float:
+        """The pass at the ceilings' median calls, seconds."""
+        return sum(t.median for t in self.terms)
+
+    @property
+    def dominant(self) -> Term:
+        """The largest term: what this pass's time is mostly made of."""
+        return max(self.terms, key=lambda t: t.best)
+
+    @property
+    def floor(self) -> float:
+        """The largest term alone at its fastest: no pass can take less (seconds)."""
+        return self.dominant.best
+
+    def term(self, name: str) -> Term:
+        """The term called ``name`` (a zero term when the pass has none)."""
+        return next((t for t in self.terms if t.name == name), Term(name, 0.0, 0.0, "", "not in this pass"))
+
+    def frame(self) -> pd.DataFrame:
+        """The terms as a table in milliseconds, with each one's share of the pass."""
+        return pd.DataFrame([dict(term=t.name, best_ms=t.best * 1e3, median_ms=t.median * 1e3,
+                                  share=t.best / self.best, limit=t.limit, priced_as=t.how) for t in self.terms])
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """The cost of ``model``'s passes (shape ``shape``) in ``dtype`` on ``threads`` threads, from ``ceilings``.
+
+    ``model`` names the ceilings' rows (``"gpt2-small"``, ``"smollm2-135m"``, ``"tiny-gpt2"``); ``shape`` gives
+    the bytes and FLOPs (:mod:`lib.shapes`, in this dtype). Introduced in section 2."""
+
+    ceilings: Ceilings
+    model: str
+    shape: ModelShape
+    dtype: str
+    threads: int
+
+    def _matrix_terms(self, rows: int, head_rows: int) -> list[Term]:
+        c, s, args = self.ceilings, self.shape, (self.model, self.dtype, self.threads)
+        slow = not c.hardware_support(self.dtype)
+        terms = []
+        for kernel, name, m in (("blocks", "block matrices", rows), ("head", "LM head", head_rows)):
+            one, many = c.matrices(*args, kernel, 1), c.matrices(*args, kernel, m)
+            rate = c.weight_rate(*args) / 1e9
+            if m == 1 or many.best <= one.best:
+                t, limit = one, "memory"
+                how = f"its bytes at the rate one row streams the weights ({rate:.1f} GB/s for all of them)"
+            else:
+                t, limit = many, "slow kernel" if slow else "compute"
+                how = f"its FLOPs at F({m} rows)"
+            terms.append(Term(name, t.best, t.median, limit, how))
+        return terms
+
+    def _cache_rate(self, tensor_bytes: float) -> tuple[float, str]:
+        fresh = tensor_bytes >= FRESH_PAGES_BYTES and not self.ceilings.device.startswith("cuda")
+        kernel = "fresh_copy" if fresh else "copy"
+        return self.ceilings.stream_bandwidth(self.dtype, self.threads, kernel), kernel
+
+    def prefill(self, tokens: int, *, logits: Literal["last", "all"] = "last", past: int = 0,
+                batch: int = 1) -> Prediction:
+        """A prefill of ``tokens`` new tokens for each of ``batch`` sequences, after ``past`` cached ones (a chunk
+        of a chunked prefill), with the LM head at the last position (``logits="last"``) or at every one."""
+        if tokens < 1 or batch < 1 or past < 0:
+            raise ValueError(f"a prefill needs tokens >= 1, batch >= 1 and past >= 0, got {tokens}, {batch}, {past}")
+        if logits not in ("last", "all"):
+            raise ValueError(f"logits must be 'last' or 'all', got {logits!r}")
+        c, args = self.ceilings, (self.model, self.dtype, self.threads)
+        terms = self._matrix_terms(batch * tokens, batch * (tokens if logits == "all" else 1))
+        attn = c.attention_prefill(*args, tokens) * (batch * (1 + 2 * past / tokens))
+        terms.append(Term("attention", attn.best, attn.median, "compute",
+                          f"causal attention over {tokens} tokens at chapter 0's rate"
+                          + (f", plus {past} cached ones" if past else "")))
+        if past:
+            per_layer = batch * past * self.shape.kv_bytes_per_token / (2 * self.shape.layers)
+            rate, kernel = self._cache_rate(per_layer)
+            moved = 2 * batch * past * self.shape.kv_bytes_per_token
+            terms.append(Term("cache copy", moved / rate, moved / rate * (1 + c.stream_spread(self.dtype, self.threads,
+                              kernel)), "memory", f"the {past} cached positions read and written ({kernel})"))
+        d = c.dispatch(*args, "prefill")
+        terms.append(Term("dispatch", d.best, d.median, "launch", "the same pass, 64 wide"))
+        return Prediction("prefill", tokens, batch, past, tuple(terms))
+
+    def decode(self, context: int, *, batch: int = 1, cache: Literal["dynamic", "static"] = "dynamic",
+               max_len: int | None = None) -> Prediction:
+        """One decode step of ``batch`` sequences, each with ``context`` cached tokens, over a growing cache
+        (``"dynamic"``: copied into a longer tensor every step) or a preallocated one of ``max_len`` positions
+        (``"static"``: attention reads all of them, masked)."""
+        if context < 0 or batch < 1:
+            raise ValueError(f"a decode step needs context >= 0 and batch >= 1, got {context} and {batch}")
+        if cache not in ("dynamic", "static"):
+            raise ValueError(f"cache must be 'dynamic' or 'static', got {cache!r}")
+        if cache == "static" and (max_len is None or max_len < context):
+            raise ValueError(f"a static cache needs max_len >= context, got {max_len}")
+        c, s, args = self.ceilings, self.shape, (self.model, self.dtype, self.threads)
+        terms = self._matrix_terms(batch, batch)
+        read = batch * (context if cache == "dynamic" else max_len) * s.kv_bytes_per_token
+        attn = c.attention_decode(*args, read, masked=cache == "static")
+        terms.append(Term("attention", attn.best, attn.median, "memory",
+                          f"{read / 1e6:.1f} MB of cache read by attention, at chapter 0's rate for that size"
+                          + (" (masked: every preallocated position)" if cache == "static" else "")))
+        if cache == "dynamic":
+            rate, kernel = self._cache_rate(batch * context * s.kv_bytes_per_token / (2 * s.layers))
+            moved = 2 * batch * context * s.kv_bytes_per_token
+            spread = c.stream_spread(self.dtype, self.threads, kernel)
+            terms.append(Term("cache copy", moved / rate, moved / rate * (1 + spread), "memory",
+                              f"the cache read and written into a longer one ({kernel}, {rate / 1e9:.1f} GB/s)"))
+        d = c.dispatch(*args, "decode" if cache == "dynamic" else "decode_static")
+        terms.append(Term("dispatch", d.best, d.median, "launch", "the same step, 64 wide"))
+        return Prediction("decode", batch, batch, context, tuple(terms))
+
+    def kernel(self, kernel: str, rows: int) -> KernelTime:
+        """One call of the model's ``blocks`` or ``head`` at ``rows`` rows, as chapter 0 measured it."""
+        return self.ceilings.matrices(self.model, self.dtype, self.threads, kernel, rows)

@@ -1,0 +1,52 @@
+"""Synthetic ceilings for tests of the cost model and the regime rule: every rate chosen by hand, so a test can
+compute what the model must predict and make a measured pass go either way."""
+
+import pandas as pd
+
+from lib.machine import MODELS, Ceilings
+
+#: The hand-chosen rates: weights stream at 10 GB/s at one row, F(M) grows as M up to 16 rows (flat time) and
+#: then at 100 GFLOP/s; attention at 50 GFLOP/s; caches read at 20 GB/s; copies at 20 GB/s (fresh: 5 GB/s).
+WEIGHT_RATE, PEAK, ATTENTION_RATE, CACHE_RATE, COPY, FRESH_COPY = 10e9, 100e9, 50e9, 20e9, 20e9, 5e9
+DISPATCH = {"prefill": 3e-3, "decode": 2e-3, "decode_static": 1.5e-3}
+
+
+def table(model: str = "gpt2-small", dtype: str = "fp32", threads: int = 2, spread: float = 0.1,
+          hardware: bool = True) -> pd.DataFrame:
+    """A ceilings table for ``model`` with the rates above; ``best_s`` at the rate, the median ``spread`` slower."""
+    shape, _ = MODELS[model]
+    size = 4 if dtype == "fp32" else 2
+    base = dict(device="cpu", device_name="synthetic", dtype=dtype, threads=threads, hardware_support=hardware,
+                status="ok", note="", spread=spread)
+    rows = []
+
+    def add(kernel, seconds, **extra):
+        rows.append(dict(base, kernel=kernel, best_s=seconds, median_s=seconds * (1 + spread),
+                         worst_s=seconds * (1 + 2 * spread), **extra))
+
+    for kernel, rate in (("read", CACHE_RATE), ("read_max", CACHE_RATE), ("copy", COPY), ("fresh_copy", FRESH_COPY),
+                         ("triad", COPY)):
+        add(kernel, 1e9 / rate, model="", rows=0, bytes_per_call=1e9, flops_per_call=float("nan"))
+    add("square_matmul", 1e9 / PEAK, model="", rows=1000, bytes_per_call=float("nan"), flops_per_call=1e9)
+    for kernel, params in (("blocks", shape.layers * shape.block_params), ("head", shape.lm_head_params)):
+        nbytes = params * size
+        for m in (1, 2, 4, 16, 64, 256, 1024):
+            seconds = max(nbytes / WEIGHT_RATE, 2 * params * m / PEAK)
+            add(kernel, seconds, model=model, rows=m, bytes_per_call=nbytes, flops_per_call=2.0 * params * m)
+    for t in (1, 16, 256, 1024):
+        flops = shape.layers * 2 * shape.d_model * t * t
+        add("attention_prefill", flops / ATTENTION_RATE + 1e-5, model=model, rows=t, bytes_per_call=float("nan"),
+            flops_per_call=float(flops))
+    for kernel in ("attention_decode", "attention_decode_masked"):
+        for b, c in ((1, 16), (1, 1024), (64, 512)):
+            nbytes = b * c * shape.with_dtype(dtype).kv_bytes_per_token
+            add(kernel, nbytes / CACHE_RATE, model=model, rows=b, context=c, bytes_per_call=nbytes,
+                flops_per_call=float("nan"))
+    for kind, seconds in DISPATCH.items():
+        add("dispatch", seconds, model=model, rows=1, pass_kind=kind, operations=500, us_per_operation=seconds / 500 * 1e6,
+            bytes_per_call=float("nan"), flops_per_call=float("nan"))
+    return pd.DataFrame(rows)
+
+
+def ceilings(**kwargs) -> Ceilings:
+    return Ceilings(table(**kwargs), "cpu")

@@ -1,0 +1,87 @@
+"""The cost model on synthetic ceilings: every term computed by hand, both ways a measured pass can go."""
+
+import pytest
+
+import synthetic
+from lib.costmodel import FRESH_PAGES_BYTES, CostModel
+from lib.machine import MODELS
+
+SHAPE = MODELS["gpt2-small"][0].with_dtype("fp32")
+
+
+def model(**kwargs):
+    return CostModel(synthetic.ceilings(**kwargs), "gpt2-small", SHAPE, "fp32", 2)
+
+
+def test_a_one_token_prefill_is_its_weights_plus_dispatch():
+    p = model().prefill(1)
+    weights = SHAPE.weight_bytes / synthetic.WEIGHT_RATE
+    assert p.term("block matrices").best + p.term("LM head").best == pytest.approx(weights)
+    assert p.term("dispatch").best == synthetic.DISPATCH["prefill"]
+    assert p.best == pytest.approx(weights + synthetic.DISPATCH["prefill"] + p.term("attention").best)
+    assert p.term("block matrices").limit == "memory" and p.dominant.name == "block matrices"
+    assert p.median > p.best  # the medians are slower by the synthetic spread
+
+
+def test_a_long_prefill_is_priced_by_its_flops_at_the_rate_of_its_rows():
+    p = model().prefill(1024)
+    blocks = p.term("block matrices")
+    assert blocks.limit == "compute"
+    assert blocks.best == pytest.approx(2 * SHAPE.layers * SHAPE.block_params * 1024 / synthetic.PEAK)
+    assert p.term("LM head").best == pytest.approx(SHAPE.lm_head_params * 4 / synthetic.WEIGHT_RATE)  # last only
+    everywhere = model().prefill(1024, logits="all")
+    assert everywhere.term("LM head").best == pytest.approx(2 * SHAPE.lm_head_params * 1024 / synthetic.PEAK)
+    attention = SHAPE.layers * 2 * SHAPE.d_model * 1024 ** 2 / synthetic.ATTENTION_RATE + 1e-5
+    assert p.term("attention").best == pytest.approx(attention, rel=1e-3)
+
+
+def test_a_chunk_after_cached_tokens_pays_for_attending_to_them_and_copying_them():
+    alone, chunk = model().prefill(256), model().prefill(256, past=512)
+    assert chunk.term("attention").best == pytest.approx(alone.term("attention").best * (1 + 2 * 512 / 256))
+    moved = 2 * 512 * SHAPE.kv_bytes_per_token
+    assert chunk.term("cache copy").best == pytest.approx(moved / synthetic.COPY)
+    assert alone.term("cache copy").best == 0
+
+
+def test_a_decode_step_reads_and_copies_a_growing_cache_but_not_a_preallocated_one():
+    dynamic = model().decode(512)
+    static = model().decode(512, cache="static", max_len=1024)
+    read = 512 * SHAPE.kv_bytes_per_token
+    assert dynamic.term("attention").best == pytest.approx(read / synthetic.CACHE_RATE, rel=1e-3)
+    assert dynamic.term("cache copy").best == pytest.approx(2 * read / synthetic.COPY)
+    assert static.term("cache copy").best == 0
+    assert static.term("attention").best == pytest.approx(2 * read / synthetic.CACHE_RATE, rel=1e-3)  # all 1,024
+    assert static.term("dispatch").best == synthetic.DISPATCH["decode_static"]
+
+
+def test_a_large_cache_is_copied_into_fresh_pages():
+    batch = 64
+    per_layer_tensor = batch * 512 * SHAPE.kv_bytes_per_token / (2 * SHAPE.layers)
+    assert per_layer_tensor >= FRESH_PAGES_BYTES
+    step = model().decode(512, batch=batch)
+    assert step.term("cache copy").best == pytest.approx(2 * batch * 512 * SHAPE.kv_bytes_per_token / synthetic.FRESH_COPY)
+    assert step.dominant.name == "cache copy"
+
+
+def test_batching_shares_the_weights():
+    one, many = model().decode(16), model().decode(16, batch=16)
+    assert many.term("block matrices").best == pytest.approx(one.term("block matrices").best)  # flat to 16 rows
+    assert many.term("attention").best > one.term("attention").best
+
+
+def test_a_slow_kernel_is_labelled_so():
+    p = model(hardware=False).prefill(1024)
+    assert p.term("block matrices").limit == "slow kernel"
+
+
+def test_bad_passes_are_refused():
+    for call in (lambda m: m.prefill(0), lambda m: m.prefill(4, logits="some"), lambda m: m.decode(-1),
+                 lambda m: m.decode(16, cache="static"), lambda m: m.decode(16, cache="paged")):
+        with pytest.raises(ValueError):
+            call(model())
+
+
+def test_terms_frame_has_shares_that_add_up():
+    frame = model().decode(960).frame()
+    assert frame.share.sum() == pytest.approx(1.0)
+    assert {"term", "best_ms", "median_ms", "share", "limit", "priced_as"} <= set(frame.columns)
