@@ -10,6 +10,15 @@ and never dropped: :func:`failures` counts them. :func:`closed_loop` and :func:`
 and return every trace, failed ones included, in request order. The engines it talks to are in
 ``lib.engines``.
 
+**Every wait is bounded.** Connecting (:data:`CONNECT_TIMEOUT_S`), the first byte of the reply after the
+request is sent (:data:`FIRST_BYTE_TIMEOUT_S`), every gap between two reads of the stream
+(:data:`STALL_TIMEOUT_S`) and the whole request (:data:`REQUEST_TIMEOUT_S`, enforced by a watchdog that shuts
+the socket, so even a server that trickles a byte at a time is cut off) each have a bound, and a request
+that passes one is a failed trace whose error says which (``"timeout: ..."``). A server whose ``/v1/models``
+answers but whose chat requests never do is therefore a failed trace after about a minute, and
+:func:`require_ok` turns a failed request that must succeed (a warm-up) into one line naming the server and
+what it did (:class:`RequestFailed`).
+
 **How time is attributed to tokens.** A content chunk may carry several tokens (a server that falls behind
 writes several tokens at once; the client cannot see inside a chunk). The count of tokens is the server's
 ``usage.completion_tokens``. :meth:`Trace.token_times` gives the first content chunk one token (the first
@@ -29,6 +38,7 @@ import concurrent.futures
 import http.client
 import json
 import socket
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Sequence
@@ -38,12 +48,55 @@ import numpy as np
 
 from lib import metrics
 
-__all__ = ["Event", "Trace", "Unreachable", "http_get", "check_reachable", "served_model", "scrape_metrics",
-           "stream_chat", "failures", "closed_loop", "poisson_offsets", "open_loop"]
+__all__ = ["Event", "Trace", "Unreachable", "RequestFailed", "http_get", "check_reachable", "served_model",
+           "scrape_metrics", "stream_chat", "require_ok", "failures", "closed_loop", "poisson_offsets", "open_loop",
+           "CONNECT_TIMEOUT_S", "FIRST_BYTE_TIMEOUT_S", "STALL_TIMEOUT_S", "REQUEST_TIMEOUT_S"]
+
+#: Seconds to open a TCP connection: loopback or a LAN answers in milliseconds.
+CONNECT_TIMEOUT_S = 10.0
+#: Seconds from sending a request to the first byte of the reply (its status line): an engine sends its
+#: headers before it has run the prompt, so this bounds queueing in the HTTP server, not the prefill.
+FIRST_BYTE_TIMEOUT_S = 60.0
+#: Seconds between two reads of a streamed reply: the longest a client waits for the next event (the first
+#: one comes after the prefill, which on a 2-core CPU takes seconds for the book's longest prompt).
+STALL_TIMEOUT_S = 60.0
+#: Seconds for a whole request, however its events trickle in.
+REQUEST_TIMEOUT_S = 300.0
 
 
 class Unreachable(ConnectionError):
     """A server's address does not answer; the message is one line naming it."""
+
+
+class RequestFailed(RuntimeError):
+    """A request that had to succeed (a warm-up) failed; the message is one line naming the server and what
+    it did."""
+
+
+class _Watchdog:
+    """Shut a connection's socket down once ``seconds`` have passed, so that a read blocked on it returns:
+    a socket's own timeout bounds one read, not a stream that trickles."""
+
+    def __init__(self, conn: http.client.HTTPConnection, seconds: float):
+        self.conn, self.fired = conn, False
+        self.timer = threading.Timer(max(seconds, 0.0), self._fire)
+        self.timer.daemon = True
+
+    def _fire(self) -> None:
+        self.fired = True
+        sock = self.conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def __enter__(self) -> "_Watchdog":
+        self.timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.timer.cancel()
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -57,15 +110,25 @@ def _split(url: str) -> tuple[str, int, str]:
     return parts.hostname, parts.port or 80, parts.path.rstrip("/")
 
 
-def http_get(url: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
-    """``GET url``: (HTTP status, body). Raises ``OSError`` when nothing answers, ``ValueError`` for a URL
-    that is not ``http://``."""
+def http_get(url: str, timeout_s: float = 5.0, max_bytes: int = 4 * 2**20) -> tuple[int, bytes]:
+    """``GET url``: (HTTP status, body, at most ``max_bytes``). ``timeout_s`` bounds the whole exchange.
+    Raises ``OSError`` when nothing answers in time (``TimeoutError``), ``http.client.HTTPException`` for a
+    reply that is not HTTP, ``ValueError`` for a URL that is not ``http://``."""
     host, port, path = _split(url)
     conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
     try:
-        conn.request("GET", path or "/")
-        response = conn.getresponse()
-        return response.status, response.read()
+        with _Watchdog(conn, timeout_s) as watchdog:
+            try:
+                conn.request("GET", path or "/")
+                response = conn.getresponse()
+                body = response.read(max_bytes)
+            except (OSError, http.client.HTTPException):
+                if watchdog.fired:
+                    raise TimeoutError(f"no whole reply within {timeout_s:g} s") from None
+                raise
+            if watchdog.fired:
+                raise TimeoutError(f"no whole reply within {timeout_s:g} s")
+            return response.status, body
     finally:
         conn.close()
 
@@ -76,17 +139,24 @@ def check_reachable(base_url: str, timeout_s: float = 5.0) -> None:
         status, _ = http_get(base_url.rstrip("/") + "/v1/models", timeout_s)
     except ValueError as error:
         raise Unreachable(str(error)) from None
-    except OSError as error:
+    except (OSError, http.client.HTTPException) as error:
         raise Unreachable(f"cannot reach {base_url}: {_describe(error)}") from None
     if status != 200:
         raise Unreachable(f"{base_url} answered HTTP {status} to GET /v1/models; is it an OpenAI-compatible server?")
 
 
-def served_model(base_url: str) -> str:
-    """The id of the first model ``base_url`` serves (``GET /v1/models``)."""
-    check_reachable(base_url)
-    _, body = http_get(base_url.rstrip("/") + "/v1/models")
-    return json.loads(body)["data"][0]["id"]
+def served_model(base_url: str, timeout_s: float = 5.0) -> str:
+    """The id of the first model ``base_url`` serves (``GET /v1/models``); :class:`Unreachable`, one line,
+    when it does not answer or its answer names no model."""
+    check_reachable(base_url, timeout_s)
+    try:
+        _, body = http_get(base_url.rstrip("/") + "/v1/models", timeout_s)
+        return str(json.loads(body)["data"][0]["id"])
+    except (OSError, http.client.HTTPException) as error:
+        raise Unreachable(f"cannot reach {base_url}: {_describe(error)}") from None
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise Unreachable(f"{base_url} answered GET /v1/models without a model list ({{\"data\": [{{\"id\": ...}}]}}); "
+                          f"is it an OpenAI-compatible server?") from None
 
 
 def scrape_metrics(base_url: str) -> dict[str, float]:
@@ -94,7 +164,7 @@ def scrape_metrics(base_url: str) -> dict[str, float]:
     (so a histogram's ``_sum`` and ``_count`` are totals); ``{}`` where the server has none."""
     try:
         status, body = http_get(base_url.rstrip("/") + "/metrics")
-    except OSError:
+    except (OSError, http.client.HTTPException):
         return {}
     if status != 200:
         return {}
@@ -224,14 +294,18 @@ def _kind(error: BaseException) -> str:
 
 
 def stream_chat(base_url: str, model: str, messages: list[dict], max_tokens: int, *, request_id: int = 0,
-                timeout_s: float = 300.0, extra: dict | None = None, scheduled: float | None = None,
-                label: str = "", on_event: Callable[[Event], None] | None = None) -> Trace:
+                timeout_s: float = REQUEST_TIMEOUT_S, extra: dict | None = None, scheduled: float | None = None,
+                label: str = "", on_event: Callable[[Event], None] | None = None,
+                connect_timeout_s: float = CONNECT_TIMEOUT_S, first_byte_timeout_s: float = FIRST_BYTE_TIMEOUT_S,
+                stall_timeout_s: float = STALL_TIMEOUT_S) -> Trace:
     """Send one streaming chat completion (greedy: temperature 0, ``stream_options.include_usage``) to
     ``base_url`` and return its :class:`Trace`; never raises for a failed request.
 
-    ``timeout_s`` bounds the whole request and every read. ``extra`` is merged into the request body
-    (e.g. ``{"ignore_eos": True}`` for vLLM). ``on_event(event)`` is called in the reading thread as each
-    event arrives (``lib.stall.stall_experiment`` uses it to send a second request mid-stream).
+    Every wait is bounded (this module's docstring): ``connect_timeout_s`` the connection,
+    ``first_byte_timeout_s`` the reply's first byte, ``stall_timeout_s`` each gap between reads of the
+    stream, ``timeout_s`` the whole request. ``extra`` is merged into the request body (e.g.
+    ``{"ignore_eos": True}`` for vLLM). ``on_event(event)`` is called in the reading thread as each event
+    arrives (``lib.stall.stall_experiment`` uses it to send a second request mid-stream).
     Introduced in section 7.
     """
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
@@ -243,53 +317,88 @@ def stream_chat(base_url: str, model: str, messages: list[dict], max_tokens: int
     host, port, prefix = _split(base_url)
     sent = time.perf_counter()
     deadline = sent + timeout_s
-    conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+    conn = http.client.HTTPConnection(host, port, timeout=min(connect_timeout_s, timeout_s))
+    phase = "connect"
 
     def result(error: str | None) -> Trace:
         return Trace(request_id, sent, time.perf_counter(), tuple(events),
                      None if usage is None else usage.get("prompt_tokens"),
                      None if usage is None else usage.get("completion_tokens"), error, scheduled, label)
 
+    def timed_out() -> str:
+        if watchdog.fired or time.perf_counter() >= deadline:
+            return f"timeout: no end of stream after {timeout_s:g} s ({len(events)} events)"
+        if phase == "connect":
+            return f"timeout: connecting to {host}:{port} took over {connect_timeout_s:g} s"
+        if phase == "first byte":
+            return (f"timeout: the server accepted the connection but sent no reply within "
+                    f"{first_byte_timeout_s:g} s of the request")
+        return f"timeout: the stream stalled: nothing for {stall_timeout_s:g} s after {len(events)} events"
+
+    watchdog = _Watchdog(conn, timeout_s)
     try:
-        conn.request("POST", prefix + "/v1/chat/completions", body=payload,
-                     headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
-        response = conn.getresponse()
-        if response.status != 200:
-            text = response.read(400).decode(errors="replace").replace("\n", " ")
-            return result(f"http {response.status}: {text}")
-        while True:
-            if time.perf_counter() > deadline:
-                return result(f"timeout: no end of stream after {timeout_s:g} s")
-            line = response.readline()
-            arrived = time.perf_counter()
-            if not line:
-                break
-            line = line.strip()
-            if not line.startswith(b"data:"):
-                continue
-            data = line[5:].strip()
-            if data == b"[DONE]":
-                finished = True
-                break
-            event = json.loads(data)
-            if "error" in event:
-                return result(f"error event: {json.dumps(event['error'])[:200]}")
-            choices = event.get("choices") or []
-            delta = choices[0].get("delta", {}) if choices else {}
-            reason = choices[0].get("finish_reason") if choices else None
-            if event.get("usage"):
-                usage = event["usage"]
-            events.append(Event(arrived, bool(choices), delta.get("content"), reason, event.get("usage")))
-            if on_event is not None:
-                on_event(events[-1])
-            finished = finished or reason is not None
-        if not finished:
-            return result("incomplete: the stream ended before the reply finished")
-        return result(None)
+        with watchdog:
+            conn.connect()
+            phase = "first byte"
+            conn.sock.settimeout(min(first_byte_timeout_s, timeout_s))
+            conn.request("POST", prefix + "/v1/chat/completions", body=payload,
+                         headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+            response = conn.getresponse()
+            phase = "stream"
+            conn.sock.settimeout(min(stall_timeout_s, timeout_s))
+            if response.status != 200:
+                text = response.read(400).decode(errors="replace").replace("\n", " ")
+                return result(f"http {response.status}: {text}")
+            while True:
+                if time.perf_counter() > deadline:
+                    return result(timed_out())
+                line = response.readline(1 << 20)
+                arrived = time.perf_counter()
+                if watchdog.fired:
+                    return result(timed_out())
+                if not line:
+                    break
+                line = line.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    finished = True
+                    break
+                event = json.loads(data)
+                if not isinstance(event, dict):
+                    return result(f"incomplete: an event that is not a JSON object: {data[:100]!r}")
+                if "error" in event:
+                    return result(f"error event: {json.dumps(event['error'])[:200]}")
+                choices = event.get("choices") or []
+                delta = choices[0].get("delta", {}) if choices else {}
+                reason = choices[0].get("finish_reason") if choices else None
+                if event.get("usage"):
+                    usage = event["usage"]
+                events.append(Event(arrived, bool(choices), delta.get("content"), reason, event.get("usage")))
+                if on_event is not None:
+                    on_event(events[-1])
+                finished = finished or reason is not None
+            if not finished:
+                return result("incomplete: the stream ended before the reply finished")
+            return result(None)
+    except (socket.timeout, TimeoutError):
+        return result(timed_out())
     except Exception as error:  # every failure becomes a counted, failed trace
+        if watchdog.fired:
+            return result(timed_out())
         return result(f"{_kind(error)}: {_describe(error)}")
     finally:
         conn.close()
+
+
+def require_ok(trace: Trace, server: str, what: str = "a request") -> Trace:
+    """``trace`` when it succeeded; else :class:`RequestFailed`, one line: ``"<server>: <what> failed:
+    <its error>"`` (a chapter's warm-up: a server that cannot answer it cannot be measured).
+    Introduced in section 7."""
+    if not trace.ok:
+        raise RequestFailed(f"{server}: {what} failed: {trace.error}")
+    return trace
 
 
 def failures(traces: Sequence[Trace]) -> dict[str, int]:

@@ -6,8 +6,9 @@ interpreter exit (``atexit``), when the object is collected (``weakref.finalize`
 started it dies (the child is launched under ``prctl(PR_SET_PDEATHSIG)`` on Linux). It runs in its own process
 group, and stopping kills the whole group (SIGTERM, then SIGKILL), so an engine's worker processes go with it,
 also when the engine itself has already died. A start that fails raises :class:`EngineFailed` with the end of
-the engine's log. :func:`transformers_engine` and :func:`vllm_engine` build the two engines of chapter 7;
-``lib.client`` talks to them. Plain standard library.
+the engine's log. Every wait is bounded: each health probe (2 s, however the engine answers), the start as a
+whole (``start_timeout_s``), and the stop (SIGTERM, a grace period, SIGKILL). :func:`transformers_engine` and
+:func:`vllm_engine` build the two engines of chapter 7; ``lib.client`` talks to them. Plain standard library.
 
 Introduced in section 7 (over the wire).
 """
@@ -15,6 +16,7 @@ Introduced in section 7 (over the wire).
 from __future__ import annotations
 
 import atexit
+import http.client
 import os
 import shutil
 import signal
@@ -179,7 +181,7 @@ class Engine:
                 status, _ = http_get(self.base_url + self.health_path, timeout_s=2.0)
                 if status == 200:
                     return
-            except OSError:
+            except (OSError, http.client.HTTPException):  # not listening yet, or not speaking HTTP yet
                 pass
             if time.monotonic() > deadline:
                 raise EngineFailed(f"{self.name} was not healthy after {self.start_timeout_s:.0f} s "

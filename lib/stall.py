@@ -32,7 +32,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from lib.client import Event, Trace, stream_chat
+from lib.client import REQUEST_TIMEOUT_S, Event, Trace, stream_chat
 
 __all__ = ["CASES", "StallCase", "stall_case", "stall_experiment"]
 
@@ -90,12 +90,15 @@ def stall_case(a: Trace, b: Trace, factor: float = 2.0, one_share: float = 0.8) 
 
 
 def stall_experiment(base_url: str, model: str, a_messages: list[dict], a_tokens: int, b_messages: list[dict],
-                     arrive_after: int, *, extra: dict | None = None, timeout_s: float = 600.0) -> tuple[Trace, Trace]:
+                     arrive_after: int, *, extra: dict | None = None,
+                     timeout_s: float = REQUEST_TIMEOUT_S) -> tuple[Trace, Trace]:
     """Chapter 5's experiment through a server: stream A decodes ``a_tokens`` tokens; as soon as A's
     ``arrive_after``-th content chunk has arrived, request B (``b_messages``, one output token) is sent on a
     second connection. Returns ``(a, b)``; B's ``sent`` marks its arrival on A's clock, so A's gaps after it
     show the stall (:func:`stall_case` reads them). If A ends before it reaches ``arrive_after`` chunks, B is
-    sent when A ends. Introduced in section 7."""
+    sent when A ends. Every wait is bounded: each request by :func:`lib.client.stream_chat`'s bounds (a
+    stalled server fails A within :data:`lib.client.STALL_TIMEOUT_S`, which releases B), ``timeout_s`` each
+    request as a whole. Introduced in section 7."""
     if arrive_after < 1 or arrive_after >= a_tokens:
         raise ValueError(f"arrive_after must be from 1 to a_tokens - 1 = {a_tokens - 1}, got {arrive_after}")
     reached = threading.Event()

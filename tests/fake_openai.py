@@ -4,8 +4,12 @@ tests: imported, it serves in a thread (:func:`serve_in_thread`); run as a progr
 
 The request's model name chooses the behaviour: ``ok``, ``grouped`` (several tokens in one chunk),
 ``http500``, ``reset``, ``slow`` (a 3 s pause after two tokens), ``error_event``, ``cut`` (the body ends
-without a finish reason) and ``long`` (:data:`LONG_TOKENS` tokens, :attr:`FakeServer.gap_s` apart).
-``GET /health`` and ``GET /v1/models`` answer 200. Not a test file: the test files import it.
+without a finish reason), ``long`` (:data:`LONG_TOKENS` tokens, :attr:`FakeServer.gap_s` apart), and three
+that never finish (each holds the connection for :attr:`FakeServer.hang_s`): ``silent`` (reads the request
+and never answers), ``stall`` (two tokens, then nothing) and ``trickle`` (one byte at a time, never a whole
+line). ``GET /health`` and ``GET /v1/models`` answer 200. Run as a program, ``--chat MODE`` gives every chat
+request that behaviour whatever model it names (a server whose ``/v1/models`` answers and whose chat
+requests never do: ``--chat silent``). Not a test file: the test files import it.
 """
 
 import argparse
@@ -40,6 +44,8 @@ class FakeServer(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     gap_s = 0.05
+    hang_s = 30.0
+    forced_mode: str | None = None  # --chat MODE
 
     def log_message(self, *args):
         pass
@@ -57,7 +63,10 @@ class FakeServer(BaseHTTPRequestHandler):
 
     def do_POST(self):
         request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        mode = request["model"]
+        mode = self.forced_mode or request["model"]
+        if mode == "silent":
+            time.sleep(self.hang_s)
+            return
         if mode == "http500":
             body = b'{"error": "engine exploded"}'
             self.send_response(500)
@@ -69,6 +78,12 @@ class FakeServer(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+        if mode == "trickle":
+            deadline = time.monotonic() + self.hang_s
+            while time.monotonic() < deadline:
+                self._send(b"x")
+                time.sleep(0.05)
+            return
         self._send(event(role="assistant", content=""))
         tokens = ["x"] * LONG_TOKENS if mode == "long" else TOKENS
         usage = {"prompt_tokens": 7, "completion_tokens": len(tokens), "total_tokens": 7 + len(tokens)}
@@ -81,6 +96,9 @@ class FakeServer(BaseHTTPRequestHandler):
                 time.sleep(self.gap_s)
                 if mode == "slow" and i == 2:
                     time.sleep(3)
+                if mode == "stall" and i == 2:
+                    time.sleep(self.hang_s)
+                    return
                 if mode == "reset" and i == 2:
                     # linger 0, then close every handle of the socket: the kernel sends a reset (RST)
                     self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
@@ -102,9 +120,16 @@ class FakeServer(BaseHTTPRequestHandler):
         self._send(b"")
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        pass  # a client that hung up (the tests' timeouts, resets): nothing to report
+
+
 def serve_in_thread():
     """Start the fake server on a free loopback port in a daemon thread; return (base_url, server)."""
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), FakeServer)
+    httpd = _Server(("127.0.0.1", 0), FakeServer)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     return f"http://127.0.0.1:{httpd.server_address[1]}", httpd
 
@@ -114,12 +139,15 @@ def main() -> None:
     parser.add_argument("port", type=int)
     parser.add_argument("--worker-pid-file", help="first start a worker process (as an engine does) and write "
                                                   "its pid here")
+    parser.add_argument("--chat", help="the behaviour of every chat request, whatever model it names (silent, ...)")
+    parser.add_argument("--hang-s", type=float, default=FakeServer.hang_s)
     args = parser.parse_args()
+    FakeServer.forced_mode, FakeServer.hang_s = args.chat, args.hang_s
     if args.worker_pid_file:  # a worker in the engine's process group, as vLLM's engine core is
         worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
         with open(args.worker_pid_file, "w") as f:
             f.write(str(worker.pid))
-    ThreadingHTTPServer(("127.0.0.1", args.port), FakeServer).serve_forever()
+    _Server(("127.0.0.1", args.port), FakeServer).serve_forever()
 
 
 if __name__ == "__main__":

@@ -117,3 +117,72 @@ def test_loads_keep_every_request_in_order(server):
 def test_served_model_and_metrics_scrape(server):
     assert client.served_model(server) == "fake-model"
     assert client.scrape_metrics(f"http://127.0.0.1:{free_port()}") == {}
+
+
+# ------------------------------------------------------------------------------------------------------
+# Every wait is bounded (issue 20, item 3)
+# ------------------------------------------------------------------------------------------------------
+
+@pytest.fixture()
+def listener():
+    """A port whose kernel accepts connections (the handshake completes) that nobody ever reads."""
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    sock.close()
+
+
+@pytest.mark.parametrize("mode, bounds, said", [
+    ("silent", dict(first_byte_timeout_s=1.0), "the server accepted the connection but sent no reply within 1 s"),
+    ("stall", dict(stall_timeout_s=1.0), "the stream stalled: nothing for 1 s after 3 events"),
+    ("trickle", dict(timeout_s=1.5), "no end of stream after 1.5 s"),
+], ids=["never-answers", "stalls-mid-stream", "trickles"])
+def test_a_server_that_stops_answering_is_a_timed_out_request_within_its_bound(server, mode, bounds, said):
+    started = time.perf_counter()
+    trace = client.stream_chat(server, mode, [{"role": "user", "content": "hi"}], 5, **bounds)
+    waited = time.perf_counter() - started
+    assert trace.error_kind == "timeout" and said in trace.error, trace.error
+    assert waited < max(bounds.values()) + 1.0, waited
+    if mode == "stall":
+        assert len(trace.chunk_times) == 2  # what arrived before the stall is kept
+
+
+def test_a_socket_that_accepts_and_never_reads_is_bounded_too(listener):
+    started = time.perf_counter()
+    trace = client.stream_chat(listener, "m", [], 3, first_byte_timeout_s=1.0)
+    assert trace.error_kind == "timeout" and "sent no reply within 1 s" in trace.error
+    assert time.perf_counter() - started < 2.5
+    started = time.perf_counter()
+    with pytest.raises(client.Unreachable, match=r"cannot reach .*: no whole reply within 1 s"):
+        client.check_reachable(listener, timeout_s=1.0)
+    assert time.perf_counter() - started < 2.5
+
+
+def test_the_default_bounds_end_a_dead_request_in_about_a_minute():
+    """What chapter 7 waits, at most, for a server that answers /v1/models and never a chat request."""
+    assert client.CONNECT_TIMEOUT_S <= 10 and client.FIRST_BYTE_TIMEOUT_S <= 60 and client.STALL_TIMEOUT_S <= 60
+    assert client.REQUEST_TIMEOUT_S <= 300
+    import inspect
+
+    defaults = inspect.signature(client.stream_chat).parameters
+    assert defaults["first_byte_timeout_s"].default == client.FIRST_BYTE_TIMEOUT_S
+    assert defaults["stall_timeout_s"].default == client.STALL_TIMEOUT_S
+
+
+def test_a_failed_warm_up_is_one_line_naming_the_server(server):
+    dead = client.stream_chat(server, "silent", [], 5, first_byte_timeout_s=0.5)
+    with pytest.raises(client.RequestFailed) as caught:
+        client.require_ok(dead, f"server at {server}", "the warm-up request")
+    line = str(caught.value)
+    assert line.startswith(f"server at {server}: the warm-up request failed: timeout: the server accepted") and "\n" not in line
+    good = _ask(server, "ok")
+    assert client.require_ok(good, server) is good
+
+
+def test_a_models_list_that_is_not_one_is_one_line(monkeypatch, server):
+    monkeypatch.setattr(client, "http_get", lambda url, timeout_s=5.0: (200, b"<html>hello</html>"))
+    with pytest.raises(client.Unreachable, match=r"answered GET /v1/models without a model list"):
+        client.served_model(server)

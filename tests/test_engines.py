@@ -81,6 +81,19 @@ def test_engine_that_never_gets_healthy_is_killed():
     assert not engine.running
 
 
+def test_an_engine_that_accepts_connections_and_never_answers_is_not_healthy_in_time():
+    """Its port is open (the kernel completes every handshake) but no byte ever comes back: each health probe
+    is bounded, and so is the start."""
+    listens = "import socket, sys, time; s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(); " \
+              "print('listening', flush=True); time.sleep(60)"
+    engine = engines.Engine("mute", [sys.executable, "-c", listens, "{port}"], start_timeout_s=1.0)
+    started = time.monotonic()
+    with pytest.raises(engines.EngineFailed, match="(?s)mute was not healthy after 1 s.*listening"):
+        engine.start()
+    assert time.monotonic() - started < 8
+    assert not engine.running
+
+
 def test_missing_program_is_named():
     with pytest.raises(engines.EngineFailed, match="no such program"):
         engines.Engine("ghost", ["/nonexistent/engine"]).start()

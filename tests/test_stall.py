@@ -82,3 +82,24 @@ def test_interference_sends_b_while_a_streams():
             stall.stall_experiment(server, "ok", [], 5, [], arrive_after=5)
     finally:
         httpd.shutdown()
+
+
+def test_a_server_that_stalls_a_mid_stream_fails_the_experiment_within_its_bounds(monkeypatch):
+    """A stalls after two chunks (arrive_after 4 is never reached): A fails at the stall bound, B is sent
+    then and fails at its first-byte bound; nothing waits longer."""
+    import time
+
+    from lib import client
+
+    server, httpd = serve_in_thread()
+    real = client.stream_chat
+    monkeypatch.setattr(stall, "stream_chat", lambda *a, **kw: real(*a, **kw, stall_timeout_s=1.0,
+                                                                       first_byte_timeout_s=1.0))
+    try:
+        started = time.perf_counter()
+        a, b = stall.stall_experiment(server, "stall", [], 5, [], arrive_after=4)
+        assert time.perf_counter() - started < 5
+        assert a.error_kind == "timeout" and "stalled" in a.error and len(a.chunk_times) == 2
+        assert stall.stall_case(a, b).case == "not_measured"
+    finally:
+        httpd.shutdown()
