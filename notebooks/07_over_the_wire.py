@@ -53,24 +53,29 @@ resamples = 1000            # bootstrap resamples for goodput's interval
 start_timeout_s = 1200      # a first vLLM start compiles for minutes
 
 # %%
+import os
+
 from lib import params
 
-P = params.check(globals(), {
+P = params.check(globals(), {  # every count and time bounded: at its maximum, with the rest as shipped, minutes
     "base_url": params.text(allow_none=True),
     "engines": params.listof(params.choice(["transformers", "vllm"]), quick=["transformers"]),
-    "question": params.text(), "max_new_tokens": params.integer(min=2, quick=8),
-    "runs": params.integer(min=1, quick=2),
-    "concurrency": params.int_list(min=1, max=64, quick=[1, 4]),
-    "requests_per_user": params.integer(min=1, quick=1), "load_tokens": params.integer(min=2, quick=8),
-    "arrival_rates": params.listof(params.number(above=0), quick=[1.0, 4.0]),
-    "arrivals": params.integer(min=2, quick=4), "seed": params.integer(min=0),
+    "question": params.text(), "max_new_tokens": params.integer(min=2, max=256, quick=8),
+    "runs": params.integer(min=1, max=10, quick=2),
+    "concurrency": params.int_list(min=1, max=64, max_items=6, quick=[1, 4]),
+    "requests_per_user": params.integer(min=1, max=8, quick=1),
+    "load_tokens": params.integer(min=2, max=128, quick=8),
+    "arrival_rates": params.listof(params.number(above=0, max=64), max_items=6, quick=[1.0, 4.0]),
+    "arrivals": params.integer(min=2, max=64, quick=4), "seed": params.integer(min=0),
     "stall_prompt_tokens": params.integer(min=16, max=1900, quick=256),
-    "stall_tokens": params.integer(min=3, quick=12), "stall_arrival": params.integer(min=1, quick=4),
-    "vllm_budgets": params.int_list(min=16, quick=[256, 64]), "tf_batch_tokens": params.integer(min=16, quick=128),
-    "threads": params.integer(min=1, allow_none=True),
-    "ttft_slo_ms": params.number(above=0, allow_none=True), "tpot_slo_ms": params.number(above=0, allow_none=True),
-    "collapse_below": params.number(above=0, max=1), "resamples": params.integer(min=10, quick=200),
-    "start_timeout_s": params.number(above=0),
+    "stall_tokens": params.integer(min=3, max=256, quick=12), "stall_arrival": params.integer(min=1, max=255, quick=4),
+    "vllm_budgets": params.int_list(min=16, max=8192, max_items=4, quick=[256, 64]),
+    "tf_batch_tokens": params.integer(min=16, max=4096, quick=128),
+    "threads": params.integer(min=1, max=os.cpu_count() or 1, allow_none=True),
+    "ttft_slo_ms": params.number(above=0, max=60_000, allow_none=True),
+    "tpot_slo_ms": params.number(above=0, max=60_000, allow_none=True),
+    "collapse_below": params.number(above=0, max=1), "resamples": params.integer(min=10, max=100_000, quick=200),
+    "start_timeout_s": params.number(above=0, max=1800),
 }, quick=quick, chapter="07_over_the_wire")
 if stall_arrival >= stall_tokens:
     raise ValueError(f"B must arrive while A streams: stall_arrival ({stall_arrival}) must be below stall_tokens "
@@ -183,15 +188,21 @@ def send(name: str, messages, tokens: int, fixed: bool = False, **kw) -> client.
                                **kw)
 
 
+def warm_up(name: str, messages, tokens: int, fixed: bool = False) -> None:
+    """One request that must succeed before anything is timed: a server that cannot answer it stops the
+    chapter here, in one line naming it and what it did (every wait is bounded: `lib.client`)."""
+    client.require_ok(send(name, messages, tokens, fixed=fixed), f"{name} at {urls[name]}", "the warm-up request")
+
+
 server_before, server_after, replies = {}, {}, {}
 for name in urls:
-    send(name, chat, max_new_tokens)  # warm-up
+    warm_up(name, chat, max_new_tokens)
     server_before[name] = client.scrape_metrics(urls[name])  # after the warm-up: the server counts the same runs
     traces = [send(name, chat, max_new_tokens, request_id=i) for i in range(runs)]
     server_after[name] = client.scrape_metrics(urls[name])
     bad = client.failures(traces)
     if bad:
-        raise RuntimeError(f"{name}: requests failed ({bad}): {[t.error for t in traces if t.error]}")
+        raise RuntimeError(f"{name} at {urls[name]}: requests failed ({bad}): {[t.error for t in traces if t.error]}")
     replies[name] = traces[0].text
     rows += [dict(path=name, run=i + 1, prompt_tokens=t.prompt_tokens, output_tokens=t.n_tokens,
                   ttft_ms=m.ttft * 1e3, tpot_ms=m.tpot * 1e3, median_gap_ms=m.median_gap * 1e3)
@@ -299,7 +310,7 @@ own.round(1)
 load_prompt = [{"role": "user", "content": "Write a long story about a lighthouse keeper and a storm."}]
 sweep_rows, sweep_traces = [], {}
 for name in urls:
-    send(name, load_prompt, load_tokens, fixed=True)  # warm-up: the engine's first request of this prompt's shape
+    warm_up(name, load_prompt, load_tokens, fixed=True)  # the engine's first request of this prompt's shape
     for c in concurrency:
         traces = client.closed_loop(lambda i: send(name, load_prompt, load_tokens, request_id=i, fixed=True),
                                      c * requests_per_user, c)
@@ -542,7 +553,7 @@ for name, budget in settings:
         model_dir, max_num_batched_tokens=budget, threads=threads, start_timeout_s=start_timeout_s).start()
     try:
         urls["vLLM"], model_ids["vLLM"] = engine.base_url, client.served_model(engine.base_url)
-        send("vLLM", chat, 4)  # warm-up
+        warm_up("vLLM", chat, 4)
         stall_rows += [stall_once("vLLM", budget, run) for run in range(runs)]
     finally:
         engine.stop()
