@@ -577,3 +577,17 @@ def test_an_unknown_or_absent_device_is_one_line_from_the_probe(demo):
     if not torch.cuda.is_available():
         assert book.build(root=root, device="cuda", log=logs.append) == 2
         assert logs[-1].startswith("FAILED: make book: device 'cuda' asked for, but CUDA is not available here")
+
+
+def test_outputs_from_another_machine_of_the_same_name_are_re_run(demo, monkeypatch):
+    root, _ = demo
+    built(demo)
+    here = staleness.run_environment(None)
+    flags = "avx avx2 f16c fma" if here["machine"]["cpu_flags"] != "avx avx2 f16c fma" else "avx avx2 avx512f f16c fma"
+    other = {**here, "machine": {**here["machine"], "cpu_flags": flags}}  # the same name, other instruction sets
+    monkeypatch.setattr(book, "run_environment", lambda device: other)
+    logs = []
+    assert book.build(root=root, log=logs.append) == 0
+    assert logs[-2].startswith("01_demo: running (its outputs came from another machine (cpu_flags: ")
+    assert f"-> {flags})" in logs[-2]
+    assert book.build(root=root, log=logs.append) == 0 and logs[-1] == "01_demo: up to date"
