@@ -402,7 +402,7 @@ def test_a_journal_the_build_did_not_write_is_refused_and_left_alone(demo):
     assert book.main(["--recover", "--root", str(root)]) == 0  # make clean's first step: nothing deleted
     assert (reference / "published.csv").exists() and snapshot(root) == before
     assert outputs.unfinished(root) == ["01_demo", "reference"]
-    with pytest.raises(outputs.Unfinished, match=r"make html: refused: .*01_demo, reference.*make clean.*--recover"
+    with pytest.raises(outputs.Unfinished, match=r"^refused to publish: .*01_demo, reference.*make clean.*--recover"
                                                  r".*not written by the build"):
         outputs.check_finished(root, "make html")
     source.write_text(GOOD.replace("value = 1", "value = 4"))  # a chapter that must re-run cannot, until it is gone
@@ -472,8 +472,9 @@ def test_publishing_is_refused_while_a_replacement_is_unfinished(demo, monkeypat
     with pytest.raises(outputs.Unfinished) as refused:
         outputs.check_finished(root, "make student")
     line = str(refused.value)
-    assert line.startswith("make student: refused: the outputs of 01_demo under ") and "\n" not in line
-    assert "`make clean` or `python -m lib.make.book --recover`" in line and "not written" not in line
+    assert line.startswith("refused to publish: the outputs of 01_demo under ") and "\n" not in line
+    assert "`make clean` or `python -m lib.make.book --recover`, then run make student again" in line
+    assert "not written" not in line
     assert book.main(["--recover", "--root", str(root)]) == 0
     assert outputs.unfinished(root) == [] and table(root) == ["value", "8"]
     outputs.check_finished(root, "make student")

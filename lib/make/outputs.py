@@ -425,9 +425,10 @@ def unfinished(root: Path) -> list[str]:
 
 def check_finished(root: Path, command: str) -> None:
     """Raise :class:`Unfinished` if a chapter under ``root`` is half replaced (:func:`unfinished`): one
-    line, naming the chapters and the command that finishes the replacement (``make clean``, or
-    ``python -m lib.make.book --recover``), or the journal to look at when the build did not write it.
-    ``command`` names the tool that refuses (``"make html"``)."""
+    line, ``"refused to publish: the outputs of ... are half replaced ...; finish it with `make clean` or
+    `python -m lib.make.book --recover`, then run <command> again"`` (and the journal to look at when the
+    build did not write it). ``command`` names the tool that refuses (``"make html"``); the caller prefixes
+    the line with its own name, as it does its other errors."""
     names = unfinished(root)
     if not names:
         return
@@ -439,7 +440,7 @@ def check_finished(root: Path, command: str) -> None:
                 read_journal(root, journal)
             except ForeignJournal:
                 foreign.append(_shown(journal, root))
-    line = (f"{command}: refused: the outputs of {', '.join(names)} under {root} are half replaced (a build "
+    line = (f"refused to publish: the outputs of {', '.join(names)} under {root} are half replaced (a build "
             f"was interrupted while replacing them); finish it with `make clean` or `{RECOVER_COMMAND}`, "
             f"then run {command} again")
     if foreign:
