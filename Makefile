@@ -21,7 +21,7 @@ help:
 	@echo "make book   execute every notebook with papermill (incremental), regenerating data/ and figures/"
 	@echo "make test   run the test suite (library, notebooks in quick mode, pairing, build)"
 	@echo "make quick  the whole book in quick mode into build/quick/ (committed outputs untouched)"
-	@echo "make lab    register the '$(KERNEL)' kernel and open the notebooks in JupyterLab"
+	@echo "make lab    JupyterLab on your copies of the chapters (build/scratch/notebooks/), with the book's kernel"
 	@echo "make clean  remove build/ and caches (keeps .venv; 'rm -rf .venv' to rebuild it)"
 	@echo "make html     the executed book as a static site in build/site/ (offline, nothing re-run)"
 	@echo "make student  chapters to hand out (no outputs, no answers) in build/student/; teacher copies in build/teacher/"
@@ -59,8 +59,10 @@ lab-settings: $(STAMP)
 	mkdir -p $(VENV)/etc/jupyter/labconfig
 	cp labconfig/default_setting_overrides.json $(VENV)/etc/jupyter/labconfig/
 
+# JupyterLab opens the reader's copies of the chapters (build/scratch/notebooks/, made from notebooks/ by
+# lib.make.lab) with build/ as its root: a reader's saves and runs never reach a tracked file.
 lab: lab-settings
-	$(BIN)/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root,) notebooks/
+	$(BIN)/python -m lib.make.lab $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 # The classroom: the executed book as a static site (build/site/), copies to hand out (build/student/,
 # build/teacher/), and what a class measured. Students: make class-zip (QUICK=1 after make quick) and send

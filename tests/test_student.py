@@ -8,7 +8,7 @@ import nbformat
 import papermill
 import pytest
 
-from lib.make import student
+from lib.make import lab, student
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
@@ -16,8 +16,15 @@ SOURCES = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
 
 @pytest.fixture(scope="module")
 def handed_out(tmp_path_factory):
+    """Every chapter's copies, written one by one (make student itself refuses to write any while a copy
+    would hold an answer: test_no_student_copy_holds_an_answer says which)."""
     base = tmp_path_factory.mktemp("class")
-    student.build(ROOT, base / "student", base / "teacher", log=lambda *_: None)
+    for folder in ("student", "teacher"):
+        (base / folder).mkdir()
+    for source in SOURCES:
+        kid, teacher = student.copies(source)
+        nbformat.write(kid, base / "student" / f"{source.stem}.ipynb")
+        nbformat.write(teacher, base / "teacher" / f"{source.stem}.ipynb")
     return base
 
 
@@ -29,13 +36,41 @@ def _tags(cell):
 def test_copies_have_no_outputs_and_only_the_teacher_s_keeps_answers(handed_out, source):
     kid = nbformat.read(handed_out / "student" / f"{source.stem}.ipynb", as_version=4)
     teacher = nbformat.read(handed_out / "teacher" / f"{source.stem}.ipynb", as_version=4)
-    answers = sum(c.source.count("<details>") for c in jupytext.read(source).cells if c.cell_type == "markdown")
+    cells = jupytext.read(source).cells
+    typed = sum(c.source.count("<details>") for c in cells if c.cell_type == "markdown")
+    computed = sum(student.ANSWER_TAG in _tags(c) for c in cells)
     assert all(c.outputs == [] and c.execution_count is None for c in kid.cells if c.cell_type == "code")
     assert not any("<details>" in c.source for c in kid.cells if c.cell_type == "markdown")
-    assert sum(c.source.count(student.ASK_ANSWER) for c in kid.cells) == answers
-    assert sum(c.source.count("<details>") for c in teacher.cells if c.cell_type == "markdown") == answers
+    assert sum(c.source.count(student.ASK_ANSWER) for c in kid.cells) == typed + computed
+    assert sum(c.source.count("<details>") for c in teacher.cells if c.cell_type == "markdown") == typed
+    assert sum(student.ANSWER_TAG in _tags(c) for c in teacher.cells) == computed
     assert kid.metadata.kernelspec["name"] == "prefill-decode"
     assert "parameters" in _tags(next(c for c in kid.cells if c.cell_type == "code"))
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_no_student_copy_holds_an_answer(handed_out, source):
+    """Neither typed (a <details> block) nor computed: a code cell that writes a <details> block must be
+    tagged answer, so that the student copy asks for the student's answer in its place."""
+    kid = nbformat.read(handed_out / "student" / f"{source.stem}.ipynb", as_version=4)
+    assert student.answers_left(kid) == []
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_every_chapter_has_a_predict_first_step(handed_out, source):
+    kid = nbformat.read(handed_out / "student" / f"{source.stem}.ipynb", as_version=4)
+    assert any(c.source == student.PREDICTION_CODE for c in kid.cells), (
+        f"{source.stem}: tag the cell that asks for a prediction with 'predict'")
+
+
+@pytest.mark.parametrize("folder", ["student", "teacher"])
+def test_copies_open_unmodified_in_jupyterlab(handed_out, folder):
+    """JupyterLab marks a notebook modified as soon as its kernel reports a language_info other than the one
+    the notebook holds; the copies hold this environment's kernel's, and no jupytext pairing."""
+    for source in SOURCES:
+        copy = nbformat.read(handed_out / folder / f"{source.stem}.ipynb", as_version=4)
+        assert copy.metadata.language_info == lab.language_info()
+        assert "jupytext" not in copy.metadata
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
@@ -106,8 +141,28 @@ def test_a_code_cell_tagged_answer_stays_only_in_the_teacher_s_copy(tmp_path):
     source = tmp_path / "notebooks" / "09_x.py"
     source.parent.mkdir()
     source.write_text('# %% [markdown]\n# # 9. X\n\n# %% tags=["parameters"]\nquick = False\n\n'
-                      '# %% tags=["answer"]\nprint("the answer is 42")\n')
+                      '# %% [markdown]\n# 2. How much?\n\n'
+                      '# %% tags=["answer"]\nshow(f"<details><summary>Answer</summary>{6 * 7}</details>")\n')
     student.build(tmp_path, tmp_path / "s", tmp_path / "t", log=lambda *_: None)
     kid = nbformat.read(tmp_path / "s" / "09_x.ipynb", as_version=4)
     teacher = nbformat.read(tmp_path / "t" / "09_x.ipynb", as_version=4)
-    assert not any("42" in c.source for c in kid.cells) and any("42" in c.source for c in teacher.cells)
+    assert not any("6 * 7" in c.source for c in kid.cells) and any("6 * 7" in c.source for c in teacher.cells)
+    assert [c.source for c in kid.cells[-2:]] == ["2. How much?", student.ASK_ANSWER]
+    assert teacher.cells[-1].metadata.jupyter == {"source_hidden": True}  # collapsed, as in make lab
+
+
+def test_make_student_refuses_a_copy_that_would_still_hold_an_answer(tmp_path):
+    """An answer computed in code but not tagged: the copy would print it. Nothing is written."""
+    source = tmp_path / "notebooks" / "09_x.py"
+    source.parent.mkdir()
+    source.write_text('# %% tags=["parameters"]\nquick = False\n\n'
+                      '# %%\nshow(f"<details><summary>Answer</summary>{6 * 7}</details>")\n')
+    with pytest.raises(ValueError, match="09_x: cell 2: code that writes a <details> block"):
+        student.build(tmp_path, tmp_path / "s", tmp_path / "t", log=lambda *_: None)
+    assert not (tmp_path / "s").exists()
+    kid, _ = student.copies(source)
+    kid.cells.append(nbformat.v4.new_markdown_cell("<details><summary>A</summary>typed</details>"))
+    kid.cells.append(nbformat.v4.new_code_cell("x", metadata={"tags": ["answer"]}))
+    assert [line.split(":")[1].strip() for line in student.answers_left(kid)] == [
+        "code that writes a <details> block (tag the cell 'answer')", "a <details> block in its prose",
+        "tagged 'answer'"]

@@ -4,13 +4,20 @@
 
 * no outputs (the student's run makes them);
 * the "Check yourself" answers removed: every ``<details>...</details>`` block in the prose becomes a line
-  that asks for the student's answer;
-* cells tagged ``answer`` dropped (for an answer a chapter must compute, so it cannot sit in the prose);
+  that asks for the student's answer, and so does every cell tagged ``answer`` (an answer a chapter must
+  compute, so it cannot sit in the prose: the question stays in the markdown before it, the cell displays
+  the answer in a ``<details>`` block). :func:`answers_left` finds any answer a copy still holds, typed or
+  computed (a code cell that writes a ``<details>`` block), and ``make student`` refuses to write such a copy;
 * a **predict first** step before each measurement the chapter marks: a markdown cell asking for a
   prediction and a code cell, ``my_prediction = ...``, where the student writes it before the cells that
   measure run.
 
-``build/teacher/NN_chapter.ipynb`` is the same with the answers kept.
+``build/teacher/NN_chapter.ipynb`` is the same with the answers kept (an answer cell's code collapsed, as in
+``make lab``'s copies).
+
+Both open in JupyterLab unmodified: they carry the ``language_info`` of the kernel that will run them (this
+environment's Python; JupyterLab rewrites a notebook's ``language_info`` when its kernel starts, and marks a
+notebook whose record differed as modified), and no jupytext pairing.
 
 How a chapter marks a predict-first step: tag the cell that asks for the prediction with ``predict``
 (``# %% [markdown] tags=["predict"]`` in the source): the prediction cells go just after a tagged markdown
@@ -35,6 +42,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 
+from lib.make.lab import collapse_answers, language_info
 from lib.paths import REPO_ROOT
 
 STUDENT_DIR = REPO_ROOT / "build" / "student"
@@ -111,8 +119,28 @@ def remove_answers(text: str) -> str:
     return DETAILS.sub(ASK_ANSWER, text)
 
 
+def is_answer(cell) -> bool:
+    """A cell tagged ``answer``."""
+    return ANSWER_TAG in cell.metadata.get("tags", [])
+
+
+def answers_left(notebook) -> list[str]:
+    """Where a notebook still holds a "Check yourself" answer, one line each: a ``<details>`` block in its
+    prose, a cell tagged ``answer``, or a code cell whose source writes a ``<details>`` block (an answer
+    computed in code; running it would print the answer). An empty list: none."""
+    found = []
+    for i, cell in enumerate(notebook.cells, 1):
+        if is_answer(cell):
+            found.append(f"cell {i}: tagged {ANSWER_TAG!r}")
+        elif cell.cell_type == "markdown" and re.search(r"<details", cell.source, re.IGNORECASE):
+            found.append(f"cell {i}: a <details> block in its prose")
+        elif cell.cell_type == "code" and re.search(r"<details", cell.source, re.IGNORECASE):
+            found.append(f"cell {i}: code that writes a <details> block (tag the cell {ANSWER_TAG!r})")
+    return found
+
+
 def clean(notebook) -> None:
-    """Clear outputs, execution counts and run metadata; name the book's kernel."""
+    """Clear outputs, execution counts and run metadata; name the book's kernel and its language."""
     for cell in notebook.cells:
         if cell.cell_type == "code":
             cell.outputs = []
@@ -122,6 +150,7 @@ def clean(notebook) -> None:
     for key in ("papermill", "widgets", "prefill_decode"):
         notebook.metadata.pop(key, None)
     notebook.metadata["kernelspec"] = dict(KERNELSPEC)
+    notebook.metadata["language_info"] = language_info()
     notebook.metadata.pop("jupytext", None)  # a handed-out copy is not paired with the book's source
 
 
@@ -131,8 +160,9 @@ def copies(source: Path) -> tuple:
     clean(notebook)
     notebook.cells = predict_steps(notebook)
     teacher = nbformat.from_dict(notebook)
+    collapse_answers(teacher)
     student = nbformat.from_dict(notebook)
-    student.cells = [c for c in student.cells if ANSWER_TAG not in c.metadata.get("tags", [])]
+    student.cells = [nbformat.v4.new_markdown_cell(ASK_ANSWER) if is_answer(c) else c for c in student.cells]
     for cell in student.cells:
         if cell.cell_type == "markdown":
             cell.source = remove_answers(cell.source)
@@ -146,8 +176,10 @@ README = """# Prefill and Decode: {who} copies
 One notebook per chapter, without outputs{answers}. Before each measurement the chapter marks, a cell
 asks for your prediction (`my_prediction = ...`): write it before running the cells after it.
 
-Run them from the book's folder, with its environment (`make env`, then `make lab` for JupyterLab and the
-book's kernel). To run a chapter fast in class, set `quick = True` in its first cell.
+Open them from the book's folder with `make lab` (it builds the environment the first time, registers the
+book's kernel and opens JupyterLab on `build/`, where this folder is). What a run writes goes to
+`build/scratch/` (`build/quick/` with `quick = True` in a chapter's first cell, the fast way to run it in
+class); the book's own files are never changed.
 """
 
 
@@ -158,6 +190,10 @@ def build(root: Path = REPO_ROOT, student_dir: Path = STUDENT_DIR, teacher_dir: 
     sources = sorted((root / "notebooks").glob("[0-9][0-9]_*.py"))
     if not sources:
         raise ValueError(f"no chapter sources (NN_name.py) in {root / 'notebooks'}")
+    copied = [(source, *copies(source)) for source in sources]
+    left = [f"{source.stem}: {where}" for source, student, _ in copied for where in answers_left(student)]
+    if left:
+        raise ValueError("a student copy would still hold an answer: " + "; ".join(left))
     written = []
     for folder, who, answers in ((student_dir, "student", ' and without the "Check yourself" answers'),
                                  (teacher_dir, "teacher", "; the answers are kept")):
@@ -165,8 +201,7 @@ def build(root: Path = REPO_ROOT, student_dir: Path = STUDENT_DIR, teacher_dir: 
         folder.mkdir(parents=True)
         (folder / "README.md").write_text(README.format(who=who, answers=answers))
     counts = []
-    for source in sources:
-        student, teacher = copies(source)
+    for source, student, teacher in copied:
         nbformat.write(student, student_dir / f"{source.stem}.ipynb")
         nbformat.write(teacher, teacher_dir / f"{source.stem}.ipynb")
         written.append(student_dir / f"{source.stem}.ipynb")

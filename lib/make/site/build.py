@@ -1,84 +1,78 @@
 """``make html``: the executed book as a static site, built offline without re-running anything.
 
-Reads the committed ``notebooks/NN_*.ipynb`` (the build's executed copies), ``data/<chapter>/provenance.json``
-and ``data/<chapter>/claims.csv`` (:mod:`lib.make.site.chapters`), and writes under ``build/site/`` (the pages'
-HTML: :mod:`lib.make.site.pages`):
+Two steps:
 
-* ``index.html``: the chapter table (title, what it measures, run time, claims held);
-* ``NN_chapter.html``: each chapter with its outputs, figures embedded in the page, hidden answers as
-  ``<details>`` blocks that open with a click, and links to the previous and next chapter;
-* ``takeaways.html``: every chapter's takeaways on one page;
-* ``status.html``: per chapter, the machine, dtype, threads, versions, commit and run time that produced
-  it, and how many of its claims held;
-* ``teacher.html``: sessions that fit 45 and 90 minutes, installing, what a GPU changes, common failures
-  (:mod:`lib.make.teaching`);
-* ``class.html``: class results (``make class``), or the committed example runs when there are none.
+1. :func:`lib.make.site.pages.write_sources` writes Sphinx's sources under ``build/site-source/``: each
+   committed executed notebook (``notebooks/NN_*.ipynb``) prepared for MyST-NB, its downloads (the ``.py``,
+   the ``.ipynb``, its ``data/<chapter>/*.csv`` one by one and zipped), and the contents, takeaways, status,
+   teacher and class pages as MyST markdown (read from ``data/<chapter>/provenance.json``, ``claims.csv``
+   and ``data/classroom/``, :mod:`lib.make.site.chapters`, :mod:`lib.make.teaching`);
+2. Sphinx builds them into ``build/site/`` with the configuration in this folder (``conf.py``: MyST-NB with
+   execution off, the book theme, sphinx-togglebutton, sphinx-mathjax-offline), in a subprocess.
 
-The pages need no network at build time or to be read. After building, :func:`lib.make.site.linkcheck.check` parses
-the site and lists what is wrong: a missing chapter page, an image or internal link that does not resolve,
-a stderr output block.
+It refuses to publish while a chapter's outputs are half replaced (an interrupted ``make book``,
+:func:`lib.make.outputs.check_finished`). Then :func:`lib.make.site.linkcheck.check` reads the built site as
+a browser would and lists what is wrong: a missing page, a link or image that does not resolve, anything
+fetched from another host, a stderr block, an answer in plain view, a path of the build machine. Sphinx's
+own warnings are listed too, and any of these makes ``make html`` exit 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-from lib.make import classroom, teaching
+from lib.make.outputs import check_finished
 from lib.make.site.chapters import load_chapters
 from lib.make.site.linkcheck import check
-from lib.make.site.pages import class_page, index_page, page, render_chapter, status_page, takeaways_page
+from lib.make.site.pages import write_sources
 from lib.paths import REPO_ROOT
 
 SITE_DIR = REPO_ROOT / "build" / "site"
+CONF_DIR = Path(__file__).resolve().parent
+"""Sphinx's configuration directory: ``conf.py`` and ``static/`` (the book's CSS)."""
 
 
-def class_results(root: Path, scratch: Path) -> Path | None:
-    """The class results to publish: ``build/class`` when gathered, else the example runs gathered now."""
-    gathered = root / "build" / "class"
-    if (gathered / "comparison.csv").exists():
-        return gathered
-    examples = sorted(p for p in (root / "data" / "classroom" / "runs").glob("*") if p.is_dir())
-    if not examples:
-        return None
-    classroom.gather(examples, scratch)
-    return scratch
+class SiteFailed(ValueError):
+    """Sphinx stopped without a site; the message holds its last lines."""
 
 
-def build(out: Path = SITE_DIR, root: Path = REPO_ROOT, log=print) -> list[Path]:
-    """Write the whole site under ``out`` (emptied first); return the pages written."""
+def sphinx(src: Path, out: Path, warnings: Path) -> None:
+    """Build ``src`` into ``out`` with Sphinx (HTML, this folder's ``conf.py``); its warnings go to
+    ``warnings``. Raises :class:`SiteFailed` when Sphinx fails."""
+    command = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-E", "-c", str(CONF_DIR),
+               "-d", str(src / ".doctrees"), "-w", str(warnings), str(src), str(out)]
+    env = {**os.environ, "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=src)
+    if done.returncode != 0:
+        lines = [line for line in (done.stderr + done.stdout).splitlines() if line.strip()]
+        raise SiteFailed("Sphinx failed: " + " | ".join(lines[-5:]))
+
+
+def build(out: Path = SITE_DIR, root: Path = REPO_ROOT, log=print) -> list[str]:
+    """Write the whole site under ``out`` (emptied first), from ``root``'s committed notebooks and tables;
+    return Sphinx's warnings, one line each (an empty list: none)."""
     started = time.perf_counter()
+    check_finished(root, "make html")  # a half-replaced chapter is never published
     chapters = load_chapters(root)
     if not any(c.notebook for c in chapters):
         raise ValueError(f"no executed notebooks in {root / 'notebooks'}; run make book first")
+    src = out.parent / f"{out.name}-source"
+    write_sources(chapters, root, src)
     shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    written = []
-
-    def write(name: str, text: str) -> None:
-        (out / name).write_text(text, encoding="utf-8")
-        written.append(out / name)
-
-    executed = [c for c in chapters if c.notebook]
-    stems = {c.stem for c in executed}
-    for i, chapter in enumerate(executed):
-        prev = executed[i - 1] if i > 0 else None
-        next_ = executed[i + 1] if i + 1 < len(executed) else None
-        write(chapter.page, render_chapter(chapter, prev, next_, stems))
-    write("index.html", index_page(chapters))
-    write("status.html", status_page(chapters))
-    write("takeaways.html", takeaways_page(chapters))
-    write("teacher.html", page("For teachers", teaching.teacher_body(chapters, root)))
-    results = class_results(root, out / "class")
-    example = results == out / "class"  # gathered just now from data/classroom/runs/
-    if results is not None and not example:
-        shutil.copytree(results, out / "class", ignore=shutil.ignore_patterns("class-*", "*.zip"))
-    write("class.html", class_page(out / "class" if results else None, example))
-    log(f"site: {len(written)} pages in {out} ({time.perf_counter() - started:.1f} s)")
-    return written
+    warnings = src / "warnings.txt"
+    sphinx(src, out, warnings)
+    # MathJax's "latest.js" only loads MathJax from a CDN; the pages load _static/mathjax/tex-chtml.js.
+    (out / "_static" / "mathjax" / "latest.js").unlink(missing_ok=True)
+    found = [line for line in warnings.read_text().splitlines() if line.strip()] if warnings.exists() else []
+    pages = len(list(out.glob("*.html")))
+    log(f"site: {pages} pages in {out} ({time.perf_counter() - started:.1f} s)")
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,15 +80,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=SITE_DIR)
     args = parser.parse_args(argv)
     try:
-        build(args.out)
+        warnings = build(args.out)
     except ValueError as error:
         print(f"make html: {error}", file=sys.stderr)
         return 2
-    problems = check(args.out)
+    problems = [f"Sphinx: {w}" for w in warnings] + check(args.out)
     for problem in problems:
         print(f"  site check: {problem}")
     print(f"open {args.out / 'index.html'}" + (f" ({len(problems)} problem(s) above)" if problems else ""))
-    return 0
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

@@ -1,84 +1,98 @@
-"""The HTML of the published site's pages (``make html``, :mod:`lib.make.site`): the navigation bar, a plain page,
-each chapter converted by nbconvert, and the contents, status, takeaways and class pages.
+"""The site's pages as Sphinx sources (``make html``, :mod:`lib.make.site.build`): each chapter's executed
+notebook prepared for MyST-NB, its downloads, and the contents, takeaways, status, teacher and class pages
+as MyST markdown.
 
-Chapters are converted with nbconvert's bundled ``lab`` template, with the blocks that load MathJax,
-require.js, mermaid and widget scripts from CDNs switched off (the chapters use no maths, diagrams or
-saved widgets), so the pages need no network at build time or to be read. Each function returns a page's
-text; :mod:`lib.make.site` writes them. No chapter imports this module.
+A chapter's notebook is shown as the build executed it, with three changes made on the way: its code
+cells fold behind a "Show the code" button (the prose and the outputs come first; the parameters cell stays
+open, it is what a reader changes), a cell tagged ``answer`` shows no code at all (its answer, in a
+``<details>`` block, opens on a click like a typed one; an answer cell that displays anything else is
+folded too), and a box after the title links the chapter's ``.py``, its executed ``.ipynb`` and its tables.
+
+Tables on the generated pages are HTML written here, every cell escaped (:func:`escape`), and put on the
+page by Sphinx's ``raw`` directive from a file, so no text from a student's results is ever read as
+markdown or HTML. No chapter imports this module.
 """
 
 from __future__ import annotations
 
 import html
+import json
+import math
 import re
+import shutil
+import subprocess
+import zipfile
 from pathlib import Path
 
 import nbformat
 import pandas as pd
 
+from lib.make import classroom, teaching
 from lib.make.site.chapters import Chapter, takeaways
+from lib.paths import REPO_ROOT
 
 NAV_PAGES = [("index.html", "Contents"), ("takeaways.html", "Takeaways"), ("status.html", "Status"),
              ("teacher.html", "For teachers"), ("class.html", "Class results")]
-
-CSS = """
-body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0; color: #1b1b1b; }
-nav.book { background: #f3f4f6; border-bottom: 1px solid #d0d4da; padding: 0.5em 1.5em; font-size: 0.95em; }
-nav.book a { margin-right: 1.2em; text-decoration: none; color: #0b5394; }
-nav.book .step { float: right; }
-nav.book .step a { margin: 0 0 0 1.2em; }
-main.page { max-width: 64em; margin: 1.5em auto; padding: 0 1.5em; line-height: 1.5; }
-main.page table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.92em; }
-main.page th, main.page td { border: 1px solid #d0d4da; padding: 0.3em 0.6em; text-align: left; vertical-align: top; }
-main.page th { background: #f3f4f6; }
-.held { color: #137333; } .not-held { color: #b3261e; } .muted { color: #666; }
-details { margin: 0.4em 0; } summary { cursor: pointer; color: #0b5394; }
-pre.message { background: #fdf3f2; border-left: 3px solid #b3261e; padding: 0.5em; white-space: pre-wrap; }
-"""
-
-CHAPTER_TEMPLATE = """{%- extends 'index.html.j2' -%}
-{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
-{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
-{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
-{% block jupyter_widgets %}{% endblock jupyter_widgets %}
-{% block extra_css %}<style type="text/css">{{ resources.book_css }}</style>{% endblock extra_css %}
-{%- block body_header -%}
-{{ super() }}
-{{ resources.book_nav }}
-{%- endblock body_header -%}
-{% block body_footer %}
-{{ resources.book_nav }}
-{{ super() }}
-{% endblock body_footer %}
-"""
+"""The pages beside the chapters, as the site names them."""
+ANSWER_TAG = "answer"
+"""The cell tag of a "Check yourself" answer a chapter computes in code (as in :mod:`lib.make.student`)."""
+VERSIONS = ("python", "torch", "transformers", "numpy", "pandas", "matplotlib", "papermill")
+"""The versions a chapter's ``provenance.json`` records, in the order the status page names them."""
 
 
-def nav(prev: Chapter | None = None, next_: Chapter | None = None, pages: list[tuple[str, str]] = NAV_PAGES) -> str:
-    """The navigation bar: a link to each of ``pages``, and to the previous and next chapter when given."""
-    links = "".join(f'<a href="{href}">{label}</a>' for href, label in pages)
-    step = ""
-    if prev or next_:
-        step = '<span class="step">'
-        if prev:
-            step += f'<a href="{prev.page}" rel="prev">&larr; {html.escape(prev.title)}</a>'
-        if next_:
-            step += f'<a href="{next_.page}" rel="next">{html.escape(next_.title)} &rarr;</a>'
-        step += "</span>"
-    return f'<nav class="book">{links}{step}</nav>'
+# ---------------------------------------------------------------------------------------------- HTML pieces
+
+def escape(value) -> str:
+    """``value`` as text safe inside HTML that Sphinx's raw directive passes on: ``&``, ``<``, ``>`` and both
+    quotes escaped, backticks too, line breaks as ``<br>``; a missing value is a dash."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    text = html.escape(str(value), quote=True).replace("`", "&#96;")
+    return "<br>".join(text.splitlines()) if "\n" in text or "\r" in text else text
 
 
-def page(title: str, body: str, pages: list[tuple[str, str]] = NAV_PAGES) -> str:
-    """A plain page of the site (not a chapter): the navigation bar, a title and ``body``."""
-    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1.0">\n'
-            f"<title>{html.escape(title)} - Prefill and Decode</title>\n<style>{CSS}</style>\n</head>\n"
-            f'<body>\n{nav(pages=pages)}\n<main class="page">\n<h1>{html.escape(title)}</h1>\n{body}\n'
-            f"</main>\n</body>\n</html>\n")
+def html_table(frame: pd.DataFrame, raw: tuple[str, ...] = (), numbers: str = "{:,.3g}") -> str:
+    """``frame`` as an HTML table in its own scrolling box: every header and cell escaped, except the cells
+    of the columns in ``raw`` (HTML this module wrote); floats written with ``numbers``."""
+    def cell(column, value):
+        if column in raw:
+            return str(value)
+        if isinstance(value, float) and not math.isnan(value):
+            return escape(numbers.format(value))
+        return breakable(escape(value))
+
+    def breakable(text: str) -> str:  # a long snake_case name may break after an underscore
+        return text.replace("_", "_<wbr>")
+
+    head = "".join(f"<th>{breakable(escape(c))}</th>" for c in frame.columns)
+    rows = "".join("<tr>" + "".join(f"<td>{cell(c, v)}</td>" for c, v in zip(frame.columns, row)) + "</tr>"
+                   for row in frame.itertuples(index=False))
+    return f'<div class="book-table"><table class="table"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>'
 
 
-def table(frame: pd.DataFrame) -> str:
-    """``frame`` as an HTML table, its cells' HTML kept (escape what is not HTML first); missing values "—"."""
-    return frame.to_html(index=False, border=0, na_rep="—", escape=False)
+class Page:
+    """One generated page: MyST markdown, with HTML pieces kept in files beside it (``_fragments/``)."""
+
+    def __init__(self, src: Path, name: str, title: str):
+        self.src, self.name, self.parts, self.fragments = src, name, [f"# {title}\n"], 0
+
+    def md(self, text: str) -> Page:
+        self.parts.append(text.strip() + "\n")
+        return self
+
+    def html(self, text: str) -> Page:
+        """Put ``text`` on the page as it is (it must be HTML this module built, its data escaped)."""
+        self.fragments += 1
+        fragment = self.src / "_fragments" / f"{self.name}-{self.fragments}.html"
+        fragment.parent.mkdir(parents=True, exist_ok=True)
+        fragment.write_text(text, encoding="utf-8")
+        self.parts.append(f"```{{raw}} html\n:file: _fragments/{fragment.name}\n```\n")
+        return self
+
+    def write(self) -> Path:
+        path = self.src / f"{self.name}.md"
+        path.write_text("\n".join(self.parts), encoding="utf-8")
+        return path
 
 
 def _minutes(seconds: float | None) -> str:
@@ -87,127 +101,303 @@ def _minutes(seconds: float | None) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
 
 
-def _chapter_links(text: str, stems: set[str]) -> str:
-    """Point links to another chapter's notebook or source at its page."""
-    def swap(match):
-        stem = match.group(2)
-        return f'{match.group(1)}{stem}.html' if stem in stems else match.group(0)
-    return re.sub(r'(href=")(?:\.\./notebooks/|\./)?(\d\d_[a-z0-9_]+)\.(?:ipynb|py)', swap, text)
+# ------------------------------------------------------------------------------------------------ chapters
+
+def downloads(chapter: Chapter, root: Path, src: Path) -> str:
+    """Copy the chapter's ``.py``, executed ``.ipynb`` and tables (one by one, and all in a zip) under
+    ``src/downloads/<chapter>/``; return the markdown box that links them."""
+    folder = src / "downloads" / chapter.stem
+    folder.mkdir(parents=True, exist_ok=True)
+    source = root / "notebooks" / f"{chapter.stem}.py"
+    shutil.copy2(source, folder / source.name)
+    shutil.copy2(chapter.notebook, folder / chapter.notebook.name)
+    tables = sorted((root / "data" / chapter.stem).glob("*.csv"))
+    for table in tables:
+        shutil.copy2(table, folder / table.name)
+    link = lambda name: f"{{download}}`{name} <downloads/{chapter.stem}/{name}>`"  # noqa: E731
+    lines = [f"{link(source.name)}: the chapter's source (py:percent; opens as a notebook with jupytext)",
+             f"{link(chapter.notebook.name)}: the executed notebook, every output in it"]
+    if tables:
+        archive = folder / f"{chapter.stem}-tables.zip"
+        with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped:
+            for table in tables:
+                zipped.write(table, f"data/{chapter.stem}/{table.name}")
+        each = ", ".join(link(t.name) for t in tables)
+        lines.append(f"{link(archive.name)}: its {len(tables)} tables "
+                     f"(`data/{chapter.stem}/*.csv`), or one by one: {each}")
+    items = "\n".join(f"* {line}" for line in lines)
+    return f":::{{admonition}} Download this chapter\n:class: book-downloads\n\n{items}\n:::\n"
 
 
-def render_chapter(chapter: Chapter, prev: Chapter | None, next_: Chapter | None, stems: set[str],
-                   pages: list[tuple[str, str]] = NAV_PAGES) -> str:
-    """The chapter's executed notebook as one self-contained HTML page (figures embedded)."""
-    from jinja2 import DictLoader
-    from nbconvert import HTMLExporter
+def _shows_details(cell) -> bool:
+    return any("<details" in str(o.get("data", {}).get(kind, "")) for o in cell.get("outputs", [])
+               for kind in ("text/markdown", "text/html"))
 
-    # embed_images stays off: it re-parses each HTML block on its own, which closes a <details> before the
-    # answer inside it. Output figures are data URIs anyway; a prose image must lie beside the page (check()).
-    exporter = HTMLExporter(template_name="lab", extra_loaders=[DictLoader({"book.html.j2": CHAPTER_TEMPLATE})])
-    exporter.template_file = "book.html.j2"
+
+def chapter_notebook(chapter: Chapter, box: str):
+    """The chapter's executed notebook as the site shows it (see the module docstring)."""
     notebook = nbformat.read(chapter.notebook, as_version=4)
-    notebook.metadata.pop("widgets", None)  # no widget state is published; the pages load no scripts
-    resources = {"book_css": CSS, "book_nav": nav(prev, next_, pages),
-                 "metadata": {"name": chapter.title, "path": str(chapter.notebook.parent)}}
-    body, _ = exporter.from_notebook_node(notebook, resources=resources)
-    return _chapter_links(body, stems)
+    notebook.metadata.pop("widgets", None)  # no widget state is published; the pages load no widget scripts
+    for cell in notebook.cells:
+        if cell.cell_type != "code":
+            continue
+        tags = list(cell.metadata.get("tags", []))
+        if ANSWER_TAG in tags:
+            tags.append("remove-input")
+            if not _shows_details(cell):
+                tags.append("hide-output")
+                cell.metadata["mystnb"] = {"code_prompt_show": "Show the answer", "code_prompt_hide": "Hide the answer"}
+        elif "parameters" not in tags:
+            tags.append("hide-input")
+        cell.metadata["tags"] = tags
+    first = 1 if notebook.cells and notebook.cells[0].cell_type == "markdown" else 0
+    notebook.cells.insert(first, nbformat.v4.new_markdown_cell(box))
+    return notebook
 
 
-def _markdown_html(text: str) -> str:
-    from nbconvert.filters.markdown_mistune import markdown2html_mistune
-
-    return markdown2html_mistune(text)
-
-
-def index_page(chapters: list[Chapter]) -> str:
-    """The contents page: each chapter's title, what it does, run time and claims held."""
-    rows = [{"Chapter": f'<a href="{c.page}">{html.escape(c.title)}</a>' if c.notebook else html.escape(c.stem),
-             "What it does": html.escape(c.summary) or '<span class="muted">not executed yet</span>',
-             "Run time": _minutes(c.run_seconds), "Claims": c.claims_summary()} for c in chapters]
-    intro = ("<p>An executable book about why a request to a language model is two jobs with different "
-             "bottlenecks: <b>prefill</b> reads the whole prompt in one parallel pass; <b>decode</b> makes one "
-             "token per pass. Every chapter below was executed on the machine named on its "
-             '<a href="status.html">status</a> line; run times are that run\'s.</p>')
-    return page("Prefill and Decode", intro + table(pd.DataFrame(rows)))
-
-
-def status_page(chapters: list[Chapter]) -> str:
-    """The status page: what produced each chapter's numbers (provenance) and each claim's verdict."""
-    rows, details = [], []
-    for c in chapters:
-        p = c.provenance or {}
-        params = p.get("parameters", {}) if isinstance(p.get("parameters"), dict) else {}
-        listed = params.get("dtypes") or [c[0] for c in params.get("configs") or [] if isinstance(c, (list, tuple)) and c]
-        dtype = p.get("dtype") or ", ".join(dict.fromkeys(map(str, listed))) or ", ".join(c.measured_dtypes) or None
-        versions = ", ".join(f"{k} {p[k]}" for k in ("python", "torch", "transformers", "numpy", "pandas",
-                                                    "matplotlib") if p.get(k))
-        device = " ".join(str(x) for x in (p.get("device"), f"({p['device_name']})" if p.get("device_name") else None) if x)
-        rows.append({"Chapter": f'<a href="{c.page}">{c.stem}</a>' if c.notebook else c.stem,
-                     "Run time": _minutes(c.run_seconds), "Date": p.get("date", "—"),
-                     "Device": html.escape(device) or "—", "dtype": dtype or "—",
-                     "Threads": p.get("torch_threads", "—"), "Versions": html.escape(versions) or "—",
-                     "Commit": p.get("git_commit", "—"),
-                     "Mode": "quick" if p.get("quick") else ("full" if p else "—"),
-                     "Claims": c.claims_summary()})
-        if c.claims is not None and len(c.claims):
-            shown = c.claims.copy()
-            if "verdict" in shown:
-                shown["verdict"] = [f'<span class="{"held" if str(v).strip() == "held" else "not-held"}">'
-                                    f"{html.escape(str(v))}</span>" for v in shown["verdict"]]
-            for column in shown.columns:
-                if column != "verdict":
-                    shown[column] = shown[column].map(lambda v: html.escape(str(v)) if pd.notna(v) else v)
-            details.append(f"<details><summary>{c.stem}: {c.claims_summary()}</summary>{table(shown)}</details>")
-    body = ("<p>What produced each chapter's numbers, read from <code>data/&lt;chapter&gt;/provenance.json</code>, "
-            "and how many of the chapter's claims held on that run (<code>data/&lt;chapter&gt;/claims.csv</code>). "
-            "Run time is the whole notebook's execution, from papermill's record in the executed notebook.</p>"
-            + table(pd.DataFrame(rows)))
-    if details:
-        body += "<h2>Claims, chapter by chapter</h2>" + "".join(details)
-    return page("Status of this build", body)
+def index_page(chapters: list[Chapter], src: Path) -> Page:
+    """The contents page: what the book is, how to use the site, each chapter's summary, run time and claims."""
+    page = Page(src, "index", "Prefill and Decode")
+    page.md("An executable book about why a request to a language model is two jobs with different "
+            "bottlenecks: **prefill** reads the whole prompt in one parallel pass and writes the KV cache; "
+            "**decode** then makes one token per pass, reading the weights and the cache every time. Each "
+            "chapter measured this on the machine named on the [status page](status.md), and puts every "
+            "measurement beside what arithmetic predicts and beside published reference runs.")
+    page.md("Every page here is the chapter as the book's build executed it: the prose and the outputs come "
+            "first, and each code cell opens with its **Show the code** button. The \"Check yourself\" answers "
+            "open with a click. Each chapter links its source, its executed notebook and its tables. To run a "
+            "chapter yourself, `make lab` opens your own copy of it in JupyterLab.")
+    rows = [{"Chapter": f'<a href="{c.page}">{escape(c.title)}</a>' if c.notebook else escape(c.stem),
+             "What it measures": escape(c.summary) if c.notebook else '<span class="muted">not executed yet</span>',
+             "Run time": _minutes(c.run_seconds), "Claims": escape(c.claims_summary())} for c in chapters]
+    page.html(html_table(pd.DataFrame(rows), raw=("Chapter", "What it measures")))
+    executed = "\n".join(c.stem for c in chapters if c.notebook)
+    page.md(f"```{{toctree}}\n:hidden:\n:caption: Chapters\n\n{executed}\n```")
+    page.md("```{toctree}\n:hidden:\n:caption: Around the book\n\ntakeaways\nstatus\nteacher\nclass\n```")
+    return page
 
 
-def takeaways_page(chapters: list[Chapter]) -> str:
+def takeaways_page(chapters: list[Chapter], src: Path) -> Page:
     """Every chapter's "Takeaways" section on one page, each under a link to its chapter."""
-    parts = []
+    page = Page(src, "takeaways", "Takeaways, chapter by chapter")
+    found = False
     for c in chapters:
         text = takeaways(c)
         if text:
-            parts.append(f'<h2><a href="{c.page}">{html.escape(c.title)}</a></h2>{_markdown_html(text)}')
-    return page("Takeaways, chapter by chapter", "".join(parts) or "<p>No chapter has a takeaways section yet.</p>")
+            found = True
+            page.md(f"## [{c.title}]({c.stem}.ipynb)\n\n{text}")
+    if not found:
+        page.md("No chapter has a takeaways section yet.")
+    return page
 
 
-def class_page(results: Path | None, example: bool = False) -> str:
-    """The class comparison from ``results`` (a folder written by ``lib.make.classroom.gather``); ``example``
-    when it is the committed example runs rather than a class's."""
+# -------------------------------------------------------------------------------------------------- status
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def rerun_check(chapter: Chapter, root: Path) -> str:
+    """What ``make book`` would do with the chapter now, by the build's own rule (:mod:`lib.make.staleness`):
+    ``"up to date"`` when nothing its outputs depend on changed since it ran, else the reason it would re-run.
+    The machine compared is the one its outputs recorded, where they did, else this one."""
+    from lib.make.staleness import HASH_KEY, input_hash, run_environment, stale_reason
+
+    source = root / "notebooks" / f"{chapter.stem}.py"
+    try:
+        record = nbformat.read(chapter.notebook, as_version=4).metadata.get(HASH_KEY, {})
+        environment = record.get("environment") or run_environment(None)
+        reason = stale_reason(source, root, input_hash(source, None, environment))
+    except Exception as error:  # a page that cannot say is still a page; it says why
+        return f"not checked ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
+    return "up to date" if reason is None else f"would re-run: {reason}"
+
+
+def _once(chapters: list[Chapter], key) -> tuple[str, list[str]]:
+    """The value ``key(provenance)`` takes, written once, and, where chapters differ, which has which."""
+    values: dict[str, list[str]] = {}
+    for c in chapters:
+        if c.provenance:
+            value = key(c.provenance)
+            if value:
+                values.setdefault(str(value), []).append(c.stem[:2])
+    if len(values) <= 1:
+        return next(iter(values), "—"), []
+    return "differs between chapters", [f"{v} (chapters {', '.join(s)})" for v, s in values.items()]
+
+
+def status_page(chapters: list[Chapter], root: Path, src: Path) -> Page:
+    """What produced each chapter's numbers: the machine and versions (each stated once), the commit each
+    chapter ran at and why it is not the checkout's, each run's settings, and every claim's verdict."""
+    page = Page(src, "status", "Status of this build")
+    ran = [c for c in chapters if c.provenance]
+    page.md("What produced each chapter's numbers, read from `data/<chapter>/provenance.json`, and how many of "
+            "its claims held on that run (`data/<chapter>/claims.csv`).")
+    page.md("## The machine and the versions")
+    device = lambda p: " ".join(str(x) for x in (p.get("device"), f"({p['device_name']})" if p.get("device_name") else None) if x)
+    cores = lambda p: f"{p['cpu_count']} cores" if p.get("cpu_count") else None
+    facts = [("Device", device), ("CPU cores", cores)] + [(name, lambda p, n=name: p.get(n)) for name in VERSIONS]
+    items = []
+    for label, key in facts:
+        value, differs = _once(ran, key)
+        items.append(f"<li><b>{escape(label)}</b>: {escape(value)}"
+                     + (f" ({escape('; '.join(differs))})" if differs else "") + "</li>")
+    page.md(f"Every chapter below ran on the same machine with the same versions unless a line says otherwise "
+            f"({len(ran)} chapters recorded):")
+    page.html("<ul>" + "".join(items) + "</ul>")
+
+    page.md("## Which commit each chapter ran at")
+    head = _git(root, "rev-parse", "--short=12", "HEAD") or "unknown"
+    page.md(f"This site was built from the checkout at commit `{head}`. A chapter's numbers name the commit "
+            "at which it last ran, usually an earlier one, and chapters name different ones: `make book` "
+            "re-runs a chapter only when something its outputs depend on changes (its source, a library module "
+            "it imports, the pinned versions, a table it reads from another chapter or from `data/reference/`, "
+            "or the machine), so a commit that changed only other files (another chapter, the README, the site, "
+            "or the commit that saved the chapter's own outputs) leaves its numbers, and the commit they name, "
+            "as they were. The last column applies that rule now, as `make book` would.")
+    rows = []
+    for c in ran:
+        commit = str(c.provenance.get("git_commit", "—"))
+        dirty = c.provenance.get("git_dirty") or []
+        described = _git(root, "log", "-1", "--format=%cs: %s", commit) if commit not in ("—", "unknown") else None
+        if described and len(described) > 140:
+            described = described[:139].rsplit(" ", 1)[0] + " …"
+        rows.append({"Chapter": f'<a href="{c.page}">{escape(c.stem)}</a>' if c.notebook else escape(c.stem),
+                     "Ran at": commit + (f" (with uncommitted {', '.join(dirty)})" if dirty else ""),
+                     "That commit": described or "not in this checkout's history",
+                     "Now": rerun_check(c, root) if c.notebook else "not executed"})
+    page.html(html_table(pd.DataFrame(rows), raw=("Chapter",)))
+
+    page.md("## Each chapter's run")
+    page.md("Run time is the whole notebook's execution, from papermill's record in the executed notebook.")
+    rows = []
+    for c in chapters:
+        p = c.provenance or {}
+        params = p.get("parameters", {}) if isinstance(p.get("parameters"), dict) else {}
+        listed = params.get("dtypes") or [x[0] for x in params.get("configs") or [] if isinstance(x, (list, tuple)) and x]
+        dtype = p.get("dtype") or ", ".join(dict.fromkeys(map(str, listed))) or ", ".join(c.measured_dtypes) or None
+        rows.append({"Chapter": f'<a href="{c.page}">{escape(c.stem)}</a>' if c.notebook else escape(c.stem),
+                     "Run time": _minutes(c.run_seconds), "Date": p.get("date", "—"),
+                     "Mode": "quick" if p.get("quick") else ("full" if p else "—"), "dtype": dtype or "—",
+                     "Threads": p.get("torch_threads", "—"), "Model": p.get("model") or "—",
+                     "Claims": c.claims_summary()})
+    page.html(html_table(pd.DataFrame(rows), raw=("Chapter",)))
+
+    claimed = [c for c in chapters if c.claims is not None and len(c.claims)]
+    if claimed:
+        page.md("## Claims, chapter by chapter")
+        blocks = []
+        for c in claimed:
+            shown = c.claims.copy()
+            if "verdict" in shown:
+                shown["verdict"] = [f'<span class="{"held" if str(v).strip() == "held" else "not-held"}">'
+                                    f"{escape(v)}</span>" for v in shown["verdict"]]
+            blocks.append(f"<details><summary>{escape(c.stem)}: {escape(c.claims_summary())}</summary>"
+                          f"{html_table(shown, raw=('verdict',))}</details>")
+        page.html("".join(blocks))
+    return page
+
+
+# --------------------------------------------------------------------------------------- teacher and class
+
+def teacher_page(chapters: list[Chapter], root: Path, src: Path) -> Page:
+    """The teacher's page (:mod:`lib.make.teaching`), one section under each of its headings."""
+    page = Page(src, "teacher", "For teachers")
+    for heading, body in teaching.teacher_sections(chapters, root):
+        page.md(f"## {heading}")
+        page.html(body)
+    return page
+
+
+CLASS_GROUPS = [
+    ("The machines", ["device", "device_name", "threads", "cpu_count", "torch", "quick", "commit", "chapters"]),
+    ("What each measured", ["bandwidth_gb_s", "matmul_gflop_s", "ttft_ms", "decode_step_ms", "tpot_ms",
+                            "prefill_tokens_per_s"]),
+    ("Claims held and time taken", ["claims_held", "claims_recorded", "book_run_s"]),
+]
+"""The class comparison's columns, a table each, so no table is wider than a laptop's screen."""
+
+
+def class_results(root: Path, scratch: Path) -> tuple[Path | None, bool]:
+    """The class results to publish and whether they are the book's example: ``build/class`` when
+    ``make class`` gathered some, else the committed example runs gathered now into ``scratch``."""
+    gathered = root / "build" / "class"
+    if (gathered / "comparison.csv").exists():
+        return gathered, False
+    examples = sorted(p for p in (root / "data" / "classroom" / "runs").glob("*") if p.is_dir())
+    if not examples:
+        return None, False
+    classroom.gather(examples, scratch)
+    return scratch, True
+
+
+def class_page(results: Path | None, src: Path, example: bool = False, root: Path = REPO_ROOT) -> Page:
+    """The class comparison from ``results`` (a folder :func:`lib.make.classroom.gather` wrote), as tables of
+    a few columns each; every text in it came from a student's files and is escaped."""
+    page = Page(src, "class", "Class results")
     if results is None or not (results / "comparison.csv").exists():
-        return page("Class results", "<p>No class results yet. Students run <code>make class-zip</code> and send "
-                    "the zip; the teacher runs <code>make class DIRS=\"a.zip b.zip ...\"</code>, then "
-                    "<code>make html</code>.</p>")
-    comparison = pd.read_csv(results / "comparison.csv")
-    body = []
+        return page.md('No class results yet. Students run `make class-zip` and send the zip; the teacher runs '
+                       '`make class DIRS="a.zip b.zip ..."`, then `make html`.')
+    comparison = pd.read_csv(results / "comparison.csv", dtype={"commit": str})
     if example:
-        body.append("<p><b>Example.</b> No class results were gathered on this machine, so this page shows the "
-                    "book's two example runs (<code>data/classroom/runs/</code>): the development machine in quick "
-                    "mode with one thread and with two. Quick mode uses the tiny GPT-2 for the sweeps, so its "
-                    "rates are not the full book's. Other jobs shared the machine while they ran (a load average "
-                    "of about 14 on its 2 cores, read with <code>uptime</code>), and the 2-thread run, which "
-                    "needs both cores, suffered most: read them as an example of this page, not as the machine's "
-                    "speed. <code>make class DIRS=...</code> replaces them.</p>")
-    body.append("<p>One row per machine; every number comes from that run's own tables "
-                "(the table under <i>Where each number comes from</i> says which); empty means not measured.</p>")
-    shown = comparison.copy()
-    for column in shown.select_dtypes("float").columns:
-        shown[column] = shown[column].map(lambda v: f"{v:,.3g}" if pd.notna(v) else v)
-    body.append(table(shown))
+        facts = teaching.runs_conditions(root)
+        page.md("**Example.** No class results were gathered on this machine, so this page shows the book's "
+                "example runs (`data/classroom/runs/`), one thread and two. Quick mode uses the tiny GPT-2 for "
+                "the sweeps, so its rates are not the full book's.")
+        if facts:
+            page.html(f"<p>Measured {escape(facts.get('measured', ''))} on {escape(facts.get('machine', ''))}. "
+                      f"Load: {escape(facts.get('load', 'not recorded'))}. Read them as an example of this "
+                      "page, not as the machine's speed; <code>make class DIRS=...</code> replaces them.</p>")
+    page.md("One row per machine in each table; every number comes from that run's own tables (*Where each "
+            "number comes from*, below, says which); a dash means not measured.")
+    key = comparison.columns[0]
+    placed = {key}
+    for heading, columns in CLASS_GROUPS:
+        present = [c for c in columns if c in comparison.columns]
+        if present:
+            placed |= set(present)
+            page.md(f"## {heading}")
+            page.html(html_table(comparison[[key, *present]]))
+    rest = [c for c in comparison.columns if c not in placed]
+    if rest:
+        page.md("## Other columns")
+        page.html(html_table(comparison[[key, *rest]]))
     if (results / "comparison.png").exists():
-        body.append('<p><img src="class/comparison.png" alt="Bar charts of what each machine measured" '
-                    'style="max-width:100%"></p>')
+        (src / "class").mkdir(parents=True, exist_ok=True)
+        shutil.copy2(results / "comparison.png", src / "class" / "comparison.png")
+        page.md("```{image} class/comparison.png\n:alt: Bar charts of what each machine measured\n:width: 100%\n```")
     if (results / "claims.csv").exists():
         claims = pd.read_csv(results / "claims.csv")
-        body.append("<h2>Claims on each machine</h2>" + (table(claims) if len(claims) else
-                    "<p>No run recorded claims (<code>data/&lt;chapter&gt;/claims.csv</code>).</p>"))
+        page.md("## Claims on each machine")
+        page.html(html_table(claims) if len(claims) else
+                  "<p>No run recorded claims (<code>data/&lt;chapter&gt;/claims.csv</code>).</p>")
     if (results / "sources.csv").exists():
-        body.append("<details><summary>Where each number comes from</summary>"
-                    + table(pd.read_csv(results / "sources.csv")) + "</details>")
-    return page("Class results", "".join(body))
+        page.md("## Where each number comes from")
+        page.html("<details><summary>Each number's table and column</summary>"
+                  + html_table(pd.read_csv(results / "sources.csv")) + "</details>")
+    return page
+
+
+# ------------------------------------------------------------------------------------------------- all of it
+
+def write_sources(chapters: list[Chapter], root: Path, src: Path) -> list[Path]:
+    """Write the whole site's Sphinx sources under ``src`` (emptied first); return the pages written."""
+    shutil.rmtree(src, ignore_errors=True)
+    src.mkdir(parents=True)
+    written = []
+    for chapter in chapters:
+        if chapter.notebook is None:
+            continue
+        notebook = chapter_notebook(chapter, downloads(chapter, root, src))
+        path = src / f"{chapter.stem}.ipynb"
+        nbformat.write(notebook, path)
+        written.append(path)
+    results, example = class_results(root, src / "_class")
+    for page in (index_page(chapters, src), takeaways_page(chapters, src), status_page(chapters, root, src),
+                 teacher_page(chapters, root, src), class_page(results, src, example, root)):
+        written.append(page.write())
+    return written

@@ -1,0 +1,163 @@
+"""make lab: a reader's hand run, saved the way JupyterLab saves it or run by papermill, never changes a tracked
+file, and the reader's notebook, tables and figures are kept where the README says (build/scratch/)."""
+
+import asyncio
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jupytext
+import nbformat
+import papermill
+import pytest
+from jupyter_server.services.contents.largefilemanager import AsyncLargeFileManager
+from jupytext import build_async_jupytext_contents_manager_class
+from nbclient import NotebookClient
+
+from lib.make import lab
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTER = "06_roofline"  # seconds to run; reads chapters 0, 2 and 3's tables and the reference runs
+
+
+def _contents_manager(root: Path):
+    """The contents manager JupyterLab serves files with, wrapped by jupytext's (its server extension does
+    the same), with the root ``make lab`` gives it."""
+    manager = build_async_jupytext_contents_manager_class(AsyncLargeFileManager)
+    return manager(root_dir=str(root / "build"))
+
+
+def _set_parameter(model: dict, old: str, new: str) -> None:
+    cell = next(c for c in model["content"]["cells"] if "parameters" in c["metadata"].get("tags", []))
+    assert old in cell["source"]
+    cell["source"] = cell["source"].replace(old, new)
+
+
+def _save(manager, model: dict, path: str) -> dict:
+    return asyncio.run(manager.save({"type": "notebook", "format": "json", "content": model["content"]}, path))
+
+
+def _digests(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and "build" not in p.relative_to(root).parts
+            and ".git" not in p.relative_to(root).parts}
+
+
+@pytest.fixture
+def book(tmp_path):
+    """The book's chapters, tables and library in a git repository of their own, committed: what a
+    reader's clone holds."""
+    for name in ("lib", "notebooks", "data", "figures"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("jupytext.toml", ".gitignore"):
+        shutil.copy2(ROOT / name, tmp_path / name)
+    git = ["git", "-c", "user.name=reader", "-c", "user.email=reader@example.org", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "add", "."], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "clone"], cwd=tmp_path, check=True)
+    return tmp_path
+
+
+def _git_status(root: Path) -> str:
+    return subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_jupyterlab_cannot_reach_a_tracked_file_and_its_save_stays_in_build(book):
+    """The reader sets quick = True and saves (Ctrl+S, or the autosave): jupytext writes both files of the
+    pair, and both are the reader's copies."""
+    lab.prepare(book, log=lambda *_: None)
+    before = _digests(book)
+    manager = _contents_manager(book)
+    with pytest.raises(Exception, match="outside root"):
+        asyncio.run(manager.get(f"../notebooks/{CHAPTER}.py"))
+    model = asyncio.run(manager.get(f"scratch/notebooks/{CHAPTER}.py"))
+    assert model["type"] == "notebook"
+    assert any(c.get("outputs") for c in model["content"]["cells"]), "the copy opens with the book's outputs"
+    _set_parameter(model, "quick = False", "quick = True")
+    _save(manager, model, f"scratch/notebooks/{CHAPTER}.py")
+    copies = lab.copies_dir(book)
+    assert "quick = True" in (copies / f"{CHAPTER}.py").read_text()
+    assert "quick = True" in json.dumps(nbformat.read(copies / f"{CHAPTER}.ipynb", as_version=4).cells[1:4])
+    assert _digests(book) == before and _git_status(book) == ""
+
+
+def test_a_hand_run_run_all_and_saved_or_run_by_papermill_leaves_git_status_clean(book, monkeypatch):
+    """Run every cell of the reader's copy (as JupyterLab's "Run all" does, in a kernel that imports this
+    clone's lib), save it through JupyterLab's contents manager, then run the committed notebook with
+    papermill into build/: git sees nothing, and the runs' tables, figures and notebooks are in build/."""
+    monkeypatch.setenv("PYTHONPATH", str(book))  # the kernels import this clone's lib, as the reader's would
+    monkeypatch.delenv("PREFILL_DECODE_OUTPUT_ROOT", raising=False)
+    monkeypatch.delenv("PREFILL_DECODE_WRITE_COMMITTED", raising=False)
+    subprocess.run([sys.executable, "-m", "lib.make.lab", "--prepare-only"], cwd=book, check=True,
+                   capture_output=True)
+    manager = _contents_manager(book)
+    path = f"scratch/notebooks/{CHAPTER}.py"
+    model = asyncio.run(manager.get(path))
+    notebook = nbformat.from_dict(model["content"])
+    NotebookClient(notebook, kernel_name="python3", timeout=600,
+                   resources={"metadata": {"path": str(lab.copies_dir(book))}}).execute()
+    papermill.execute_notebook(str(book / "notebooks" / f"{CHAPTER}.ipynb"),
+                               str(book / "build" / "scratch" / f"{CHAPTER}.papermill.ipynb"),
+                               parameters={"quick": True}, kernel_name="python3", progress_bar=False,
+                               cwd=str(book / "notebooks"))
+    model["content"] = json.loads(json.dumps(notebook))  # what JupyterLab sends: sources as strings
+    _save(manager, model, path)
+    assert _git_status(book) == ""
+    scratch, quick = book / "build" / "scratch", book / "build" / "quick"
+    assert (scratch / "data" / CHAPTER / "provenance.json").exists()  # Run all, full mode
+    assert list((scratch / "figures" / CHAPTER).glob("*.png"))
+    assert json.loads((quick / "data" / CHAPTER / "provenance.json").read_text())["quick"] is True  # papermill
+    saved = nbformat.read(lab.copies_dir(book) / f"{CHAPTER}.ipynb", as_version=4)
+    said = "\n".join(o.get("text", "") for c in saved.cells for o in c.get("outputs", []) if o.get("name") == "stdout")
+    assert f"{CHAPTER}: outputs go to {scratch}/" in said, "the run says where its tables and figures went"
+
+
+def test_a_copy_follows_the_book_until_the_reader_saves_it(tmp_path):
+    (tmp_path / "notebooks").mkdir()
+    source = tmp_path / "notebooks" / "09_x.py"
+    source.write_text('# %% [markdown]\n# # 9. X\n\n# %% tags=["parameters"]\nquick = False\n')
+    said = []
+    copies = lab.prepare(tmp_path, log=said.append)
+    assert (copies / "09_x.py").read_text().endswith("quick = False\n") and "copied 1 chapter" in said[0]
+    source.write_text(source.read_text() + "\n# %%\nprint('new in the book')\n")
+    lab.prepare(tmp_path, log=said.append)
+    assert "new in the book" in (copies / "09_x.py").read_text(), "an unsaved copy is brought up to date"
+    mine = (copies / "09_x.py").read_text().replace("quick = False", "quick = True")
+    (copies / "09_x.py").write_text(mine)
+    source.write_text(source.read_text() + "\n# %%\nprint('newer still')\n")
+    said.clear()
+    lab.prepare(tmp_path, log=said.append)
+    assert (copies / "09_x.py").read_text() == mine, "the reader's saved copy is never overwritten"
+    assert len(said) == 1 and "kept your copy of 09_x" in said[0]
+
+
+def test_copies_open_clean_and_collapse_a_computed_answer(tmp_path):
+    """JupyterLab marks a notebook modified when its kernel reports another language_info; the copies carry
+    the kernel's. A cell tagged answer opens with its code collapsed; the pair stays a pair."""
+    (tmp_path / "notebooks").mkdir()
+    source = tmp_path / "notebooks" / "09_x.py"
+    source.write_text('# ---\n# jupyter:\n#   jupytext:\n#     formats: ipynb,py:percent\n# ---\n\n'
+                      '# %% [markdown]\n# # 9. X\n\n# %% tags=["parameters"]\nquick = False\n\n'
+                      '# %% tags=["answer"]\nprint("<details><summary>Answer</summary>42</details>")\n')
+    nbformat.write(jupytext.read(source), source.with_suffix(".ipynb"))
+    copies = lab.prepare(tmp_path, log=lambda *_: None)
+    notebook = nbformat.read(copies / "09_x.ipynb", as_version=4)
+    assert notebook.metadata.language_info == lab.language_info()
+    assert notebook.metadata.language_info["version"] == ".".join(map(str, sys.version_info[:3]))
+    answer = notebook.cells[-1]
+    assert answer.metadata.jupyter == {"source_hidden": True}
+    assert jupytext.read(copies / "09_x.py").cells[-1].metadata["jupyter"] == {"source_hidden": True}
+    assert (copies / "09_x.py").stat().st_mtime > (copies / "09_x.ipynb").stat().st_mtime
+
+
+def test_make_lab_serves_build_and_opens_the_copies():
+    arguments = lab.server_arguments(ROOT, allow_root=True)
+    assert f"--ServerApp.root_dir={ROOT / 'build'}" in arguments and "--allow-root" in arguments
+    assert f"--ServerApp.preferred_dir={ROOT / 'build' / 'scratch' / 'notebooks'}" in arguments
+    tracked = subprocess.run(["git", "ls-files", "build"], cwd=ROOT, capture_output=True, text=True).stdout
+    assert tracked == "" and "build/" in (ROOT / ".gitignore").read_text().split()
+    assert "lib.make.lab" in (ROOT / "Makefile").read_text()
