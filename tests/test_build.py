@@ -459,6 +459,8 @@ def test_a_signed_journal_is_trusted_only_unchanged_with_its_own_key_and_content
     assert len(logs) == 1 and "left alone" in logs[0], logs
     assert sorted(str(p.relative_to(root)) for p in root.glob("*/.*.book-*")) == sides  # nothing touched
     assert outputs.unfinished(root) == ["01_demo"]
+    assert book.main(["--recover", "--root", str(root)]) == 4  # make clean stops before deleting the journal
+    assert sorted(str(p.relative_to(root)) for p in root.glob("*/.*.book-*")) == sides
 
 
 def test_publishing_is_refused_while_a_replacement_is_unfinished(demo, monkeypatch):

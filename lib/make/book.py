@@ -51,7 +51,7 @@ import nbformat
 import papermill
 
 from lib.make.outputs import (BuildBusy, HalfReplaced, Terminated, build_lock, commit, journal_dir,
-                              raise_on_sigterm, recover)
+                              raise_on_sigterm, recover, side_copies)
 from lib.make.staleness import HASH_KEY, input_hash, output_hashes, run_environment, sources, stale_reason
 from lib.params import parameter_values
 from lib.paths import OUTPUT_ROOT_ENV, REPO_ROOT
@@ -413,8 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.recover:  # make clean's first step: the book's outputs and the quick book's
         try:
             with build_lock(args.root):
-                for root in (args.root, args.root / "build" / "quick"):
-                    recover(root)
+                unsettled = [side for root in (args.root, args.root / "build" / "quick")
+                             for stem in recover(root) for side in side_copies(root, stem)]
         except (BuildBusy, HalfReplaced) as error:
             print(f"FAILED: {error}")
             return 3
@@ -422,6 +422,11 @@ def main(argv: list[str] | None = None) -> int:
             what, status = _stopped(interrupt)
             print(f"FAILED: {what} while recovering; run it again to finish")
             return status
+        if unsettled:  # a swap in some state under a journal the build cannot trust: make clean stops here
+            print(f"FAILED: a journal the build did not write names outputs with copies beside them "
+                  f"({', '.join(str(p) for p in unsettled[:3])}); nothing was touched: look at them and the journal, "
+                  f"settle them by hand, and delete the journal")
+            return 4
         return 0
     started = time.perf_counter()
     status = build(quick=args.quick, device=args.device, only=args.only, force=args.force, root=args.root)

@@ -405,6 +405,12 @@ def recover(root: Path, log=print) -> list[str]:
     return foreign
 
 
+def side_copies(root: Path, stem: str) -> list[Path]:
+    """The ``.book-new`` and ``.book-old`` copies of ``stem``'s outputs under ``root`` (a swap in some state)."""
+    return [side for target in _targets(root, stem) for side in (_side(target, "new"), _side(target, "old"))
+            if side.exists() or side.is_symlink()]
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Before publishing
 # ----------------------------------------------------------------------------------------------------------
