@@ -495,6 +495,9 @@ class Ceilings:
 
     table: pd.DataFrame
     device: str
+    #: Whether these ceilings were measured on this machine (its :func:`lib.device.machine_identity`) in a full
+    #: build: only then may a pass beating its floor stop the build (:func:`lib.regime.check_floors`).
+    strict: bool = False
 
     def _rows(self, dtype: str, threads: int, kernel: str, model: str | None = None, **match) -> pd.DataFrame:
         t = self.table
@@ -596,6 +599,10 @@ def load_ceilings(device: torch.device, quick: bool = False) -> Ceilings:
 
     Introduced in section 0; read by every later chapter.
     """
+    import json
+
+    from lib.device import machine_identity
+    from lib.paths import REPO_ROOT, output_root
     from lib.results import load_table  # results imports device; keep this module's import light
 
     table = load_table(MACHINE_SECTION, "ceilings", quick=quick)
@@ -608,4 +615,11 @@ def load_ceilings(device: torch.device, quick: bool = False) -> Ceilings:
     if mine.empty:
         raise ValueError(f"chapter 0 measured {', '.join(sorted(set(table.device)))}, not {device}: run chapter 0 "
                          f"with device='{device}' first (this chapter's predictions need this device's ceilings)")
-    return Ceilings(mine.reset_index(drop=True), str(device))
+    root = next(r for r in (output_root(quick), REPO_ROOT) if (r / "data" / MACHINE_SECTION / "ceilings.csv").exists())
+    try:
+        record = json.loads((root / "data" / MACHINE_SECTION / "provenance.json").read_text())
+    except (OSError, ValueError):
+        record = {}
+    here = machine_identity(device)
+    same = all(record.get(k) == v for k, v in here.items()) and not record.get("quick", False)
+    return Ceilings(mine.reset_index(drop=True), str(device), strict=same and not quick)

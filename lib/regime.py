@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lib.claims import PREDICTED_TIME, Spread
+from lib.claims import PREDICTED_TIME, Spread, invariant
 from lib.costmodel import Prediction
 
-__all__ = ["REGIME_SLACK", "Regime", "regime"]
+__all__ = ["REGIME_SLACK", "Regime", "regime", "check_floors"]
 
 #: A pass slower than this many times its predicted time is not explained by the cost model: the same
 #: tolerance the claims give a time predicted from measured ceilings.
@@ -52,10 +52,11 @@ class Regime:
 
 
 def regime(measured: Spread | float, prediction: Prediction, *, slack: float = REGIME_SLACK,
-           floor_spread: float = 0.0) -> Regime:
+           floor_spread: float | None = None) -> Regime:
     """Label a measured pass (seconds; a :class:`~lib.claims.Spread` over runs, or one number) by its
     :class:`~lib.costmodel.Prediction`. ``floor_spread`` is the relative spread of the ceiling the floor is priced
-    at (a pass may beat the fastest call by that much before the ceiling is called wrong).
+    at (a pass may beat the fastest call by that much before the ceiling is called wrong); by default the
+    largest term's own (its median over its fastest call).
 
     Introduced in section 2.
     """
@@ -65,6 +66,8 @@ def regime(measured: Spread | float, prediction: Prediction, *, slack: float = R
     if not slack >= 1:
         raise ValueError(f"slack must be at least 1, got {slack!r}")
     top = prediction.dominant
+    if floor_spread is None:
+        floor_spread = top.median / top.best - 1 if top.best > 0 else 0.0
     limit = top.limit.replace(" ", "-")
     ratio = m.mid / prediction.best
     if m.low < prediction.floor * (1 - floor_spread):
@@ -74,3 +77,19 @@ def regime(measured: Spread | float, prediction: Prediction, *, slack: float = R
     else:
         label = f"{limit}-bound"
     return Regime(label, top.name, limit, prediction.best, prediction.floor, ratio)
+
+
+def check_floors(regimes: dict[str, Regime], strict: bool) -> str:
+    """Stop the build when a pass beat the floor it is priced at (``regimes`` by the pass's name): a ceiling of
+    chapter 0 is then wrong. With ``strict`` false (quick mode, or ceilings measured on another machine) the same
+    finding is returned as a sentence to show instead. Returns ``""`` when no pass beat its floor.
+
+    Introduced in section 2.
+    """
+    below = [name for name, r in regimes.items() if r.label.startswith("below")]
+    if not below:
+        return ""
+    message = (f"{len(below)} pass(es) ran faster than the floor chapter 0's ceilings put under them "
+               f"({', '.join(below[:5])}): a ceiling understates this machine; re-run chapter 0 on a quiet machine")
+    invariant(not strict, message)
+    return f"**Warning:** {message} (not a full build on the machine chapter 0 measured, so this run goes on)."
