@@ -1,0 +1,101 @@
+"""The teacher's and the class's pages: session plans whose sums are shown, timings labelled with their load,
+messages produced by the library, and every text from a student's files inert in the built pages."""
+
+import ast
+import json
+import shutil
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import pytest
+from bs4 import BeautifulSoup
+
+from lib import models
+from lib.make import classroom, teaching
+from lib.make.site import build as site, linkcheck
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = "<script>alert('device')</script>"
+IMAGE = "<img src=y onerror=alert(2)>"
+RUN = "<img src=x onerror=alert(1)>"
+
+
+def test_a_session_s_sum_is_written_out_and_a_chapter_too_long_says_by_how_much():
+    need = {"00_machine": 9.2, "01_two_phases": 16.4, "03_decode_sweep": 36.0, "04_request_split": 18.0}
+    assert teaching.session_lines(need, 45) == [
+        "session 1: 00_machine 9 + 01_two_phases 16 = 26 min of 35 (9 to spare)",
+        "session 2: 03_decode_sweep 36 min: over the 35 min by 1. Run it in quick mode, set its reading as "
+        "homework before the session, or give it two sessions",
+        "session 3: 04_request_split 18 min of 35 (17 to spare)"]
+    assert teaching.session_lines({"07_x": 24.0}, 45, frozenset({"07_x"})) == [
+        "session 1: 07_x 24 (reading only: no run time measured) min of 35 (11 to spare)"]
+    assert teaching.SESSION_OVERHEAD_MIN == teaching.START_MIN + teaching.DISCUSS_MIN
+
+
+def test_the_example_runs_quick_times_are_labelled_with_their_load(tmp_path):
+    facts = teaching.runs_conditions(ROOT)
+    assert {"measured", "machine", "load"} <= set(facts) and "load average" in facts["load"]
+    label = teaching._load_label(ROOT)
+    assert "measured under load" in label and "load average" in label
+    assert "not recorded" in teaching._load_label(tmp_path)
+
+
+def test_the_missing_model_s_message_is_the_library_s_own_and_nothing_is_patched():
+    failures = {what: message for what, _, message in teaching._failure_messages()}
+    message = next(m for w, m in failures.items() if "without the embedded model" in w)
+    assert message == f"ValueError: {models.missing_smollm2_message()}"
+    imported = {n.names[0].name if isinstance(n, ast.Import) else n.module
+                for n in ast.walk(ast.parse(Path(teaching.__file__).read_text()))
+                if isinstance(n, (ast.Import, ast.ImportFrom))}
+    assert not {name for name in imported if name and name.startswith("unittest")}
+
+
+def test_install_notes_give_a_cpu_only_linux_machine_torch_cpu():
+    text = BeautifulSoup(teaching._installing(ROOT, pd.DataFrame()), "html.parser").get_text(" ")
+    assert "make env TORCH=cpu" in text and "CUDA build" in text
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    """A one-chapter book whose provenance and claims, and a class whose student's run (its folder's name,
+    device name and a claim), hold HTML that would run in a browser; the site built from them."""
+    root = tmp_path_factory.mktemp("hostile")
+    (root / "notebooks").mkdir()
+    (root / "notebooks" / "01_demo.py").write_text("# %% [markdown]\n# # 1. Demo\n")
+    metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+                "language_info": {"name": "python", "pygments_lexer": "ipython3"}}
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# 1. Demo\n\nText.")],
+                                            metadata=metadata), root / "notebooks" / "01_demo.ipynb")
+    data = root / "data" / "01_demo"
+    data.mkdir(parents=True)
+    (data / "provenance.json").write_text(json.dumps({"device": "cpu", "device_name": SCRIPT, "torch": IMAGE,
+                                                      "git_commit": "unknown"}))
+    (data / "claims.csv").write_text(f'claim,statement,verdict\na,"{IMAGE}",held\n')
+    student = root / "runs" / RUN
+    shutil.copytree(classroom.EXAMPLE_RUNS / "dev-cpu-1-thread", student)
+    for provenance in student.glob("data/*/provenance.json"):
+        record = json.loads(provenance.read_text())
+        provenance.write_text(json.dumps({**record, "device_name": SCRIPT}))
+    claims = student / "data" / "00_machine" / "claims.csv"
+    frame = pd.read_csv(claims)
+    frame.loc[0, "claim"] = IMAGE
+    frame.to_csv(claims, index=False)
+    classroom.gather([student], root / "build" / "class")
+    out = root / "build" / "site"
+    warnings = site.build(out, root=root, log=lambda *_: None)
+    return root, out, warnings
+
+
+@pytest.mark.parametrize("page", ["class.html", "status.html"])
+def test_text_from_a_student_s_files_is_inert_in_the_built_pages(hostile, page):
+    root, out, warnings = hostile
+    assert warnings == [] and linkcheck.check(out, root) == []
+    soup = BeautifulSoup((out / page).read_text(encoding="utf-8"), "html.parser")
+    article = soup.select_one("article")
+    assert not [s for s in soup.find_all("script") if "alert" in s.get_text() + str(s.get("src"))]
+    assert not soup.find_all(attrs={"onerror": True}) and not article.find_all("img", src=["x", "y"])
+    shown = article.get_text(" ")
+    assert SCRIPT in shown and IMAGE in shown, "the text is shown, as text"
+    if page == "class.html":
+        assert RUN in shown
