@@ -146,7 +146,7 @@ def prefill_sweep(model: LoadedModel, prompts, *, logits: str = "last", repeats:
     return pd.DataFrame(rows)
 
 
-def _prefilled(model: LoadedModel, prefill_model: LoadedModel | None, context: int, seed: int):
+def prefilled(model: LoadedModel, prefill_model: LoadedModel | None, context: int, seed: int):
     """A cache of ``context`` random tokens for ``model`` and the greedy token after them. The cache is
     built by ``prefill_model`` (default: ``model``) and cast to ``model``'s dtype."""
     ids = random_prompt(context, model.vocab_size, seed=seed, device=model.device)
@@ -169,7 +169,7 @@ def decode_sweep(model: LoadedModel, contexts, *, steps: int = 40, runs: int = 3
         phases.check_fits(model, c, steps)
     rows = []
     for c in progress(list(contexts), desc=label or "decode", leave=False):
-        kv, first = _prefilled(model, prefill_model, c, seed)
+        kv, first = prefilled(model, prefill_model, c, seed)
         kv = phases.static_cache(model, kv, c + steps) if cache == "static" else kv
         phases.decode(model, first, kv, min(steps, 5))  # warm-up
         for run in range(runs):
@@ -242,7 +242,7 @@ def batched_decode_sweep(model: LoadedModel, context: int, batches, *, steps: in
     (:func:`lib.phases.static_cache`), so a step copies no cache. Introduced in section 3."""
     _check_cache_kind(cache)
     phases.check_fits(model, context, steps)
-    base, first = _prefilled(model, prefill_model, context, seed)
+    base, first = prefilled(model, prefill_model, context, seed)
     rows = []
     for b in progress(list(batches), desc=label or "batched decode", leave=False):
         if b < 1:
