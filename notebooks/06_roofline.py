@@ -20,15 +20,16 @@
 # **ridge point** (FLOP rate / bandwidth) the pass waits on memory, above it on arithmetic.
 #
 # This chapter reproduces the course's roofline tables for Llama-3-8B on an H100, answers its "try it" questions,
-# then draws this machine's roofline from the ceilings chapter 0 measured and places on it every pass chapters 2
-# and 3 timed, each labelled by the one regime rule of `lib.regime`.
+# then draws this machine's roofline from the kernels' own ceilings chapter 0 measured (with the square product's
+# peak as one line among them) and places on it every pass chapters 2 and 3 timed, each labelled by the one
+# regime rule of `lib.regime` from the cost model's prediction.
 
 # %% tags=["parameters"]
 quick = False
 device = "auto"            # "auto", "cpu", "cuda", "cuda:N"
 dtype = None               # the measured points' dtype; None: fp32 on a CPU, fp16 on a GPU
-threads = None             # the measured points' thread count; None: the most chapters 2 and 3 used
-bandwidth_kernel = "read"  # chapter 0's bandwidth for the memory roof: "read", "copy", "triad" or "matvec"
+threads = None             # the measured points' thread count; None: all cores
+bandwidth_kernel = "read"  # chapter 0's streaming kernel drawn as the memory roof: "read", "copy" or "triad"
 course_gpu = "H100 SXM"    # the course's GPU, from lib.roofline.HARDWARE
 other_gpu = "A100 80GB"    # the try-it GPU
 big_model = "Llama-3-70B"  # a preset of lib.shapes
@@ -43,28 +44,30 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from lib import claims, course, machine, params, regime, roofline, shapes, timing
-from lib.device import describe_environment, resolve_device
-from lib.models import gpt2_config, load_model
+from lib import claims, costmodel, course, machine, params, prose, regime, roofline, shapes
+from lib.claims import Spread
+from lib.device import describe_environment
 from lib.paths import REPO_ROOT, output_root
+from lib.prose import show
 from lib.results import Results, load_table
 
 table_gpus = [name for name, hw in roofline.HARDWARE.items() if not math.isnan(hw.flops)]
 P = params.check(globals(), {
     "device": params.device(), "dtype": params.dtype(allow_none=True),
-    "threads": params.integer(min=1, allow_none=True),
-    "bandwidth_kernel": params.choice(["read", "copy", "triad", "matvec"]),
+    "threads": params.threads(many=False),
+    "bandwidth_kernel": params.choice(["read", "copy", "triad"]),
     "course_gpu": params.choice(table_gpus), "other_gpu": params.choice(table_gpus),
-    "big_model": params.choice(shapes.PRESETS), "batch_contexts": params.int_list(min=1),
+    "big_model": params.choice(shapes.PRESETS),
+    "batch_contexts": params.int_list(min=1, max=1 << 20, min_items=2, ascending=True),
 }, quick=quick, chapter="06_roofline")
 
 # %%
-dev = resolve_device(device)
-points_dtype = dtype or ("fp16" if dev.type == "cuda" else "fp32")
-results = Results("06_roofline", quick=quick, device=dev, dtype=points_dtype)
-ceilings = machine.load_ceilings(quick=quick)  # chapter 00_machine's table
+points_dtype = dtype or ("fp16" if device.type == "cuda" else "fp32")
+results = Results("06_roofline", params=P, quick=quick)
+ceilings = machine.load_ceilings(device, quick=quick)  # chapter 0's table for this device
 register = claims.Claims()
-pd.Series({**describe_environment(dev, points_dtype), "course GPU": course_gpu, "try-it model": big_model})
+pd.Series({**describe_environment(device), "dtype of the measured points": points_dtype, "course GPU": course_gpu,
+           "try-it model": big_model})
 
 # %% [markdown]
 # ## The course's tables, reproduced
@@ -247,12 +250,15 @@ display(Markdown(
 #
 # ## This machine's roofline
 #
-# The same arithmetic on this machine, with the ceilings chapter 0 measured once for the whole build
-# (`machine.load_ceilings`): a streaming bandwidth (`bandwidth_kernel`; the model's matrix-vector rate drawn beside it)
-# and a large matrix product's rate. On it go chapter 2's prefills (last-position logits) and chapter 3's decode steps.
+# The same arithmetic on this machine, with the ceilings chapter 0 measured once for the whole build. A
+# textbook roofline has two roofs: the streaming bandwidth (`bandwidth_kernel`) and the square product's peak.
+# This machine's kernels draw their own: the rate the model's matrix-vector products stream its weights at, and
+# `F(M)`, the FLOP rate its matrices reach with `M` rows, which for a weight product sits at an intensity of
+# about `M` over the bytes per weight. On them go chapter 2's prefills (last-position logits), chapter 3's decode
+# steps and its batched steps (growing cache), each with the cost model's prediction.
 
 # %%
-def measured(section, name, column, optional=False):
+def measured(section: str, name: str, column: str, optional: bool = False) -> pd.DataFrame:
     """Chapter `section`'s table `name` in this dtype and thread count (of two caches, the growing one), with
     `column`'s median and range over runs as `measured_ms`, `_low`, `_high`, and the model of its provenance."""
     rows = load_table(section, name, quick=quick)
@@ -261,11 +267,11 @@ def measured(section, name, column, optional=False):
                                 f"{'--quick ' * quick}{section}`)")
     root = next(r for r in (output_root(quick), REPO_ROOT) if (r / "data" / section / f"{name}.csv").exists())
     model = json.loads((root / "data" / section / "provenance.json").read_text())["model"]
-    rows = rows[(rows.dtype == points_dtype) & (rows.cache == "dynamic" if "cache" in rows else True)]
-    rows = rows[rows.threads == (threads or rows.threads.max())] if dev.type == "cpu" and len(rows) else rows
+    rows = rows[(rows.dtype == points_dtype) & (rows.threads == threads)]
+    rows = rows[rows.cache == "dynamic"] if "cache" in rows else rows
     if rows.empty and not optional:
-        raise FileNotFoundError(f"chapter 6 needs {section}'s {name} in {points_dtype} at {threads or 'all'} threads: "
-                                "run that chapter with them first")
+        raise FileNotFoundError(f"chapter 6 needs {section}'s {name} in {points_dtype} at {threads} threads: run that "
+                                "chapter with them first")
     return rows.assign(measured_ms=rows[column], measured_ms_low=rows[f"{column}_low"],
                        measured_ms_high=rows[f"{column}_high"], model=model)
 
@@ -273,158 +279,146 @@ def measured(section, name, column, optional=False):
 prefill = measured("02_prefill_sweep", "prefill_sweep", "time_ms")
 decode = measured("03_decode_sweep", "decode_sweep", "step_ms")
 batched = measured("03_decode_sweep", "batched_decode", "step_ms", optional=True)
-
-# %%
-used_threads = int(prefill.threads.max()) if dev.type == "cpu" else None
-here, gemv = (ceilings.hardware(points_dtype, used_threads, bandwidth=k) for k in (bandwidth_kernel, "matvec"))
-launch_s = ceilings.launch_s(points_dtype, used_threads)  # a 12-layer GPT-2's step, negligible bytes and FLOPs
-kernels = ceilings.table.query("dtype == @points_dtype and status == 'ok'")
-kernels = (kernels[kernels.threads == used_threads] if used_threads in set(kernels.threads) else kernels)
-bw, mm = kernels.set_index("kernel").loc[bandwidth_kernel], kernels.set_index("kernel").loc["matmul"]  # for ranges
-device_label = mm.device_name + (f", {used_threads} thread{'s' * (used_threads > 1)}" if used_threads else "")
-entry = next((hw for hw in roofline.HARDWARE.values()  # this GPU's datasheet entry, where the table has one
-              if not math.isnan(hw.flops) and hw.name.split()[0] in mm.device_name), None)
-display(Markdown(
-    f"This machine ({device_label}, {points_dtype}) streams **{here.bandwidth / 1e9:.1f} GB/s** ({bandwidth_kernel}, "
-    f"repeats {timing.span(bw.bandwidth_gb_s_low, bw.bandwidth_gb_s_high)}) and multiplies large matrices at "
-    f"**{here.flops / 1e9:.1f} GFLOP/s** (repeats {timing.span(mm.gflop_s_low, mm.gflop_s_high)}): its ridge is "
-    f"**{here.ridge:.1f} FLOP/byte** in {points_dtype}, against {gpu.ridge:.0f} for the {gpu.name} in BF16. The "
-    f"model's own matrix-vector products read {gemv.bandwidth / 1e9:.1f} GB/s; the launch floor is "
-    f"{launch_s * 1e3:.2f} ms." + ("" if ceilings.hardware_support(points_dtype) else
-                                   f" This device has no {points_dtype} matrix instructions: that rate is a slow "
-                                   "fallback kernel's, not the hardware's arithmetic.")))
+steps_of = json.loads((next(r for r in (output_root(quick), REPO_ROOT) if (r / "data" / "03_decode_sweep").exists())
+                       / "data" / "03_decode_sweep" / "provenance.json").read_text())["parameters_used"]
+where = ceilings.table.device_name.iloc[0] + ("" if device.type == "cuda" else f", {threads} thread{'s' * (threads > 1)}")
+read = ceilings.stream_bandwidth(points_dtype, threads, bandwidth_kernel)
+peak = ceilings.square_flops(points_dtype, threads)
+show(f"This machine ({where}, {points_dtype}) streams **{read / 1e9:.1f} GB/s** ({bandwidth_kernel}) and multiplies "
+     f"large matrices at **{peak / 1e9:.1f} GFLOP/s**: the textbook ridge is **{peak / read:.1f} FLOP/byte**, against "
+     f"{gpu.ridge:.0f} for the {gpu.name} in BF16." + ("" if ceilings.hardware_support(points_dtype) else
+     f" This device has no {points_dtype} matrix instructions: its rates are a slow fallback kernel's."))
 
 # %% [markdown] tags=["predict"]
-# **Predict.** Each pass's FLOPs and bytes come from `lib.roofline` (`prefill_cost(shape, T, logits="last")`,
-# `decode_cost(shape, B, C)` at the starting context) for the model's configured shape. Before any time is read they
-# give three lower bounds: FLOPs over the matrix rate, bytes over the bandwidth, and the launch floor (a 12-layer
-# GPT-2's step, scaled to the model's layers as chapter 3 does). The largest of the three is the prediction.
+# **Predict.** Each pass's FLOPs and bytes come from `lib.roofline` (the x axis: intensity) and its predicted
+# time from the cost model (`lib.costmodel`), term by term. Before any time is read: which term is largest for
+# each series, and so which regime should each pass be in?
 
 # %%
-shape_of = {m: shapes.ModelShape.from_config(gpt2_config(m) if "gpt2" in m else load_model(m, "cpu").config, name=m,
-                                             bytes_per_param=points_dtype) for m in {*prefill.model, *decode.model}}
-rows = []
+rows, placed = [], {}
 for series, table in (("prefill", prefill), ("decode", decode), ("batched decode", batched)):
     for r in table.itertuples():
-        shape, batch = shape_of[r.model], int(getattr(r, "batch", 1))
+        shape = machine.MODELS[r.model][0].with_dtype(points_dtype)
+        model = costmodel.CostModel(ceilings, r.model, shape, points_dtype, threads)
+        batch = int(getattr(r, "batch", 1))
         tokens = int(r.prompt_tokens if series == "prefill" else r.context_tokens)
-        cost = (roofline.prefill_cost(shape, tokens, logits="last") if series == "prefill" else
-                roofline.decode_cost(shape, batch, tokens))
-        b = roofline.bound(here, cost)
+        if series == "prefill":
+            cost, pred = roofline.prefill_cost(shape, tokens, logits="last"), model.prefill(tokens)
+        else:
+            middle = tokens + (steps_of["batch_steps"] if batch > 1 else steps_of["steps"]) // 2
+            cost, pred = roofline.decode_cost(shape, batch, middle), model.decode(middle, batch=batch)
+        label = regime.regime(Spread(r.measured_ms_low / 1e3, r.measured_ms / 1e3, r.measured_ms_high / 1e3), pred)
+        placed[f"{series} at {tokens} tokens, batch {batch}"] = label
         rows.append(dict(series=series, model=r.model, tokens=tokens, batch=batch, flops=cost.flops,
-                         intensity_flop_per_byte=cost.intensity, compute_ms=b.t_compute * 1e3,
-                         memory_ms=b.t_memory * 1e3,
-                         launch_ms=ceilings.launch_s(points_dtype, used_threads, shape.layers) * 1e3,
+                         intensity_flop_per_byte=cost.intensity, predicted_ms=pred.best * 1e3,
+                         largest_term=pred.dominant.name, predicted=f"{label.limit}-bound", regime=label.label,
                          measured_ms=r.measured_ms, measured_ms_low=r.measured_ms_low,
-                         measured_ms_high=r.measured_ms_high))
+                         measured_ms_high=r.measured_ms_high, textbook_bound_ms=max(cost.flops / peak, cost.bytes / read) * 1e3))
 points = pd.DataFrame(rows)
-points["predicted"] = points[["compute_ms", "memory_ms", "launch_ms"]].idxmax(axis=1).str.removesuffix("_ms") + "-bound"
-points[["series", "tokens", "batch", "intensity_flop_per_byte", "compute_ms", "memory_ms", "launch_ms",
-        "predicted"]].round(3)
+points["measured_over_predicted"] = points.measured_ms / points.predicted_ms
+points["achieved_gflop_s"] = points.flops / points.measured_ms / 1e6
+points["fraction_of_textbook_roof"] = points.textbook_bound_ms / points.measured_ms
+results.table(points, "measured_on_roofline")
+warning = regime.check_floors(placed, ceilings.strict)
+if warning:
+    show(warning)
+points[["series", "tokens", "batch", "intensity_flop_per_byte", "predicted_ms", "largest_term", "measured_ms",
+        "measured_over_predicted", "regime"]].round(3)
 
 # %% [markdown]
-# **Measure.** The chapters' medians over runs, with the lowest and highest run. `lib.regime` labels each pass: up to
-# `REGIME_SLACK` times its largest bound, that bound's regime; further above, unexplained; below it, a ceiling is
-# wrong. Each series is then a claim: its passes are in the regime their largest bound predicts.
-
-# %%
-labels = [regime.regime(r.measured_ms / 1e3, {"compute": r.compute_ms / 1e3, "memory": r.memory_ms / 1e3,
-                                               "launch": r.launch_ms / 1e3}) for r in points.itertuples()]
-points["regime"] = [label.label for label in labels]
-points["measured_over_bound"] = [label.ratio for label in labels]
-points["achieved_gflop_s"] = points.flops / points.measured_ms / 1e6
-points["fraction_of_roof"] = points[["compute_ms", "memory_ms"]].max(axis=1) / points.measured_ms
-results.table(points, "measured_on_roofline")
-points[["series", "tokens", "batch", "measured_ms", "measured_ms_low", "measured_ms_high", "measured_over_bound",
-        "fraction_of_roof", "regime"]].round(3)
+# **Measure, then place.** The figure draws the roofs of this machine's kernels and places every pass at its
+# intensity and achieved FLOP rate; its label is its fraction of the textbook roof (the streaming read and the
+# square product). Each series is then a claim: its passes take what the cost model predicts.
 
 # %%
 fig, ax = plt.subplots(figsize=(10, 6))
 xs = np.logspace(math.log10(min(points.intensity_flop_per_byte.min(), 0.1) / 2),
-                 math.log10(max(points.intensity_flop_per_byte.max(), here.ridge) * 4), 300)
-roofs = [(here, "k-", f"{bandwidth_kernel} bandwidth"), (gemv, "k:", "the model's matrix-vector rate")]
-if entry is not None and points_dtype != "fp32":
-    roofs.append((entry, "k--", f"datasheet {entry.name}, BF16 dense"))
-for hw, style, what in roofs:
-    ax.plot(xs, [roofline.attainable_flops(hw, i) / 1e9 for i in xs], style, lw=1.2,
-            label=f"roof, {what}: {hw.bandwidth / 1e9:,.0f} GB/s, {hw.flops / 1e9:,.0f} GFLOP/s")
+                 math.log10(max(points.intensity_flop_per_byte.max(), peak / read) * 4), 300)
+ax.plot(xs, np.minimum(peak, xs * read) / 1e9, "k-", lw=1.2,
+        label=f"textbook roof: {bandwidth_kernel} {read / 1e9:.1f} GB/s, square product {peak / 1e9:.0f} GFLOP/s")
+model_name = prefill.model.iloc[0]
+weights = ceilings.weight_rate(model_name, points_dtype, threads)
+ax.plot(xs, np.minimum(peak, xs * weights) / 1e9, "k:", lw=1.2,
+        label=f"the model's matrix-vector products: {weights / 1e9:.1f} GB/s")
+f_rows = ceilings.table.query("kernel == 'blocks' and model == @model_name and dtype == @points_dtype and "
+                              "threads == @threads and status == 'ok'")
+bpp = machine.MODELS[model_name][0].with_dtype(points_dtype).bytes_per_param
+ax.plot(2 * f_rows.rows / bpp, f_rows.gflop_s, "k--", lw=1, marker=".", label="F(M): the model's matrices at M rows")
 colours = {name: f"C{i}" for i, name in enumerate(dict.fromkeys(points.regime))}
-for (series, label), g in points.groupby(["series", "regime"], sort=False):
+for (series, name), g in points.groupby(["series", "regime"], sort=False):
     ax.scatter(g.intensity_flop_per_byte, g.achieved_gflop_s, marker={"prefill": "o", "decode": "s"}.get(series, "^"),
-               color=colours[label], s=40, zorder=3, label=f"{series}: {label}")
+               color=colours[name], s=40, zorder=3, label=f"{series}: {name}")
     for j, r in enumerate(g.itertuples()):  # decode points share one intensity: stack their labels
-        ax.annotate(f"{r.fraction_of_roof:.0%}", (r.intensity_flop_per_byte, r.achieved_gflop_s), fontsize=7,
+        ax.annotate(f"{r.fraction_of_textbook_roof:.0%}", (r.intensity_flop_per_byte, r.achieved_gflop_s), fontsize=7,
                     textcoords="offset points", xytext=(-30, 9 * j) if series == "decode" else (4, 3))
 ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP/byte)", ylabel=f"GFLOP/s ({points_dtype})")
-ax.set_title(f"This machine ({device_label}, {points_dtype}): {points.regime.str.endswith('-bound').sum()} of "
-             f"{len(points)} passes within {regime.REGIME_SLACK:g}x of a bound\n(labels: fraction of the roofline "
-             "bound reached)", fontsize=10)
+unexplained = int((~points.regime.str.endswith("-bound")).sum())
+ax.set_title(f"This machine ({where}, {points_dtype}): {len(points) - unexplained} of {len(points)} passes explained by "
+             f"the cost model\n(labels: fraction of the textbook roof reached)", fontsize=10)
 ax.legend(fontsize=7, loc="lower right")
 ax.grid(True, which="major", alpha=0.3)
 results.figure(fig, "this_machine_roofline")
 plt.show()
 
 # %%
-def listed(rows):
-    """The passes in `rows`, grouped by regime, with how far from their bound they ran."""
-    return "; ".join(f"{label} at " + (f"batch {', '.join(map(str, o.batch))}" if (o.batch > 1).any() else
-                                       f"{', '.join(f'{t:,}' for t in o.tokens)} tokens")
-                     + f" ({timing.span(o.measured_over_bound.min(), o.measured_over_bound.max(), '.2f')}x its bound)"
-                     for label, o in rows.groupby("regime", sort=False))
-
-
 for series, g in points.groupby("series", sort=False):
-    off = g[g.regime != g.predicted]
-    display(Markdown(register.decide(
-        f"{series.replace(' ', '_')}_as_predicted",
-        f"Every {series} pass is in the regime its largest lower bound predicts (within {regime.REGIME_SLACK:g}x).",
-        off.empty, predicted=", ".join(sorted(set(g.predicted))), measured=", ".join(sorted(set(g.regime))),
-        evidence=f"{len(g)} {series} passes of {g.model.iloc[0]}, {points_dtype}, {device_label}",
-        if_held=f"all {len(g)} {series} passes of {g.model.iloc[0]} are where their largest bound puts them: "
-                f"{listed(g)}.",
-        if_not=f"{len(off)} of {len(g)} {series} passes of {g.model.iloc[0]} are not: {listed(off)}." + (
-            " No bound explains those far above it: the matrix rate is a large square product's, and a pass of few "
-            "rows per weight, or attention over many small matrices, can run slower than either ceiling says."
-            if (off.measured_over_bound > 1).any() else ""))))
+    claim = f"{series.replace(' ', '_')}_as_predicted"
+    register.claim(
+        claim, f"Every {series} pass takes the time the cost model predicts, within the tolerance for a time predicted "
+        "from measured ceilings, and so is in the regime of its largest term.",
+        held="all {n} {series} passes are where their largest term puts them: {listed}.",
+        not_held="{off} of {n} {series} passes are not: {listed}.")
+    verdicts = [claims.within(Spread(r.measured_ms_low, r.measured_ms, r.measured_ms_high), r.predicted_ms,
+                              claims.PREDICTED_TIME) for r in g.itertuples()]
+    listed = "; ".join(f"{name} at " + (f"batch {', '.join(map(str, o.batch))}" if (o.batch > 1).any() else
+                                        f"{', '.join(f'{t:,}' for t in o.tokens)} tokens")
+                       + f" ({prose.span(o.measured_over_predicted.min(), o.measured_over_predicted.max(), '.2f')}x its "
+                         "prediction)" for name, o in g.groupby("regime", sort=False))
+    show(register.decide(claim, claims.every(verdicts), predicted=", ".join(sorted(set(g.predicted))),
+                         measured=", ".join(sorted(set(g.regime))), evidence=f"{len(g)} {series} passes, {points_dtype}, {where}",
+                         n=len(g), series=series, listed=listed, off=sum(v != claims.HELD for v in verdicts)))
 
 # %%
-too_fast = points[points.regime == "below a bound: a ceiling is wrong"]
-display(Markdown(register.decide(
-    "no_pass_beats_its_bound", "No measured pass is faster than its largest lower bound.", too_fast.empty,
-    predicted="every pass at or above its bound", measured=f"{len(too_fast)} below",
-    evidence=f"{len(points)} passes of chapters 2 and 3 against chapter 0's ceilings",
-    if_held=f"every pass takes at least {points.measured_over_bound.min():.2f} times its largest bound.",
-    if_not=f"{len(too_fast)} passes ran faster than a lower bound (down to {points.measured_over_bound.min():.2f}x): a "
-           "ceiling understates this machine, or chapter 0 ran under another load than chapters 2 and 3.")))
-
-# %%
+register.claim(
+    "batching_raises_the_rate",
+    "Batched decode does more FLOP/s as the batch grows (the weights are shared).",
+    held="the rate rises at every batch: {rates}.",
+    not_held="the rate does not rise at every batch: {rates}.",
+    not_measured="chapter 3 timed fewer than two batch sizes in this dtype and thread count.")
 rising = points[points.series == "batched decode"].sort_values("batch")
-rates = ", ".join(f"batch {r.batch}: {r.achieved_gflop_s:.3g} GFLOP/s" for r in rising.itertuples())
-display(Markdown(register.decide(
-    "batching_raises_the_rate", "Batched decode does more FLOP/s as the batch grows (the weights are shared).",
-    claims.increasing(list(rising.achieved_gflop_s)) if len(rising) > 1 else None,
-    predicted="rising with the intensity", measured=rates, evidence=f"chapter 3's batched decode, {points_dtype}",
-    if_held=f"the rate rises at every batch: {rates}.", if_not=f"the rate does not rise at every batch: {rates}.",
-    if_not_measured=f"chapter 3 timed fewer than two batch sizes in {points_dtype} at {device_label}.")))
+rate_spreads = [Spread(r.flops / r.measured_ms_high / 1e6, r.achieved_gflop_s, r.flops / r.measured_ms_low / 1e6)
+                for r in rising.itertuples()]
+show(register.decide("batching_raises_the_rate", claims.increasing(rate_spreads) if len(rising) > 1 else None,
+                     predicted="rising with the intensity", evidence=f"chapter 3's batched decode, {points_dtype}",
+                     measured=", ".join(f"B={r.batch}: {r.achieved_gflop_s:.3g}" for r in rising.itertuples()),
+                     rates=", ".join(f"batch {r.batch}: {r.achieved_gflop_s:.3g} GFLOP/s" for r in rising.itertuples())))
 
 # %%
 # A GPU in the hardware table beside its datasheet's dense 16-bit peaks (quoted for BF16; FP16's are the same).
+name = ceilings.table.device_name.iloc[0]
+entry = next((hw for hw in roofline.HARDWARE.values() if not math.isnan(hw.flops) and hw.name.split()[0] in name), None)
 comparable = entry is not None and points_dtype != "fp32"
-reached = (f"the {mm.device_name} reaches {here.bandwidth / entry.bandwidth:.0%} of its datasheet bandwidth and "
-           f"{here.flops / entry.flops:.0%} of its datasheet FLOP rate ({entry.name})") if comparable else ""
-display(Markdown(register.decide(
-    "gpu_near_its_datasheet", "A GPU's measured ceilings are within 2x of its datasheet peaks.",
-    (claims.within(here.bandwidth, entry.bandwidth, 2) and claims.within(here.flops, entry.flops, 2)) if comparable
-    else None, predicted=f"{entry.bandwidth / 1e9:,.0f} GB/s, {entry.flops / 1e12:,.0f} TFLOP/s" if comparable else "",
-    measured=f"{here.bandwidth / 1e9:,.0f} GB/s, {here.flops / 1e12:,.1f} TFLOP/s" if comparable else "",
-    evidence=device_label, if_held=f"{reached}.", if_not=f"{reached}: a kernel, a clock or the table entry is off.",
-    if_not_measured=(f"{mm.device_name} has no entry in the hardware table ({', '.join(table_gpus)}): there is no "
-                     "datasheet to set it beside." if entry is None else
-                     f"the table quotes 16-bit peaks for the {entry.name}; set `dtype` to fp16 or bf16 to compare."))))
+register.claim(
+    "gpu_near_its_datasheet",
+    "A GPU's measured ceilings are within 2x of its datasheet peaks.",
+    held="{reached}.", not_held="{reached}: a kernel, a clock or the table entry is off.",
+    not_measured=(f"{name} has no entry in the hardware table ({', '.join(table_gpus)}): there is no datasheet to set it "
+                  "beside." if entry is None else f"the table quotes 16-bit peaks for the {entry.name}; set `dtype` to fp16 "
+                  "or bf16 to compare."))
+if comparable:
+    reached = (f"the {name} reaches {read / entry.bandwidth:.0%} of its datasheet bandwidth and {peak / entry.flops:.0%} "
+               f"of its datasheet FLOP rate ({entry.name})")
+    show(register.decide("gpu_near_its_datasheet", claims.every([claims.within(read, entry.bandwidth, 2),
+                                                                  claims.within(peak, entry.flops, 2)]),
+                         predicted=f"{entry.bandwidth / 1e9:,.0f} GB/s, {entry.flops / 1e12:,.0f} TFLOP/s",
+                         measured=f"{read / 1e9:,.0f} GB/s, {peak / 1e12:,.1f} TFLOP/s", evidence=where, reached=reached))
+else:
+    show(register.decide("gpu_near_its_datasheet", None))
 
 # %% [markdown]
-# **Takeaway: place every measured pass on the machine's roofline before explaining it; the distance to its largest
-# bound says whether FLOPs, bytes, launches or something else sets its time.**
+# **Takeaway: draw the machine's roofline from its kernels' own ceilings, not only from the streaming read and the
+# square product; a pass's largest term in the cost model says whether FLOPs, bytes or issuing the work sets its
+# time.**
 #
 # ## What these numbers do not show
 #
@@ -440,7 +434,7 @@ display(Markdown(register.decide(
 # * A pass's roofline bound is the larger of FLOPs over the FLOP rate and bytes over the bandwidth; a weight
 #   matmul's intensity is about the number of tokens it carries, and long prompts cost more per token.
 # * Batching lifts decode toward the ridge only while the caches are small beside the weights.
-# * On a real machine, label each measured pass with one rule before explaining it.
+# * On a real machine, price each pass from the kernels it runs and label it with one rule before explaining it.
 #
 # ## Check yourself
 #
@@ -451,15 +445,17 @@ display(Markdown(register.decide(
 # Every weight is fetched once per pass but used in one multiply-add, two FLOPs, per token row. With two bytes per
 # weight, FLOPs per byte come to about the row count: the prompt length in prefill, the batch in decode.
 # </details>
+#
+# 2. A team summarises documents: 30,000-token prompts and 200-token answers, on the course's GPU. Which phase
+#    should they work on first?
 
-# %%
+# %% tags=["answer"] jupyter={"source_hidden": true}
 summary_prompt, summary_output = 30_000, 200
 alone = roofline.request_split(llama8, gpu, summary_prompt, summary_output)
 summary_batch = roofline.batch_that_fits(llama8, gpu, summary_prompt + summary_output)
 together = roofline.request_split(llama8, gpu, summary_prompt, summary_output, batch=summary_batch)
 display(Markdown(
-    f"2. A team summarises documents: {summary_prompt:,}-token prompts, {summary_output}-token answers, on "
-    f"{gpu.name}s. Which phase should they work on first?\n\n<details><summary>Answer</summary>\n\nOne request "
+    f"<details><summary>Answer</summary>\n\nOn {gpu.name}s, one request "
     f"alone spends {alone.prefill_s * 1e3:.0f} ms in prefill and {alone.decode_s * 1e3:.0f} ms in decode at the "
     f"roofline. A server batches decode: with the {summary_batch} requests whose caches fit in "
     f"{gpu.memory_bytes / 1e9:.0f} GB, the weights' bytes are shared while each prompt's arithmetic is not, and "
@@ -473,7 +469,7 @@ display(Markdown(
 #   the decode floor go?
 # * Add contexts 512, 1,024 and 4,096 to `batch_contexts`: beyond which context can Llama-3-8B's decode not reach
 #   the ridge at any batch?
-# * Set `threads = 1`, or `bandwidth_kernel = "matvec"`: which measured passes change regime?
+# * Set `threads = 1` (after running chapters 2 and 3 with one thread): which measured passes change regime?
 # * Give `LLAMA3_8B` `kv_heads=32` (multi-head attention, `dataclasses.replace`): how far does the batching limit fall?
 #
 # ## Before optimising, find the regime
@@ -483,9 +479,9 @@ display(Markdown(
 # * **Memory-bound**: fewer bytes per token: quantised weights, a smaller cache (grouped-query attention), batching.
 # * **Compute-bound**: fewer FLOPs or faster arithmetic: last-position logits, a cached prefix, tensor cores.
 # * **Launch-bound**: fewer, larger operations: fused kernels, CUDA graphs, `torch.compile`, bigger chunks.
-# * **Unexplained** (far above every bound): measure further before optimising anything.
+# * **Unexplained** (far above its prediction): measure one layer down before optimising anything.
 
 # %%
 results.table(register.frame(), "claims")
 print(register.summary())
-register.frame()
+display(prose.table(register.frame()[["claim", "verdict", "predicted", "measured"]]))
