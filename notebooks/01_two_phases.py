@@ -44,9 +44,11 @@ import pandas as pd
 import torch
 from IPython.display import Markdown, display
 
-from lib import claims, metrics, objectives, params, phases, roofline, shapes, timing
-from lib.device import describe_environment, resolve_device, resolve_dtype
+from lib import claims, costmodel, machine, metrics, objectives, params, phases, prose, roofline, shapes, timing
+from lib.claims import Spread
+from lib.device import describe_environment, resolve_dtype
 from lib.models import load_model
+from lib.prose import show
 from lib.results import Results
 
 CHAT_MODELS = ("smollm2-135m",)  # the book's models that have a chat template to wrap a question in
@@ -55,22 +57,21 @@ P = params.check(globals(), {
     "device": params.device(), "dtype": params.dtype(), "model_name": params.Rule(
         f"one of {', '.join(map(repr, CHAT_MODELS))}: a model with a chat template (GPT-2 has none)",
         params.choice(CHAT_MODELS).convert),
-    "question": params.text(), "max_new_tokens": params.integer(min=1, quick=12),
-    "runs": params.integer(min=1, quick=2),
+    "question": params.text(), "max_new_tokens": params.integer(min=1, max=512, quick=12),
+    "runs": params.integer(min=1, max=20, quick=2),
     "ttft_slo_ms": params.number(above=0, allow_none=True), "tpot_slo_ms": params.number(above=0, allow_none=True),
     "worst_gap_slo_ms": params.number(above=0, allow_none=True),
 }, quick=quick, chapter="01_two_phases")
 
 # %%
-dev = resolve_device(device)
-torch_dtype = resolve_dtype(dtype, dev)
-lm = load_model(model_name, dev, torch_dtype)
-goals = objectives.objectives(dev, ttft_slo_ms, tpot_slo_ms, worst_gap_slo_ms, worst_gap=True)
-where = "the GPU" if dev.type == "cuda" else f"{torch.get_num_threads()} CPU threads"
-results = Results("01_two_phases", quick=quick, device=dev, dtype=torch_dtype, model=model_name)
+torch_dtype = resolve_dtype(dtype, device)
+lm = load_model(model_name, device, torch_dtype)
+goals = objectives.objectives(device, ttft_slo_ms, tpot_slo_ms, worst_gap_slo_ms, worst_gap=True)
+where = "the GPU" if device.type == "cuda" else f"{torch.get_num_threads()} CPU threads"
+results = Results("01_two_phases", params=P, quick=quick, dtype=torch_dtype, model=model_name)
 register = claims.Claims()
 print(f"model: {lm.name} ({lm.source})")
-pd.Series(describe_environment(dev, torch_dtype, model_name)).to_frame("this run")
+pd.Series(describe_environment(device, torch_dtype, model_name)).to_frame("this run")
 
 # %% [markdown]
 # ## A real answer, token by token
@@ -80,13 +81,19 @@ pd.Series(describe_environment(dev, torch_dtype, model_name)).to_frame("this run
 # token id back to the host (`.item()`) before it stamps the time, as a server must before it can send
 # the token. The first request on a fresh process pays one-time costs (memory allocation, kernel
 # selection), so one warm-up request runs first; its TTFT is shown separately. Greedy decoding of the same
-# prompt should choose the same tokens in every run, which makes the runs comparable.
+# prompt should choose the same tokens in every run, which makes the runs comparable. The loop that is timed:
+
+# %%
+display(prose.source(phases.run_request))
+
+# %% [markdown]
+# One warm-up request, then `runs` timed ones:
 
 # %%
 tokenizer = lm.tokenizer
 chat = [{"role": "user", "content": question}]
 prompt_ids = tokenizer.apply_chat_template(chat, add_generation_prompt=True, return_tensors="pt",
-                                           return_dict=True)["input_ids"].to(dev)
+                                           return_dict=True)["input_ids"].to(device)
 prompt_tokens = prompt_ids.shape[1]
 phases.check_fits(lm, prompt_tokens, max_new_tokens)
 eos = tokenizer.eos_token_id
@@ -99,15 +106,16 @@ median_run = sorted(range(runs), key=lambda i: per_run[i].e2e)[runs // 2]
 trace, m = traces[median_run], per_run[median_run]
 answer = tokenizer.decode(trace.token_ids, skip_special_tokens=True)
 same = sum(t.token_ids == cold.token_ids for t in traces)
-display(Markdown(f"**Prompt** ({prompt_tokens} tokens with the chat template): *{question}*\n\n"
-                 f"**Answer** ({m.n_tokens} tokens, greedy): {answer}"))
-display(Markdown(register.decide(
+show(f"**Prompt** ({prompt_tokens} tokens with the chat template): *{question}*\n\n"
+     f"**Answer** ({m.n_tokens} tokens, greedy): {answer}")
+register.claim(
     "greedy_repeats", "Greedy decoding of the same prompt chooses the same tokens in every run.",
-    same == runs, predicted=f"{runs} of {runs} runs identical to the warm-up", measured=f"{same} of {runs}",
-    evidence=f"{lm.name}, {dtype}, {where}",
-    if_held=f"all {runs} timed runs chose the warm-up's {cold_m.n_tokens} tokens.",
-    if_not=f"only {same} of {runs} runs chose the warm-up's tokens: on this device the kernels are not "
-           "deterministic, so runs may differ in length; the timings below are still per token.")))
+    held="all {runs} timed runs chose the warm-up's {n} tokens.",
+    not_held="only {same} of {runs} runs chose the warm-up's tokens: on this device the kernels are not deterministic, "
+             "so runs may differ in length; the timings below are still per token.")
+show(register.decide("greedy_repeats", claims.HELD if same == runs else claims.NOT_HELD,
+                     predicted=f"{runs} of {runs} runs identical to the warm-up", measured=f"{same} of {runs}",
+                     evidence=f"{lm.name}, {dtype}, {where}", runs=runs, n=cold_m.n_tokens, same=same))
 
 # %%
 token_table = pd.DataFrame({
@@ -122,7 +130,7 @@ warm_ttft = [r.ttft * 1e3 for r in per_run]
 display(Markdown(
     f"The warm-up request's first token took **{cold_m.ttft * 1e3:.0f} ms**; warm, a median "
     f"**{np.median(warm_ttft):.0f} ms** "
-    f"({timing.span(min(warm_ttft), max(warm_ttft), '.0f', 'ms')} over {runs} runs). Every run below is warm. This "
+    f"({prose.span(min(warm_ttft), max(warm_ttft), '.0f', 'ms')} over {runs} runs). Every run below is warm. This "
     f"is the median run (by end-to-end time); the first tokens and their times:"))
 token_table.head(12).round(1)
 
@@ -187,12 +195,15 @@ shape_table
 # section 6 states), a prefill does `T` times the weight arithmetic of a decode step but reads each weight
 # once, just as a decode step does. So a prompt token should cost less than a decoded token. How much less
 # depends on what limits the machine: if moving the weights were the whole cost, a prompt token would be `T`
-# times cheaper; if arithmetic were the whole cost, no cheaper at all. The measured ratio should land between
-# the two extremes, `1x` and `Tx`.
+# times cheaper; if arithmetic were the whole cost, no cheaper at all. The cost model (`lib.costmodel`, on
+# chapter 0's ceilings) says where between `1x` and `Tx` this machine lands: the model's matrices at `T` rows
+# run at the rate `F(T)` chapter 0 measured, a decode step's at one row.
 
 # %%
 pre_cost = roofline.prefill_cost(shape, T, logits="last")
 dec_cost = roofline.decode_cost(shape, batch=1, context=C)
+model = costmodel.CostModel(machine.load_ceilings(device, quick=quick), model_name, shape, dtype, torch.get_num_threads())
+pre_pred, dec_pred = model.prefill(T), model.decode(C)
 runs_table = pd.DataFrame({
     "prompt_tokens": T, "run": range(1, runs + 1),
     "prefill_ms": [(t.prefill_done - t.request_time) * 1e3 for t in traces],
@@ -205,30 +216,37 @@ ph = per_phase.iloc[0]
 costs = pd.DataFrame([
     {"phase": "prefill", "tokens": T, "gflop": pre_cost.flops / 1e9, "mb_moved": pre_cost.bytes / 1e6,
      "intensity_flop_per_byte": pre_cost.intensity, "measured_ms": ph.prefill_ms, "measured_ms_low": ph.prefill_ms_low,
-     "measured_ms_high": ph.prefill_ms_high, "ms_per_token": ph.prefill_ms / T},
+     "measured_ms_high": ph.prefill_ms_high, "ms_per_token": ph.prefill_ms / T, "predicted_ms": pre_pred.best * 1e3},
     {"phase": "decode step", "tokens": C, "gflop": dec_cost.flops / 1e9, "mb_moved": dec_cost.bytes / 1e6,
      "intensity_flop_per_byte": dec_cost.intensity, "measured_ms": ph.decode_step_ms,
      "measured_ms_low": ph.decode_step_ms_low, "measured_ms_high": ph.decode_step_ms_high,
-     "ms_per_token": ph.decode_step_ms}])
+     "ms_per_token": ph.decode_step_ms, "predicted_ms": dec_pred.best * 1e3}])
 results.table(costs, "phase_costs")
 costs.round(3)
 
 # %%
-ratio, ratio_lo, ratio_hi = ph.prompt_token_cheaper_x, ph.prompt_token_cheaper_x_low, ph.prompt_token_cheaper_x_high
-display(Markdown(register.decide(
-    "prompt_token_cheaper", f"A prompt token costs between 1x and {T}x less than a decoded token.",
-    bool(1 < ratio <= T) if np.isfinite(ratio) else None,
-    predicted=f"1x to {T}x", measured=f"{ratio:.1f}x (runs {timing.span(ratio_lo, ratio_hi)})",
-    evidence=f"median decode step over prefill time per prompt token; {runs} runs, {lm.name}, {dtype}, {where}",
-    if_held=f"a prompt token cost **{ratio:.1f}x** less than a decoded token ({timing.span(ratio_lo, ratio_hi)}x "
-            f"over runs), against the `{T}x` of a pass that only reads weights. Prefill moves "
-            f"{pre_cost.intensity:.0f} FLOPs per byte it reads and a decode step {dec_cost.intensity:.1f}: the same "
-            f"weights, used {T} times per read in one phase and once in the other.",
-    if_not=f"the measured ratio is **{ratio:.1f}x** ({timing.span(ratio_lo, ratio_hi)}x over runs), outside "
-           f"1x to {T}x: " + ("a prompt token cost no less than a decoded one, so the prefill paid for something the "
-                              "arithmetic does not count." if ratio <= 1 else "a decode step cost more than reading "
-                              "the weights would explain; something besides the weights costs each step time."),
-    if_not_measured="the answer had a single token, so there is no decode step to compare.")))
+register.claim(
+    "prompt_token_cheaper",
+    "A prompt token costs less than a decoded token by the ratio the cost model predicts from chapter 0's kernels.",
+    held="a prompt token cost **{ratio}** less than a decoded token; the cost model predicted {predicted_ratio:.1f}x (a "
+         "pass that only read weights would give {T}x). Prefill's matrices run {T} rows at {f_t:.0f} GFLOP/s, a "
+         "decode step's one row at {f_1:.0f}: the same weights, used {T} times per read in one phase and once in the other.",
+    not_held="a prompt token cost {ratio} less than a decoded token, while the cost model predicted "
+             "{predicted_ratio:.1f}x: prefill {prefill} against a predicted {prefill_pred}, a decode step {step} against "
+             "{step_pred}.",
+    not_measured="the answer had a single token, so there is no decode step to compare.")
+predicted_ratio = dec_pred.best / (pre_pred.best / T)
+cheaper = Spread(ph.prompt_token_cheaper_x_low, ph.prompt_token_cheaper_x, ph.prompt_token_cheaper_x_high) \
+    if np.isfinite(ph.prompt_token_cheaper_x) else None
+show(register.decide("prompt_token_cheaper", None if cheaper is None else
+                     claims.within(cheaper, predicted_ratio, claims.PREDICTED_RATIO),
+                     predicted=f"{predicted_ratio:.1f}x (cost model)", measured=cheaper.text(".1f", "x") if cheaper else "",
+                     evidence=f"median decode step over prefill time per prompt token; {runs} runs, {lm.name}, {dtype}, "
+                              f"{where}", ratio=cheaper.text(".1f", "x") if cheaper else "", predicted_ratio=predicted_ratio,
+                     T=T, f_t=model.ceilings.matrix_rate(model_name, dtype, model.threads, T) / 1e9,
+                     f_1=model.ceilings.matrix_rate(model_name, dtype, model.threads, 1) / 1e9,
+                     prefill=prose.ms(ph.prefill_ms / 1e3), prefill_pred=prose.ms(pre_pred.best),
+                     step=prose.ms(ph.decode_step_ms / 1e3), step_pred=prose.ms(dec_pred.best)))
 
 # %% [markdown]
 # **Takeaway: prefill pushes many tokens through each weight it reads and decode pushes one, so arithmetic
@@ -264,39 +282,41 @@ good = metrics.goodput(per_run, goals.ttft_s, goals.tpot_s, goals.worst_gap_s)
 display((metrics.summarize(per_run) * 1e3).drop(columns="count").round(2).rename_axis("ms, over all runs"))
 
 # %%
-def ms(name, fmt=".0f"):
+def ranged(name: str, fmt: str = ".0f") -> str:
+    """A median over runs with the lowest and highest run, in ms."""
     low, high = over_runs[f"{name}_low"], over_runs[f"{name}_high"]
-    return f"**{over_runs[name]:{fmt}} ms** ({timing.span(low, high, fmt, 'ms')})"
+    return f"**{over_runs[name]:{fmt}} ms** ({prose.span(low, high, fmt, 'ms')})"
 
 
 missed = [name for name, value, goal in (("TTFT", run_table.ttft_ms, goals.ttft_ms),
                                          ("TPOT", run_table.tpot_ms, goals.tpot_ms),
                                          ("worst gap", run_table.worst_gap_ms, goals.worst_gap_ms))
           if (value > goal).any()]
-kind = "a GPU" if dev.type == "cuda" else "a CPU"
-default_ttft_s, default_tpot_s = objectives.default_objectives(dev)
+kind = "a GPU" if device.type == "cuda" else "a CPU"
+default_ttft_s, default_tpot_s = objectives.default_objectives(device)
 source = (f"the defaults for {kind}" if goals.defaults == ("ttft", "tpot", "worst_gap") else
           f"yours; the defaults for {kind} are {default_ttft_s * 1e3:.0f} ms and {default_tpot_s * 1e3:.0f} ms")
 display(Markdown(
-    f"Medians over {runs} runs, with the lowest and highest run: TTFT {ms('ttft_ms')}, TPOT {ms('tpot_ms', '.1f')}, "
-    f"worst gap {ms('worst_gap_ms', '.1f')}, end-to-end {ms('e2e_ms')}.\n\n"
+    f"Medians over {runs} runs, with the lowest and highest run: TTFT {ranged('ttft_ms')}, TPOT {ranged('tpot_ms', '.1f')}, "
+    f"worst gap {ranged('worst_gap_ms', '.1f')}, end-to-end {ranged('e2e_ms')}.\n\n"
     f"Objectives ({source}): TTFT at most {goals.ttft_ms:.0f} ms, TPOT at most {goals.tpot_ms:.0f} ms, worst gap "
     f"at most {goals.worst_gap_ms:.0f} ms. Goodput: **{good:.0%}** of these {runs} requests met all three"
     + (f"; some runs missed on {', '.join(missed)}." if missed else ".")))
 
 # %%
-display(Markdown(register.decide(
+register.claim(
     "short_question_is_a_decode_job",
     "A one-line question with a paragraph of answer spends most of its time decoding.",
-    over_runs.decode_share > 0.5, predicted="decode share above 50 %",
-    measured=f"{over_runs.decode_share:.0%} (runs "
-             f"{timing.span(over_runs.decode_share_low * 100, over_runs.decode_share_high * 100, '.0f', '%')})",
-    evidence=f"{T} prompt tokens, {m.n_tokens} output tokens, {runs} runs",
-    if_held=f"the median run spent **{over_runs.decode_share:.0%}** of its time in decode and "
-            f"{over_runs.prefill_share:.0%} in prefill: {m.n_tokens - 1} decode steps outweigh one prefill "
-            f"of {T} tokens.",
-    if_not=f"the median run spent only **{over_runs.decode_share:.0%}** of its time in decode: with "
-           f"{m.n_tokens} output tokens against a {T}-token prompt, this request is a prefill job here.")))
+    held="the median run spent **{share:.0%}** of its time in decode and {prefill:.0%} in prefill: {steps} decode steps "
+         "outweigh one prefill of {T} tokens (the cost model gives decode {model_share:.0%}).",
+    not_held="the median run spent only **{share:.0%}** of its time in decode (the cost model gives {model_share:.0%}): "
+             "with {n} output tokens against a {T}-token prompt, this request is a prefill job here.")
+predicted_share = (m.n_tokens - 1) * dec_pred.best / ((m.n_tokens - 1) * dec_pred.best + pre_pred.best)
+share = Spread(over_runs.decode_share_low, over_runs.decode_share, over_runs.decode_share_high)
+show(register.decide("short_question_is_a_decode_job", claims.at_least(share, 0.5),
+                     predicted=f"above 50 % (cost model: {predicted_share:.0%})", measured=share.text(".0%"),
+                     evidence=f"{T} prompt tokens, {m.n_tokens} output tokens, {runs} runs", share=over_runs.decode_share,
+                     prefill=over_runs.prefill_share, steps=m.n_tokens - 1, T=T, n=m.n_tokens, model_share=predicted_share))
 
 # %% [markdown]
 # **Takeaway: report TTFT, TPOT and the worst gap together, with the prompt and output lengths; one
@@ -359,29 +379,30 @@ shorthand_ms = runs_table.prefill_ms + runs_table.decode_step_ms
 with torch.inference_mode():
     uncached_first = phases.greedy_uncached(lm, prompt_ids, 1)[0]
 overstated = np.median(shorthand_ms) / over_runs.ttft_ms - 1
-display(Markdown(register.decide(
+register.claim(
     "choosing_is_cheap", "Choosing the first token costs under a tenth of a decode step.",
-    bool(choice_ms.median() < 0.1 * ph.decode_step_ms) if np.isfinite(ph.decode_step_ms) else None,
-    predicted=f"under {0.1 * ph.decode_step_ms:.2f} ms", measured=f"{choice_ms.median():.2f} ms",
-    evidence=f"{runs} runs, {where}",
-    if_held=f"choosing took a median **{choice_ms.median():.2f} ms** "
-            f"({timing.span(choice_ms.min(), choice_ms.max(), '.2f', 'ms')}), "
-            f"against a decode step of {ph.decode_step_ms:.1f} ms. The shorthand would report a TTFT of "
-            f"{np.median(shorthand_ms):.0f} ms instead of the measured {over_runs.ttft_ms:.0f} ms, "
-            f"{overstated:.0%} too much.",
-    if_not=f"choosing took a median **{choice_ms.median():.2f} ms**, against a decode step of "
-           f"{ph.decode_step_ms:.1f} ms: "
-           "on this device reading one id back is not negligible beside a step.",
-    if_not_measured="the answer had a single token, so there is no decode step to compare.")))
+    held="choosing took a median **{choice}** ({span}), against a decode step of {step}. The shorthand would report a "
+         "TTFT of {shorthand:.0f} ms instead of the measured {ttft:.0f} ms, {over:.0%} too much.",
+    not_held="choosing took a median **{choice}**, against a decode step of {step}: on this device reading one id back "
+             "is not negligible beside a step.",
+    not_measured="the answer had a single token, so there is no decode step to compare.")
+show(register.decide("choosing_is_cheap", claims.at_most(Spread.of(choice_ms), 0.1 * ph.decode_step_ms)
+                     if np.isfinite(ph.decode_step_ms) else None,
+                     predicted=f"under {0.1 * ph.decode_step_ms:.2f} ms", measured=f"{choice_ms.median():.2f} ms",
+                     evidence=f"{runs} runs, {where}", choice=f"{choice_ms.median():.2f} ms",
+                     span=prose.span(choice_ms.min(), choice_ms.max(), ".2f", "ms"), step=f"{ph.decode_step_ms:.1f} ms",
+                     shorthand=np.median(shorthand_ms), ttft=over_runs.ttft_ms, over=overstated))
 
 # %%
-display(Markdown(register.decide(
+register.claim(
     "first_token_from_prefill", "The cached prefill's last position chooses the token a full uncached pass chooses.",
-    uncached_first == trace.token_ids[0], predicted=f"id {trace.token_ids[0]}", measured=f"id {uncached_first}",
-    evidence=f"phases.greedy_uncached, {dtype}",
-    if_held=f"both choose id {trace.token_ids[0]} ({tokenizer.decode([trace.token_ids[0]])!r}).",
-    if_not=f"the uncached pass chose id {uncached_first}, the cached prefill {trace.token_ids[0]}: in {dtype} rounding "
-           "differs between the two paths enough to change a close choice.")))
+    held="both choose id {id} ({text!r}).",
+    not_held="the uncached pass chose id {other}, the cached prefill {id}: in {dtype} rounding differs between the two "
+             "paths enough to change a close choice.")
+show(register.decide("first_token_from_prefill", claims.HELD if uncached_first == trace.token_ids[0] else claims.NOT_HELD,
+                     predicted=f"id {trace.token_ids[0]}", measured=f"id {uncached_first}",
+                     evidence=f"phases.greedy_uncached, {dtype}", id=trace.token_ids[0],
+                     text=tokenizer.decode([trace.token_ids[0]]), other=uncached_first, dtype=dtype))
 
 # %% [markdown]
 # **Takeaway: the first token comes out of the prefill; a decode step is the cost of every token after it.**
@@ -451,4 +472,4 @@ display(Markdown(register.decide(
 # %%
 results.table(register.frame(), "claims")
 print(register.summary())
-register.frame()
+display(prose.table(register.frame()[["claim", "verdict", "predicted", "measured"]]))
