@@ -41,14 +41,16 @@ import pandas as pd
 import torch
 from IPython.display import Markdown, display
 
-from lib import claims, metrics, objectives, params, phases, roofline, shapes, sweeps, timing
-from lib.device import describe_environment, resolve_device, resolve_dtype
-from lib.models import KNOWN_MODELS, load_model, random_prompt
+from lib import claims, costmodel, machine, metrics, objectives, params, phases, prose, roofline, shapes, sweeps, timing
+from lib.claims import Spread
+from lib.device import describe_environment, resolve_dtype
+from lib.models import load_model, random_prompt
 from lib.progress import progress
+from lib.prose import show
 from lib.results import Results, load_reference
 
 # %%
-token_pair = params.tuple_of(params.integer(min=1), params.integer(min=1))
+token_pair = params.tuple_of(params.integer(min=1, max=1024), params.integer(min=1, max=1024))
 
 
 def _archetypes(value):
@@ -61,10 +63,9 @@ def _archetypes(value):
 
 P = params.check(globals(), {
     "device": params.device(), "dtype": params.dtype(),
-    "model_name": params.Rule(f"one of {', '.join(KNOWN_MODELS)}, a local path or a cached Hugging Face id",
-                              params.text().convert, quick="tiny-gpt2"),
-    "pairs": params.listof(token_pair, quick=[(16, 8), (128, 8), (512, 4), (1000, 2)]),
-    "runs": params.integer(min=1, quick=2),
+    "model_name": params.choice([m for m in machine.MODELS if m != "smollm2-135m"], quick="tiny-gpt2"),
+    "pairs": params.listof(token_pair, quick=[(16, 8), (128, 8), (512, 4), (1000, 2)], min_items=2, max_items=40),
+    "runs": params.integer(min=1, max=10, quick=2),
     "ttft_slo_ms": params.number(above=0, allow_none=True), "tpot_slo_ms": params.number(above=0, allow_none=True),
     "archetypes": params.Rule("a non-empty dict of name: (prompt tokens, output tokens)", _archetypes,
                               quick={"chat": (100, 30), "retrieval-augmented answer": (900, 6),
@@ -72,21 +73,21 @@ P = params.check(globals(), {
 }, quick=quick, chapter="04_request_split")
 
 # %%
-dev = resolve_device(device)
-torch_dtype = resolve_dtype(dtype, dev)
-on_gpu = dev.type == "cuda"
-lm = load_model(model_name, dev, torch_dtype)
+torch_dtype = resolve_dtype(dtype, device)
+on_gpu = device.type == "cuda"
+lm = load_model(model_name, device, torch_dtype)
 for what, (prompt_len, output_len) in [*(("pairs", p) for p in pairs), *archetypes.items()]:
     try:  # refuse the whole grid before any work
         phases.check_fits(lm, prompt_len, output_len)
     except ValueError as error:
         raise ValueError(f"{what} {(prompt_len, output_len)} does not fit {lm.name}: {error}") from None
-goals = objectives.objectives(dev, ttft_slo_ms, tpot_slo_ms)
+goals = objectives.objectives(device, ttft_slo_ms, tpot_slo_ms)
 shape = shapes.ModelShape.from_config(lm.config, name=lm.name, bytes_per_param=torch_dtype)
 where = "the GPU" if on_gpu else f"{torch.get_num_threads()} CPU threads"
-results = Results("04_request_split", quick=quick, device=dev, dtype=torch_dtype, model=model_name)
+cost = costmodel.CostModel(machine.load_ceilings(device, quick=quick), model_name, shape, dtype, torch.get_num_threads())
+results = Results("04_request_split", params=P, quick=quick, dtype=torch_dtype, model=model_name)
 register = claims.Claims()
-pd.Series(describe_environment(dev, torch_dtype, model_name)).to_frame("this run")
+pd.Series(describe_environment(device, torch_dtype, model_name)).to_frame("this run")
 
 # %% [markdown]
 # ## Whole requests over a grid
@@ -99,11 +100,11 @@ pd.Series(describe_environment(dev, torch_dtype, model_name)).to_frame("this run
 
 # %%
 work = [("grid", p, o) for p, o in pairs] + [(name, p, o) for name, (p, o) in archetypes.items()]
-phases.run_request(lm, random_prompt(32, lm.vocab_size, device=dev), 4)  # warm-up
+phases.run_request(lm, random_prompt(32, lm.vocab_size, device=device), 4)  # warm-up
 records, scored = [], []
 for run in progress(range(1, runs + 1), desc="runs"):
     for workload, prompt_len, output_len in work:
-        trace = phases.run_request(lm, random_prompt(prompt_len, lm.vocab_size, seed=run, device=dev), output_len)
+        trace = phases.run_request(lm, random_prompt(prompt_len, lm.vocab_size, seed=run, device=device), output_len)
         m = metrics.request_metrics(trace.request_time, trace.token_times)
         pre, dec = metrics.phase_share(m)
         scored.append(m)
@@ -125,6 +126,9 @@ split = timing.median_range(grid, ["prompt_tokens", "output_tokens"],
                             ["ttft_ms", "tpot_ms", "worst_gap_ms", "e2e_ms", "prefill_share", "decode_share"])
 split = split.merge(grid.groupby(["prompt_tokens", "output_tokens"], sort=False).meets_objectives.mean()
                     .rename("goodput").reset_index(), on=["prompt_tokens", "output_tokens"])
+split["predicted_ttft_ms"] = [cost.prefill(p).best * 1e3 for p in split.prompt_tokens]
+split["predicted_tpot_ms"] = [np.mean([cost.decode(p + i).best for i in range(1, o)]) * 1e3 if o > 1 else np.nan
+                              for p, o in zip(split.prompt_tokens, split.output_tokens)]
 results.table(split, "request_split")
 split.round(3)
 
@@ -151,6 +155,39 @@ results.figure(fig, "request_split")
 plt.show()
 
 # %% [markdown] tags=["predict"]
+# ## Each request, predicted
+#
+# The cost model (`lib.costmodel`, on chapter 0's ceilings) prices a request as the book's loop runs it: TTFT is a
+# prefill of the prompt with last-position logits, TPOT the mean of its decode steps, each at its own context
+# (the prompt plus the tokens decoded before it). **Predict** each pair's two numbers before reading the
+# measured ones beside them.
+
+# %%
+register.claim(
+    "requests_as_predicted",
+    "Every pair's TTFT and TPOT take what the cost model predicts, within the tolerance for a time predicted from "
+    "measured ceilings.",
+    held="TTFT took {ttft_low:.2f} to {ttft_high:.2f} times its prediction and TPOT {tpot_low:.2f} to {tpot_high:.2f} "
+         "times its own, over all {n} pairs.",
+    not_held="{off} fell outside {tol:g}x of the prediction (TTFT {ttft_low:.2f} to {ttft_high:.2f}x, TPOT "
+             "{tpot_low:.2f} to {tpot_high:.2f}x).")
+ttft_x, tpot_x = split.ttft_ms / split.predicted_ttft_ms, split.tpot_ms / split.predicted_tpot_ms
+verdicts, off = [], []
+for r in split.itertuples():
+    for name, low, mid, high, pred in (("TTFT", r.ttft_ms_low, r.ttft_ms, r.ttft_ms_high, r.predicted_ttft_ms),
+                                        ("TPOT", r.tpot_ms_low, r.tpot_ms, r.tpot_ms_high, r.predicted_tpot_ms)):
+        if np.isfinite(pred):
+            verdicts.append(claims.within(Spread(low, mid, high), pred, claims.PREDICTED_TIME))
+            if verdicts[-1] != claims.HELD:
+                off.append(f"{name} at {r.prompt_tokens} in / {r.output_tokens} out ({mid / pred:.2f}x)")
+show(register.decide("requests_as_predicted", claims.every(verdicts), predicted=f"within {claims.PREDICTED_TIME:g}x",
+                     measured=f"TTFT {ttft_x.min():.2f}-{ttft_x.max():.2f}x, TPOT {tpot_x.min():.2f}-{tpot_x.max():.2f}x",
+                     evidence=f"request_split.csv, {runs} runs per pair", ttft_low=ttft_x.min(), ttft_high=ttft_x.max(),
+                     tpot_low=tpot_x.min(), tpot_high=tpot_x.max(), n=len(split), off="; ".join(off[:6]),
+                     tol=claims.PREDICTED_TIME))
+split[["prompt_tokens", "output_tokens", "ttft_ms", "predicted_ttft_ms", "tpot_ms", "predicted_tpot_ms"]].round(1)
+
+# %% [markdown] tags=["predict"]
 # ## TTFT and the prompt
 #
 # **Predict.** TTFT is a prefill: its FLOPs grow with every prompt token, so TTFT should rise with the prompt
@@ -160,27 +197,31 @@ plt.show()
 ttft_by_prompt = split.groupby("prompt_tokens").agg(ttft_ms=("ttft_ms", "median"), low=("ttft_ms_low", "min"),
                                                      high=("ttft_ms_high", "max"))
 first, last = ttft_by_prompt.iloc[0], ttft_by_prompt.iloc[-1]
-display(Markdown(register.decide(
-    "ttft_rises_with_prompt", "TTFT rises with every longer prompt of the grid (medians, 5 % noise allowed).",
-    claims.increasing(list(ttft_by_prompt.ttft_ms), tolerance=0.05) if len(ttft_by_prompt) > 1 else None,
-    predicted="rising", measured=", ".join(f"{p}: {t:.0f} ms" for p, t in ttft_by_prompt.ttft_ms.items()),
-    evidence=f"{runs} runs per pair, {lm.name}, {dtype}, {where}",
-    if_held=f"TTFT rose from **{first.ttft_ms:.0f} ms** ({timing.span(first.low, first.high, '.0f', 'ms')} over runs) "
-            f"at {ttft_by_prompt.index[0]} prompt tokens to **{last.ttft_ms:.0f} ms** "
-            f"({timing.span(last.low, last.high, '.0f', 'ms')}) at {ttft_by_prompt.index[-1]}.",
-    if_not="a longer prompt did not always give a longer TTFT: "
-           + ", ".join(f"{p} tokens {t:.0f} ms" for p, t in ttft_by_prompt.ttft_ms.items())
-           + ". Where two prompts differ little, the machine's noise can reorder them.",
-    if_not_measured="the grid has a single prompt length.")))
+register.claim(
+    "ttft_rises_with_prompt", "TTFT rises with every longer prompt of the grid, beyond the runs' spread (5 % noise "
+    "allowed).",
+    held="TTFT rose from **{first}** at {p0} prompt tokens to **{last}** at {p1}.",
+    not_held="a longer prompt did not always give a longer TTFT: {all}. Where two prompts differ little, the machine's "
+             "noise can reorder them.",
+    not_measured="the grid has a single prompt length.")
+rising = [Spread(r.low, r.ttft_ms, r.high) for r in ttft_by_prompt.itertuples()]
+show(register.decide("ttft_rises_with_prompt", claims.increasing(rising) if len(rising) > 1 else None, predicted="rising",
+                     measured=", ".join(f"{p}: {t:.0f} ms" for p, t in ttft_by_prompt.ttft_ms.items()),
+                     evidence=f"{runs} runs per pair, {lm.name}, {dtype}, {where}",
+                     first=f"{first.ttft_ms:.0f} ms ({prose.span(first.low, first.high, '.0f', 'ms')} over runs)",
+                     last=f"{last.ttft_ms:.0f} ms ({prose.span(last.low, last.high, '.0f', 'ms')})",
+                     p0=ttft_by_prompt.index[0], p1=ttft_by_prompt.index[-1],
+                     all=", ".join(f"{p} tokens {t:.0f} ms" for p, t in ttft_by_prompt.ttft_ms.items())))
 
 # %% [markdown] tags=["predict"]
 # ## Does TPOT grow with the prompt?
 #
 # **Predict.** A decode step reads every weight and the whole KV cache. The cache grows by
-# `kv_bytes_per_token` for each token of context, the weights not at all, so if every byte costs the same, TPOT
-# grows with the context in proportion to the bytes a step reads (`lib.roofline.decode_cost`): at context `C`,
-# `TPOT(C) = TPOT(0) x bytes(C) / bytes(0)`. The context of a decode step is the prompt plus the tokens decoded
-# so far; a request's TPOT averages its steps, so its mean context is the prompt plus half the output.
+# `kv_bytes_per_token` for each token of context, the weights not at all, so if every byte cost the same, TPOT
+# would grow with the context in proportion to the bytes a step reads (`lib.roofline.decode_cost`). The cost
+# model prices the cache's part at its own kernels: attention's read, and the copy a growing cache makes at
+# every step (chapter 3). The context of a decode step is the prompt plus the tokens decoded so far; a request's
+# TPOT averages its steps, so its mean context is the prompt plus half the output.
 #
 # **Measure.** For each run, a straight line through that run's TPOTs against the mean context: its slope is
 # what each further 1,000 tokens of context add to a decode step, and the slopes of the runs give its range.
@@ -193,35 +234,37 @@ slopes = pd.Series({run: line[0] * 1e3 for run, line in lines.items()}, name="ms
 tpot_at_0 = float(np.median([line[1] for line in lines.values()])) if lines else np.nan
 c_low, c_high = decoded.context_tokens.min(), decoded.context_tokens.max()
 bytes_slope = tpot_at_0 * shape.kv_bytes_per_token * 1e3 / shape.weight_bytes  # ms per 1,000 tokens
+model_slope = (cost.decode(int(c_high)).best - cost.decode(int(c_low)).best) * 1e3 / (c_high - c_low) * 1e3
 predicted_growth = (roofline.decode_cost(shape, 1, int(c_high)).bytes
                     / roofline.decode_cost(shape, 1, int(c_low)).bytes - 1)
 slope = slopes.median() if lines else np.nan
 measured_growth = (tpot_at_0 + slope * c_high / 1e3) / (tpot_at_0 + slope * c_low / 1e3) - 1
 tpot_table = pd.DataFrame({"run": slopes.index, "tpot_slope_ms_per_1k_tokens": slopes.values,
                            "tpot_at_context_0_ms": [lines[r][1] for r in slopes.index],
-                           "bytes_predicted_slope_ms_per_1k_tokens": bytes_slope})
+                           "bytes_predicted_slope_ms_per_1k_tokens": bytes_slope,
+                           "cost_model_slope_ms_per_1k_tokens": model_slope})
 results.table(tpot_table, "tpot_slope")
 tpot_table.round(3)
 
 # %%
-growth_text = (f"From mean context {c_low:.0f} to {c_high:.0f}, TPOT grew **{measured_growth:+.0%}** (the line's "
-               f"slope: **{slope:.1f} ms** per 1,000 tokens, {timing.span(slopes.min(), slopes.max())} over runs); "
-               f"the bytes predict **{predicted_growth:+.0%}** ({bytes_slope:.1f} ms per 1,000 tokens)")
-display(Markdown(register.decide(
+register.claim(
     "tpot_follows_cache_bytes",
-    "TPOT grows with the context as the bytes a decode step reads do (line slope within 1.5x of the bytes').",
-    claims.within(slope, bytes_slope, 1.5) if slope > 0 else (False if lines else None),
-    predicted=f"{bytes_slope:.2f} ms per 1k tokens ({predicted_growth:+.0%})",
-    measured=f"{slope:.2f} ms per 1k tokens ({measured_growth:+.0%}), "
-             f"runs {timing.span(slopes.min(), slopes.max(), '.2f')}",
-    evidence=f"{len(decoded)} requests with 2+ tokens, {lm.name}, {dtype}, {where}",
-    if_held=growth_text + ": reading the longer cache is all TPOT pays for a longer prompt.",
-    if_not=growth_text + (f": the cache costs **{slope / bytes_slope:.1f} times** what its bytes predict. Something "
-                          "that grows with the cache, beyond reading it once, costs time; the next section times "
-                          "two candidates." if slope > bytes_slope else
-                          f": TPOT grew {'less than the bytes predict' if slope > 0 else 'not at all'}. A cache byte "
-                          "cost less than a weight byte here, or the runs' noise (their range) hides the growth."),
-    if_not_measured="the grid has one context length only: no slope to measure.")))
+    "TPOT grows with the context as the cost model's decode step does (the line's slope within the tolerance for a "
+    "predicted time).",
+    held="{growth}: the cache's read and its copy are what TPOT pays for a longer prompt (its bytes alone would "
+         "give {bytes_slope:.2f} ms per 1,000 tokens).",
+    not_held="{growth}, against the cost model's {model_slope:.2f} ms per 1,000 tokens (its bytes alone: "
+             "{bytes_slope:.2f}).",
+    not_measured="the grid has one context length only: no slope to measure.")
+slope_spread = Spread.of(slopes) if lines else None
+growth_text = (f"From mean context {c_low:.0f} to {c_high:.0f}, TPOT grew **{measured_growth:+.0%}** (the line's slope: "
+               f"**{slope:.1f} ms** per 1,000 tokens, {prose.span(slopes.min(), slopes.max())} over runs)") if lines else ""
+show(register.decide("tpot_follows_cache_bytes", (claims.within(slope_spread, model_slope, claims.PREDICTED_TIME)
+                                                  if slope_spread.low > 0 else claims.UNRESOLVED) if lines else None,
+                     predicted=f"{model_slope:.2f} ms per 1k tokens (cost model)",
+                     measured=f"{slope:.2f} ms per 1k tokens, runs {prose.span(slopes.min(), slopes.max(), '.2f')}" if lines else "",
+                     evidence=f"{len(decoded)} requests with 2+ tokens, {lm.name}, {dtype}, {where}", growth=growth_text,
+                     bytes_slope=bytes_slope, model_slope=model_slope))
 
 # %% [markdown] tags=["predict"]
 # ## What grows with the cache
@@ -240,7 +283,7 @@ display(Markdown(register.decide(
 # of context matches the slope measured above.
 
 # %%
-timed = {c: sweeps.cache_costs(shape, 1, int(c), dev, torch_dtype, repeats=7, warmup=2) for c in (c_low, c_high)}
+timed = {c: sweeps.cache_costs(shape, 1, int(c), device, torch_dtype, repeats=7, warmup=2) for c in (c_low, c_high)}
 parts = pd.DataFrame([dict(part=part, context_tokens=c, median_ms=t.median_ms, low_ms=t.low_ms, high_ms=t.high_ms)
                       for c, work in timed.items() for part, t in work.items()])
 per_1k = {part: (timed[c_high][part].median - timed[c_low][part].median) * 1e6 / (c_high - c_low)
@@ -251,38 +294,36 @@ parts.round(3)
 
 # %%
 shares = ", ".join(f"{part} **{s:.2f} ms**" for part, s in per_1k.items())
-display(Markdown(register.decide(
+register.claim(
     "tpot_growth_is_cache_work",
-    "The growth of TPOT with the context is the cache's concatenation and attention, timed alone (within 1.5x).",
-    claims.within(slope, cache_slope, 1.5) if slope > 0 and cache_slope > 0 else (False if lines else None),
-    predicted=f"{cache_slope:.2f} ms per 1k tokens (concatenation + attention, timed alone)",
-    measured=f"{slope:.2f} ms per 1k tokens (TPOT line)",
-    evidence=f"parts timed at contexts {c_low:.0f} and {c_high:.0f}, medians of 7 repeats; {dtype}, {where}",
-    if_held=f"per 1,000 tokens of context, the parts timed alone add {shares}: **{cache_slope:.1f} ms** together, "
-            f"against the **{slope:.1f} ms** TPOT gains: the copy a growing cache makes at every step and the "
-            "attention that reads it account for TPOT's growth"
-            + (", and the copy is why TPOT outgrows the bytes." if slope > bytes_slope else "."),
-    if_not=f"per 1,000 tokens of context, the parts timed alone add {shares}: **{cache_slope:.1f} ms** together, "
-           f"against the **{slope:.1f} ms** TPOT gains. Timed alone they do not account for the growth; "
-           + ("TPOT did not grow in this run, so there is no growth to explain (see the slopes' range over runs)."
-              if slope <= 0 else
-              "what else grows with the cache (the attention mask, or the cache pushing the weights out of the "
-              "processor's caches) is not measured here."
-              if cache_slope < slope else "alone they cost more than inside the model (their tensors may "
-              "have stayed in the processor's caches between repeats)."),
-    if_not_measured="the grid has one context length only.")))
+    "The growth of TPOT with the context is the cache's concatenation and attention, timed alone here (within the "
+    "tolerance for a predicted time).",
+    held="per 1,000 tokens of context, the parts timed alone add {shares}: **{cache_slope:.1f} ms** together, against "
+         "the {slope} TPOT gains: the copy a growing cache makes at every step and the attention that reads it "
+         "account for TPOT's growth.",
+    not_held="per 1,000 tokens of context, the parts timed alone add {shares}: **{cache_slope:.1f} ms** together, "
+             "against the {slope} TPOT gains: timed alone they do not account for the growth.",
+    not_measured="the grid has one context length only.")
+show(register.decide("tpot_growth_is_cache_work", ((claims.within(slope_spread, cache_slope, claims.PREDICTED_TIME)
+                                                    if slope_spread.low > 0 and cache_slope > 0 else claims.UNRESOLVED)
+                                                   if lines else None),
+                     predicted=f"{cache_slope:.2f} ms per 1k tokens (concatenation + attention, timed alone)",
+                     measured=f"{slope:.2f} ms per 1k tokens (TPOT line)",
+                     evidence=f"parts timed at contexts {c_low:.0f} and {c_high:.0f}, medians of 7 repeats; {dtype}, {where}",
+                     shares=shares, cache_slope=cache_slope, slope=slope_spread.text(".1f", "ms") if lines else ""))
 
 # %%
 fig, ax = plt.subplots(figsize=(8, 4))
 ax.plot(decoded.context_tokens, decoded.tpot_ms, "o", ms=4, alpha=0.6, label="TPOT, one request")
 span_c = np.linspace(0, c_high, 50)
 for label, rate, style in ((f"bytes: {bytes_slope:.1f} ms per 1k tokens", bytes_slope, ":"),
+                           (f"cost model: {model_slope:.1f} ms per 1k tokens", model_slope, "-."),
                            (f"measured line: {slope:.1f} ms per 1k tokens", slope, "-"),
                            (f"concatenation + attention timed alone: {cache_slope:.1f} ms per 1k", cache_slope, "--")):
     ax.plot(span_c, tpot_at_0 + rate * span_c / 1e3, style, label=label)
 ax.set_xlabel("mean context while decoding (tokens)")
 ax.set_ylabel("TPOT (ms)")
-ax.set_title(f"TPOT grew {measured_growth:+.0%} over the grid's contexts; its bytes predict {predicted_growth:+.0%}")
+ax.set_title(f"TPOT grew {measured_growth:+.0%} over the grid's contexts; its bytes alone predict {predicted_growth:+.0%}")
 ax.legend(fontsize=8)
 results.figure(fig, "tpot_against_context")
 plt.show()
@@ -311,22 +352,26 @@ results.table(beside, "beside_reference")
 beside.round(1)
 
 # %%
-heavier = beside.this_prefill_share_pct > beside.prefill_share_pct
+share_of = {(r.prompt_tokens, r.output_tokens): Spread(r.prefill_share_low * 100, r.prefill_share * 100,
+                                                      r.prefill_share_high * 100) for r in split.itertuples()}
+heavier = [claims.below(r.prefill_share_pct, share_of[(r.prompt_tokens, r.output_tokens)]) for r in beside.itertuples()]
 long_pair = beside.loc[beside.prompt_tokens.idxmax()] if len(beside) else None
 steps_text = ("" if long_pair is None else
               f" A {long_pair.prompt_tokens:.0f}-token prefill costs **{long_pair.this_prefill_in_decode_steps:.1f}** "
               f"decode steps here and {long_pair.reference_prefill_in_decode_steps:.1f} on the reference GPU.")
-display(Markdown(register.decide(
+register.claim(
     "more_prefill_heavy_than_reference",
     "Every pair shared with the reference spends a larger share of its time in prefill here than on its GPU.",
-    bool(heavier.all()) if len(beside) else None,
-    predicted="larger on every shared pair", measured=f"larger on {int(heavier.sum())} of {len(beside)}",
-    evidence=f"{len(beside)} pairs in both; reference: source chapter's GPU, five runs each",
-    if_held=f"all {len(beside)} shared pairs are more prefill-heavy here." + steps_text,
-    if_not="not every shared pair is more prefill-heavy here: "
-           + ", ".join(f"{r.prompt_tokens} in / {r.output_tokens} out {r.this_prefill_share_pct:.0f} % against "
-                       f"{r.prefill_share_pct:.0f} %" for r in beside[~heavier].itertuples()) + "." + steps_text,
-    if_not_measured="this run's grid shares no pair with the reference.")))
+    held="all {n} shared pairs are more prefill-heavy here.{steps}",
+    not_held="not every shared pair is more prefill-heavy here: {lighter}.{steps}",
+    not_measured="this run's grid shares no pair with the reference.")
+show(register.decide("more_prefill_heavy_than_reference", claims.every(heavier) if len(beside) else None,
+                     predicted="larger on every shared pair", measured=f"larger on {heavier.count(claims.HELD)} of {len(beside)}",
+                     evidence=f"{len(beside)} pairs in both; reference: source chapter's GPU, five runs each",
+                     n=len(beside), steps=steps_text,
+                     lighter=", ".join(f"{r.prompt_tokens} in / {r.output_tokens} out {r.this_prefill_share_pct:.0f} % "
+                                       f"against {r.prefill_share_pct:.0f} %" for r, v in zip(beside.itertuples(), heavier)
+                                       if v != claims.HELD)))
 
 # %% [markdown] tags=["predict"]
 # ## Workload archetypes
@@ -334,7 +379,8 @@ display(Markdown(register.decide(
 # Three shapes of traffic, each a prompt and an output length. **Predict** each one's time from the grid alone:
 # TTFT from a straight line through the grid's median TTFTs against the prompt (its residuals below say how
 # well a line fits), then one TPOT per later token from the TPOT line of the last section at the archetype's
-# mean context. The dominant phase is the larger of the two. **Measure**: the archetypes ran in the grid's loop.
+# mean context; beside it, the cost model's prediction from chapter 0's kernels alone. The dominant phase is
+# the larger of the two. **Measure**: the archetypes ran in the grid's loop.
 
 # %%
 ttft_line = np.polyfit(split.prompt_tokens, split.ttft_ms, 1)
@@ -344,33 +390,40 @@ rows = []
 for name, (p, o) in archetypes.items():
     ttft = np.polyval(ttft_line, p)
     decode_ms = (o - 1) * (tpot_at_0 + slope * (p + o / 2) / 1e3)
+    model_e2e = (cost.prefill(p).best + sum(cost.decode(p + i).best for i in range(1, o))) * 1e3
     rows.append(dict(workload=name, prompt_tokens=p, output_tokens=o, predicted_ttft_ms=ttft,
-                     predicted_e2e_ms=ttft + decode_ms, predicted_prefill_share=ttft / (ttft + decode_ms)))
+                     predicted_e2e_ms=ttft + decode_ms, predicted_prefill_share=ttft / (ttft + decode_ms),
+                     cost_model_e2e_ms=model_e2e))
 arch = pd.DataFrame(rows).merge(measured_arch, on="workload")
 arch["predicted_phase"] = np.where(arch.predicted_prefill_share > 0.5, "prefill", "decode")
 arch["measured_phase"] = np.where(arch.prefill_share > 0.5, "prefill", "decode")
 arch["e2e_measured_over_predicted"] = arch.e2e_ms / arch.predicted_e2e_ms
 results.table(arch, "archetypes")
-display(Markdown("The TTFT line's residuals over the grid: "
-                 f"{timing.span(residual.min() * 100, residual.max() * 100, '+.0f', '%')} of the measured TTFT."))
+show("The TTFT line's residuals over the grid: "
+     f"{prose.span(residual.min() * 100, residual.max() * 100, '+.0f', '%')} of the measured TTFT.")
 arch.round(2)
 
 # %%
-ok = arch.e2e_measured_over_predicted.between(1 / 1.25, 1.25) & (arch.predicted_phase == arch.measured_phase)
+e2e_of = {r.workload: Spread(r.e2e_ms_low, r.e2e_ms, r.e2e_ms_high) for r in arch.itertuples()}
+ok = [claims.within(e2e_of[r.workload], r.predicted_e2e_ms, claims.PREDICTED_TIME)
+      if r.predicted_phase == r.measured_phase else claims.NOT_HELD for r in arch.itertuples()]
 described = "; ".join(f"{'an' if r.workload[0] in 'aeiou' else 'a'} **{r.workload}** ({r.prompt_tokens} in, "
-                      f"{r.output_tokens} out) measured {r.e2e_ms:.0f} ms, predicted {r.predicted_e2e_ms:.0f}, a "
-                      f"**{r.measured_phase}** job ({r.prefill_share:.0%} prefill)" for r in arch.itertuples())
-display(Markdown(register.decide(
+                      f"{r.output_tokens} out) measured {r.e2e_ms:.0f} ms, predicted {r.predicted_e2e_ms:.0f} from the "
+                      f"grid and {r.cost_model_e2e_ms:.0f} by the cost model, a **{r.measured_phase}** job "
+                      f"({r.prefill_share:.0%} prefill)" for r in arch.itertuples())
+register.claim(
     "archetypes_predicted_from_grid",
-    "The grid's TTFT and TPOT lines predict each archetype's end-to-end time (within 1.25x) and dominant phase.",
-    bool(ok.all()) if lines else None,
-    predicted="; ".join(f"{r.workload}: {r.predicted_e2e_ms:.0f} ms, {r.predicted_phase}" for r in arch.itertuples()),
-    measured="; ".join(f"{r.workload}: {r.e2e_ms:.0f} ms, {r.measured_phase}" for r in arch.itertuples()),
-    evidence=f"{runs} runs per archetype, medians; lines fitted on the grid only",
-    if_held=f"{described}. The dominant phase is the one to optimise: TPOT for a decode job, TTFT for a prefill job.",
-    if_not=f"{described}. Not every archetype landed where the grid's lines put it "
-           f"({', '.join(arch.workload[~ok])}): a line is a poor guide outside the grid or where noise is large.",
-    if_not_measured="the grid has one context length only, so there is no TPOT line to predict with.")))
+    "The grid's TTFT and TPOT lines predict each archetype's end-to-end time (within the tolerance for a predicted "
+    "time) and dominant phase.",
+    held="{described}. The dominant phase is the one to optimise: TPOT for a decode job, TTFT for a prefill job.",
+    not_held="{described}. Not every archetype landed where the grid's lines put it ({missed}): a line is a poor guide "
+             "outside the grid or where noise is large.",
+    not_measured="the grid has one context length only, so there is no TPOT line to predict with.")
+show(register.decide("archetypes_predicted_from_grid", claims.every(ok) if lines else None,
+                     predicted="; ".join(f"{r.workload}: {r.predicted_e2e_ms:.0f} ms, {r.predicted_phase}" for r in arch.itertuples()),
+                     measured="; ".join(f"{r.workload}: {r.e2e_ms:.0f} ms, {r.measured_phase}" for r in arch.itertuples()),
+                     evidence=f"{runs} runs per archetype, medians; lines fitted on the grid only", described=described,
+                     missed=", ".join(w for w, v in zip(arch.workload, ok) if v != claims.HELD)))
 
 # %% [markdown]
 # ## Goodput against stated objectives
@@ -387,7 +440,7 @@ per_pair["missed"] = [", ".join(name for name, miss in (("TTFT", r.ttft_ms > goa
                       for r in per_pair.itertuples()]
 failing = per_pair[per_pair.goodput < 1]
 ref_met = ((ref.ttft_ms <= goals.ttft_ms) & (ref.tpot_ms <= goals.tpot_ms)).sum()
-default_ttft_s, default_tpot_s = objectives.default_objectives(dev)
+default_ttft_s, default_tpot_s = objectives.default_objectives(device)
 source = (f"the defaults for {'a GPU' if on_gpu else 'a CPU'}" if goals.defaults == ("ttft", "tpot") else
           f"yours; the defaults here are {default_ttft_s * 1e3:.0f} ms and {default_tpot_s * 1e3:.0f} ms")
 display(Markdown(
@@ -467,4 +520,4 @@ per_pair.round(2)
 # %%
 results.table(register.frame(), "claims")
 print(register.summary())
-register.frame()
+display(prose.table(register.frame()[["claim", "verdict", "predicted", "measured"]]))
