@@ -580,3 +580,30 @@ def test_outputs_from_another_machine_of_the_same_name_are_re_run(demo, monkeypa
     assert logs[-2].startswith("01_demo: running (its outputs came from another machine (cpu_flags: ")
     assert f"-> {flags})" in logs[-2]
     assert book.build(root=root, log=logs.append) == 0 and logs[-1] == "01_demo: up to date"
+
+
+def test_a_replacement_killed_after_the_notebook_was_swapped_in_is_still_its_own(demo, monkeypatch):
+    """The journal's digests hold for a new version whether it still waits beside its output or is in."""
+    root, source = demo
+    built(demo)
+    source.write_text(GOOD.replace("value = 1", "value = 8"))
+    real, forward = os.rename, outputs._roll_forward
+
+    def killed_after_the_notebook(*args):
+        def rename(a, b):
+            real(a, b)
+            if str(b).endswith("01_demo.ipynb"):
+                raise Killed
+        monkeypatch.setattr(os, "rename", rename)
+        try:
+            forward(*args)
+        finally:
+            monkeypatch.setattr(os, "rename", real)
+
+    monkeypatch.setattr(outputs, "_roll_forward", killed_after_the_notebook)
+    with pytest.raises(Killed):
+        book.build(root=root, log=lambda _: None)
+    monkeypatch.setattr(outputs, "_roll_forward", forward)
+    logs = []
+    assert outputs.recover(root, log=logs.append) == [] and "completed the replacement" in logs[0]
+    assert table(root) == ["value", "8"] and outputs.unfinished(root) == []

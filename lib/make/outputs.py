@@ -167,14 +167,14 @@ def _signature(key: bytes, record: dict) -> str:
 
 
 def content_digest(path: Path) -> str | None:
-    """SHA-256 over a file's bytes, or a folder's every file (relative name and bytes, in order); ``None``
-    when ``path`` does not exist."""
+    """SHA-256 over a file's bytes, or a folder's every file (its name inside the folder and its bytes, in
+    order); ``None`` when ``path`` does not exist."""
     if not path.exists():
         return None
     digest = hashlib.sha256()
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-    for file in files:
-        digest.update(str(file.relative_to(path) if file != path else file.name).encode() + b"\0")
+    for file in files:  # a file's own name is not hashed: the same bytes under its side name and its own
+        digest.update((file.relative_to(path).as_posix() if file != path else "").encode() + b"\0")
         with open(file, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 digest.update(block)
