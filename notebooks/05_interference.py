@@ -43,20 +43,20 @@ stops_helping = 0.15            # a smaller chunk "pays off" if it cuts A's wors
 
 # %%
 from lib import params
-from lib.models import KNOWN_MODELS
+from lib.machine import MODELS
 
 P = params.check(globals(), {
     "device": params.device(),
     "dtype": params.dtype(),
-    "model_name": params.choice(KNOWN_MODELS, quick="tiny-gpt2"),
-    "chunk_sizes": params.int_list(min=1, quick=[256, 64, 16, 8, 4]),
-    "runs": params.integer(min=1, quick=2),
-    "b_prompt_len": params.integer(min=1, quick=256),
-    "a_prompt_len": params.integer(min=1),
-    "a_tokens": params.integer(min=2, quick=16),
-    "arrival_step": params.integer(min=1, quick=4),
-    "stream_counts": params.int_list(min=1, quick=[1, 2]),
-    "stream_chunks": params.int_list(min=1, quick=[256, 64]),
+    "model_name": params.choice([m for m in MODELS if m != "smollm2-135m"], quick="tiny-gpt2"),
+    "chunk_sizes": params.int_list(min=1, max=1024, quick=[256, 64, 16, 8, 4], min_items=2),
+    "runs": params.integer(min=1, max=10, quick=2),
+    "b_prompt_len": params.integer(min=2, max=1000, quick=256),
+    "a_prompt_len": params.integer(min=1, max=512),
+    "a_tokens": params.integer(min=2, max=256, quick=16),
+    "arrival_step": params.integer(min=1, max=255, quick=4),
+    "stream_counts": params.int_list(min=1, max=64, quick=[1, 2], ascending=True),
+    "stream_chunks": params.int_list(min=1, max=1024, quick=[256, 64]),
     "stops_helping": params.number(above=0, max=1),
 }, quick=quick, chapter="05_interference")
 if arrival_step >= a_tokens:
@@ -70,28 +70,30 @@ import pandas as pd
 import torch
 from IPython.display import Markdown, display
 
-from lib import claims, phases, roofline, schedule, sweeps, timing
-from lib.device import describe_environment, dtype_name, resolve_device, resolve_dtype
+from lib import claims, costmodel, machine, phases, prose, schedule, sweeps, timing
+from lib.claims import Spread
+from lib.device import describe_environment, dtype_name, resolve_dtype
 from lib.models import load_model
 from lib.progress import progress
+from lib.prose import show, tokens
 from lib.results import Results, load_reference, load_table
 from lib.shapes import ModelShape
 
 # %%
-dev = resolve_device(device)
-torch_dtype = resolve_dtype(dtype, dev)
-threads = 0 if dev.type == "cuda" else torch.get_num_threads()  # chapter 2 labels a GPU's rows 0 threads
+torch_dtype = resolve_dtype(dtype, device)
+threads = torch.get_num_threads()  # the count chapter 2's rows carry for this device
 sizes = sorted({min(c, b_prompt_len) for c in chunk_sizes} | {b_prompt_len}, reverse=True)  # unchunked first
 if sizes != sorted(set(chunk_sizes), reverse=True):
     print(f"chunk sizes run: {sizes} (a chunk of b_prompt_len = {b_prompt_len} tokens or more is unchunked, "
           f"and the unchunked run is always included)")
-lm = load_model(model_name, dev, torch_dtype)
+lm = load_model(model_name, device, torch_dtype)
 phases.check_fits(lm, a_prompt_len, a_tokens)  # both requests checked against the position table before any work
 phases.check_fits(lm, b_prompt_len, 1)
-shape = ModelShape.from_config(lm.config, name=model_name)
-results = Results("05_interference", quick=quick, device=dev, dtype=torch_dtype, model=model_name)
+shape = ModelShape.from_config(lm.config, name=model_name).with_dtype(dtype)
+cost = costmodel.CostModel(machine.load_ceilings(device, quick=quick), model_name, shape, dtype, threads)
+results = Results("05_interference", params=P, quick=quick, dtype=torch_dtype, model=model_name)
 register = claims.Claims()
-pd.Series(describe_environment(dev, torch_dtype, model_name)).to_frame("this run")
+pd.Series(describe_environment(device, torch_dtype, model_name)).to_frame("this run")
 
 
 # %%
@@ -105,19 +107,15 @@ def paid_off(size: int) -> str:
     return "no chunk size paid off" if size == b_prompt_len else f"chunking paid off down to **{size} tokens**"
 
 
-def tokens(n: int) -> str:
-    """'1 token', '16 tokens'."""
-    return f"{int(n):,} token{'s' if int(n) != 1 else ''}"
-
-
 # %% [markdown] tags=["predict"]
-# ## The prediction, from section 2's measured passes
+# ## The prediction, from the cost model section 2 tested
 #
-# Section 2 timed one prefill pass of `T` tokens on this machine, for `T` from one token up: call it `t2(T)`.
-# A chunk of `c` tokens is such a pass, except that it also attends to the `p` tokens of B's prompt already in
-# the cache; scale `t2(c)` by the FLOPs that adds (`lib.roofline.prefill_cost(..., past=p)` over the same
-# without `past`). With `a` for one of A's decode steps, measured below, and `k` the A steps that run while B
-# is being prefilled (one before each chunk, as long as A still has tokens to produce):
+# Section 2 timed one prefill pass of `T` tokens on this machine and set each beside the cost model
+# (`lib.costmodel`). A chunk of `c` tokens is such a pass, except that it also attends to the `p` tokens of B's
+# prompt already in the cache, and appends to that cache (a growing cache copies its `p` positions): the cost
+# model prices a chunk with both, `cost.prefill(c, past=p)`. With `a` for one of A's decode steps, measured
+# below, and `k` the A steps that run while B is being prefilled (one before each chunk, as long as A still has
+# tokens to produce):
 #
 # * A's worst gap = `a` + the costliest chunk that A waits behind;
 # * B's TTFT = `k x a` + the sum of every chunk's cost.
@@ -157,10 +155,9 @@ def pass_ms(tokens: int) -> float:
 
 
 def chunk_ms(start: int, end: int) -> float:
-    """Predicted cost (ms) of B's chunk [start, end): section 2's pass of that length, scaled by the FLOPs its
-    attention to the `start` tokens already cached adds."""
-    flops = roofline.prefill_cost(shape, end - start, logits="last", past=start).flops
-    return pass_ms(end - start) * flops / roofline.prefill_cost(shape, end - start, logits="last").flops
+    """Predicted cost (ms) of B's chunk [start, end): the cost model's pass of that length after `start` cached
+    tokens (their attention and the cache's copy included)."""
+    return cost.prefill(end - start, past=start).best * 1e3
 
 
 # %%
@@ -169,7 +166,8 @@ a_steps = sweeps.decode_sweep(lm, [context], steps=10, runs=runs).assign(step_ms
 a_step = timing.median_range(a_steps, "context_tokens", ["step_ms"]).iloc[0]
 a_step_ms = a_step.step_ms
 print(f"A's decode step at context {context}: {a_step_ms:.1f} ms "
-      f"({timing.span(a_step.step_ms_low, a_step.step_ms_high, '.1f', 'ms')} over {runs} runs)")
+      f"({prose.span(a_step.step_ms_low, a_step.step_ms_high, '.1f', 'ms')} over {runs} runs); the cost model: "
+      f"{cost.decode(context + 5).best * 1e3:.1f} ms")
 
 
 # %%
@@ -211,7 +209,7 @@ predicted.round(3)
 
 # %%
 display(Markdown(
-    f"Section 2 measured a 1-token pass at **{timing.span(floor2.floor_ms_low, floor2.floor_ms_high, '.1f', 'ms')}**; "
+    f"Section 2 measured a 1-token pass at **{prose.span(floor2.floor_ms_low, floor2.floor_ms_high, '.1f', 'ms')}**; "
     f"its time stayed on that floor up to {tokens(floor2.flat_until_tokens)}, and its time per token stopped "
     f"falling at {tokens(floor2.knee_tokens)}. With A's step at {a_step_ms:.1f} ms, the predicted worst gap "
     f"falls from {predicted.predicted_a_worst_gap_ms.iloc[0]:,.0f} ms unchunked to "
@@ -251,46 +249,55 @@ summary["worst_gap_cut"] = 1 - summary.a_worst_gap_ms / summary.a_worst_gap_ms.s
 summary["a_worst_gap_over_predicted"] = summary.a_worst_gap_ms / summary.predicted_a_worst_gap_ms
 summary["b_ttft_over_predicted"] = summary.b_ttft_ms / summary.predicted_b_ttft_ms
 results.table(summary, "interference")
-show = lambda col, fmt=",.0f": [f"{m:{fmt}} ({timing.span(lo, hi, fmt)})" for m, lo, hi in
-                                zip(summary[col], summary[f"{col}_low"], summary[f"{col}_high"])]
-pd.DataFrame({"chunk_tokens": summary.chunk_tokens, "A worst gap, ms": show("a_worst_gap_ms"),
-              "A median gap, ms": show("a_median_gap_ms"), "B TTFT, ms": show("b_ttft_ms"),
+ranged = lambda col, fmt=",.0f": [f"{m:{fmt}} ({prose.span(lo, hi, fmt)})" for m, lo, hi in
+                                  zip(summary[col], summary[f"{col}_low"], summary[f"{col}_high"])]
+pd.DataFrame({"chunk_tokens": summary.chunk_tokens, "A worst gap, ms": ranged("a_worst_gap_ms"),
+              "A median gap, ms": ranged("a_median_gap_ms"), "B TTFT, ms": ranged("b_ttft_ms"),
               "worst gap / predicted": summary.a_worst_gap_over_predicted.round(2),
               "TTFT / predicted": summary.b_ttft_over_predicted.round(2)}).set_index("chunk_tokens")
 
 # %%
 unchunked = summary[summary.chunk_tokens == b_prompt_len].iloc[0]   # select by value, never by position
-stall = timing.span(unchunked.a_worst_gap_ms_low, unchunked.a_worst_gap_ms_high, ",.0f", "ms")
-display(Markdown(register.decide(
+stall = prose.span(unchunked.a_worst_gap_ms_low, unchunked.a_worst_gap_ms_high, ",.0f", "ms")
+register.claim(
     "tpot_hides_the_stall",
     "Unchunked, A's worst gap is more than 3x its TPOT: the mean hides the stall that the worst gap shows.",
-    claims.at_least(unchunked.a_worst_gap_ms / unchunked.a_tpot_ms, 3.0), predicted="worst gap > 3x TPOT",
-    measured=f"worst gap {unchunked.a_worst_gap_ms / unchunked.a_tpot_ms:.1f}x TPOT",
-    evidence=f"unchunked, {b_prompt_len} tokens, medians of {runs} runs",
-    if_held=f"unchunked, A's stream froze for **{stall}**, {unchunked.a_worst_gap_ms / unchunked.a_median_gap_ms:.0f} "
-            f"times its median gap of {unchunked.a_median_gap_ms:.0f} ms, while its TPOT over {a_tokens} tokens reads "
-            f"{unchunked.a_tpot_ms:.0f} ms: the mean hides the stall that the worst gap shows.",
-    if_not=f"unchunked, A's worst gap ({stall}) is only {unchunked.a_worst_gap_ms / unchunked.a_tpot_ms:.1f} times its "
-           f"TPOT ({unchunked.a_tpot_ms:.0f} ms): on this machine B's whole prefill costs little beside A's own "
-           f"steps.")))
+    held="unchunked, A's stream froze for **{stall}**, {times:.0f} times its median gap of {median:.0f} ms, while its "
+         "TPOT over {n} tokens reads {tpot:.0f} ms: the mean hides the stall that the worst gap shows.",
+    not_held="unchunked, A's worst gap ({stall}) is only {ratio:.1f} times its TPOT ({tpot:.0f} ms): on this machine "
+             "B's whole prefill costs little beside A's own steps.")
+u = runs_table[runs_table.chunk_tokens == b_prompt_len]
+show(register.decide("tpot_hides_the_stall", claims.at_least(Spread.of(u.a_worst_gap_ms / u.a_tpot_ms), 3.0),
+                     predicted="worst gap > 3x TPOT", measured=f"worst gap {unchunked.a_worst_gap_ms / unchunked.a_tpot_ms:.1f}x TPOT",
+                     evidence=f"unchunked, {b_prompt_len} tokens, {runs} runs", stall=stall,
+                     times=unchunked.a_worst_gap_ms / unchunked.a_median_gap_ms, median=unchunked.a_median_gap_ms,
+                     n=a_tokens, tpot=unchunked.a_tpot_ms, ratio=unchunked.a_worst_gap_ms / unchunked.a_tpot_ms))
 
 # %%
-crowded = summary.a_median_gap_ms > 1.5 * unchunked.a_median_gap_ms
-crowded_pred = summary.predicted_a_median_gap_ms > 1.5 * a_step_ms
-listed = lambda mask: (f"size{'s' if mask.sum() > 1 else ''} " + ", ".join(str(c) for c in summary.chunk_tokens[mask])
-                       if mask.any() else "no size")
-display(Markdown(register.decide(
+def listed(mask) -> str:
+    return (f"size{'s' if sum(mask) > 1 else ''} " + ", ".join(str(c) for c, m in zip(summary.chunk_tokens, mask) if m)
+            if any(mask) else "no size")
+
+
+register.claim(
     "crowded_median_gap",
-    "A's median gap holds a chunk (is over 1.5x the unchunked median) exactly at the sizes where half or more of "
-    "A's gaps hold a chunk and a chunk costs over half an A step.",
-    bool((crowded == crowded_pred).all()), predicted=listed(crowded_pred),
-    measured=listed(crowded),
-    evidence=f"A decodes {a_tokens} tokens, B arrives after {arrival_step}; median gaps (ms): "
-             + ", ".join(f"{c}: {g:.0f}" for c, g in zip(summary.chunk_tokens, summary.a_median_gap_ms)),
-    if_held=f"at chunk {listed(crowded)}, B's prefill is spread over so many of A's gaps that even A's *median* "
-            f"gap includes a chunk: the stall is no longer one event but the stream's normal pace, where predicted."
-            if crowded.any() else "no chunk size here spread B's prefill over half of A's gaps, as predicted.",
-    if_not=f"A's median gap held a chunk at {listed(crowded)}, against the predicted {listed(crowded_pred)}.")))
+    "A's median gap holds a chunk (is over 1.5x the unchunked median) exactly at the sizes where half or more of A's "
+    "gaps hold a chunk and a chunk costs over half an A step.",
+    held="{where}",
+    not_held="A's median gap held a chunk at {measured_sizes}, against the predicted {predicted_sizes}.")
+limit = 1.5 * unchunked.a_median_gap_ms
+crowded_pred = list(summary.predicted_a_median_gap_ms > 1.5 * a_step_ms)
+crowded = [claims.at_least(Spread(r.a_median_gap_ms_low, r.a_median_gap_ms, r.a_median_gap_ms_high), limit) for r in summary.itertuples()]
+agree = [v if p else {claims.HELD: claims.NOT_HELD, claims.NOT_HELD: claims.HELD}.get(v, v) for v, p in zip(crowded, crowded_pred)]
+measured_mask = [v == claims.HELD for v in crowded]
+show(register.decide("crowded_median_gap", claims.every(agree), predicted=listed(crowded_pred), measured=listed(measured_mask),
+                     evidence=f"A decodes {a_tokens} tokens, B arrives after {arrival_step}; median gaps (ms): "
+                              + ", ".join(f"{c}: {g:.0f}" for c, g in zip(summary.chunk_tokens, summary.a_median_gap_ms)),
+                     where=(f"at chunk {listed(measured_mask)}, B's prefill is spread over so many of A's gaps that even A's "
+                            "*median* gap includes a chunk: the stall is no longer one event but the stream's normal pace, "
+                            "where predicted." if any(measured_mask) else
+                            "no chunk size here spread B's prefill over half of A's gaps, as predicted."),
+                     measured_sizes=listed(measured_mask), predicted_sizes=listed(crowded_pred)))
 
 # %%
 example = [traces[(b_prompt_len, 1)], traces[(best_pred, 1)]]
@@ -307,7 +314,7 @@ for ax, r in zip(axes, example):
     ax.axvline((r.b_request_time - t0) * 1e3, color="tab:red", ls="--", lw=1, label="B arrives")
     ax.axvline((r.b_first_token_time - t0) * 1e3, color="tab:green", ls="--", lw=1, label="B's first token")
     row = summary[summary.chunk_tokens == r.chunk].iloc[0]
-    worst = timing.span(row.a_worst_gap_ms_low, row.a_worst_gap_ms_high, ",.0f")
+    worst = prose.span(row.a_worst_gap_ms_low, row.a_worst_gap_ms_high, ",.0f")
     ax.set(yscale="log", ylabel="A's gap (ms)", title=f"chunk {r.chunk} tokens (run 1's trace); over {runs} runs A's "
            f"worst gap {row.a_worst_gap_ms:,.0f} ms ({worst}), B's TTFT {row.b_ttft_ms:,.0f} ms")
     ax.legend(fontsize=7, loc="upper right")
@@ -338,7 +345,7 @@ ax.errorbar(summary.b_ttft_ms, summary.a_worst_gap_ms, fmt="o-", capsize=3, labe
             yerr=[summary.a_worst_gap_ms - summary.a_worst_gap_ms_low,
                   summary.a_worst_gap_ms_high - summary.a_worst_gap_ms])
 ax.plot(summary.predicted_b_ttft_ms, summary.predicted_a_worst_gap_ms, "s:", color="grey",
-        label="predicted from section 2's passes")
+        label="predicted by the cost model")
 for r in summary.itertuples():
     ax.annotate(f"{r.chunk_tokens}", (r.b_ttft_ms, r.a_worst_gap_ms), textcoords="offset points", xytext=(5, 5),
                 fontsize=8)
@@ -360,38 +367,45 @@ cut_at = lambda col, size: "none (every step paid)" if size is None else f"{by_s
 below = (f"going down to {stop} tokens gave {cut_words(by_size.worst_gap_cut[stop])}, while B's TTFT "
          f"grew {by_size.b_ttft_ms[stop] / by_size.b_ttft_ms[best] - 1:.0%}" if stop else
          f"it still paid at the smallest size run, {sizes[-1]} tokens")
-display(Markdown(register.decide(
+per_run_best = [stopping_point(sizes, [runs_table[(runs_table.chunk_tokens == c) & (runs_table.run == r)].a_worst_gap_ms.iloc[0]
+                                       for c in sizes])[0] for r in range(1, runs + 1)]
+best_spread = Spread.of(per_run_best + [best])
+register.claim(
     "chunk_size_prediction",
-    f"Chunking stops paying off (a smaller chunk cuts A's worst gap by at most {stops_helping:.0%}) below the chunk "
-    f"size predicted from section 2's passes.",
-    best == best_pred, predicted=f"best {best_pred} tokens; cut {cut_at('predicted_worst_gap_cut', stop_pred)}",
-    measured=f"best {best} tokens; cut {cut_at('worst_gap_cut', stop)}",
-    evidence="measured cut per step down: " + ", ".join(
-        f"{c}: {x:.0%}" for c, x in zip(summary.chunk_tokens[1:], summary.worst_gap_cut[1:])),
-    if_held=f"{paid_off(best)}, as predicted; {below}.",
-    if_not=f"{paid_off(best)}, against the predicted **{best_pred}**; {below}. What a "
-           f"chunk costs, below, shows where the prediction's inputs differ from the run.")))
+    "Chunking stops paying off (a smaller chunk cuts A's worst gap by at most the chosen fraction) within a factor of "
+    "2 of the chunk size the cost model predicts.",
+    held="{paid}, where the cost model put it at {pred} (every run's best: {each}); {below}.",
+    not_held="{paid}, against the predicted **{pred}** (every run's best: {each}); {below}. What a chunk costs, "
+             "below, shows where the prediction's inputs differ from the run.")
+show(register.decide("chunk_size_prediction", claims.within(best_spread, best_pred, 2),
+                     predicted=f"best {best_pred} tokens; cut {cut_at('predicted_worst_gap_cut', stop_pred)}",
+                     measured=f"best {best} tokens (runs {prose.span(min(per_run_best), max(per_run_best), '.0f')}); "
+                              f"cut {cut_at('worst_gap_cut', stop)}",
+                     evidence="measured cut per step down: " + ", ".join(
+                         f"{c}: {x:.0%}" for c, x in zip(summary.chunk_tokens[1:], summary.worst_gap_cut[1:])),
+                     paid=paid_off(best), pred=tokens(best_pred), each=", ".join(map(str, per_run_best)), below=below))
 
 # %%
-ttft = summary.b_ttft_ms.tolist()
-falls = [(c0, t0, c1, t1) for c0, t0, c1, t1 in zip(sizes, ttft, sizes[1:], ttft[1:]) if t1 < t0 * 0.95] or [(0,) * 4]
-display(Markdown(register.decide(
+register.claim(
     "smaller_chunks_delay_b",
-    "Every smaller chunk delays B: its TTFT never falls (beyond 5 per cent noise) as the chunk shrinks.",
-    claims.increasing(ttft, tolerance=0.05), predicted="TTFT rising as chunks shrink",
-    measured="TTFT (ms): " + ", ".join(f"{c}: {t:,.0f}" for c, t in zip(summary.chunk_tokens, ttft)),
-    evidence=f"medians of {runs} runs",
-    if_held=f"B's TTFT rose from {ttft[0]:,.0f} ms unchunked to {ttft[-1]:,.0f} ms with {sizes[-1]}-token chunks: "
-            f"more chunks mean more passes, each with its floor, and one more of A's steps before each.",
-    if_not="B's TTFT fell from {1:,.0f} ms with {0}-token chunks to {3:,.0f} ms with {2}-token chunks, more than the "
-           "5 per cent allowed for noise: in this run a smaller chunk was not always slower for B.".format(*falls[0]))))
+    "Every smaller chunk delays B: its TTFT never falls, beyond the runs' spread and 5 per cent of noise, as the chunk "
+    "shrinks.",
+    held="B's TTFT rose from {first:,.0f} ms unchunked to {last:,.0f} ms with {size}-token chunks: more chunks mean more "
+         "passes, each with its floor, and one more of A's steps before each.",
+    not_held="in this run a smaller chunk was not always slower for B: TTFT (ms) {all}.")
+ttft = [Spread(r.b_ttft_ms_low, r.b_ttft_ms, r.b_ttft_ms_high) for r in summary.itertuples()]
+show(register.decide("smaller_chunks_delay_b", claims.increasing(ttft), predicted="TTFT rising as chunks shrink",
+                     measured="TTFT (ms): " + ", ".join(f"{c}: {t.mid:,.0f}" for c, t in zip(summary.chunk_tokens, ttft)),
+                     evidence=f"medians and ranges of {runs} runs", first=ttft[0].mid, last=ttft[-1].mid, size=sizes[-1],
+                     all=", ".join(f"{c}: {t.text(',.0f')}" for c, t in zip(summary.chunk_tokens, ttft))))
 
 # %% [markdown]
 # ## What a chunk costs
 #
 # Each chunk was timed on its own, so the prediction can be checked where it is made: a chunk's measured cost
-# against section 2's pass of the same length scaled by its attention to the prefix. The first chunk of each run
-# has no prefix (it is section 2's pass, run between A's steps); the last full-size chunk has the longest.
+# against the cost model's chunk (the pass of that length, its attention to the prefix and the cache's copy).
+# The first chunk of each run has no prefix (it is section 2's pass, run between A's steps); the last full-size
+# chunk has the longest.
 
 # %%
 first = chunk_table[chunk_table.chunk_index == 0]
@@ -411,28 +425,29 @@ costs.round(2).set_index("chunk_tokens")
 
 # %%
 cost_ratio, first_ratio = costs.chunk_over_predicted, costs.first_over_section2
-growth, growth_flops = costs.last_over_first, costs.predicted_last_over_first
-spread = lambda x: timing.span(x.min(), x.max(), ".2f")
-cause = ("the pass itself is as section 2 measured, so the difference is what the prefix adds beyond its FLOPs"
-         if claims.within(first_ratio.min(), 1, 1.25) and claims.within(first_ratio.max(), 1, 1.25) else
-         "the pass itself ran at another speed than in section 2, before any prefix (another moment of a shared "
-         "machine, or caches and threads left in another state by A's steps between chunks)")
-display(Markdown(register.decide(
+growth, growth_model = costs.last_over_first, costs.predicted_last_over_first
+spread = lambda x: prose.span(x.min(), x.max(), ".2f")
+register.claim(
     "chunk_cost_as_predicted",
-    "Every chunk size costs within 1.25x of section 2's pass of that length, scaled by its prefix attention FLOPs.",
-    bool(cost_ratio.between(1 / 1.25, 1.25).all()), predicted="measured / predicted 0.80-1.25",
-    measured=spread(cost_ratio),
-    evidence=f"medians over chunks and runs; first chunk (no prefix) / section 2's pass: {spread(first_ratio)}; "
-             f"last / first full chunk: {spread(growth)} measured, {spread(growth_flops)} by FLOPs",
-    if_held=f"a chunk cost {spread(cost_ratio)} times its prediction at every size from {sizes[-1]} to {sizes[0]} "
-            f"tokens: section 2's passes and the prefix's FLOPs account for what a chunk costs.",
-    if_not=f"a chunk cost {spread(cost_ratio)} times its prediction. The first chunk of a run, with no prefix, cost "
-           f"{spread(first_ratio)} times section 2's pass of the same length: {cause}. From the first to the last full "
-           f"chunk the cost grew {spread(growth)}x, where the prefix's FLOPs predict {spread(growth_flops)}x.")))
-display(Markdown(
-    f"A's worst gap ran {spread(summary.a_worst_gap_over_predicted)} times its prediction. It is the largest of A's "
-    f"gaps, so it carries their spread: within a run, the costliest chunk cost "
-    f"{spread(costs.costliest_over_median_chunk)} times the run's median chunk."))
+    "Every chunk size costs what the cost model prices that chunk at (its pass, its attention to the prefix and the "
+    "cache's copy), within the tolerance for a predicted time.",
+    held="a chunk cost {ratio} times its prediction at every size from {small} to {large} tokens; the first chunk of a "
+         "run, with no prefix, cost {first} times section 2's pass of the same length.",
+    not_held="a chunk cost {ratio} times its prediction ({off}). The first chunk of a run, with no prefix, cost {first} "
+             "times section 2's pass of the same length; from the first to the last full chunk the cost grew {growth}x, "
+             "where the cost model predicts {growth_model}x.")
+per_size = full.groupby(["chunk_tokens", "run"]).ratio.median().groupby("chunk_tokens").agg(list)
+chunk_verdicts = {c: claims.within(Spread.of(v), 1.0, claims.PREDICTED_TIME) for c, v in per_size.items()}
+show(register.decide("chunk_cost_as_predicted", claims.every(chunk_verdicts.values()),
+                     predicted=f"measured / predicted within {claims.PREDICTED_TIME:g}x", measured=spread(cost_ratio),
+                     evidence=f"medians over chunks, per run; first chunk (no prefix) / section 2's pass: {spread(first_ratio)}; "
+                              f"last / first full chunk: {spread(growth)} measured, {spread(growth_model)} by the cost model",
+                     ratio=spread(cost_ratio), small=sizes[-1], large=sizes[0], first=spread(first_ratio),
+                     off=", ".join(f"{c} tokens" for c, v in chunk_verdicts.items() if v != claims.HELD),
+                     growth=spread(growth), growth_model=spread(growth_model)))
+show(f"A's worst gap ran {spread(summary.a_worst_gap_over_predicted)} times its prediction. It is the largest of A's "
+     f"gaps, so it carries their spread: within a run, the costliest chunk cost "
+     f"{spread(costs.costliest_over_median_chunk)} times the run's median chunk.")
 
 # %% [markdown] tags=["predict"]
 # ## Chunking changes the schedule, not the answer
@@ -476,7 +491,7 @@ beside = (ref.set_index("chunk_tokens").add_prefix("reference_gpu_")
           .join(summary.set_index("chunk_tokens")[keep].add_prefix("this_"), how="outer")
           .sort_index(ascending=False).reset_index())
 results.table(beside, "beside_reference")
-pair = lambda col: [timing.span(a, b, ",.0f") if pd.notna(a) else ""
+pair = lambda col: [prose.span(a, b, ",.0f") if pd.notna(a) else ""
                     for a, b in zip(beside[f"{col}_low"], beside[f"{col}_high"])]
 pd.DataFrame({"chunk_tokens": beside.chunk_tokens,
               "reference GPU: A worst gap, ms": pair("reference_gpu_a_worst_gap_ms"),
@@ -504,7 +519,7 @@ display(Markdown(
 # ## Extension: several streams decoding at once
 #
 # With `k` A streams decoding as one batch, every A step reads `k` caches but the same weights once; B's chunks
-# still interleave with A's steps. Prediction: a `k`-stream step costs less than `k` one-stream steps (the
+# still interleave with A's steps. Prediction: a `k`-stream step costs what the cost model prices a batch at (less than `k` one-stream steps: the
 # weights are shared), and unchunked, every one of the `k` streams stalls for B's whole prefill plus one
 # `k`-stream step.
 
@@ -530,35 +545,43 @@ streams.round(1)
 pick = lambda k, c: streams[(streams.a_streams == k) & (streams.chunk_tokens == c)].iloc[0]  # rows by value
 k1, kn = min(stream_counts), max(stream_counts)
 one, many = pick(k1, b_prompt_len), pick(kn, b_prompt_len)
-batch_ratio = many.a_median_gap_ms / one.a_median_gap_ms
-display(Markdown(register.decide(
+per = stream_runs[stream_runs.chunk_tokens == b_prompt_len].pivot(index="run", columns="a_streams", values="a_median_gap_ms")
+batch_ratio = Spread.of(per[kn] / per[k1]) if kn != k1 else None
+model_ratio = cost.decode(context + 5, batch=kn).best / cost.decode(context + 5, batch=k1).best
+register.claim(
     "streams_share_the_weights",
-    f"{kn} streams decoding as one batch take less than {kn / k1:g}x the step of {k1} (they share the weights).",
-    None if kn == k1 else claims.at_most(batch_ratio, kn / k1), predicted=f"under {kn / k1:g}x",
-    measured=f"{batch_ratio:.2f}x", evidence=f"median gaps, unchunked runs, medians of {runs} runs",
-    if_held=f"with {kn} streams, each stream's median gap is {many.a_median_gap_ms:.0f} ms against "
-            f"{one.a_median_gap_ms:.0f} ms for {k1}: {batch_ratio:.1f}x the time for {kn / k1:g}x the tokens.",
-    if_not=f"with {kn} streams, each stream's median gap is {many.a_median_gap_ms:.0f} ms against "
-           f"{one.a_median_gap_ms:.0f} ms for {k1}: {batch_ratio:.1f}x, no cheaper per token than one at a time.",
-    if_not_measured="only one stream count was run; set stream_counts to two or more.")))
+    "Several streams decoding as one batch take the step the cost model predicts for that batch over one stream's, "
+    "within the tolerance for a ratio (the weights are shared).",
+    held="with {kn} streams, each stream's median gap is {many:.0f} ms against {one:.0f} ms for {k1}: {ratio} the time "
+         "for {tokens:g}x the tokens; the cost model predicted {model:.2f}x.",
+    not_held="with {kn} streams, each stream's median gap is {many:.0f} ms against {one:.0f} ms for {k1}: {ratio}, while "
+             "the cost model predicted {model:.2f}x.",
+    not_measured="only one stream count was run; set stream_counts to two or more.")
+show(register.decide("streams_share_the_weights", None if batch_ratio is None else
+                     claims.within(batch_ratio, model_ratio, claims.PREDICTED_RATIO),
+                     predicted=f"{model_ratio:.2f}x (cost model)", measured=batch_ratio.text(".2f", "x") if batch_ratio else "",
+                     evidence=f"median gaps, unchunked runs, {runs} runs", kn=kn, k1=k1, many=many.a_median_gap_ms,
+                     one=one.a_median_gap_ms, ratio=batch_ratio.text(".2f", "x") if batch_ratio else "", tokens=kn / k1,
+                     model=model_ratio))
 
 # %%
 expected = one.a_worst_gap_ms - one.a_median_gap_ms + many.a_median_gap_ms
-span_many = timing.span(many.a_worst_gap_ms_low, many.a_worst_gap_ms_high, ",.0f", "ms")
-display(Markdown(register.decide(
+span_many = prose.span(many.a_worst_gap_ms_low, many.a_worst_gap_ms_high, ",.0f", "ms")
+register.claim(
     "every_stream_waits_the_prefill",
-    f"Unchunked, each of {kn} streams stalls for one stream's stall plus the longer step (within 1.2x).",
-    None if kn == k1 else claims.within(many.a_worst_gap_ms, expected, 1.2), predicted=f"{expected:,.0f} ms",
-    measured=f"{many.a_worst_gap_ms:,.0f} ms ({span_many})", evidence=f"unchunked, {b_prompt_len} tokens, {runs} runs",
-    if_held=f"an unchunked prefill stalls **{'both' if kn == 2 else f'all {kn}'}** streams at once, each for "
-            f"**{span_many}** (one stream: "
-            f"{timing.span(one.a_worst_gap_ms_low, one.a_worst_gap_ms_high, ',.0f', 'ms')}): the newcomer's prefill is "
-            f"paid by every stream in the batch.",
-    if_not=f"with {kn} streams the unchunked stall was {span_many}, against {expected:,.0f} ms predicted from one "
-           f"stream's stall and the longer step: " + ("something besides the prefill grew with the batch." if
-                                                      many.a_worst_gap_ms > expected else "the prefill itself ran at "
-                                                      "another speed in these runs than in the one-stream runs."),
-    if_not_measured="only one stream count was run; set stream_counts to two or more.")))
+    "Unchunked, each of several streams stalls for one stream's stall plus the longer step, within the tolerance for a "
+    "predicted time.",
+    held="an unchunked prefill stalls **{all}** streams at once, each for **{span}** (one stream: {one_span}): the "
+         "newcomer's prefill is paid by every stream in the batch.",
+    not_held="with {kn} streams the unchunked stall was {span}, against {expected:,.0f} ms predicted from one stream's "
+             "stall and the longer step.",
+    not_measured="only one stream count was run; set stream_counts to two or more.")
+show(register.decide("every_stream_waits_the_prefill", None if kn == k1 else claims.within(
+    Spread(many.a_worst_gap_ms_low, many.a_worst_gap_ms, many.a_worst_gap_ms_high), expected, claims.PREDICTED_TIME),
+                     predicted=f"{expected:,.0f} ms", measured=f"{many.a_worst_gap_ms:,.0f} ms ({span_many})",
+                     evidence=f"unchunked, {b_prompt_len} tokens, {runs} runs", all="both" if kn == 2 else f"all {kn}",
+                     span=span_many, one_span=prose.span(one.a_worst_gap_ms_low, one.a_worst_gap_ms_high, ",.0f", "ms"),
+                     kn=kn, expected=expected))
 
 # %% [markdown]
 # ## What these numbers do not show
@@ -591,7 +614,7 @@ display(Markdown("\n".join([
     + best_line])))
 results.table(register.frame(), "claims")
 print(register.summary())
-register.frame()
+display(prose.table(register.frame()[["claim", "verdict", "predicted", "measured"]]))
 
 # %% [markdown]
 # ## Check yourself
