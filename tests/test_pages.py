@@ -25,7 +25,7 @@ def test_every_cell_and_header_of_a_table_is_escaped_and_nothing_else_is():
     assert [td.get_text() for td in soup.select("tbody tr td:first-child")] == PAYLOADS[:2] + [PAYLOADS[2].replace("\n", "")]
     assert "\n```" not in text, "no line of a table can close the raw block it stands in"
     assert len(soup.select("a[href='x.html']")) == 3
-    assert [td.get_text() for td in soup.select("tbody tr td:last-child")] == ["1.23", "—", "1e+06"]
+    assert [td.get_text() for td in soup.select("tbody tr td:last-child")] == ["1.23", "—", "1,000,000"]
 
 
 def test_a_page_keeps_html_in_a_file_the_raw_directive_reads(tmp_path):

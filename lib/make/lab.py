@@ -151,7 +151,7 @@ def server_arguments(root: Path = REPO_ROOT, allow_root: bool = False) -> list[s
     browser on the reader's copies."""
     build = root / "build"
     arguments = [f"--ServerApp.root_dir={build}",
-                 f"--ServerApp.preferred_dir={copies_dir(root)}"]
+                 f"--FileContentsManager.preferred_dir={copies_dir(root).relative_to(build).as_posix()}"]
     return arguments + (["--allow-root"] if allow_root else [])
 
 
@@ -159,13 +159,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lib.make.lab", description=__doc__.split("\n\n")[0])
     parser.add_argument("--prepare-only", action="store_true", help="make the copies; do not start JupyterLab")
     parser.add_argument("--allow-root", action="store_true", help="passed to JupyterLab (running as root)")
-    args = parser.parse_args(argv)
+    args, jupyterlab_options = parser.parse_known_args(argv)  # the rest (--port=9999, --no-browser) is JupyterLab's
     prepare()
     print("lab: a run of a copy writes its tables and figures under build/scratch/ (build/quick/ with "
           "quick = True); the book's notebooks/, data/ and figures/ are never touched (make book rewrites them)")
     if args.prepare_only:
         return 0
-    command = [sys.executable, "-m", "jupyterlab", *server_arguments(allow_root=args.allow_root)]
+    command = [sys.executable, "-m", "jupyterlab", *server_arguments(allow_root=args.allow_root), *jupyterlab_options]
     os.execv(sys.executable, command)
     return 0  # not reached
 

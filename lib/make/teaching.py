@@ -39,6 +39,11 @@ def _escape(value) -> str:
     return html.escape(str(value), quote=True)
 
 
+def _boxed(table: str) -> str:
+    """A table in its own box, which scrolls sideways where the table is wider than the page."""
+    return f'<div class="book-table">{table}</div>'
+
+
 def reading_minutes(notebook_path: Path) -> float:
     """Estimated minutes to read a chapter: its prose at :data:`READING_WORDS_PER_MINUTE`, plus
     :data:`MINUTES_PER_CODE_CELL` for each code cell."""
@@ -196,7 +201,7 @@ def _sessions(chapters, runs: pd.DataFrame, root: Path) -> str:
              + (f" That load, not quick mode, is why {', '.join(slower)} took longer in quick mode than in the "
                 "full run." if slower else "")
              + " Time one chapter with <code>make quick</code> on a student's machine before the class.</p>",
-             frame.to_html(index=False, border=0, escape=True, classes="table"),
+             _boxed(frame.to_html(index=False, border=0, escape=True, classes="table")),
              f"<p>Every session keeps {SESSION_OVERHEAD_MIN} minutes away from the chapters: {START_MIN} at the "
              "start (opening JupyterLab with <code>make lab</code>, starting the kernel, running the first cell) "
              f"and {DISCUSS_MIN} at the end (comparing the predictions written in the student copies with what was "
@@ -281,6 +286,6 @@ def _gpu_notes(root: Path) -> str:
         lines.append("<p>The source chapter's runs of GPT-2 small prefill (<code>data/reference/"
                      f"{_escape(path.name)}</code>, middle of each range): a consumer GPU against one CPU "
                      "thread.</p>")
-        lines.append(ref[["prompt_tokens", "gpu_fp32_ms", "cpu_1thread_ms", "cpu / gpu"]].to_html(
-            index=False, border=0, classes="table"))
+        lines.append(_boxed(ref[["prompt_tokens", "gpu_fp32_ms", "cpu_1thread_ms", "cpu / gpu"]].to_html(
+            index=False, border=0, classes="table")))
     return "".join(lines)

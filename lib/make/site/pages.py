@@ -51,18 +51,28 @@ def escape(value) -> str:
     return "<br>".join(text.splitlines()) if "\n" in text or "\r" in text else text
 
 
-def html_table(frame: pd.DataFrame, raw: tuple[str, ...] = (), numbers: str = "{:,.3g}") -> str:
+def number(value: float) -> str:
+    """A measured float as a table shows it: three significant figures, thousands written out
+    (``8,562``, not ``8.56e+03``)."""
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def breakable(text: str) -> str:
+    """Escaped ``text`` that may break after an underscore (a long snake_case name in a narrow column)."""
+    return text.replace("_", "_<wbr>")
+
+
+def html_table(frame: pd.DataFrame, raw: tuple[str, ...] = ()) -> str:
     """``frame`` as an HTML table in its own scrolling box: every header and cell escaped, except the cells
-    of the columns in ``raw`` (HTML this module wrote); floats written with ``numbers``."""
+    of the columns in ``raw`` (HTML this module wrote); floats written by :func:`number`."""
     def cell(column, value):
         if column in raw:
             return str(value)
         if isinstance(value, float) and not math.isnan(value):
-            return escape(numbers.format(value))
+            return escape(number(value))
         return breakable(escape(value))
-
-    def breakable(text: str) -> str:  # a long snake_case name may break after an underscore
-        return text.replace("_", "_<wbr>")
 
     head = "".join(f"<th>{breakable(escape(c))}</th>" for c in frame.columns)
     rows = "".join("<tr>" + "".join(f"<td>{cell(c, v)}</td>" for c, v in zip(frame.columns, row)) + "</tr>"
@@ -264,8 +274,8 @@ def status_page(chapters: list[Chapter], root: Path, src: Path) -> Page:
         commit = str(c.provenance.get("git_commit", "—"))
         dirty = c.provenance.get("git_dirty") or []
         described = _git(root, "log", "-1", "--format=%cs: %s", commit) if commit not in ("—", "unknown") else None
-        if described and len(described) > 140:
-            described = described[:139].rsplit(" ", 1)[0] + " …"
+        if described and len(described) > 100:
+            described = described[:99].rsplit(" ", 1)[0] + " …"
         rows.append({"Chapter": f'<a href="{c.page}">{escape(c.stem)}</a>' if c.notebook else escape(c.stem),
                      "Ran at": commit + (f" (with uncommitted {', '.join(dirty)})" if dirty else ""),
                      "That commit": described or "not in this checkout's history",
