@@ -17,7 +17,9 @@ JupyterLab saves the notebook itself in ``build/scratch/notebooks/``. All of it 
 ignores, and stays there until the reader deletes it (``make clean`` removes ``build/``).
 
 In the copies, a cell tagged ``answer`` (a "Check yourself" answer a chapter computes) opens with its code
-collapsed, as a typed answer sits closed in its ``<details>`` block. No chapter imports this module.
+collapsed, as a typed answer sits closed in its ``<details>`` block, and the notebook carries the
+``language_info`` of this environment's kernel, so that JupyterLab does not mark it modified the moment the
+kernel starts. No chapter imports this module.
 """
 
 from __future__ import annotations
