@@ -88,10 +88,12 @@ import pandas as pd
 import torch
 from IPython.display import Markdown, display
 
-from lib import claims, client, conventions, metrics, objectives, phases, timing
+from lib import claims, client, conventions, costmodel, machine, metrics, objectives, phases, prose, timing
+from lib.claims import Spread
 from lib.device import describe_environment
 from lib.engines import transformers_engine, vllm_engine, vllm_unavailable
 from lib.models import SMOLLM2_VERSION, cache_dir, load_model
+from lib.prose import show
 from lib.results import Results, load_table
 from lib.stall import stall_case, stall_experiment
 
@@ -99,12 +101,13 @@ MODEL = "smollm2-135m"
 if threads:
     torch.set_num_threads(threads)
 engine_env = {"OMP_NUM_THREADS": str(threads or torch.get_num_threads())}  # torch in an engine reads it at start
-lm = load_model(MODEL, "cpu", torch.float32)  # converts and caches the weights the engines serve
+cpu = torch.device("cpu")  # engines on loopback: this chapter measures the CPU
+lm = load_model(MODEL, cpu, torch.float32)  # converts and caches the weights the engines serve
 model_dir = cache_dir() / f"smollm2-135m-instruct-{SMOLLM2_VERSION}"
-goals = objectives.objectives("cpu", ttft_slo_ms, tpot_slo_ms)
-results = Results("07_over_the_wire", quick=quick, device="cpu", dtype=torch.float32, model=MODEL)
+goals = objectives.objectives(cpu, ttft_slo_ms, tpot_slo_ms)
+results = Results("07_over_the_wire", params=P, quick=quick, device=cpu, dtype=torch.float32, model=MODEL)
 register = claims.Claims()
-pd.Series(describe_environment("cpu", torch.float32, MODEL)).to_frame("this run")
+pd.Series(describe_environment(cpu, torch.float32, MODEL)).to_frame("this run")
 
 # %% [markdown]
 # ## The engines
@@ -224,42 +227,48 @@ for name, reply in replies.items():
     print(f"{name} ({paths.set_index('path').loc[name, 'output_tokens']:.0f} tokens): {reply}")
 engine_rows = paths.iloc[1:]
 same_prompt = bool((engine_rows.prompt_tokens == base.prompt_tokens).all())
-span = lambda r, c: timing.span(getattr(r, f"{c}_low"), getattr(r, f"{c}_high"), ".0f", "ms")  # noqa: E731
+span = lambda r, c: prose.span(getattr(r, f"{c}_low"), getattr(r, f"{c}_high"), ".0f", "ms")  # noqa: E731
 added = "; ".join(f"{r.path}: TTFT **{r.ttft_ms:.0f} ms** ({span(r, 'ttft_ms')}), {r.ttft_added_ms:+.0f} ms"
                   for r in engine_rows.itertuples())
-display(Markdown(register.decide(
-    "engine_adds_to_ttft", "Through each engine, TTFT is longer than in-process (medians over runs).",
-    bool((engine_rows.ttft_added_ms > 0).all()),
-    predicted="longer by a fixed cost", measured=added,
-    evidence=f"{runs} runs per path after a warm-up; prompt {base.prompt_tokens:.0f} tokens in-process, "
-             f"{', '.join(f'{p:.0f}' for p in engine_rows.prompt_tokens)} as the engines counted it",
-    if_held=f"in-process TTFT was **{base.ttft_ms:.0f} ms** ({span(base, 'ttft_ms')}); {added}. That difference "
-            "is what the HTTP path, the template and tokenisation, and the scheduler cost before the first token.",
-    if_not=f"in-process TTFT was **{base.ttft_ms:.0f} ms** ({span(base, 'ttft_ms')}); {added}. An engine reached "
-           "its first token sooner than the in-process path. Either its prefill kernels (paged attention, a "
-           "compiled graph) beat the plain model call by more than the HTTP path costs, or the machine's other work "
-           "moved between the runs: where the ranges overlap, this run cannot tell the two paths apart.")))
+register.claim(
+    "engine_adds_to_ttft", "Through each engine, TTFT is longer than in-process, beyond both paths' spread over runs.",
+    held="in-process TTFT was **{base:.0f} ms** ({base_span}); {added}. That difference is what the HTTP path, the "
+         "template and tokenisation, and the scheduler cost before the first token.",
+    not_held="in-process TTFT was **{base:.0f} ms** ({base_span}); {added}. An engine reached its first token sooner "
+             "than the in-process path: its prefill kernels (paged attention, a compiled graph, pinned threads) beat "
+             "the plain model call by more than the HTTP path costs.",
+    unresolved="in-process TTFT was **{base:.0f} ms** ({base_span}); {added}. Where the ranges overlap, this run cannot "
+               "tell the paths apart: what an engine adds to TTFT is smaller than this machine's noise.")
+spread_of = lambda r, c: Spread(getattr(r, f"{c}_low"), getattr(r, c), getattr(r, f"{c}_high"))  # noqa: E731
+show(register.decide("engine_adds_to_ttft", claims.every(claims.below(spread_of(base, "ttft_ms"), spread_of(r, "ttft_ms"))
+                                                         for r in engine_rows.itertuples()),
+                     predicted="longer by a fixed cost", measured=added,
+                     evidence=f"{runs} runs per path after a warm-up; prompt {base.prompt_tokens:.0f} tokens in-process, "
+                              f"{', '.join(f'{p:.0f}' for p in engine_rows.prompt_tokens)} as the engines counted it",
+                     base=base.ttft_ms, base_span=span(base, "ttft_ms"), added=added))
 if not same_prompt:
     print("The engines counted a different prompt length than the in-process chat template: their templates differ.")
 
 # %%
 ratio = engine_rows.median_gap_ms / base.median_gap_ms
-gap_factor = 1.5  # "close": within this factor of the in-process gap, either way
-display(Markdown(register.decide(
+register.claim(
     "engine_gaps_close_to_in_process",
-    f"Through each engine, the median gap between tokens is within {gap_factor}x of the in-process one.",
-    bool(all(claims.within(g, base.median_gap_ms, gap_factor) for g in engine_rows.median_gap_ms)),
-    predicted=f"{base.median_gap_ms:.0f} ms (in-process), within {gap_factor}x",
-    measured=", ".join(f"{r.path}: {r.median_gap_ms:.0f} ms ({q:.2f}x)" for r, q in zip(engine_rows.itertuples(), ratio)),
-    evidence=f"{runs} runs per path; in-process on {torch.get_num_threads()} threads",
-    if_held="each engine's decode step costs about what the in-process one does: the per-token work of "
-            "serving (detokenising, one server-sent event) is small beside the forward pass.",
-    if_not="an engine's gaps are far from the in-process ones: "
-           + ", ".join(f"{r.path} {q:.2f}x" for r, q in zip(engine_rows.itertuples(), ratio))
-           + ". Below 1, the engine's decode step is quicker than the plain model call (its own kernels, or its "
-             "threading: vLLM's CPU build computes on cores it pins, one thread each, which a busy machine disturbs "
-             "less than the in-process path's free-running threads); above 1, the engine's own loop (scheduling, "
-             "paged-cache bookkeeping) costs more than the HTTP path.")))
+    "Through each engine, the median gap between tokens is what the in-process one predicts, within the tolerance "
+    "for a predicted time.",
+    held="each engine's decode step costs about what the in-process one does ({ratios}): the per-token work of serving "
+         "(detokenising, one server-sent event) is small beside the forward pass.",
+    not_held="an engine's gaps are far from the in-process ones: {ratios}. Below 1, the engine's decode step is quicker "
+             "than the plain model call (its own kernels, or its threading: vLLM's CPU build computes on cores it pins, "
+             "one thread each, which a busy machine disturbs less than the in-process path's free-running threads); "
+             "above 1, the engine's own loop (scheduling, paged-cache bookkeeping) costs more than the HTTP path.")
+ratios = ", ".join(f"{r.path} {q:.2f}x" for r, q in zip(engine_rows.itertuples(), ratio))
+show(register.decide("engine_gaps_close_to_in_process",
+                     claims.every(claims.within(spread_of(r, "median_gap_ms"), base.median_gap_ms, claims.PREDICTED_TIME)
+                                  for r in engine_rows.itertuples()),
+                     predicted=f"{base.median_gap_ms:.0f} ms (in-process), within {claims.PREDICTED_TIME:g}x",
+                     measured=", ".join(f"{r.path}: {r.median_gap_ms:.0f} ms ({q:.2f}x)"
+                                        for r, q in zip(engine_rows.itertuples(), ratio)),
+                     evidence=f"{runs} runs per path; in-process on {torch.get_num_threads()} threads", ratios=ratios))
 
 # %% [markdown]
 # vLLM also reports its own timings, as Prometheus histograms on `/metrics` (`vllm:time_to_first_token_seconds`
@@ -281,18 +290,21 @@ own = pd.DataFrame([dict(path=n, client_ttft_ms=one[one.path == n].ttft_ms.mean(
 own["outside_server_ms"] = own.client_ttft_ms - own.server_ttft_ms
 results.table(own, "server_reported")
 reported = own.dropna(subset=["server_ttft_ms"])
-display(Markdown(register.decide(
+register.claim(
     "client_ttft_covers_server_ttft", "The client's mean TTFT is at least the engine's own reported TTFT.",
-    bool((reported.outside_server_ms >= 0).all()) if len(reported) else None,
-    predicted="client >= server", measured=", ".join(f"{r.path}: {r.client_ttft_ms:.0f} ms against {r.server_ttft_ms:.0f}"
-                                                     for r in reported.itertuples()),
-    evidence=f"server histograms' sum and count before and after the {runs} runs the client timed (warm-up excluded)",
-    if_held="the part outside the server: " + ", ".join(f"{r.path} **{r.outside_server_ms:.1f} ms**"
-                                                        for r in reported.itertuples()) + " of TTFT.",
-    if_not="the server's own mean TTFT exceeds the client's for the same requests: the two spans do not nest as "
-           "assumed (the server records a first token after sending it, or the client stamps its send late), so "
-           "this run cannot split TTFT into inside and outside the server.",
-    if_not_measured="no engine here reports its timings on /metrics (transformers serve has none).")))
+    held="the part outside the server: {outside} of TTFT.",
+    not_held="the server's own mean TTFT exceeds the client's for the same requests: the two spans do not nest as "
+             "assumed (the server records a first token after sending it, or the client stamps its send late), so "
+             "this run cannot split TTFT into inside and outside the server.",
+    not_measured="no engine here reports its timings on /metrics (transformers serve has none).")
+show(register.decide("client_ttft_covers_server_ttft",
+                     (claims.HELD if (reported.outside_server_ms >= 0).all() else claims.NOT_HELD) if len(reported) else None,
+                     predicted="client >= server",
+                     measured=", ".join(f"{r.path}: {r.client_ttft_ms:.0f} ms against {r.server_ttft_ms:.0f}"
+                                        for r in reported.itertuples()),
+                     evidence=f"server histograms' sum and count before and after the {runs} runs the client timed "
+                              "(warm-up excluded)",
+                     outside=", ".join(f"{r.path} **{r.outside_server_ms:.1f} ms**" for r in reported.itertuples())))
 own.round(1)
 
 # %% [markdown] tags=["predict"]
@@ -354,22 +366,22 @@ plt.show()
 # %%
 for name, g in sweep.groupby("engine", sort=False):
     first, last = g.iloc[0], g.iloc[-1]
-    display(Markdown(register.decide(
-        f"batching_raises_throughput_{name.split()[0].lower()}",
-        f"{name}: {last.concurrency} concurrent users get at least 1.2x the total tokens/s of {first.concurrency}.",
-        claims.at_least(last.tokens_per_s / first.tokens_per_s, 1.2) if len(g) > 1 else None,
-        predicted="more tokens/s in total, each user's TPOT higher",
-        measured=f"{first.tokens_per_s:.1f} -> {last.tokens_per_s:.1f} tokens/s; TPOT {first.tpot_ms:.0f} -> "
-                 f"{last.tpot_ms:.0f} ms",
-        evidence=f"closed loop, {requests_per_user} requests per user of {load_tokens} tokens; {len(g)} levels",
-        if_held=f"from {first.concurrency} to {last.concurrency} users the total rose **{last.tokens_per_s / first.tokens_per_s:.1f}x** "
-                f"while each user's TPOT went from {first.tpot_ms:.0f} to **{last.tpot_ms:.0f} ms**: the batch shares "
-                "each step's reading of the weights.",
-        if_not=f"from {first.concurrency} to {last.concurrency} users the total went from {first.tokens_per_s:.1f} to "
-               f"{last.tokens_per_s:.1f} tokens/s (x{last.tokens_per_s / first.tokens_per_s:.2f}) and TPOT from "
-               f"{first.tpot_ms:.0f} to {last.tpot_ms:.0f} ms: on this machine a step is already compute-bound "
-               "(or the cores are busy with other work), so a larger batch costs about its size in time.",
-        if_not_measured="one concurrency level only.")))
+    claim = f"batching_raises_throughput_{name.split()[0].lower()}"
+    register.claim(
+        claim, f"{name}: the most concurrent users get at least 1.2x the total tokens/s of the fewest.",
+        held="from {first_n} to {last_n} users the total rose **{gain:.1f}x** while each user's TPOT went from "
+             "{tpot0:.0f} to **{tpot1:.0f} ms**: the batch shares each step's reading of the weights.",
+        not_held="from {first_n} to {last_n} users the total went from {tps0:.1f} to {tps1:.1f} tokens/s (x{gain:.2f}) "
+                 "and TPOT from {tpot0:.0f} to {tpot1:.0f} ms: on this machine a larger batch costs about its size in "
+                 "time (a step already compute-bound, or cores busy with other work).",
+        not_measured="one concurrency level only.")
+    show(register.decide(claim, claims.at_least(last.tokens_per_s / first.tokens_per_s, 1.2) if len(g) > 1 else None,
+                         predicted="more tokens/s in total, each user's TPOT higher",
+                         measured=f"{first.tokens_per_s:.1f} -> {last.tokens_per_s:.1f} tokens/s; TPOT {first.tpot_ms:.0f} -> "
+                                  f"{last.tpot_ms:.0f} ms",
+                         evidence=f"closed loop, {requests_per_user} requests per user of {load_tokens} tokens; {len(g)} levels",
+                         first_n=first.concurrency, last_n=last.concurrency, gain=last.tokens_per_s / first.tokens_per_s,
+                         tpot0=first.tpot_ms, tpot1=last.tpot_ms, tps0=first.tokens_per_s, tps1=last.tokens_per_s))
 
 # %% [markdown] tags=["predict"]
 # ## Random arrivals and the load at which goodput collapses
@@ -420,24 +432,28 @@ plt.show()
 for name, g in poisson.groupby("engine", sort=False):
     low_rate, high_rate = g.iloc[0], g.iloc[-1]
     where = collapsed.get(name)
-    display(Markdown(register.decide(
-        f"goodput_falls_with_load_{name.split()[0].lower()}",
-        f"{name}: goodput at the highest arrival rate is below goodput at the lowest (intervals apart).",
-        bool(high_rate.goodput_high < low_rate.goodput_low) if len(g) > 1 else None,
-        predicted="high at low rates, collapsing above what the engine can serve",
-        measured=", ".join(f"{r.rate_per_s:g}/s: {r.goodput:.0%} [{r.goodput_low:.0%}, {r.goodput_high:.0%}]"
-                           for r in g.itertuples()),
-        evidence=f"{arrivals} Poisson arrivals per rate (seed {seed}); objectives TTFT <= {goals.ttft_ms:.0f} ms, "
-                 f"TPOT <= {goals.tpot_ms:.0f} ms; {resamples} bootstrap resamples",
-        if_held=f"goodput fell from **{low_rate.goodput:.0%}** at {low_rate.rate_per_s:g} requests/s to "
-                f"**{high_rate.goodput:.0%}** at {high_rate.rate_per_s:g}/s; median TTFT went from "
-                f"{low_rate.ttft_ms:.0f} to {high_rate.ttft_ms:.0f} ms. "
-                + (f"It collapsed (interval below {collapse_below:.0%}) from **{where:g} requests/s**."
-                   if where is not None else f"Its interval never fell below {collapse_below:.0%}."),
-        if_not=f"goodput did not fall clearly between {low_rate.rate_per_s:g} and {high_rate.rate_per_s:g} requests/s "
-               f"({low_rate.goodput:.0%} against {high_rate.goodput:.0%}): either every rate tried is within what "
-               "the engine serves, or every one is beyond it (the intervals say which).",
-        if_not_measured="one arrival rate only.")))
+    claim = f"goodput_falls_with_load_{name.split()[0].lower()}"
+    register.claim(
+        claim, f"{name}: goodput at the highest arrival rate is below goodput at the lowest, beyond their intervals.",
+        held="goodput fell from **{g0:.0%}** at {r0:g} requests/s to **{g1:.0%}** at {r1:g}/s; median TTFT went from "
+             "{t0:.0f} to {t1:.0f} ms. {collapse}",
+        not_held="goodput did not fall between {r0:g} and {r1:g} requests/s ({g0:.0%} against {g1:.0%}): every rate "
+                 "tried is within what the engine serves.",
+        unresolved="goodput went from {g0:.0%} at {r0:g} requests/s to {g1:.0%} at {r1:g}/s, but their intervals overlap: "
+                   "this run's {arrivals} arrivals per rate cannot tell.",
+        not_measured="one arrival rate only.")
+    show(register.decide(claim, claims.below(Spread(high_rate.goodput_low, high_rate.goodput, high_rate.goodput_high),
+                                             Spread(low_rate.goodput_low, low_rate.goodput, low_rate.goodput_high))
+                         if len(g) > 1 else None,
+                         predicted="high at low rates, collapsing above what the engine can serve",
+                         measured=", ".join(f"{r.rate_per_s:g}/s: {r.goodput:.0%} [{r.goodput_low:.0%}, {r.goodput_high:.0%}]"
+                                            for r in g.itertuples()),
+                         evidence=f"{arrivals} Poisson arrivals per rate (seed {seed}); objectives TTFT <= {goals.ttft_ms:.0f} ms, "
+                                  f"TPOT <= {goals.tpot_ms:.0f} ms; {resamples} bootstrap resamples",
+                         g0=low_rate.goodput, g1=high_rate.goodput, r0=low_rate.rate_per_s, r1=high_rate.rate_per_s,
+                         t0=low_rate.ttft_ms, t1=high_rate.ttft_ms, arrivals=arrivals,
+                         collapse=(f"It collapsed (interval below {collapse_below:.0%}) from **{where:g} requests/s**."
+                                   if where is not None else f"Its interval never fell below {collapse_below:.0%}.")))
 
 # %% [markdown]
 # **Takeaway: an engine serves more tokens per second to many users than to one, and pays for it in each
@@ -469,18 +485,20 @@ for name, g in scored.groupby("engine", sort=False):
                  "LLMPerf inter_token_latency": g.loc["llmperf", "itl_mean_ms"],
                  "GenAI-Perf inter_token_latency": g.loc["genai-perf", "itl_mean_ms"]}
     spread = max(per_token.values()) / min(per_token.values())
-    display(Markdown(register.decide(
-        f"conventions_disagree_{name.split()[0].lower()}",
-        f"{name}: the tools' per-token figures for the same traces differ by more than 20 %.",
-        spread > 1.2, predicted="GuideLLM's and LLMPerf's above the book's TPOT by about TTFT / tokens",
-        measured=", ".join(f"{k} {v:.1f} ms" for k, v in per_token.items()),
-        evidence=f"{int(g.loc['book', 'completed'])} requests at {concurrency[-1]} concurrent users; the same timestamps",
-        if_held=f"the same requests are quoted from **{min(per_token.values()):.1f}** to **{max(per_token.values()):.1f} ms** "
-                f"per token ({spread:.2f}x) depending on the tool; vLLM's benchmark scores their mean TTFT at "
-                f"{g.loc['vllm', 'ttft_mean_ms']:.0f} ms against the book's {g.loc['book', 'ttft_mean_ms']:.0f} ms. "
-                "Quote the definition with the number.",
-        if_not=f"here the tools agree within 20 % ({spread:.2f}x): TTFT is small beside the decode, so including it "
-               "in a per-token figure changes little. With long prompts or queues they part.")))
+    claim = f"conventions_disagree_{name.split()[0].lower()}"
+    register.claim(
+        claim, f"{name}: the tools' per-token figures for the same traces differ by more than 20 %.",
+        held="the same requests are quoted from **{low:.1f}** to **{high:.1f} ms** per token ({spread:.2f}x) depending on "
+             "the tool; vLLM's benchmark scores their mean TTFT at {vllm_ttft:.0f} ms against the book's {book_ttft:.0f} "
+             "ms. Quote the definition with the number.",
+        not_held="here the tools agree within 20 % ({spread:.2f}x): TTFT is small beside the decode, so including it in a "
+                 "per-token figure changes little. With long prompts or queues they part.")
+    show(register.decide(claim, claims.HELD if spread > 1.2 else claims.NOT_HELD,
+                         predicted="GuideLLM's and LLMPerf's above the book's TPOT by about TTFT / tokens",
+                         measured=", ".join(f"{k} {v:.1f} ms" for k, v in per_token.items()),
+                         evidence=f"{int(g.loc['book', 'completed'])} requests at {concurrency[-1]} concurrent users; the "
+                                  "same timestamps", low=min(per_token.values()), high=max(per_token.values()),
+                         spread=spread, vllm_ttft=g.loc["vllm", "ttft_mean_ms"], book_ttft=g.loc["book", "ttft_mean_ms"]))
 
 # %% [markdown] tags=["predict"]
 # ## Chapter 5's stall, inside a real scheduler
@@ -490,8 +508,9 @@ for name, g in scored.groupby("engine", sort=False):
 # has a token budget (vLLM's `--max-num-batched-tokens`, `transformers serve`'s `--cb-max-batch-tokens`). A
 # prompt longer than the budget is prefilled in pieces of at most the budget, one piece per step beside A's
 # decode token (**chunked prefill**). So A's worst gap should be about one of its ordinary gaps plus the
-# prefill of one piece, which is timed below in-process on the same model (a piece of the whole prompt when
-# the budget holds it all); and B's TTFT grows by one step per piece as the budget shrinks. B's prompt starts
+# prefill of one piece, which the cost model prices (a piece of the whole prompt when the budget holds it all;
+# the same piece timed in-process on the same model is shown beside it); and B's TTFT grows by one step per
+# piece as the budget shrinks. B's prompt starts
 # with a different request number in every run, so no engine can skip its prefill by reusing a cached prefix
 # (vLLM also runs with its prefix cache off throughout this chapter). A asks for a story, so that its reply
 # outlasts B's arrival; a reply that ends sooner (an engine that stops at the end of a turn) leaves nothing to
@@ -508,10 +527,12 @@ a_chat = load_prompt  # a story: A must still be streaming when B arrives (trans
 settings = [(n, tf_batch_tokens if n in live else 0) for n in urls if n != "vLLM"]  # 0: the server's own
 settings += [("vLLM", b) for b in vllm_budgets] if "vLLM" in urls else []
 pieces = sorted({min(b or b_ids.shape[1], b_ids.shape[1]) for _, b in settings} | {b_ids.shape[1]})
-piece_ms = {p: timing.measure(lambda: phases.prefill(lm, b_ids[:, :p], logits="last"), "cpu", warmup=1,
+piece_ms = {p: timing.measure(lambda: phases.prefill(lm, b_ids[:, :p], logits="last"), cpu, warmup=1,
                               repeats=max(runs, 2)) for p in pieces}
-pd.DataFrame([dict(piece_tokens=p, prefill_ms=t.median_ms, low_ms=t.low_ms, high_ms=t.high_ms)
-              for p, t in piece_ms.items()]).round(0)
+cost = costmodel.CostModel(machine.load_ceilings(cpu, quick=quick), MODEL, machine.MODELS[MODEL][0].with_dtype("fp32"),
+                           "fp32", torch.get_num_threads())
+pd.DataFrame([dict(piece_tokens=p, predicted_ms=cost.prefill(p).best * 1e3, in_process_ms=t.median_ms, low_ms=t.low_ms,
+                   high_ms=t.high_ms) for p, t in piece_ms.items()]).round(0)
 
 # %%
 def stall_once(name: str, budget, run: int) -> dict:
@@ -566,7 +587,8 @@ if stalls.error.notna().any():
 stall = timing.median_range(stalls, ["engine", "budget_tokens"], ["a_median_gap_before_ms", "a_worst_gap_ms",
                                                                    "b_ttft_ms"])
 stall["piece_tokens"] = [min(int(b), b_ids.shape[1]) if b else b_ids.shape[1] for b in stall.budget_tokens]
-stall["predicted_worst_gap_ms"] = [piece_ms[p].median_ms for p in stall.piece_tokens] + stall.a_median_gap_before_ms
+stall["predicted_worst_gap_ms"] = [cost.prefill(p).best * 1e3 for p in stall.piece_tokens] + stall.a_median_gap_before_ms
+stall["in_process_worst_gap_ms"] = [piece_ms[p].median_ms for p in stall.piece_tokens] + stall.a_median_gap_before_ms
 cases = pd.DataFrame([dict(engine=e, budget_tokens=b, **most_common_case(g))
                       for (e, b), g in stalls.groupby(["engine", "budget_tokens"], sort=False)])
 stall = stall.merge(cases, on=["engine", "budget_tokens"])
@@ -619,43 +641,49 @@ display(Markdown("\n".join(f"* {stall_sentence(r)}" for r in stall.itertuples())
 
 # %%
 tested = [r for r in stall.itertuples() if r.case not in ("after_a", "not_measured")]
-ok = [r.case in ("one_stall", "pieces") and claims.within(r.a_worst_gap_ms, r.predicted_worst_gap_ms, 2)
-      for r in tested]
-display(Markdown(register.decide(
+by_setting = {k: Spread.of(g.a_worst_gap_ms) for k, g in stalls.groupby(["engine", "budget_tokens"], sort=False)}
+ok = [claims.within(by_setting[(r.engine, r.budget_tokens)], r.predicted_worst_gap_ms, claims.PREDICTED_TIME)
+      if r.case in ("one_stall", "pieces") else claims.NOT_HELD for r in tested]
+register.claim(
     "stall_is_one_piece",
-    "At every setting, A's worst gap is within 2x of one ordinary gap plus the prefill of one budget-sized piece of B.",
-    bool(all(ok)) if tested else None,
-    predicted=", ".join(f"{r.engine} {r.budget_tokens:.0f}: {r.predicted_worst_gap_ms:.0f} ms" for r in stall.itertuples()),
-    measured=", ".join(f"{r.engine} {r.budget_tokens:.0f}: {r.a_worst_gap_ms:.0f} ms ({r.case})" for r in stall.itertuples()),
-    evidence=f"{runs} runs per setting, medians; B's prompt {b_ids.shape[1]} tokens; pieces prefilled in-process; "
-             f"settings where B arrived after A ended are left out",
-    if_held="a production scheduler stalls a decoding stream for one step holding a piece of the newcomer's "
-            "prompt, as chapter 5's loop did: " + ", ".join(
-                f"{r.engine} (budget {r.budget_tokens:.0f}) froze A for **{r.a_worst_gap_ms:.0f} ms** against "
-                f"{r.a_median_gap_before_ms:.0f} ms gaps before" for r in tested) + ".",
-    if_not="not every setting matched one piece's prefill: " + ", ".join(
-        f"{r.engine} {r.budget_tokens:.0f}: {r.a_worst_gap_ms:.0f} ms against {r.predicted_worst_gap_ms:.0f}"
-        for r, good in zip(tested, ok) if not good) + ". What the traces show: " + " ".join(
-        stall_sentence(r) for r, good in zip(tested, ok) if not good),
-    if_not_measured="in no setting was A still streaming when B arrived, so the stall was not measured: " + " ".join(
-        stall_sentence(r) for r in stall.itertuples()))))
+    "At every setting, A's worst gap is one ordinary gap plus the cost model's prefill of one budget-sized piece of B, "
+    "within the tolerance for a predicted time.",
+    held="a production scheduler stalls a decoding stream for one step holding a piece of the newcomer's prompt, as "
+         "chapter 5's loop did: {froze}.",
+    not_held="not every setting matched one piece's prefill: {off}. What the traces show: {sentences}",
+    not_measured="in no setting was A still streaming when B arrived, so the stall was not measured: {all_sentences}")
+show(register.decide("stall_is_one_piece", claims.every(ok) if tested else None,
+                     predicted=", ".join(f"{r.engine} {r.budget_tokens:.0f}: {r.predicted_worst_gap_ms:.0f} ms" for r in stall.itertuples()),
+                     measured=", ".join(f"{r.engine} {r.budget_tokens:.0f}: {r.a_worst_gap_ms:.0f} ms ({r.case})"
+                                        for r in stall.itertuples()),
+                     evidence=f"{runs} runs per setting; B's prompt {b_ids.shape[1]} tokens; pieces priced by the cost "
+                              "model; settings where B arrived after A ended are left out",
+                     froze=", ".join(f"{r.engine} (budget {r.budget_tokens:.0f}) froze A for **{r.a_worst_gap_ms:.0f} ms** "
+                                     f"against {r.a_median_gap_before_ms:.0f} ms gaps before (predicted "
+                                     f"{r.predicted_worst_gap_ms:.0f})" for r in tested),
+                     off=", ".join(f"{r.engine} {r.budget_tokens:.0f}: {r.a_worst_gap_ms:.0f} ms against "
+                                   f"{r.predicted_worst_gap_ms:.0f}" for r, v in zip(tested, ok) if v != claims.HELD),
+                     sentences=" ".join(stall_sentence(r) for r, v in zip(tested, ok) if v != claims.HELD),
+                     all_sentences=" ".join(stall_sentence(r) for r in stall.itertuples())))
 
 # %%
 vl = stall[stall.engine == "vLLM"].sort_values("budget_tokens", ascending=False)
-display(Markdown(register.decide(
+register.claim(
     "chunking_trades_stall_for_ttft",
-    "In vLLM, a smaller --max-num-batched-tokens shortens A's worst gap and lengthens B's TTFT.",
-    (claims.increasing(list(vl.a_worst_gap_ms[::-1]), tolerance=0.1)
-     and claims.increasing(list(vl.b_ttft_ms), tolerance=0.1)) if len(vl) > 1 else None,
-    predicted="worst gap falls, B's TTFT rises, as the budget shrinks",
-    measured="; ".join(f"budget {r.budget_tokens:.0f}: A's worst gap {r.a_worst_gap_ms:.0f} ms, B's TTFT "
-                       f"{r.b_ttft_ms:.0f} ms" for r in vl.itertuples()),
-    evidence=f"{runs} runs per budget, medians; a fresh vLLM per budget",
-    if_held="chunked prefill in a production scheduler makes chapter 5's trade: A's stall shrinks with the budget, "
-            "and B waits one more step per chunk.",
-    if_not="the budgets did not order A's worst gap and B's TTFT as chapter 5 did (10 % noise allowed): with this "
-           "prompt and machine, per-step costs other than the prefill's size dominate.",
-    if_not_measured=f"vLLM did not run here ({vllm_missing or 'not among the engines'}); only one setting was measured.")))
+    "In vLLM, a smaller --max-num-batched-tokens shortens A's worst gap and lengthens B's TTFT, beyond the runs' spread.",
+    held="chunked prefill in a production scheduler makes chapter 5's trade: A's stall shrinks with the budget, and B "
+         "waits one more step per chunk.",
+    not_held="the budgets did not order A's worst gap and B's TTFT as chapter 5 did: with this prompt and machine, "
+             "per-step costs other than the prefill's size dominate.",
+    not_measured=f"vLLM did not run here ({vllm_missing or 'not among the engines'}), or only one budget was measured.")
+gaps_by = [Spread.of(stalls[(stalls.engine == "vLLM") & (stalls.budget_tokens == b)].a_worst_gap_ms) for b in vl.budget_tokens]
+ttfts_by = [Spread.of(stalls[(stalls.engine == "vLLM") & (stalls.budget_tokens == b)].b_ttft_ms) for b in vl.budget_tokens]
+show(register.decide("chunking_trades_stall_for_ttft",
+                     claims.every([claims.increasing(gaps_by[::-1]), claims.increasing(ttfts_by)]) if len(vl) > 1 else None,
+                     predicted="worst gap falls, B's TTFT rises, as the budget shrinks",
+                     measured="; ".join(f"budget {r.budget_tokens:.0f}: A's worst gap {r.a_worst_gap_ms:.0f} ms, B's TTFT "
+                                        f"{r.b_ttft_ms:.0f} ms" for r in vl.itertuples()),
+                     evidence=f"{runs} runs per budget; a fresh vLLM per budget"))
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 4))
@@ -759,4 +787,4 @@ for engine in live.values():
 claims.invariant(not any(e.running for e in live.values()), "an engine is still running after the chapter")
 results.table(register.frame(), "claims")
 print(register.summary())
-register.frame()
+display(prose.table(register.frame()[["claim", "verdict", "predicted", "measured"]]))
