@@ -407,6 +407,9 @@ show(register.decide("short_passes_are_matmuls", claims.every(claims.at_least(s,
                      high=short.matrix_share.max(), top=tokens(short.prompt_tokens.max()),
                      at=tokens(short.prompt_tokens[short.matrix_share.idxmin()])))
 
+# %% [markdown]
+# Whether the pass rises as its matrices do, from one token to the longest short prompt:
+
 # %%
 register.claim(
     "rise_is_matmuls",

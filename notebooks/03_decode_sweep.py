@@ -600,6 +600,10 @@ show(register.decide("static_cache_isolates_the_copy",
                      saved=prose.ms(saved.mid), copy=prose.ms(copy_term.best), rate=copy_term.how,
                      alone=prose.ms(alone_big["concatenation"].median)))
 
+# %% [markdown]
+# Which costs more at that batch: the caches' work, or the matrices the batch shares? And do the terms add up to
+# the step at every batch?
+
 # %%
 register.claim(
     "cache_outweighs_shared_weights",
@@ -630,6 +634,9 @@ show(register.decide("parts_add_up", claims.every(dyn_verdicts), predicted=f"the
                      evidence="batched_parts.csv", worst=prose.ms(parts.rest_ms.abs().max() / 1e3),
                      shares=", ".join(f"B={r.batch}: {r.rest_ms / r.step_ms:+.0%}" for r in parts.itertuples()),
                      rests=", ".join(f"{prose.ms(r.rest_ms / 1e3)} at B={r.batch}" for r in parts.itertuples())))
+
+# %% [markdown]
+# Last, attention timed alone here, against chapter 0's kernel for caches of that size:
 
 # %%
 register.claim(

@@ -72,6 +72,10 @@ P = params.check(globals(), {
                                      "agent tool loop": (700, 3)}),
 }, quick=quick, chapter="04_request_split")
 
+# %% [markdown]
+# The model, checked against every pair before any work, the objectives and the cost model this chapter predicts
+# with:
+
 # %%
 torch_dtype = resolve_dtype(dtype, device)
 on_gpu = device.type == "cuda"
@@ -281,6 +285,12 @@ show(register.decide("tpot_follows_cache_bytes", (claims.within(slope_spread, mo
 #
 # **Predict.** If these two are what TPOT's growth is made of, the growth of their timed sum per 1,000 tokens
 # of context matches the slope measured above.
+
+# %%
+display(prose.source(sweeps.cache_costs))
+
+# %% [markdown]
+# Both parts at the grid's shortest and longest mean context:
 
 # %%
 timed = {c: sweeps.cache_costs(shape, 1, int(c), device, torch_dtype, repeats=7, warmup=2) for c in (c_low, c_high)}

@@ -79,6 +79,9 @@ from lib.prose import show, tokens
 from lib.results import Results, load_reference, load_table
 from lib.shapes import ModelShape
 
+# %% [markdown]
+# The model, the chunk sizes run and the cost model, then two small helpers for the sentences below:
+
 # %%
 torch_dtype = resolve_dtype(dtype, device)
 threads = torch.get_num_threads()  # the count chapter 2's rows carry for this device
@@ -160,6 +163,9 @@ def chunk_ms(start: int, end: int) -> float:
     return cost.prefill(end - start, past=start).best * 1e3
 
 
+# %% [markdown]
+# A's decode step, measured at the context B arrives at, is the prediction's other input:
+
 # %%
 context = a_prompt_len + arrival_step
 a_steps = sweeps.decode_sweep(lm, [context], steps=10, runs=runs).assign(step_ms=lambda d: d.median_s * 1e3)
@@ -192,6 +198,9 @@ def stopping_point(chunks, gaps) -> tuple[int, int | None]:
             return int(bigger), int(size)
     return int(chunks[-1]), None
 
+
+# %% [markdown]
+# The prediction for every chunk size, and where chunking should stop paying off:
 
 # %%
 predicted = pd.DataFrame([predict(c) for c in sizes])
@@ -226,6 +235,12 @@ display(Markdown(
 # with the lowest and highest run (`lib.timing.median_range`). Each of B's chunks is timed too.
 
 # %%
+display(prose.source(schedule.interference))
+
+# %% [markdown]
+# A warm-up run, then every chunk size `runs` times:
+
+# %%
 schedule.interference(lm, chunk=sizes[-1], b_prompt_len=min(b_prompt_len, 64), a_tokens=6, arrival_step=2)  # warm-up
 traces, per_run, per_chunk = {}, [], []
 for run in progress(range(1, runs + 1), desc="interference runs"):
@@ -255,6 +270,9 @@ pd.DataFrame({"chunk_tokens": summary.chunk_tokens, "A worst gap, ms": ranged("a
               "A median gap, ms": ranged("a_median_gap_ms"), "B TTFT, ms": ranged("b_ttft_ms"),
               "worst gap / predicted": summary.a_worst_gap_over_predicted.round(2),
               "TTFT / predicted": summary.b_ttft_over_predicted.round(2)}).set_index("chunk_tokens")
+
+# %% [markdown]
+# Unchunked, does the mean hide the stall? And where does A's median gap itself hold a chunk?
 
 # %%
 unchunked = summary[summary.chunk_tokens == b_prompt_len].iloc[0]   # select by value, never by position
@@ -298,6 +316,9 @@ show(register.decide("crowded_median_gap", claims.every(agree), predicted=listed
                             "where predicted." if any(measured_mask) else
                             "no chunk size here spread B's prefill over half of A's gaps, as predicted."),
                      measured_sizes=listed(measured_mask), predicted_sizes=listed(crowded_pred)))
+
+# %% [markdown]
+# One run's traces, unchunked and at the predicted best size:
 
 # %%
 example = [traces[(b_prompt_len, 1)], traces[(best_pred, 1)]]
@@ -360,6 +381,9 @@ ax.legend(fontsize=8)
 ax.grid(True, alpha=0.3)
 results.figure(fig, "tradeoff")
 plt.show()
+
+# %% [markdown]
+# Where chunking stopped paying off, against the prediction, and what each smaller chunk cost B:
 
 # %%
 by_size = summary.set_index("chunk_tokens")

@@ -378,6 +378,9 @@ for series, g in points.groupby("series", sort=False):
                          measured=", ".join(sorted(set(g.regime))), evidence=f"{len(g)} {series} passes, {points_dtype}, {where}",
                          n=len(g), series=series, listed=listed, off=sum(v != claims.HELD for v in verdicts)))
 
+# %% [markdown]
+# Two more checks: batching's FLOP rate, and (on a GPU) the measured ceilings beside the datasheet's:
+
 # %%
 register.claim(
     "batching_raises_the_rate",

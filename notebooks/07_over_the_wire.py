@@ -167,6 +167,12 @@ print(f"in-process answer ({len(local[0].token_ids)} tokens): {local_text}")
 # `~/.cache/vllm`).
 
 # %%
+display(prose.source(client.stream_chat))
+
+# %% [markdown]
+# The engines start:
+
+# %%
 live, urls, model_ids, startup = {}, {}, {}, {}
 for name, make in wanted.items():
     if make is None:
@@ -213,6 +219,10 @@ for name in urls:
 one = pd.DataFrame(rows)
 _ = results.table(one, "one_request_runs")  # the path it returns is not for the page
 
+# %% [markdown]
+# Each path's one-request figures, as medians over runs with their range, and what each engine adds to the
+# in-process path:
+
 # %%
 paths = timing.median_range(one, "path", ["ttft_ms", "tpot_ms", "median_gap_ms"])
 paths = paths.merge(one.groupby("path", sort=False)[["prompt_tokens", "output_tokens"]].first().reset_index())
@@ -248,6 +258,9 @@ show(register.decide("engine_adds_to_ttft", claims.every(claims.below(spread_of(
                      base=base.ttft_ms, base_span=span(base, "ttft_ms"), added=added))
 if not same_prompt:
     print("The engines counted a different prompt length than the in-process chat template: their templates differ.")
+
+# %% [markdown]
+# The gaps between tokens, each engine against the in-process path:
 
 # %%
 ratio = engine_rows.median_gap_ms / base.median_gap_ms
@@ -562,6 +575,9 @@ def most_common_case(runs_: pd.DataFrame) -> dict:
     return dict(case=case, case_runs=f"{len(same)} of {len(runs_)}", **{f"case_{c}": same[c].median() for c in numbers})
 
 
+# %% [markdown]
+# Every setting runs `runs` times, one vLLM at a time (each budget is a fresh engine):
+
 # %%
 elevated_factor = 2.0  # a gap of A is elevated above this many times its ordinary gap (lib.stall.stall_case)
 stall_rows = []
@@ -594,6 +610,9 @@ cases = pd.DataFrame([dict(engine=e, budget_tokens=b, **most_common_case(g))
 stall = stall.merge(cases, on=["engine", "budget_tokens"])
 results.table(stall, "stall")
 stall.round(0)
+
+# %% [markdown]
+# Beside it, chapter 5's in-process experiment:
 
 # %%
 ch5 = load_table("05_interference", "interference", quick=quick)
@@ -665,6 +684,9 @@ show(register.decide("stall_is_one_piece", claims.every(ok) if tested else None,
                                    f"{r.predicted_worst_gap_ms:.0f}" for r, v in zip(tested, ok) if v != claims.HELD),
                      sentences=" ".join(stall_sentence(r) for r, v in zip(tested, ok) if v != claims.HELD),
                      all_sentences=" ".join(stall_sentence(r) for r in stall.itertuples())))
+
+# %% [markdown]
+# And in vLLM, the trade across its budgets:
 
 # %%
 vl = stall[stall.engine == "vLLM"].sort_values("budget_tokens", ascending=False)

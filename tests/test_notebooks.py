@@ -3,9 +3,12 @@
 from pathlib import Path
 
 import nbformat
+import pandas as pd
 import pytest
 
+from lib import claims
 from lib.make import book
+from lib.paths import REPO_ROOT as ROOT
 
 SOURCES = book.sources()
 
@@ -19,3 +22,11 @@ def test_notebook_runs_in_quick_mode(source: Path, tmp_path):
     assert not any(o.get("output_type") == "error" for c in notebook.cells for o in c.get("outputs", []))
     assert (tmp_path / "data" / source.stem / "provenance.json").exists()
     assert list((tmp_path / "figures" / source.stem).glob("*.png")), "every chapter draws at least one figure"
+    quick_claims = pd.read_csv(tmp_path / "data" / source.stem / "claims.csv")
+    assert set(quick_claims.verdict) <= set(claims.VERDICTS)
+    committed = ROOT / "data" / source.stem / "claims.csv"
+    if committed.exists():  # a claim's statement is one constant, whatever the machine and the parameters
+        full = pd.read_csv(committed).set_index("claim").statement
+        same = quick_claims.set_index("claim").statement
+        shared = sorted(set(full.index) & set(same.index))
+        assert [c for c in shared if full[c] != same[c]] == [], "a claim's statement changed with the run"

@@ -80,3 +80,19 @@ def test_the_books_library_never_imports_its_machinery():
     for path in sorted((ROOT / "lib").glob("*.py")):
         machinery = {n for n in imported_modules(ast.parse(path.read_text())) if n.split(".")[:2] == ["lib", "make"]}
         assert not machinery, f"lib/{path.name} imports {sorted(machinery)}"
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_no_chapter_runs_more_than_three_code_cells_without_a_sentence(source):
+    run, worst = 0, 0
+    for cell in jupytext.read(source).cells:
+        run = run + 1 if cell.cell_type == "code" else 0
+        worst = max(worst, run)
+    assert worst <= 3, f"{source.name} runs {worst} code cells in a row: say in a sentence what the next one does"
+
+
+@pytest.mark.parametrize("source", [s for s in SOURCES if not s.stem.startswith("06")], ids=lambda p: p.stem)
+def test_a_chapter_that_measures_shows_the_code_it_times(source):
+    """Where a chapter times a library function (a decode loop, a kernel, the cost of a pass), the reader sees it."""
+    assert "prose.source(" in source.read_text(), f"{source.name} times library code but never shows it"
+
