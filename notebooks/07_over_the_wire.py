@@ -54,6 +54,7 @@ start_timeout_s = 1200      # a first vLLM start compiles for minutes
 
 # %%
 import os
+import re
 
 from lib import params
 
@@ -77,6 +78,9 @@ P = params.check(globals(), {  # every count and time bounded: at its maximum, w
     "collapse_below": params.number(above=0, max=1), "resamples": params.integer(min=10, max=100_000, quick=200),
     "start_timeout_s": params.number(above=0, max=1800),
 }, quick=quick, chapter="07_over_the_wire")
+if base_url is not None and not re.fullmatch(r"http://[A-Za-z0-9.\-\[\]:]+(/\S*)?", base_url.strip()):
+    raise ValueError(f"parameter base_url={base_url!r} is not valid; expected an http:// address such as "
+                     f"http://127.0.0.1:8000, or None")
 if stall_arrival >= stall_tokens:
     raise ValueError(f"B must arrive while A streams: stall_arrival ({stall_arrival}) must be below stall_tokens "
                      f"({stall_tokens})")
