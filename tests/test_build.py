@@ -303,12 +303,22 @@ def test_an_unwritable_build_folder_is_one_line(demo):
 
 
 def test_quick_mode_writes_under_build_quick_only(demo):
+    """...and a quick chapter reads the quick data of the chapters before it (it runs in a staging folder
+    that holds a copy of them)."""
     root, _ = demo
+    reader = root / "notebooks" / "02_reader.py"
+    reader.write_text('# %% tags=["parameters"]\nquick = False\n\n# %%\nfrom lib.results import Results, load_table\n'
+                      'seen = load_table("01_demo", "v", quick=quick)\n'
+                      'Results("02_reader", quick=quick).table(seen, "seen")\n')
     assert book.build(root=root, quick=True, log=lambda _: None) == 0
-    assert (root / "build" / "quick" / "data" / "01_demo" / "v.csv").exists()
-    executed = nbformat.read(root / "build" / "quick" / "notebooks" / "01_demo.ipynb", as_version=4)
+    quick = root / "build" / "quick"
+    assert (quick / "data" / "01_demo" / "v.csv").exists()
+    executed = nbformat.read(quick / "notebooks" / "01_demo.ipynb", as_version=4)
     assert any("injected-parameters" in c.metadata.get("tags", []) for c in executed.cells)
     assert not (root / "data").exists() and not (root / "notebooks" / "01_demo.ipynb").exists()
+    assert (quick / "data" / "02_reader" / "seen.csv").read_text().splitlines() == ["value", "1"]
+    assert sorted(p.name for p in (quick / "data").iterdir()) == ["01_demo", "02_reader"]
+    assert not (root / "build" / "staging-quick" / "02_reader").exists()
 
 
 def test_a_chapter_writing_another_sections_outputs_fails_clearly(demo):
@@ -543,19 +553,6 @@ def test_quick_mode_replaces_a_chapter_as_one_unit(demo):
     flag.unlink()
     assert book.build(root=root, quick=True, log=logs.append) == 0
     assert (quick / "data" / "01_demo" / "v.csv").read_text().splitlines() == ["value", "2"]
-
-
-def test_a_quick_chapter_reads_the_quick_data_of_the_chapters_before_it(demo):
-    root, _ = demo
-    reader = root / "notebooks" / "02_reader.py"
-    reader.write_text('# %% tags=["parameters"]\nquick = False\n\n# %%\nfrom lib.results import Results, load_table\n'
-                      'seen = load_table("01_demo", "v", quick=quick)\n'
-                      'Results("02_reader", quick=quick).table(seen, "seen")\n')
-    assert book.build(root=root, quick=True, log=lambda _: None) == 0
-    quick = root / "build" / "quick"
-    assert (quick / "data" / "02_reader" / "seen.csv").read_text().splitlines() == ["value", "1"]
-    assert sorted(p.name for p in (quick / "data").iterdir()) == ["01_demo", "02_reader"]
-    assert not (root / "build" / "staging-quick" / "02_reader").exists()
 
 
 def test_the_build_process_never_imports_torch(demo):
