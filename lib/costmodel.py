@@ -14,7 +14,8 @@ that does the work (:mod:`lib.machine`), not at a textbook peak:
   every step, at the copy rate (into fresh memory, where a tensor is large enough that the allocator maps new
   pages for it); a preallocated cache (``StaticCache``) is written in place, but attention then reads every
   preallocated position.
-* **dispatch**: issuing the pass's operations, measured on the same model only 64 wide.
+* **dispatch**: issuing the pass's operations and running its small kernels (norms, activations, residual adds),
+  measured on the same model with its matrices and attention hollowed out.
 
 :class:`CostModel` returns a :class:`Prediction` with every term, so a page can show where a pass's time goes;
 :func:`lib.regime.regime` labels a measured pass from it. Every term is priced twice: at the ceilings' fastest
@@ -98,7 +99,7 @@ class CostModel:
     """The cost of ``model``'s passes (shape ``shape``) in ``dtype`` on ``threads`` threads, from ``ceilings``.
 
     ``model`` names the ceilings' rows (``"gpt2-small"``, ``"smollm2-135m"``, ``"tiny-gpt2"``); ``shape`` gives
-    the bytes and FLOPs (:mod:`lib.shapes`, in this dtype). Introduced in section 2."""
+    the bytes and FLOPs (:mod:`lib.shapes`, in this dtype). Introduced in section 1."""
 
     ceilings: Ceilings
     model: str
@@ -147,8 +148,8 @@ class CostModel:
             moved = 2 * batch * past * self.shape.kv_bytes_per_token
             terms.append(Term("cache copy", moved / rate, moved / rate * (1 + c.stream_spread(self.dtype, self.threads,
                               kernel)), "memory", f"the {past} cached positions read and written ({kernel})"))
-        d = c.dispatch(*args, "prefill")
-        terms.append(Term("dispatch", d.best, d.median, "launch", "the same pass, 64 wide"))
+        d = c.dispatch(*args, "prefill", batch * tokens)
+        terms.append(Term("dispatch", d.best, d.median, "launch", "the same pass, its matrices and attention hollowed out"))
         return Prediction("prefill", tokens, batch, past, tuple(terms))
 
     def decode(self, context: int, *, batch: int = 1, cache: Literal["dynamic", "static"] = "dynamic",
@@ -175,8 +176,8 @@ class CostModel:
             spread = c.stream_spread(self.dtype, self.threads, kernel)
             terms.append(Term("cache copy", moved / rate, moved / rate * (1 + spread), "memory",
                               f"the cache read and written into a longer one ({kernel}, {rate / 1e9:.1f} GB/s)"))
-        d = c.dispatch(*args, "decode" if cache == "dynamic" else "decode_static")
-        terms.append(Term("dispatch", d.best, d.median, "launch", "the same step, 64 wide"))
+        d = c.dispatch(*args, "decode" if cache == "dynamic" else "decode_static", batch)
+        terms.append(Term("dispatch", d.best, d.median, "launch", "the same step, its matrices and attention hollowed out"))
         return Prediction("decode", batch, batch, context, tuple(terms))
 
     def kernel(self, kernel: str, rows: int) -> KernelTime:

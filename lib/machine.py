@@ -17,9 +17,11 @@ ceiling never drifts between chapters built minutes apart. For each dtype and th
   rows, from one row to the longest prompt.
 * **Attention** (``attention_prefill`` over ``T`` tokens, causal; ``attention_decode``, one new token per
   sequence over a cache), with the model's heads, for every layer.
-* **Dispatch** (``dispatch``, per model and pass): a pass of the same model only 64 wide (72 for a Llama, whose 9
-  heads must divide it), so its bytes and FLOPs are negligible: what issuing the pass's operations costs. The
-  operations are counted (:class:`torch.overrides.TorchFunctionMode`), so the cost per operation is stated.
+* **Dispatch** (``dispatch``, per model, pass and size): the model at its own size with its matrix products and
+  attention :func:`hollowed` out (each returns zeros of its output's shape), so a pass issues every operation and
+  runs its small kernels (norms, activations, residual adds, the cache's bookkeeping) at the model's own width,
+  and nothing else. The operations are counted (:class:`torch.overrides.TorchFunctionMode`), so the cost per
+  operation is stated.
 * **The square product** (``square_matmul``): a large ``n x n`` product on random data, the peak the textbook
   roofline uses; ``n`` follows the rate the machine shows, so a slow kernel gets a small product.
 
@@ -35,9 +37,10 @@ Introduced in section 0 (this machine).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,13 +89,13 @@ class Budget:
 
 def budget(device: torch.device, quick: bool = False) -> Budget:
     """Measurement sizes for ``device``: arrays of 256 MiB on a CPU and 1 GiB on a GPU (far past any cache),
-    0.6 s per ceiling with 5 to 11 repeats; quick mode shrinks both.
+    0.3 s per ceiling with 5 to 9 repeats; quick mode shrinks both.
 
-    Introduced in section 0.
+    Used by :func:`measure_ceilings`; section 0.
     """
     if quick:
         return Budget(seconds=0.25, min_repeats=3, max_repeats=5, stream_bytes=32 << 20)
-    return Budget(seconds=0.6, min_repeats=5, max_repeats=11,
+    return Budget(seconds=0.3, min_repeats=5, max_repeats=9,
                   stream_bytes=(1 << 30) if device.type == "cuda" else (256 << 20))
 
 
@@ -300,23 +303,41 @@ def attention(model: str, device: torch.device, dtype: torch.dtype, plan: Budget
     return out
 
 
-def narrow_model(model: str, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
-    """The model's architecture and layer count at a width of 64 (GPT-2) or 72 (a Llama, 9 heads of 8), a
-    vocabulary of 1,024 and random weights: its passes issue the same operations with negligible bytes and
-    FLOPs."""
+def full_model(model: str, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
+    """The model's architecture at its own size (layers, width, heads, vocabulary) with random weights."""
     shape, layout = MODELS[model]
     torch.manual_seed(0)
     if layout == "conv1d":
-        config = transformers.GPT2Config(n_layer=shape.layers, n_embd=64, n_head=4, vocab_size=1024,
-                                         n_positions=1024, bos_token_id=0, eos_token_id=0)
+        config = transformers.GPT2Config(n_layer=shape.layers, n_embd=shape.d_model, n_head=shape.heads,
+                                         n_inner=shape.d_ff, vocab_size=shape.vocab, n_positions=1024,
+                                         bos_token_id=0, eos_token_id=0)
         module = transformers.GPT2LMHeadModel(config)
     else:
-        config = transformers.LlamaConfig(hidden_size=72, intermediate_size=192, num_hidden_layers=shape.layers,
-                                          num_attention_heads=9, num_key_value_heads=3 if shape.kv_heads < shape.heads
-                                          else 9, vocab_size=1024, max_position_embeddings=2048,
-                                          tie_word_embeddings=True, bos_token_id=0, eos_token_id=0)
+        config = transformers.LlamaConfig(hidden_size=shape.d_model, intermediate_size=shape.d_ff,
+                                          num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
+                                          num_key_value_heads=shape.kv_heads, vocab_size=shape.vocab,
+                                          max_position_embeddings=8192, tie_word_embeddings=True,
+                                          bos_token_id=0, eos_token_id=0)
         module = transformers.LlamaForCausalLM(config)
     return module.eval().to(device=device, dtype=dtype)
+
+
+@contextlib.contextmanager
+def hollowed() -> Iterator[None]:
+    """Inside the block, every weight matrix product (GPT-2's ``Conv1D``, any ``nn.Linear``) and every
+    ``scaled_dot_product_attention`` returns zeros of its output's shape instead of computing it: a pass then
+    issues all its operations and runs its small kernels (norms, activations, residual adds, the cache's
+    bookkeeping) at the model's own width, without the work chapter 0 prices on its own."""
+    from transformers.pytorch_utils import Conv1D
+
+    saved = Conv1D.forward, torch.nn.Linear.forward, F.scaled_dot_product_attention
+    Conv1D.forward = lambda self, x: x.new_zeros(*x.shape[:-1], self.nf)
+    torch.nn.Linear.forward = lambda self, x: x.new_zeros(*x.shape[:-1], self.out_features)
+    F.scaled_dot_product_attention = lambda query, *args, **kwargs: torch.zeros_like(query)
+    try:
+        yield
+    finally:
+        Conv1D.forward, torch.nn.Linear.forward, F.scaled_dot_product_attention = saved
 
 
 class _Counter(torch.overrides.TorchFunctionMode):
@@ -335,7 +356,7 @@ def count_operations(fn: Callable[[], object]) -> int:
     """How many torch operations ``fn()`` issues from Python (functions and tensor methods, each counted once
     where Python calls it; what they call inside is not counted).
 
-    Introduced in section 0.
+    Used by :func:`dispatch`; section 0.
     """
     counter = _Counter()
     with counter, torch.inference_mode():
@@ -343,35 +364,43 @@ def count_operations(fn: Callable[[], object]) -> int:
     return counter.calls
 
 
-def dispatch(model: str, device: torch.device, dtype: torch.dtype, plan: Budget, base: dict, steps: int = 16
-             ) -> list[dict]:
-    """The cost of issuing one pass's operations (:func:`narrow_model`): a 1-token prefill, and a decode step
-    (:func:`lib.phases.decode`, token read back included) over a growing and over a preallocated cache at context
-    16; one row each, with the number of operations (``operations``) and the cost of one (``us_per_operation``).
-    A decode step's time is the median of ``steps`` steps in a run, and the ceiling the fastest run."""
+def dispatch(model: str, device: torch.device, dtype: torch.dtype, plan: Budget, base: dict, steps: int = 16,
+             prompts: Sequence[int] = (1, 16, 256, 1024), batches: Sequence[int] = (1, 16, 64)) -> list[dict]:
+    """The cost of a pass beyond its matrices and attention: the model at its own size, :func:`hollowed`, so it
+    issues every operation and runs its small kernels at its own width. A prefill of each of ``prompts`` tokens,
+    and a decode step (:func:`lib.phases.decode`, token read back included) of each of ``batches`` sequences over
+    a growing cache and of one over a preallocated cache, at context 16; one row each (``pass_kind``, ``rows``:
+    tokens or sequences), with the number of operations the pass issues (``operations``) and the cost of one
+    (``us_per_operation``). A decode step's time is the median of ``steps`` steps in a run, and the ceiling the
+    fastest run."""
     from lib import phases
 
-    module = narrow_model(model, device, dtype)
+    module = full_model(model, device, dtype)
     out = []
-    with torch.inference_mode():
-        one = torch.zeros(1, 1, dtype=torch.long, device=device)
-        _, grown = phases.prefill(module, torch.zeros(1, 16, dtype=torch.long, device=device))
-        caches = {"decode": grown, "decode_static": phases.static_cache(module, grown, 16 + 2 * steps)}
-        ops = count_operations(lambda: phases.prefill(module, one))
-        t = _timed(lambda: phases.prefill(module, one), device, plan)
-        out.append(_row(base, "dispatch", t, model=model, rows=1, pass_kind="prefill", operations=ops,
-                        us_per_operation=t.low / ops * 1e6))
-        for name, cache in caches.items():
+    with hollowed(), torch.inference_mode():
+        for t_len in prompts:
+            ids = torch.zeros(1, t_len, dtype=torch.long, device=device)
+            ops = count_operations(lambda: phases.prefill(module, ids))
+            t = _timed(lambda: phases.prefill(module, ids), device, plan)
+            out.append(_row(base, "dispatch", t, model=model, rows=t_len, pass_kind="prefill", operations=ops,
+                            us_per_operation=t.low / ops * 1e6))
+        kinds = [("decode", b) for b in batches] + [("decode_static", 1)]
+        for name, b in kinds:
+            _, cache = phases.prefill(module, torch.zeros(b, 16, dtype=torch.long, device=device))
+            if name == "decode_static":
+                cache = phases.static_cache(module, cache, 16 + 2 * steps)
+            token = torch.zeros(b, 1, dtype=torch.long, device=device)
+
             def run_steps() -> float:
                 phases.truncate_cache(cache, 16)
-                return float(np.median(phases.decode(module, one, cache, steps).step_times))
+                return float(np.median(phases.decode(module, token, cache, steps).step_times))
 
-            ops = count_operations(lambda: phases.decode(module, one, cache, 1))
+            ops = count_operations(lambda: phases.decode(module, token, cache, 1))
             run_steps()  # warm-up
-            medians = [run_steps() for _ in range(plan.min_repeats)]
-            t = Timing.of(medians)
-            out.append(_row(base, "dispatch", t, model=model, rows=1, pass_kind=name, operations=ops,
+            t = Timing.of([run_steps() for _ in range(plan.min_repeats)])
+            out.append(_row(base, "dispatch", t, model=model, rows=b, pass_kind=name, operations=ops,
                             us_per_operation=t.low / ops * 1e6, note=f"median of {steps} steps a run"))
+    del module
     return out
 
 
@@ -416,7 +445,8 @@ def measure_ceilings(device: torch.device, dtypes: Sequence[str] = ("fp32",), th
                 out += stream(device, dtype, plan, base)
                 out.append(square_matmul(device, dtype, plan, base))
                 for model in [*models, *(models_all_threads if n == max(threads) else ())]:
-                    out += matrices(model, device, dtype, plan, base, rows, head_rows, slow=not support)
+                    few = head_rows if model in models_all_threads else rows  # chapters 1 and 7 need fewer
+                    out += matrices(model, device, dtype, plan, base, few, head_rows, slow=not support)
                     out += attention(model, device, dtype, plan, base, attention_rows)
                     out += dispatch(model, device, dtype, plan, base)
             log(f"{name}, {n} thread{'s' * (n > 1)}: measured in {time.perf_counter() - started:.1f} s")
@@ -581,14 +611,20 @@ class Ceilings:
         return KernelTime(_interpolate(xs, t.best_s.to_numpy(float), cache_bytes),
                           _interpolate(xs, t.median_s.to_numpy(float), cache_bytes), kernel)
 
-    def dispatch(self, model: str, dtype: str, threads: int, pass_kind: str = "decode") -> KernelTime:
-        """Issuing one pass's operations (``prefill``, ``decode`` or ``decode_static``), from the narrow model."""
-        row = self._rows(dtype, threads, "dispatch", model, pass_kind=pass_kind).iloc[0]
-        return KernelTime(float(row.best_s), float(row.median_s), f"dispatch of a {pass_kind} pass")
+    def dispatch(self, model: str, dtype: str, threads: int, pass_kind: str = "decode", rows: float = 1) -> KernelTime:
+        """One pass beyond its matrices and attention (``prefill`` of ``rows`` tokens, ``decode`` of ``rows``
+        sequences, or ``decode_static``): the hollowed model's pass, interpolated over the sizes measured."""
+        t = self._rows(dtype, threads, "dispatch", model, pass_kind=pass_kind)
+        xs = t.rows.to_numpy(float)
+        flat = lambda ys: float(np.interp(np.log(rows), np.log(xs), ys)) if len(xs) > 1 else float(ys[0])  # noqa: E731
+        order = np.argsort(xs)
+        xs = xs[order]
+        return KernelTime(flat(t.best_s.to_numpy(float)[order]), flat(t.median_s.to_numpy(float)[order]),
+                          f"the rest of a {pass_kind} pass")
 
     def operations(self, model: str, dtype: str, threads: int, pass_kind: str = "decode") -> tuple[int, float]:
-        """(operations issued by one pass, microseconds each)."""
-        row = self._rows(dtype, threads, "dispatch", model, pass_kind=pass_kind).iloc[0]
+        """(operations issued by one pass of one token or sequence, microseconds each)."""
+        row = self._rows(dtype, threads, "dispatch", model, pass_kind=pass_kind, rows=1).iloc[0]
         return int(row.operations), float(row.us_per_operation)
 
 

@@ -109,7 +109,7 @@ def prefill(model: LoadedModel | torch.nn.Module, input_ids: torch.Tensor, logit
 
     ``logits="last"`` computes the LM head for the last position only, shape ``(batch, 1, vocab)``;
     ``"all"`` for every position, ``(batch, T, vocab)``. Pass ``cache`` to continue a cache (chunked
-    prefill); otherwise a new one is made. Returns ``(logits, cache)``. Introduced in section 2.
+    prefill); otherwise a new one is made. Returns ``(logits, cache)``. Introduced in section 1.
     """
     if logits not in ("last", "all"):
         raise ValueError(f"logits must be 'last' or 'all', got {logits!r}")

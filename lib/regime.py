@@ -35,7 +35,7 @@ class Regime:
     (``predicted_s``, at the ceilings' fastest calls), the floor (``floor_s``) and ``ratio``: measured (median
     over runs) over predicted.
 
-    Introduced in section 2.
+    Returned by :func:`regime`; section 2.
     """
 
     label: str

@@ -140,7 +140,7 @@ class Cost:
     """The FLOPs and bytes of one pass, and ``tokens``: prompt tokens for a prefill, sequences
     (one new token each) for a decode step.
 
-    Introduced in section 3.
+    Returned by :func:`prefill_cost` and :func:`decode_cost`; section 1.
     """
 
     phase: str
@@ -159,7 +159,7 @@ def prefill_attention_flops(shape: ModelShape, prompt: int, past: int = 0) -> fl
     tokens (``2 * d_model * prompt**2`` per layer) plus every new token against ``past`` cached ones
     (``4 * d_model * prompt * past`` per layer).
 
-    Introduced in section 2 (prefill sweep); section 6 shows its share of the FLOPs.
+    Introduced in section 6 (prefill sweep); section 6 shows its share of the FLOPs.
     """
     prompt, past = _count("prompt", prompt, 1), _count("past", past, 0)
     return shape.layers * (2 * shape.d_model * prompt * prompt + 4 * shape.d_model * prompt * past)
@@ -252,7 +252,7 @@ def bound(hardware: Hardware, cost: Cost) -> Bound:
     """The roofline bound of ``cost`` on ``hardware``, a ``Bound`` in seconds. Raises ``ValueError``
     when the chip has no FLOP rate (use ``memory_time`` or ``decode_floor`` for its bandwidth bound).
 
-    Introduced in section 2 (prefill sweep).
+    Introduced in section 6 (prefill sweep).
     """
     if math.isnan(hardware.flops):
         raise ValueError(f"{hardware.name} has no FLOP rate in the table; a full roofline needs both "

@@ -44,6 +44,7 @@ import nbformat
 
 from lib.make.lab import collapse_answers, language_info
 from lib.paths import REPO_ROOT
+from lib.make.outputs import check_finished
 
 STUDENT_DIR = REPO_ROOT / "build" / "student"
 TEACHER_DIR = REPO_ROOT / "build" / "teacher"
@@ -185,7 +186,9 @@ class); the book's own files are never changed.
 
 def build(root: Path = REPO_ROOT, student_dir: Path = STUDENT_DIR, teacher_dir: Path = TEACHER_DIR,
           log=print) -> list[Path]:
-    """Write every chapter's student and teacher copy; return the student copies' paths."""
+    """Write every chapter's student and teacher copy; return the student copies' paths. Refuses (``Unfinished``,
+    a ``ValueError``) while a chapter's replacement is unfinished: a copy must not mix old and new."""
+    check_finished(root, "make student")
     started = time.perf_counter()
     sources = sorted((root / "notebooks").glob("[0-9][0-9]_*.py"))
     if not sources:
