@@ -73,6 +73,21 @@ QUICK_ROWS = (1, 4, 16)
 STREAM_KERNELS = ("read", "read_max", "copy", "fresh_copy", "triad")
 #: The most a pass of a memory system can stream, in bytes/s: a table above it was not measured here.
 _FASTEST_MEMORY = 20e12
+#: Tensors and models made for one dtype, kept while its thread counts are measured (:func:`measure_ceilings`
+#: empties it between dtypes): making 500 MB of random weights costs more than timing them.
+_KEPT: dict = {}
+
+
+def _kept(key, make):
+    """``make()``, once per key while one dtype is measured."""
+    if key not in _KEPT:
+        _KEPT[key] = make()
+    return _KEPT[key]
+
+
+def _random(*shape: int, scale: float = 1.0, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Uniform random values in ``[-scale, scale]`` (a pass's time does not depend on them)."""
+    return torch.empty(*shape, dtype=dtype, device=device).uniform_(-scale, scale)
 
 
 @dataclass(frozen=True)
@@ -89,13 +104,13 @@ class Budget:
 
 def budget(device: torch.device, quick: bool = False) -> Budget:
     """Measurement sizes for ``device``: arrays of 256 MiB on a CPU and 1 GiB on a GPU (far past any cache),
-    0.3 s per ceiling with 5 to 9 repeats; quick mode shrinks both.
+    0.15 s per ceiling with 4 to 8 repeats; quick mode shrinks both.
 
     Used by :func:`measure_ceilings`; section 0.
     """
     if quick:
-        return Budget(seconds=0.25, min_repeats=3, max_repeats=5, stream_bytes=32 << 20)
-    return Budget(seconds=0.3, min_repeats=5, max_repeats=9,
+        return Budget(seconds=0.1, min_repeats=3, max_repeats=5, stream_bytes=32 << 20)
+    return Budget(seconds=0.15, min_repeats=4, max_repeats=8,
                   stream_bytes=(1 << 30) if device.type == "cuda" else (256 << 20))
 
 
@@ -165,7 +180,7 @@ def stream(device: torch.device, dtype: torch.dtype, plan: Budget, base: dict) -
     """STREAM's kernels over arrays of ``plan.stream_bytes``: a read (sum), a read with almost no arithmetic
     (running maximum), a copy, a copy into fresh memory (``clone``) and a triad; one row each."""
     n = max(1, plan.stream_bytes // dtype.itemsize)
-    a, b, c = (torch.rand(n, dtype=dtype, device=device) for _ in range(3))
+    a, b, c = _kept(("stream", n), lambda: [_random(n, dtype=dtype, device=device) for _ in range(3)])
     out = torch.empty((), dtype=dtype, device=device)
     nbytes = n * dtype.itemsize
     kernels = {
@@ -200,15 +215,15 @@ def model_matrices(shape: ModelShape, layout: str, device: torch.device, dtype: 
     d, ff = shape.d_model, shape.d_ff
     if layout == "conv1d":
         dims = [(d, 3 * d), (d, d), (d, ff), (ff, d)]  # c_attn (q, k and v in one), c_proj, c_fc, mlp.c_proj
-        mats = [(torch.randn(i, o, dtype=dtype, device=device) / math.sqrt(i), torch.zeros(o, dtype=dtype,
-                 device=device)) for _ in range(layers) for i, o in dims]
+        mats = [(_random(i, o, scale=1 / math.sqrt(i), dtype=dtype, device=device),
+                 torch.zeros(o, dtype=dtype, device=device)) for _ in range(layers) for i, o in dims]
 
         def run(x: dict) -> None:
             for w, b in mats:
                 torch.addmm(b, x[w.shape[0]], w)
     elif layout == "linear":
         dims = [(d, d), (kv, d), (kv, d), (d, d)] + [(ff, d)] * (2 if shape.gated_ffn else 1) + [(d, ff)]
-        mats = [torch.randn(o, i, dtype=dtype, device=device) / math.sqrt(i) for _ in range(layers) for o, i in dims]
+        mats = [_random(o, i, scale=1 / math.sqrt(i), dtype=dtype, device=device) for _ in range(layers) for o, i in dims]
 
         def run(x: dict) -> None:
             for w in mats:
@@ -232,7 +247,6 @@ def matrices(model: str, device: torch.device, dtype: torch.dtype, plan: Budget,
     widths = {shape.d_model, shape.d_ff}
     block_bytes = shape.layers * shape.block_params * dtype.itemsize
     head_bytes = shape.lm_head_params * dtype.itemsize
-    full_layers = None
     for kernel, n_bytes, n_flops, counts in (("blocks", block_bytes, 2 * shape.layers * shape.block_params, rows),
                                              ("head", head_bytes, 2 * shape.lm_head_params, head_rows)):
         per_row, last = None, None  # seconds per row at the last count measured, to keep within the budget
@@ -248,28 +262,25 @@ def matrices(model: str, device: torch.device, dtype: torch.dtype, plan: Budget,
             x = {w: torch.randn(m, w, dtype=dtype, device=device) for w in widths}
             if kernel == "blocks":
                 layers = max(1, round(shape.layers * part))
-                if full_layers is None:
-                    full_layers = model_matrices(shape, layout, device, dtype, shape.layers)
-                run = full_layers if layers == shape.layers else model_matrices(shape, layout, device, dtype, layers)
+                run = _kept(("blocks", model, layers), lambda: model_matrices(shape, layout, device, dtype, layers))
                 scale = shape.layers / layers
                 t = _timed(lambda: run(x), device, plan)
             else:
                 vocab = max(64, round(shape.vocab * part))
-                head = torch.randn(vocab, shape.d_model, dtype=dtype, device=device) / math.sqrt(shape.d_model)
+                head = _kept(("head", model), lambda: _random(shape.vocab, shape.d_model, scale=shape.d_model ** -0.5,
+                                                              dtype=dtype, device=device))[:vocab]
                 scale = shape.vocab / vocab
                 t = _timed(lambda: F.linear(x[shape.d_model], head), device, plan)
-                del head
             out.append(_row(base, kernel, t, model=model, rows=m, bytes_=n_bytes, flops=n_flops * m, scale=scale,
                             note="" if scale == 1 else f"timed on 1/{scale:.0f} of it, scaled",
                             layout=layout))
             per_row, last = t.low * scale / m, m
-        full_layers = None
     return out
 
 
 def attention(model: str, device: torch.device, dtype: torch.dtype, plan: Budget, base: dict,
               rows: Sequence[int] = ATTENTION_ROWS,
-              contexts: Sequence[tuple[int, int]] = ((1, 16), (1, 128), (1, 1024), (8, 512), (64, 512))) -> list[dict]:
+              contexts: Sequence[tuple[int, int]] = ((1, 16), (1, 1024), (16, 512), (64, 512))) -> list[dict]:
     """``scaled_dot_product_attention`` with the model's heads, every layer: a causal prefill of each of ``rows``
     tokens (``attention_prefill``; FLOPs ``2 d T**2`` per layer), and one new token per sequence over a cache of
     each ``(batch, context)``, as a growing cache calls it (``attention_decode``, no mask) and as a preallocated one
@@ -288,7 +299,8 @@ def attention(model: str, device: torch.device, dtype: torch.dtype, plan: Budget
                         flops=layers * 2 * shape.d_model * t_len * t_len, note="one layer timed, priced for all"))
     for batch, context in contexts:
         q = torch.randn(batch, h, 1, hd, dtype=dtype, device=device)
-        caches = [torch.randn(batch, kvh, context, hd, dtype=dtype, device=device) for _ in range(2 * layers)]
+        caches = _kept(("caches", model, batch, context), lambda: [
+            _random(batch, kvh, context, hd, dtype=dtype, device=device) for _ in range(2 * layers)])
 
         mask = torch.ones(batch, 1, 1, context, dtype=torch.bool, device=device)
         for kernel, extra in (("attention_decode", {}), ("attention_decode_masked", {"attn_mask": mask})):
@@ -299,40 +311,52 @@ def attention(model: str, device: torch.device, dtype: torch.dtype, plan: Budget
             out.append(_row(base, kernel, _timed(run, device, plan), model=model, rows=batch, context=context,
                             bytes_=2 * layers * batch * kvh * context * hd * dtype.itemsize,
                             flops=batch * layers * 4 * shape.d_model * context))
-        del caches
     return out
 
 
 def full_model(model: str, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
     """The model's architecture at its own size (layers, width, heads, vocabulary) with random weights."""
+    from transformers.initialization import no_init_weights  # its values are set below, in one pass
+
     shape, layout = MODELS[model]
     torch.manual_seed(0)
     if layout == "conv1d":
         config = transformers.GPT2Config(n_layer=shape.layers, n_embd=shape.d_model, n_head=shape.heads,
                                          n_inner=shape.d_ff, vocab_size=shape.vocab, n_positions=1024,
                                          bos_token_id=0, eos_token_id=0)
-        module = transformers.GPT2LMHeadModel(config)
+        with no_init_weights():
+            module = transformers.GPT2LMHeadModel(config)
     else:
         config = transformers.LlamaConfig(hidden_size=shape.d_model, intermediate_size=shape.d_ff,
                                           num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
                                           num_key_value_heads=shape.kv_heads, vocab_size=shape.vocab,
                                           max_position_embeddings=8192, tie_word_embeddings=True,
                                           bos_token_id=0, eos_token_id=0)
-        module = transformers.LlamaForCausalLM(config)
+        with no_init_weights():
+            module = transformers.LlamaForCausalLM(config)
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.uniform_(-0.02, 0.02)
     return module.eval().to(device=device, dtype=dtype)
 
 
 @contextlib.contextmanager
-def hollowed() -> Iterator[None]:
+def hollowed(stream_weights: bool = False) -> Iterator[None]:
     """Inside the block, every weight matrix product (GPT-2's ``Conv1D``, any ``nn.Linear``) and every
     ``scaled_dot_product_attention`` returns zeros of its output's shape instead of computing it: a pass then
     issues all its operations and runs its small kernels (norms, activations, residual adds, the cache's
-    bookkeeping) at the model's own width, without the work chapter 0 prices on its own."""
+    bookkeeping) at the model's own width, without the work chapter 0 prices on its own. With
+    ``stream_weights``, each product still reads its weights once with a kernel that does almost no arithmetic
+    (a running maximum), so the caches are flushed between the small operations as a real pass flushes them."""
     from transformers.pytorch_utils import Conv1D
 
+    def touch(weight: torch.Tensor) -> None:
+        if stream_weights:
+            torch.amax(weight)
+
     saved = Conv1D.forward, torch.nn.Linear.forward, F.scaled_dot_product_attention
-    Conv1D.forward = lambda self, x: x.new_zeros(*x.shape[:-1], self.nf)
-    torch.nn.Linear.forward = lambda self, x: x.new_zeros(*x.shape[:-1], self.out_features)
+    Conv1D.forward = lambda self, x: (touch(self.weight), x.new_zeros(*x.shape[:-1], self.nf))[1]
+    torch.nn.Linear.forward = lambda self, x: (touch(self.weight), x.new_zeros(*x.shape[:-1], self.out_features))[1]
     F.scaled_dot_product_attention = lambda query, *args, **kwargs: torch.zeros_like(query)
     try:
         yield
@@ -364,43 +388,57 @@ def count_operations(fn: Callable[[], object]) -> int:
     return counter.calls
 
 
-def dispatch(model: str, device: torch.device, dtype: torch.dtype, plan: Budget, base: dict, steps: int = 16,
-             prompts: Sequence[int] = (1, 16, 256, 1024), batches: Sequence[int] = (1, 16, 64)) -> list[dict]:
+def dispatch(model: str, device: torch.device, dtype: torch.dtype, plan: Budget, base: dict, steps: int = 4,
+             prompts: Sequence[int] = (1, 64, 256), batches: Sequence[int] = (1, 16, 64)) -> list[dict]:
     """The cost of a pass beyond its matrices and attention: the model at its own size, :func:`hollowed`, so it
-    issues every operation and runs its small kernels at its own width. A prefill of each of ``prompts`` tokens,
-    and a decode step (:func:`lib.phases.decode`, token read back included) of each of ``batches`` sequences over
-    a growing cache and of one over a preallocated cache, at context 16; one row each (``pass_kind``, ``rows``:
-    tokens or sequences), with the number of operations the pass issues (``operations``) and the cost of one
-    (``us_per_operation``). A decode step's time is the median of ``steps`` steps in a run, and the ceiling the
-    fastest run."""
+    issues every operation and runs its small kernels at its own width, with each product still reading its
+    weights (``setting="between weight streams"``, as in a real pass, whose weights flush the caches the
+    interpreter and the small kernels work from), less the time those reads take alone. Measured for a prefill of
+    each of ``prompts`` tokens and a decode step (:func:`lib.phases.decode`, token read back included) of each of
+    ``batches`` sequences over a growing cache and of one over a preallocated cache, at context 16; one row each
+    (``pass_kind``, ``rows``: tokens or sequences), with the operations the pass issues (``operations``) and the
+    cost of one (``us_per_operation``). A one-token prefill and a one-sequence step are also timed hollowed
+    without the reads (``setting="alone"``): the pure cost of issuing the operations. A decode step's time is the
+    median of ``steps`` steps in a run, and the ceiling the fastest run."""
+    from transformers.pytorch_utils import Conv1D
+
     from lib import phases
 
-    module = full_model(model, device, dtype)
+    module = _kept(("hollowed", model), lambda: full_model(model, device, dtype))
+    weights = [m.weight for m in module.modules() if isinstance(m, (Conv1D, torch.nn.Linear))]
+    reads = _timed(lambda: [torch.amax(w) for w in weights], device, plan)
     out = []
-    with hollowed(), torch.inference_mode():
-        for t_len in prompts:
-            ids = torch.zeros(1, t_len, dtype=torch.long, device=device)
-            ops = count_operations(lambda: phases.prefill(module, ids))
-            t = _timed(lambda: phases.prefill(module, ids), device, plan)
-            out.append(_row(base, "dispatch", t, model=model, rows=t_len, pass_kind="prefill", operations=ops,
-                            us_per_operation=t.low / ops * 1e6))
-        kinds = [("decode", b) for b in batches] + [("decode_static", 1)]
-        for name, b in kinds:
-            _, cache = phases.prefill(module, torch.zeros(b, 16, dtype=torch.long, device=device))
-            if name == "decode_static":
-                cache = phases.static_cache(module, cache, 16 + 2 * steps)
-            token = torch.zeros(b, 1, dtype=torch.long, device=device)
 
-            def run_steps() -> float:
-                phases.truncate_cache(cache, 16)
-                return float(np.median(phases.decode(module, token, cache, steps).step_times))
+    def steps_of(cache, token) -> Callable[[], float]:
+        def run() -> float:
+            phases.truncate_cache(cache, 16)
+            return float(np.median(phases.decode(module, token, cache, steps).step_times))
+        return run
 
-            ops = count_operations(lambda: phases.decode(module, token, cache, 1))
-            run_steps()  # warm-up
-            t = Timing.of([run_steps() for _ in range(plan.min_repeats)])
-            out.append(_row(base, "dispatch", t, model=model, rows=b, pass_kind=name, operations=ops,
-                            us_per_operation=t.low / ops * 1e6, note=f"median of {steps} steps a run"))
-    del module
+    for setting, streams, sizes, kinds in (("alone", False, (1,), [("decode", 1)]),
+                                           ("between weight streams", True, prompts,
+                                            [("decode", b) for b in batches] + [("decode_static", 1)])):
+        less = reads if streams else Timing.of([0.0])
+        with hollowed(stream_weights=streams), torch.inference_mode():
+            for t_len in sizes:
+                ids = torch.zeros(1, t_len, dtype=torch.long, device=device)
+                ops = count_operations(lambda: phases.prefill(module, ids))
+                t = _timed(lambda: phases.prefill(module, ids), device, plan)
+                t = Timing.of([max(s - less.low, 1e-6) for s in t.samples])
+                out.append(_row(base, "dispatch", t, model=model, rows=t_len, pass_kind="prefill", operations=ops,
+                                us_per_operation=t.low / ops * 1e6, setting=setting))
+            for name, b in kinds:
+                _, cache = phases.prefill(module, torch.zeros(b, 16, dtype=torch.long, device=device))
+                if name == "decode_static":
+                    cache = phases.static_cache(module, cache, 16 + 2 * steps)
+                token = torch.zeros(b, 1, dtype=torch.long, device=device)
+                ops = count_operations(lambda: phases.decode(module, token, cache, 1))
+                run = steps_of(cache, token)
+                run()  # warm-up
+                t = Timing.of([max(run() - less.low, 1e-6) for _ in range(plan.min_repeats)])
+                out.append(_row(base, "dispatch", t, model=model, rows=b, pass_kind=name, operations=ops,
+                                us_per_operation=t.low / ops * 1e6, setting=setting,
+                                note=f"median of {steps} steps a run" + (", less the weights' reads alone" if streams else "")))
     return out
 
 
@@ -437,6 +475,7 @@ def measure_ceilings(device: torch.device, dtypes: Sequence[str] = ("fp32",), th
             out.append(dict(device=str(device), dtype=name, kernel="square_matmul", status=f"unsupported: {error}"))
             continue
         support = hardware_support(device, dtype)
+        _KEPT.clear()
         for n in threads:
             started = time.perf_counter()
             with use_threads(n), torch.inference_mode():
@@ -447,9 +486,14 @@ def measure_ceilings(device: torch.device, dtypes: Sequence[str] = ("fp32",), th
                 for model in [*models, *(models_all_threads if n == max(threads) else ())]:
                     few = head_rows if model in models_all_threads else rows  # chapters 1 and 7 need fewer
                     out += matrices(model, device, dtype, plan, base, few, head_rows, slow=not support)
-                    out += attention(model, device, dtype, plan, base, attention_rows)
-                    out += dispatch(model, device, dtype, plan, base)
+                    if quick:
+                        out += attention(model, device, dtype, plan, base, attention_rows, ((1, 16), (4, 64)))
+                        out += dispatch(model, device, dtype, plan, base, prompts=(1, 16), batches=(1, 4))
+                    else:
+                        out += attention(model, device, dtype, plan, base, attention_rows)
+                        out += dispatch(model, device, dtype, plan, base)
             log(f"{name}, {n} thread{'s' * (n > 1)}: measured in {time.perf_counter() - started:.1f} s")
+    _KEPT.clear()
     return pd.DataFrame(out)
 
 
@@ -465,10 +509,12 @@ def check_ceilings(table: pd.DataFrame, where: str = "data/00_machine/ceilings.c
     Introduced in section 0.
     """
     again = f"re-measure it with `python -m lib.make.book --force {MACHINE_SECTION}`"
-    needed = {"device", "dtype", "threads", "kernel", "model", "rows", "best_s", "median_s", "worst_s", "status"}
+    needed = {"device", "dtype", "threads", "kernel", "model", "rows", "best_s", "median_s", "worst_s", "status",
+              "pass_kind", "setting"}
     missing = needed - set(table.columns)
     if missing:
-        raise CorruptCeilings(f"{where} is not a ceilings table (no column {', '.join(sorted(missing))}): {again}")
+        raise CorruptCeilings(f"{where} is not a ceilings table of this version of the book (no column "
+                              f"{', '.join(sorted(missing))}): {again}")
     ok = table[table.status == "ok"]
     times = ok[["best_s", "median_s", "worst_s"]].to_numpy(dtype=float)
     bad = ~np.isfinite(times).all(axis=1) | (times <= 0).any(axis=1) | (times[:, 0] > times[:, 1]) | \
@@ -613,18 +659,16 @@ class Ceilings:
 
     def dispatch(self, model: str, dtype: str, threads: int, pass_kind: str = "decode", rows: float = 1) -> KernelTime:
         """One pass beyond its matrices and attention (``prefill`` of ``rows`` tokens, ``decode`` of ``rows``
-        sequences, or ``decode_static``): the hollowed model's pass, interpolated over the sizes measured."""
-        t = self._rows(dtype, threads, "dispatch", model, pass_kind=pass_kind)
+        sequences, or ``decode_static``): the hollowed model's pass between its weights' reads, interpolated over
+        the sizes measured (and in proportion to the size beyond the largest)."""
+        t = self._rows(dtype, threads, "dispatch", model, pass_kind=pass_kind, setting="between weight streams")
         xs = t.rows.to_numpy(float)
-        flat = lambda ys: float(np.interp(np.log(rows), np.log(xs), ys)) if len(xs) > 1 else float(ys[0])  # noqa: E731
-        order = np.argsort(xs)
-        xs = xs[order]
-        return KernelTime(flat(t.best_s.to_numpy(float)[order]), flat(t.median_s.to_numpy(float)[order]),
-                          f"the rest of a {pass_kind} pass")
+        return KernelTime(_interpolate(xs, t.best_s.to_numpy(float), rows),
+                          _interpolate(xs, t.median_s.to_numpy(float), rows), f"the rest of a {pass_kind} pass")
 
     def operations(self, model: str, dtype: str, threads: int, pass_kind: str = "decode") -> tuple[int, float]:
-        """(operations issued by one pass of one token or sequence, microseconds each)."""
-        row = self._rows(dtype, threads, "dispatch", model, pass_kind=pass_kind, rows=1).iloc[0]
+        """(operations issued by one pass of one token or sequence, microseconds each when issued alone)."""
+        row = self._rows(dtype, threads, "dispatch", model, pass_kind=pass_kind, rows=1, setting="alone").iloc[0]
         return int(row.operations), float(row.us_per_operation)
 
 

@@ -26,8 +26,9 @@
 #   Llama's (SmolLM2's) call `F.linear` on `[out, in]`; at one row (a decode step) this is the rate the weights
 #   stream at, and at `M` rows it is `F(M)`, the FLOP rate those shapes reach with `M` rows;
 # * **attention** over a prompt and over a cache, with the model's heads;
-# * **dispatch**: a pass of the same model only 64 wide, whose bytes and FLOPs are negligible, with its
-#   operations counted;
+# * **dispatch**: a pass of the same model with its matrix products and attention hollowed out (each returns
+#   zeros), so it issues every operation and runs its small kernels at the model's width and does nothing
+#   else, with its operations counted;
 # * **the square product**, the peak a textbook roofline uses.
 #
 # Every chapter reads this chapter's table (`lib.machine.load_ceilings`), so a ceiling cannot drift between
@@ -258,14 +259,16 @@ show(register.decide("two_rows_cost_no_more", claims.at_most(measured_ratio, cla
 # %% [markdown]
 # ## Issuing the work, and what limits each dtype
 #
-# The narrow model issues the same operations as the real one. Its pass, divided by the operations counted, is
-# the cost of issuing one; a dtype that converts its inputs, or a kernel that starts threads, costs more per
-# operation. The square product runs at the arithmetic units' rate only where the hardware has instructions
+# The hollowed model issues the same operations as the real one and runs its small kernels (norms, activations,
+# residual adds) at the same width. Alone, its pass divided by the operations counted is the cost of issuing
+# one. Between weight streams (each product still reads its weights, and the reads' own time is taken off), it
+# is what those operations cost inside a real pass, whose weights flush the caches the interpreter and the
+# small kernels work from; the cost model prices a pass's dispatch at that. The square product runs at the arithmetic units' rate only where the hardware has instructions
 # for the dtype; without them its "rate" is a slow kernel's (from the CPU's flags or the GPU's compute
 # capability).
 
 # %%
-issue = ok[ok.kernel == "dispatch"][["model", "dtype", "threads", "pass_kind", "best_s", "operations",
+issue = ok[ok.kernel == "dispatch"][["model", "dtype", "threads", "pass_kind", "rows", "setting", "best_s", "operations",
                                      "us_per_operation", "spread"]].assign(best_ms=lambda d: d.best_s * 1e3)
 display(issue.drop(columns="best_s").round(2))
 peaks = ok[ok.kernel == "square_matmul"][["dtype", "threads", "note", "gflop_s", "spread", "hardware_support"]]
@@ -281,25 +284,25 @@ show(f"The textbook **balance point** in fp32 on {where}: {ceilings.square_flops
 #
 # Every chapter's timings include the harness: two synchronised clock reads around the timed call and, in a
 # decode loop, reading the chosen token back to the host. They must be small beside the shortest pass the book
-# times, a decode step of the narrow model.
+# times, a decode step of the hollowed model.
 
 # %%
 register.claim(
     "timer_under_one_percent",
     "The harness adds under 1 % to the shortest step the book times.",
-    held="clock reads and the token read-back cost **{cost_us:.1f} us**, {share:.3%} of the {step} narrow step: the "
+    held="clock reads and the token read-back cost **{cost_us:.1f} us**, {share:.3%} of the {step} hollowed step: the "
          "timer does not distort the steps.",
-    not_held="clock reads and the token read-back cost **{cost_us:.1f} us**, {share:.1%} of the {step} narrow step: "
+    not_held="clock reads and the token read-back cost **{cost_us:.1f} us**, {share:.1%} of the {step} hollowed step: "
              "the shortest steps read that much long.")
 cost = timing.overhead(device)
 shortest = ceilings.dispatch(model, "fp32", most, "decode").best
 share = (cost["clock"] + cost["readback"]) / shortest
 results.table(pd.DataFrame([dict(part="clock reads", median_us=cost["clock"] * 1e6),
                             dict(part="token read-back", median_us=cost["readback"] * 1e6),
-                            dict(part="shortest step timed (narrow decode step)", median_us=shortest * 1e6)]),
+                            dict(part="shortest step timed (hollowed decode step)", median_us=shortest * 1e6)]),
               "timer_overhead")
 show(register.decide("timer_under_one_percent", claims.at_most(share, 0.01), predicted="under 1 %",
-                     measured=f"{share:.3%}", evidence=f"fp32 narrow decode step of {model}, {where}",
+                     measured=f"{share:.3%}", evidence=f"fp32 hollowed decode step of {model}, {where}",
                      cost_us=(cost["clock"] + cost["readback"]) * 1e6, share=share, step=prose.ms(shortest)))
 
 # %%
@@ -314,7 +317,7 @@ display(prose.table(register.frame()[["claim", "verdict", "predicted", "measured
 # * **Peak figures.** STREAM's kernels and one square product are what simple code reaches, not a datasheet's
 #   peak; the chapters compare against what this machine demonstrably does.
 # * **Every kernel a model runs.** Normalisation, activations and the cache's bookkeeping are priced inside
-#   dispatch (the narrow model runs them too); where that is not enough, a chapter measures one layer down.
+#   dispatch (the hollowed model runs them too); where that is not enough, a chapter measures one layer down.
 #
 # ## Takeaways
 #

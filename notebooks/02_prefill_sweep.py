@@ -38,7 +38,7 @@ warmup = 1                  # untimed passes before each point of the first run
 budget_s = 20.0             # a point predicted to need longer than this (warm-up and one pass) is skipped
 margin = 0.25               # how far above the floor, or above the lowest time per token, still counts as on it
 short_prompts = 64          # the short passes taken apart: every prompt up to this length
-logits_prompts = [16, 64, 256, 1024]  # last-position against all-position logits, first dtype, all threads
+logits_prompts = [16, 64, 256, 512]  # last-position against all-position logits, first dtype, all threads
 logits_runs = 3
 
 # %%
@@ -124,7 +124,8 @@ pd.Series({**describe_environment(device, None, model_name), "configurations": "
 # A prefill of `T` tokens is priced as the sum of its parts, each at the rate chapter 0 measured for the kernel
 # that does it: the block matrices at `T` rows (the larger of their bytes at the one-row rate and their FLOPs at
 # `F(T)`), the LM head at one row (only the last position's logits are needed), causal attention over `T`
-# tokens, and dispatch (the same pass of a model only 64 wide). This is the function, shown once:
+# tokens, and dispatch (the same pass with its matrices and attention hollowed out: issuing every operation and
+# running the small ones). This is the function, shown once:
 
 # %%
 display(prose.source(costmodel.CostModel.prefill, costmodel.CostModel._matrix_terms))
@@ -430,8 +431,8 @@ register.claim(
     "rest_is_launch_floor",
     "What is not matrix product in a 1-token pass is about the cost of issuing it (chapter 0's dispatch), within "
     "the tolerance for a predicted time.",
-    held="the rest of a 1-token pass is {rest}, beside the {dispatch} it takes to issue a narrow pass's operations.",
-    not_held="the rest of a 1-token pass is {rest}, against {dispatch} to issue a narrow pass's operations: the part "
+    held="the rest of a 1-token pass is {rest}, beside the {dispatch} the hollowed pass takes to issue its operations.",
+    not_held="the rest of a 1-token pass is {rest}, against {dispatch} for the hollowed pass to issue its operations: the part "
              "that is not matrix product is not the cost of issuing it.",
     not_measured="the matrices alone take as long as the whole 1-token pass, so this run leaves no rest to compare.")
 rest = Spread(one.time_ms_low - one.matrices_ms, one.rest_ms, one.time_ms_high - one.matrices_ms) * 1e-3
@@ -559,7 +560,8 @@ show(register.decide("worst_pass_taken_apart", claims.at_least(share, 0.5), pred
 # position runs the LM head `T` times instead of once. The FLOP count predicts the fraction saved
 # (`lib.roofline.last_logits_saving`, the source chapter's prediction); the cost model prices the two passes
 # with the head at `T` rows and at one, at the rates chapter 0 measured for those rows. Each run times both
-# kinds back to back (in alternating order) at every length, so the saving is taken within a run.
+# kinds back to back (in alternating order, each warmed up and then the faster of two passes) at every length,
+# so the saving is taken within a run.
 
 # %%
 lm = models[main_dt]
@@ -570,9 +572,8 @@ with use_threads(most):
             ids = random_prompt(p, lm.vocab_size, device=device)
             row = dict(run=run, prompt_tokens=p)
             for kind in ("last", "all") if run % 2 else ("all", "last"):
-                t = timing.measure(lambda: phases.prefill(lm, ids, logits=kind), device,
-                                   warmup=warmup if run == 1 else 0, repeats=1)
-                row[f"{kind}_ms"] = t.median_ms
+                t = timing.measure(lambda: phases.prefill(lm, ids, logits=kind), device, warmup=1, repeats=2)
+                row[f"{kind}_ms"] = t.low_ms
             pairs.append(dict(row, saving=1 - row["last_ms"] / row["all_ms"], extra_ms=row["all_ms"] - row["last_ms"]))
 pairs = pd.DataFrame(pairs)
 results.table(pairs, "last_vs_all_runs")
@@ -610,6 +611,36 @@ show(f"The source chapter predicted {facts['last_position_logits_saving_predicte
      f"{facts['last_position_logits_saving_cpu_hi']:.0f} per cent on a CPU, and "
      f"{facts['last_position_logits_saving_gpu_fp32_512plus_lo']:.0f} to "
      f"{facts['last_position_logits_saving_gpu_fp32_512plus_hi']:.0f} per cent on its GPU in fp32 from 512 tokens.")
+
+# %% [markdown]
+# One layer down: the two passes at the longest of these lengths under the profiler, their operators' time
+# summed by the cost model's terms. The matrices' difference is the LM head's extra rows; the rest of the
+# difference is what the head's extra output costs the pass around it.
+
+# %%
+n_logits = int(saving.prompt_tokens.max())
+ids = random_prompt(n_logits, lm.vocab_size, device=device)
+with use_threads(most):
+    by_kind = {kind: profiling.operators(lambda: phases.prefill(lm, ids, logits=kind), passes=2, device=device)
+               .groupby("term").self_ms.sum() for kind in ("last", "all")}
+logits_parts = pd.DataFrame(by_kind).fillna(0.0).assign(extra_ms=lambda d: d["all"] - d["last"])
+results.table(logits_parts.reset_index(), "logits_parts")
+register.claim(
+    "logits_extra_is_the_head",
+    "Under the profiler, the matrices' part of the all-position pass's extra time is what the cost model prices the LM "
+    "head's extra rows at, within the tolerance for a predicted time.",
+    held="at {n} the matrices take {extra} more with every position's logits, against {predicted_extra} for the head's extra "
+         "rows at chapter 0's rate; the whole pass takes {total} more under the profiler.",
+    not_held="at {n} the matrices take {extra} more with every position's logits, against {predicted_extra} for the head's "
+             "extra rows at chapter 0's rate: the head runs another kernel inside the pass than alone.")
+extra_mm = logits_parts.extra_ms.get("matrices", 0.0) / 1e3
+predicted_extra = saving.set_index("prompt_tokens").predicted_extra_ms[n_logits] / 1e3
+show(register.decide("logits_extra_is_the_head", claims.within(extra_mm, predicted_extra, claims.PREDICTED_TIME)
+                     if extra_mm > 0 else claims.NOT_HELD, predicted=prose.ms(predicted_extra), measured=prose.ms(extra_mm),
+                     evidence=f"logits_parts.csv, torch.profiler, {tokens(n_logits)}", n=tokens(n_logits),
+                     extra=prose.ms(extra_mm), predicted_extra=prose.ms(predicted_extra),
+                     total=prose.ms(logits_parts.extra_ms.sum() / 1e3)))
+logits_parts.round(2)
 
 # %%
 register.claim(

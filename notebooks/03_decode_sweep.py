@@ -121,9 +121,9 @@ pd.Series({**describe_environment(device, None, model_name), "configurations": [
 # Each step is priced at the middle of its run (the context plus half the steps): the weights at one row (the
 # larger of their bytes at the rate the model's matrix-vector products stream them and their FLOPs at `F(1)`:
 # at one row they are the same number), attention's read of the cache at chapter 0's rate for that size, the
-# growing cache's copy, and dispatch (the narrow model's step). The textbook floor, the same bytes over the
-# streaming read, is shown beside it. Before running anything: which term is largest, and how long should a
-# step take?
+# growing cache's copy, and dispatch (the same step, its matrices and attention hollowed out). The textbook
+# floor, the same bytes over the streaming read, is shown beside it. Before running anything: which term is
+# largest, and how long should a step take?
 
 # %%
 display(prose.source(costmodel.CostModel.decode))

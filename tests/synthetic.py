@@ -17,7 +17,7 @@ def table(model: str = "gpt2-small", dtype: str = "fp32", threads: int = 2, spre
     shape, _ = MODELS[model]
     size = 4 if dtype == "fp32" else 2
     base = dict(device="cpu", device_name="synthetic", dtype=dtype, threads=threads, hardware_support=hardware,
-                status="ok", note="", spread=spread)
+                status="ok", note="", spread=spread, setting="")
     rows = []
 
     def add(kernel, seconds, **extra):
@@ -38,13 +38,15 @@ def table(model: str = "gpt2-small", dtype: str = "fp32", threads: int = 2, spre
         add("attention_prefill", flops / ATTENTION_RATE + 1e-5, model=model, rows=t, bytes_per_call=float("nan"),
             flops_per_call=float(flops))
     for kernel in ("attention_decode", "attention_decode_masked"):
-        for b, c in ((1, 16), (1, 1024), (64, 512)):
+        for b, c in ((1, 16), (1, 1024), (16, 512)):
             nbytes = b * c * shape.with_dtype(dtype).kv_bytes_per_token
             add(kernel, nbytes / CACHE_RATE, model=model, rows=b, context=c, bytes_per_call=nbytes,
                 flops_per_call=float("nan"))
     for kind, seconds in DISPATCH.items():
-        add("dispatch", seconds, model=model, rows=1, pass_kind=kind, operations=500, us_per_operation=seconds / 500 * 1e6,
-            bytes_per_call=float("nan"), flops_per_call=float("nan"))
+        for setting, sizes in (("between weight streams", (1, 64)), ("alone", (1,))):
+            for rows_ in sizes:
+                add("dispatch", seconds, model=model, rows=rows_, pass_kind=kind, operations=500, setting=setting,
+                    us_per_operation=seconds / 500 * 1e6, bytes_per_call=float("nan"), flops_per_call=float("nan"))
     return pd.DataFrame(rows)
 
 

@@ -126,7 +126,7 @@ def test_check_ceilings_refuses_what_no_machine_produces():
     outside.loc[0, "median_s"] = outside.loc[0, "worst_s"] * 2
     with pytest.raises(machine.CorruptCeilings, match="median within the range"):
         machine.check_ceilings(outside)
-    with pytest.raises(machine.CorruptCeilings, match="not a ceilings table"):
+    with pytest.raises(machine.CorruptCeilings, match="not a ceilings table of this version"):
         machine.check_ceilings(good.drop(columns=["best_s"]))
 
 
