@@ -125,13 +125,16 @@ def verdict_of(all_true: bool, none_true: bool) -> str:
     return HELD if all_true else NOT_HELD if none_true else UNRESOLVED
 
 
-def within(measured: Spread | float, predicted: float, factor: float) -> str:
-    """Whether the measured spread lies within ``factor`` (>= 1) of ``predicted`` (both positive)."""
-    m = _spread(measured)
-    _finite("within", predicted, factor)
-    if factor < 1 or m.low <= 0 or predicted <= 0:
-        raise ValueError(f"within needs positive values and factor >= 1, got {m}, {predicted}, {factor}")
-    lo, hi = predicted / factor, predicted * factor
+def within(measured: Spread | float, predicted: Spread | float, factor: float) -> str:
+    """Whether the measured spread lies within ``factor`` (>= 1) of ``predicted`` (both positive). A predicted
+    :class:`Spread` (a prediction from ceilings that have a spread of their own, e.g. the cost model at its
+    ceilings' fastest and median calls) allows its whole range: from its low over ``factor`` to its high times
+    ``factor``."""
+    m, p = _spread(measured), _spread(predicted)
+    _finite("within", factor)
+    if factor < 1 or m.low <= 0 or p.low <= 0:
+        raise ValueError(f"within needs positive values and factor >= 1, got {m}, {p}, {factor}")
+    lo, hi = p.low / factor, p.high * factor
     return verdict_of(lo <= m.low and m.high <= hi, m.high < lo or m.low > hi)
 
 

@@ -75,6 +75,13 @@ class Prediction:
         return sum(t.median for t in self.terms)
 
     @property
+    def range(self) -> "Spread":
+        """The prediction as a spread in seconds: from the ceilings' fastest calls to their medians."""
+        from lib.claims import Spread
+
+        return Spread(self.best, self.best, max(self.median, self.best))
+
+    @property
     def dominant(self) -> Term:
         """The largest term: what this pass's time is mostly made of."""
         return max(self.terms, key=lambda t: t.best)

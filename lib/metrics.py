@@ -69,90 +69,66 @@ def _fmt(x: float) -> str:
     return f"{x:.6g} s"
 
 
-def request_metrics(request_time: float, token_times: Sequence[float]) -> RequestMetrics:
-    """Score one request from when it was sent and when each of its tokens arrived.
-
-    ``request_time`` and ``token_times`` are in seconds on the same clock (any origin);
-    ``token_times`` is any 1-D sequence of floats (list, tuple, NumPy array) in arrival order.
-    Equal consecutive times are allowed and give a gap of 0.
-
-    Returns a :class:`RequestMetrics` whose times are in seconds: ``ttft``, the ``gaps`` (ITL),
-    ``tpot``, ``e2e``, ``worst_gap``, ``median_gap`` and ``n_tokens``.
-
-    Raises ``ValueError`` for an empty trace, a non-finite time, a token before the request, or a
-    time earlier than the one before it; the message names the index at fault.
-
-    Introduced in section 1 (two phases).
-    """
+def _checked_trace(request_time: float, token_times: Sequence[float]) -> tuple[float, np.ndarray]:
+    """``(request_time, token_times)`` as a float and a 1-D float array, or a ``ValueError`` naming what is
+    wrong: not a number, not finite, an empty trace, a token before the request, or a time earlier than the one
+    before it (the message names the index at fault)."""
     if isinstance(request_time, bool) or not isinstance(request_time, Real):
-        raise ValueError(
-            f"request_time must be a number of seconds, got {request_time!r} "
-            f"({type(request_time).__name__})"
-        )
+        raise ValueError(f"request_time must be a number of seconds, got {request_time!r} "
+                         f"({type(request_time).__name__})")
     t_req = float(request_time)
     if not math.isfinite(t_req):
         raise ValueError(f"request_time is {t_req}; it must be a finite number of seconds")
-
     if isinstance(token_times, (str, bytes)):
         raise ValueError("token_times must be a sequence of seconds, not a string")
     try:
         times = np.asarray(token_times, dtype=float)
     except (TypeError, ValueError) as exc:
-        raise ValueError(
-            f"token_times must be a 1-D sequence of numbers (seconds); could not read it: {exc}"
-        ) from exc
+        raise ValueError(f"token_times must be a 1-D sequence of numbers (seconds); could not read it: {exc}") from exc
     if times.ndim != 1:
-        raise ValueError(
-            f"token_times must be a 1-D sequence of seconds, got an array of shape {times.shape}"
-        )
+        raise ValueError(f"token_times must be a 1-D sequence of seconds, got an array of shape {times.shape}")
     if times.size == 0:
-        raise ValueError(
-            "token_times is empty; a request needs at least one token time "
-            "(the arrival of its first token)"
-        )
-
+        raise ValueError("token_times is empty; a request needs at least one token time (the arrival of its first "
+                         "token)")
     bad = np.flatnonzero(~np.isfinite(times))
     if bad.size:
         i = int(bad[0])
-        raise ValueError(
-            f"token_times[{i}] is {times[i]}; every token time must be a finite number of seconds"
-        )
-
+        raise ValueError(f"token_times[{i}] is {times[i]}; every token time must be a finite number of seconds")
     early = np.flatnonzero(times < t_req)
     if early.size:
         i = int(early[0])
-        raise ValueError(
-            f"token_times[{i}] = {_fmt(times[i])} is {_fmt(t_req - times[i])} before "
-            f"request_time = {_fmt(t_req)}; a token cannot arrive before its request "
-            "(are both times on the same clock?)"
-        )
-
-    diffs = np.diff(times)
-    back = np.flatnonzero(diffs < 0)
+        raise ValueError(f"token_times[{i}] = {_fmt(times[i])} is {_fmt(t_req - times[i])} before request_time = "
+                         f"{_fmt(t_req)}; a token cannot arrive before its request (are both times on the same "
+                         "clock?)")
+    back = np.flatnonzero(np.diff(times) < 0)
     if back.size:
         i = int(back[0]) + 1
-        raise ValueError(
-            f"token times decrease at index {i}: token_times[{i}] = {_fmt(times[i])} is "
-            f"{_fmt(times[i - 1] - times[i])} earlier than token_times[{i - 1}] = "
-            f"{_fmt(times[i - 1])}; times must be non-decreasing, in arrival order"
-        )
+        raise ValueError(f"token times decrease at index {i}: token_times[{i}] = {_fmt(times[i])} is "
+                         f"{_fmt(times[i - 1] - times[i])} earlier than token_times[{i - 1}] = {_fmt(times[i - 1])}; "
+                         "times must be non-decreasing, in arrival order")
+    return t_req, times
 
-    n = int(times.size)
-    first, last = float(times[0]), float(times[-1])
-    gaps = tuple(float(g) for g in diffs)
-    if n > 1:
-        tpot: float | None = (last - first) / (n - 1)
-        worst: float | None = max(gaps)
-        median: float | None = float(np.median(diffs))
-    else:
-        tpot = worst = median = None
+
+def request_metrics(request_time: float, token_times: Sequence[float]) -> RequestMetrics:
+    """Score one request from when it was sent and when each of its tokens arrived.
+
+    ``request_time`` and ``token_times`` are in seconds on the same clock (any origin); ``token_times`` is any
+    1-D sequence of floats (list, tuple, NumPy array) in arrival order. Equal consecutive times are allowed and
+    give a gap of 0. Returns a :class:`RequestMetrics` whose times are in seconds. Bad input raises
+    ``ValueError`` (:func:`_checked_trace`).
+
+    Introduced in section 1 (two phases).
+    """
+    t_req, times = _checked_trace(request_time, token_times)
+    gaps = tuple(float(g) for g in np.diff(times))
+    n, first, last = int(times.size), float(times[0]), float(times[-1])
     return RequestMetrics(
-        ttft=first - t_req,
-        gaps=gaps,
-        tpot=tpot,
-        e2e=last - t_req,
-        worst_gap=worst,
-        median_gap=median,
+        ttft=first - t_req,                                    # waiting for the prefill and the first choice
+        gaps=gaps,                                             # ITL: every wait between two tokens
+        tpot=(last - first) / (n - 1) if n > 1 else None,     # the mean of those waits
+        e2e=last - t_req,                                      # the whole request
+        worst_gap=max(gaps) if gaps else None,                 # the longest freeze
+        median_gap=float(np.median(gaps)) if gaps else None,
         n_tokens=n,
     )
 

@@ -5,7 +5,8 @@ the kernel that does the work. A measured pass is labelled by that prediction:
 
 * faster than its floor (its largest term alone, at the ceilings' fastest calls) by more than that ceiling's own
   spread: ``"below its floor: a ceiling is wrong"``: chapter 0 understated this machine;
-* slower than ``slack`` times the predicted sum: ``"unexplained overhead"``: some work the model does not price;
+* slower than ``slack`` times the predicted sum (at the ceilings' median calls): ``"unexplained overhead"``: some
+  work the model does not price;
   measure one layer down before optimising;
 * otherwise ``"<limit>-bound"`` for the largest term's limit: ``memory`` (weights or cache streamed),
   ``compute`` (matrix FLOPs at the rate the rows reach), ``slow-kernel`` (a dtype without hardware instructions)
@@ -72,7 +73,7 @@ def regime(measured: Spread | float, prediction: Prediction, *, slack: float = R
     ratio = m.mid / prediction.best
     if m.low < prediction.floor * (1 - floor_spread):
         label = "below its floor: a ceiling is wrong"
-    elif m.mid > slack * prediction.best:
+    elif m.mid > slack * max(prediction.median, prediction.best):
         label = "unexplained overhead"
     else:
         label = f"{limit}-bound"

@@ -263,13 +263,13 @@ show(register.decide("two_rows_cost_no_more", claims.at_most(measured_ratio, cla
 # residual adds) at the same width. Alone, its pass divided by the operations counted is the cost of issuing
 # one. Between weight streams (each product still reads its weights, and the reads' own time is taken off), it
 # is what those operations cost inside a real pass, whose weights flush the caches the interpreter and the
-# small kernels work from; the cost model prices a pass's dispatch at that. The square product runs at the arithmetic units' rate only where the hardware has instructions
-# for the dtype; without them its "rate" is a slow kernel's (from the CPU's flags or the GPU's compute
-# capability).
+# small kernels work from; the cost model prices a pass's dispatch at that. The square product runs at the
+# arithmetic units' rate only where the hardware has instructions for the dtype; without them its "rate" is a
+# slow kernel's (from the CPU's flags or the GPU's compute capability).
 
 # %%
-issue = ok[ok.kernel == "dispatch"][["model", "dtype", "threads", "pass_kind", "rows", "setting", "best_s", "operations",
-                                     "us_per_operation", "spread"]].assign(best_ms=lambda d: d.best_s * 1e3)
+issue = ok[ok.kernel == "dispatch"][["model", "dtype", "threads", "pass_kind", "rows", "setting", "best_s",
+                                     "operations", "us_per_operation", "spread"]].assign(best_ms=lambda d: d.best_s * 1e3)
 display(issue.drop(columns="best_s").round(2))
 peaks = ok[ok.kernel == "square_matmul"][["dtype", "threads", "note", "gflop_s", "spread", "hardware_support"]]
 display(peaks.assign(limited_by=["the arithmetic units" if s else "a slow kernel (no hardware instructions)"

@@ -130,3 +130,12 @@ def test_ranges_overlap():
 
 def test_tolerances_are_named_once():
     assert claims.PREDICTED_TIME >= 1 and claims.PREDICTED_RATIO >= 1 and 0 < claims.NOISE < 1
+
+
+def test_within_a_predicted_spread():
+    """A prediction from ceilings with a spread of their own allows its whole range, times the tolerance."""
+    predicted = Spread(1.0, 1.0, 1.2)
+    assert claims.within(Spread(1.3, 1.4, 1.45), predicted, 1.25) == HELD       # under 1.2 x 1.25
+    assert claims.within(Spread(1.3, 1.4, 1.45), 1.0, 1.25) == NOT_HELD          # the fastest alone: too slow
+    assert claims.within(Spread(1.4, 1.5, 1.6), predicted, 1.25) == UNRESOLVED
+    assert claims.within(Spread(0.5, 0.6, 0.7), predicted, 1.25) == NOT_HELD

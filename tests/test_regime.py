@@ -21,7 +21,7 @@ def test_near_its_prediction_a_pass_is_in_its_largest_terms_regime():
 
 def test_far_above_its_prediction_a_pass_is_unexplained():
     p = MODEL.decode(16)
-    r = regime(p.best * (REGIME_SLACK + 0.1), p)
+    r = regime(p.median * (REGIME_SLACK + 0.1), p)
     assert r.label == "unexplained overhead" and not r.explained and r.ratio > REGIME_SLACK
 
 

@@ -336,17 +336,21 @@ def _run_quick(source: Path, root: Path, device, environment, log) -> None:
 
 
 def claims_held(root: Path, stem: str) -> str:
-    """``"k of n claims held"`` from ``root/data/<stem>/claims.csv`` (claims that do not hold never fail
-    the build: another machine may legitimately differ)."""
+    """``"k of n decided claims held"`` (and how many were not resolved or not measured) from
+    ``root/data/<stem>/claims.csv`` (claims that do not hold never fail the build: another machine may
+    legitimately differ)."""
     path = root / "data" / stem / "claims.csv"
     if not path.exists():
         return "no claims recorded"
     import pandas as pd
 
     verdicts = pd.read_csv(path).verdict.tolist()
-    missing = verdicts.count("not measured")
-    return (f"{verdicts.count('held')} of {len(verdicts)} claims held"
-            + (f", {missing} not measured" if missing else ""))
+    decided = sum(v in ("held", "did not hold", "not resolved") for v in verdicts)
+    text = f"{verdicts.count('held')} of {decided} decided claims held"
+    for verdict in ("not resolved", "not measured"):
+        if verdicts.count(verdict):
+            text += f", {verdicts.count(verdict)} {verdict}"
+    return text
 
 
 def build(*, quick: bool = False, device: str | None = None, only: list[str] | None = None,
