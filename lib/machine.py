@@ -85,9 +85,20 @@ def _kept(key, make):
     return _KEPT[key]
 
 
-def _random(*shape: int, scale: float = 1.0, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Uniform random values in ``[-scale, scale]`` (a pass's time does not depend on them)."""
-    return torch.empty(*shape, dtype=dtype, device=device).uniform_(-scale, scale)
+def random_values(*shape: int, scale: float = 1.0, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """A tensor of ``shape`` holding uniform random values in ``[-scale, scale]``: one random block of at most
+    2**20 values, repeated to fill it (a kernel's time does not depend on the values, and drawing hundreds of
+    megabytes of random numbers takes longer than timing them).
+
+    Used by :mod:`lib.machine` and :func:`lib.sweeps.cache_costs`; section 0.
+    """
+    n = math.prod(shape)
+    block = torch.empty(min(n, 1 << 20), dtype=dtype, device=device).uniform_(-scale, scale)
+    out = torch.empty(n, dtype=dtype, device=device)
+    whole = n // block.numel() * block.numel()
+    out[:whole].view(-1, block.numel()).copy_(block)
+    out[whole:].copy_(block[:n - whole])
+    return out.view(*shape)
 
 
 @dataclass(frozen=True)
@@ -140,23 +151,21 @@ def hardware_support(device: torch.device, dtype: torch.dtype) -> bool:
 # --------------------------------------------------------------------------------------------
 
 
-def _timed(fn: Callable[[], object], device: torch.device, plan: Budget) -> Timing:
-    """Warm ``fn`` up once (its time sets the number of repeats), then time ``min_repeats`` to ``max_repeats``
-    calls within ``plan.seconds``."""
+def _clocked(fn: Callable[[], object], device: torch.device) -> float:
+    """One call of ``fn``, synchronised, in seconds."""
     synchronize(device)
     t0 = time.perf_counter()
     fn()
     synchronize(device)
-    first = time.perf_counter() - t0
+    return time.perf_counter() - t0
+
+
+def _timed(fn: Callable[[], object], device: torch.device, plan: Budget) -> Timing:
+    """Warm ``fn`` up once (its time sets the number of repeats), then time ``min_repeats`` to ``max_repeats``
+    calls within ``plan.seconds``."""
+    first = _clocked(fn, device)
     repeats = int(min(plan.max_repeats, max(plan.min_repeats, plan.seconds / max(first, 1e-6))))
-    samples = []
-    for _ in range(repeats):
-        synchronize(device)
-        t0 = time.perf_counter()
-        fn()
-        synchronize(device)
-        samples.append(time.perf_counter() - t0)
-    return Timing.of(samples)
+    return Timing.of([_clocked(fn, device) for _ in range(repeats)])
 
 
 def _row(base: dict, kernel: str, t: Timing, *, model: str = "", rows: int = 0, bytes_: float = math.nan,
@@ -180,7 +189,7 @@ def stream(device: torch.device, dtype: torch.dtype, plan: Budget, base: dict) -
     """STREAM's kernels over arrays of ``plan.stream_bytes``: a read (sum), a read with almost no arithmetic
     (running maximum), a copy, a copy into fresh memory (``clone``) and a triad; one row each."""
     n = max(1, plan.stream_bytes // dtype.itemsize)
-    a, b, c = _kept(("stream", n), lambda: [_random(n, dtype=dtype, device=device) for _ in range(3)])
+    a, b, c = _kept(("stream", n), lambda: [random_values(n, dtype=dtype, device=device) for _ in range(3)])
     out = torch.empty((), dtype=dtype, device=device)
     nbytes = n * dtype.itemsize
     kernels = {
@@ -215,7 +224,7 @@ def model_matrices(shape: ModelShape, layout: str, device: torch.device, dtype: 
     d, ff = shape.d_model, shape.d_ff
     if layout == "conv1d":
         dims = [(d, 3 * d), (d, d), (d, ff), (ff, d)]  # c_attn (q, k and v in one), c_proj, c_fc, mlp.c_proj
-        mats = [(_random(i, o, scale=1 / math.sqrt(i), dtype=dtype, device=device),
+        mats = [(random_values(i, o, scale=1 / math.sqrt(i), dtype=dtype, device=device),
                  torch.zeros(o, dtype=dtype, device=device)) for _ in range(layers) for i, o in dims]
 
         def run(x: dict) -> None:
@@ -223,7 +232,7 @@ def model_matrices(shape: ModelShape, layout: str, device: torch.device, dtype: 
                 torch.addmm(b, x[w.shape[0]], w)
     elif layout == "linear":
         dims = [(d, d), (kv, d), (kv, d), (d, d)] + [(ff, d)] * (2 if shape.gated_ffn else 1) + [(d, ff)]
-        mats = [_random(o, i, scale=1 / math.sqrt(i), dtype=dtype, device=device) for _ in range(layers) for o, i in dims]
+        mats = [random_values(o, i, scale=1 / math.sqrt(i), dtype=dtype, device=device) for _ in range(layers) for o, i in dims]
 
         def run(x: dict) -> None:
             for w in mats:
@@ -268,7 +277,7 @@ def matrices(model: str, device: torch.device, dtype: torch.dtype, plan: Budget,
                 t = _timed(lambda: run(x), device, plan)
             else:
                 vocab = max(64, round(shape.vocab * part))
-                head = _kept(("head", model), lambda: _random(shape.vocab, shape.d_model, scale=shape.d_model ** -0.5,
+                head = _kept(("head", model), lambda: random_values(shape.vocab, shape.d_model, scale=shape.d_model ** -0.5,
                                                               dtype=dtype, device=device))[:vocab]
                 scale = shape.vocab / vocab
                 t = _timed(lambda: F.linear(x[shape.d_model], head), device, plan)
@@ -287,7 +296,8 @@ def attention(model: str, device: torch.device, dtype: torch.dtype, plan: Budget
     each ``(batch, context)``, as a growing cache calls it (``attention_decode``, no mask) and as a preallocated one
     does (``attention_decode_masked``, a mask over every position); bytes: the caches read. A prefill is timed on
     one layer and priced for all (its inputs are activations, written just before); a decode over a separate cache
-    per layer, as a step reads them."""
+    per layer, as a step reads them, on as many layers as fit in ``plan.stream_bytes`` (already far past any
+    cache, so each layer's read comes from memory) and priced for all."""
     shape, _ = MODELS[model]
     h, kvh, hd, layers = shape.heads, shape.kv_heads, shape.head_dim, shape.layers
     gqa = {"enable_gqa": True} if h != kvh else {}
@@ -300,8 +310,10 @@ def attention(model: str, device: torch.device, dtype: torch.dtype, plan: Budget
                         flops=layers * 2 * shape.d_model * t_len * t_len, note="one layer timed, priced for all"))
     for batch, context in contexts:
         q = torch.randn(batch, h, 1, hd, dtype=dtype, device=device)
+        layer_bytes = 2 * batch * kvh * context * hd * dtype.itemsize
+        timed = max(1, min(layers, plan.stream_bytes // layer_bytes))  # caches far past the CPU's, not more
         caches = _kept(("caches", model, batch, context), lambda: [
-            _random(batch, kvh, context, hd, dtype=dtype, device=device) for _ in range(2 * layers)])
+            random_values(batch, kvh, context, hd, dtype=dtype, device=device) for _ in range(2 * timed)])
 
         mask = torch.ones(batch, 1, 1, context, dtype=torch.bool, device=device)
         for kernel, extra in (("attention_decode", {}), ("attention_decode_masked", {"attn_mask": mask})):
@@ -310,8 +322,9 @@ def attention(model: str, device: torch.device, dtype: torch.dtype, plan: Budget
                     F.scaled_dot_product_attention(q, k, v, **extra, **gqa)
 
             out.append(_row(base, kernel, _timed(run, device, plan), model=model, rows=batch, context=context,
-                            bytes_=2 * layers * batch * kvh * context * hd * dtype.itemsize,
-                            flops=batch * layers * 4 * shape.d_model * context))
+                            bytes_=layers * layer_bytes, flops=batch * layers * 4 * shape.d_model * context,
+                            scale=layers / timed,
+                            note="" if timed == layers else f"{timed} of {layers} layers timed, priced for all"))
     return out
 
 
@@ -337,7 +350,7 @@ def full_model(model: str, device: torch.device, dtype: torch.dtype) -> torch.nn
             module = transformers.LlamaForCausalLM(config)
     with torch.no_grad():
         for parameter in module.parameters():
-            parameter.uniform_(-0.02, 0.02)
+            parameter.copy_(random_values(*parameter.shape, scale=0.02, dtype=parameter.dtype, device=parameter.device))
     return module.eval().to(device=device, dtype=dtype)
 
 
@@ -390,13 +403,15 @@ def count_operations(fn: Callable[[], object]) -> int:
 
 
 def dispatch(model: str, device: torch.device, dtype: torch.dtype, plan: Budget, base: dict, steps: int = 4,
-             prompts: Sequence[int] = (1, 64, 256), batches: Sequence[int] = (1, 16, 64)) -> list[dict]:
+             prompts: Sequence[int] = (1, 64, 256, 1024), batches: Sequence[int] = (1, 16, 64)) -> list[dict]:
     """The cost of a pass beyond its matrices and attention: the model at its own size, :func:`hollowed`, so it
     issues every operation and runs its small kernels at its own width, with each product still reading its
     weights (``setting="between weight streams"``, as in a real pass, whose weights flush the caches the
     interpreter and the small kernels work from), less the time those reads take alone. Measured for a prefill of
-    each of ``prompts`` tokens and a decode step (:func:`lib.phases.decode`, token read back included) of each of
-    ``batches`` sequences over a growing cache and of one over a preallocated cache, at context 16; one row each
+    each of ``prompts`` tokens (up to the longest a chapter prices: the small kernels' activations outgrow the
+    CPU's caches on the way, so their cost is not proportional to the tokens) and a decode step
+    (:func:`lib.phases.decode`, token read back included) of each of ``batches`` sequences over a growing cache
+    and over a preallocated one, at context 16; one row each
     (``pass_kind``, ``rows``: tokens or sequences), with the operations the pass issues (``operations``) and the
     cost of one (``us_per_operation``). A one-token prefill and a one-sequence step are also timed hollowed
     without the reads (``setting="alone"``): the pure cost of issuing the operations. A decode step's time is the
@@ -407,8 +422,20 @@ def dispatch(model: str, device: torch.device, dtype: torch.dtype, plan: Budget,
 
     module = _kept(("hollowed", model), lambda: full_model(model, device, dtype))
     weights = [m.weight for m in module.modules() if isinstance(m, (Conv1D, torch.nn.Linear))]
-    reads = _timed(lambda: [torch.amax(w) for w in weights], device, plan)
     out = []
+
+    def read_weights() -> None:
+        for w in weights:
+            torch.amax(w)
+
+    def less_reads(time_pass: Callable[[], float], repeats: int, streams: bool) -> Timing:
+        """``repeats`` runs of the pass, each less a run of the weights' reads alone just before it (so a slow
+        spell of a shared machine lands on both halves of a difference, not on one)."""
+        samples = []
+        for _ in range(repeats):
+            reads = _clocked(read_weights, device) if streams else 0.0
+            samples.append(max(time_pass() - reads, 1e-6))
+        return Timing.of(samples)
 
     def steps_of(cache, token) -> Callable[[], float]:
         def run() -> float:
@@ -418,16 +445,17 @@ def dispatch(model: str, device: torch.device, dtype: torch.dtype, plan: Budget,
 
     for setting, streams, sizes, kinds in (("alone", False, (1,), [("decode", 1)]),
                                            ("between weight streams", True, prompts,
-                                            [("decode", b) for b in batches] + [("decode_static", 1)])):
-        less = reads if streams else Timing.of([0.0])
+                                            [(kind, b) for kind in ("decode", "decode_static") for b in batches])):
+        less = ", less the weights' reads alone before each" if streams else ""
         with hollowed(stream_weights=streams), torch.inference_mode():
             for t_len in sizes:
                 ids = torch.zeros(1, t_len, dtype=torch.long, device=device)
                 ops = count_operations(lambda: phases.prefill(module, ids))
-                t = _timed(lambda: phases.prefill(module, ids), device, plan)
-                t = Timing.of([max(s - less.low, 1e-6) for s in t.samples])
+                first = _clocked(lambda: phases.prefill(module, ids), device)  # warm-up; sets the repeats
+                repeats = int(min(plan.max_repeats, max(plan.min_repeats, plan.seconds / max(first, 1e-6))))
+                t = less_reads(lambda: _clocked(lambda: phases.prefill(module, ids), device), repeats, streams)
                 out.append(_row(base, "dispatch", t, model=model, rows=t_len, pass_kind="prefill", operations=ops,
-                                us_per_operation=t.low / ops * 1e6, setting=setting))
+                                us_per_operation=t.low / ops * 1e6, setting=setting, note=less.lstrip(", ")))
             for name, b in kinds:
                 _, cache = phases.prefill(module, torch.zeros(b, 16, dtype=torch.long, device=device))
                 if name == "decode_static":
@@ -436,10 +464,10 @@ def dispatch(model: str, device: torch.device, dtype: torch.dtype, plan: Budget,
                 ops = count_operations(lambda: phases.decode(module, token, cache, 1))
                 run = steps_of(cache, token)
                 run()  # warm-up
-                t = Timing.of([max(run() - less.low, 1e-6) for _ in range(plan.min_repeats)])
+                t = less_reads(run, plan.min_repeats, streams)
                 out.append(_row(base, "dispatch", t, model=model, rows=b, pass_kind=name, operations=ops,
                                 us_per_operation=t.low / ops * 1e6, setting=setting,
-                                note=f"median of {steps} steps a run" + (", less the weights' reads alone" if streams else "")))
+                                note=f"median of {steps} steps a run{less}"))
     return out
 
 

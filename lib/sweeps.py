@@ -18,6 +18,7 @@ import torch
 from lib.progress import progress
 
 from lib import phases
+from lib.machine import random_values
 from lib.models import LoadedModel, random_prompt
 from lib.shapes import ModelShape
 from lib.timing import Timing, measure
@@ -118,10 +119,13 @@ def floor_and_knee(tokens, seconds, low_s=None, high_s=None, *, margin: float = 
 
 
 def prefill_sweep(model: LoadedModel, prompts, *, logits: str = "last", repeats: int = 3, warmup: int = 1,
-                  budget_s: float | None = None, seed: int = 0, label: str = "") -> pd.DataFrame:
+                  min_seconds: float = 0.0, max_repeats: int = 5, budget_s: float | None = None, seed: int = 0,
+                  label: str = "") -> pd.DataFrame:
     """Time a prefill of each prompt length in ``prompts`` (ascending): median, low and high of
-    ``repeats`` after ``warmup``. Returns one row per length with ``prompt_tokens``, ``median_s``,
-    ``low_s``, ``high_s`` and ``status``.
+    ``repeats`` passes after ``warmup``, and of more while the passes add up to less than ``min_seconds`` (at
+    most ``max_repeats``): a short pass then gets several tries, and its fastest (``low_s``) is the machine's
+    time for it with the least of a shared machine's interruptions in it. Returns one row per length with
+    ``prompt_tokens``, ``median_s``, ``low_s``, ``high_s``, ``passes`` and ``status``.
 
     With ``budget_s``, a length whose predicted time (the last measured time scaled by the ratio of
     lengths) times ``warmup + repeats`` exceeds the budget is not run; its row says so and carries the
@@ -133,15 +137,19 @@ def prefill_sweep(model: LoadedModel, prompts, *, logits: str = "last", repeats:
         if budget_s is not None and last is not None:
             predicted = last[1] * n / last[0]
             if predicted * (warmup + repeats) > budget_s:
-                rows.append(dict(prompt_tokens=n, median_s=np.nan, low_s=np.nan, high_s=np.nan,
+                rows.append(dict(prompt_tokens=n, median_s=np.nan, low_s=np.nan, high_s=np.nan, passes=0,
                                  predicted_s=predicted,
                                  status=f"skipped: predicted {predicted:.1f} s a pass, over the budget"))
                 continue
         ids = random_prompt(n, model.vocab_size, seed=seed, device=model.device)
-        t = measure(lambda: phases.prefill(model, ids, logits=logits), model.device, warmup=warmup,
-                    repeats=repeats)
-        rows.append(dict(prompt_tokens=n, median_s=t.median, low_s=t.low, high_s=t.high, predicted_s=np.nan,
-                         status="ok"))
+        samples = list(measure(lambda: phases.prefill(model, ids, logits=logits), model.device, warmup=warmup,
+                               repeats=repeats).samples)
+        while sum(samples) < min_seconds and len(samples) < max_repeats:
+            samples += measure(lambda: phases.prefill(model, ids, logits=logits), model.device, warmup=0,
+                               repeats=1).samples
+        t = Timing.of(samples)
+        rows.append(dict(prompt_tokens=n, median_s=t.median, low_s=t.low, high_s=t.high, passes=len(samples),
+                         predicted_s=np.nan, status="ok"))
         last = (n, t.median)
     return pd.DataFrame(rows)
 
@@ -155,29 +163,39 @@ def prefilled(model: LoadedModel, prefill_model: LoadedModel | None, context: in
 
 
 def decode_sweep(model: LoadedModel, contexts, *, steps: int = 40, runs: int = 3, seed: int = 0,
-                 prefill_model: LoadedModel | None = None, label: str = "", cache: str = "dynamic") -> pd.DataFrame:
-    """Cached greedy decode from each context length: one prefill builds the cache, then ``runs`` runs
-    of ``steps`` steps each, the cache cropped back to the context before every run (and one short
-    warm-up run first). Every step reads its token back to the host. Returns one row per (context, run)
-    with the run's median, lowest and highest step time in seconds. Checks the position table first.
-    ``prefill_model`` (same architecture, another dtype) may build the cache when ``model``'s own
+                 prefill_model: LoadedModel | None = None, label: str = "", cache: str = "dynamic",
+                 caches: dict | None = None) -> pd.DataFrame:
+    """Cached greedy decode from each context length: one prefill builds each context's cache, then ``runs``
+    runs, each of ``steps`` steps from every context in turn (the cache cropped back to its context first), so
+    a slow spell of a shared machine lands on every context of a run, and a difference between two contexts is
+    taken within one run. One short warm-up run first. Every step reads its token back to the host. Returns one
+    row per (context, run) with the run's median, lowest and highest step time in seconds. Checks the position
+    table first. ``prefill_model`` (same architecture, another dtype) may build the cache when ``model``'s own
     prefill would be slow. ``cache="static"`` decodes over a preallocated cache of ``context + steps``
-    positions (:func:`lib.phases.static_cache`) instead of the growing ``DynamicCache``. Introduced in
-    section 3."""
+    positions (:func:`lib.phases.static_cache`) instead of the growing ``DynamicCache``. ``caches``: a dict that
+    keeps the prefilled caches between calls, so a chapter can interleave one-run calls across configurations
+    without prefilling again. Introduced in section 3."""
     _check_cache_kind(cache)
     for c in contexts:
         phases.check_fits(model, c, steps)
-    rows = []
-    for c in progress(list(contexts), desc=label or "decode", leave=False):
-        kv, first = prefilled(model, prefill_model, c, seed)
-        kv = phases.static_cache(model, kv, c + steps) if cache == "static" else kv
+    caches = {} if caches is None else caches
+    for c in contexts:
+        if c not in caches:
+            kv, first = prefilled(model, prefill_model, c, seed)
+            caches[c] = (phases.static_cache(model, kv, c + steps) if cache == "static" else kv, first)
+    for c in contexts:
+        kv, first = caches[c]
+        phases.truncate_cache(kv, c)
         phases.decode(model, first, kv, min(steps, 5))  # warm-up
-        for run in range(runs):
+    rows = []
+    for run in progress(range(runs), desc=label or "decode", leave=False):
+        for c in contexts:
+            kv, first = caches[c]
             phases.truncate_cache(kv, c)
             step = phases.decode(model, first, kv, steps).step_times
             rows.append(dict(context_tokens=c, run=run + 1, steps=len(step), median_s=statistics.median(step),
                              low_s=min(step), high_s=max(step), cache_bytes=phases.cache_bytes(kv)))
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).sort_values(["context_tokens", "run"], ignore_index=True)
 
 
 def cache_costs(shape: ModelShape, batch: int, context: int, device: torch.device | str,
@@ -200,7 +218,7 @@ def cache_costs(shape: ModelShape, batch: int, context: int, device: torch.devic
     if batch < 1 or context < 1:
         raise ValueError(f"cache_costs needs batch and context of at least 1, got {batch} and {context}")
     dims = (batch, shape.kv_heads, context, shape.head_dim)
-    kv = [torch.randn(dims, dtype=dtype, device=device) for _ in range(2 * shape.layers)]
+    kv = [random_values(*dims, dtype=dtype, device=device) for _ in range(2 * shape.layers)]
     query = torch.randn((batch, shape.heads, 1, shape.head_dim), dtype=dtype, device=device)
     new = torch.randn((batch, shape.kv_heads, 1, shape.head_dim), dtype=dtype, device=device)
     gqa = {"enable_gqa": True} if shape.heads != shape.kv_heads else {}

@@ -13,6 +13,7 @@ import pytest
 
 from lib.make import book, outputs, staleness
 from lib.paths import REPO_ROOT
+from processes import alive
 
 GOOD = '''# %% tags=["parameters"]
 quick = False
@@ -205,14 +206,13 @@ class Killed(BaseException):
     """Stands for SIGKILL or a power cut: nothing in the build can catch it."""
 
 
-@pytest.mark.parametrize("renames", [1, 2, 3, 5])
-def test_a_replacement_killed_half_way_is_completed_by_the_next_build(demo, monkeypatch, renames):
-    root, source = demo
-    built(demo)
-    source.write_text(GOOD.replace("value = 1", "value = 8"))
-    real, forward, count = os.rename, outputs._roll_forward, []
+def _crash_in_the_swap(root, monkeypatch, renames: int = 1):
+    """Run a build that dies after ``renames`` renames of the swap; leave its journal."""
+    real, forward = os.rename, outputs._roll_forward
 
     def killed_forward(*args):
+        count = []
+
         def rename(a, b):
             if len(count) == renames:
                 raise Killed
@@ -228,6 +228,14 @@ def test_a_replacement_killed_half_way_is_completed_by_the_next_build(demo, monk
     with pytest.raises(Killed):
         book.build(root=root, log=lambda _: None)
     monkeypatch.setattr(outputs, "_roll_forward", forward)
+
+
+@pytest.mark.parametrize("renames", [1, 2, 3, 5])
+def test_a_replacement_killed_half_way_is_completed_by_the_next_build(demo, monkeypatch, renames):
+    root, source = demo
+    built(demo)
+    source.write_text(GOOD.replace("value = 1", "value = 8"))
+    _crash_in_the_swap(root, monkeypatch, renames)
     assert (root / "build" / "journal" / "01_demo.json").exists()
     logs = []
     assert book.build(root=root, log=logs.append) == 0
@@ -363,18 +371,6 @@ def test_a_chapter_reruns_when_the_data_it_reads_changes(demo):
 # The build trusts only what it wrote (issue 20, item 2)
 # ------------------------------------------------------------------------------------------------------
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is dead for our purpose
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def test_sigterm_is_one_failed_line_and_stops_the_kernel(demo):
     root, source = demo
     before = built(demo)
@@ -390,9 +386,9 @@ def test_sigterm_is_one_failed_line_and_stops_the_kernel(demo):
     assert snapshot(root) == before
     kernel = int(pid_file.read_text())
     deadline = time.monotonic() + 10
-    while _alive(kernel) and time.monotonic() < deadline:
+    while alive(kernel) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _alive(kernel), "the kernel outlived the terminated build"
+    assert not alive(kernel), "the kernel outlived the terminated build"
 
 
 def test_a_journal_the_build_did_not_write_is_refused_and_left_alone(demo):
@@ -424,30 +420,6 @@ def test_a_journal_the_build_did_not_write_is_refused_and_left_alone(demo):
     assert snapshot(root) == before
     (journal / "01_demo.json").unlink()
     assert book.build(root=root, log=logs.append) == 0 and table(root) == ["value", "4"]
-
-
-def _crash_in_the_swap(root, monkeypatch):
-    """Run a build that dies after its first rename of the swap; leave its journal."""
-    real, forward = os.rename, outputs._roll_forward
-
-    def killed_forward(*args):
-        count = []
-
-        def rename(a, b):
-            if count:
-                raise Killed
-            count.append(1)
-            real(a, b)
-        monkeypatch.setattr(os, "rename", rename)
-        try:
-            forward(*args)
-        finally:
-            monkeypatch.setattr(os, "rename", real)
-
-    monkeypatch.setattr(outputs, "_roll_forward", killed_forward)
-    with pytest.raises(Killed):
-        book.build(root=root, log=lambda _: None)
-    monkeypatch.setattr(outputs, "_roll_forward", forward)
 
 
 def test_a_signed_journal_is_trusted_only_unchanged_with_its_own_key_and_content(demo, monkeypatch):

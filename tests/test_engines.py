@@ -15,18 +15,7 @@ import pytest
 
 from lib import engines
 from lib.client import http_get, stream_chat
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is dead for our purpose
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+from processes import alive
 
 
 def _http_server(**kw):
@@ -50,7 +39,7 @@ def test_engine_starts_healthy_and_stops():
         assert engine.running and engine.startup_s > 0
         assert http_get(engine.base_url + "/")[0] == 200
         pid = engine._proc.pid
-    assert not engine.running and not _alive(pid)
+    assert not engine.running and not alive(pid)
     assert stream_chat(engine.base_url, "m", [], 1).error_kind == "refused"
 
 
@@ -60,7 +49,7 @@ def test_engine_is_stopped_when_the_block_raises():
         with engine:
             pid = engine._proc.pid
             raise RuntimeError("notebook failed")
-    assert not _alive(pid)
+    assert not alive(pid)
 
 
 def test_failed_start_shows_the_end_of_the_log():
@@ -111,11 +100,11 @@ def test_stop_kills_the_whole_process_group(tmp_path):
     with engines.Engine("with-worker", [sys.executable, "-c", script, "{port}"], health_path="/",
                         start_timeout_s=30):
         worker = int(child_pid.read_text())
-        assert _alive(worker)
+        assert alive(worker)
     deadline = time.monotonic() + 10
-    while _alive(worker) and time.monotonic() < deadline:
+    while alive(worker) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _alive(worker)
+    assert not alive(worker)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal (prctl) is Linux's")
@@ -138,13 +127,13 @@ def test_engine_dies_with_the_process_that_started_it(tmp_path):
             assert time.monotonic() < deadline and parent.poll() is None, "the engine did not start"
             time.sleep(0.1)
         engine_pid = int(pid_file.read_text())
-        assert _alive(engine_pid)
+        assert alive(engine_pid)
         parent.send_signal(signal.SIGKILL)
         parent.wait()
         deadline = time.monotonic() + 10
-        while _alive(engine_pid) and time.monotonic() < deadline:
+        while alive(engine_pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not _alive(engine_pid)
+        assert not alive(engine_pid)
     finally:
         if parent.poll() is None:
             parent.kill()
@@ -294,4 +283,4 @@ def test_an_engine_dying_mid_chapter_fails_the_chapter_keeps_its_outputs_and_lea
     deadline = time.monotonic() + 10  # the kernel's exit stops the engine's group; allow it a moment
     while _group(leader) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _group(leader) == [] and not _alive(worker)
+    assert _group(leader) == [] and not alive(worker)

@@ -30,6 +30,15 @@ def test_prefill_sweep_rows_and_budget(tiny):
     assert np.isnan(skipped["median_s"].iloc[1]) and skipped["predicted_s"].iloc[1] > 0
 
 
+def test_prefill_sweep_repeats_short_passes_within_min_seconds(tiny):
+    # A tiny model's passes take well under a millisecond: a second of passes is more than five of them,
+    # so every length gets max_repeats; with no min_seconds, just `repeats`.
+    many = sweeps.prefill_sweep(tiny, [1, 8], repeats=1, warmup=0, min_seconds=1.0, max_repeats=4)
+    assert many["passes"].tolist() == [4, 4]
+    few = sweeps.prefill_sweep(tiny, [1, 8], repeats=2, warmup=0)
+    assert few["passes"].tolist() == [2, 2]
+
+
 def test_prefill_sweep_refuses_too_long(tiny):
     with pytest.raises(ValueError, match="positions"):
         sweeps.prefill_sweep(tiny, [2000])
@@ -39,10 +48,20 @@ def test_decode_sweep(tiny):
     table = sweeps.decode_sweep(tiny, [4, 32], steps=5, runs=2)
     assert len(table) == 4 and set(table["steps"]) == {5}
     assert (table["median_s"] > 0).all()
+    assert table[["context_tokens", "run"]].values.tolist() == [[4, 1], [4, 2], [32, 1], [32, 2]]
     per_token = 2 * tiny.config.n_layer * tiny.config.n_embd * 4
     assert table.loc[table.context_tokens == 32, "cache_bytes"].iloc[0] == (32 + 5) * per_token
     with pytest.raises(ValueError, match="positions"):
         sweeps.decode_sweep(tiny, [1000], steps=40)
+
+
+def test_decode_sweep_keeps_its_caches_between_calls(tiny):
+    kept = {}
+    sweeps.decode_sweep(tiny, [4, 32], steps=3, runs=1, caches=kept)
+    first = {c: id(kv) for c, (kv, _) in kept.items()}
+    again = sweeps.decode_sweep(tiny, [4, 32], steps=3, runs=1, caches=kept)
+    assert {c: id(kv) for c, (kv, _) in kept.items()} == first and set(first) == {4, 32}
+    assert again.cache_bytes.tolist() == sorted(again.cache_bytes.tolist())  # each cache at its own context
 
 
 def test_batched_decode_sweep_and_out_of_memory(tiny, monkeypatch):
