@@ -148,18 +148,22 @@ predicted[["dtype", "threads", "context_tokens", "block_matrices_ms", "LM_head_m
 # %% [markdown]
 # ## The sweep
 #
-# For each context, one prefill builds the cache; then `runs` runs of `steps` greedy steps each, the cache
-# cropped back to the context before every run. Each step's time runs from one token's host readback to the
+# For each context, one prefill builds the cache; then `runs` runs, each of `steps` greedy steps from every
+# context of every configuration in turn (the cache cropped back to its context first), so that a slow spell
+# of a shared machine lands on one run of everything rather than on one configuration, and a difference or a
+# ratio between two points is taken within a run. Each step's time runs from one token's host readback to the
 # next; a run's step time is the median of its steps, and a point is the median of its runs with their range.
 # For a dtype other than fp32 the cache is built by the fp32 model and cast: a step's cost depends on the
 # cache's shape and dtype, not its values.
 
 # %%
-rows = []
-for dt, n in configs:
-    with use_threads(n):
-        table = sweeps.decode_sweep(models[dt], contexts, steps=steps, runs=runs, prefill_model=fp32, label=label(dt, n))
-    rows.append(table.assign(dtype=dt, threads=n, step_ms=table.median_s * 1e3))
+rows, kept = [], {c: {} for c in configs}
+for run in progress(range(1, runs + 1), desc="decode runs"):
+    for dt, n in configs:
+        with use_threads(n):
+            table = sweeps.decode_sweep(models[dt], contexts, steps=steps, runs=1, prefill_model=fp32,
+                                        label=label(dt, n), caches=kept[(dt, n)])
+        rows.append(table.assign(run=run, dtype=dt, threads=n, step_ms=table.median_s * 1e3))
 decode_runs = pd.concat(rows, ignore_index=True)
 results.table(decode_runs, "decode_runs")
 keys = ["dtype", "threads", "context_tokens"]
@@ -308,7 +312,9 @@ growth[["dtype", "threads", "context_tokens", "step_ms", "predicted_ms", "static
 # %% [markdown]
 # From the shortest context to the longest, per configuration: the step's growth against what the cost model adds
 # (its cache terms), against the same parts timed alone here, and the preallocated cache's saving at the longest
-# context against the model's prediction of it.
+# context against the model's prediction of it. The growth is taken run by run (both contexts ran within each run)
+# and its range is the range of those differences; the preallocated cache ran in runs of its own, so its saving
+# takes the widest range the two sets of runs allow.
 
 # %%
 def runs_of(table: pd.DataFrame, dt: str, n: int, column: str) -> dict[int, Spread]:
@@ -317,11 +323,17 @@ def runs_of(table: pd.DataFrame, dt: str, n: int, column: str) -> dict[int, Spre
             for c, (_, r) in zip(g.context_tokens, g.iterrows())}
 
 
+def per_run(dt: str, n: int, c: int) -> pd.Series:
+    """One configuration's step at one context, in seconds, one value per run (indexed by run)."""
+    g = decode_runs[(decode_runs.dtype == dt) & (decode_runs.threads == n) & (decode_runs.context_tokens == c)]
+    return g.set_index("run").step_ms / 1e3
+
+
 c0, c1 = contexts[0], contexts[-1]
 for dt, n in growth_configs:
     g = growth[(growth.dtype == dt) & (growth.threads == n)].set_index("context_tokens")
     step, stat = runs_of(growth, dt, n, "step_ms"), runs_of(growth, dt, n, "static_step_ms")
-    grew = step[c1] - step[c0]
+    grew = Spread.of(per_run(dt, n, c1) - per_run(dt, n, c0))  # each run's own difference: both contexts ran in it
     model_growth = (g.predicted_ms[c1] - g.predicted_ms[c0]) / 1e3
     alone_growth = ((g.attention_alone_ms + g.concatenation_ms)[c1] - (g.attention_alone_ms + g.concatenation_ms)[c0]) / 1e3
     saved, model_saved = step[c1] - stat[c1], (g.predicted_ms[c1] - g.predicted_static_ms[c1]) / 1e3
@@ -357,7 +369,8 @@ for dt, n in growth_configs:
 #
 # Chapter 0 timed the model's matrix-vector products and the streaming read on one thread and on all. The cost
 # model prices each configuration's step at its own thread count's rates, so it predicts the step's gain from the
-# threads.
+# threads. The measured gain is each run's own ratio (the thread counts took turns within every run), with the
+# range of those ratios.
 
 # %%
 register.claim(
@@ -373,7 +386,7 @@ if on_gpu or len(pair) < 2:
     show(register.decide("thread_gain_follows_gemv", None))
 else:
     few, many = pair[0], pair[-1]
-    gains = [spread[("fp32", few, c)] / spread[("fp32", many, c)] for c in contexts]
+    gains = [Spread.of(per_run("fp32", few, c) / per_run("fp32", many, c)) for c in contexts]  # within each run
     model_gains = [cost[("fp32", few)].decode(c + steps // 2).best / cost[("fp32", many)].decode(c + steps // 2).best
                    for c in contexts]
     results.table(pd.DataFrame(dict(context_tokens=contexts, step_gain=[g.mid for g in gains], predicted_gain=model_gains)),

@@ -386,10 +386,12 @@ for series, g in points.groupby("series", sort=False):
 # %%
 register.claim(
     "batching_raises_the_rate",
-    "Batched decode does more FLOP/s as the batch grows (the weights are shared).",
-    held="the rate rises at every batch: {rates}.",
-    not_held="the rate does not rise at every batch: {rates}. The cost model says why: at batch {top} its largest term is "
-             "{term} ({share:.0%} of the step), work that grows with the batch while the shared weights do not.",
+    "Batched decode's FLOP rate rises from one batch to the next where the cost model's rises (the weights are "
+    "shared) and falls where its falls (work that grows with the batch takes over).",
+    held="the rate moves as predicted at every step: {steps}.",
+    not_held="the rate does not move as predicted at every step: {steps}. At batch {top} the cost model's largest term "
+             "is {term} ({share:.0%} of the step).",
+    unresolved="the runs' spread straddles no change at some step: {steps}.",
     not_measured="chapter 3 timed fewer than two batch sizes in this dtype and thread count.")
 rising = points[points.series == "batched decode"].sort_values("batch")
 if len(rising):  # the largest batch's prediction, term by term: what grows with the batch
@@ -400,11 +402,20 @@ if len(rising):  # the largest batch's prediction, term by term: what grows with
     top_term = top_pred.dominant
 rate_spreads = [Spread(r.flops / r.measured_ms_high / 1e6, r.achieved_gflop_s, r.flops / r.measured_ms_low / 1e6)
                 for r in rising.itertuples()]
-show(register.decide("batching_raises_the_rate", claims.increasing(rate_spreads) if len(rising) > 1 else None,
-                     predicted="rising with the intensity", evidence=f"chapter 3's batched decode, {points_dtype}",
+predicted_rates = [r.flops / r.predicted_ms / 1e6 for r in rising.itertuples()]
+step_verdicts, step_text = [], []
+for i in range(len(rising) - 1):
+    up = predicted_rates[i + 1] > predicted_rates[i]
+    change = rate_spreads[i + 1] / rate_spreads[i]
+    step_verdicts.append(claims.at_least(change, 1 + claims.NOISE) if up else claims.at_most(change, 1 - claims.NOISE))
+    step_text.append(f"batch {rising.batch.iloc[i]} to {rising.batch.iloc[i + 1]}: predicted "
+                     f"{'rising' if up else 'falling'}, measured {change.text('.2f', 'x')}")
+show(register.decide("batching_raises_the_rate", claims.every(step_verdicts) if step_verdicts else None,
+                     predicted=", ".join(f"B={r.batch}: {x:.3g}" for r, x in zip(rising.itertuples(), predicted_rates)),
+                     evidence=f"chapter 3's batched decode, {points_dtype}; GFLOP/s",
                      measured=", ".join(f"B={r.batch}: {r.achieved_gflop_s:.3g}" for r in rising.itertuples()),
-                     rates=", ".join(f"batch {r.batch}: {r.achieved_gflop_s:.3g} GFLOP/s" for r in rising.itertuples()),
-                     top=int(rising.batch.max()) if len(rising) else 0, term=top_term.name if len(rising) else "",
+                     steps="; ".join(step_text), top=int(rising.batch.max()) if len(rising) else 0,
+                     term=top_term.name if len(rising) else "",
                      share=top_term.best / top_pred.best if len(rising) else 0))
 
 # %%
