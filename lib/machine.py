@@ -28,7 +28,10 @@ ceiling never drifts between chapters built minutes apart. For each dtype and th
 **The statistic.** Every ceiling is the *fastest* of its repeats, after warm-up and device synchronisation: other
 programs on a shared machine only ever slow a kernel down, so the fastest sample is the one closest to what the
 kernel can do, and it is the one a second build reproduces. The median of the same repeats is kept beside it, and
-``spread = median / fastest - 1`` says how noisy the machine was. Every measurement has a time budget
+``spread = median / fastest - 1`` says how noisy the machine was. The repeats are taken in ``rounds`` (two in a
+full build): every ceiling of a dtype is measured once per round, at every thread count, before the next round
+begins, so a slow spell of a shared machine that lasts a few seconds lands on one round of everything rather than
+on every repeat of the few ceilings measured during it. Every measurement has a time budget
 (:class:`Budget`): a kernel that runs slowly (a dtype without hardware instructions, say) is measured on fewer
 layers, or fewer rows, and the table says so.
 
@@ -38,6 +41,7 @@ Introduced in section 0 (this machine).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -103,25 +107,28 @@ def random_values(*shape: int, scale: float = 1.0, dtype: torch.dtype, device: t
 
 @dataclass(frozen=True)
 class Budget:
-    """How long one ceiling may take to measure (``seconds``, warm-up included), how many repeats it gets at
-    least and at most, and how large the streamed arrays are (``stream_bytes``). One policy for the book
-    (:func:`budget`)."""
+    """How long one ceiling may take to measure in one round (``seconds``, warm-up included), how many repeats it
+    gets in a round at least and at most, in how many ``rounds``, whether a call warms up before its repeats
+    (``warm_up``: the first round's; a later round's kernels are already warm, and its first call is a sample),
+    and how large the streamed arrays are (``stream_bytes``). One policy for the book (:func:`budget`)."""
 
     seconds: float
     min_repeats: int
     max_repeats: int
     stream_bytes: int
+    rounds: int = 1
+    warm_up: bool = True
 
 
 def budget(device: torch.device, quick: bool = False) -> Budget:
     """Measurement sizes for ``device``: arrays of 256 MiB on a CPU and 1 GiB on a GPU (far past any cache),
-    0.12 s per ceiling with 4 to 6 repeats; quick mode shrinks both.
+    two rounds of 0.06 s per ceiling with 2 to 3 repeats each; quick mode shrinks both, in one round.
 
     Used by :func:`measure_ceilings`; section 0.
     """
     if quick:
         return Budget(seconds=0.08, min_repeats=3, max_repeats=5, stream_bytes=32 << 20)
-    return Budget(seconds=0.12, min_repeats=4, max_repeats=6,
+    return Budget(seconds=0.06, min_repeats=2, max_repeats=3, rounds=2,
                   stream_bytes=(1 << 30) if device.type == "cuda" else (256 << 20))
 
 
@@ -160,24 +167,60 @@ def _clocked(fn: Callable[[], object], device: torch.device) -> float:
     return time.perf_counter() - t0
 
 
+def _repeats(first: float, plan: Budget) -> int:
+    """How many repeats fit ``plan.seconds`` after a first call of ``first`` seconds, within the plan's bounds."""
+    return int(min(plan.max_repeats, max(plan.min_repeats, plan.seconds / max(first, 1e-6))))
+
+
 def _timed(fn: Callable[[], object], device: torch.device, plan: Budget) -> Timing:
-    """Warm ``fn`` up once (its time sets the number of repeats), then time ``min_repeats`` to ``max_repeats``
-    calls within ``plan.seconds``."""
+    """Time ``min_repeats`` to ``max_repeats`` calls of ``fn`` within ``plan.seconds``; the first call sets the
+    number, and is a warm-up (``plan.warm_up``) or the first sample."""
     first = _clocked(fn, device)
-    repeats = int(min(plan.max_repeats, max(plan.min_repeats, plan.seconds / max(first, 1e-6))))
-    return Timing.of([_clocked(fn, device) for _ in range(repeats)])
+    samples = [] if plan.warm_up else [first]
+    samples += [_clocked(fn, device) for _ in range(_repeats(first, plan) - len(samples))]
+    return Timing.of(samples)
 
 
 def _row(base: dict, kernel: str, t: Timing, *, model: str = "", rows: int = 0, bytes_: float = math.nan,
          flops: float = math.nan, scale: float = 1.0, note: str = "", **extra) -> dict:
     """One row of the table: the fastest and median call (scaled by ``scale`` when only a part was timed) and
     the rates they give."""
-    best, median, worst = t.low * scale, t.median * scale, t.high * scale
-    return dict(base, kernel=kernel, model=model, rows=rows, bytes_per_call=bytes_, flops_per_call=flops,
-                best_s=best, median_s=median, worst_s=worst, repeats=len(t.samples), spread=median / best - 1,
-                gb_s=bytes_ / best / 1e9, gb_s_median=bytes_ / median / 1e9,
-                gflop_s=flops / best / 1e9, gflop_s_median=flops / median / 1e9,
-                measured_fraction=1 / scale, note=note, status="ok", **extra)
+    row = dict(base, kernel=kernel, model=model, rows=rows, bytes_per_call=bytes_, flops_per_call=flops,
+               measured_fraction=1 / scale, note=note, status="ok", **extra)
+    return _summarised(row, [s * scale for s in t.samples])
+
+
+def _summarised(row: dict, samples: Sequence[float]) -> dict:
+    """``row`` with the statistics of its (whole-pass) ``samples``: the fastest, median and slowest call, their
+    rates and the spread; ``samples`` kept for :func:`_merged` (dropped from the table)."""
+    t = Timing.of(samples)
+    row = dict(row, best_s=t.low, median_s=t.median, worst_s=t.high, repeats=len(t.samples), spread=t.median / t.low - 1,
+               gb_s=row["bytes_per_call"] / t.low / 1e9, gb_s_median=row["bytes_per_call"] / t.median / 1e9,
+               gflop_s=row["flops_per_call"] / t.low / 1e9, gflop_s_median=row["flops_per_call"] / t.median / 1e9,
+               samples=t.samples)
+    if "operations" in row:
+        row["us_per_operation"] = t.low / row["operations"] * 1e6
+    return row
+
+
+_SAME = ("device", "dtype", "threads", "kernel", "model", "rows", "context", "pass_kind", "setting", "layout")
+
+
+def _merged(rows: Sequence[dict]) -> list[dict]:
+    """The rows of every round as one row per measurement (the same :data:`_SAME` fields): all rounds' samples
+    together, the note of the round that ran fastest. A measurement no round could make keeps its reason."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row.get(k) for k in _SAME), []).append(row)
+    out = []
+    for group in groups.values():
+        ok = [r for r in group if r["status"] == "ok"]
+        if not ok:
+            out.append(group[0])
+            continue
+        fastest = min(ok, key=lambda r: r["best_s"])
+        out.append(_summarised(fastest, [s for r in ok for s in r["samples"]]))
+    return [{k: v for k, v in r.items() if k != "samples"} for r in out]
 
 
 # --------------------------------------------------------------------------------------------
@@ -204,14 +247,20 @@ def stream(device: torch.device, dtype: torch.dtype, plan: Budget, base: dict) -
 
 def square_matmul(device: torch.device, dtype: torch.dtype, plan: Budget, base: dict) -> dict:
     """The largest square product that fits the budget (at most 2048 on a CPU, 8192 on a GPU): ``2 n**3`` FLOPs
-    over the fastest call. A 256-square probe sets ``n``, so a slow kernel gets a small product."""
-    n = 256
-    probe = torch.randn(n, n, dtype=dtype, device=device)
-    rate = 2 * n**3 / _timed(lambda: probe @ probe, device, Budget(0.05, 3, 5, 0)).low
-    limit = 8192 if device.type == "cuda" else 2048
-    while n * 2 <= limit and 2 * (2 * n) ** 3 / rate < plan.seconds / (2 * plan.min_repeats):
-        n *= 2
-    a, b = (torch.randn(n, n, dtype=dtype, device=device) for _ in range(2))
+    over the fastest call. A 256-square probe in the first round sets ``n``, so a slow kernel gets a small product
+    (and every round the same one)."""
+
+    def sized() -> tuple[torch.Tensor, torch.Tensor]:
+        n = 256
+        probe = torch.randn(n, n, dtype=dtype, device=device)
+        rate = 2 * n**3 / _timed(lambda: probe @ probe, device, Budget(0.05, 3, 5, 0)).low
+        limit = 8192 if device.type == "cuda" else 2048
+        while n * 2 <= limit and 2 * (2 * n) ** 3 / rate < plan.seconds / (2 * plan.min_repeats):
+            n *= 2
+        return torch.randn(n, n, dtype=dtype, device=device), torch.randn(n, n, dtype=dtype, device=device)
+
+    a, b = _kept(("square", torch.get_num_threads()), sized)
+    n = a.shape[0]
     return _row(base, "square_matmul", _timed(lambda: a @ b, device, plan), rows=n, flops=2.0 * n**3,
                 note=f"{n} x {n}")
 
@@ -403,15 +452,17 @@ def count_operations(fn: Callable[[], object]) -> int:
 
 
 def dispatch(model: str, device: torch.device, dtype: torch.dtype, plan: Budget, base: dict, steps: int = 4,
-             prompts: Sequence[int] = (1, 64, 256, 1024), batches: Sequence[int] = (1, 16, 64)) -> list[dict]:
+             prompts: Sequence[int] = (1, 64, 256), batches: Sequence[int] = (1, 16, 64),
+             caches: Sequence[str] = ("decode", "decode_static")) -> list[dict]:
     """The cost of a pass beyond its matrices and attention: the model at its own size, :func:`hollowed`, so it
     issues every operation and runs its small kernels at its own width, with each product still reading its
     weights (``setting="between weight streams"``, as in a real pass, whose weights flush the caches the
     interpreter and the small kernels work from), less the time those reads take alone. Measured for a prefill of
-    each of ``prompts`` tokens (up to the longest a chapter prices: the small kernels' activations outgrow the
-    CPU's caches on the way, so their cost is not proportional to the tokens) and a decode step
+    each of ``prompts`` tokens (the small kernels' activations outgrow the CPU's caches on the way, so their cost
+    is not proportional to the tokens below a few hundred; past the longest it is priced in proportion) and a
+    decode step
     (:func:`lib.phases.decode`, token read back included) of each of ``batches`` sequences over a growing cache
-    and over a preallocated one, at context 16; one row each
+    (``"decode"``) and over a preallocated one (``"decode_static"``), as ``caches`` lists, at context 16; one row each
     (``pass_kind``, ``rows``: tokens or sequences), with the operations the pass issues (``operations``) and the
     cost of one (``us_per_operation``). A one-token prefill and a one-sequence step are also timed hollowed
     without the reads (``setting="alone"``): the pure cost of issuing the operations. A decode step's time is the
@@ -445,14 +496,14 @@ def dispatch(model: str, device: torch.device, dtype: torch.dtype, plan: Budget,
 
     for setting, streams, sizes, kinds in (("alone", False, (1,), [("decode", 1)]),
                                            ("between weight streams", True, prompts,
-                                            [(kind, b) for kind in ("decode", "decode_static") for b in batches])):
+                                            [(kind, b) for kind in caches for b in batches])):
         less = ", less the weights' reads alone before each" if streams else ""
         with hollowed(stream_weights=streams), torch.inference_mode():
             for t_len in sizes:
                 ids = torch.zeros(1, t_len, dtype=torch.long, device=device)
-                ops = count_operations(lambda: phases.prefill(module, ids))
-                first = _clocked(lambda: phases.prefill(module, ids), device)  # warm-up; sets the repeats
-                repeats = int(min(plan.max_repeats, max(plan.min_repeats, plan.seconds / max(first, 1e-6))))
+                ops = _kept(("operations", model, "prefill", t_len, streams), lambda: count_operations(lambda: phases.prefill(module, ids)))
+                repeats = _repeats(_clocked(lambda: phases.prefill(module, ids), device), plan) if plan.warm_up \
+                    else plan.min_repeats  # the first round's call warmed it up and set the repeats
                 t = less_reads(lambda: _clocked(lambda: phases.prefill(module, ids), device), repeats, streams)
                 out.append(_row(base, "dispatch", t, model=model, rows=t_len, pass_kind="prefill", operations=ops,
                                 us_per_operation=t.low / ops * 1e6, setting=setting, note=less.lstrip(", ")))
@@ -461,9 +512,10 @@ def dispatch(model: str, device: torch.device, dtype: torch.dtype, plan: Budget,
                 if name == "decode_static":
                     cache = phases.static_cache(module, cache, 16 + 2 * steps)
                 token = torch.zeros(b, 1, dtype=torch.long, device=device)
-                ops = count_operations(lambda: phases.decode(module, token, cache, 1))
+                ops = _kept(("operations", model, name, b, streams), lambda: count_operations(lambda: phases.decode(module, token, cache, 1)))
                 run = steps_of(cache, token)
-                run()  # warm-up
+                if plan.warm_up:
+                    run()
                 t = less_reads(run, plan.min_repeats, streams)
                 out.append(_row(base, "dispatch", t, model=model, rows=b, pass_kind=name, operations=ops,
                                 us_per_operation=t.low / ops * 1e6, setting=setting,
@@ -481,8 +533,9 @@ def measure_ceilings(device: torch.device, dtypes: Sequence[str] = ("fp32",), th
                      quick: bool = False, log: Callable[[str], None] = print) -> pd.DataFrame:
     """Measure every ceiling for each dtype and thread count (whole numbers, :func:`lib.device.thread_counts`):
     the streaming kernels and the square product, and for each of ``models`` its matrices (at :data:`ROWS`, and
-    :data:`HEAD_ROWS` for the LM head), attention (:data:`ATTENTION_ROWS`) and dispatch; ``models_all_threads``
-    only at the most threads (the chapters run those models so). Quick mode measures :data:`QUICK_ROWS` only.
+    :data:`HEAD_ROWS` for the LM head), attention (:data:`ATTENTION_ROWS`) and dispatch (a decode step of 64 sequences at
+    the most threads only, where the chapters batch that far); ``models_all_threads`` only at the most threads (the
+    chapters run those models so), their dispatch for one stream. Quick mode measures :data:`QUICK_ROWS` only.
     Returns one row per measurement (see the module docstring): ``device``, ``dtype``, ``threads``,
     ``kernel``, ``model``, ``rows``, bytes and FLOPs per call, the fastest, median and slowest call (``best_s``,
     ``median_s``, ``worst_s``), the rates of the fastest and the median (``gb_s``, ``gflop_s`` and their
@@ -504,24 +557,35 @@ def measure_ceilings(device: torch.device, dtypes: Sequence[str] = ("fp32",), th
             out.append(dict(device=str(device), dtype=name, kernel="square_matmul", status=f"unsupported: {error}"))
             continue
         support = hardware_support(device, dtype)
-        _KEPT.clear()
-        for n in threads:
-            started = time.perf_counter()
-            with use_threads(n), torch.inference_mode():
-                base = dict(device=str(device), device_name=device_name(device), dtype=dtype_name(dtype), threads=n,
-                            hardware_support=support)
-                out += stream(device, dtype, plan, base)
-                out.append(square_matmul(device, dtype, plan, base))
-                for model in [*models, *(models_all_threads if n == max(threads) else ())]:
-                    few = head_rows if model in models_all_threads else rows  # chapters 1 and 7 need fewer
-                    out += matrices(model, device, dtype, plan, base, few, head_rows, slow=not support)
-                    if quick:
-                        out += attention(model, device, dtype, plan, base, attention_rows, ((1, 16), (4, 64)))
-                        out += dispatch(model, device, dtype, plan, base, prompts=(1, 16), batches=(1, 4))
-                    else:
-                        out += attention(model, device, dtype, plan, base, attention_rows)
-                        out += dispatch(model, device, dtype, plan, base)
-            log(f"{name}, {n} thread{'s' * (n > 1)}: measured in {time.perf_counter() - started:.1f} s")
+        _KEPT.clear()  # one dtype's tensors at a time, kept across its thread counts and rounds
+        measured, took = [], dict.fromkeys(threads, 0.0)
+        for round_ in range(plan.rounds):
+            step = plan if round_ == 0 else dataclasses.replace(plan, warm_up=False)
+            for n in threads:
+                started = time.perf_counter()
+                with use_threads(n), torch.inference_mode():
+                    base = dict(device=str(device), device_name=device_name(device), dtype=dtype_name(dtype),
+                                threads=n, hardware_support=support)
+                    measured += stream(device, dtype, step, base)
+                    measured.append(square_matmul(device, dtype, step, base))
+                    for model in [*models, *(models_all_threads if n == max(threads) else ())]:
+                        few = head_rows if model in models_all_threads else rows  # chapters 1 and 7 need fewer
+                        measured += matrices(model, device, dtype, step, base, few, head_rows, slow=not support)
+                        if quick:
+                            measured += attention(model, device, dtype, step, base, attention_rows, ((1, 16), (4, 64)))
+                            measured += dispatch(model, device, dtype, step, base, prompts=(1, 16), batches=(1, 4))
+                        elif model in models_all_threads:  # chapters 1 and 7 price one stream's passes
+                            measured += attention(model, device, dtype, step, base, attention_rows)
+                            measured += dispatch(model, device, dtype, step, base, batches=(1,), caches=("decode",))
+                        else:  # the chapters batch decode steps at the most threads; fewer points elsewhere
+                            measured += attention(model, device, dtype, step, base, attention_rows)
+                            measured += dispatch(model, device, dtype, step, base,
+                                                 **({} if n == max(threads) else {"batches": (1, 16)}))
+                took[n] += time.perf_counter() - started
+        out += _merged(measured)
+        for n, seconds in took.items():
+            log(f"{name}, {n} thread{'s' * (n > 1)}: measured in {seconds:.1f} s ({plan.rounds} round"
+                f"{'s' * (plan.rounds > 1)})")
     _KEPT.clear()
     return pd.DataFrame(out)
 

@@ -83,8 +83,11 @@ pd.Series({**describe_environment(device), "thread counts measured": threads}).t
 # %% [markdown]
 # ## The measurements
 #
-# Each kernel is timed within a budget: it is warmed up once, and that call's time sets how many repeats fit
-# (between 5 and 11). **A ceiling is the fastest repeat**: other programs on a shared machine only ever slow a
+# Each kernel is timed within a budget, in rounds: in the first round it is warmed up once, and that call's time
+# sets how many repeats fit; every ceiling of a dtype is measured once per round, at every thread count, before
+# the next round begins, so a slow spell of a shared machine that lasts a few seconds lands on one round of
+# everything, not on every repeat of the few kernels timed during it (the plan this run used is printed below
+# the table). **A ceiling is the fastest repeat**: other programs on a shared machine only ever slow a
 # kernel down, so the fastest call is the one closest to what the kernel can do, and the one a second build
 # reproduces. The median of the same repeats is kept beside it, and `spread` (median over fastest, less one)
 # says how noisy the machine was. A product that would not fit its budget is timed on part of the model
@@ -103,6 +106,9 @@ ceilings_table = machine.measure_ceilings(device, dtypes, threads, models=models
 results.table(ceilings_table, "ceilings")
 ceilings = machine.Ceilings(machine.check_ceilings(ceilings_table), str(device))
 ok = ceilings_table[ceilings_table.status == "ok"]
+plan = machine.budget(device, quick)
+print(f"plan: {plan.rounds} round(s) of {plan.seconds:g} s a ceiling, {plan.min_repeats} to {plan.max_repeats} repeats "
+      f"a round; streamed arrays of {plan.stream_bytes >> 20} MiB")
 for row in ceilings_table[ceilings_table.status != "ok"].itertuples():
     print(f"{row.dtype}, {row.threads} threads, {row.kernel} {row.model} {row.rows}: {row.status} ({row.note})")
 ok[["dtype", "threads", "kernel", "model", "rows", "best_s", "spread", "gb_s", "gflop_s", "repeats"]].round(4)

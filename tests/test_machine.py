@@ -11,6 +11,7 @@ import torch
 import synthetic
 from lib import machine
 from lib.device import UnsupportedDtype
+from lib.timing import Timing
 
 CPU = torch.device("cpu")
 
@@ -18,7 +19,9 @@ CPU = torch.device("cpu")
 def test_budget_policy():
     full, quick = machine.budget(CPU), machine.budget(CPU, quick=True)
     assert full.stream_bytes >= 256 << 20 and quick.stream_bytes < full.stream_bytes
-    assert quick.seconds < full.seconds and quick.max_repeats <= full.max_repeats
+    assert full.rounds >= 2 and quick.rounds == 1  # a full build spreads each ceiling's repeats over time
+    assert quick.seconds * quick.rounds < full.seconds * full.rounds
+    assert quick.max_repeats * quick.rounds <= full.max_repeats * full.rounds
 
 
 @pytest.mark.parametrize("layout, calls", [("conv1d", 4), ("linear", 7)])
@@ -139,3 +142,28 @@ def test_load_ceilings_names_the_chapter_and_the_device(monkeypatch, tmp_path):
     assert machine.load_ceilings(CPU).device == "cpu"
     with pytest.raises(ValueError, match="chapter 0 measured cpu, not cuda:0: run chapter 0 with device='cuda:0'"):
         machine.load_ceilings(torch.device("cuda", 0))
+
+
+def test_rounds_merge_into_one_row_per_measurement():
+    """Each round's samples of a measurement join in one row: the fastest of all, the note of the fastest round;
+    a measurement skipped in one round but made in another is made."""
+    base = dict(device="cpu", dtype="fp32", threads=1)
+    slow = machine._row(base, "blocks", Timing.of([0.30, 0.32]), model="m", rows=8, flops=8e9, note="timed on 1/2")
+    fast = machine._row(base, "blocks", Timing.of([0.20, 0.40]), model="m", rows=8, flops=8e9, note="whole")
+    skipped = dict(base, kernel="blocks", model="m", rows=16, status="skipped: over its time budget", note="predicted")
+    made = machine._row(base, "blocks", Timing.of([0.5]), model="m", rows=16, flops=16e9)
+    rows = pd.DataFrame(machine._merged([slow, skipped, fast, made])).set_index("rows")
+    assert len(rows) == 2 and "samples" not in rows.columns
+    assert rows.loc[8, "repeats"] == 4 and rows.loc[8, "best_s"] == 0.20 and rows.loc[8, "worst_s"] == 0.40
+    assert rows.loc[8, "median_s"] == pytest.approx(0.31) and rows.loc[8, "note"] == "whole"
+    assert rows.loc[8, "gflop_s"] == pytest.approx(40.0)
+    assert rows.loc[16, "status"] == "ok"
+
+
+def test_two_rounds_measure_every_ceiling_once(monkeypatch):
+    monkeypatch.setattr(machine, "budget", lambda device, quick: machine.Budget(0.01, 1, 2, 1 << 20, rounds=2))
+    table = machine.measure_ceilings(CPU, ("fp32",), (1,), models=("tiny-gpt2",), quick=True, log=lambda _: None)
+    ok = table[table.status == "ok"]
+    keys = ok[[k for k in machine._SAME if k in ok.columns]].astype(str)
+    assert not keys.duplicated().any()
+    assert (ok.repeats >= 2).all() and (ok.best_s <= ok.median_s).all()
