@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -182,24 +183,37 @@ def _timed(fn: Callable[[], object], device: torch.device, plan: Budget) -> Timi
 
 
 def _row(base: dict, kernel: str, t: Timing, *, model: str = "", rows: int = 0, bytes_: float = math.nan,
-         flops: float = math.nan, scale: float = 1.0, note: str = "", **extra) -> dict:
+         flops: float = math.nan, scale: float = 1.0, note: str = "", reads: Sequence[float] | None = None,
+         **extra) -> dict:
     """One row of the table: the fastest and median call (scaled by ``scale`` when only a part was timed) and
-    the rates they give."""
+    the rates they give; with ``reads``, of the calls less those reads (:func:`_summarised`)."""
     row = dict(base, kernel=kernel, model=model, rows=rows, bytes_per_call=bytes_, flops_per_call=flops,
                measured_fraction=1 / scale, note=note, status="ok", **extra)
-    return _summarised(row, [s * scale for s in t.samples])
+    return _summarised(row, [s * scale for s in t.samples], reads)
 
 
-def _summarised(row: dict, samples: Sequence[float]) -> dict:
+def _summarised(row: dict, samples: Sequence[float], reads: Sequence[float] | None = None) -> dict:
     """``row`` with the statistics of its (whole-pass) ``samples``: the fastest, median and slowest call, their
-    rates and the spread; ``samples`` kept for :func:`_merged` (dropped from the table)."""
-    t = Timing.of(samples)
-    row = dict(row, best_s=t.low, median_s=t.median, worst_s=t.high, repeats=len(t.samples), spread=t.median / t.low - 1,
-               gb_s=row["bytes_per_call"] / t.low / 1e9, gb_s_median=row["bytes_per_call"] / t.median / 1e9,
-               gflop_s=row["flops_per_call"] / t.low / 1e9, gflop_s_median=row["flops_per_call"] / t.median / 1e9,
-               samples=t.samples)
+    rates and the spread; the samples kept for :func:`_merged` (dropped from the table).
+
+    With ``reads`` the row is a difference: each sample less the read timed just before it. Its fastest is then
+    the fastest sample less the fastest read, each the statistic of a ceiling (the fastest of a noisy difference
+    would be the noise, not the floor: a read that ran slow makes a pass look free); its median and slowest are
+    the paired differences', at least that fastest."""
+    if reads is None:
+        t = Timing.of(samples)
+        best, median, worst, n = t.low, t.median, t.high, len(t.samples)
+    else:
+        differences = [s - r for s, r in zip(samples, reads, strict=True)]
+        best = max(min(samples) - min(reads), 1e-6)
+        median = max(statistics.median(differences), best)
+        best, median, worst, n = best, median, max(max(differences), median), len(differences)
+    row = dict(row, best_s=best, median_s=median, worst_s=worst, repeats=n, spread=median / best - 1,
+               gb_s=row["bytes_per_call"] / best / 1e9, gb_s_median=row["bytes_per_call"] / median / 1e9,
+               gflop_s=row["flops_per_call"] / best / 1e9, gflop_s_median=row["flops_per_call"] / median / 1e9,
+               samples=tuple(samples), reads=None if reads is None else tuple(reads))
     if "operations" in row:
-        row["us_per_operation"] = t.low / row["operations"] * 1e6
+        row["us_per_operation"] = best / row["operations"] * 1e6
     return row
 
 
@@ -219,8 +233,9 @@ def _merged(rows: Sequence[dict]) -> list[dict]:
             out.append(group[0])
             continue
         fastest = min(ok, key=lambda r: r["best_s"])
-        out.append(_summarised(fastest, [s for r in ok for s in r["samples"]]))
-    return [{k: v for k, v in r.items() if k != "samples"} for r in out]
+        reads = None if fastest.get("reads") is None else [x for r in ok for x in r["reads"]]
+        out.append(_summarised(fastest, [s for r in ok for s in r["samples"]], reads))
+    return [{k: v for k, v in r.items() if k not in ("samples", "reads")} for r in out]
 
 
 # --------------------------------------------------------------------------------------------
@@ -466,7 +481,8 @@ def dispatch(model: str, device: torch.device, dtype: torch.dtype, plan: Budget,
     (``pass_kind``, ``rows``: tokens or sequences), with the operations the pass issues (``operations``) and the
     cost of one (``us_per_operation``). A one-token prefill and a one-sequence step are also timed hollowed
     without the reads (``setting="alone"``): the pure cost of issuing the operations. A decode step's time is the
-    median of ``steps`` steps in a run, and the ceiling the fastest run."""
+    median of ``steps`` steps in a run. Between weight streams the ceiling is the fastest pass less the fastest read,
+    and the median the paired differences' (:func:`_summarised`)."""
     from transformers.pytorch_utils import Conv1D
 
     from lib import phases
@@ -479,14 +495,14 @@ def dispatch(model: str, device: torch.device, dtype: torch.dtype, plan: Budget,
         for w in weights:
             torch.amax(w)
 
-    def less_reads(time_pass: Callable[[], float], repeats: int, streams: bool) -> Timing:
-        """``repeats`` runs of the pass, each less a run of the weights' reads alone just before it (so a slow
-        spell of a shared machine lands on both halves of a difference, not on one)."""
-        samples = []
+    def less_reads(time_pass: Callable[[], float], repeats: int, streams: bool) -> dict:
+        """``repeats`` runs of the pass, each after a run of the weights' reads alone (so a slow spell of a shared
+        machine lands on both halves of a difference, not on one): the fields of :func:`_row`."""
+        passes, reads = [], []
         for _ in range(repeats):
-            reads = _clocked(read_weights, device) if streams else 0.0
-            samples.append(max(time_pass() - reads, 1e-6))
-        return Timing.of(samples)
+            reads.append(_clocked(read_weights, device) if streams else 0.0)
+            passes.append(time_pass())
+        return dict(t=Timing.of(passes), reads=reads if streams else None)
 
     def steps_of(cache, token) -> Callable[[], float]:
         def run() -> float:
@@ -504,9 +520,9 @@ def dispatch(model: str, device: torch.device, dtype: torch.dtype, plan: Budget,
                 ops = _kept(("operations", model, "prefill", t_len, streams), lambda: count_operations(lambda: phases.prefill(module, ids)))
                 repeats = _repeats(_clocked(lambda: phases.prefill(module, ids), device), plan) if plan.warm_up \
                     else plan.min_repeats  # the first round's call warmed it up and set the repeats
-                t = less_reads(lambda: _clocked(lambda: phases.prefill(module, ids), device), repeats, streams)
-                out.append(_row(base, "dispatch", t, model=model, rows=t_len, pass_kind="prefill", operations=ops,
-                                us_per_operation=t.low / ops * 1e6, setting=setting, note=less.lstrip(", ")))
+                timed = less_reads(lambda: _clocked(lambda: phases.prefill(module, ids), device), repeats, streams)
+                out.append(_row(base, "dispatch", **timed, model=model, rows=t_len, pass_kind="prefill", operations=ops,
+                                setting=setting, note=less.lstrip(", ")))
             for name, b in kinds:
                 _, cache = phases.prefill(module, torch.zeros(b, 16, dtype=torch.long, device=device))
                 if name == "decode_static":
@@ -516,9 +532,8 @@ def dispatch(model: str, device: torch.device, dtype: torch.dtype, plan: Budget,
                 run = steps_of(cache, token)
                 if plan.warm_up:
                     run()
-                t = less_reads(run, plan.min_repeats, streams)
-                out.append(_row(base, "dispatch", t, model=model, rows=b, pass_kind=name, operations=ops,
-                                us_per_operation=t.low / ops * 1e6, setting=setting,
+                out.append(_row(base, "dispatch", **less_reads(run, plan.min_repeats, streams), model=model, rows=b,
+                                pass_kind=name, operations=ops, setting=setting,
                                 note=f"median of {steps} steps a run{less}"))
     return out
 

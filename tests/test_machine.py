@@ -167,3 +167,20 @@ def test_two_rounds_measure_every_ceiling_once(monkeypatch):
     keys = ok[[k for k in machine._SAME if k in ok.columns]].astype(str)
     assert not keys.duplicated().any()
     assert (ok.repeats >= 2).all() and (ok.best_s <= ok.median_s).all()
+
+
+def test_a_difference_is_floored_by_its_fastest_halves_not_by_its_noise():
+    """Dispatch is a pass less the weights' reads timed just before it. A read that ran slow once must not make
+    the pass look free: the fastest is the fastest pass less the fastest read; the median is the paired
+    differences'; two rounds join both halves."""
+    base = dict(device="cpu", dtype="fp32", threads=1)
+    passes, reads = [0.024, 0.027, 0.026], [0.020, 0.026, 0.021]  # the second read was slow: 1 ms left
+    row = machine._row(base, "dispatch", Timing.of(passes), rows=1, reads=reads, operations=100)
+    assert row["best_s"] == pytest.approx(0.004) and row["median_s"] == pytest.approx(0.004)
+    assert row["worst_s"] == pytest.approx(0.005) and row["us_per_operation"] == pytest.approx(40.0)
+    again = machine._row(base, "dispatch", Timing.of([0.023]), rows=1, reads=[0.0205], operations=100)
+    merged = machine._merged([row, again])[0]
+    assert merged["repeats"] == 4 and merged["best_s"] == pytest.approx(0.023 - 0.020)
+    assert "reads" not in merged
+    plain = machine._row(base, "read", Timing.of([0.02, 0.03]), bytes_=1e9)
+    assert plain["best_s"] == 0.02 and plain["gb_s"] == pytest.approx(50.0)
