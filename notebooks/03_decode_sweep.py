@@ -154,17 +154,22 @@ predicted[["dtype", "threads", "context_tokens", "block_matrices_ms", "LM_head_m
 # ratio between two points is taken within a run. Each step's time runs from one token's host readback to the
 # next; a run's step time is the median of its steps, and a point is the median of its runs with their range.
 # For a dtype other than fp32 the cache is built by the fp32 model and cast: a step's cost depends on the
-# cache's shape and dtype, not its values.
+# cache's shape and dtype, not its values. The fp32 configurations also decode over a preallocated cache in each
+# run, in turn with the others (its results are read in "Why the step grows with the context", below).
 
 # %%
-rows, kept = [], {c: {} for c in configs}
+growth_configs = [(dt, n) for dt, n in configs if dt == "fp32"]
+rows, static_rows, kept = [], [], {}
 for run in progress(range(1, runs + 1), desc="decode runs"):
     for dt, n in configs:
-        with use_threads(n):
-            table = sweeps.decode_sweep(models[dt], contexts, steps=steps, runs=1, prefill_model=fp32,
-                                        label=label(dt, n), caches=kept[(dt, n)])
-        rows.append(table.assign(run=run, dtype=dt, threads=n, step_ms=table.median_s * 1e3))
-decode_runs = pd.concat(rows, ignore_index=True)
+        for kind in ("dynamic", "static") if (dt, n) in growth_configs else ("dynamic",):
+            with use_threads(n):
+                table = sweeps.decode_sweep(models[dt], contexts, steps=steps, runs=1, prefill_model=fp32, cache=kind,
+                                            label=f"{label(dt, n)}, {kind} cache", caches=kept.setdefault((dt, n, kind), {}))
+            (rows if kind == "dynamic" else static_rows).append(
+                table.assign(run=run, dtype=dt, threads=n, **{"step_ms" if kind == "dynamic" else "static_step_ms":
+                                                              table.median_s * 1e3}))
+decode_runs, static_runs = pd.concat(rows, ignore_index=True), pd.concat(static_rows, ignore_index=True)
 results.table(decode_runs, "decode_runs")
 keys = ["dtype", "threads", "context_tokens"]
 decode = timing.median_range(decode_runs, keys, ["step_ms"]).merge(predicted, on=keys)
@@ -287,19 +292,14 @@ else:
 # of each context's size, the **attention** and the **concatenation** (`lib.sweeps.cache_costs`).
 
 # %%
-growth_configs = [(dt, n) for dt, n in configs if dt == "fp32"]
-rows, alone = [], []
+alone = []
 for dt, n in growth_configs:
     with use_threads(n):
-        table = sweeps.decode_sweep(models[dt], contexts, steps=steps, runs=runs, label=f"{label(dt, n)}, static cache",
-                                    cache="static")
-        rows.append(table.assign(dtype=dt, threads=n, static_step_ms=table.median_s * 1e3))
         for c in contexts:
             parts = sweeps.cache_costs(shape, 1, c + steps // 2, device, models[dt].dtype, repeats=max(runs, 3) * 2)
             alone.append(dict(dtype=dt, threads=n, context_tokens=c, attention_ms=parts["attention"].median * 1e3,
                               concatenation_ms=parts["concatenation"].median * 1e3))
-static_runs = pd.concat(rows, ignore_index=True)
-results.table(static_runs, "static_decode_runs")
+results.table(static_runs, "static_decode_runs")  # decoded in the sweep above, in turn with the growing cache
 growth = (decode.merge(timing.median_range(static_runs, keys, ["static_step_ms"]), on=keys)
           .merge(pd.DataFrame(alone).rename(columns={"attention_ms": "attention_alone_ms"}), on=keys))
 growth["predicted_static_ms"] = [cost[(r.dtype, r.threads)].decode(r.context_tokens + steps // 2, cache="static",
@@ -313,30 +313,24 @@ growth[["dtype", "threads", "context_tokens", "step_ms", "predicted_ms", "static
 # From the shortest context to the longest, per configuration: the step's growth against what the cost model adds
 # (its cache terms), against the same parts timed alone here, and the preallocated cache's saving at the longest
 # context against the model's prediction of it. The growth is taken run by run (both contexts ran within each run)
-# and its range is the range of those differences; the preallocated cache ran in runs of its own, so its saving
-# takes the widest range the two sets of runs allow.
+# and its range is the range of those differences; so is the preallocated cache's saving (both caches decoded
+# in every run).
 
 # %%
-def runs_of(table: pd.DataFrame, dt: str, n: int, column: str) -> dict[int, Spread]:
-    g = table[(table.dtype == dt) & (table.threads == n)]
-    return {c: Spread(r[f"{column}_low"] / 1e3, r[column] / 1e3, r[f"{column}_high"] / 1e3)
-            for c, (_, r) in zip(g.context_tokens, g.iterrows())}
-
-
-def per_run(dt: str, n: int, c: int) -> pd.Series:
+def per_run(dt: str, n: int, c: int, table: pd.DataFrame = decode_runs, column: str = "step_ms") -> pd.Series:
     """One configuration's step at one context, in seconds, one value per run (indexed by run)."""
-    g = decode_runs[(decode_runs.dtype == dt) & (decode_runs.threads == n) & (decode_runs.context_tokens == c)]
-    return g.set_index("run").step_ms / 1e3
+    g = table[(table.dtype == dt) & (table.threads == n) & (table.context_tokens == c)]
+    return g.set_index("run")[column] / 1e3
 
 
 c0, c1 = contexts[0], contexts[-1]
 for dt, n in growth_configs:
     g = growth[(growth.dtype == dt) & (growth.threads == n)].set_index("context_tokens")
-    step, stat = runs_of(growth, dt, n, "step_ms"), runs_of(growth, dt, n, "static_step_ms")
     grew = Spread.of(per_run(dt, n, c1) - per_run(dt, n, c0))  # each run's own difference: both contexts ran in it
     model_growth = (g.predicted_ms[c1] - g.predicted_ms[c0]) / 1e3
     alone_growth = ((g.attention_alone_ms + g.concatenation_ms)[c1] - (g.attention_alone_ms + g.concatenation_ms)[c0]) / 1e3
-    saved, model_saved = step[c1] - stat[c1], (g.predicted_ms[c1] - g.predicted_static_ms[c1]) / 1e3
+    saved = Spread.of(per_run(dt, n, c1) - per_run(dt, n, c1, static_runs, "static_step_ms"))  # within each run
+    model_saved = (g.predicted_ms[c1] - g.predicted_static_ms[c1]) / 1e3
     for claim, statement, verdict, held, not_held, pred, meas in (
         (f"growth_follows_bytes_{tag(dt, n)}", "From the shortest context to the longest, the step grows by what the "
          "cost model adds for its cache (the read by attention and the copy by concatenation).",
@@ -662,8 +656,8 @@ register.claim(
              "predicts {predicted_attention}.")
 attention_term = cost[main].decode(batch_context + batch_steps // 2, batch=big).term("attention")
 a = alone_big["attention"]
-show(register.decide("attention_at_its_bytes", claims.within(Spread(a.low, a.median, a.high), attention_term.best,
-                                                             claims.PREDICTED_TIME),
+show(register.decide("attention_at_its_bytes", claims.within(Spread(a.low, a.median, a.high), Spread(
+                         attention_term.best, attention_term.best, attention_term.median), claims.PREDICTED_TIME),
                      predicted=prose.ms(attention_term.best), measured=prose.ms(a.median), evidence="lib.sweeps.cache_costs",
                      big=big, mb=last.cache_mb, alone=prose.ms(a.median), predicted_attention=prose.ms(attention_term.best),
                      gbs=last.cache_mb * 1e6 / attention_term.best / 1e9, read=ceilings.stream_bandwidth(*main) / 1e9))
