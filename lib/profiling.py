@@ -24,7 +24,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from lib.costmodel import Prediction
 
-__all__ = ["TERMS", "BETWEEN", "term_of", "operators", "beside_prediction"]
+__all__ = ["TERMS", "BETWEEN", "term_of", "operators", "beside_prediction", "cost_per_operator"]
 
 #: The operator name of the time between operators (Python issuing the next one).
 BETWEEN = "(between operators)"
@@ -97,7 +97,7 @@ def operators(fn: Callable[[], object], passes: int = 3, warmup: int = 1,
 
 def beside_prediction(ops: pd.DataFrame, prediction: Prediction) -> pd.DataFrame:
     """The profiled time of each cost-model term beside what the model predicted for it (ms per pass), with the
-    difference, largest excess first. The model's block matrices and LM head are one ``matrices`` term here (the
+    difference, largest excess first, and the operator calls each term's time came from (``calls`` per pass). The model's block matrices and LM head are one ``matrices`` term here (the
     profiler sees the same operators for both).
 
     Introduced in section 2.
@@ -105,8 +105,37 @@ def beside_prediction(ops: pd.DataFrame, prediction: Prediction) -> pd.DataFrame
     predicted = {"matrices": prediction.term("block matrices").best + prediction.term("LM head").best,
                  "attention": prediction.term("attention").best, "cache copy": prediction.term("cache copy").best,
                  "copies": 0.0, "dispatch": prediction.term("dispatch").best}
-    measured = ops.groupby("term").self_ms.sum()
-    table = pd.DataFrame([dict(term=t, predicted_ms=p * 1e3, profiled_ms=float(measured.get(t, 0.0)))
-                          for t, p in predicted.items()])
+    measured, calls = ops.groupby("term").self_ms.sum(), ops.groupby("term").calls.sum()
+    table = pd.DataFrame([dict(term=t, predicted_ms=p * 1e3, profiled_ms=float(measured.get(t, 0.0)),
+                               calls=float(calls.get(t, 0.0))) for t, p in predicted.items()])
     table["excess_ms"] = table.profiled_ms - table.predicted_ms
     return table.sort_values("excess_ms", ascending=False).reset_index(drop=True)
+
+
+def cost_per_operator(device: torch.device | None = None, calls: int = 2000, repeats: int = 3) -> float:
+    """What the profiler adds to one operator call, in ms: ``calls`` one-element additions timed with and without
+    it (the faster of ``repeats`` each), the difference per call, at least 0. A part of many short calls reads
+    long under the profiler by about its calls times this.
+
+    Introduced in section 2.
+    """
+    x = torch.zeros(1, device=device)
+
+    def loop() -> None:
+        for _ in range(calls):
+            torch.add(x, 1)
+
+    def fastest(under_profiler: bool) -> float:
+        best = float("inf")
+        for _ in range(repeats):
+            with contextlib.ExitStack() as stack:
+                if under_profiler:
+                    stack.enter_context(_quiet_stderr())
+                    stack.enter_context(profile(activities=[ProfilerActivity.CPU]))
+                started = time.perf_counter()
+                loop()
+                best = min(best, time.perf_counter() - started)
+        return best
+
+    loop()
+    return max(fastest(True) - fastest(False), 0.0) / calls * 1e3

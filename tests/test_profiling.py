@@ -27,3 +27,10 @@ def test_a_profiled_pass_lands_beside_its_prediction(tiny):
     assert set(table.term) == {"matrices", "attention", "cache copy", "copies", "dispatch"}
     assert table.excess_ms.tolist() == sorted(table.excess_ms, reverse=True)
     assert table.profiled_ms.sum() == pytest.approx(ops.self_ms.sum())
+    assert (table.calls >= 0).all() and table.set_index("term").calls["matrices"] > 0
+
+
+def test_the_profilers_own_cost_per_operator_is_measured():
+    """A part of many short calls reads long under the profiler: its cost per call is measured, and small."""
+    per_call_ms = profiling.cost_per_operator(calls=500)
+    assert 0 <= per_call_ms < 0.2  # microseconds, not a fifth of a millisecond
