@@ -4,6 +4,7 @@
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -140,10 +141,19 @@ def test_every_failure_is_one_line_naming_chapter_cell_and_cause_and_keeps_outpu
 def test_interrupt_during_a_cell_is_one_line_and_keeps_outputs(demo):
     root, source = demo
     before = built(demo)
-    source.write_text(with_cell("import os, signal, time\nos.kill(os.getppid(), signal.SIGINT)\ntime.sleep(30)"))
-    run = subprocess.run([sys.executable, "-m", "lib.make.book", "--root", str(root)], capture_output=True,
-                         text=True, timeout=120)
-    assert run.returncode == 130, run.stdout + run.stderr
+    marker = root / "in-the-cell"
+    source.write_text(with_cell(f"import pathlib, time\npathlib.Path({str(marker)!r}).touch()\ntime.sleep(60)"))
+    build = subprocess.Popen([sys.executable, "-m", "lib.make.book", "--root", str(root)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not marker.exists() and build.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    while build.poll() is None and time.monotonic() < deadline:  # Ctrl-C from the terminal, as a reader presses it
+        build.send_signal(signal.SIGINT)
+        time.sleep(2)
+    stdout, stderr = build.communicate(timeout=30)
+    run = subprocess.CompletedProcess(build.args, build.returncode, stdout, stderr)
+    assert marker.exists() and run.returncode == 130, run.stdout + run.stderr
     lines = [line for line in run.stdout.splitlines() if line.startswith("FAILED")]
     assert len(lines) == 1 and "01_demo failed in cell 3 of 3: interrupted (Ctrl-C)" in lines[0]
     assert "Traceback" not in run.stdout + run.stderr
