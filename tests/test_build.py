@@ -143,8 +143,10 @@ def test_interrupt_during_a_cell_is_one_line_and_keeps_outputs(demo):
     before = built(demo)
     marker = root / "in-the-cell"
     source.write_text(with_cell(f"import pathlib, time\npathlib.Path({str(marker)!r}).touch()\ntime.sleep(60)"))
+    # A shell starts a background job with Ctrl-C ignored, and a child inherits that: give the build a terminal's.
     build = subprocess.Popen([sys.executable, "-m", "lib.make.book", "--root", str(root)], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+                             stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while not marker.exists() and build.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
