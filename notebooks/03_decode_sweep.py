@@ -679,7 +679,7 @@ show(register.decide("attention_at_its_bytes", claims.within(Spread(a.low, a.med
 # The reference ran a NumPy model of GPT-2 small's shape on a 2-core CPU, with the same batches at context 512
 # (`data/reference/wordfactory_part3_cpu.csv`). Its bytes column says what its step read: the weights once plus
 # each user's cache, so the weights it counted are read off the batch-1 and largest-batch rows. Its machine's
-# "memory bandwidth" of 12 GB/s was measured by pushing one token through a 400 MB table: a matrix-vector
+# "memory bandwidth" was measured by pushing one token through the model's weight table: a matrix-vector
 # product's rate, like this chapter's weight rate, not a streaming read.
 
 # %%
