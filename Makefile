@@ -130,3 +130,25 @@ book: $(VLLM_STAMP)
 endif
 endif
 endif
+
+# Chapter 8's engine a laptop user would pick: llama.cpp, through llama-cpp-python, which compiles llama.cpp
+# from source with this machine's compiler (about 6 minutes on two idle cores, 13 on busy ones; once). Its own
+# environment, like .venv-vllm: made by make .venv-llama or by make book (LLAMA=0 skips it), never by make test.
+# The [server] extra is llama_cpp.server, the OpenAI-compatible server chapter 7's base_url can point at.
+LLAMA_VENV  := .venv-llama
+LLAMA_STAMP := $(LLAMA_VENV)/.installed
+LLAMA_PIN   := llama-cpp-python[server]==0.3.36
+.PHONY: $(LLAMA_VENV)
+
+$(LLAMA_VENV): $(LLAMA_STAMP)
+
+$(LLAMA_STAMP):
+	test -x $(LLAMA_VENV)/bin/python || $(PYTHON) -m venv $(LLAMA_VENV)
+	$(LLAMA_VENV)/bin/python -m pip install --quiet --upgrade pip
+	CMAKE_BUILD_PARALLEL_LEVEL=$(shell nproc) $(LLAMA_VENV)/bin/python -m pip install --quiet "$(LLAMA_PIN)" \
+	  || { echo "llama-cpp-python did not build here (see the compiler's messages above); chapter 8 measures the rest. LLAMA=0 skips this step."; rm -rf $(LLAMA_VENV); exit 0; }
+	test ! -x $(LLAMA_VENV)/bin/python || touch $(LLAMA_STAMP)
+
+ifneq ($(LLAMA),0)
+book: $(LLAMA_STAMP)
+endif

@@ -157,7 +157,8 @@ def decode(model: LoadedModel | torch.nn.Module, last_token: torch.Tensor, cache
     if steps < 0:
         raise ValueError(f"steps cannot be negative, got {steps}")
     token = last_token.reshape(-1, 1)
-    if cache.get_seq_length() and cache.layers[0].keys.shape[0] != token.shape[0]:
+    held = cache.layers[0].keys  # a quantized cache holds its keys elsewhere and leaves this one empty
+    if cache.get_seq_length() and held.dim() == 4 and held.shape[0] != token.shape[0]:
         raise ValueError(f"the cache holds {cache.layers[0].keys.shape[0]} sequences but "
                          f"{token.shape[0]} last tokens were given")
     check_fits(module, cache.get_seq_length() + 1, max(steps - 1, 0))

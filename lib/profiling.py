@@ -32,7 +32,8 @@ BETWEEN = "(between operators)"
 #: Which cost-model term an operator's time belongs to; every other operator is part of dispatch (issuing the
 #: pass's many small operations).
 TERMS = {
-    "matrices": ("aten::addmm", "aten::mm", "aten::bmm", "aten::linear", "aten::matmul", "aten::addmv", "aten::mv"),
+    "matrices": ("aten::addmm", "aten::mm", "aten::bmm", "aten::linear", "aten::matmul", "aten::addmv", "aten::mv",
+                 "aten::_weight_int8pack_mm"),
     "attention": ("aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_attention_math",
                   "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_flash_attention",
                   "aten::_scaled_dot_product_cudnn_attention", "aten::_efficient_attention_forward",

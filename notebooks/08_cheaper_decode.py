@@ -1,0 +1,1012 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Prefill and Decode (.venv)
+#     language: python
+#     name: prefill-decode
+# ---
+
+# %% [markdown]
+# # 8. Cheaper decode: fewer bytes, more tokens per pass, less to issue
+#
+# Chapter 3 found that a decode step reads every weight and the whole cache to make one token, at the rate the
+# model's own kernels stream them. Three levers follow. **Fewer bytes per token**: store the weights in fewer bits
+# (bf16, int8, 4-bit), and the cache too. **More tokens per pass**: when a pass over a few positions costs little
+# more than a pass over one (chapter 2's short prompts), guess several tokens and check them in one pass
+# (speculative decoding). **Less to issue**: a step is hundreds of small operations, and chapter 0 priced issuing
+# them (dispatch); compiling the step removes most of that.
+#
+# This chapter measures each lever on SmolLM2-135M, on this machine, and puts the book's eager loop beside the
+# fastest path it finds and beside llama.cpp, the engine a laptop user would pick, which runs the book's own Q4_1
+# file unchanged. Each prediction comes from chapter 0's ceilings (`lib.costmodel`) or from a part timed alone
+# here, and each conclusion is a claim decided by this run's data (`lib.claims`).
+
+# %% tags=["parameters"]
+quick = False
+device = "auto"                 # "auto", "cpu", "cuda", "cuda:N"
+model_name = "smollm2-135m"     # the Q4_1 file is SmolLM2's; another model runs the PyTorch precisions only
+precisions = ["fp32", "bf16", "int8", "q4_1"]  # q4_1: the shipped GGUF file, run by llama.cpp (.venv-llama)
+threads = None                  # None: every core (chapter 0 measured SmolLM2 at that count)
+contexts = [32, 1024]           # a short and a long context, in cached tokens
+steps = 16                      # greedy steps per run, each read back to the host
+runs = 3                        # runs of every path, taking turns; a point is their median and range
+question = "Why is the sky blue? Explain it to a ten-year-old in three sentences."  # chapter 1's
+answer_tokens = 32              # greedy tokens of each precision's answer, compared with fp32's
+passage = ("The Rhine rises in the Swiss Alps and flows north through Lake Constance. Below Basel it forms the "
+           "border between France and Germany, then turns west at Mainz and cuts through the Rhine Gorge, where "
+           "castles stand on the cliffs above the river. It reaches the North Sea in the Netherlands, where it "
+           "splits into several branches.")
+instruction = "Repeat the passage above word for word."
+lookup_tokens = [2, 4]          # prompt lookup: guessed tokens checked per pass
+spec_tokens = 48                # tokens generated in each speculative and plain run
+compile_step = True             # time torch.compile of the decode step (compiling takes a minute or two on 2 cores)
+vllm = True                     # add vLLM's CPU build to the side-by-side table where .venv-vllm exists
+side_tokens = 32                # tokens of chapter 1's answer each path decodes in the side-by-side table
+close_to_read = 0.7             # a kernel "gets close to the machine's limit" above this fraction of the read
+
+# %%
+from lib import params
+
+PRECISIONS = ("fp32", "bf16", "fp16", "int8", "q4_1")
+P = params.check(globals(), {
+    "device": params.device(),
+    "model_name": params.choice(["gpt2-small", "tiny-gpt2", "smollm2-135m"], quick="tiny-gpt2"),
+    "precisions": params.listof(params.choice(PRECISIONS), quick=["fp32", "bf16", "int8"]),
+    "threads": params.integer(min=1, allow_none=True),
+    "contexts": params.int_list(min=1, max=4000, quick=[16, 96], min_items=2, ascending=True),
+    "steps": params.integer(min=2, max=256, quick=4),
+    "runs": params.integer(min=1, max=10, quick=2),
+    "question": params.text(),
+    "answer_tokens": params.integer(min=2, max=512, quick=6),
+    "passage": params.text(),
+    "instruction": params.text(),
+    "lookup_tokens": params.int_list(min=1, max=16, quick=[2], ascending=True),
+    "spec_tokens": params.integer(min=4, max=512, quick=8),
+    "compile_step": params.boolean(),
+    "vllm": params.boolean(),
+    "side_tokens": params.integer(min=2, max=512, quick=4),
+    "close_to_read": params.number(above=0, max=1),
+}, quick=quick, chapter="08_cheaper_decode")
+
+# %%
+import copy
+import dataclasses
+import math
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import torch
+from IPython.display import display
+from transformers.cache_utils import Fp8QuantizedLayer
+
+from lib import claims, client, costmodel, machine, phases, profiling, prose, quantize, speculative, sweeps, timing
+from lib.claims import Spread
+from lib.costmodel import Prediction, Term
+from lib.device import UnsupportedDtype, describe_environment, resolve_dtype, thread_counts, use_threads
+from lib.engines import vllm_engine, vllm_unavailable
+from lib.llama import LlamaFailed, LlamaWorker, llama_unavailable, server_command
+from lib.models import SMOLLM2_VERSION, cache_dir, load_model, random_prompt, smollm2_gguf
+from lib.paths import REPO_ROOT
+from lib.progress import progress
+from lib.prose import show
+from lib.results import Results, load_table
+from lib.shapes import ModelShape
+
+# %% [markdown]
+# The paths this run can take. Each precision is the same SmolLM2 weights: the book's fp32 model *is* the Q4_1
+# file de-quantised (`lib.models`), so fp32, bf16 and int8 here are that file's values in wider or other storage,
+# and llama.cpp reads the file itself. A precision this machine cannot run is skipped with its reason.
+
+# %%
+on_gpu = device.type == "cuda"
+threads = threads or max(thread_counts(device))
+torch.set_num_threads(threads)
+ceilings = machine.load_ceilings(device, quick=quick)  # chapter 0's one measurement of this machine
+fp32 = load_model(model_name, device, torch.float32)
+shape = ModelShape.from_config(fp32.config, name=model_name).with_dtype("fp32")
+models, skipped = {"fp32": fp32}, {}
+for p in precisions:
+    if p in ("bf16", "fp16"):
+        try:
+            models[p] = load_model(model_name, device, resolve_dtype(p, device))
+        except UnsupportedDtype as error:
+            skipped[p] = str(error)
+    elif p == "int8":
+        try:
+            models[p] = quantize.int8_weights(fp32)
+        except UnsupportedDtype as error:
+            skipped[p] = str(error)
+if "q4_1" in precisions:
+    why = ("the Q4_1 file holds SmolLM2-135M; this run's model is " + model_name if model_name != "smollm2-135m"
+           else llama_unavailable())
+    if why:
+        skipped["q4_1"] = why
+use_llama = "q4_1" in precisions and "q4_1" not in skipped
+torch_paths = [p for p in precisions if p in models] or ["fp32"]
+cost = {p: costmodel.CostModel(ceilings, model_name, shape.with_dtype(p), p, threads)
+        for p in torch_paths if p != "int8" and p in ceilings.dtypes()}
+for c in cost.values():
+    c.decode(contexts[0])  # says which run of chapter 0 is missing, before any work
+results = Results("08_cheaper_decode", params=P, quick=quick, device=device, model=model_name)
+register = claims.Claims()
+tokenizer = fp32.tokenizer
+eos = getattr(tokenizer, "eos_token_id", None)
+
+
+def chat_ids(text: str, random_tokens: int) -> torch.Tensor:
+    """``text`` in the model's chat template, or (a model without a tokenizer) ``random_tokens`` random ids."""
+    if tokenizer is None or getattr(tokenizer, "chat_template", None) is None:
+        return random_prompt(random_tokens, fp32.vocab_size, seed=1, device=device)
+    return tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                         return_tensors="pt", return_dict=True)["input_ids"].to(device)
+
+
+pd.Series({**describe_environment(device, None, model_name), "threads": threads, "precisions run": torch_paths +
+           (["q4_1 (llama.cpp)"] if use_llama else []),
+           "skipped": "; ".join(f"{p}: {why}" for p, why in skipped.items()) or "none"}).to_frame("this run")
+
+# %% [markdown] tags=["predict"]
+# ## 1. Fewer bytes per token
+#
+# A step at context `c` reads its weights once and its cache of `c` positions. The weights' bytes are counted from
+# the tensors each path multiplies by (`lib.quantize.step_weight_bytes`; for the GGUF file, every tensor in it,
+# its 8-bit embedding doubling as the LM head); llama.cpp keeps its cache in fp16.
+#
+# **Predict.** fp32 and bf16 are priced by the cost model, with the weights at the rate chapter 0 found this
+# model's matrix-vector products stream them. Chapter 0 has no int8 kernel, so int8's matrices are timed alone
+# here, every one of them on one row, with everything else priced as fp32's step (attention, the growing cache,
+# dispatch). For llama.cpp the book has no kernel rate, only the floor: its bytes at chapter 0's streaming read.
+# How close does it come to that floor here, and what stops it?
+
+# %%
+def matrices_alone(model, rows: int = 1) -> timing.Timing:
+    """Every matrix of ``model`` applied to ``rows`` rows, as a pass calls them, timed alone (seconds)."""
+    layers = quantize.matrix_layers(model.model)
+    x = {w: torch.randn(1, rows, w, dtype=model.dtype, device=device) for w in {quantize.in_width(m) for m in layers}}
+
+    def run() -> None:
+        with torch.inference_mode():
+            for m in layers:
+                m(x[quantize.in_width(m)])
+    return timing.measure(run, device, warmup=2, repeats=7)
+
+
+alone = {p: matrices_alone(models[p]) for p in torch_paths}
+weight_bytes = {p: quantize.step_weight_bytes(models[p].model) for p in torch_paths}
+claims.invariant(abs(weight_bytes["fp32"] - shape.weight_bytes) <= 0.01 * shape.weight_bytes,
+                 f"the fp32 weights counted from the tensors ({weight_bytes['fp32']:,}) differ from the shape's "
+                 f"formula ({shape.weight_bytes:,.0f}) by more than their biases")
+cache_value_bytes = {p: (4 if p == "int8" else shape.with_dtype(p).bytes_per_param) for p in torch_paths}
+if use_llama:
+    gguf = smollm2_gguf()
+    weight_bytes["q4_1"], cache_value_bytes["q4_1"] = quantize.gguf_step_bytes(gguf), 2
+    show("The GGUF file's tensors by storage type: " + ", ".join(
+        f"{kind} {n / 2**20:.1f} MiB" for kind, n in quantize.gguf_tensor_types(gguf).items()) + ".")
+paths = torch_paths + (["q4_1"] if use_llama else [])
+values_per_token = shape.kv_bytes_per_token / 4  # keys and values, every layer, grouped-query heads
+
+
+def step_bytes(p: str, context: int) -> float:
+    """Bytes one step of path ``p`` reads at ``context`` cached tokens: its weights and its cache."""
+    return weight_bytes[p] + values_per_token * cache_value_bytes[p] * context
+
+
+def predicted(p: str, context: int) -> Prediction | None:
+    """Path ``p``'s step at ``context``: the cost model (fp32, 2-byte dtypes), fp32's step with int8's matrices
+    timed alone, or nothing (llama.cpp: no kernel rate)."""
+    if p in cost:
+        return cost[p].decode(context)
+    if p == "int8" and "fp32" in cost:
+        base = cost["fp32"].decode(context)
+        t = alone["int8"]
+        return Prediction("decode", 1, 1, context, (Term("int8 matrices", t.low, t.median, "memory",
+                                                         "every int8 matrix on one row, timed alone here"),
+                                                    *(x for x in base.terms if x.name not in ("block matrices", "LM head"))))
+    return None
+
+
+read = ceilings.stream_bandwidth("fp32", threads)
+rows = []
+for p in paths:
+    for c in contexts:
+        mid = c + steps // 2
+        pred = predicted(p, mid)
+        rows.append(dict(precision=p, context_tokens=c, weight_mib=weight_bytes[p] / 2**20,
+                         cache_mib=values_per_token * cache_value_bytes[p] * mid / 2**20,
+                         bytes_per_step=step_bytes(p, mid), predicted_ms=pred.best * 1e3 if pred else math.nan,
+                         predicted_median_ms=pred.median * 1e3 if pred else math.nan,
+                         floor_at_read_ms=step_bytes(p, mid) / read * 1e3))
+prediction = pd.DataFrame(rows)
+alone_table = pd.DataFrame([dict(precision=p, matrices_ms=t.median * 1e3, low_ms=t.low * 1e3, high_ms=t.high * 1e3,
+                                 weight_mib=weight_bytes[p] / 2**20, gb_s=weight_bytes[p] / t.median / 1e9)
+                            for p, t in alone.items()])
+results.table(alone_table, "matrices_alone")
+display(alone_table.round(2))
+prediction.round(2)
+
+# %% [markdown]
+# Which kernel does an int8 matrix run? One int8 step under `torch.profiler` (`lib.profiling.operators`), its
+# operators by time:
+
+# %%
+if "int8" in models:
+    kv8, first8 = sweeps.prefilled(models["int8"], fp32, contexts[0], 0)
+    profiled = profiling.operators(lambda: phases.decode(models["int8"], first8, phases.truncate_cache(kv8, contexts[0]), 1),
+                                   passes=3, device=device)
+    layers8 = sum(isinstance(m, quantize.Int8Linear) for m in models["int8"].model.modules())
+    row8 = profiled[profiled.operator == quantize.INT8_KERNEL]
+    claims.invariant(len(row8) == 1 and round(float(row8.calls.iloc[0])) == layers8,
+                     f"an int8 step should call {quantize.INT8_KERNEL} once per int8 matrix ({layers8})")
+    share8 = float(row8.self_ms.iloc[0]) / profiled.self_ms.sum()
+    show(f"An int8 step calls `{quantize.INT8_KERNEL}` {layers8} times, once per matrix, and spends "
+         f"**{share8:.0%}** of its profiled time there: PyTorch's own int8-weight CPU kernel, which reads the int8 "
+         f"weights and widens them in registers, never in memory.")
+    display(profiled.head(8).round(3))
+    r8, r32 = alone_table.set_index("precision").gb_s[["int8", "fp32"]]
+    show(f"Timed alone, that kernel streams int8's {weight_bytes['int8'] / 2**20:.0f} MiB at **{r8:.1f} GB/s**, against "
+         f"fp32's matrix-vector products at {r32:.1f} GB/s: " + (
+             f"a quarter of the bytes at {r32 / r8:.1f} times less speed, so int8 weights make this machine's step slower, not "
+             "faster." if r8 * 4 < r32 else "it keeps enough of fp32's rate for the smaller weights to pay."))
+else:
+    print("int8 is not run here: " + skipped.get("int8", "not asked for"))
+
+# %% [markdown]
+# ## The sweep
+#
+# Every path decodes `steps` greedy steps from each context in each run, the paths taking turns inside a run so a
+# slow spell of a shared machine lands on one run of all of them. The PyTorch paths use `lib.sweeps.decode_sweep`
+# (each context's cache built once by the fp32 model and cropped back every run); llama.cpp runs in its own
+# process (`lib.llama.LlamaWorker`), one `eval` of one token and its argmax per step, over a random prompt of the
+# context's length. In the same runs, the fp32 model also decodes at the long context over transformers' fp8
+# cache (section 2).
+
+# %%
+worker = None
+if use_llama:
+    try:
+        worker = LlamaWorker(gguf, threads, max(contexts) + max(steps, spec_tokens, side_tokens) + 512).start()
+        about = worker.request(kind="about")
+        show(f"llama.cpp through llama-cpp-python {about['version']}, {threads} threads; built with: "
+             f"`{about['system']}`")
+        worker.request(kind="decode", context=max(contexts), steps=3)  # prefills the longest context once; warm-up
+    except LlamaFailed as error:
+        print(f"llama.cpp could not run, so the Q4_1 file is not measured: {error}")
+        use_llama, worker = False, None
+        paths.remove("q4_1")
+        prediction = prediction[prediction.precision != "q4_1"]
+
+long = max(contexts)
+one_thread = None
+if worker and threads > 1:  # llama.cpp on one thread too: does a second thread speed it up, as more memory would not?
+    one_thread = LlamaWorker(gguf, 1, max(contexts) + 512).start()
+    one_thread.request(kind="decode", context=contexts[0], steps=3)
+rows, fp8_rows, llama_one = [], [], []
+shared = {c: sweeps.prefilled(fp32, None, c, 0) for c in contexts}  # every precision decodes from these caches
+kept = {p: {c: (phases.cast_cache(copy.deepcopy(kv), models[p].dtype), first) for c, (kv, first) in shared.items()}
+        for p in torch_paths}
+for run in progress(range(1, runs + 1), desc="decode runs"):
+    for p in torch_paths:
+        table = sweeps.decode_sweep(models[p], contexts, steps=steps, runs=1, prefill_model=fp32,
+                                    caches=kept.setdefault(p, {}), label=p)
+        rows.append(table.assign(run=run, precision=p))
+    kv_long, first_long = kept["fp32"][long]
+    phases.truncate_cache(kv_long, long)
+    fp8 = quantize.fp8_cache(fp32, kv_long)
+    trace = phases.decode(fp32, first_long, fp8, steps)
+    fp8_rows.append(dict(run=run, context_tokens=long, median_s=float(np.median(trace.step_times)),
+                         stored_bytes=quantize.stored_cache_bytes(fp8)))
+    if worker:
+        for c in contexts:
+            step = worker.request(kind="decode", context=c, steps=steps)["step_s"]
+            rows.append(pd.DataFrame([dict(context_tokens=c, run=run, steps=len(step), median_s=float(np.median(step)),
+                                           low_s=min(step), high_s=max(step), precision="q4_1")]))
+    if one_thread:
+        step = one_thread.request(kind="decode", context=contexts[0], steps=steps)["step_s"]
+        llama_one.append(dict(run=run, context_tokens=contexts[0], threads=1, median_s=float(np.median(step))))
+if one_thread:
+    one_thread.close()
+decode_runs = pd.concat(rows, ignore_index=True).assign(step_ms=lambda f: f.median_s * 1e3)
+results.table(decode_runs, "decode_runs")
+sweep = timing.median_range(decode_runs, ["precision", "context_tokens"], ["step_ms"]).merge(
+    prediction, on=["precision", "context_tokens"])
+sweep["gb_s"] = sweep.bytes_per_step / sweep.step_ms / 1e6
+sweep["of_read"] = sweep.gb_s * 1e9 / read
+sweep["tokens_per_s"] = 1e3 / sweep.step_ms
+sweep["over_predicted"] = sweep.step_ms / sweep.predicted_ms
+results.table(sweep, "decode_sweep")
+sweep[["precision", "context_tokens", "bytes_per_step", "step_ms", "step_ms_low", "step_ms_high", "predicted_ms",
+       "over_predicted", "gb_s", "of_read", "tokens_per_s"]].round(3)
+
+# %%
+spread = {(r.precision, r.context_tokens): Spread(r.step_ms_low, r.step_ms, r.step_ms_high) for r in sweep.itertuples()}
+fig, ax = plt.subplots(figsize=(7.5, 4.8))
+x = np.linspace(0, sweep.bytes_per_step.max() * 1.1, 50)
+ax.plot(x / 2**20, x / read * 1e3, "k:", label=f"bytes at the streaming read ({read / 1e9:.1f} GB/s)")
+rate = ceilings.weight_rate(model_name, "fp32", threads)
+ax.plot(x / 2**20, x / rate * 1e3, "k--", lw=1, label=f"bytes at the model's fp32 matrix-vector rate ({rate / 1e9:.1f} GB/s)")
+for p, g in sweep.groupby("precision", sort=False):
+    ax.errorbar(g.bytes_per_step / 2**20, g.step_ms, yerr=[g.step_ms - g.step_ms_low, g.step_ms_high - g.step_ms],
+                fmt="o", capsize=3, label=p if p != "q4_1" else "q4_1 (llama.cpp)")
+ax.set(xlabel="bytes a step reads (MiB): weights and cache", ylabel="decode step (ms)", xlim=(0, None), ylim=(0, None))
+best = sweep.loc[sweep.of_read.idxmax()]
+ax.set_title(f"Step time against bytes; the closest to the read: {best.precision} at {best.of_read:.0%}", fontsize=10)
+ax.legend(fontsize=7)
+results.figure(fig, "step_against_bytes")
+plt.show()
+
+# %%
+register.claim(
+    "step_follows_its_bytes",
+    "Every PyTorch precision's step takes the time predicted from its bytes at its own kernel's rate (the cost "
+    "model; int8's matrices timed alone), within the tolerance for a time predicted from measured ceilings.",
+    held="every step took {low:.2f} to {high:.2f} times its prediction: a path's speed is its bytes at its kernel's "
+         "rate, {rates}.",
+    not_held="the steps took {low:.2f} to {high:.2f} times their prediction; furthest: {worst}. The matrices timed "
+             "alone stream at {rates}.")
+decided = {k: claims.within(spread[k], Spread(r.predicted_ms, r.predicted_ms, max(r.predicted_median_ms, r.predicted_ms)),
+                            claims.PREDICTED_TIME)
+           for r in sweep.itertuples() if not math.isnan(r.predicted_ms) for k in [(r.precision, r.context_tokens)]}
+if decided:
+    ratios = sweep.dropna(subset=["predicted_ms"])
+    worst = ratios.loc[(ratios.over_predicted - 1).abs().idxmax()]
+    show(register.decide("step_follows_its_bytes", claims.every(decided.values()),
+                         predicted=f"within {claims.PREDICTED_TIME:g}x", measured=prose.span(ratios.over_predicted.min(),
+                         ratios.over_predicted.max(), ".2f", "x"), evidence="decode_sweep.csv, matrices_alone.csv",
+                         low=ratios.over_predicted.min(), high=ratios.over_predicted.max(),
+                         worst=f"{worst.precision} at {worst.context_tokens} tokens, {worst.over_predicted:.2f}x",
+                         rates=", ".join(f"{r.precision} {r.gb_s:.1f} GB/s" for r in alone_table.itertuples())))
+else:
+    show(register.decide("step_follows_its_bytes", None))
+
+# %%
+register.claim(
+    "llama_close_to_the_read",
+    "llama.cpp's Q4_1 step reads its bytes at a large fraction of chapter 0's streaming read, as published "
+    "measurements on other CPUs found (71 to 93 %).",
+    held="at every context it reads {fractions} of the read's {read:.1f} GB/s: at or above {limit:.0%}.",
+    not_held="it reads {fractions} of the read's {read:.1f} GB/s: below {limit:.0%}.",
+    not_measured="llama.cpp did not run here: {why}.")
+if use_llama:
+    frac = {c: spread[("q4_1", c)] for c in contexts}
+    frac = {c: Spread(step_bytes("q4_1", c + steps // 2) / s.high / 1e6 / (read / 1e9),
+                      step_bytes("q4_1", c + steps // 2) / s.mid / 1e6 / (read / 1e9),
+                      step_bytes("q4_1", c + steps // 2) / s.low / 1e6 / (read / 1e9)) for c, s in frac.items()}
+    show(register.decide("llama_close_to_the_read", claims.every(claims.at_least(f, close_to_read) for f in frac.values()),
+                         predicted=f"at least {close_to_read:.0%} of the read", evidence="decode_sweep.csv",
+                         measured=", ".join(f"{f.mid:.0%} at {c}" for c, f in frac.items()),
+                         fractions=", ".join(f"{f.mid:.0%} ({f.low:.0%}-{f.high:.0%}) at {c} tokens" for c, f in frac.items()),
+                         read=read / 1e9, limit=close_to_read))
+else:
+    show(register.decide("llama_close_to_the_read", None, why=skipped.get("q4_1", "not asked for")))
+
+# %% [markdown]
+# What stops it? If llama.cpp's step waited on memory, a second thread would speed it up no more than a second
+# thread speeds up chapter 0's streaming read. If it waits on the cores (unpacking 4-bit blocks, the dot products),
+# a second thread would nearly halve it. Both runs took turns above, at the short context.
+
+# %%
+register.claim(
+    "llama_bound_by_its_cores",
+    "llama.cpp's step is limited by its cores, not by memory: a second thread speeds it up by more than it speeds "
+    "up chapter 0's streaming read.",
+    held="{threads} threads made the step {gain} faster than one, where the read gains {read_gain:.2f}x: its kernels "
+         "wait on arithmetic, so on this machine they cannot reach the read. Published figures show the same on "
+         "machines with much bandwidth for their cores: {reference}.",
+    not_held="{threads} threads made the step {gain} faster than one, no more than the read's own {read_gain:.2f}x: "
+             "its kernels wait on memory. Published figures for comparison: {reference}.",
+    not_measured="{why}.")
+apple = pd.read_csv(REPO_ROOT / "data/reference/llama_cpp_apple_bandwidth.csv", comment="#")
+reference = ", ".join(f"{r.processor} {r.llama_cpp_gb_s:g} of {r.physical_gb_s:g} GB/s "
+                      f"({r.llama_cpp_gb_s / r.physical_gb_s:.0%})" for r in apple.itertuples())
+if llama_one:
+    one = pd.DataFrame(llama_one).set_index("run").median_s
+    many = decode_runs[(decode_runs.precision == "q4_1") & (decode_runs.context_tokens == contexts[0])].set_index("run").median_s
+    gain = Spread.of(one / many)
+    read_gain = read / ceilings.stream_bandwidth("fp32", 1)
+    results.table(pd.DataFrame(llama_one).assign(threads_step_s=one.map(many.to_dict())), "llama_threads_runs")
+    show(register.decide("llama_bound_by_its_cores", claims.at_least(gain, read_gain * (1 + claims.NOISE)),
+                         predicted=f"more than the read's {read_gain:.2f}x", measured=gain.text(".2f", "x"),
+                         evidence="llama_threads_runs.csv; data/00_machine (read at 1 and all threads)",
+                         threads=threads, gain=gain.text(".2f", "x"), read_gain=read_gain, reference=reference))
+else:
+    show(register.decide("llama_bound_by_its_cores", None, why=(
+        "llama.cpp did not run here" if not use_llama else "this run has one thread, so there is no second to add")))
+
+# %%
+short = sweep[sweep.context_tokens == contexts[0]].sort_values("of_read", ascending=False)
+close = [f"{r.precision} ({r.of_read:.0%})" for r in short.itertuples() if r.of_read >= close_to_read]
+far = [f"{r.precision} ({r.of_read:.0%})" for r in short.itertuples() if r.of_read < close_to_read]
+half = "fp16" if on_gpu else "bf16"
+label = ("" if half not in ceilings.dtypes() else f" Chapter 0 found {half} " + (
+    "with hardware instructions on this machine." if ceilings.hardware_support(half) else
+    "without hardware instructions here: its products run a slow kernel."))
+show(f"At {contexts[0]} cached tokens, the paths that get close to the machine's limit (at least {close_to_read:.0%} of "
+     f"the streaming read): {', '.join(close) or 'none'}; the ones that do not: {', '.join(far) or 'none'}." + label)
+
+# %% [markdown]
+# ### Fewer bytes are not free
+#
+# Each precision answers chapter 1's question greedily, beside fp32's answer: how many tokens agree before the
+# first difference, and how far the logits of the prompt's last position move (largest absolute difference, and
+# whether the top token is the same). Because the fp32 weights are the Q4_1 file's own values, llama.cpp's
+# differences come from its arithmetic (its Q4_1 kernels round the activations to 8 bits before each dot
+# product, and its cache is fp16), not from the weights; int8's come from rounding those weights once more.
+
+# %%
+question_ids = chat_ids(question, 24)
+answers, last_logits = {}, {}
+for p in torch_paths:
+    logits, kv = phases.prefill(models[p], question_ids)
+    last_logits[p] = logits[0, -1].float().cpu()
+    first = logits[:, -1:].argmax(-1)
+    answers[p] = [int(first)] + phases.decode(models[p], first, kv, answer_tokens - 1, eos_token_id=eos).token_ids
+if worker:
+    reply = worker.request(kind="greedy", prompt=question_ids[0].tolist(), new_tokens=answer_tokens)
+    answers["q4_1"], last_logits["q4_1"] = reply["tokens"], torch.tensor(reply["logits"])
+quality = pd.DataFrame([dict(precision=p, tokens=len(a), agree_with_fp32=speculative.tokens_agreeing(a, answers["fp32"]),
+                             same_top_token=int(last_logits[p].argmax()) == int(last_logits["fp32"].argmax()),
+                             largest_logit_difference=float((last_logits[p] - last_logits["fp32"]).abs().max()),
+                             of_largest_logit=float((last_logits[p] - last_logits["fp32"]).abs().max()
+                                                    / last_logits["fp32"].abs().max()),
+                             answer=tokenizer.decode(a, skip_special_tokens=True) if tokenizer else str(a[:8]))
+                        for p, a in answers.items()])
+results.table(quality, "quality")
+diverged = [f"{r.precision} after {r.agree_with_fp32} tokens" for r in quality.itertuples()
+            if r.precision != "fp32" and r.agree_with_fp32 < min(r.tokens, len(answers["fp32"]))]
+show("Against fp32's answer: " + (", ".join(diverged) + " first differ" if diverged else
+     "every precision gives the same answer") + "; " + ", ".join(
+    f"{r.precision} moves the last logits by up to {r.largest_logit_difference:.2f} ({r.of_largest_logit:.1%} of the "
+    f"largest)" for r in quality.itertuples() if r.precision != "fp32") + ".")
+prose.table(quality)
+
+# %% [markdown] tags=["predict"]
+# ## 2. Fewer bytes per cached token
+#
+# Grouped-query attention stores keys and values for fewer heads than it queries (chapter 3's table: SmolLM2 has 3
+# KV heads for 9 query heads). What that buys shows at long contexts, where the cache is a real share of a step's
+# bytes. Here is the arithmetic, for GPT-2 small (multi-head), SmolLM2 as it is, and SmolLM2 as if it kept a KV
+# head per query head:
+
+# %%
+gpt2, real = (machine.MODELS[m][0].with_dtype("fp32") for m in ("gpt2-small", "smollm2-135m"))
+mha = dataclasses.replace(real, kv_heads=real.heads, name="smollm2-135m as multi-head")
+kv_table = pd.DataFrame([dict(model=s.name, kv_heads=s.kv_heads, query_heads=s.heads, kib_per_token=s.kv_bytes_per_token / 1024,
+                              weight_mib=s.weight_bytes / 2**20, cache_share_at_long=s.kv_bytes_per_token * long /
+                              (s.kv_bytes_per_token * long + s.weight_bytes),
+                              tokens_until_cache_equals_weights=s.weight_bytes / s.kv_bytes_per_token)
+                         for s in (gpt2, real, mha)])
+results.table(kv_table, "cache_bytes_per_token")
+kv_table.round(3)
+
+# %%
+g = decode_runs[decode_runs.precision == "fp32"].pivot(index="run", columns="context_tokens", values="step_ms")
+growth = Spread.of(g[long] - g[contexts[0]])
+predicted_growth = (cost["fp32"].decode(long + steps // 2).best - cost["fp32"].decode(contexts[0] + steps // 2).best) * 1e3 \
+    if "fp32" in cost else math.nan
+ch3 = load_table("03_decode_sweep", "growth_with_context", quick=quick)
+register.claim(
+    "cache_growth_follows_its_bytes",
+    "The fp32 step grows from the short to the long context by the time the cost model gives the cache's extra "
+    "bytes (attention's read and the growing cache's copy).",
+    held="it grew by {growth} against {predicted} predicted: {per_k:.2f} ms per 1,000 cached tokens, for "
+         "{kib:.0f} KiB of cache a token.",
+    not_held="it grew by {growth} against {predicted} predicted ({per_k:.2f} ms per 1,000 cached tokens, for "
+             "{kib:.0f} KiB a token).")
+if growth.low > 0 and predicted_growth > 0:
+    verdict = claims.within(growth, predicted_growth, claims.PREDICTED_TIME)
+else:
+    verdict = claims.UNRESOLVED if growth.high > 0 else claims.NOT_HELD
+show(register.decide("cache_growth_follows_its_bytes", verdict, predicted=f"{predicted_growth:.2f} ms",
+                     measured=growth.text(".2f", "ms"), evidence="decode_runs.csv (fp32, paired within runs)",
+                     growth=growth.text(".2f", "ms"), per_k=growth.mid / (long - contexts[0]) * 1e3,
+                     kib=shape.kv_bytes_per_token / 1024))
+alone_parts = {c: sweeps.cache_costs(shape, 1, c + steps // 2, device) for c in (contexts[0], long)}
+alone_growth = sum(alone_parts[long][k].median - alone_parts[contexts[0]][k].median for k in ("attention", "concatenation")) * 1e3
+parts_verdict = claims.within(growth, alone_growth, claims.PREDICTED_TIME) if alone_growth > 0 and growth.low > 0 \
+    else claims.UNRESOLVED
+show(f"One layer down: attention and the growing cache's copy, timed alone on caches of these sizes "
+     f"(`lib.sweeps.cache_costs`), cost **{alone_growth:.2f} ms** more at {long} tokens than at {contexts[0]}: " + {
+         claims.HELD: "the parts account for the growth, so the cost model's rates for the cache are what is off, not "
+                      "the step around them.",
+         claims.NOT_HELD: "the parts alone do not account for the growth either; the rest is in the step around them.",
+         claims.UNRESOLVED: "this run's spread of the growth straddles what they cost, so it cannot tell where the "
+                            "difference is."}[parts_verdict])
+if ch3 is not None and not ch3.empty:
+    g3 = ch3[(ch3.dtype == "fp32")].sort_values("context_tokens")
+    g3 = g3[g3.threads == g3.threads.max()]
+    per_k3 = (g3.step_ms.iloc[-1] - g3.step_ms.iloc[0]) / (g3.context_tokens.iloc[-1] - g3.context_tokens.iloc[0]) * 1e3
+    show(f"Chapter 3 measured GPT-2 small's fp32 step growing by **{per_k3:.2f} ms per 1,000 cached tokens** "
+         f"({gpt2.kv_bytes_per_token / 1024:.0f} KiB a token); SmolLM2's grew by **{growth.mid / (long - contexts[0]) * 1e3:.2f} ms** "
+         f"here ({shape.kv_bytes_per_token / 1024:.0f} KiB a token). As multi-head, SmolLM2 would store "
+         f"{mha.kv_bytes_per_token / shape.kv_bytes_per_token:.0f} times the bytes a token.")
+
+# %% [markdown] tags=["predict"]
+# ### A quantized cache: memory or time?
+#
+# transformers' `QuantizedCache` with its fp8 backend stores keys and values in one byte each. Read how it serves
+# a step before predicting what it saves:
+
+# %%
+display(prose.source(Fp8QuantizedLayer.update, Fp8QuantizedLayer._dequantize))
+
+# %% [markdown]
+# It appends the new position to the fp8 tensors (a copy, as the growing fp32 cache does, but of one byte a
+# value), then **de-quantises the whole cache** for attention: a widening copy to fp32 and a multiply by the scale.
+# Attention then reads fp32 as before. So it saves memory, and each step moves more bytes, not fewer
+# (`lib.quantize.cache_traffic`): a prediction that it costs time, priced at chapter 0's copy rate.
+
+# %%
+display(prose.source(quantize.cache_traffic))
+fp8_runs = pd.DataFrame(fp8_rows)
+paired = decode_runs[(decode_runs.precision == "fp32") & (decode_runs.context_tokens == long)].set_index("run").median_s
+fp8_runs["dynamic_s"] = fp8_runs.run.map(paired)
+results.table(fp8_runs, "fp8_cache_runs")
+values = values_per_token * long
+extra_bytes = values * (quantize.cache_traffic("fp8", 4) - quantize.cache_traffic("dynamic", 4))
+copy_rate = ceilings.stream_bandwidth("fp32", threads, "copy")
+predicted_extra = extra_bytes / copy_rate * 1e3
+extra = Spread.of((fp8_runs.median_s - fp8_runs.dynamic_s) * 1e3)
+stored = fp8_runs.stored_bytes.iloc[0] / (shape.kv_bytes_per_token * long)
+claims.invariant(stored < 0.3, f"the fp8 cache should store about a quarter of the fp32 bytes, stores {stored:.2f}")
+src = torch.randn(1, shape.kv_heads, long, shape.head_dim, device=device)
+q8, scale = src.to(torch.float8_e4m3fn), torch.tensor(0.5)
+widen = timing.measure(lambda: q8.float() * scale, device, warmup=2, repeats=7)
+widen_rate = q8.numel() * 9 / widen.median  # 1 byte read, 4 written; 4 read and 4 written by the multiply
+register.claim(
+    "fp8_cache_saves_memory_not_time",
+    "transformers' fp8 cache stores a quarter of the fp32 cache's bytes but makes the step slower by the bytes its "
+    "de-quantisation moves, priced at chapter 0's copy rate.",
+    held="it stores {stored:.0%} of the bytes, and the step at {long} tokens took {extra} longer against "
+         "{predicted} predicted.",
+    not_held="it stores {stored:.0%} of the bytes; the step at {long} tokens took {extra} longer against {predicted} "
+             "predicted. {why}")
+if extra.low > 0:
+    verdict = claims.within(extra, predicted_extra, claims.PREDICTED_TIME)
+else:
+    verdict = claims.UNRESOLVED if extra.high > 0 else claims.NOT_HELD
+repriced = values * quantize.cache_traffic("fp8", 4) / widen_rate * 1e3 - values * quantize.cache_traffic("dynamic", 4) / copy_rate * 1e3
+why = (f"One layer down: widening one layer's fp8 keys to fp32 and scaling them, timed alone, moves "
+       f"{widen_rate / 1e9:.1f} GB/s against the copy's {copy_rate / 1e9:.1f}: "
+       + (f"the conversion from fp8 is the slow part, not the bytes; priced at that rate, the extra is "
+          f"{repriced:.1f} ms." if widen_rate < copy_rate / claims.PREDICTED_TIME
+          else "the conversion keeps the copy's rate, so the rest is elsewhere in the step."))
+register.claim(
+    "fp8_cache_is_no_faster",
+    "transformers' fp8 cache makes the decode step no faster than the fp32 cache it replaces.",
+    held="the step at {long} tokens was slower over it in every run: {extra} a step.",
+    not_held="the step at {long} tokens was faster over it in every run, by {saved} a step.")
+show(register.decide("fp8_cache_is_no_faster", claims.verdict_of(extra.low >= 0, extra.high < 0),
+                     predicted="slower or equal", measured=extra.text(".1f", "ms"),
+                     evidence="fp8_cache_runs.csv (paired within runs)", long=long, extra=extra.text(".1f", "ms"),
+                     saved=(extra * -1).text(".1f", "ms")))
+show(register.decide("fp8_cache_saves_memory_not_time", verdict, predicted=f"+{predicted_extra:.1f} ms",
+                     measured=extra.text(".1f", "ms"), evidence="fp8_cache_runs.csv (paired within runs)",
+                     stored=stored, long=long, extra=extra.text(".1f", "ms"), why=why))
+fp8_runs.assign(extra_ms=(fp8_runs.median_s - fp8_runs.dynamic_s) * 1e3).round(4)
+
+# %% [markdown] tags=["predict"]
+# ## 3. More tokens per pass: speculative decoding by prompt lookup
+#
+# A task that quotes its input lets a step guess: prompt lookup (transformers' `prompt_lookup_num_tokens`) finds the
+# last few generated tokens earlier in the prompt and proposes the `k` tokens that followed them; one pass over the
+# guesses checks them all (`lib.speculative`). Its answer is greedy decoding's, token for token; its time is the sum
+# of the passes it made. A pass over `k + 1` positions does not cost what a pass over one does: chapter 2 timed
+# short prompts on this machine:
+
+# %%
+display(prose.source(speculative.acceptance_length, speculative.predicted_seconds))
+short_passes = load_table("02_prefill_sweep", "short_passes", quick=quick)
+if short_passes is not None and not short_passes.empty:
+    sp = short_passes[(short_passes.dtype == "fp32") & (short_passes.threads == short_passes.threads.max())]
+    one_token = sp[sp.prompt_tokens == 1].time_ms.iloc[0]
+    show("Chapter 2 (GPT-2 small, fp32): a pass over " + ", ".join(
+        f"{int(r.prompt_tokens)} tokens costs {r.time_ms / one_token:.2f}x" for r in sp.itertuples() if 1 < r.prompt_tokens <= 8)
+        + " a one-token pass. Prompt lookup pays only if it gains more tokens per pass than that.")
+
+# %%
+task_ids = chat_ids(f"{passage}\n\n{instruction}", 48)
+if tokenizer is None:  # a model without a tokenizer: a prompt that repeats itself, so lookup finds matches
+    task_ids = torch.cat([task_ids, task_ids[:, :12]], dim=1)
+phases.check_fits(fp32, task_ids.shape[1] + max(lookup_tokens) + 1, spec_tokens)
+settings = [0] + lookup_tokens
+spec_rows, outputs, pass_log = [], {}, {}
+
+
+def generate(k: int) -> tuple[list[int], list[int], float]:
+    """``spec_tokens`` greedy tokens after the passage, prompt lookup guessing ``k`` tokens (0: plain decoding);
+    returns the tokens, every pass's length and the seconds."""
+    kw = {"prompt_lookup_num_tokens": k} if k else {}
+    with torch.inference_mode(), speculative.counted_passes(fp32.model) as lengths:
+        start = timing.now(device)
+        out = fp32.model.generate(task_ids, attention_mask=torch.ones_like(task_ids), max_new_tokens=spec_tokens,
+                                  min_new_tokens=spec_tokens, do_sample=False, pad_token_id=eos or 0, **kw)
+        seconds = timing.now(device) - start
+    return out[0, task_ids.shape[1]:].tolist(), list(lengths), seconds
+
+
+generate(0)  # warm-up
+for run in progress(range(1, runs + 1), desc="speculative runs"):
+    for k in settings:
+        tokens, lengths, seconds = generate(k)
+        outputs.setdefault(k, tokens)
+        pass_log.setdefault(k, lengths)
+        spec_rows.append(dict(run=run, guesses=k, seconds=seconds, tokens=len(tokens), passes=len(lengths),
+                              acceptance_length=speculative.acceptance_length(len(tokens), lengths),
+                              same_as_plain=tokens == outputs[0]))
+spec_runs = pd.DataFrame(spec_rows)
+results.table(spec_runs, "speculative_runs")
+
+# %% [markdown]
+# Each pass a generation made is priced by its length: the first (the prompt, with guesses when it already matches)
+# as a prefill of that many tokens, the others over a cache of the run's middle context. All are timed here,
+# `runs` times each, taking turns:
+
+# %%
+lengths_seen = sorted({n for ls in pass_log.values() for n in ls[1:]})
+firsts = sorted({ls[0] for ls in pass_log.values()})
+mid = task_ids.shape[1] + spec_tokens // 2
+kv_mid, _ = sweeps.prefilled(fp32, None, mid, 0)
+samples = {n: [] for n in lengths_seen + firsts}
+for _ in range(max(runs, 3) + 1):
+    for n in lengths_seen:
+        ids = random_prompt(n, fp32.vocab_size, seed=n, device=device)
+        phases.truncate_cache(kv_mid, mid)
+        with torch.inference_mode():
+            start = timing.now(device)
+            fp32.model(input_ids=ids, cache=kv_mid, use_cache=True).logits.argmax(-1).tolist()
+            samples[n].append(timing.now(device) - start)
+    for n in firsts:
+        ids = random_prompt(n, fp32.vocab_size, seed=n, device=device)
+        with torch.inference_mode():
+            start = timing.now(device)
+            phases.prefill(fp32, ids)[0].argmax(-1).tolist()
+            samples[n].append(timing.now(device) - start)
+pass_cost = {n: float(np.median(s[1:])) for n, s in samples.items()}  # the first of each is a warm-up
+pass_table = pd.DataFrame([dict(positions=n, kind="first pass" if n in firsts else "over the cache",
+                                ms=pass_cost[n] * 1e3, low_ms=min(s[1:]) * 1e3, high_ms=max(s[1:]) * 1e3,
+                                of_one_position=pass_cost[n] / pass_cost[1] if 1 in pass_cost else math.nan)
+                           for n, s in samples.items()])
+over_cache = [n for n in lengths_seen]
+mats = {n: matrices_alone(fp32, n) for n in over_cache}
+pass_table["matrices_alone_ms"] = [mats[n].median * 1e3 if n in mats else math.nan for n in pass_table.positions]
+results.table(pass_table, "pass_costs")
+cheaper = [(a, b) for a in over_cache for b in over_cache if a < b and pass_cost[a] > pass_cost[b] * (1 + claims.NOISE)]
+if cheaper:
+    a, b = cheaper[0]
+    show(f"A pass over {a} positions costs more than one over {b} here ({pass_cost[a] * 1e3:.0f} against "
+         f"{pass_cost[b] * 1e3:.0f} ms). The model's matrices timed alone at those rows take {mats[a].median * 1e3:.0f} and "
+         f"{mats[b].median * 1e3:.0f} ms: " + ("the matrix kernel PyTorch picks for that many rows is the cause, not "
+                                               "attention or the cache." if mats[a].median > mats[b].median else
+                                               "not the matrices, so the rest of the pass is."))
+pass_table.round(3)
+
+# %%
+plain = spec_runs[spec_runs.guesses == 0].set_index("run").seconds
+rows = []
+for k in lookup_tokens:
+    mine = spec_runs[spec_runs.guesses == k].set_index("run")
+    speedup = Spread.of(plain / mine.seconds)
+    predicted_speedup = speculative.predicted_seconds(pass_log[0], pass_cost) / speculative.predicted_seconds(pass_log[k], pass_cost)
+    rows.append(dict(guesses=k, acceptance_length=float(mine.acceptance_length.median()),
+                     passes=int(mine.passes.median()), plain_passes=int(spec_runs[spec_runs.guesses == 0].passes.median()),
+                     check_pass_of_one=pass_cost.get(k + 1, math.nan) / pass_cost[1] if 1 in pass_cost else math.nan,
+                     predicted_speedup=predicted_speedup, speedup=speedup.mid, speedup_low=speedup.low,
+                     speedup_high=speedup.high, same_as_plain=bool(mine.same_as_plain.all())))
+spec = pd.DataFrame(rows)
+results.table(spec, "speculative")
+register.claim(
+    "speculation_as_predicted",
+    "Prompt lookup's speed-up over plain greedy decoding is the one predicted from the passes it made, each priced "
+    "by its length, within the tolerance for a predicted ratio.",
+    held="{pairs}.",
+    not_held="{pairs}.")
+register.claim(
+    "speculation_pays_where_predicted",
+    "Prompt lookup pays (runs faster than plain decoding) exactly where its prediction says it does.",
+    held="{verdicts}.",
+    not_held="{verdicts}.")
+register.claim(
+    "speculation_is_greedy",
+    "Prompt lookup's answer is plain greedy decoding's, token for token.",
+    held="every speculative run gave the plain answer's {n} tokens.",
+    not_held="{which} differed from the plain answer (first difference after {agree} tokens): the k-position pass's "
+             "arithmetic differs from the one-position pass's by rounding, enough to flip a near tie.")
+pairs, pays = {}, {}
+for r in spec.itertuples():
+    s = Spread(r.speedup_low, r.speedup, r.speedup_high)
+    pairs[r.guesses] = (claims.within(s, r.predicted_speedup, claims.PREDICTED_RATIO),
+                        f"k = {r.guesses}: {s.text('.2f', 'x')} against {r.predicted_speedup:.2f}x predicted, with "
+                        f"{r.acceptance_length:.2f} tokens a pass and a checking pass costing {r.check_pass_of_one:.2f}x a "
+                        f"one-token one")
+    side = r.predicted_speedup > 1
+    pays[r.guesses] = (claims.verdict_of((s.low > 1) == side and (s.high > 1) == side, (s.low > 1) != side and (s.high > 1) != side),
+                       f"k = {r.guesses}: predicted to {'pay' if side else 'not pay'} ({r.predicted_speedup:.2f}x), "
+                       f"measured {s.text('.2f', 'x')}")
+show(register.decide("speculation_as_predicted", claims.every(v for v, _ in pairs.values()),
+                     predicted="; ".join(f"k={r.guesses}: {r.predicted_speedup:.2f}x" for r in spec.itertuples()),
+                     measured="; ".join(f"k={r.guesses}: {r.speedup:.2f}x" for r in spec.itertuples()),
+                     evidence="speculative.csv, pass_costs.csv", pairs="; ".join(t for _, t in pairs.values())))
+show(register.decide("speculation_pays_where_predicted", claims.every(v for v, _ in pays.values()),
+                     predicted="; ".join(f"k={r.guesses}: {'pays' if r.predicted_speedup > 1 else 'does not pay'}"
+                                         for r in spec.itertuples()),
+                     measured="; ".join(f"k={r.guesses}: {r.speedup:.2f}x" for r in spec.itertuples()),
+                     evidence="speculative.csv", verdicts="; ".join(t for _, t in pays.values())))
+differ = [k for k in lookup_tokens if outputs[k] != outputs[0]]
+show(register.decide("speculation_is_greedy", claims.NOT_HELD if differ else claims.HELD,
+                     predicted="identical", measured="identical" if not differ else f"k={differ} differ",
+                     evidence="speculative_runs.csv", n=len(outputs[0]), which=", ".join(f"k = {k}" for k in differ),
+                     agree=min((speculative.tokens_agreeing(outputs[k], outputs[0]) for k in differ), default=0)))
+spec.round(3)
+
+# %% [markdown] tags=["predict"]
+# ## 4. Less to issue: a preallocated cache and a compiled step
+#
+# Chapter 0 priced issuing a SmolLM2 step (its operations with the matrices and attention hollowed out): that is
+# the dispatch term of every prediction above. `torch.compile` traces the step once and replaces the operations
+# with a few generated kernels; over transformers' preallocated cache (`StaticCache`, every shape fixed) the traced
+# step is reused at every position. **Predict:** the compiled step costs the eager static step's prediction less
+# its dispatch; on a GPU, compiling with CUDA graphs (`mode="reduce-overhead"`) removes the launches as well.
+
+# %%
+c0 = contexts[0]
+static_len = max(c0 + steps, question_ids.shape[1] + side_tokens) + 8
+mode = "reduce-overhead" if on_gpu else "default"
+issue_rows, compile_s = [], math.nan
+kv_issue, first_issue = kept["fp32"][c0]
+compiled = None
+if compile_step and not quick:
+    compiled = copy.deepcopy(fp32.model)
+    compiled.forward = torch.compile(compiled.forward, dynamic=False, mode=mode)
+    phases.truncate_cache(kv_issue, c0)
+    start = time.perf_counter()
+    phases.decode(compiled, first_issue, phases.static_cache(fp32, kv_issue, static_len), 3)  # compiles
+    compile_s = time.perf_counter() - start
+    show(f"Compiling the step took **{compile_s:.0f} s** (inductor, mode `{mode}`; its cache makes a second build "
+         "faster).")
+else:
+    print("the compiled step is not timed: " + ("quick mode" if quick else "compile_step = False"))
+for run in progress(range(1, runs + 1), desc="issuing runs"):
+    for kind, module in (("eager, growing cache", fp32.model), ("eager, static cache", fp32.model),
+                         ("compiled, static cache", compiled)):
+        if module is None:
+            continue
+        phases.truncate_cache(kv_issue, c0)
+        cache = kv_issue if kind.endswith("growing cache") else phases.static_cache(fp32, kv_issue, static_len)
+        phases.decode(module, first_issue, cache, 2)  # warm-up, then the same context again
+        phases.truncate_cache(kv_issue, c0)
+        cache = kv_issue if kind.endswith("growing cache") else phases.static_cache(fp32, kv_issue, static_len)
+        t = phases.decode(module, first_issue, cache, steps).step_times
+        issue_rows.append(dict(run=run, path=kind, step_ms=float(np.median(t)) * 1e3))
+issue_runs = pd.DataFrame(issue_rows)
+results.table(issue_runs, "issuing_runs")
+
+
+def static_prediction(context: int) -> Prediction:
+    """The eager static step at ``context``: chapter 0's static dispatch where it timed one for this model, else
+    the growing cache's (the same operations, bar the cache's)."""
+    try:
+        return cost["fp32"].decode(context, cache="static", max_len=static_len)
+    except ValueError:
+        p = cost["fp32"].decode(context)
+        masked = ceilings.attention_decode(model_name, "fp32", threads, static_len * shape.kv_bytes_per_token, masked=True)
+        return Prediction("decode", 1, 1, context, tuple(
+            Term("attention", masked.best, masked.median, "memory", "every preallocated position, masked")
+            if t.name == "attention" else t for t in p.terms if t.name != "cache copy"))
+
+
+ps = static_prediction(c0 + steps // 2)
+dispatch = ps.term("dispatch")
+issue_pred = {"eager, growing cache": cost["fp32"].decode(c0 + steps // 2).best * 1e3, "eager, static cache": ps.best * 1e3,
+              "compiled, static cache": (ps.best - dispatch.best) * 1e3}
+issue = timing.median_range(issue_runs, ["path"], ["step_ms"])
+issue["predicted_ms"] = issue.path.map(issue_pred)
+issue["over_predicted"] = issue.step_ms / issue.predicted_ms
+results.table(issue, "issuing")
+register.claim(
+    "compiled_step_loses_its_dispatch",
+    "Compiling the step saves what chapter 0 measured for issuing it: the eager static step less the compiled one "
+    "is chapter 0's dispatch, within the tolerance for a time predicted from measured ceilings.",
+    held="compiling saved {saved} a step (the compiled step took {step}), for {dispatch} of dispatch chapter 0 "
+         "measured.",
+    not_held="compiling saved {saved} a step (the compiled step took {step}), for {dispatch} of dispatch chapter 0 "
+             "measured. One layer down, below: what the compiled step still issues.",
+    not_measured="the compiled step was not timed ({why}).")
+if compiled is not None:
+    w = issue_runs.pivot(index="run", columns="path", values="step_ms")
+    comp = Spread.of(w["compiled, static cache"])
+    saved = Spread.of(w["eager, static cache"] - w["compiled, static cache"])
+    expected = Spread(dispatch.best * 1e3, dispatch.best * 1e3, max(dispatch.median, dispatch.best) * 1e3)
+    verdict = claims.within(saved, expected, claims.PREDICTED_TIME) if saved.low > 0 else \
+        claims.verdict_of(False, saved.high < expected.low / claims.PREDICTED_TIME)
+    show(register.decide("compiled_step_loses_its_dispatch", verdict, predicted=f"{prose.ms(dispatch.best)} saved",
+                         measured=saved.text(".1f", "ms") + " saved", evidence="issuing_runs.csv",
+                         saved=saved.text(".1f", "ms"), step=comp.text(".1f", "ms"), dispatch=prose.ms(dispatch.best)))
+else:
+    show(register.decide("compiled_step_loses_its_dispatch", None, why="quick mode" if quick else "compile_step = False"))
+issue.round(2)
+
+# %% [markdown]
+# One layer down: both static steps under `torch.profiler`, their time per step by the cost model's terms, and how
+# many operator calls each issues (the compiled graph's fused kernels run inside its one call).
+
+# %%
+if compiled is not None:
+    def static_steps(module) -> None:
+        phases.truncate_cache(kv_issue, c0)
+        phases.decode(module, first_issue, phases.static_cache(fp32, kv_issue, static_len), 2)
+
+    parts = {}
+    for kind, module in (("eager, static cache", fp32.model), ("compiled, static cache", compiled)):
+        ops = profiling.operators(lambda: static_steps(module), passes=2, device=device)
+        by_term = (ops.groupby("term").self_ms.sum() / 2).to_dict()
+        parts[kind] = dict(path=kind, operator_calls=ops[ops.operator != profiling.BETWEEN].calls.sum() / 2,
+                           **{f"{t}_ms": by_term.get(t, 0.0) for t in ("matrices", "attention", "dispatch")},
+                           other_ms=sum(v for t, v in by_term.items() if t not in ("matrices", "attention", "dispatch")))
+    parts = pd.DataFrame(parts.values())
+    results.table(parts, "issuing_parts")
+    e, c = parts.set_index("path").loc["eager, static cache"], parts.set_index("path").loc["compiled, static cache"]
+    show(f"Compiled, a step issues **{c.operator_calls:,.0f}** operator calls instead of {e.operator_calls:,.0f}, and what "
+         f"is left of issuing it (the compiled graph's call with its fused kernels, Dynamo's guard check, the gaps) "
+         f"takes **{prose.ms(c.dispatch_ms / 1e3)}** against {prose.ms(e.dispatch_ms / 1e3)}; its matrices take "
+         f"{prose.ms(c.matrices_ms / 1e3)} against {prose.ms(e.matrices_ms / 1e3)}" + (
+             ": the matrix products, one per weight, are still PyTorch's own and still dominate the step."
+             if c.matrices_ms > c.dispatch_ms else "."))
+    display(parts.round(2))
+
+# %% [markdown]
+# ## 5. Side by side: one prompt, every path, one run
+#
+# Chapter 1's question, `side_tokens` greedy tokens, on each path in turn for `runs` runs: the book's eager fp32
+# loop, the fastest PyTorch path this chapter found at the short context, llama.cpp on the Q4_1 file and, where
+# `.venv-vllm` exists, vLLM's CPU build through HTTP (fp32, started on loopback and stopped after). A path's time per
+# output token (TPOT) is the median gap between its tokens; its bandwidth is its bytes per step over that.
+
+# %%
+fastest = min(((p, spread[(p, c0)].mid) for p in torch_paths), key=lambda x: x[1])
+if compiled is not None and issue.set_index("path").step_ms["compiled, static cache"] < fastest[1]:
+    fastest = ("compiled fp32", issue.set_index("path").step_ms["compiled, static cache"])
+side_paths = {"eager fp32 (the book's loop)": "fp32", f"fastest PyTorch: {fastest[0]}": fastest[0]}
+if worker:
+    side_paths["llama.cpp, Q4_1"] = "q4_1"
+vllm_why = "quick mode" if quick else ("vllm = False" if not vllm else vllm_unavailable() or
+                                       (None if model_name == "smollm2-135m" else "the engines serve SmolLM2"))
+
+
+def torch_tpot(p: str) -> list[float]:
+    """One run of path ``p`` on the question: its step times (s)."""
+    module = compiled if p == "compiled fp32" else models[p].model
+    logits, kv = phases.prefill(fp32 if p == "compiled fp32" else models[p], question_ids)
+    first = logits[:, -1:].argmax(-1)
+    cache = phases.static_cache(fp32, kv, static_len) if p == "compiled fp32" else kv
+    return phases.decode(module, first, cache, side_tokens - 1).step_times
+
+
+side_rows = []
+for run in progress(range(0, runs + 1), desc="side-by-side runs"):  # run 0 is a warm-up
+    for name, p in side_paths.items():
+        t = (worker.request(kind="greedy", prompt=question_ids[0].tolist(), new_tokens=side_tokens, ignore_eos=True)["step_s"]
+             if p == "q4_1" else torch_tpot(p))
+        if run:
+            side_rows.append(dict(run=run, path=name, precision="fp32" if p == "compiled fp32" else p,
+                                  tpot_ms=float(np.median(t)) * 1e3))
+if not vllm_why:
+    started = time.perf_counter()  # chapter 7's first engine has the same settings, so its compile cache serves
+    with vllm_engine(cache_dir() / f"smollm2-135m-instruct-{SMOLLM2_VERSION}", max_num_batched_tokens=2048,
+                     threads=threads).start() as engine:
+        print(f"vLLM started in {time.perf_counter() - started:.0f} s")
+        chat = [{"role": "user", "content": question}]
+        served = client.served_model(engine.base_url)
+        for run in range(0, runs + 1):
+            trace = client.stream_chat(engine.base_url, served, chat, side_tokens, extra={"ignore_eos": True})
+            client.require_ok(trace, f"vLLM at {engine.base_url}", f"side-by-side request {run}")
+            if run:
+                side_rows.append(dict(run=run, path="vLLM (CPU build, HTTP)", precision="fp32", tpot_ms=trace.metrics().tpot * 1e3))
+else:
+    print(f"vLLM is not in the table: {vllm_why}.")
+side_runs = pd.DataFrame(side_rows)
+results.table(side_runs, "side_by_side_runs")
+side = timing.median_range(side_runs, ["path", "precision"], ["tpot_ms"])
+mid_ctx = question_ids.shape[1] + side_tokens // 2
+side["bytes_per_step"] = [step_bytes(p, mid_ctx) for p in side.precision]
+side["tokens_per_s"] = 1e3 / side.tpot_ms
+side["gb_s"] = side.bytes_per_step / side.tpot_ms / 1e6
+side["of_read"] = side.gb_s * 1e9 / read
+base = side[side.path.str.startswith("eager fp32")].tpot_ms.iloc[0]
+side["speedup_over_eager_loop"] = base / side.tpot_ms
+side = side.sort_values("tpot_ms", ignore_index=True)
+results.table(side, "side_by_side")
+side[["path", "tpot_ms", "tpot_ms_low", "tpot_ms_high", "tokens_per_s", "gb_s", "of_read", "speedup_over_eager_loop"]].round(2)
+
+# %%
+top = side.iloc[0]
+levers = []
+narrow = [p for p in torch_paths if p != "fp32"]
+if narrow:
+    bp = min(narrow, key=lambda p: spread[(p, c0)].mid)
+    levers.append(f"fewer bytes in PyTorch ({bp}) **{spread[('fp32', c0)].mid / spread[(bp, c0)].mid:.2f}x**")
+if compiled is not None:
+    s = issue.set_index("path").step_ms
+    levers.append(f"compiling the step **{s['eager, growing cache'] / s['compiled, static cache']:.2f}x**")
+if not spec.empty:
+    b = spec.loc[spec.speedup.idxmax()]
+    levers.append(f"prompt lookup (k = {int(b.guesses)}, on a quoting task) **{b.speedup:.2f}x**")
+if "llama.cpp, Q4_1" in set(side.path):
+    levers.append(f"llama.cpp's kernels on the 4-bit file **{side.set_index('path').speedup_over_eager_loop['llama.cpp, Q4_1']:.2f}x**")
+show(f"**On this machine** ({threads} threads), the fastest path is **{top.path}**: {top.tokens_per_s:.0f} tokens/s, "
+     f"{top.of_read:.0%} of the streaming read, {top.speedup_over_eager_loop:.2f}x the book's eager loop. Each lever, "
+     f"against the eager fp32 step: " + "; ".join(levers) + ".")
+
+# %%
+if worker:
+    worker.close()
+results.table(register.frame(), "claims")
+print(register.summary())
+display(prose.table(register.frame()[["claim", "verdict", "predicted", "measured"]]))
+
+# %% [markdown]
+# ## What these numbers do not show
+#
+# * **One small model.** SmolLM2-135M's weights are half a gigabyte in fp32: a 7B model's step is bytes even more
+#   plainly, and its 4-bit file is what fits a laptop's memory at all.
+# * **Quality on one question.** A few dozen greedy tokens and one prompt's logits say whether a precision changes
+#   this answer, not how it scores on a benchmark.
+# * **Prompt lookup on a quoting task.** Acceptance depends on the text: an answer that does not repeat its prompt
+#   gains nothing from it, and a draft model (another kind of speculation) costs a pass of its own.
+# * **llama.cpp's own cache and arithmetic.** Its fp16 cache and 8-bit activations are part of its speed; its
+#   prompt here is random tokens for the sweep and chapter 1's question for the answer.
+# * **A shared machine.** Ranges are across runs in one process; other programs' load shows in them.
+#
+# ## Takeaways
+#
+# * A decode step's speed is its bytes at its kernel's rate: fewer bytes help only through a kernel that keeps its
+#   rate on them.
+# * Measure how close a kernel gets to the machine's read: that is the room a better kernel has.
+# * A quantized cache can save memory and cost time: read how it is implemented before expecting speed.
+# * Speculation pays when the tokens gained per pass beat what a wider pass costs on this machine.
+# * Issuing a step's operations is a real cost on a CPU; compiling removes most of it.
+#
+# ## Check yourself
+#
+# 1. A step reads 540 MB in fp32 and 100 MB in a 4-bit file. The fp32 kernel streams 12 GB/s; the 4-bit one 25 GB/s.
+#    What speed-up should the 4-bit path give?
+#
+# <details><summary>Answer</summary>
+#
+# 540 / 12 = 45 ms against 100 / 25 = 4 ms: about 11x, of which 5.4x is bytes and 2x the faster kernel (plus
+# whatever issuing the step costs in each).
+# </details>
+#
+# 2. Prompt lookup gains 1.8 tokens a pass with `k = 4`, and a five-position pass costs 2.2 times a one-position
+# pass. Does it pay?
+#
+# <details><summary>Answer</summary>
+#
+# No: 2.2 / 1.8 = 1.22 times the time per token. It pays only where a wide pass costs less than the tokens it
+# gains, as on a GPU, where a few more rows are nearly free.
+# </details>
+#
+# 3. Why can a quantized cache make a step slower?
+#
+# <details><summary>Answer</summary>
+#
+# If attention needs the cache in the activations' dtype, the step widens the whole cache at every step: it reads
+# the narrow bytes and writes the wide ones, on top of attention's own read. It saves memory, not bytes moved.
+# </details>
+#
+# ## Try it
+#
+# * Set `threads = 1`: which path loses most, and does llama.cpp still get close to the read?
+# * Raise `contexts` to `[32, 4000]`: where does the cache's share of the bytes start to matter?
+# * Change `instruction` to "Summarise the passage in one sentence.": what happens to the acceptance length?
+# * Serve the Q4_1 file to chapter 7: start `llama_cpp.server` (the command below) and run chapter 7 with
+#   `base_url = "http://127.0.0.1:8000"`.
+
+# %%
+print(server_command(smollm2_gguf() if model_name == "smollm2-135m" else "<a .gguf file>", threads=threads))
