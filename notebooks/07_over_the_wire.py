@@ -803,6 +803,10 @@ plt.show()
 #
 # * Point the chapter at your own deployment: `base_url = "http://127.0.0.1:8000"` (any OpenAI-compatible
 #   server; the stall runs at its own settings).
+# * Measure llama.cpp, the engine a laptop user would pick, on the book's own Q4_1 file: start its
+#   OpenAI-compatible server from chapter 8's environment (`make .venv-llama`, then
+#   `.venv-llama/bin/python -m llama_cpp.server --model <the GGUF file> --port 8000 --n_threads 2`; chapter 8
+#   prints the whole command with the file's path) and set `base_url = "http://127.0.0.1:8000"`.
 # * Tighten the objectives (`tpot_slo_ms = 50`) and watch where goodput collapses move.
 # * Add `64` to `vllm_budgets`: does A's worst gap keep shrinking, or does a step's fixed cost take over?
 # * Set `threads = 1`: how much of the difference between the in-process path and each engine was threading?

@@ -100,9 +100,9 @@ from lib.results import Results, load_table
 from lib.shapes import ModelShape
 
 # %% [markdown]
-# The paths this run can take. Each precision is the same SmolLM2 weights: the book's fp32 model *is* the Q4_1
-# file de-quantised (`lib.models`), so fp32, bf16 and int8 here are that file's values in wider or other storage,
-# and llama.cpp reads the file itself. A precision this machine cannot run is skipped with its reason.
+# The paths this run can take. With SmolLM2, each precision holds the same weights: the book's fp32 model *is* the
+# Q4_1 file de-quantised (`lib.models`), so fp32, bf16 and int8 here are that file's values in wider or other
+# storage, and llama.cpp reads the file itself. A precision this machine cannot run is skipped with its reason.
 
 # %%
 on_gpu = device.type == "cuda"
@@ -252,8 +252,8 @@ if "int8" in models:
     r8, r32 = alone_table.set_index("precision").gb_s[["int8", "fp32"]]
     show(f"Timed alone, that kernel streams int8's {weight_bytes['int8'] / 2**20:.0f} MiB at **{r8:.1f} GB/s**, against "
          f"fp32's matrix-vector products at {r32:.1f} GB/s: " + (
-             f"a quarter of the bytes at {r32 / r8:.1f} times less speed, so int8 weights make this machine's step slower, not "
-             "faster." if r8 * 4 < r32 else "it keeps enough of fp32's rate for the smaller weights to pay."))
+             f"a quarter of the bytes at {r8 / r32:.0%} of fp32's rate, so int8 weights make this machine's step slower, "
+             "not faster." if r8 * 4 < r32 else "it keeps enough of fp32's rate for the smaller weights to pay."))
 else:
     print("int8 is not run here: " + skipped.get("int8", "not asked for"))
 
@@ -265,7 +265,7 @@ else:
 # (each context's cache built once by the fp32 model and cropped back every run); llama.cpp runs in its own
 # process (`lib.llama.LlamaWorker`), one `eval` of one token and its argmax per step, over a random prompt of the
 # context's length. In the same runs, the fp32 model also decodes at the long context over transformers' fp8
-# cache (section 2).
+# cache (section 2), and llama.cpp on one thread at the short context (below: what stops it).
 
 # %%
 worker = None
@@ -368,8 +368,8 @@ else:
 # %%
 register.claim(
     "llama_close_to_the_read",
-    "llama.cpp's Q4_1 step reads its bytes at a large fraction of chapter 0's streaming read, as published "
-    "measurements on other CPUs found (71 to 93 %).",
+    "llama.cpp's Q4_1 step reads its bytes at a large fraction of chapter 0's streaming read (at least the "
+    "parameter close_to_read).",
     held="at every context it reads {fractions} of the read's {read:.1f} GB/s: at or above {limit:.0%}.",
     not_held="it reads {fractions} of the read's {read:.1f} GB/s: below {limit:.0%}.",
     not_measured="llama.cpp did not run here: {why}.")
@@ -397,8 +397,8 @@ register.claim(
     "llama.cpp's step is limited by its cores, not by memory: a second thread speeds it up by more than it speeds "
     "up chapter 0's streaming read.",
     held="{threads} threads made the step {gain} faster than one, where the read gains {read_gain:.2f}x: its kernels "
-         "wait on arithmetic, so on this machine they cannot reach the read. Published figures show the same on "
-         "machines with much bandwidth for their cores: {reference}.",
+         "wait on arithmetic, so on this machine they cannot reach the read. Published figures show the fraction "
+         "falling where a chip has more bandwidth for its cores: {reference}.",
     not_held="{threads} threads made the step {gain} faster than one, no more than the read's own {read_gain:.2f}x: "
              "its kernels wait on memory. Published figures for comparison: {reference}.",
     not_measured="{why}.")
@@ -410,7 +410,7 @@ if llama_one:
     many = decode_runs[(decode_runs.precision == "q4_1") & (decode_runs.context_tokens == contexts[0])].set_index("run").median_s
     gain = Spread.of(one / many)
     read_gain = read / ceilings.stream_bandwidth("fp32", 1)
-    results.table(pd.DataFrame(llama_one).assign(threads_step_s=one.map(many.to_dict())), "llama_threads_runs")
+    results.table(pd.DataFrame(llama_one).assign(all_threads_median_s=lambda f: f.run.map(many)), "llama_threads_runs")
     show(register.decide("llama_bound_by_its_cores", claims.at_least(gain, read_gain * (1 + claims.NOISE)),
                          predicted=f"more than the read's {read_gain:.2f}x", measured=gain.text(".2f", "x"),
                          evidence="llama_threads_runs.csv; data/00_machine (read at 1 and all threads)",
@@ -435,7 +435,7 @@ show(f"At {contexts[0]} cached tokens, the paths that get close to the machine's
 #
 # Each precision answers chapter 1's question greedily, beside fp32's answer: how many tokens agree before the
 # first difference, and how far the logits of the prompt's last position move (largest absolute difference, and
-# whether the top token is the same). Because the fp32 weights are the Q4_1 file's own values, llama.cpp's
+# whether the top token is the same). With SmolLM2, whose fp32 weights are the Q4_1 file's own values, llama.cpp's
 # differences come from its arithmetic (its Q4_1 kernels round the activations to 8 bits before each dot
 # product, and its cache is fp16), not from the weights; int8's come from rounding those weights once more.
 
@@ -458,12 +458,16 @@ quality = pd.DataFrame([dict(precision=p, tokens=len(a), agree_with_fp32=specula
                              answer=tokenizer.decode(a, skip_special_tokens=True) if tokenizer else str(a[:8]))
                         for p, a in answers.items()])
 results.table(quality, "quality")
-diverged = [f"{r.precision} after {r.agree_with_fp32} tokens" for r in quality.itertuples()
-            if r.precision != "fp32" and r.agree_with_fp32 < min(r.tokens, len(answers["fp32"]))]
-show("Against fp32's answer: " + (", ".join(diverged) + " first differ" if diverged else
-     "every precision gives the same answer") + "; " + ", ".join(
-    f"{r.precision} moves the last logits by up to {r.largest_logit_difference:.2f} ({r.of_largest_logit:.1%} of the "
-    f"largest)" for r in quality.itertuples() if r.precision != "fp32") + ".")
+others = quality[quality.precision != "fp32"]
+diverged = [f"{r.precision}'s after {r.agree_with_fp32} tokens" for r in others.itertuples()
+            if r.agree_with_fp32 < min(r.tokens, len(answers["fp32"]))]
+same = [r.precision for r in others.itertuples() if r.agree_with_fp32 >= min(r.tokens, len(answers["fp32"]))]
+show(" ".join(filter(None, [
+    f"{', '.join(same)} answer{'s' if len(same) == 1 else ''} as fp32 does, token for token." if same else "",
+    f"The answer first differs from fp32's: {'; '.join(diverged)}." if diverged else "",
+    "The last logits move by up to " + ", ".join(f"{r.largest_logit_difference:.2f} in {r.precision} "
+                                                 f"({r.of_largest_logit:.1%} of the largest)" for r in others.itertuples())
+    + "." if len(others) else ""])))
 prose.table(quality)
 
 # %% [markdown] tags=["predict"]
