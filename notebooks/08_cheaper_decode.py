@@ -76,6 +76,7 @@ P = params.check(globals(), {
 # %%
 import copy
 import dataclasses
+import json
 import math
 import time
 
@@ -93,10 +94,10 @@ from lib.device import UnsupportedDtype, describe_environment, resolve_dtype, th
 from lib.engines import vllm_engine, vllm_unavailable
 from lib.llama import LlamaFailed, LlamaWorker, llama_unavailable, server_command
 from lib.models import SMOLLM2_VERSION, cache_dir, load_model, random_prompt, smollm2_gguf
-from lib.paths import REPO_ROOT
+from lib.paths import REPO_ROOT, output_root
 from lib.progress import progress
 from lib.prose import show
-from lib.results import Results, load_table
+from lib.results import Results, load_reference, load_table
 from lib.shapes import ModelShape
 
 # %% [markdown]
@@ -130,10 +131,15 @@ if "q4_1" in precisions:
         skipped["q4_1"] = why
 use_llama = "q4_1" in precisions and "q4_1" not in skipped
 torch_paths = [p for p in precisions if p in models] or ["fp32"]
-cost = {p: costmodel.CostModel(ceilings, model_name, shape.with_dtype(p), p, threads)
-        for p in torch_paths if p != "int8" and p in ceilings.dtypes()}
-for c in cost.values():
-    c.decode(contexts[0])  # says which run of chapter 0 is missing, before any work
+cost, unpriced = {}, {}  # a configuration chapter 0 did not measure is timed here but not predicted
+for p in torch_paths:
+    if p != "int8":
+        try:
+            cost[p] = costmodel.CostModel(ceilings, model_name, shape.with_dtype(p), p, threads)
+            cost[p].decode(contexts[0])  # raises, naming what chapter 0 lacks, before any work
+        except ValueError as error:
+            cost.pop(p, None)
+            unpriced[p] = str(error)
 results = Results("08_cheaper_decode", params=P, quick=quick, device=device, model=model_name)
 register = claims.Claims()
 tokenizer = fp32.tokenizer
@@ -148,9 +154,19 @@ def chat_ids(text: str, random_tokens: int) -> torch.Tensor:
                                          return_tensors="pt", return_dict=True)["input_ids"].to(device)
 
 
+def model_of(section: str) -> str:
+    """The model an earlier chapter measured, from its provenance (read where :func:`lib.results.load_table` reads)."""
+    for root in dict.fromkeys([output_root(quick), REPO_ROOT]):
+        path = root / "data" / section / "provenance.json"
+        if path.exists():
+            return json.loads(path.read_text()).get("model") or "its model"
+    return "its model"
+
+
 pd.Series({**describe_environment(device, None, model_name), "threads": threads, "precisions run": torch_paths +
            (["q4_1 (llama.cpp)"] if use_llama else []),
-           "skipped": "; ".join(f"{p}: {why}" for p, why in skipped.items()) or "none"}).to_frame("this run")
+           "skipped": "; ".join(f"{p}: {why}" for p, why in skipped.items()) or "none",
+           "not predicted": "; ".join(f"{p}: {why}" for p, why in unpriced.items()) or "none"}).to_frame("this run")
 
 # %% [markdown] tags=["predict"]
 # ## 1. Fewer bytes per token
@@ -250,7 +266,7 @@ if "int8" in models:
          f"weights and widens them in registers, never in memory.")
     display(profiled.head(8).round(3))
     r8, r32 = alone_table.set_index("precision").gb_s[["int8", "fp32"]]
-    show(f"Timed alone, that kernel streams int8's {weight_bytes['int8'] / 2**20:.0f} MiB at **{r8:.1f} GB/s**, against "
+    show(f"Timed alone, that kernel streams int8's {weight_bytes['int8'] / 2**20:.3g} MiB at **{r8:.1f} GB/s**, against "
          f"fp32's matrix-vector products at {r32:.1f} GB/s: " + (
              f"a quarter of the bytes at {r8 / r32:.0%} of fp32's rate, so int8 weights make this machine's step slower, "
              "not faster." if r8 * 4 < r32 else "it keeps enough of fp32's rate for the smaller weights to pay."))
@@ -273,7 +289,7 @@ if use_llama:
     try:
         worker = LlamaWorker(gguf, threads, max(contexts) + max(steps, spec_tokens, side_tokens) + 512).start()
         about = worker.request(kind="about")
-        show(f"llama.cpp through llama-cpp-python {about['version']}, {threads} threads; built with: "
+        show(f"llama.cpp through llama-cpp-python {about['version']}, {threads} thread{'s' if threads > 1 else ''}; built with: "
              f"`{about['system']}`")
         worker.request(kind="decode", context=max(contexts), steps=3)  # prefills the longest context once; warm-up
     except LlamaFailed as error:
@@ -329,8 +345,9 @@ spread = {(r.precision, r.context_tokens): Spread(r.step_ms_low, r.step_ms, r.st
 fig, ax = plt.subplots(figsize=(7.5, 4.8))
 x = np.linspace(0, sweep.bytes_per_step.max() * 1.1, 50)
 ax.plot(x / 2**20, x / read * 1e3, "k:", label=f"bytes at the streaming read ({read / 1e9:.1f} GB/s)")
-rate = ceilings.weight_rate(model_name, "fp32", threads)
-ax.plot(x / 2**20, x / rate * 1e3, "k--", lw=1, label=f"bytes at the model's fp32 matrix-vector rate ({rate / 1e9:.1f} GB/s)")
+if "fp32" in cost:
+    rate = ceilings.weight_rate(model_name, "fp32", threads)
+    ax.plot(x / 2**20, x / rate * 1e3, "k--", lw=1, label=f"bytes at the model's fp32 matrix-vector rate ({rate / 1e9:.1f} GB/s)")
 for p, g in sweep.groupby("precision", sort=False):
     ax.errorbar(g.bytes_per_step / 2**20, g.step_ms, yerr=[g.step_ms - g.step_ms_low, g.step_ms_high - g.step_ms],
                 fmt="o", capsize=3, label=p if p != "q4_1" else "q4_1 (llama.cpp)")
@@ -349,7 +366,8 @@ register.claim(
     held="every step took {low:.2f} to {high:.2f} times its prediction: a path's speed is its bytes at its kernel's "
          "rate, {rates}.",
     not_held="the steps took {low:.2f} to {high:.2f} times their prediction; furthest: {worst}. The matrices timed "
-             "alone stream at {rates}.")
+             "alone stream at {rates}.",
+    not_measured="no step has a prediction here: {why}")
 decided = {k: claims.within(spread[k], Spread(r.predicted_ms, r.predicted_ms, max(r.predicted_median_ms, r.predicted_ms)),
                             claims.PREDICTED_TIME)
            for r in sweep.itertuples() if not math.isnan(r.predicted_ms) for k in [(r.precision, r.context_tokens)]}
@@ -363,7 +381,7 @@ if decided:
                          worst=f"{worst.precision} at {worst.context_tokens} tokens, {worst.over_predicted:.2f}x",
                          rates=", ".join(f"{r.precision} {r.gb_s:.1f} GB/s" for r in alone_table.itertuples())))
 else:
-    show(register.decide("step_follows_its_bytes", None))
+    show(register.decide("step_follows_its_bytes", None, why="; ".join(unpriced.values()) or "no PyTorch path ran"))
 
 # %%
 register.claim(
@@ -402,7 +420,7 @@ register.claim(
     not_held="{threads} threads made the step {gain} faster than one, no more than the read's own {read_gain:.2f}x: "
              "its kernels wait on memory. Published figures for comparison: {reference}.",
     not_measured="{why}.")
-apple = pd.read_csv(REPO_ROOT / "data/reference/llama_cpp_apple_bandwidth.csv", comment="#")
+apple = load_reference("llama_cpp_apple_bandwidth")
 reference = ", ".join(f"{r.processor} {r.llama_cpp_gb_s:g} of {r.physical_gb_s:g} GB/s "
                       f"({r.llama_cpp_gb_s / r.physical_gb_s:.0%})" for r in apple.itertuples())
 if llama_one:
@@ -465,7 +483,7 @@ same = [r.precision for r in others.itertuples() if r.agree_with_fp32 >= min(r.t
 show(" ".join(filter(None, [
     f"{', '.join(same)} answer{'s' if len(same) == 1 else ''} as fp32 does, token for token." if same else "",
     f"The answer first differs from fp32's: {'; '.join(diverged)}." if diverged else "",
-    "The last logits move by up to " + ", ".join(f"{r.largest_logit_difference:.2f} in {r.precision} "
+    "The last logits move by up to " + ", ".join(f"{r.largest_logit_difference:.3g} in {r.precision} "
                                                  f"({r.of_largest_logit:.1%} of the largest)" for r in others.itertuples())
     + "." if len(others) else ""])))
 prose.table(quality)
@@ -502,15 +520,18 @@ register.claim(
     held="it grew by {growth} against {predicted} predicted: {per_k:.2f} ms per 1,000 cached tokens, for "
          "{kib:.0f} KiB of cache a token.",
     not_held="it grew by {growth} against {predicted} predicted ({per_k:.2f} ms per 1,000 cached tokens, for "
-             "{kib:.0f} KiB a token).")
-if growth.low > 0 and predicted_growth > 0:
+             "{kib:.0f} KiB a token).",
+    not_measured="it grew by {growth}, with no prediction here: {why}")
+if math.isnan(predicted_growth):
+    verdict = None
+elif growth.low > 0 and predicted_growth > 0:
     verdict = claims.within(growth, predicted_growth, claims.PREDICTED_TIME)
 else:
     verdict = claims.UNRESOLVED if growth.high > 0 else claims.NOT_HELD
 show(register.decide("cache_growth_follows_its_bytes", verdict, predicted=f"{predicted_growth:.2f} ms",
                      measured=growth.text(".2f", "ms"), evidence="decode_runs.csv (fp32, paired within runs)",
                      growth=growth.text(".2f", "ms"), per_k=growth.mid / (long - contexts[0]) * 1e3,
-                     kib=shape.kv_bytes_per_token / 1024))
+                     kib=shape.kv_bytes_per_token / 1024, why=unpriced.get("fp32", "")))
 alone_parts = {c: sweeps.cache_costs(shape, 1, c + steps // 2, device) for c in (contexts[0], long)}
 alone_growth = sum(alone_parts[long][k].median - alone_parts[contexts[0]][k].median for k in ("attention", "concatenation")) * 1e3
 parts_verdict = claims.within(growth, alone_growth, claims.PREDICTED_TIME) if alone_growth > 0 and growth.low > 0 \
@@ -526,10 +547,12 @@ if ch3 is not None and not ch3.empty:
     g3 = ch3[(ch3.dtype == "fp32")].sort_values("context_tokens")
     g3 = g3[g3.threads == g3.threads.max()]
     per_k3 = (g3.step_ms.iloc[-1] - g3.step_ms.iloc[0]) / (g3.context_tokens.iloc[-1] - g3.context_tokens.iloc[0]) * 1e3
-    show(f"Chapter 3 measured GPT-2 small's fp32 step growing by **{per_k3:.2f} ms per 1,000 cached tokens** "
-         f"({gpt2.kv_bytes_per_token / 1024:.0f} KiB a token); SmolLM2's grew by **{growth.mid / (long - contexts[0]) * 1e3:.2f} ms** "
-         f"here ({shape.kv_bytes_per_token / 1024:.0f} KiB a token). As multi-head, SmolLM2 would store "
-         f"{mha.kv_bytes_per_token / shape.kv_bytes_per_token:.0f} times the bytes a token.")
+    m3 = model_of("03_decode_sweep")
+    kib3 = machine.MODELS[m3][0].with_dtype("fp32").kv_bytes_per_token / 1024 if m3 in machine.MODELS else math.nan
+    show(f"Chapter 3 measured {m3}'s fp32 step growing by **{per_k3:.2f} ms per 1,000 cached tokens** "
+         f"({kib3:.3g} KiB a token); {model_name}'s grew by **{growth.mid / (long - contexts[0]) * 1e3:.2f} ms** "
+         f"here ({shape.kv_bytes_per_token / 1024:.3g} KiB a token). As multi-head, SmolLM2 would store "
+         f"{mha.kv_bytes_per_token / real.kv_bytes_per_token:.0f} times the bytes a token.")
 
 # %% [markdown] tags=["predict"]
 # ### A quantized cache: memory or time?
@@ -610,7 +633,7 @@ short_passes = load_table("02_prefill_sweep", "short_passes", quick=quick)
 if short_passes is not None and not short_passes.empty:
     sp = short_passes[(short_passes.dtype == "fp32") & (short_passes.threads == short_passes.threads.max())]
     one_token = sp[sp.prompt_tokens == 1].time_ms.iloc[0]
-    show("Chapter 2 (GPT-2 small, fp32): a pass over " + ", ".join(
+    show(f"Chapter 2 ({model_of('02_prefill_sweep')}, fp32): a pass over " + ", ".join(
         f"{int(r.prompt_tokens)} tokens costs {r.time_ms / one_token:.2f}x" for r in sp.itertuples() if 1 < r.prompt_tokens <= 8)
         + " a one-token pass. Prompt lookup pays only if it gains more tokens per pass than that.")
 
@@ -805,10 +828,13 @@ def static_prediction(context: int) -> Prediction:
             if t.name == "attention" else t for t in p.terms if t.name != "cache copy"))
 
 
-ps = static_prediction(c0 + steps // 2)
-dispatch = ps.term("dispatch")
-issue_pred = {"eager, growing cache": cost["fp32"].decode(c0 + steps // 2).best * 1e3, "eager, static cache": ps.best * 1e3,
-              "compiled, static cache": (ps.best - dispatch.best) * 1e3}
+if "fp32" in cost:
+    ps = static_prediction(c0 + steps // 2)
+    dispatch = ps.term("dispatch")
+    issue_pred = {"eager, growing cache": cost["fp32"].decode(c0 + steps // 2).best * 1e3,
+                  "eager, static cache": ps.best * 1e3, "compiled, static cache": (ps.best - dispatch.best) * 1e3}
+else:
+    dispatch, issue_pred = None, {}
 issue = timing.median_range(issue_runs, ["path"], ["step_ms"])
 issue["predicted_ms"] = issue.path.map(issue_pred)
 issue["over_predicted"] = issue.step_ms / issue.predicted_ms
@@ -821,8 +847,8 @@ register.claim(
          "measured.",
     not_held="compiling saved {saved} a step (the compiled step took {step}), for {dispatch} of dispatch chapter 0 "
              "measured. One layer down, below: what the compiled step still issues.",
-    not_measured="the compiled step was not timed ({why}).")
-if compiled is not None:
+    not_measured="not decided ({why}).")
+if compiled is not None and dispatch is not None:
     w = issue_runs.pivot(index="run", columns="path", values="step_ms")
     comp = Spread.of(w["compiled, static cache"])
     saved = Spread.of(w["eager, static cache"] - w["compiled, static cache"])
@@ -833,7 +859,8 @@ if compiled is not None:
                          measured=saved.text(".1f", "ms") + " saved", evidence="issuing_runs.csv",
                          saved=saved.text(".1f", "ms"), step=comp.text(".1f", "ms"), dispatch=prose.ms(dispatch.best)))
 else:
-    show(register.decide("compiled_step_loses_its_dispatch", None, why="quick mode" if quick else "compile_step = False"))
+    show(register.decide("compiled_step_loses_its_dispatch", None, why="quick mode" if quick else "compile_step = False"
+                         if compiled is None else "chapter 0 has no dispatch for this configuration: " + unpriced.get("fp32", "")))
 issue.round(2)
 
 # %% [markdown]
@@ -876,7 +903,9 @@ if compiled is not None:
 fastest = min(((p, spread[(p, c0)].mid) for p in torch_paths), key=lambda x: x[1])
 if compiled is not None and issue.set_index("path").step_ms["compiled, static cache"] < fastest[1]:
     fastest = ("compiled fp32", issue.set_index("path").step_ms["compiled, static cache"])
-side_paths = {"eager fp32 (the book's loop)": "fp32", f"fastest PyTorch: {fastest[0]}": fastest[0]}
+side_paths = {"eager fp32 (the book's loop)": "fp32"}
+if fastest[0] != "fp32":  # the eager fp32 loop is itself the fastest PyTorch path otherwise
+    side_paths[f"fastest PyTorch: {fastest[0]}"] = fastest[0]
 if worker:
     side_paths["llama.cpp, Q4_1"] = "q4_1"
 vllm_why = "quick mode" if quick else ("vllm = False" if not vllm else vllm_unavailable() or
@@ -943,7 +972,7 @@ if not spec.empty:
     levers.append(f"prompt lookup (k = {int(b.guesses)}, on a quoting task) **{b.speedup:.2f}x**")
 if "llama.cpp, Q4_1" in set(side.path):
     levers.append(f"llama.cpp's kernels on the 4-bit file **{side.set_index('path').speedup_over_eager_loop['llama.cpp, Q4_1']:.2f}x**")
-show(f"**On this machine** ({threads} threads), the fastest path is **{top.path}**: {top.tokens_per_s:.0f} tokens/s, "
+show(f"**On this machine** ({threads} thread{'s' if threads > 1 else ''}), the fastest path is **{top.path}**: {top.tokens_per_s:.0f} tokens/s, "
      f"{top.of_read:.0%} of the streaming read, {top.speedup_over_eager_loop:.2f}x the book's eager loop. Each lever, "
      f"against the eager fp32 step: " + "; ".join(levers) + ".")
 
