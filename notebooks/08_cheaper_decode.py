@@ -383,6 +383,10 @@ if decided:
 else:
     show(register.decide("step_follows_its_bytes", None, why="; ".join(unpriced.values()) or "no PyTorch path ran"))
 
+# %% [markdown]
+# llama.cpp has no kernel rate in chapter 0, so its claim is the fraction of the machine's streaming read it reaches
+# (`close_to_read`, 70 % by default, is where this chapter calls a kernel close to the machine's limit).
+
 # %%
 register.claim(
     "llama_close_to_the_read",
@@ -1003,7 +1007,8 @@ display(prose.table(register.frame()[["claim", "verdict", "predicted", "measured
 # * Measure how close a kernel gets to the machine's read: that is the room a better kernel has.
 # * A quantized cache can save memory and cost time: read how it is implemented before expecting speed.
 # * Speculation pays when the tokens gained per pass beat what a wider pass costs on this machine.
-# * Issuing a step's operations is a real cost on a CPU; compiling removes most of it.
+# * Issuing a step's hundreds of operations costs time on a CPU (chapter 0 prices it); compiling can remove that
+#   part, and only that part: the matrix products stay.
 #
 # ## Check yourself
 #
