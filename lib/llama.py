@@ -41,11 +41,12 @@ def llama_unavailable(root: Path = REPO_ROOT) -> str | None:
 
 def server_command(gguf: str | Path, port: int = 8000, threads: int = 2, root: Path = REPO_ROOT) -> str:
     """The command that serves ``gguf`` with llama-cpp-python's OpenAI-compatible server on loopback (chapter 7's
-    ``base_url`` can point at ``http://127.0.0.1:<port>/v1``)."""
+    ``base_url`` can point at ``http://127.0.0.1:<port>``). The server runs one request at a time; by default a new
+    request interrupts the one streaming (its reply ends with no content), so the command queues them instead."""
     gguf = Path(gguf)
     shown = gguf.relative_to(root) if gguf.is_relative_to(root) else gguf  # a published page names no build path
     return (f"{llama_python(root).relative_to(root)} -m llama_cpp.server --model {shown} --host 127.0.0.1 "
-            f"--port {port} --n_threads {threads} --n_ctx 2048")
+            f"--port {port} --n_threads {threads} --n_ctx 2048 --interrupt_requests False")
 
 
 class LlamaWorker:

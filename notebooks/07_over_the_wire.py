@@ -249,8 +249,10 @@ register.claim(
     held="in-process TTFT was **{base:.0f} ms** ({base_span}); {added}. That difference is what the HTTP path, the "
          "template and tokenisation, and the scheduler cost before the first token.",
     not_held="in-process TTFT was **{base:.0f} ms** ({base_span}); {added}. An engine reached its first token sooner "
-             "than the in-process path: its prefill kernels (paged attention, a compiled graph, pinned threads) beat "
-             "the plain model call by more than the HTTP path costs.",
+             "than the in-process path: its prefill beat the plain model call by more than the HTTP path costs, by its "
+             "own kernels (paged attention, a compiled graph, pinned threads) or by skipping it (this section repeats "
+             "one prompt, and a server that keeps the last prompt's cache, as llama.cpp's does, does not prefill it "
+             "again).",
     unresolved="in-process TTFT was **{base:.0f} ms** ({base_span}); {added}. Where the ranges overlap, this run cannot "
                "tell the paths apart: what an engine adds to TTFT is smaller than this machine's noise.")
 spread_of = lambda r, c: Spread(getattr(r, f"{c}_low"), getattr(r, c), getattr(r, f"{c}_high"))  # noqa: E731
@@ -805,8 +807,9 @@ plt.show()
 #   server; the stall runs at its own settings).
 # * Measure llama.cpp, the engine a laptop user would pick, on the book's own Q4_1 file: start its
 #   OpenAI-compatible server from chapter 8's environment (`make .venv-llama`, then
-#   `.venv-llama/bin/python -m llama_cpp.server --model <the GGUF file> --port 8000 --n_threads 2`; chapter 8
-#   prints the whole command with the file's path) and set `base_url = "http://127.0.0.1:8000"`.
+#   `.venv-llama/bin/python -m llama_cpp.server --model <the GGUF file> --port 8000 --interrupt_requests False`;
+#   chapter 8 prints the whole command with the file's path; without the last option a new request cuts off the
+#   one streaming) and set `base_url = "http://127.0.0.1:8000"`.
 # * Tighten the objectives (`tpot_slo_ms = 50`) and watch where goodput collapses move.
 # * Add `64` to `vllm_budgets`: does A's worst gap keep shrinking, or does a step's fixed cost take over?
 # * Set `threads = 1`: how much of the difference between the in-process path and each engine was threading?
