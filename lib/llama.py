@@ -10,6 +10,7 @@ answer), so its runs can take turns with the PyTorch ones. Introduced in section
 from __future__ import annotations
 
 import json
+import select
 import subprocess
 import tempfile
 from pathlib import Path
@@ -51,8 +52,9 @@ def server_command(gguf: str | Path, port: int = 8000, threads: int = 2, root: P
 
 class LlamaWorker:
     """One llama.cpp process holding ``gguf`` with ``threads`` threads and a context of ``n_ctx`` positions; use it
-    as a context manager (the process always stops), or :meth:`start` and :meth:`close`. :meth:`request` sends one request of
-    ``lib/llama_worker.py``'s protocol and returns its reply."""
+    as a context manager (the process always stops), or :meth:`start` and :meth:`close`. :meth:`request` sends one
+    request of ``lib/llama_worker.py``'s protocol and returns its reply. A worker that has not loaded the file within
+    ``start_timeout_s`` seconds is stopped, with what it said."""
 
     def __init__(self, gguf: str | Path, threads: int, n_ctx: int, root: Path = REPO_ROOT,
                  start_timeout_s: float = 120.0):
@@ -72,13 +74,16 @@ class LlamaWorker:
         self._log = tempfile.TemporaryFile("w+")
         self.process = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=self._log, text=True, bufsize=1)
-        line = self.process.stdout.readline()
+        started, _, _ = select.select([self.process.stdout], [], [], self.start_timeout_s)  # a hung load cannot hang us
+        line = self.process.stdout.readline() if started else ""
+        if not started:
+            self.process.kill()
         if not line.strip().startswith('{"ready"'):
             try:
                 self.process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
-            said = line.strip() or self._stderr_tail()
+            said = line.strip() or self._stderr_tail() or f"nothing within {self.start_timeout_s:g} s"
             self.close()
             raise LlamaFailed(f"llama.cpp did not start: {said}")
         return self

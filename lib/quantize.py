@@ -18,11 +18,15 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from lib.device import UnsupportedDtype
 from lib.models import LoadedModel
+
+if TYPE_CHECKING:
+    from transformers import QuantizedCache
 
 __all__ = ["Int8Linear", "int8_weights", "int8_kernel_runs", "step_weight_bytes", "gguf_step_bytes",
            "gguf_tensor_types", "matrix_layers", "in_width", "fp8_cache", "stored_cache_bytes", "cache_traffic", "INT8_KERNEL"]
@@ -142,7 +146,7 @@ def gguf_step_bytes(path: str | Path) -> int:
     return sum(gguf_tensor_types(path).values())
 
 
-def fp8_cache(model: LoadedModel | torch.nn.Module, source) -> "transformers.QuantizedCache":
+def fp8_cache(model: LoadedModel | torch.nn.Module, source) -> QuantizedCache:
     """transformers' ``QuantizedCache`` with its ``fp8`` backend (float8 e4m3, one scale per layer's keys and one
     per its values, frozen at the first update), holding ``source``'s keys and values (``source`` is left as it
     was). It needs no extra package."""

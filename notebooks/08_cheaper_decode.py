@@ -90,7 +90,7 @@ from transformers.cache_utils import Fp8QuantizedLayer
 from lib import claims, client, costmodel, machine, phases, profiling, prose, quantize, speculative, sweeps, timing
 from lib.claims import Spread
 from lib.costmodel import Prediction, Term
-from lib.device import UnsupportedDtype, describe_environment, resolve_dtype, thread_counts, use_threads
+from lib.device import UnsupportedDtype, describe_environment, resolve_dtype, thread_counts
 from lib.engines import vllm_engine, vllm_unavailable
 from lib.llama import LlamaFailed, LlamaWorker, llama_unavailable, server_command
 from lib.models import SMOLLM2_VERSION, cache_dir, load_model, random_prompt, smollm2_gguf
@@ -366,11 +366,33 @@ register.claim(
     held="every step took {low:.2f} to {high:.2f} times its prediction: a path's speed is its bytes at its kernel's "
          "rate, {rates}.",
     not_held="the steps took {low:.2f} to {high:.2f} times their prediction; furthest: {worst}. The matrices timed "
-             "alone stream at {rates}.",
+             "alone stream at {rates}. {why}",
     not_measured="no step has a prediction here: {why}")
 decided = {k: claims.within(spread[k], Spread(r.predicted_ms, r.predicted_ms, max(r.predicted_median_ms, r.predicted_ms)),
                             claims.PREDICTED_TIME)
            for r in sweep.itertuples() if not math.isnan(r.predicted_ms) for k in [(r.precision, r.context_tokens)]}
+def taken_apart(p: str, context: int) -> str:
+    """One layer down for path ``p``'s step at ``context``: its matrices and its cache's parts timed alone beside the
+    terms that priced them, and which accounts for the step's excess over its prediction (a sentence)."""
+    ctx = context + steps // 2
+    pred = predicted(p, ctx)
+    parts = sweeps.cache_costs(shape, 1, ctx, device, models[p].dtype)
+    cache_alone = (parts["attention"].median + parts["concatenation"].median) * 1e3
+    cache_priced = (pred.term("attention").best + pred.term("cache copy").best) * 1e3
+    matrices_priced = sum(t.best for t in pred.terms if t.name in ("block matrices", "LM head", "int8 matrices")) * 1e3
+    excess = spread[(p, context)].mid - pred.best * 1e3
+    gaps = {"its matrices": alone[p].median * 1e3 - matrices_priced, "its cache's read and copy": cache_alone - cache_priced}
+    slower = excess > 0
+    part, gap = (max if slower else min)(gaps.items(), key=lambda kv: kv[1])
+    found = gap > 0 if slower else gap < 0
+    return (f"One layer down, {p} at {context} tokens: its matrices timed alone take {alone[p].median * 1e3:.1f} ms "
+            f"against {matrices_priced:.1f} priced, its cache's read and copy {cache_alone:.1f} ms against "
+            f"{cache_priced:.1f} (`lib.sweeps.cache_costs`), for a step {excess:+.1f} ms off its prediction: "
+            + (f"{part} account for {abs(gap):.1f} ms of it; the rest is in the step around them." if found else
+               f"neither part alone runs {'slower' if slower else 'faster'} than priced, so the difference is in the "
+               "step around them (inside a step the parts share the caches and the cores)."))
+
+
 if decided:
     ratios = sweep.dropna(subset=["predicted_ms"])
     worst = ratios.loc[(ratios.over_predicted - 1).abs().idxmax()]
@@ -379,7 +401,8 @@ if decided:
                          ratios.over_predicted.max(), ".2f", "x"), evidence="decode_sweep.csv, matrices_alone.csv",
                          low=ratios.over_predicted.min(), high=ratios.over_predicted.max(),
                          worst=f"{worst.precision} at {worst.context_tokens} tokens, {worst.over_predicted:.2f}x",
-                         rates=", ".join(f"{r.precision} {r.gb_s:.1f} GB/s" for r in alone_table.itertuples())))
+                         rates=", ".join(f"{r.precision} {r.gb_s:.1f} GB/s" for r in alone_table.itertuples()),
+                         why=taken_apart(worst.precision, int(worst.context_tokens))))
 else:
     show(register.decide("step_follows_its_bytes", None, why="; ".join(unpriced.values()) or "no PyTorch path ran"))
 
@@ -747,8 +770,8 @@ register.claim(
     "speculation_is_greedy",
     "Prompt lookup's answer is plain greedy decoding's, token for token.",
     held="every speculative run gave the plain answer's {n} tokens.",
-    not_held="{which} differed from the plain answer (first difference after {agree} tokens): the k-position pass's "
-             "arithmetic differs from the one-position pass's by rounding, enough to flip a near tie.")
+    not_held="{which} differed from the plain answer (first difference after {agree} tokens). A pass over k "
+             "positions rounds in another order than a pass over one, which can flip two logits that nearly tie.")
 pairs, pays = {}, {}
 for r in spec.itertuples():
     s = Spread(r.speedup_low, r.speedup, r.speedup_high)
@@ -879,7 +902,7 @@ if compiled is not None:
 
     parts = {}
     for kind, module in (("eager, static cache", fp32.model), ("compiled, static cache", compiled)):
-        ops = profiling.operators(lambda: static_steps(module), passes=2, device=device)
+        ops = profiling.operators(lambda module=module: static_steps(module), passes=2, device=device)
         by_term = (ops.groupby("term").self_ms.sum() / 2).to_dict()
         parts[kind] = dict(path=kind, operator_calls=ops[ops.operator != profiling.BETWEEN].calls.sum() / 2,
                            **{f"{t}_ms": by_term.get(t, 0.0) for t in ("matrices", "attention", "dispatch")},

@@ -163,3 +163,15 @@ def test_llama_worker_decodes_and_answers():
             worker.request(kind="nothing")
         assert worker.request(kind="about")  # still up after a failed request
     assert worker.process.poll() is not None
+
+
+def test_a_worker_that_never_loads_is_stopped_with_a_message(tmp_path):
+    python = tmp_path / ".venv-llama" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\necho 'loading the model' >&2\nexec sleep 30\n")
+    python.chmod(0o755)
+    (tmp_path / ".venv-llama" / ".installed").touch()
+    worker = LlamaWorker("model.gguf", 1, 64, root=tmp_path, start_timeout_s=1)
+    with pytest.raises(LlamaFailed, match="did not start: loading the model"):
+        worker.start()
+    assert worker.process.poll() is not None  # stopped, not left sleeping
