@@ -695,7 +695,7 @@ for run in progress(range(1, runs + 1), desc="speculative runs"):
                               acceptance_length=speculative.acceptance_length(len(tokens), lengths),
                               same_as_plain=tokens == outputs[0]))
 spec_runs = pd.DataFrame(spec_rows)
-results.table(spec_runs, "speculative_runs")
+_ = results.table(spec_runs, "speculative_runs")  # the path it returns is not for the page
 
 # %% [markdown]
 # Each pass a generation made is priced by its length: the first (the prompt, with guesses when it already matches)
