@@ -296,7 +296,8 @@ show(register.decide("engine_gaps_close_to_in_process",
 
 # %%
 def server_mean(name: str, metric: str) -> float:
-    """Mean of a server histogram over the one-request runs (the client's same requests), in ms; NaN if absent."""
+    """Mean of a server histogram between the scrapes in ``server_before`` and ``server_after`` (here the
+    one-request runs, the client's same requests; later each arrival rate), in ms; NaN if absent."""
     before, after = server_before[name], server_after[name]
     count = after.get(f"{metric}_count", 0) - before.get(f"{metric}_count", 0)
     return (after.get(f"{metric}_sum", 0) - before.get(f"{metric}_sum", 0)) / count * 1e3 if count else np.nan
@@ -410,27 +411,41 @@ for name, g in sweep.groupby("engine", sort=False):
 # the engine can serve, requests rarely overlap and goodput is that of one request alone; above it, queues
 # grow, TTFT climbs with every request in the queue, and goodput falls towards zero. Goodput here is the
 # fraction of requests that met the objectives, with a 95 % bootstrap interval over requests (a failed request
-# meets none).
+# meets none). Where the engine reports them (vLLM), its mean time queued and prefilling per request are kept
+# beside the client's TTFT, and every request's figures are saved (`poisson_requests.csv`): chapter 9 replays
+# these arrivals through a model of the scheduler.
 
 # %%
-poisson_rows, poisson_traces = [], {}
+poisson_rows, poisson_traces, request_rows = [], {}, []
 for name in urls:
     for rate in arrival_rates:
         offsets = client.poisson_offsets(rate, arrivals, seed=seed)
+        before = client.scrape_metrics(urls[name])
         traces = client.open_loop(lambda i, at: send(name, load_prompt, load_tokens, request_id=i, scheduled=at,
                                                       fixed=True), offsets)
+        server_before[name], server_after[name] = before, client.scrape_metrics(urls[name])
         poisson_traces[(name, rate)] = traces
         ok = [t.metrics() for t in traces if t.ok]
+        request_rows += [dict(engine=name, rate_per_s=rate, request=t.request_id, offset_s=float(at), ok=t.ok,
+                              prompt_tokens=t.prompt_tokens, output_tokens=t.n_tokens if t.ok else np.nan,
+                              ttft_ms=t.metrics().ttft * 1e3 if t.ok else np.nan,
+                              tpot_ms=t.metrics().tpot * 1e3 if t.ok and t.metrics().tpot else np.nan)
+                         for t, at in zip(traces, offsets)]
         good, low, high = conventions.bootstrap_fraction([conventions.meets(t, goals.ttft_s, goals.tpot_s)
                                                           for t in traces], resamples, seed=seed)
         poisson_rows.append(dict(engine=name, rate_per_s=rate, requests=len(traces),
                                  failures=str(client.failures(traces)),
                                  ttft_ms=np.median([m.ttft for m in ok]) * 1e3 if ok else np.nan,
                                  ttft_p90_ms=np.percentile([m.ttft for m in ok], 90) * 1e3 if ok else np.nan,
+                                 ttft_p99_ms=np.percentile([m.ttft for m in ok], 99) * 1e3 if ok else np.nan,
                                  tpot_ms=np.median([m.tpot for m in ok if m.tpot]) * 1e3 if ok else np.nan,
+                                 tpot_p99_ms=np.percentile([m.tpot for m in ok if m.tpot], 99) * 1e3 if ok else np.nan,
+                                 server_queue_ms=server_mean(name, "vllm:request_queue_time_seconds"),
+                                 server_prefill_ms=server_mean(name, "vllm:request_prefill_time_seconds"),
                                  goodput=good, goodput_low=low, goodput_high=high))
 poisson = pd.DataFrame(poisson_rows)
 results.table(poisson, "poisson_arrivals")
+_ = results.table(pd.DataFrame(request_rows), "poisson_requests")  # every request, for chapter 9's replay
 poisson.round(2)
 
 # %%
@@ -745,8 +760,8 @@ plt.show()
 #   kernels: re-run with `threads = 1` to compare them like for like.
 # * **Few requests per point.** Goodput's intervals are wide with a dozen requests; the seeded arrivals make a
 #   run repeatable, not representative.
-# * **Greedy decoding, one prompt per experiment.** Sampling, prefix caching across different prompts and long
-#   contexts are not exercised.
+# * **Greedy decoding, one prompt per experiment.** Sampling and long contexts are not exercised; prefix
+#   caching across different prompts is chapter 9's.
 # * **`ignore_eos`**: vLLM is asked to produce exactly the requested tokens; transformers serve ignores the
 #   field, so its replies may end earlier (their token counts come from its usage report).
 #
