@@ -164,7 +164,7 @@ def _decode_worker(name, core, buffer, a_prompt_len, a_tokens, arrival_step, see
         logits, cache = phases.prefill(lm, a_ids)  # warm-up
         phases.decode(lm, logits[:, -1:].argmax(dim=-1), cache, 2)
         float(buffer.sum())  # map every page of the buffer now
-        del _from_buffer(lm, buffer, cache).layers  # one read ahead: the allocator then reuses warm pages
+        del _from_buffer(lm, buffer, cache).layers  # a warm-up read (each round's read still maps new pages: chapter 9)
         ready.set()
         for a_go, b_arrived, b_handed in zip(go, arrived, handed):
             a_go.wait()
@@ -293,7 +293,8 @@ def separated(name: str, *, b_prompt_len: int = 1000, a_prompt_len: int = 16, a_
             out.append(Separated(
                 a_request_time=d["a_request_time"], a_token_times=d["a_token_times"], b_arrival=d["b_arrival"],
                 b_prefill_start=p["b_prefill_start"], b_first_token=p["b_first_token"], write_s=p["write_s"],
-                handed=p["handed"], read_s=d["read_s"], reread_s=d["reread_s"], read_after=d["read_after"], cache_bytes=p["cache_bytes"],
+                handed=p["handed"], read_s=d["read_s"], reread_s=d["reread_s"], read_after=d["read_after"],
+                cache_bytes=p["cache_bytes"],
                 same_next_token=d["b_next_id"] == p["b_next_id"], cores=cores))
         return out
     finally:
