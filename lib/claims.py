@@ -7,24 +7,43 @@ introduced: its statement (one constant, the same on every machine) and the sent
     register = Claims()
     register.claim(
         "decode_at_its_cost",
-        "Every decode step takes the time the cost model predicts from chapter 0's kernels.",
-        held="every step took {low:.2f} to {high:.2f} times its predicted time.",
-        not_held="the steps took {low:.2f} to {high:.2f} times their predicted time: {why}",
+        "Decode steps take the time the cost model predicts from chapter 0's kernels.",
+        held="the steps took {ratio} times their predicted time.",
+        not_held="the steps took {ratio} times their predicted time: {why}",
     )
     ...
-    show(register.decide("decode_at_its_cost", claims.every(claims.within(s, p, PREDICTED_TIME) for ...),
-                         predicted="...", measured="...", evidence="decode_sweep.csv", low=..., high=..., why=...))
+    ratio = Spread.of(per_run_geometric_means)               # one value per run
+    show(register.decide("decode_at_its_cost", claims.within(ratio, 1.0, PREDICTED_TIME), ...))
     results.table(register.frame(), "claims")     # data/<chapter>/claims.csv
 
-**Verdicts that noise cannot flip.** A measurement is a :class:`Spread` over runs (lowest, median, highest),
-and every predicate is decided on the whole spread: ``held`` when all of it satisfies the prediction, ``did not
-hold`` when none of it does, and ``not resolved`` when the spread straddles the threshold: this run cannot tell.
-A claim a run does not measure (no GPU, one dtype only) is ``not measured``; a declared claim that is never
-decided is recorded so, with its declared reason.
+**The interval a verdict is decided on.** A measurement is a :class:`Spread`: the value of every run and, from
+them, the median and a **95 % confidence interval of the median** (:func:`median_interval`). The interval is
+distribution-free: it is the pair of order statistics ``x(k)`` and ``x(n+1-k)`` that covers the median with at
+least 95 % probability whatever the distribution of the runs (the sign test's interval), so it needs no
+assumption about a shared machine's noise, which is lopsided (interruptions only ever slow a run down). With nine
+runs or more it leaves out at least the fastest and the slowest run: **one slow run cannot move it**, where the
+range of three runs (the book's earlier rule) moved with every interruption. With five runs or fewer no pair of
+order statistics reaches 95 %, and the interval is the runs' whole range; a chapter gives cheap quantities (a short
+pass, a ratio of two passes in the same run) many runs, and says where an expensive one (a whole request grid)
+has few. A point whose interval straddles a threshold is measured again, interleaved as before, while the
+chapter's budget for it lasts (:func:`settle`).
 
-**Tolerances** are named once per kind of prediction, here (:data:`PREDICTED_TIME`, :data:`PREDICTED_RATIO`,
-:data:`NOISE`), never per claim. A claim that does not hold never fails the build (another machine may
-legitimately differ); an arithmetic invariant that breaks does (:func:`invariant`).
+Every predicate decides on that interval: ``held`` when all of it satisfies the prediction, ``did not hold`` when
+none of it does, ``not resolved`` only when the interval straddles the threshold (the sentence then says which way
+the median leans). A claim over many points is decided on one quantity about them, not on a conjunction of
+per-point verdicts (one straddling point of eleven would leave such a claim unresolved forever): the run-by-run
+**geometric mean** of measured over predicted (:func:`geomean`, with the worst point named), a **trend**'s
+fitted slope, run by run (:func:`trend`), or a **difference or ratio taken within each run** (a paired
+comparison: :meth:`Spread.paired`). A claim a run does not measure (no GPU, one dtype only) is ``not measured``; a
+declared claim that is never decided is recorded so, with its declared reason.
+
+**Tolerances** are named once per kind of prediction, here, never per claim: :data:`PREDICTED_TIME` (a time
+from measured ceilings), :data:`PREDICTED_RATIO` (a ratio of two such times), :data:`PREDICTED_LENGTH` (a length
+read off a sweep whose points are a factor of two apart), :data:`ACROSS_MACHINES` (a run set beside a published
+one, scaled by the two machines' rates), :data:`NOISE` (how far a trend may dip and still be rising) and
+:data:`HARNESS` (what the timer may add to a step). A claim
+that does not hold never fails the build (another machine may legitimately differ); an arithmetic invariant that
+breaks does (:func:`invariant`).
 
 Introduced in section 0.
 """
@@ -34,14 +53,17 @@ from __future__ import annotations
 import math
 import re
 import string
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
 
+import numpy as np
 import pandas as pd
 
-__all__ = ["HELD", "NOT_HELD", "UNRESOLVED", "NOT_MEASURED", "VERDICTS", "PREDICTED_TIME", "PREDICTED_RATIO",
-           "NOISE", "Spread", "Claim", "Claims", "InvariantBroken", "invariant", "within", "at_most", "at_least",
-           "below", "every", "some", "increasing", "flat", "ranges_overlap", "verdict_of"]
+__all__ = ["HELD", "NOT_HELD", "UNRESOLVED", "NOT_MEASURED", "VERDICTS", "CONFIDENCE", "PREDICTED_TIME",
+           "PREDICTED_RATIO", "PREDICTED_LENGTH", "ACROSS_MACHINES", "NOISE", "HARNESS", "median_interval", "Spread", "Claim",
+           "Claims", "InvariantBroken", "invariant", "within", "at_most", "at_least", "below", "every", "some",
+           "geomean", "trend", "settle", "leaning", "ranges_overlap", "verdict_of"]
 
 HELD, NOT_HELD, UNRESOLVED, NOT_MEASURED = "held", "did not hold", "not resolved", "not measured"
 VERDICTS = (HELD, NOT_HELD, UNRESOLVED, NOT_MEASURED)
@@ -49,23 +71,61 @@ _COLUMNS = ["claim", "statement", "predicted", "measured", "verdict", "evidence"
 _LABELS = {HELD: "Held", NOT_HELD: "Did not hold on this machine", UNRESOLVED: "Not resolved by this run",
            NOT_MEASURED: "Not measured"}
 
+#: The confidence of the interval every verdict is decided on (:func:`median_interval`).
+CONFIDENCE = 0.95
 #: A time predicted from chapter 0's measured ceilings (the cost model) must lie within this factor of the
 #: measured one. Parts timed alone run with the caches and the cores to themselves; inside a pass they share
 #: them, so the sum is not exact.
 PREDICTED_TIME = 1.25
 #: A ratio of two measured times (a speed-up, a saving) predicted from the ratio of two ceilings.
 PREDICTED_RATIO = 1.25
+#: A length read off a sweep (where a pass leaves its floor, where time per token stops falling) against the one
+#: read off the cost model's curve: the sweep's lengths are a factor of two apart, so one step of its grid.
+PREDICTED_LENGTH = 2.0
+#: A measurement on this machine, scaled by the ratio of two machines' measured rates, against a published run on
+#: the other: the scaling accounts for one ceiling, not for the rest of two different programs and machines.
+ACROSS_MACHINES = 1.5
 #: A trend (rising, flat) is allowed this much relative noise between neighbouring points.
 NOISE = 0.05
+#: What the timing harness may add to the shortest step the book times (the book's budget for its own clock).
+HARNESS = 0.01
+
+
+def _below_k(n: int, k: int) -> float:
+    """P(X <= k) for X ~ Binomial(n, 1/2)."""
+    return sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+
+
+def median_interval(values: Iterable[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """``(low, median, high)`` of a set of runs: the median and its distribution-free ``confidence`` interval, the
+    order statistics ``x(k)`` and ``x(n+1-k)`` with the largest ``k`` whose coverage,
+    ``1 - 2 P(Binomial(n, 1/2) <= k - 1)``, is at least ``confidence``. With too few runs for any ``k`` to reach it
+    (five or fewer at 95 %) the interval is the whole range, ``k = 1``. Needs one value or more."""
+    xs = sorted(float(v) for v in values)
+    n = len(xs)
+    if not n:
+        raise ValueError("an interval needs at least one run")
+    _finite("median_interval", *xs)
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie between 0 and 1, got {confidence!r}")
+    k = 1
+    while k + 1 <= (n + 1) // 2 and 1 - 2 * _below_k(n, k) >= confidence:
+        k += 1
+    mid = xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+    return xs[k - 1], mid, xs[n - k]
 
 
 @dataclass(frozen=True)
 class Spread:
-    """A measured value over runs: its ``low``, ``mid`` (median) and ``high``; a single number has no spread."""
+    """A measured value: its ``low``, ``mid`` (median) and ``high``, where ``low`` and ``high`` are the interval a
+    verdict is decided on (:func:`median_interval`, when the value comes from runs), and ``runs``, the value of
+    every run (empty for a number computed from other spreads, whose interval is then their widest combination).
+    One unit throughout (seconds for a time); convert for display only."""
 
     low: float
     mid: float
     high: float
+    runs: tuple[float, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         _finite("Spread", self.low, self.mid, self.high)
@@ -74,34 +134,49 @@ class Spread:
 
     @classmethod
     def of(cls, values: Iterable[float]) -> "Spread":
-        """The spread of a non-empty set of runs: lowest, median, highest."""
-        values = sorted(float(v) for v in values)
-        if not values:
-            raise ValueError("a spread needs at least one run")
-        n = len(values)
-        mid = values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
-        return cls(values[0], mid, values[-1])
+        """The median of a non-empty set of runs and its 95 % interval (:func:`median_interval`), the runs kept."""
+        runs = tuple(float(v) for v in values)
+        return cls(*median_interval(runs), runs=runs)
 
     @classmethod
     def at(cls, value: float) -> "Spread":
-        """One number as a spread of none."""
-        return cls(value, value, value)
+        """One number (a count, a computed constant) as a spread of none."""
+        return cls(value, value, value, runs=(float(value),))
 
-    def __truediv__(self, other: float) -> "Spread":
-        if isinstance(other, Spread):  # the widest ratio the two spreads allow
+    @classmethod
+    def paired(cls, a: "Spread", b: "Spread", how: Callable[[float, float], float]) -> "Spread":
+        """``how(a_i, b_i)`` run by run, for two spreads measured in the same runs (their ``i``-th runs ran together,
+        so a slow spell lands on both): a difference or a ratio taken within each run, with its own interval."""
+        if not a.runs or len(a.runs) != len(b.runs):
+            raise ValueError(f"paired spreads need the same runs, got {len(a.runs)} and {len(b.runs)}")
+        return cls.of(how(x, y) for x, y in zip(a.runs, b.runs))
+
+    @property
+    def n(self) -> int:
+        """How many runs the value has (0 for a value computed from other spreads)."""
+        return len(self.runs)
+
+    def __truediv__(self, other: "Spread | float") -> "Spread":
+        if isinstance(other, Spread):  # not paired: the widest ratio the two intervals allow
             return Spread(self.low / other.high, self.mid / other.mid, self.high / other.low)
-        return Spread(self.low / other, self.mid / other, self.high / other)
+        return self * (1 / other)
 
     def __mul__(self, k: float) -> "Spread":
-        return Spread(self.low * k, self.mid * k, self.high * k) if k >= 0 else \
-            Spread(self.high * k, self.mid * k, self.low * k)
+        runs = tuple(r * k for r in self.runs)
+        return Spread(self.low * k, self.mid * k, self.high * k, runs) if k >= 0 else \
+            Spread(self.high * k, self.mid * k, self.low * k, runs)
 
     __rmul__ = __mul__
 
-    def __sub__(self, other: "Spread") -> "Spread":
-        if isinstance(other, Spread):
+    def __add__(self, k: float) -> "Spread":
+        if isinstance(k, Spread):
+            raise TypeError("add two spreads with Spread.paired (same runs) or by their intervals explicitly")
+        return Spread(self.low + k, self.mid + k, self.high + k, tuple(r + k for r in self.runs))
+
+    def __sub__(self, other: "Spread | float") -> "Spread":
+        if isinstance(other, Spread):  # not paired: the widest difference the two intervals allow
             return Spread(self.low - other.high, self.mid - other.mid, self.high - other.low)
-        return Spread(self.low - other, self.mid - other, self.high - other)
+        return self + (-other)
 
     def text(self, fmt: str = ".1f", unit: str = "") -> str:
         """``"mid (low-high) unit"``, or one number when the ends print alike."""
@@ -115,18 +190,18 @@ def _spread(value) -> Spread:
 
 def _finite(name: str, *values: float) -> None:
     for v in values:
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+        if not isinstance(v, (int, float, np.floating, np.integer)) or isinstance(v, bool) or not math.isfinite(v):
             raise ValueError(f"{name}: values must be finite numbers, got {v!r}")
 
 
 def verdict_of(all_true: bool, none_true: bool) -> str:
-    """``held`` when the whole spread satisfies a prediction, ``did not hold`` when none of it does, else
+    """``held`` when the whole interval satisfies a prediction, ``did not hold`` when none of it does, else
     ``not resolved``."""
     return HELD if all_true else NOT_HELD if none_true else UNRESOLVED
 
 
 def within(measured: Spread | float, predicted: Spread | float, factor: float) -> str:
-    """Whether the measured spread lies within ``factor`` (>= 1) of ``predicted`` (both positive). A predicted
+    """Whether the measured interval lies within ``factor`` (>= 1) of ``predicted`` (both positive). A predicted
     :class:`Spread` (a prediction from ceilings that have a spread of their own, e.g. the cost model at its
     ceilings' fastest and median calls) allows its whole range: from its low over ``factor`` to its high times
     ``factor``."""
@@ -139,28 +214,31 @@ def within(measured: Spread | float, predicted: Spread | float, factor: float) -
 
 
 def at_most(measured: Spread | float, limit: float) -> str:
-    """Whether the measured spread is at most ``limit``."""
+    """Whether the measured interval is at most ``limit``."""
     m = _spread(measured)
     _finite("at_most", limit)
     return verdict_of(m.high <= limit, m.low > limit)
 
 
 def at_least(measured: Spread | float, limit: float) -> str:
-    """Whether the measured spread is at least ``limit``."""
+    """Whether the measured interval is at least ``limit``."""
     m = _spread(measured)
     _finite("at_least", limit)
     return verdict_of(m.low >= limit, m.high < limit)
 
 
 def below(a: Spread | float, b: Spread | float) -> str:
-    """Whether ``a`` is below ``b`` beyond both spreads (held), above or equal beyond them (did not hold), or
-    neither (their spreads overlap: not resolved)."""
+    """Whether ``a`` is below ``b`` beyond both intervals (held), above or equal beyond them (did not hold), or
+    neither (their intervals overlap: not resolved). Two values measured in the same runs compare better as one
+    paired difference (:meth:`Spread.paired`, then :func:`at_most` 0)."""
     a, b = _spread(a), _spread(b)
     return verdict_of(a.high < b.low, a.low >= b.high)
 
 
 def every(verdicts: Iterable[str]) -> str:
-    """All held: held; any did not hold: did not hold; else not resolved. Needs at least one verdict."""
+    """All held: held; any did not hold: did not hold; else not resolved. For a claim that is the conjunction of a
+    few different conditions, never for one condition over many points (decide those on :func:`geomean` or
+    :func:`trend`). Needs at least one verdict."""
     v = list(verdicts)
     if not v or any(x not in (HELD, NOT_HELD, UNRESOLVED) for x in v):
         raise ValueError(f"every needs one or more decided verdicts, got {v}")
@@ -175,26 +253,65 @@ def some(verdicts: Iterable[str]) -> str:
     return HELD if HELD in v else NOT_HELD if all(x == NOT_HELD for x in v) else UNRESOLVED
 
 
-def increasing(values: Sequence[Spread | float], tolerance: float = NOISE) -> str:
-    """Whether each value is at least the one before it, less ``tolerance`` (relative): held when every
-    neighbouring pair rises beyond their spreads (allowing that noise), did not hold when some pair falls beyond
-    them. Needs two values or more."""
-    s = [_spread(v) for v in values]
-    _finite("increasing", tolerance)
-    if len(s) < 2:
-        raise ValueError("increasing needs at least two values")
-    pairs = [verdict_of(b.low >= a.high * (1 - tolerance), b.high < a.low * (1 - tolerance)) for a, b in zip(s, s[1:])]
-    return every(pairs)
+def geomean(values: Iterable[float]) -> float:
+    """The geometric mean of positive numbers (one run's ratios over many points, say): the ratio that, applied to
+    every point, gives the same product. Decide "the points are as predicted" on the :class:`Spread` of the
+    runs' geometric means, and name the worst point beside it."""
+    v = [float(x) for x in values]
+    _finite("geomean", *v)
+    if not v or min(v) <= 0:
+        raise ValueError(f"a geometric mean needs one or more positive values, got {v}")
+    return math.exp(sum(math.log(x) for x in v) / len(v))
 
 
-def flat(values: Sequence[Spread | float], rel: float) -> str:
-    """Whether the largest value is at most ``1 + rel`` times the smallest (all positive), on the spreads."""
-    s = [_spread(v) for v in values]
-    _finite("flat", rel)
-    if not s or min(v.low for v in s) <= 0:
-        raise ValueError("flat needs positive values")
-    return verdict_of(max(v.high for v in s) <= (1 + rel) * min(v.low for v in s),
-                      max(v.low for v in s) > (1 + rel) * min(v.high for v in s))
+def trend(frame: pd.DataFrame, x: str, y: str, run: str = "run") -> Spread:
+    """How ``y`` grows with ``x``: in each run, the least-squares slope of ``log y`` against ``log x`` (the
+    exponent of a power law: 1 doubles ``y`` when ``x`` doubles, 0 is flat, negative falls), and the :class:`Spread`
+    of those slopes over the runs. A run with fewer than two distinct ``x`` is left out; needs one run with two."""
+    missing = [c for c in (x, y, run) if c not in frame.columns]
+    if missing:
+        raise ValueError(f"trend: no column(s) {missing}; the table has {list(frame.columns)}")
+    slopes = []
+    for _, g in frame.dropna(subset=[x, y]).groupby(run, sort=True):
+        if g[x].nunique() < 2:
+            continue
+        if (g[x] <= 0).any() or (g[y] <= 0).any():
+            raise ValueError(f"trend: {x} and {y} must be positive, to take their logarithms")
+        slopes.append(float(np.polyfit(np.log(g[x].astype(float)), np.log(g[y].astype(float)), 1)[0]))
+    if not slopes:
+        raise ValueError(f"trend: no run of the table has two distinct values of {x}")
+    return Spread.of(slopes)
+
+
+def settle(run_once: Callable[[], object], decided: Callable[[], bool], *, budget_s: float, max_runs: int) -> int:
+    """Measure again while the verdict is open: call ``run_once()`` (one more interleaved run of the points that
+    straddle) until ``decided()`` is true, ``max_runs`` more runs were made, or they took ``budget_s`` seconds
+    (the next run is not started when the last one suggests it would end past the budget). Returns how many runs
+    it made. This keeps a straddling point from being "not resolved" for want of runs, within a budget a chapter
+    states, so the book's time stays bounded."""
+    if budget_s < 0 or max_runs < 0:
+        raise ValueError(f"settle needs budget_s >= 0 and max_runs >= 0, got {budget_s} and {max_runs}")
+    made, started, last = 0, time.perf_counter(), 0.0
+    while made < max_runs and not decided():
+        spent = time.perf_counter() - started
+        if spent + last > budget_s:
+            break
+        t0 = time.perf_counter()
+        run_once()
+        last = time.perf_counter() - t0
+        made += 1
+    return made
+
+
+def leaning(measured: Spread, low: float, high: float = math.inf) -> str:
+    """For an unresolved verdict, which way its median leans against a band ``[low, high]`` of what would hold:
+    ``"inside"`` or ``"below"``/``"above"``, as a phrase for a sentence."""
+    m = _spread(measured)
+    if m.mid < low:
+        return "below what would hold"
+    if m.mid > high:
+        return "above what would hold"
+    return "on the held side"
 
 
 def ranges_overlap(low_a: float, high_a: float, low_b: float, high_b: float) -> bool:
@@ -228,7 +345,8 @@ class _Declared:
     not_measured: str
 
 
-_GENERIC_UNRESOLVED = "the runs' spread straddles the prediction ({measured} against {predicted}): this run cannot tell."
+_GENERIC_UNRESOLVED = ("the 95 % interval of the measurement ({measured}) straddles the prediction ({predicted}): "
+                       "more runs would decide it.")
 
 
 def _fields(template: str) -> set[str]:

@@ -11,9 +11,14 @@ that does the work (:mod:`lib.machine`), not at a textbook peak:
 * **attention**: a prefill's causal attention at the rate chapter 0 measured for that length; a decode step's
   read of every sequence's cache.
 * **cache copy**: a cache that grows by concatenation (``DynamicCache``) is read and written into a new tensor at
-  every step, at the copy rate (into fresh memory, where a tensor is large enough that the allocator maps new
-  pages for it); a preallocated cache (``StaticCache``) is written in place, but attention then reads every
-  preallocated position.
+  every step, at the copy rate; a preallocated cache (``StaticCache``) is written in place, but attention then
+  reads every preallocated position.
+* **page faults**: memory a pass touches for the first time costs the operating system a fault per page (mapping
+  and zeroing it), at the cost per page chapter 0 measured (a copy into fresh memory less the same copy into
+  memory already mapped). Whether a new tensor gets fresh pages is the allocator's choice: glibc maps a tensor
+  of :data:`FRESH_PAGES_BYTES` or more afresh every time, and a smaller one sometimes (its threshold moves with
+  the sizes freed before). So a prediction made before measuring counts the faults of the large tensors only,
+  and a pass whose faults were counted (:func:`lib.timing.page_faults`, ``fresh_pages``) is priced with those.
 * **dispatch**: issuing the pass's operations and running its small kernels (norms, activations, residual adds),
   measured on the same model with its matrices and attention hollowed out.
 
@@ -37,7 +42,8 @@ from lib.shapes import ModelShape
 __all__ = ["Term", "Prediction", "CostModel", "FRESH_PAGES_BYTES"]
 
 #: A tensor at least this large gets fresh pages from the allocator each time it is made (glibc's largest
-#: mmap threshold on 64-bit Linux): copying into it runs at chapter 0's ``fresh_copy`` rate, not ``copy``'s.
+#: mmap threshold on 64-bit Linux), so each of its pages faults once: a prediction made before measuring counts
+#: these. A smaller tensor may get fresh pages too, or reuse freed ones: only counting tells.
 FRESH_PAGES_BYTES = 32 << 20
 
 
@@ -130,15 +136,36 @@ class CostModel:
             terms.append(Term(name, t.best, t.median, limit, how))
         return terms
 
-    def _cache_rate(self, tensor_bytes: float) -> tuple[float, str]:
-        fresh = tensor_bytes >= FRESH_PAGES_BYTES and not self.ceilings.device.startswith("cuda")
-        kernel = "fresh_copy" if fresh else "copy"
-        return self.ceilings.stream_bandwidth(self.dtype, self.threads, kernel), kernel
+    def _copy(self, moved: float, what: str) -> Term:
+        """A copy that reads and writes ``moved`` bytes in all, at chapter 0's copy rate."""
+        rate = self.ceilings.stream_bandwidth(self.dtype, self.threads, "copy")
+        spread = self.ceilings.stream_spread(self.dtype, self.threads, "copy")
+        return Term("cache copy", moved / rate, moved / rate * (1 + spread), "memory",
+                    f"{what} ({rate / 1e9:.1f} GB/s, chapter 0's copy)")
+
+    def _faults(self, expected: float, counted: float | None, included: float = 0.0) -> list[Term]:
+        """The page-faults term: ``counted`` faults (measured in the pass, less ``included``, those already inside
+        the ceilings it is priced at) or, not measured, the ``expected`` ones; none when there are none."""
+        pages = expected if counted is None else max(float(counted) - included, 0.0)
+        if pages <= 0 or self.ceilings.device.startswith("cuda"):
+            return []
+        t = pages * self.ceilings.fault_cost(self.dtype, self.threads)
+        how = (f"{pages:,.0f} pages counted in the pass" if counted is not None else
+               f"{pages:,.0f} pages of tensors of {FRESH_PAGES_BYTES >> 20} MiB or more, mapped afresh")
+        return [Term("page faults", t, t, "page faults", how + " (chapter 0's cost per page)")]
+
+    def _fresh_pages(self, tensor_bytes: float, tensors: int) -> float:
+        """The faults ``tensors`` new tensors of ``tensor_bytes`` each take when they are mapped afresh (the large
+        ones: :data:`FRESH_PAGES_BYTES`), before anything is counted."""
+        if tensor_bytes < FRESH_PAGES_BYTES or self.ceilings.device.startswith("cuda"):
+            return 0.0
+        return tensors * tensor_bytes * self.ceilings.faults_per_byte(self.dtype, self.threads)
 
     def prefill(self, tokens: int, *, logits: Literal["last", "all"] = "last", past: int = 0,
-                batch: int = 1) -> Prediction:
+                batch: int = 1, fresh_pages: float | None = None) -> Prediction:
         """A prefill of ``tokens`` new tokens for each of ``batch`` sequences, after ``past`` cached ones (a chunk
-        of a chunked prefill), with the LM head at the last position (``logits="last"``) or at every one."""
+        of a chunked prefill), with the LM head at the last position (``logits="last"``) or at every one.
+        ``fresh_pages``: the page faults counted in the measured pass, when they were."""
         if tokens < 1 or batch < 1 or past < 0:
             raise ValueError(f"a prefill needs tokens >= 1, batch >= 1 and past >= 0, got {tokens}, {batch}, {past}")
         if logits not in ("last", "all"):
@@ -149,21 +176,24 @@ class CostModel:
         terms.append(Term("attention", attn.best, attn.median, "compute",
                           f"causal attention over {tokens} tokens at chapter 0's rate"
                           + (f", plus {past} cached ones" if past else "")))
+        expected = 0.0
         if past:
-            per_layer = batch * past * self.shape.kv_bytes_per_token / (2 * self.shape.layers)
-            rate, kernel = self._cache_rate(per_layer)
             moved = 2 * batch * past * self.shape.kv_bytes_per_token
-            terms.append(Term("cache copy", moved / rate, moved / rate * (1 + c.stream_spread(self.dtype, self.threads,
-                              kernel)), "memory", f"the {past} cached positions read and written ({kernel})"))
+            terms.append(self._copy(moved, f"the {past} cached positions read and written"))
+            per_layer = batch * (past + tokens) * self.shape.kv_bytes_per_token / (2 * self.shape.layers)
+            expected = self._fresh_pages(per_layer, 2 * self.shape.layers)
+        head_rows = batch * (tokens if logits == "all" else 1)
+        terms += self._faults(expected, fresh_pages, c.matrix_faults(*args, "head", head_rows))
         d = c.dispatch(*args, "prefill", batch * tokens)
         terms.append(Term("dispatch", d.best, d.median, "launch", "the same pass, its matrices and attention hollowed out"))
         return Prediction("prefill", tokens, batch, past, tuple(terms))
 
     def decode(self, context: int, *, batch: int = 1, cache: Literal["dynamic", "static"] = "dynamic",
-               max_len: int | None = None) -> Prediction:
+               max_len: int | None = None, fresh_pages: float | None = None) -> Prediction:
         """One decode step of ``batch`` sequences, each with ``context`` cached tokens, over a growing cache
         (``"dynamic"``: copied into a longer tensor every step) or a preallocated one of ``max_len`` positions
-        (``"static"``: attention reads all of them, masked)."""
+        (``"static"``: attention reads all of them, masked). ``fresh_pages``: the page faults counted in the
+        measured step, when they were."""
         if context < 0 or batch < 1:
             raise ValueError(f"a decode step needs context >= 0 and batch >= 1, got {context} and {batch}")
         if cache not in ("dynamic", "static"):
@@ -177,12 +207,12 @@ class CostModel:
         terms.append(Term("attention", attn.best, attn.median, "memory",
                           f"{read / 1e6:.1f} MB of cache read by attention, at chapter 0's rate for that size"
                           + (" (masked: every preallocated position)" if cache == "static" else "")))
+        expected = 0.0
         if cache == "dynamic":
-            rate, kernel = self._cache_rate(batch * context * s.kv_bytes_per_token / (2 * s.layers))
             moved = 2 * batch * context * s.kv_bytes_per_token
-            spread = c.stream_spread(self.dtype, self.threads, kernel)
-            terms.append(Term("cache copy", moved / rate, moved / rate * (1 + spread), "memory",
-                              f"the cache read and written into a longer one ({kernel}, {rate / 1e9:.1f} GB/s)"))
+            terms.append(self._copy(moved, "the cache read and written into a longer one"))
+            expected = self._fresh_pages(batch * (context + 1) * s.kv_bytes_per_token / (2 * s.layers), 2 * s.layers)
+        terms += self._faults(expected, fresh_pages, c.matrix_faults(*args, "head", batch))
         d = c.dispatch(*args, "decode" if cache == "dynamic" else "decode_static", batch)
         terms.append(Term("dispatch", d.best, d.median, "launch", "the same step, its matrices and attention hollowed out"))
         return Prediction("decode", batch, batch, context, tuple(terms))

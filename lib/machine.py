@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import mmap
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -58,7 +59,7 @@ from lib.device import UnsupportedDtype, cpu_flags, device_name, resolve_dtype, 
 from lib.dtypes import dtype_name
 from lib.paths import MACHINE_SECTION
 from lib.shapes import GPT2_SMALL, SMOLLM2_135M, ModelShape
-from lib.timing import Timing, synchronize
+from lib.timing import PAGE_BYTES, Timing, page_faults, synchronize
 
 __all__ = ["Budget", "budget", "hardware_support", "MODELS", "ROWS", "HEAD_ROWS", "ATTENTION_ROWS", "STREAM_KERNELS", "measure_ceilings",
            "Ceilings", "KernelTime", "load_ceilings", "check_ceilings", "CorruptCeilings", "count_operations"]
@@ -173,13 +174,20 @@ def _repeats(first: float, plan: Budget) -> int:
     return int(min(plan.max_repeats, max(plan.min_repeats, plan.seconds / max(first, 1e-6))))
 
 
+def _faulting(fn: Callable[[], object], device: torch.device) -> tuple[float, int]:
+    """One call of ``fn``, synchronised: its seconds and the page faults it took."""
+    before = page_faults()
+    seconds = _clocked(fn, device)
+    return seconds, page_faults() - before
+
+
 def _timed(fn: Callable[[], object], device: torch.device, plan: Budget) -> Timing:
     """Time ``min_repeats`` to ``max_repeats`` calls of ``fn`` within ``plan.seconds``; the first call sets the
-    number, and is a warm-up (``plan.warm_up``) or the first sample."""
-    first = _clocked(fn, device)
-    samples = [] if plan.warm_up else [first]
-    samples += [_clocked(fn, device) for _ in range(_repeats(first, plan) - len(samples))]
-    return Timing.of(samples)
+    number, and is a warm-up (``plan.warm_up``) or the first sample. Each sample's page faults are counted."""
+    first = _faulting(fn, device)
+    calls = [] if plan.warm_up else [first]
+    calls += [_faulting(fn, device) for _ in range(_repeats(first[0], plan) - len(calls))]
+    return Timing.of([c[0] for c in calls], [c[1] for c in calls])
 
 
 def _row(base: dict, kernel: str, t: Timing, *, model: str = "", rows: int = 0, bytes_: float = math.nan,
@@ -188,7 +196,8 @@ def _row(base: dict, kernel: str, t: Timing, *, model: str = "", rows: int = 0, 
     """One row of the table: the fastest and median call (scaled by ``scale`` when only a part was timed) and
     the rates they give; with ``reads``, of the calls less those reads (:func:`_summarised`)."""
     row = dict(base, kernel=kernel, model=model, rows=rows, bytes_per_call=bytes_, flops_per_call=flops,
-               measured_fraction=1 / scale, note=note, status="ok", **extra)
+               measured_fraction=1 / scale, note=note, status="ok",
+               faults_per_call=t.fastest_faults * scale if t.faults else math.nan, **extra)
     return _summarised(row, [s * scale for s in t.samples], reads)
 
 
@@ -243,9 +252,23 @@ def _merged(rows: Sequence[dict]) -> list[dict]:
 # --------------------------------------------------------------------------------------------
 
 
+def fresh_memory(like: torch.Tensor) -> torch.Tensor:
+    """A tensor shaped like ``like`` on pages newly mapped from the operating system (an anonymous ``mmap``, on a
+    CPU), so that writing it faults every page once, whatever the allocator would have done: glibc hands a new
+    tensor fresh pages or reuses freed ones depending on what was freed before. On a GPU, a new tensor (the caching
+    allocator reuses its memory). The pages are unmapped when the tensor is freed. Introduced in section 0."""
+    if like.device.type != "cpu":
+        return torch.empty_like(like)
+    size = max(like.numel() * like.element_size(), 1)
+    private = getattr(mmap, "MAP_PRIVATE", None)  # private anonymous pages, as malloc maps them (not shared memory)
+    pages = mmap.mmap(-1, size, flags=private | mmap.MAP_ANONYMOUS) if private is not None else mmap.mmap(-1, size)
+    return torch.frombuffer(pages, dtype=like.dtype, count=like.numel()).view(like.shape)
+
+
 def stream(device: torch.device, dtype: torch.dtype, plan: Budget, base: dict) -> list[dict]:
     """STREAM's kernels over arrays of ``plan.stream_bytes``: a read (sum), a read with almost no arithmetic
-    (running maximum), a copy, a copy into fresh memory (``clone``) and a triad; one row each."""
+    (running maximum), a copy, a copy into fresh memory (:func:`fresh_memory`, whose every page faults once) and a
+    triad; one row each."""
     n = max(1, plan.stream_bytes // dtype.itemsize)
     a, b, c = _kept(("stream", n), lambda: [random_values(n, dtype=dtype, device=device) for _ in range(3)])
     out = torch.empty((), dtype=dtype, device=device)
@@ -254,7 +277,7 @@ def stream(device: torch.device, dtype: torch.dtype, plan: Budget, base: dict) -
         "read": (nbytes, lambda: torch.sum(a, dim=0, out=out)),
         "read_max": (nbytes, lambda: torch.amax(a, dim=0, out=out)),
         "copy": (2 * nbytes, lambda: b.copy_(a)),
-        "fresh_copy": (2 * nbytes, lambda: a.clone()),
+        "fresh_copy": (2 * nbytes, lambda: fresh_memory(a).copy_(a)),
         "triad": (3 * nbytes, lambda: torch.add(b, c, alpha=3.0, out=a)),
     }
     return [_row(base, name, _timed(fn, device, plan), bytes_=moved) for name, (moved, fn) in kernels.items()]
@@ -544,13 +567,14 @@ def dispatch(model: str, device: torch.device, dtype: torch.dtype, plan: Budget,
 
 
 def measure_ceilings(device: torch.device, dtypes: Sequence[str] = ("fp32",), threads: Sequence[int] = (1,), *,
-                     models: Sequence[str] = ("gpt2-small",), models_all_threads: Sequence[str] = (),
+                     models: Sequence[str] = ("gpt2-small",), models_one_stream: Sequence[str] = (),
                      quick: bool = False, log: Callable[[str], None] = print) -> pd.DataFrame:
     """Measure every ceiling for each dtype and thread count (whole numbers, :func:`lib.device.thread_counts`):
     the streaming kernels and the square product, and for each of ``models`` its matrices (at :data:`ROWS`, and
     :data:`HEAD_ROWS` for the LM head), attention (:data:`ATTENTION_ROWS`) and dispatch (a decode step of 64 sequences at
-    the most threads only, where the chapters batch that far); ``models_all_threads`` only at the most threads (the
-    chapters run those models so), their dispatch for one stream. Quick mode measures :data:`QUICK_ROWS` only.
+    the most threads only, where the chapters batch that far); ``models_one_stream`` at the head's fewer rows and
+    their dispatch for one stream (the chapters run those models one request at a time, with all threads or, as
+    vLLM's CPU build computes, on one). Quick mode measures :data:`QUICK_ROWS` only.
     Returns one row per measurement (see the module docstring): ``device``, ``dtype``, ``threads``,
     ``kernel``, ``model``, ``rows``, bytes and FLOPs per call, the fastest, median and slowest call (``best_s``,
     ``median_s``, ``worst_s``), the rates of the fastest and the median (``gb_s``, ``gflop_s`` and their
@@ -561,7 +585,7 @@ def measure_ceilings(device: torch.device, dtypes: Sequence[str] = ("fp32",), th
     """
     plan = budget(device, quick)
     rows, head_rows, attention_rows = (QUICK_ROWS,) * 3 if quick else (ROWS, HEAD_ROWS, ATTENTION_ROWS)
-    unknown = [m for m in [*models, *models_all_threads] if m not in MODELS]
+    unknown = [m for m in [*models, *models_one_stream] if m not in MODELS]
     if unknown:
         raise ValueError(f"chapter 0 knows the matrices of {', '.join(MODELS)}, not {', '.join(unknown)}")
     out = []
@@ -583,13 +607,13 @@ def measure_ceilings(device: torch.device, dtypes: Sequence[str] = ("fp32",), th
                                 threads=n, hardware_support=support)
                     measured += stream(device, dtype, step, base)
                     measured.append(square_matmul(device, dtype, step, base))
-                    for model in [*models, *(models_all_threads if n == max(threads) else ())]:
-                        few = head_rows if model in models_all_threads else rows  # chapters 1 and 7 need fewer
+                    for model in [*models, *models_one_stream]:
+                        few = head_rows if model in models_one_stream else rows  # chapters 1, 7 and 9 need fewer
                         measured += matrices(model, device, dtype, step, base, few, head_rows, slow=not support)
                         if quick:
                             measured += attention(model, device, dtype, step, base, attention_rows, ((1, 16), (4, 64)))
                             measured += dispatch(model, device, dtype, step, base, prompts=(1, 16), batches=(1, 4))
-                        elif model in models_all_threads:  # chapters 1 and 7 price one stream's passes
+                        elif model in models_one_stream:  # chapters 1, 7 and 9 price one stream's passes
                             measured += attention(model, device, dtype, step, base, attention_rows)
                             measured += dispatch(model, device, dtype, step, base, batches=(1,), caches=("decode",))
                         else:  # the chapters batch decode steps at the most threads; fewer points elsewhere
@@ -706,6 +730,24 @@ class Ceilings:
     def stream_spread(self, dtype: str, threads: int, kernel: str = "read") -> float:
         return float(self._rows(dtype, threads, kernel).iloc[0].spread)
 
+    def fault_cost(self, dtype: str, threads: int) -> float:
+        """Seconds one page fault adds (the kernel mapping and zeroing memory the process touches for the first
+        time): a copy into fresh memory less the same copy into memory already mapped (fastest calls), over the
+        faults the fresh copy took (counted; one per page where they were not). On a GPU there are none: 0."""
+        if self.device.startswith("cuda"):
+            return 0.0
+        fresh, copy = (self._rows(dtype, threads, k).iloc[0] for k in ("fresh_copy", "copy"))
+        extra = max(float(fresh.best_s - copy.best_s * fresh.bytes_per_call / copy.bytes_per_call), 0.0)
+        return extra / (self.faults_per_byte(dtype, threads) * fresh.bytes_per_call / 2)
+
+    def faults_per_byte(self, dtype: str, threads: int) -> float:
+        """Page faults per byte of fresh memory written: what chapter 0's copy into fresh memory counted over its
+        destination's bytes (one per page of :data:`lib.timing.PAGE_BYTES`, or fewer where the system maps huge
+        pages), or one per page where it did not count them."""
+        fresh = self._rows(dtype, threads, "fresh_copy").iloc[0]
+        counted = float(getattr(fresh, "faults_per_call", math.nan))
+        return counted / (fresh.bytes_per_call / 2) if counted > 0 else 1 / PAGE_BYTES
+
     def square_flops(self, dtype: str, threads: int) -> float:
         """The square product's rate in FLOP/s (the fastest call): the textbook roofline's peak."""
         row = self._rows(dtype, threads, "square_matmul").iloc[0]
@@ -734,6 +776,16 @@ class Ceilings:
         best = _interpolate(t.rows.to_numpy(float), t.best_s.to_numpy(float), rows)
         median = _interpolate(t.rows.to_numpy(float), t.median_s.to_numpy(float), rows)
         return KernelTime(best, median, f"{kernel} of {model} at {rows:g} rows")
+
+    def matrix_faults(self, model: str, dtype: str, threads: int, kernel: str, rows: float) -> float:
+        """The page faults one call of the model's ``blocks`` or ``head`` took at ``rows`` rows in chapter 0 (its
+        output, where the allocator mapped it afresh), interpolated between the rows measured: already inside
+        that kernel's time, so a pass priced at it does not count them twice. 0 where not counted."""
+        t = self._rows(dtype, threads, kernel, model)
+        if "faults_per_call" not in t or t.faults_per_call.isna().all():
+            return 0.0
+        t = t.dropna(subset=["faults_per_call"]).sort_values("rows")
+        return float(np.interp(rows, t.rows.to_numpy(float), t.faults_per_call.to_numpy(float)))
 
     def weight_rate(self, model: str, dtype: str, threads: int) -> float:
         """The rate, in bytes/s, at which one row streams the model's weights (blocks and head, fastest calls):

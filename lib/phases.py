@@ -20,7 +20,7 @@ import torch
 from transformers import DynamicCache, StaticCache
 
 from lib.models import LoadedModel, max_positions
-from lib.timing import now
+from lib.timing import now, page_faults
 
 
 def check_fits(model: LoadedModel | torch.nn.Module, prompt_tokens: int, new_tokens: int = 0) -> None:
@@ -129,18 +129,25 @@ class DecodeTrace:
 
     ``start`` is the host time the loop began; for a batch, ``token_ids`` holds the first sequence's ids
     (every sequence's id is read back at every step); ``last_token`` is the ``(batch, 1)`` tensor of the
-    last chosen ids, to continue from."""
+    last chosen ids, to continue from. ``faults`` holds the process's page-fault count at the start and at each
+    stamp (:func:`lib.timing.page_faults`)."""
 
     start: float = 0.0
     token_ids: list[int] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
     last_token: torch.Tensor | None = None
+    faults: list[int] = field(default_factory=list)
 
     @property
     def step_times(self) -> list[float]:
         """Duration of each step in seconds, from the previous token's readback to this one's."""
         stamps = [self.start, *self.times]
         return [b - a for a, b in zip(stamps, stamps[1:])]
+
+    @property
+    def step_faults(self) -> list[int]:
+        """Page faults each step took (the pages its new tensors were given fresh); empty if not counted."""
+        return [b - a for a, b in zip(self.faults, self.faults[1:])]
 
 
 @torch.inference_mode()
@@ -149,7 +156,8 @@ def decode(model: LoadedModel | torch.nn.Module, last_token: torch.Tensor, cache
     """``steps`` cached greedy decode steps after ``last_token`` (shape ``(batch, 1)``).
 
     Each step runs one position per sequence through every layer against the cache, picks the argmax,
-    reads the chosen ids back to the host and only then stamps the time. With batch 1 it stops early
+    reads the chosen ids back to the host and only then stamps the time (and the page faults so far, which
+    cost about a microsecond). With batch 1 it stops early
     after ``eos_token_id``. Checks the position table first. Introduced in section 1; batches in
     section 3.
     """
@@ -163,11 +171,13 @@ def decode(model: LoadedModel | torch.nn.Module, last_token: torch.Tensor, cache
                          f"{token.shape[0]} last tokens were given")
     check_fits(module, cache.get_seq_length() + 1, max(steps - 1, 0))
     trace = DecodeTrace(start=now(token.device))  # queued work (a prefill) finishes before the clock starts
+    trace.faults.append(page_faults())
     for _ in range(steps):
         logits = module(input_ids=token, cache=cache, use_cache=True).logits
         token = logits[:, -1:].argmax(dim=-1)
         ids = token[:, 0].tolist()  # the host readback a serving loop needs before it can send
         trace.times.append(now())
+        trace.faults.append(page_faults())
         trace.token_ids.append(ids[0])
         trace.last_token = token
         if len(ids) == 1 and ids[0] == eos_token_id:

@@ -9,8 +9,9 @@ the kernel that does the work. A measured pass is labelled by that prediction:
   work the model does not price;
   measure one layer down before optimising;
 * otherwise ``"<limit>-bound"`` for the largest term's limit: ``memory`` (weights or cache streamed),
-  ``compute`` (matrix FLOPs at the rate the rows reach), ``slow-kernel`` (a dtype without hardware instructions)
-  or ``launch`` (issuing the operations).
+  ``compute`` (matrix FLOPs at the rate the rows reach), ``slow-kernel`` (a dtype without hardware instructions),
+  ``launch`` (issuing the operations) or ``page-faults`` (the operating system mapping pages the pass touches for
+  the first time).
 
 Every chapter that labels a point calls :func:`regime`. Introduced in section 2; sections 3 and 6 label every
 point with it.

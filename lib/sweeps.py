@@ -138,18 +138,18 @@ def prefill_sweep(model: LoadedModel, prompts, *, logits: str = "last", repeats:
             predicted = last[1] * n / last[0]
             if predicted * (warmup + repeats) > budget_s:
                 rows.append(dict(prompt_tokens=n, median_s=np.nan, low_s=np.nan, high_s=np.nan, passes=0,
-                                 predicted_s=predicted,
+                                 faults=np.nan, predicted_s=predicted,
                                  status=f"skipped: predicted {predicted:.1f} s a pass, over the budget"))
                 continue
         ids = random_prompt(n, model.vocab_size, seed=seed, device=model.device)
-        samples = list(measure(lambda: phases.prefill(model, ids, logits=logits), model.device, warmup=warmup,
-                               repeats=repeats).samples)
+        first = measure(lambda: phases.prefill(model, ids, logits=logits), model.device, warmup=warmup, repeats=repeats)
+        samples, faults = list(first.samples), list(first.faults)
         while sum(samples) < min_seconds and len(samples) < max_repeats:
-            samples += measure(lambda: phases.prefill(model, ids, logits=logits), model.device, warmup=0,
-                               repeats=1).samples
-        t = Timing.of(samples)
+            more = measure(lambda: phases.prefill(model, ids, logits=logits), model.device, warmup=0, repeats=1)
+            samples, faults = samples + list(more.samples), faults + list(more.faults)
+        t = Timing.of(samples, faults)
         rows.append(dict(prompt_tokens=n, median_s=t.median, low_s=t.low, high_s=t.high, passes=len(samples),
-                         predicted_s=np.nan, status="ok"))
+                         faults=t.fastest_faults, predicted_s=np.nan, status="ok"))
         last = (n, t.median)
     return pd.DataFrame(rows)
 
@@ -174,7 +174,8 @@ def decode_sweep(model: LoadedModel, contexts, *, steps: int = 40, runs: int = 3
     prefill would be slow. ``cache="static"`` decodes over a preallocated cache of ``context + steps``
     positions (:func:`lib.phases.static_cache`) instead of the growing ``DynamicCache``. ``caches``: a dict that
     keeps the prefilled caches between calls, so a chapter can interleave one-run calls across configurations
-    without prefilling again. Introduced in section 3."""
+    without prefilling again. ``faults_per_step`` is the run's median page faults a step (the pages a growing
+    cache's new tensors got fresh from the operating system). Introduced in section 3."""
     _check_cache_kind(cache)
     for c in contexts:
         phases.check_fits(model, c, steps)
@@ -192,9 +193,11 @@ def decode_sweep(model: LoadedModel, contexts, *, steps: int = 40, runs: int = 3
         for c in contexts:
             kv, first = caches[c]
             phases.truncate_cache(kv, c)
-            step = phases.decode(model, first, kv, steps).step_times
+            trace = phases.decode(model, first, kv, steps)
+            step = trace.step_times
             rows.append(dict(context_tokens=c, run=run + 1, steps=len(step), median_s=statistics.median(step),
-                             low_s=min(step), high_s=max(step), cache_bytes=phases.cache_bytes(kv)))
+                             low_s=min(step), high_s=max(step), faults_per_step=statistics.median(trace.step_faults),
+                             cache_bytes=phases.cache_bytes(kv)))
     return pd.DataFrame(rows).sort_values(["context_tokens", "run"], ignore_index=True)
 
 
@@ -255,7 +258,8 @@ def batched_decode_sweep(model: LoadedModel, context: int, batches, *, steps: in
 
     One prompt is prefilled once and its cache copied to every sequence of the batch (a decode step's
     cost depends on the cache's shape, not its values). Returns one row per batch size: the median,
-    lowest and highest step time (s), or ``status="out of memory"`` when the batch did not fit.
+    lowest and highest step time (s) and its median page faults a step, or ``status="out of memory"`` when the
+    batch did not fit.
     ``cache="static"``: a preallocated cache of ``context + steps`` positions, written in place
     (:func:`lib.phases.static_cache`), so a step copies no cache. Introduced in section 3."""
     _check_cache_kind(cache)
@@ -273,15 +277,16 @@ def batched_decode_sweep(model: LoadedModel, context: int, batches, *, steps: in
             tokens = first.repeat(b, 1)
             phases.decode(model, tokens, kv, 1)  # warm-up step
             phases.truncate_cache(kv, context)
-            step = phases.decode(model, tokens, kv, steps).step_times
+            trace = phases.decode(model, tokens, kv, steps)
+            step = trace.step_times
             rows.append(dict(batch=b, context_tokens=context, steps=steps, median_s=statistics.median(step),
-                             low_s=min(step), high_s=max(step), cache_bytes=phases.cache_bytes(kv),
-                             status="ok"))
+                             low_s=min(step), high_s=max(step), faults_per_step=statistics.median(trace.step_faults),
+                             cache_bytes=phases.cache_bytes(kv), status="ok"))
         except (RuntimeError, MemoryError) as error:
             if not _out_of_memory(error):
                 raise
             rows.append(dict(batch=b, context_tokens=context, steps=steps, median_s=np.nan, low_s=np.nan,
-                             high_s=np.nan, cache_bytes=np.nan, status="out of memory"))
+                             high_s=np.nan, faults_per_step=np.nan, cache_bytes=np.nan, status="out of memory"))
         finally:
             del kv
             if model.device.type == "cuda":

@@ -4,6 +4,11 @@ A GPU runs asynchronously: a Python call returns when the work is *queued*, not 
 here therefore synchronises the device first (:func:`now`), and :func:`measure` warms up before it
 repeats, then reports the median with the lowest and highest repeat. All times are in seconds.
 
+Beside each sample :func:`measure` counts the **page faults** it took (:func:`page_faults`): memory the process
+touches for the first time (a tensor the allocator placed on pages newly mapped from the operating system) costs
+the kernel a fault per page, which chapter 0 prices, and which a pass may or may not take from one run to the
+next (the allocator decides).
+
 Per-token timestamps in the decode loops (:mod:`lib.phases`) are taken right after the chosen token id
 has been read back to the host with ``.item()``, as a serving loop must before it can send the token.
 """
@@ -12,6 +17,11 @@ from __future__ import annotations
 
 import statistics
 import time
+
+try:
+    import resource
+except ImportError:  # Windows: no getrusage
+    resource = None
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -31,14 +41,32 @@ def now(device: torch.device | str | None = None) -> float:
     return time.perf_counter()
 
 
+#: Bytes in one page of memory (what one page fault maps).
+PAGE_BYTES = resource.getpagesize() if resource else 4096
+
+
+def page_faults() -> int:
+    """Minor page faults this process (every thread) has taken so far: each maps a page of memory touched for the
+    first time. Counted by the operating system (``getrusage``); 0 where it does not count them. Introduced in
+    section 0."""
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_minflt) if resource else 0
+
+
 @dataclass(frozen=True)
 class Timing:
-    """Repeated timings of one operation, in seconds: median, lowest, highest and every sample."""
+    """Repeated timings of one operation, in seconds: median, lowest, highest and every sample, and the page faults
+    each sample took (``faults``, in the samples' order; empty when they were not counted)."""
 
     median: float
     low: float
     high: float
     samples: tuple[float, ...]
+    faults: tuple[int, ...] = ()
+
+    @property
+    def fastest_faults(self) -> int:
+        """The page faults of the fastest sample (0 when not counted)."""
+        return self.faults[self.samples.index(self.low)] if self.faults else 0
 
     @property
     def median_ms(self) -> float:
@@ -53,17 +81,20 @@ class Timing:
         return self.high * 1e3
 
     @classmethod
-    def of(cls, samples) -> "Timing":
-        """Summarise a non-empty sequence of durations in seconds."""
-        samples = tuple(float(s) for s in samples)
+    def of(cls, samples, faults=()) -> "Timing":
+        """Summarise a non-empty sequence of durations in seconds (and the page faults of each, if counted)."""
+        samples, faults = tuple(float(s) for s in samples), tuple(int(f) for f in faults)
         if not samples:
             raise ValueError("no samples to summarise: time at least one repeat")
-        return cls(statistics.median(samples), min(samples), max(samples), samples)
+        if faults and len(faults) != len(samples):
+            raise ValueError(f"{len(faults)} fault counts for {len(samples)} samples")
+        return cls(statistics.median(samples), min(samples), max(samples), samples, faults)
 
 
 def measure(fn: Callable[[], object], device: torch.device | str | None = None, *, warmup: int = 1,
             repeats: int = 5, use_cuda_events: bool = False) -> Timing:
-    """Time ``fn()`` ``repeats`` times after ``warmup`` untimed calls; return a :class:`Timing`.
+    """Time ``fn()`` ``repeats`` times after ``warmup`` untimed calls; return a :class:`Timing` (with each
+    sample's page faults).
 
     The device is synchronised before and after each call. On CUDA, ``use_cuda_events=True`` times
     with CUDA events instead of the host clock (device time only, no launch latency seen by the host).
@@ -75,9 +106,10 @@ def measure(fn: Callable[[], object], device: torch.device | str | None = None, 
         raise ValueError(f"warmup cannot be negative, got {warmup}")
     for _ in range(warmup):
         fn()
-    samples = []
+    samples, faults = [], []
     events = use_cuda_events and device is not None and torch.device(device).type == "cuda"
     for _ in range(repeats):
+        before = page_faults()
         if events:
             with torch.cuda.device(torch.device(device)):  # events record on the stream of `device`
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -91,7 +123,8 @@ def measure(fn: Callable[[], object], device: torch.device | str | None = None, 
             t0 = now(device)
             fn()
             samples.append(now(device) - t0)
-    return Timing.of(samples)
+        faults.append(page_faults() - before)
+    return Timing.of(samples, faults)
 
 
 def overhead(device: torch.device | str | None = None, repeats: int = 200) -> dict[str, float]:
@@ -109,19 +142,25 @@ def overhead(device: torch.device | str | None = None, repeats: int = 200) -> di
 
 
 def median_range(frame: pd.DataFrame, by: str | Sequence[str], columns: Sequence[str]) -> pd.DataFrame:
-    """Summarise repeated runs: one row per ``by`` group with, for each column ``c``, its median as
-    ``c`` and the lowest and highest run as ``c_low`` and ``c_high`` (``c`` keeps its unit suffix, e.g.
-    ``tpot_ms``, ``tpot_ms_low``, ``tpot_ms_high``). Groups keep their first appearance's order.
+    """Summarise repeated runs: one row per ``by`` group with, for each column ``c``, its median as ``c`` and the
+    ends of its 95 % interval (:func:`lib.claims.median_interval`: distribution-free, the whole range with five runs
+    or fewer) as ``c_low`` and ``c_high`` (``c`` keeps its unit suffix, e.g. ``tpot_ms``, ``tpot_ms_low``,
+    ``tpot_ms_high``). Groups keep their first appearance's order.
 
     Introduced in section 1.
     """
-    missing = [c for c in [*([by] if isinstance(by, str) else by), *columns] if c not in frame.columns]
+    from lib.claims import median_interval
+
+    keys = [by] if isinstance(by, str) else list(by)
+    missing = [c for c in [*keys, *columns] if c not in frame.columns]
     if missing:
         raise ValueError(f"median_range: no column(s) {missing}; the table has {list(frame.columns)}")
-    grouped = frame.groupby(by, sort=False)[list(columns)]
-    parts = [grouped.median()]
-    parts.append(grouped.min().add_suffix("_low"))
-    parts.append(grouped.max().add_suffix("_high"))
-    out = pd.concat(parts, axis=1)
-    order = [x for c in columns for x in (c, f"{c}_low", f"{c}_high")]
-    return out[order].reset_index()
+    rows = []
+    for key, g in frame.groupby(keys, sort=False):
+        row = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
+        for c in columns:
+            values = g[c].dropna()
+            low, mid, high = median_interval(values) if len(values) else (float("nan"),) * 3
+            row.update({c: mid, f"{c}_low": low, f"{c}_high": high})
+        rows.append(row)
+    return pd.DataFrame(rows, columns=[*keys, *[x for c in columns for x in (c, f"{c}_low", f"{c}_high")]])

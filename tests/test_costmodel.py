@@ -4,7 +4,8 @@ import pytest
 
 import synthetic
 from lib.costmodel import FRESH_PAGES_BYTES, CostModel
-from lib.machine import MODELS
+from lib.machine import MODELS, Ceilings
+from lib.timing import PAGE_BYTES
 
 SHAPE = MODELS["gpt2-small"][0].with_dtype("fp32")
 
@@ -54,13 +55,41 @@ def test_a_decode_step_reads_and_copies_a_growing_cache_but_not_a_preallocated_o
     assert static.term("dispatch").best == synthetic.DISPATCH["decode_static"]
 
 
-def test_a_large_cache_is_copied_into_fresh_pages():
+def test_a_large_cache_is_copied_into_fresh_pages_and_pays_a_fault_per_page():
+    """Chapter 0's cost per page is a fresh copy less the same copy into mapped memory: a copy priced at the copy
+    rate plus its destination's faults is the fresh copy's time again."""
     batch = 64
-    per_layer_tensor = batch * 512 * SHAPE.kv_bytes_per_token / (2 * SHAPE.layers)
+    per_layer_tensor = batch * 513 * SHAPE.kv_bytes_per_token / (2 * SHAPE.layers)
     assert per_layer_tensor >= FRESH_PAGES_BYTES
     step = model().decode(512, batch=batch)
-    assert step.term("cache copy").best == pytest.approx(2 * batch * 512 * SHAPE.kv_bytes_per_token / synthetic.FRESH_COPY)
-    assert step.dominant.name == "cache copy"
+    moved = 2 * batch * 512 * SHAPE.kv_bytes_per_token
+    assert step.term("cache copy").best == pytest.approx(moved / synthetic.COPY)
+    assert step.term("cache copy").best + step.term("page faults").best == pytest.approx(
+        moved / synthetic.FRESH_COPY, rel=0.01)  # the new tensors are one position longer than the copied ones
+    assert step.dominant.name == "page faults" and step.dominant.limit == "page faults"
+    assert model().decode(512).term("page faults").best == 0  # a small cache: no faults expected before counting
+
+
+def test_counted_faults_price_what_the_pass_did():
+    fault = model().ceilings.fault_cost("fp32", 2)
+    assert fault == pytest.approx((1 / synthetic.FRESH_COPY - 1 / synthetic.COPY) * 1e9 / (1e9 / 2 / PAGE_BYTES))
+    small = model().decode(512, fresh_pages=10_000)
+    assert small.term("page faults").best == pytest.approx(10_000 * fault)
+    assert "counted" in small.term("page faults").how
+    assert model().decode(512, batch=64, fresh_pages=0).term("page faults").best == 0  # counted: none this time
+    assert model().prefill(512, fresh_pages=2_000).term("page faults").best == pytest.approx(2_000 * fault)
+    assert model().decode(512, cache="static", max_len=1024).term("page faults").best == 0
+
+
+def test_faults_inside_a_ceiling_are_not_counted_twice():
+    """The LM head at many rows writes a large output, which chapter 0's own calls faulted in: those faults are in
+    the head's time already."""
+    table = synthetic.table()
+    table["faults_per_call"] = [3_000.0 if (k == "head" and r == 1024) else 0.0 for k, r in zip(table.kernel, table.rows)]
+    m = CostModel(Ceilings(table, "cpu"), "gpt2-small", SHAPE, "fp32", 2)
+    fault = m.ceilings.fault_cost("fp32", 2)
+    assert m.prefill(1024, logits="all", fresh_pages=5_000).term("page faults").best == pytest.approx(2_000 * fault)
+    assert m.prefill(1024, logits="all", fresh_pages=1_000).term("page faults").best == 0
 
 
 def test_batching_shares_the_weights():
