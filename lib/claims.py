@@ -63,7 +63,8 @@ import pandas as pd
 __all__ = ["HELD", "NOT_HELD", "UNRESOLVED", "NOT_MEASURED", "VERDICTS", "CONFIDENCE", "PREDICTED_TIME",
            "PREDICTED_RATIO", "PREDICTED_LENGTH", "ACROSS_MACHINES", "NOISE", "HARNESS", "median_interval", "Spread", "Claim",
            "Claims", "InvariantBroken", "invariant", "within", "at_most", "at_least", "below", "every", "some",
-           "geomean", "trend", "settle", "leaning", "ranges_overlap", "verdict_of"]
+           "geomean", "geomean_of", "extreme", "outside", "trend", "settle", "leaning", "ranges_overlap",
+           "verdict_of"]
 
 HELD, NOT_HELD, UNRESOLVED, NOT_MEASURED = "held", "did not hold", "not resolved", "not measured"
 VERDICTS = (HELD, NOT_HELD, UNRESOLVED, NOT_MEASURED)
@@ -264,6 +265,40 @@ def geomean(values: Iterable[float]) -> float:
     return math.exp(sum(math.log(x) for x in v) / len(v))
 
 
+def geomean_of(spreads: Sequence[Spread | float]) -> Spread:
+    """The geometric mean of several measured ratios (the points of a sweep, each over its own runs), with the
+    interval their intervals allow together (the geometric means of their lows and of their highs): one slow run
+    of one point moves it by that point's share only. Name the worst point beside it."""
+    s = [_spread(v) for v in spreads]
+    if not s:
+        raise ValueError("geomean_of needs one or more spreads")
+    return Spread(geomean(v.low for v in s), geomean(v.mid for v in s), geomean(v.high for v in s))
+
+
+def extreme(spreads: Sequence[Spread | float], largest: bool = True) -> Spread:
+    """The largest (or smallest) of several measured values, with its interval: from the largest low to the largest
+    high (each point's interval covers it, so theirs covers the extreme). "Every point at most x" is this interval
+    at most x: a straddling point leaves it open only when no point is wholly beyond."""
+    s = [_spread(v) for v in spreads]
+    if not s:
+        raise ValueError("extreme needs one or more spreads")
+    pick = max if largest else min
+    return Spread(pick(v.low for v in s), pick(v.mid for v in s), pick(v.high for v in s))
+
+
+def outside(spreads: dict, low: float, high: float = math.inf) -> tuple[list, list]:
+    """The keys of ``spreads`` whose interval lies wholly outside ``[low, high]``, and those whose interval
+    straddles an end of it: a sentence counts the first and names the second apart."""
+    out, straddling = [], []
+    for key, value in spreads.items():
+        v = _spread(value)
+        if v.high < low or v.low > high:
+            out.append(key)
+        elif v.low < low or v.high > high:
+            straddling.append(key)
+    return out, straddling
+
+
 def trend(frame: pd.DataFrame, x: str, y: str, run: str = "run") -> Spread:
     """How ``y`` grows with ``x``: in each run, the least-squares slope of ``log y`` against ``log x`` (the
     exponent of a power law: 1 doubles ``y`` when ``x`` doubles, 0 is flat, negative falls), and the :class:`Spread`
@@ -399,11 +434,11 @@ class Claims:
         return pd.DataFrame([asdict(r) for r in rows], columns=_COLUMNS)
 
     def summary(self) -> str:
-        """``"k of n decided claims held"``, with how many were not resolved and not measured."""
+        """``"k of n decided claims held"``, with how many did not hold, were not resolved and not measured."""
         verdicts = list(self.frame().verdict)
         decided = sum(v in (HELD, NOT_HELD, UNRESOLVED) for v in verdicts)
         text = f"{verdicts.count(HELD)} of {decided} decided claims held"
-        for v in (UNRESOLVED, NOT_MEASURED):
+        for v in (NOT_HELD, UNRESOLVED, NOT_MEASURED):
             if verdicts.count(v):
                 text += f", {verdicts.count(v)} {v}"
         return text

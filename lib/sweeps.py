@@ -164,11 +164,11 @@ def prefilled(model: LoadedModel, prefill_model: LoadedModel | None, context: in
 
 def decode_sweep(model: LoadedModel, contexts, *, steps: int = 40, runs: int = 3, seed: int = 0,
                  prefill_model: LoadedModel | None = None, label: str = "", cache: str = "dynamic",
-                 caches: dict | None = None) -> pd.DataFrame:
+                 caches: dict | None = None, warmup_steps: int = 5) -> pd.DataFrame:
     """Cached greedy decode from each context length: one prefill builds each context's cache, then ``runs``
     runs, each of ``steps`` steps from every context in turn (the cache cropped back to its context first), so
     a slow spell of a shared machine lands on every context of a run, and a difference between two contexts is
-    taken within one run. One short warm-up run first. Every step reads its token back to the host. Returns one
+    taken within one run. One short warm-up run first (``warmup_steps`` steps from each context). Every step reads its token back to the host. Returns one
     row per (context, run) with the run's median, lowest and highest step time in seconds. Checks the position
     table first. ``prefill_model`` (same architecture, another dtype) may build the cache when ``model``'s own
     prefill would be slow. ``cache="static"`` decodes over a preallocated cache of ``context + steps``
@@ -187,7 +187,7 @@ def decode_sweep(model: LoadedModel, contexts, *, steps: int = 40, runs: int = 3
     for c in contexts:
         kv, first = caches[c]
         phases.truncate_cache(kv, c)
-        phases.decode(model, first, kv, min(steps, 5))  # warm-up
+        phases.decode(model, first, kv, min(steps, warmup_steps))  # warm-up
     rows = []
     for run in progress(range(runs), desc=label or "decode", leave=False):
         for c in contexts:

@@ -38,6 +38,7 @@ def test_an_unresolved_verdict_has_its_own_sentence():
 def test_a_claim_never_decided_is_recorded_as_not_measured():
     r = register()
     r.decide("a", NOT_HELD, x=2)
+    assert r.summary() == "0 of 1 decided claims held, 1 did not hold, 1 not measured"
     row = r.frame().set_index("claim").loc["b"]
     assert row.verdict == NOT_MEASURED and row.evidence == "not in quick mode"
 
@@ -158,6 +159,19 @@ def test_geomean_over_points_decides_what_a_conjunction_could_not():
     assert claims.within(Spread.of(claims.geomean([1.5] * 11) for _ in range(9)), 1.0, claims.PREDICTED_TIME) == NOT_HELD
     with pytest.raises(ValueError):
         claims.geomean([1.0, 0.0])
+
+
+def test_pooled_and_extreme_points_keep_each_points_interval():
+    points = {1: Spread(1.0, 1.1, 1.2), 2: Spread(1.05, 1.1, 1.6), 4: Spread(1.3, 1.4, 1.5)}
+    pooled = claims.geomean_of(points.values())
+    assert pooled.mid == pytest.approx(claims.geomean([1.1, 1.1, 1.4]))
+    assert pooled.low == pytest.approx(claims.geomean([1.0, 1.05, 1.3]))
+    worst = claims.extreme(points.values())
+    assert (worst.low, worst.mid, worst.high) == (1.3, 1.4, 1.6)
+    assert claims.at_most(worst, 1.25) == NOT_HELD  # one point wholly beyond decides "every point"
+    assert claims.extreme(points.values(), largest=False).low == 1.0
+    out, straddling = claims.outside(points, 0.8, 1.25)
+    assert out == [4] and straddling == [2]
 
 
 def test_a_trend_is_its_fitted_slope_run_by_run():
