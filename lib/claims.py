@@ -41,7 +41,8 @@ declared claim that is never decided is recorded so, with its declared reason.
 from measured ceilings), :data:`PREDICTED_RATIO` (a ratio of two such times), :data:`PREDICTED_LENGTH` (a length
 read off a sweep whose points are a factor of two apart), :data:`ACROSS_MACHINES` (a run set beside a published
 one, scaled by the two machines' rates), :data:`NOISE` (how far a trend may dip and still be rising) and
-:data:`HARNESS` (what the timer may add to a step). A claim
+:data:`HARNESS` (what the timer may add to a step) and :data:`DATASHEET` (a measured ceiling against a vendor's
+peak). A claim
 that does not hold never fails the build (another machine may legitimately differ); an arithmetic invariant that
 breaks does (:func:`invariant`).
 
@@ -61,7 +62,7 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["HELD", "NOT_HELD", "UNRESOLVED", "NOT_MEASURED", "VERDICTS", "CONFIDENCE", "PREDICTED_TIME",
-           "PREDICTED_RATIO", "PREDICTED_LENGTH", "ACROSS_MACHINES", "NOISE", "HARNESS", "median_interval", "Spread", "Claim",
+           "PREDICTED_RATIO", "PREDICTED_LENGTH", "ACROSS_MACHINES", "NOISE", "HARNESS", "DATASHEET", "median_interval", "Spread", "Claim",
            "Claims", "InvariantBroken", "invariant", "within", "at_most", "at_least", "below", "every", "some",
            "geomean", "geomean_of", "extreme", "outside", "trend", "settle", "leaning", "ranges_overlap",
            "verdict_of"]
@@ -90,6 +91,8 @@ ACROSS_MACHINES = 1.5
 NOISE = 0.05
 #: What the timing harness may add to the shortest step the book times (the book's budget for its own clock).
 HARNESS = 0.01
+#: A ceiling measured with simple kernels against the vendor's datasheet peak for the same hardware.
+DATASHEET = 2.0
 
 
 def _below_k(n: int, k: int) -> float:

@@ -11,8 +11,9 @@ that does the work (:mod:`lib.machine`), not at a textbook peak:
 * **attention**: a prefill's causal attention at the rate chapter 0 measured for that length; a decode step's
   read of every sequence's cache.
 * **cache copy**: a cache that grows by concatenation (``DynamicCache``) is read and written into a new tensor at
-  every step, at the copy rate; a preallocated cache (``StaticCache``) is written in place, but attention then
-  reads every preallocated position.
+  every step, at the rate chapter 0 measured for that concatenation of the model's own cache tensors at that size
+  (small tensors copy more slowly than one long array); a preallocated cache (``StaticCache``) is written in place,
+  but attention then reads every preallocated position.
 * **page faults**: memory a pass touches for the first time costs the operating system a fault per page (mapping
   and zeroing it), at the cost per page chapter 0 measured (a copy into fresh memory less the same copy into
   memory already mapped). Whether a new tensor gets fresh pages is the allocator's choice: glibc maps a tensor
@@ -137,7 +138,12 @@ class CostModel:
         return terms
 
     def _copy(self, moved: float, what: str) -> Term:
-        """A copy that reads and writes ``moved`` bytes in all, at chapter 0's copy rate."""
+        """A growing cache's copy, which reads and writes ``moved`` bytes in all: chapter 0's concatenation of the
+        model's own cache tensors at that size, or, where it has none, its streaming copy rate."""
+        c = self.ceilings.cache_concatenation(self.model, self.dtype, self.threads, moved / 2)
+        if c is not None:
+            return Term("cache copy", c.best, c.median, "memory",
+                        f"{what} ({moved / c.best / 1e9:.1f} GB/s: chapter 0's concatenation of caches this size)")
         rate = self.ceilings.stream_bandwidth(self.dtype, self.threads, "copy")
         spread = self.ceilings.stream_spread(self.dtype, self.threads, "copy")
         return Term("cache copy", moved / rate, moved / rate * (1 + spread), "memory",

@@ -381,7 +381,10 @@ def attention(model: str, device: torch.device, dtype: torch.dtype, plan: Budget
     """``scaled_dot_product_attention`` with the model's heads, every layer: a causal prefill of each of ``rows``
     tokens (``attention_prefill``; FLOPs ``2 d T**2`` per layer), and one new token per sequence over a cache of
     each ``(batch, context)``, as a growing cache calls it (``attention_decode``, no mask) and as a preallocated one
-    does (``attention_decode_masked``, a mask over every position); bytes: the caches read. A prefill is timed on
+    does (``attention_decode_masked``, a mask over every position); bytes: the caches read. Beside each decode, the
+    growing cache's own copy (``cache_concatenation``: every layer's keys and values concatenated with one more
+    position, as ``DynamicCache`` does, into memory already mapped so that page faults stay out of it; bytes: read
+    and written). A prefill is timed on
     one layer and priced for all (its inputs are activations, written just before); a decode over a separate cache
     per layer, as a step reads them, on as many layers as fit in ``plan.stream_bytes`` (already far past any
     cache, so each layer's read comes from memory) and priced for all."""
@@ -412,6 +415,20 @@ def attention(model: str, device: torch.device, dtype: torch.dtype, plan: Budget
                             bytes_=layers * layer_bytes, flops=batch * layers * 4 * shape.d_model * context,
                             scale=layers / timed,
                             note="" if timed == layers else f"{timed} of {layers} layers timed, priced for all"))
+        new = torch.randn(batch, kvh, 1, hd, dtype=dtype, device=device)
+        longer = [torch.empty(batch, kvh, context + 1, hd, dtype=dtype, device=device) for _ in range(2 * timed)]
+        for t in longer:
+            t.zero_()  # mapped before timing: this kernel's time is the copy's, not the page faults'
+
+        def grow() -> None:
+            for old_, new_ in zip(caches, longer):
+                torch.cat([old_, new], dim=-2, out=new_)
+
+        out.append(_row(base, "cache_concatenation", _timed(grow, device, plan), model=model, rows=batch,
+                        context=context, bytes_=2 * layers * layer_bytes, scale=layers / timed,
+                        note="into memory already mapped" + ("" if timed == layers else
+                                                             f"; {timed} of {layers} layers timed, priced for all")))
+        del longer
     return out
 
 
@@ -816,6 +833,18 @@ class Ceilings:
         xs = t.bytes_per_call.to_numpy(float)
         return KernelTime(_interpolate(xs, t.best_s.to_numpy(float), cache_bytes),
                           _interpolate(xs, t.median_s.to_numpy(float), cache_bytes), kernel)
+
+    def cache_concatenation(self, model: str, dtype: str, threads: int, cache_bytes: float) -> KernelTime | None:
+        """A growing cache's copy of ``cache_bytes`` in all (read, then written one position longer, every layer),
+        interpolated over the cache sizes measured, into memory already mapped (page faults are priced apart);
+        ``None`` where chapter 0 did not measure it (an older table: the copy is then priced at the streaming copy)."""
+        t = self.table[(self.table.kernel == "cache_concatenation") & (self.table.model == model)
+                       & (self.table.dtype == dtype) & (self.table.threads == threads) & (self.table.status == "ok")]
+        if t.empty:
+            return None
+        xs = t.bytes_per_call.to_numpy(float) / 2  # the cache's bytes: the copy reads them and writes them again
+        return KernelTime(_interpolate(xs, t.best_s.to_numpy(float), cache_bytes),
+                          _interpolate(xs, t.median_s.to_numpy(float), cache_bytes), "cache_concatenation")
 
     def dispatch(self, model: str, dtype: str, threads: int, pass_kind: str = "decode", rows: float = 1) -> KernelTime:
         """One pass beyond its matrices and attention (``prefill`` of ``rows`` tokens, ``decode`` of ``rows``

@@ -19,7 +19,14 @@ An objective the reader sets is used as given; ``None`` means "the default". Zer
 number is refused (no request can meet it), never replaced by the default. This module knows no
 model and imports no torch: a device is a ``torch.device`` or its name (``"cpu"``, ``"cuda:1"``).
 
-Introduced in section 1 (two phases); used again in section 4 (request split).
+**Under load** (chapters 7 and 9) the question is not what a person tolerates but when a server is
+overloaded, and that depends on the machine's speed, so no typed number can stand for it. There the
+objectives are taken from the machine (:func:`scaled`): ``SLO_SCALE`` times what one user alone measured on
+the same engine, DistServe's "SLO scale"; and the arrival rates are fractions of the capacity the engine showed
+in the same run (:func:`load_rates`, after GuideLLM's sweep from a synchronous and a throughput run), so that the
+load at which goodput collapses lies inside the sweep on any machine.
+
+Introduced in section 1 (two phases); used again in section 4 (request split) and, scaled, in section 7.
 """
 
 from __future__ import annotations
@@ -28,12 +35,19 @@ import math
 from dataclasses import dataclass
 from numbers import Real
 
-__all__ = ["Objectives", "DEFAULTS", "WORST_GAP_FACTOR", "default_objectives", "objectives"]
+__all__ = ["Objectives", "DEFAULTS", "WORST_GAP_FACTOR", "SLO_SCALE", "RATE_FRACTIONS", "default_objectives",
+           "objectives", "scaled", "load_rates"]
 
 #: The default objectives in seconds, ``(ttft_slo_s, tpot_slo_s)``, by device type.
 DEFAULTS: dict[str, tuple[float, float]] = {"cpu": (1.0, 0.100), "cuda": (0.025, 0.015)}
 #: The default worst-gap objective is this many times the TPOT objective.
 WORST_GAP_FACTOR = 2.0
+#: Under load, a request meets its objectives while its TTFT and TPOT are at most this many times what one user
+#: alone measured on the same engine (DistServe's SLO scale).
+SLO_SCALE = 3.0
+#: The arrival rates of a goodput sweep, as fractions of the engine's measured capacity (requests per second at
+#: its most concurrent closed loop): two below it, at it, and one beyond it, where queues must grow.
+RATE_FRACTIONS = (0.25, 0.5, 1.0, 2.0)
 
 
 def _device_type(device) -> str:
@@ -116,3 +130,36 @@ def objectives(device, ttft_slo_ms: float | None = None, tpot_slo_ms: float | No
     else:
         gap_s = None
     return Objectives(ttft_s, tpot_s, gap_s, tuple(used))
+
+
+def scaled(one_user_ttft_s: float, one_user_tpot_s: float, scale: float = SLO_SCALE,
+           ttft_slo_ms: float | None = None, tpot_slo_ms: float | None = None) -> Objectives:
+    """Objectives under load, from this machine: ``scale`` times one user's TTFT and TPOT on the same engine (in
+    seconds), each replaced by the reader's value where one is given (ms). ``defaults`` names those taken from
+    the measurement. Raises ``ValueError`` for a non-positive measurement or scale.
+
+    Introduced in section 7.
+    """
+    for name, value in (("one_user_ttft_s", one_user_ttft_s), ("one_user_tpot_s", one_user_tpot_s), ("scale", scale)):
+        if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"{name}={value!r}: scaled objectives need a positive, finite number")
+    ttft, tpot = _given_ms("ttft_slo_ms", ttft_slo_ms), _given_ms("tpot_slo_ms", tpot_slo_ms)
+    used = tuple(n for n, given in (("ttft", ttft), ("tpot", tpot)) if given is None)
+    return Objectives(scale * one_user_ttft_s if ttft is None else ttft / 1e3,
+                      scale * one_user_tpot_s if tpot is None else tpot / 1e3, None, used)
+
+
+def load_rates(capacity_per_s: float, fractions=RATE_FRACTIONS, most_per_s: float | None = None) -> list[float]:
+    """The arrival rates (requests per second) of a goodput sweep: ``fractions`` of the engine's measured
+    ``capacity_per_s``, rounded to three significant figures, each at most ``most_per_s`` where given (a budget).
+    Raises ``ValueError`` for a capacity that is not a positive number.
+
+    Introduced in section 7.
+    """
+    if isinstance(capacity_per_s, bool) or not isinstance(capacity_per_s, Real) or not math.isfinite(capacity_per_s) \
+            or capacity_per_s <= 0:
+        raise ValueError(f"capacity_per_s={capacity_per_s!r}: a goodput sweep needs a measured capacity above 0")
+    rates = [float(f"{f * capacity_per_s:.3g}") for f in fractions]
+    if most_per_s is not None:
+        rates = [min(r, most_per_s) for r in rates]
+    return list(dict.fromkeys(r for r in rates if r > 0))

@@ -121,7 +121,7 @@ def cost_per_operator(device: torch.device | None = None, calls: int = 2000, rep
     it (the faster of ``repeats`` each), the difference per call, at least 0. A part of many short calls reads
     long under the profiler by about its calls times this.
 
-    Introduced in section 3.
+    Introduced in section 2; section 3 uses it too.
     """
     x = torch.zeros(1, device=device)
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from lib.metrics import RequestMetrics, request_metrics
+from lib.timing import page_faults
 
 __all__ = ["Separated", "separated", "usable_cores", "separation_unavailable"]
 
@@ -54,8 +55,9 @@ class Separated:
     it was there; ``read_s``: the decode worker copying it out, between A's steps, into new tensors;
     ``reread_s``: the same copy again after A's stream, into those tensors (their pages mapped by then), to tell
     the copy from the mapping of new pages; ``read_after``: the A token
-    that preceded the read; ``cache_bytes``: the cache's bytes; ``same_next_token``: whether both workers decode
-    the same second token of B from their copies; ``cores``: (prefill core, decode core)."""
+    that preceded the read; ``write_faults``, ``read_faults``, ``reread_faults``: the page faults each copy took in
+    its worker (:func:`lib.timing.page_faults`); ``cache_bytes``: the cache's bytes; ``same_next_token``: whether
+    both workers decode the same second token of B from their copies; ``cores``: (prefill core, decode core)."""
 
     a_request_time: float
     a_token_times: tuple[float, ...]
@@ -70,6 +72,9 @@ class Separated:
     cache_bytes: int
     same_next_token: bool
     cores: tuple[int, int]
+    write_faults: int = 0
+    read_faults: int = 0
+    reread_faults: int = 0
 
     @property
     def a_metrics(self) -> RequestMetrics:
@@ -136,11 +141,12 @@ def _prefill_worker(name, core, buffer, b_prompt_len, seed, first_id, ready, arr
             logits, cache = phases.prefill(lm, b_ids)
             token = logits[:, -1:].argmax(dim=-1)
             first_id.value = int(token.item())
-            first = time.perf_counter()
+            faults, first = page_faults(), time.perf_counter()
             _to_buffer(cache, buffer)
-            done = time.perf_counter()
+            done, faults = time.perf_counter(), page_faults() - faults
             b_handed.set()
             results.put(("prefill", dict(b_prefill_start=start, b_first_token=first, write_s=done - first,
+                                         write_faults=faults,
                                          handed=done, cache_bytes=phases.cache_bytes(cache),
                                          b_next_id=phases.decode(lm, token, cache, 1).token_ids[0])))
     except BaseException as error:  # the parent reports it; a worker must not leave its partner waiting
@@ -184,13 +190,13 @@ def _decode_round(lm, buffer, a_ids, a_tokens, arrival_step, first_id, arrived, 
     logits, cache = phases.prefill(lm, a_ids)
     token = logits[:, -1:].argmax(dim=-1)
     token.item()
-    times, arrival, read_s, read_after, b_cache = [time.perf_counter()], None, None, None, None
+    times, arrival, read_s, read_after, b_cache, read_faults = [time.perf_counter()], None, None, None, None, 0
 
     def read() -> None:
-        nonlocal b_cache, read_s, read_after
-        start = time.perf_counter()
+        nonlocal b_cache, read_s, read_after, read_faults
+        faults, start = page_faults(), time.perf_counter()
         b_cache = _from_buffer(lm, buffer, cache)
-        read_s, read_after = time.perf_counter() - start, len(times)
+        read_s, read_after, read_faults = time.perf_counter() - start, len(times), page_faults() - faults
 
     while len(times) < a_tokens:
         if len(times) == arrival_step and arrival is None:
@@ -205,16 +211,17 @@ def _decode_round(lm, buffer, a_ids, a_tokens, arrival_step, first_id, arrived, 
         if not handed.wait(_START_TIMEOUT_S):
             raise TimeoutError(f"no cache was handed over within {_START_TIMEOUT_S:.0f} s")
         read()
-    start = time.perf_counter()  # after A's stream: the same read again, into the tensors the first one made
+    faults, start = page_faults(), time.perf_counter()  # after A's stream: the same read again, into the same tensors
     offset = 0
     for layer in b_cache.layers:
         for part in (layer.keys, layer.values):
             part.copy_(buffer[offset:offset + part.numel()].view(part.shape))
             offset += part.numel()
-    reread_s = time.perf_counter() - start
+    reread_s, reread_faults = time.perf_counter() - start, page_faults() - faults
     b_next = phases.decode(lm, torch.tensor([[first_id.value]]), b_cache, 1).token_ids[0]
     return dict(a_request_time=request, a_token_times=tuple(times), b_arrival=arrival, read_s=read_s,
-                reread_s=reread_s, read_after=read_after, b_next_id=b_next)
+                reread_s=reread_s, read_after=read_after, b_next_id=b_next, read_faults=read_faults,
+                reread_faults=reread_faults)
 
 
 def separated(name: str, *, b_prompt_len: int = 1000, a_prompt_len: int = 16, a_tokens: int = 40,
@@ -294,8 +301,8 @@ def separated(name: str, *, b_prompt_len: int = 1000, a_prompt_len: int = 16, a_
                 a_request_time=d["a_request_time"], a_token_times=d["a_token_times"], b_arrival=d["b_arrival"],
                 b_prefill_start=p["b_prefill_start"], b_first_token=p["b_first_token"], write_s=p["write_s"],
                 handed=p["handed"], read_s=d["read_s"], reread_s=d["reread_s"], read_after=d["read_after"],
-                cache_bytes=p["cache_bytes"],
-                same_next_token=d["b_next_id"] == p["b_next_id"], cores=cores))
+                cache_bytes=p["cache_bytes"], same_next_token=d["b_next_id"] == p["b_next_id"], cores=cores,
+                write_faults=p["write_faults"], read_faults=d["read_faults"], reread_faults=d["reread_faults"]))
         return out
     finally:
         for w in started:

@@ -1,5 +1,6 @@
 """The cost model on synthetic ceilings: every term computed by hand, both ways a measured pass can go."""
 
+import pandas as pd
 import pytest
 
 import synthetic
@@ -114,3 +115,20 @@ def test_terms_frame_has_shares_that_add_up():
     frame = model().decode(960).frame()
     assert frame.share.sum() == pytest.approx(1.0)
     assert {"term", "best_ms", "median_ms", "share", "limit", "priced_as"} <= set(frame.columns)
+
+
+def test_a_growing_cache_is_copied_at_chapter_0s_concatenation_of_caches_that_size():
+    """Small cache tensors copy more slowly than one long array: where chapter 0 timed the model's own
+    concatenation, the copy is priced at it (interpolated over the cache's bytes), not at the streaming copy."""
+    table = synthetic.table()
+    kv = SHAPE.kv_bytes_per_token
+    rows = [dict(table.iloc[0].to_dict(), kernel="cache_concatenation", model="gpt2-small", rows=1, context=c,
+                 bytes_per_call=2 * c * kv, best_s=2 * c * kv / 5e9, median_s=2 * c * kv / 4e9,
+                 worst_s=2 * c * kv / 3e9) for c in (16, 1024)]
+    m = CostModel(Ceilings(pd.concat([table, pd.DataFrame(rows)], ignore_index=True), "cpu"), "gpt2-small", SHAPE,
+                  "fp32", 2)
+    step = m.decode(512)
+    assert step.term("cache copy").best == pytest.approx(2 * 512 * kv / 5e9, rel=1e-6)
+    assert step.term("cache copy").median == pytest.approx(2 * 512 * kv / 4e9, rel=1e-6)
+    assert "concatenation" in step.term("cache copy").how
+    assert model().decode(512).term("cache copy").best == pytest.approx(2 * 512 * kv / synthetic.COPY)  # none: copy

@@ -44,3 +44,22 @@ def test_zero_and_nonsense_are_refused_not_replaced_by_the_default(bad):
         obj.objectives("cpu", ttft_slo_ms=bad)
     with pytest.raises(ValueError, match="worst_gap_slo_ms"):
         obj.objectives("cpu", worst_gap_slo_ms=bad)
+
+
+def test_scaled_objectives_come_from_one_user_and_keep_the_readers_values():
+    o = obj.scaled(0.2, 0.05)
+    assert (o.ttft_s, o.tpot_s) == (pytest.approx(obj.SLO_SCALE * 0.2), pytest.approx(obj.SLO_SCALE * 0.05))
+    assert o.defaults == ("ttft", "tpot") and o.worst_gap_s is None
+    mine = obj.scaled(0.2, 0.05, scale=2, tpot_slo_ms=80)
+    assert mine.ttft_s == pytest.approx(0.4) and mine.tpot_s == pytest.approx(0.08) and mine.defaults == ("ttft",)
+    for bad in (0, -1, float("nan"), True):
+        with pytest.raises(ValueError):
+            obj.scaled(bad, 0.05)
+
+
+def test_load_rates_are_fractions_of_the_measured_capacity():
+    assert obj.load_rates(4.0) == [1.0, 2.0, 4.0, 8.0]
+    assert obj.load_rates(4.0, most_per_s=5.0) == [1.0, 2.0, 4.0, 5.0]
+    assert obj.load_rates(0.333) == [0.0833, 0.167, 0.333, 0.666]
+    with pytest.raises(ValueError, match="capacity"):
+        obj.load_rates(0.0)
