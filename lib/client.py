@@ -19,15 +19,30 @@ answers but whose chat requests never do is therefore a failed trace after about
 :func:`require_ok` turns a failed request that must succeed (a warm-up) into one line naming the server and
 what it did (:class:`RequestFailed`).
 
-**How time is attributed to tokens.** A content chunk may carry several tokens (a server that falls behind
-writes several tokens at once; the client cannot see inside a chunk). The count of tokens is the server's
-``usage.completion_tokens``. :meth:`Trace.token_times` gives the first content chunk one token (the first
-token: TTFT ends there), spreads the remaining tokens as evenly as possible over the later chunks
-(earlier chunks take the remainder), and stamps every token with the arrival of its chunk, because the
-reader sees none of them earlier. The gaps inside a chunk are therefore 0 and the whole wait is charged
-to the chunk's first token. When the server reports no usage, every content chunk counts as one token;
-when it reports fewer tokens than content chunks, the chunks are kept (one token each) and
-``Trace.usage_mismatch`` says so. Other benchmark tools attribute differently: see ``lib.conventions``.
+**Which chunks are tokens.** Every streamed choice after the role chunk is a token, whether its content is
+text or empty: vLLM sends a chunk with empty content for a special token, or for a token that ends inside a
+UTF-8 character, as ``vllm bench serve`` counts it. Two choices are not tokens: the role chunk (a ``role`` and
+no text), and a choice that carries nothing but its finish reason (``transformers serve``'s last chunk, with the
+usage). :attr:`Trace.chunk_times` are the token chunks' arrivals.
+
+**How time is attributed to tokens.** A chunk may carry several tokens (a server that falls behind writes
+several tokens at once; the client cannot see inside a chunk). The count of tokens is the server's
+``usage.completion_tokens`` when it is believable. :meth:`Trace.token_times` gives the first token chunk one
+token (the first token: TTFT ends there); only when the usage counts more tokens than there were chunks are the
+remaining ones spread as evenly as possible over the later chunks (earlier chunks take the remainder), every
+token stamped with the arrival of its chunk, because the reader sees none of them earlier. The gaps inside a
+chunk are therefore 0 and the whole wait is charged to the chunk's first token. Without usage every token
+chunk is one token. **A usage report that contradicts the stream** (fewer tokens than token chunks, more than
+the request allowed, a count that is not a whole number of at least 0) is not used: each chunk is one token,
+and :attr:`Trace.usage_problem` says what was wrong, for a chapter to check before it tables the counts.
+Other benchmark tools attribute differently: see ``lib.conventions``.
+
+**Connections are kept alive and reused** (HTTP/1.1), one per request in flight, as a benchmark client does: a
+request takes an idle connection to its server, or opens one, and gives it back when its reply was read to the
+end and the server keeps it open (:func:`close_idle` closes them). TTFT's clock starts when the request is
+written (:attr:`Trace.sent`), after the connection is open: the TCP connect, where there is one, is
+:attr:`Trace.connect_s`, reported apart. A server that closes each connection (``Connection: close``, HTTP/1.0)
+is read to its end the same way.
 
 Introduced in section 7 (over the wire).
 """
@@ -37,19 +52,22 @@ from __future__ import annotations
 import concurrent.futures
 import http.client
 import json
+import re
+import select
 import socket
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from lib import metrics
 
-__all__ = ["Event", "Trace", "Unreachable", "RequestFailed", "http_get", "check_reachable", "served_model",
-           "scrape_metrics", "stream_chat", "require_ok", "failures", "closed_loop", "poisson_offsets", "open_loop",
+__all__ = ["Event", "Trace", "Unreachable", "RequestFailed", "WrongModel", "http_get", "check_reachable",
+           "served_model", "served_models", "same_model", "require_model", "scrape_metrics", "stream_chat",
+           "close_idle", "require_ok", "failures", "closed_loop", "poisson_offsets", "open_loop",
            "CONNECT_TIMEOUT_S", "FIRST_BYTE_TIMEOUT_S", "STALL_TIMEOUT_S", "REQUEST_TIMEOUT_S"]
 
 #: Seconds to open a TCP connection: loopback or a LAN answers in milliseconds.
@@ -73,18 +91,24 @@ class RequestFailed(RuntimeError):
     it did."""
 
 
+class WrongModel(ValueError):
+    """A server serves another model than the one a chapter compares with; the message is one line naming the
+    server, what it serves and what was expected."""
+
+
 class _Watchdog:
     """Shut a connection's socket down once ``seconds`` have passed, so that a read blocked on it returns:
-    a socket's own timeout bounds one read, not a stream that trickles."""
+    a socket's own timeout bounds one read, not a stream that trickles. ``sock``: the socket to shut (once
+    the connection is open; a reply that closes its connection takes the socket off the connection object)."""
 
-    def __init__(self, conn: http.client.HTTPConnection, seconds: float):
-        self.conn, self.fired = conn, False
+    def __init__(self, conn: http.client.HTTPConnection | None, seconds: float):
+        self.conn, self.fired, self.sock = conn, False, None
         self.timer = threading.Timer(max(seconds, 0.0), self._fire)
         self.timer.daemon = True
 
     def _fire(self) -> None:
         self.fired = True
-        sock = self.conn.sock
+        sock = self.sock or (self.conn.sock if self.conn is not None else None)
         if sock is not None:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
@@ -145,18 +169,59 @@ def check_reachable(base_url: str, timeout_s: float = 5.0) -> None:
         raise Unreachable(f"{base_url} answered HTTP {status} to GET /v1/models; is it an OpenAI-compatible server?")
 
 
-def served_model(base_url: str, timeout_s: float = 5.0) -> str:
-    """The id of the first model ``base_url`` serves (``GET /v1/models``); :class:`Unreachable`, one line,
-    when it does not answer or its answer names no model."""
+def served_models(base_url: str, timeout_s: float = 5.0) -> tuple[str, ...]:
+    """The ids of every model ``base_url`` serves, in the order ``GET /v1/models`` lists them (an
+    OpenAI-compatible server's ``{"data": [{"id": ...}, ...]}``). ``timeout_s`` (seconds) bounds each of the
+    two requests. Raises :class:`Unreachable`, one line, when the server does not answer, or answers with
+    no list of models, or with ids that are not names (not text, empty, over 500 characters, more than 1,000)."""
     check_reachable(base_url, timeout_s)
     try:
         _, body = http_get(base_url.rstrip("/") + "/v1/models", timeout_s)
-        return str(json.loads(body)["data"][0]["id"])
+        entries = json.loads(body)["data"]
+        ids = tuple(entry["id"] for entry in entries)
     except (OSError, http.client.HTTPException) as error:
         raise Unreachable(f"cannot reach {base_url}: {_describe(error)}") from None
     except (ValueError, KeyError, IndexError, TypeError):
         raise Unreachable(f"{base_url} answered GET /v1/models without a model list ({{\"data\": [{{\"id\": ...}}]}}); "
                           f"is it an OpenAI-compatible server?") from None
+    if not ids or len(ids) > 1000 or not all(isinstance(i, str) and 0 < len(i) <= 500 for i in ids):
+        raise Unreachable(f"{base_url} answered GET /v1/models with {len(ids)} model ids that are not all names "
+                          f"(text of 1 to 500 characters); is it an OpenAI-compatible server?")
+    return ids
+
+
+def served_model(base_url: str, timeout_s: float = 5.0) -> str:
+    """The id of the first model ``base_url`` serves (:func:`served_models`); :class:`Unreachable`, one line,
+    when it does not answer or its answer names no model."""
+    return served_models(base_url, timeout_s)[0]
+
+
+def _model_key(name: str) -> str:
+    """A model's name as :func:`same_model` compares it: its last path part, lower case, without a weights
+    file's extension (``/models/SmolLM2-135M-Instruct`` and ``HuggingFaceTB/SmolLM2-135M-Instruct`` match)."""
+    last = re.split(r"[/\\]", str(name).strip().rstrip("/\\"))[-1].lower()
+    return re.sub(r"\.(gguf|safetensors|bin|pt)$", "", last)
+
+
+def same_model(served: str, names: Iterable[str]) -> bool:
+    """Whether the id a server gives (``served``) names the same model as one of ``names``: the same last
+    path part, case aside, a weights file's extension aside. A quantized file (``...-q4_1.gguf``) is not the
+    same model as the one it was made from."""
+    return _model_key(served) in {_model_key(n) for n in names}
+
+
+def require_model(base_url: str, names: Iterable[str], timeout_s: float = 5.0) -> str:
+    """The id under which ``base_url`` serves one of the models ``names`` (:func:`same_model`), for requests
+    to it; raises :class:`WrongModel`, one line naming what it serves instead, so that a chapter compares a
+    server only with the model it measured in-process. :class:`Unreachable` as :func:`served_models`."""
+    names = [str(n) for n in names]
+    served = served_models(base_url, timeout_s)
+    for model in served:
+        if same_model(model, names):
+            return model
+    shown = ", ".join(repr(m[:80]) for m in served[:5]) + (" ..." if len(served) > 5 else "")
+    raise WrongModel(f"{base_url} serves {shown}, not {' or '.join(map(repr, names))}: its numbers cannot be set "
+                     f"beside the in-process model's; point base_url at a server of that model")
 
 
 def scrape_metrics(base_url: str) -> dict[str, float]:
@@ -188,25 +253,48 @@ def scrape_metrics(base_url: str) -> dict[str, float]:
 @dataclass(frozen=True)
 class Event:
     """One server-sent event: when its line was read (seconds, ``perf_counter``), whether it carried a
-    ``choices`` list, its delta's content (``None`` when it had no content field), its finish reason and
-    its ``usage`` report."""
+    ``choices`` list, its delta's content (``None`` when it had no content field), its finish reason, its
+    ``usage`` report, its delta's ``role`` and whether the delta carried anything else (a tool call, reasoning
+    text)."""
 
     time: float
     choices: bool
     content: str | None
     finish_reason: str | None = None
     usage: dict | None = None
+    role: str | None = None
+    other: bool = False
+
+    @property
+    def is_role_chunk(self) -> bool:
+        """A choice that announces the role and carries no text: not a token."""
+        return self.choices and self.role is not None and not self.content and not self.other
+
+    @property
+    def is_bare_finish(self) -> bool:
+        """A choice that carries nothing but its finish reason (no content field, role or other field): the end
+        of the reply, not a token."""
+        return (self.choices and self.finish_reason is not None and self.content is None and self.role is None
+                and not self.other)
+
+
+def _count(value) -> int | None:
+    """A usage count, when it is a whole number of at least 0 (``True`` and ``5.0`` are not)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 @dataclass(frozen=True)
 class Trace:
     """One request as the client saw it. Times are seconds on ``time.perf_counter``'s clock.
 
-    ``sent``: just before the request was written; ``scheduled``: when an open-loop load meant to send it
-    (``None`` for closed loops); ``end``: when the stream closed (or failed); ``events``: every event;
-    ``prompt_tokens``/``output_tokens``: the server's usage report (``None`` if it sent none); ``error``:
-    ``None`` for a good request, else ``"refused: ..."``, ``"reset: ..."``, ``"timeout: ..."``,
-    ``"http 500: ..."``, ``"error event: ..."`` or ``"incomplete: ..."``.
+    ``sent``: just before the request was written, after the connection was open (TTFT's clock starts here);
+    ``scheduled``: when an open-loop load meant to send it (``None`` for closed loops); ``end``: when the
+    stream closed (or failed); ``events``: every event; ``prompt_tokens``/``output_tokens``: the server's
+    usage report (``None`` if it sent none); ``error``: ``None`` for a good request, else ``"refused: ..."``,
+    ``"reset: ..."``, ``"timeout: ..."``, ``"http 500: ..."``, ``"error event: ..."`` or ``"incomplete:
+    ..."``; ``connect_s``: seconds the TCP connect took before ``sent`` (``None``: a kept-alive connection was
+    reused, or none was opened); ``max_tokens``: the most tokens the request allowed; ``usage_note``: what
+    was wrong with the usage report as it arrived (see :attr:`usage_problem`).
 
     Introduced in section 7.
     """
@@ -220,6 +308,9 @@ class Trace:
     error: str | None = None
     scheduled: float | None = None
     label: str = ""
+    connect_s: float | None = None
+    max_tokens: int | None = None
+    usage_note: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -230,8 +321,18 @@ class Trace:
         return None if self.error is None else self.error.split(":", 1)[0]
 
     @property
+    def token_events(self) -> tuple[Event, ...]:
+        """The events that are tokens: every choice but the role chunk and a bare finish (module docstring)."""
+        return tuple(e for e in self.events if e.choices and not e.is_role_chunk and not e.is_bare_finish)
+
+    @property
     def chunk_times(self) -> tuple[float, ...]:
-        """Arrival of every content chunk (an event whose content is a non-empty string)."""
+        """Arrival of every token chunk (:attr:`token_events`), empty content included."""
+        return tuple(e.time for e in self.token_events)
+
+    @property
+    def content_times(self) -> tuple[float, ...]:
+        """Arrival of every chunk whose content is non-empty text (what tools that drop empty responses time)."""
         return tuple(e.time for e in self.events if e.content)
 
     @property
@@ -239,14 +340,33 @@ class Trace:
         return "".join(e.content or "" for e in self.events)
 
     @property
-    def n_tokens(self) -> int:
-        """Tokens of the reply: the server's count, or the content chunks where it sent none."""
+    def usage_problem(self) -> str | None:
+        """What contradicts the stream in the server's usage report, in one line, or ``None``: a count that is
+        not a whole number of at least 0, fewer completion tokens than token chunks were streamed, or more than
+        the request allowed. A chapter checks it before it puts the server's counts in a table."""
+        if self.usage_note:
+            return self.usage_note
         chunks = len(self.chunk_times)
-        return chunks if self.output_tokens is None else max(self.output_tokens, chunks)
+        if self.output_tokens is not None and self.output_tokens < chunks:
+            return f"the server counted {self.output_tokens} completion tokens and streamed {chunks} token chunks"
+        if self.output_tokens is not None and self.max_tokens is not None and self.output_tokens > self.max_tokens:
+            return (f"the server counted {self.output_tokens} completion tokens for a request of at most "
+                    f"{self.max_tokens}")
+        return None
 
     @property
     def usage_mismatch(self) -> bool:
-        return self.output_tokens is not None and self.output_tokens < len(self.chunk_times)
+        """Whether :attr:`usage_problem` found one."""
+        return self.usage_problem is not None
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens of the reply: the server's count when it is believable and exceeds the token chunks, else
+        the token chunks."""
+        chunks = len(self.chunk_times)
+        if self.output_tokens is None or self.usage_mismatch:
+            return chunks
+        return max(self.output_tokens, chunks)
 
     def token_times(self) -> tuple[float, ...]:
         """One time per token, by the attribution rule of this module's docstring."""
@@ -266,12 +386,12 @@ class Trace:
 
     def metrics(self) -> metrics.RequestMetrics:
         """The book's metrics of this request (``lib.metrics``), from :meth:`token_times`. Raises
-        ``ValueError`` for a failed request or one without content."""
+        ``ValueError`` for a failed request or one without tokens."""
         if not self.ok:
             raise ValueError(f"request {self.request_id} failed ({self.error}); it has no latency metrics")
         times = self.token_times()
         if not times:
-            raise ValueError(f"request {self.request_id} received no content")
+            raise ValueError(f"request {self.request_id} received no tokens")
         return metrics.request_metrics(self.sent, times)
 
 
@@ -293,6 +413,54 @@ def _kind(error: BaseException) -> str:
     return "reset" if isinstance(error, OSError) else "incomplete"
 
 
+class _Pool:
+    """Idle kept-alive connections by (host, port), shared by every thread: a request takes one, or opens a
+    new one, and gives it back when its reply was read to the end and the server keeps it open."""
+
+    def __init__(self, per_server: int = 256):
+        self.idle: dict[tuple[str, int], list[http.client.HTTPConnection]] = {}
+        self.lock, self.per_server = threading.Lock(), per_server
+
+    def take(self, host: str, port: int) -> http.client.HTTPConnection | None:
+        while True:
+            with self.lock:
+                idle = self.idle.get((host, port))
+                conn = idle.pop() if idle else None
+            if conn is None:
+                return None
+            if conn.sock is not None and not select.select([conn.sock], [], [], 0)[0]:
+                return conn  # nothing to read on an idle connection: the server has not closed it
+            conn.close()  # closed by the server (or it sent something unasked): never reused
+
+    def give(self, host: str, port: int, conn: http.client.HTTPConnection) -> None:
+        with self.lock:
+            idle = self.idle.setdefault((host, port), [])
+            if len(idle) < self.per_server:
+                idle.append(conn)
+                return
+        conn.close()
+
+    def close(self) -> None:
+        with self.lock:
+            every = [c for idle in self.idle.values() for c in idle]
+            self.idle.clear()
+        for conn in every:
+            conn.close()
+
+
+_POOL = _Pool()
+
+
+def close_idle() -> None:
+    """Close every kept-alive connection no request is using (the next request to a server opens a new one)."""
+    _POOL.close()
+
+
+#: What a reused connection that the server closed while it was idle raises before any byte of the reply: the
+#: request is sent again once, on a new connection.
+_STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+
+
 def stream_chat(base_url: str, model: str, messages: list[dict], max_tokens: int, *, request_id: int = 0,
                 timeout_s: float = REQUEST_TIMEOUT_S, extra: dict | None = None, scheduled: float | None = None,
                 label: str = "", on_event: Callable[[Event], None] | None = None,
@@ -301,29 +469,40 @@ def stream_chat(base_url: str, model: str, messages: list[dict], max_tokens: int
     """Send one streaming chat completion (greedy: temperature 0, ``stream_options.include_usage``) to
     ``base_url`` and return its :class:`Trace`; never raises for a failed request.
 
-    Every wait is bounded (this module's docstring): ``connect_timeout_s`` the connection,
-    ``first_byte_timeout_s`` the reply's first byte, ``stall_timeout_s`` each gap between reads of the
-    stream, ``timeout_s`` the whole request. ``extra`` is merged into the request body (e.g.
-    ``{"ignore_eos": True}`` for vLLM). ``on_event(event)`` is called in the reading thread as each event
-    arrives (``lib.stall.stall_experiment`` uses it to send a second request mid-stream).
-    Introduced in section 7.
+    The request goes on a kept-alive connection when one is idle, else on a new one, whose connect time is
+    the trace's ``connect_s`` (seconds), not part of TTFT (this module's docstring). Every wait is bounded:
+    ``connect_timeout_s`` the connection, ``first_byte_timeout_s`` the reply's first byte, ``stall_timeout_s``
+    each gap between reads of the stream, ``timeout_s`` the whole request (all in seconds). ``extra`` is
+    merged into the request body (e.g. ``{"ignore_eos": True}`` for vLLM). ``on_event(event)`` is called in
+    the reading thread as each event arrives (``lib.stall.stall_experiment`` uses it to send a second
+    request mid-stream). Introduced in section 7.
     """
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}, **(extra or {})}
     payload = json.dumps(body).encode()
     events: list[Event] = []
-    usage: dict | None = None
+    usage = None  # the last usage report, as the server sent it
     finished = False
     host, port, prefix = _split(base_url)
-    sent = time.perf_counter()
-    deadline = sent + timeout_s
-    conn = http.client.HTTPConnection(host, port, timeout=min(connect_timeout_s, timeout_s))
+    started = time.perf_counter()
+    deadline = started + timeout_s
+    sent = started
+    connect_s = None
+    ended = None
     phase = "connect"
 
     def result(error: str | None) -> Trace:
-        return Trace(request_id, sent, time.perf_counter(), tuple(events),
-                     None if usage is None else usage.get("prompt_tokens"),
-                     None if usage is None else usage.get("completion_tokens"), error, scheduled, label)
+        prompt, output, note = None, None, None
+        if usage is not None and not isinstance(usage, dict):
+            note = f"the server's usage is {str(usage)[:60]!r}, not an object of counts"
+        elif usage is not None:
+            prompt, output = _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+            counted = (("completion_tokens", output), ("prompt_tokens", prompt))
+            bad = [f"{key} {usage.get(key)!r}" for key, value in counted if usage.get(key) is not None and value is None]
+            if bad:
+                note = f"the server's usage counts {', '.join(bad)}: not a whole number of at least 0"
+        return Trace(request_id, sent, ended or time.perf_counter(), tuple(events), prompt, output, error, scheduled,
+                     label, connect_s, max_tokens, note)
 
     def timed_out() -> str:
         if watchdog.fired or time.perf_counter() >= deadline:
@@ -335,17 +514,37 @@ def stream_chat(base_url: str, model: str, messages: list[dict], max_tokens: int
                     f"{first_byte_timeout_s:g} s of the request")
         return f"timeout: the stream stalled: nothing for {stall_timeout_s:g} s after {len(events)} events"
 
+    conn = _POOL.take(host, port)
     watchdog = _Watchdog(conn, timeout_s)
+    response = None
+    keep = False
     try:
         with watchdog:
-            conn.connect()
-            phase = "first byte"
-            conn.sock.settimeout(min(first_byte_timeout_s, timeout_s))
-            conn.request("POST", prefix + "/v1/chat/completions", body=payload,
-                         headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
-            response = conn.getresponse()
+            for attempt in (1, 2):
+                reused = conn is not None
+                if conn is None:
+                    phase = "connect"
+                    conn = http.client.HTTPConnection(host, port, timeout=min(connect_timeout_s, timeout_s))
+                    watchdog.conn = conn
+                    opening = time.perf_counter()
+                    conn.connect()
+                    connect_s = time.perf_counter() - opening
+                sock = watchdog.sock = conn.sock
+                phase = "first byte"
+                sock.settimeout(min(first_byte_timeout_s, timeout_s))
+                sent = time.perf_counter()
+                try:
+                    conn.request("POST", prefix + "/v1/chat/completions", body=payload,
+                                 headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+                    response = conn.getresponse()
+                    break
+                except _STALE:
+                    if not reused or attempt == 2 or watchdog.fired:
+                        raise
+                    conn.close()  # the server closed it while it was idle: once more, on a new connection
+                    conn = None
             phase = "stream"
-            conn.sock.settimeout(min(stall_timeout_s, timeout_s))
+            sock.settimeout(min(stall_timeout_s, timeout_s))
             if response.status != 200:
                 text = response.read(400).decode(errors="replace").replace("\n", " ")
                 return result(f"http {response.status}: {text}")
@@ -371,16 +570,23 @@ def stream_chat(base_url: str, model: str, messages: list[dict], max_tokens: int
                 if "error" in event:
                     return result(f"error event: {json.dumps(event['error'])[:200]}")
                 choices = event.get("choices") or []
-                delta = choices[0].get("delta", {}) if choices else {}
-                reason = choices[0].get("finish_reason") if choices else None
+                first = choices[0] if choices and isinstance(choices[0], dict) else {}
+                delta = first.get("delta") if isinstance(first.get("delta"), dict) else {}
+                content = delta.get("content")
                 if event.get("usage"):
                     usage = event["usage"]
-                events.append(Event(arrived, bool(choices), delta.get("content"), reason, event.get("usage")))
+                role = delta.get("role")
+                other = any(v not in (None, "", []) for k, v in delta.items() if k not in ("content", "role"))
+                events.append(Event(arrived, bool(choices), content if isinstance(content, str) else None,
+                                    first.get("finish_reason"), usage if isinstance(event.get("usage"), dict) else None,
+                                    role if isinstance(role, str) else None, other))
                 if on_event is not None:
                     on_event(events[-1])
-                finished = finished or reason is not None
+                finished = finished or first.get("finish_reason") is not None
+            ended = time.perf_counter()
             if not finished:
                 return result("incomplete: the stream ended before the reply finished")
+            keep = _drained(response, sock) and not watchdog.fired
             return result(None)
     except (socket.timeout, TimeoutError):
         return result(timed_out())
@@ -389,7 +595,31 @@ def stream_chat(base_url: str, model: str, messages: list[dict], max_tokens: int
             return result(timed_out())
         return result(f"{_kind(error)}: {_describe(error)}")
     finally:
-        conn.close()
+        if keep:
+            _POOL.give(host, port, conn)
+        else:
+            if response is not None:
+                response.close()
+            if conn is not None:
+                conn.close()
+
+
+#: Seconds to read what is left of a finished reply (the end of its last chunk) before its connection is reused.
+DRAIN_TIMEOUT_S = 5.0
+
+
+def _drained(response: http.client.HTTPResponse, sock: socket.socket) -> bool:
+    """Read what is left of a finished reply within :data:`DRAIN_TIMEOUT_S`; whether the connection can then
+    carry the next request (the server keeps it open and nothing is left unread)."""
+    if response.will_close:
+        return False
+    try:
+        sock.settimeout(DRAIN_TIMEOUT_S)
+        response.read(1 << 16)
+        sock.settimeout(None)
+    except (OSError, http.client.HTTPException):
+        return False
+    return response.isclosed()
 
 
 def require_ok(trace: Trace, server: str, what: str = "a request") -> Trace:

@@ -6,8 +6,9 @@ the events a :class:`lib.client.Trace` recorded (every server-sent event, stampe
 read), citing the code it follows. The client's timestamps are the same for all of them; only the
 definitions differ.
 
-* ``book`` (``lib.metrics``, section 1): TTFT ends at the first content chunk; the gaps are between
-  tokens, a chunk carrying several tokens giving gaps of 0 (``lib.client``'s attribution rule); TPOT is
+* ``book`` (``lib.metrics``, section 1): TTFT ends at the first token chunk (every choice after the role
+  chunk, empty content included: ``lib.client``); the gaps are between tokens, a chunk carrying several
+  tokens giving gaps of 0 (``lib.client``'s attribution rule); TPOT is
   ``(t_last - t_first) / (n - 1)``; goodput is the fraction of requests meeting every objective (a one-token
   request judged on TTFT alone).
 * ``vllm``: vLLM's ``vllm bench serve`` (``vllm/benchmarks/lib/endpoint_request_func.py``, the
@@ -92,7 +93,7 @@ def _row(trace: Trace, convention: str, count_tokens: Callable[[str], int] | Non
         ttft, latency = timed[0] - trace.sent, timed[-1] - trace.sent
         return dict(ttft=ttft, itl=list(np.diff(timed)), tpot=(latency - ttft) / (n - 1) if n > 1 else nan,
                     e2e=latency, n=n)
-    chunks = trace.chunk_times
+    chunks = trace.content_times  # these three tools time the chunks that carry text
     first, last = chunks[0], chunks[-1]
     if convention == "guidellm":
         n = trace.n_tokens  # usage when the server sends it (GuideLLM's fallback: one token per iteration)
@@ -117,7 +118,7 @@ def per_request(traces: Sequence[Trace], convention: str,
     the server's usage count stands in. Section 7 reads it through :func:`compare`."""
     _check(convention)
     rows = [dict(request_id=t.request_id, **_row(t, convention, count_tokens))
-            for t in traces if t.ok and t.chunk_times]
+            for t in traces if t.ok and t.chunk_times and t.content_times]
     frame = pd.DataFrame(rows, columns=["request_id", "ttft", "itl", "tpot", "e2e", "n", "inter_token"])
     frame.attrs["units"] = "s"
     return frame
@@ -179,7 +180,7 @@ def compare(traces: Sequence[Trace], ttft_slo: float, tpot_slo: float,
 
 def meets(trace: Trace, ttft_slo: float, tpot_slo: float, worst_gap_slo: float | None = None) -> bool:
     """Whether one request met every objective by the book's definitions (``lib.metrics.meets_slo``); a
-    failed request, or one that received no content, met none. Introduced in section 7."""
+    failed request, or one that received no token, met none. Introduced in section 7."""
     if not trace.ok or not trace.chunk_times:
         return False
     return metrics.meets_slo(trace.metrics(), ttft_slo, tpot_slo, worst_gap_slo)

@@ -7,8 +7,16 @@ notebook as one unit when the whole chapter succeeded (:mod:`lib.make.book`). A 
 ``PREFILL_DECODE_WRITE_COMMITTED=1`` (then the build notices the changed outputs and re-runs the chapter
 at the next ``make book``). Quick mode writes under ``build/quick/``.
 
+**A hand run is one unit too** (:mod:`lib.runs`): from its :class:`Results` to :meth:`Results.finish` it holds
+its chapter's lock in that folder (a second run of the chapter there, by hand or by ``make quick``, is
+refused with one line naming it) and writes into a staging folder of its own; :meth:`Results.finish`, the
+chapter's last step, swaps its tables and figures in together. A run that fails or stops before it leaves
+the folder as the last finished run left it.
+
 Every file is written to a temporary name in its folder and renamed into place, so a reader never
-sees half a CSV.
+sees half a CSV. ``provenance.json`` records each file's size, SHA-256 and, for a table, its rows
+(``written``); :func:`load_table` refuses a table that is not what its run wrote, in one line naming it and
+the command that restores it.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import os
 import subprocess
 import tempfile
 import time
+import weakref
 from pathlib import Path
 
 import pandas as pd
@@ -27,6 +36,13 @@ import torch
 from lib.device import describe_environment
 from lib.params import Parameters
 from lib.paths import OUTPUT_ROOT_ENV, REPO_ROOT, WRITE_COMMITTED_ENV, output_root
+from lib.runs import ChapterLock, RunBusy, file_record, new_staging, settle, swap_in, table_problem
+
+
+class CorruptTable(ValueError):
+    """A table a later chapter reads is not what its run wrote; ``str()`` is one line naming the file and the
+    command that restores it."""
+
 
 def _atomic_write(path: Path, write) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -67,67 +83,114 @@ def _check_name(name: str) -> None:
         raise ValueError(f"an output name must be a plain file name such as 'prefill_sweep', got {name!r}")
 
 
+#: The hand runs this process holds, by (root, section): a later Results of the same chapter in the same
+#: kernel (its setup cell run again) takes the lock over, and the earlier, unfinished run is dropped.
+_HELD: dict[tuple[str, str], tuple[ChapterLock, str]] = {}
+
+
+def _release(key: tuple[str, str], run_id: str) -> None:
+    held = _HELD.get(key)
+    if held and held[1] == run_id:
+        del _HELD[key]
+        held[0].release()
+
+
 class Results:
     """Saves one section's tables and figures and keeps its provenance.
 
     ``Results("01_two_phases", params=P, quick=quick, dtype=dtype)``, where ``P`` is what
     :func:`lib.params.check` returned: its device is the page's, and its parameters (as given, as used,
     and what quick mode changed) go into ``provenance.json`` (the build later records the notebook's
-    parameter cells there too). Then :meth:`table` and :meth:`figure` as the notebook goes; the provenance
-    is rewritten after every save, so it is never stale. Introduced in section 0.
+    parameter cells there too). Then :meth:`table` and :meth:`figure` as the notebook goes, and
+    :meth:`finish` as its last step; the provenance is rewritten after every save, so it is never stale.
+    Introduced in section 0.
+
+    A hand run (no ``root`` given, outside ``make book``) is *staged*: it holds its chapter's lock in its
+    output folder and writes into a staging folder until :meth:`finish` swaps everything in at once
+    (:mod:`lib.runs`); :class:`lib.runs.RunBusy`, one line, when another run of the chapter holds that folder.
+    Under the build, or with ``root`` given (the caller owns that folder), files go straight to
+    ``root``; ``staged`` forces either.
     """
 
     def __init__(self, section: str, *, params: Parameters | None = None, quick: bool = False,
                  device: torch.device | None = None, dtype: torch.dtype | None = None, model: str | None = None,
-                 root: Path | str | None = None):
-        if not section or "/" in section:
+                 root: Path | str | None = None, staged: bool | None = None):
+        if not section or "/" in section or section.startswith("."):
             raise ValueError(f"section must be a plain name such as '01_two_phases', got {section!r}")
         self.section = section
         self.quick = quick
         self.root = Path(root) if root is not None else output_root(quick)
-        self.data_dir = self.root / "data" / section
-        self.figure_dir = self.root / "figures" / section
+        self.staged = (root is None and not os.environ.get(OUTPUT_ROOT_ENV)) if staged is None else bool(staged)
         if device is None:
             device = params.device if params is not None and "device" in params.values else torch.device("cpu")
         self.environment = describe_environment(device, dtype, model)
         self.params = params
         self.started = time.perf_counter()
         self.files: list[str] = []
+        self.written: dict[str, dict] = {}
+        self.finished = False
         self.git = git_state()
+        self.staging: Path | None = None
+        self.run_id = f"{os.getpid()}-{time.time_ns():x}"
+        if self.staged:
+            self._key = (str(self.root.resolve()), section)
+            held = _HELD.get(self._key)
+            lock = held[0] if held and held[0].held else ChapterLock(self.root, section, "a hand run").acquire()
+            _HELD[self._key] = (lock, self.run_id)
+            weakref.finalize(self, _release, self._key, self.run_id)
+            settle(self.root, section, held=True)  # a killed run's swap finished, unfinished runs' folders removed
+            self.staging = new_staging(self.root, section)
+        out = self.staging or self.root
+        self.data_dir = out / "data" / section
+        self.figure_dir = out / "figures" / section
         if root is None and not os.environ.get(OUTPUT_ROOT_ENV):
             where = "the committed data/ and figures/ (the next make book will re-run this chapter)" \
                 if self.root == REPO_ROOT else f"{self.root}/ (a run outside make book: data/ and figures/ " \
                 f"are left alone; set {WRITE_COMMITTED_ENV}=1 to write them)"
-            print(f"{section}: outputs go to {where}")
+            print(f"{section}: outputs go to {where}, all at once when the chapter's last cell has run")
+
+    def _check_open(self, what: str) -> None:
+        if self.finished:
+            raise ValueError(f"{self.section}: this run finished (Results.finish()); {what} belongs to a new "
+                             f"run: Results({self.section!r}, ...) again")
+        if self.staged and _HELD.get(self._key, (None, None))[1] != self.run_id:
+            raise RunBusy(f"{self.section}: a later Results({self.section!r}) in this process took over its "
+                          f"folder; this run's outputs were dropped: use the later one")
 
     def table(self, frame: pd.DataFrame, name: str) -> Path:
-        """Write ``frame`` to ``data/<section>/<name>.csv`` atomically; return the path."""
+        """Write ``frame`` to ``data/<section>/<name>.csv`` atomically (in the run's staging folder until
+        :meth:`finish`, for a staged run); return the path."""
         _check_name(name)
         if not isinstance(frame, pd.DataFrame):
             raise ValueError(f"table {name!r}: expected a pandas DataFrame, got {type(frame).__name__}")
+        self._check_open(f"table {name!r}")
         path = _atomic_write(self.data_dir / f"{name}.csv", lambda tmp: frame.to_csv(tmp, index=False))
-        self._record(path)
+        self._record(path, rows=len(frame))
         return path
 
     def figure(self, fig, name: str, dpi: int = 120) -> Path:
-        """Write a matplotlib figure to ``figures/<section>/<name>.png`` atomically; return the path."""
+        """Write a matplotlib figure to ``figures/<section>/<name>.png`` atomically (staged as :meth:`table`
+        is); return the path."""
         _check_name(name)
         if not hasattr(fig, "savefig"):
             raise ValueError(f"figure {name!r}: expected a matplotlib figure, got {type(fig).__name__}")
+        self._check_open(f"figure {name!r}")
         path = _atomic_write(self.figure_dir / f"{name}.png",
                              lambda tmp: fig.savefig(tmp, dpi=dpi, bbox_inches="tight", format="png"))
         self._record(path)
         return path
 
-    def _record(self, path: Path) -> None:
-        relative = str(path.relative_to(self.root))
+    def _record(self, path: Path, rows: int | None = None) -> None:
+        relative = path.relative_to(self.staging or self.root).as_posix()
         if relative not in self.files:
             self.files.append(relative)
+        self.written[relative] = file_record(path, rows)
         self.provenance()
 
     def provenance(self) -> Path:
         """Write ``data/<section>/provenance.json``: device, dtype, threads, versions, git commit,
-        parameters, date, wall time so far (s) and the files written."""
+        parameters, date, wall time so far (s), the files written (``files``) with each one's size in bytes,
+        SHA-256 and a table's rows (``written``), this run's id and whether it finished."""
         checked = self.params
         record = {
             "section": self.section,
@@ -139,21 +202,67 @@ class Results:
             "quick_changes": checked.quick_changes if checked else [],
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "wall_time_s": round(time.perf_counter() - self.started, 2),
+            "run_id": self.run_id,
+            "finished": self.finished,
             "files": self.files,
+            "written": self.written,
         }
         return _atomic_write(self.data_dir / "provenance.json",
                              lambda tmp: Path(tmp).write_text(json.dumps(record, indent=2, default=str) + "\n"))
+
+    def finish(self) -> None:
+        """End this run, as a chapter's last step: record it as finished and, for a staged run, swap its
+        tables and figures into ``data/<section>/`` and ``figures/<section>/`` as one unit (the earlier
+        run's files all go, none are kept beside the new ones) and release the chapter's folder.
+        Introduced in section 0."""
+        self._check_open("finish()")
+        self.finished = True
+        self.provenance()
+        if self.staged:
+            try:
+                swap_in(self.staging, self.root, self.section)
+            finally:
+                _release(self._key, self.run_id)
+            print(f"{self.section}: this run's {len(self.files)} files replaced {self.root}/data/{self.section}/ "
+                  f"and figures/{self.section}/ as one unit")
+
+
+def _restore_command(root: Path, section: str) -> str:
+    """How a reader gets a good copy of ``section``'s tables under ``root`` back."""
+    number = section.split("_", 1)[0]
+    if root == REPO_ROOT:
+        return f"git checkout -- data/{section} (the committed run), or python -m lib.make.book --force {number}"
+    if root == REPO_ROOT / "build" / "quick" or root.parent == REPO_ROOT / "build" / "staging-quick":
+        return f"python -m lib.make.book --quick {number}"
+    return f"run chapter {section} again by hand, or delete {root / 'data' / section}/ to read the book's own"
 
 
 def load_table(section: str, name: str, quick: bool = False) -> pd.DataFrame | None:
     """Read another section's committed table ``data/<section>/<name>.csv``, or ``None`` if that section
     has not been run. The tree this run writes to (quick, scratch or staging) is tried first, so a hand run
-    reads the hand runs before it. Introduced in section 5."""
+    reads the hand runs before it. Introduced in section 5.
+
+    The table is checked against its ``provenance.json`` first: :class:`CorruptTable` (one line naming the
+    file and the command that restores it) for a table its run did not write, one that is cut short or
+    changed since (its size or SHA-256 is not the recorded one), one with other rows than recorded, a
+    symbolic link, or one that does not parse."""
     candidates = list(dict.fromkeys([output_root(quick), REPO_ROOT]))
     for root in candidates:
         path = root / "data" / section / f"{name}.csv"
-        if path.exists():
-            return pd.read_csv(path)
+        if not (path.exists() or path.is_symlink()):
+            continue
+        problem, rows = table_problem(path)
+        frame = None
+        if problem is None:
+            try:
+                frame = pd.read_csv(path)
+            except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as error:
+                problem = f"{name}.csv does not parse as a table ({str(error).strip().splitlines()[0][:120]})"
+        if problem is None and rows is not None and len(frame) != rows:
+            problem = f"{name}.csv has {len(frame)} rows where its run wrote {rows}"
+        if problem:
+            raise CorruptTable(f"{path}: refused: {problem}; restore it with: {_restore_command(root, section)}")
+        return frame
     return None
 
 

@@ -18,8 +18,8 @@ arrival to B's first token). A gap is **elevated** when it is more than ``factor
 * ``"undisturbed"``: B was served while A streamed, and no gap of A is elevated (a prefill too short, or a
   machine with room to spare, for A to notice).
 
-A failed request, an A with fewer than two content chunks or a B with none gives ``"not_measured"``. Plain
-standard library.
+A failed request, an A with fewer than two token chunks (:attr:`lib.client.Trace.chunk_times`) or a B with none
+gives ``"not_measured"``. Plain standard library.
 
 Introduced in section 7 (over the wire).
 """
@@ -93,7 +93,7 @@ def stall_experiment(base_url: str, model: str, a_messages: list[dict], a_tokens
                      arrive_after: int, *, extra: dict | None = None,
                      timeout_s: float = REQUEST_TIMEOUT_S) -> tuple[Trace, Trace]:
     """Chapter 5's experiment through a server: stream A decodes ``a_tokens`` tokens; as soon as A's
-    ``arrive_after``-th content chunk has arrived, request B (``b_messages``, one output token) is sent on a
+    ``arrive_after``-th token chunk has arrived, request B (``b_messages``, one output token) is sent on a
     second connection. Returns ``(a, b)``; B's ``sent`` marks its arrival on A's clock, so A's gaps after it
     show the stall (:func:`stall_case` reads them). If A ends before it reaches ``arrive_after`` chunks, B is
     sent when A ends. Every wait is bounded: each request by :func:`lib.client.stream_chat`'s bounds (a
@@ -105,7 +105,7 @@ def stall_experiment(base_url: str, model: str, a_messages: list[dict], a_tokens
     seen = [0]
 
     def count(event: Event) -> None:
-        if event.content:
+        if event.choices and not event.is_role_chunk and not event.is_bare_finish:  # a token, as Trace counts them
             seen[0] += 1
             if seen[0] >= arrive_after:
                 reached.set()

@@ -473,3 +473,4 @@ show(register.decide("first_token_from_prefill", claims.HELD if uncached_first =
 results.table(register.frame(), "claims")
 print(register.summary())
 display(prose.table(register.frame()[["claim", "verdict", "predicted", "measured"]]))
+results.finish()  # the run is whole: its tables and figures replace the last run's together

@@ -901,6 +901,7 @@ show(register.decide("floor_shorter_than_reference_gpu",
 results.table(register.frame(), "claims")
 print(register.summary())
 display(prose.table(register.frame()[["claim", "verdict", "predicted", "measured"]]))
+results.finish()  # the run is whole: its tables and figures replace the last run's together
 
 # %% [markdown]
 # ## Takeaways

@@ -980,6 +980,7 @@ show(register.decide("timer_under_one_percent", claims.at_most(share, claims.HAR
 results.table(register.frame(), "claims")
 print(register.summary())
 display(prose.table(register.frame()[["claim", "verdict", "predicted", "measured"]]))
+results.finish()  # the run is whole: its tables and figures replace the last run's together
 
 # %% [markdown]
 # ## What these numbers do not show

@@ -553,3 +553,4 @@ per_pair.round(2)
 results.table(register.frame(), "claims")
 print(register.summary())
 display(prose.table(register.frame()[["claim", "verdict", "predicted", "measured"]]))
+results.finish()  # the run is whole: its tables and figures replace the last run's together

@@ -653,6 +653,7 @@ display(Markdown("\n".join([
 results.table(register.frame(), "claims")
 print(register.summary())
 display(prose.table(register.frame()[["claim", "verdict", "predicted", "measured"]]))
+results.finish()  # the run is whole: its tables and figures replace the last run's together
 
 # %% [markdown]
 # ## Check yourself

@@ -183,13 +183,19 @@ display(prose.source(client.stream_chat))
 
 # %%
 live, urls, model_ids, startup = {}, {}, {}, {}
+same_model = True  # whether every server serves the model the in-process path runs (else nothing is compared)
 for name, make in wanted.items():
     if make is None:
         urls[name] = base_url.rstrip("/")
+        try:  # a server of another model is measured, but never set beside SmolLM2 in-process
+            model_ids[name] = client.require_model(urls[name], ["smollm2", MODEL, "SmolLM2-135M-Instruct", str(model_dir)])
+        except client.WrongModel as error:
+            print(f"{error}. It is measured; nothing of it is compared with the in-process model.")
+            model_ids[name], same_model = client.served_model(urls[name]), False
     else:
         live[name] = make().start()
         urls[name], startup[name] = live[name].base_url, live[name].startup_s
-    model_ids[name] = client.served_model(urls[name])
+        model_ids[name] = client.served_model(urls[name])
 pd.DataFrame({"engine": list(urls), "startup_s": [startup.get(n, np.nan) for n in urls]})
 
 
@@ -222,8 +228,9 @@ for name in urls:
     if bad:
         raise RuntimeError(f"{name} at {urls[name]}: requests failed ({bad}): {[t.error for t in traces if t.error]}")
     replies[name] = traces[0].text
-    rows += [dict(path=name, run=i + 1, prompt_tokens=t.prompt_tokens, output_tokens=t.n_tokens,
-                  ttft_ms=m.ttft * 1e3, tpot_ms=m.tpot * 1e3, median_gap_ms=m.median_gap * 1e3)
+    rows += [dict(path=name, run=i + 1, prompt_tokens=t.prompt_tokens if not t.usage_problem else np.nan,
+                  output_tokens=t.n_tokens, ttft_ms=m.ttft * 1e3, tpot_ms=m.tpot * 1e3, median_gap_ms=m.median_gap * 1e3,
+                  connect_ms=t.connect_s * 1e3 if t.connect_s is not None else np.nan, usage_problem=t.usage_problem)
              for i, t in enumerate(traces) for m in [t.metrics()]]
 one = pd.DataFrame(rows)
 _ = results.table(one, "one_request_runs")  # the path it returns is not for the page
@@ -305,8 +312,10 @@ for r in engine_rows.itertuples():
         not_held="in-process TTFT was **{base:.0f} ms** ({base_span}); through {path} **{ttft:.0f} ms** ({span}), "
                  "{added:+.0f} ms: the engine reached its first token sooner than the in-process path.{inside}",
         unresolved="in-process TTFT was **{base:.0f} ms** ({base_span}); through {path} {ttft:.0f} ms ({span}): the "
-                   "intervals overlap, so what the engine adds to TTFT is smaller than this run's noise.")
-    show(register.decide(f"engine_adds_to_ttft_{tag}", claims.below(spread_of(base, "ttft_ms"), spread_of(r, "ttft_ms")),
+                   "intervals overlap, so what the engine adds to TTFT is smaller than this run's noise.",
+        not_measured="the server serves another model than the in-process path: nothing is compared.")
+    show(register.decide(f"engine_adds_to_ttft_{tag}", claims.below(spread_of(base, "ttft_ms"), spread_of(r, "ttft_ms"))
+                         if same_model else None,
                          predicted="longer by a fixed cost", measured=f"{r.ttft_ms:.0f} ms against {base.ttft_ms:.0f}",
                          evidence=f"{runs} runs per path after a warm-up; prompt {base.prompt_tokens:.0f} tokens in-process, "
                                   f"{r.prompt_tokens:.0f} as {r.path} counted it",
@@ -329,8 +338,10 @@ for r in engine_rows.itertuples():
         "time (their ratio's interval).",
         held="{path}'s decode step costs about what the in-process one does ({ratio}): the per-token work of serving "
              "(detokenising, one server-sent event) is small beside the forward pass.",
-        not_held="{path}'s gaps are {ratio} the in-process ones. {why}")
-    show(register.decide(f"engine_gaps_close_to_in_process_{tag}", claims.within(gap_ratio, 1.0, claims.PREDICTED_TIME),
+        not_held="{path}'s gaps are {ratio} the in-process ones. {why}",
+        not_measured="the server serves another model than the in-process path: nothing is compared.")
+    show(register.decide(f"engine_gaps_close_to_in_process_{tag}", claims.within(gap_ratio, 1.0, claims.PREDICTED_TIME)
+                         if same_model else None,
                          predicted=f"{base.median_gap_ms:.0f} ms (in-process), within {claims.PREDICTED_TIME:g}x",
                          measured=f"{r.median_gap_ms:.0f} ms ({gap_ratio.text('.2f', 'x')})",
                          evidence=f"{runs} runs per path; in-process on {torch.get_num_threads()} threads",
@@ -474,7 +485,8 @@ for name in urls:
         poisson_traces[(name, rate)] = traces
         ok = [t.metrics() for t in traces if t.ok]
         request_rows += [dict(engine=name, rate_per_s=rate, request=t.request_id, offset_s=float(at), ok=t.ok,
-                              prompt_tokens=t.prompt_tokens, output_tokens=t.n_tokens if t.ok else np.nan,
+                              prompt_tokens=t.prompt_tokens if not t.usage_problem else np.nan,
+                              usage_problem=t.usage_problem, output_tokens=t.n_tokens if t.ok else np.nan,
                               ttft_ms=t.metrics().ttft * 1e3 if t.ok else np.nan,
                               tpot_ms=t.metrics().tpot * 1e3 if t.ok and t.metrics().tpot else np.nan)
                          for t, at in zip(traces, offsets)]
@@ -886,3 +898,4 @@ claims.invariant(not any(e.running for e in live.values()), "an engine is still 
 results.table(register.frame(), "claims")
 print(register.summary())
 display(prose.table(register.frame()[["claim", "verdict", "predicted", "measured"]]))
+results.finish()  # the run is whole: its tables and figures replace the last run's together

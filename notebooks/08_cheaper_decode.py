@@ -1081,3 +1081,4 @@ display(prose.table(register.frame()[["claim", "verdict", "predicted", "measured
 
 # %%
 print(server_command(smollm2_gguf() if model_name == "smollm2-135m" else "<a .gguf file>", threads=threads))
+results.finish()  # the run is whole: its tables and figures replace the last run's together

@@ -258,7 +258,8 @@ tf_page = ContinuousBatchingConfig().page_size  # transformers serve's pages of 
 if base_url:
     client.check_reachable(base_url)
     wanted = {"server": None}
-    print(f"measuring {base_url} (serving {client.served_model(base_url)}); no local engine is started")
+    served_id = client.require_model(base_url, ["smollm2", MODEL, "SmolLM2-135M-Instruct", str(model_dir)])  # else one line
+    print(f"measuring {base_url} (serving {served_id}); no local engine is started")
 else:
     wanted = {"transformers serve": lambda: transformers_engine(
         model_dir, max_batch_tokens=512, env={"OMP_NUM_THREADS": str(n_threads)}, start_timeout_s=start_timeout_s)
@@ -1015,3 +1016,4 @@ claims.invariant(not any(e.running for e in live.values()), "an engine is still 
 results.table(register.frame(), "claims")
 print(register.summary())
 display(prose.table(register.frame()[["claim", "verdict", "predicted", "measured"]]))
+results.finish()  # the run is whole: its tables and figures replace the last run's together

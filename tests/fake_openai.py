@@ -7,8 +7,15 @@ The request's model name chooses the behaviour: ``ok``, ``grouped`` (several tok
 without a finish reason), ``long`` (:data:`LONG_TOKENS` tokens, :attr:`FakeServer.gap_s` apart), and three
 that never finish (each holds the connection for :attr:`FakeServer.hang_s`): ``silent`` (reads the request
 and never answers), ``stall`` (two tokens, then nothing) and ``trickle`` (one byte at a time, never a whole
-line). ``GET /health`` and ``GET /v1/models`` answer 200. Run as a program, ``--chat MODE`` gives every chat
-request that behaviour whatever model it names (a server whose ``/v1/models`` answers and whose chat
+line). As ``ok`` but: ``vllm`` streams as vLLM does (the role chunk with empty content, a token whose chunk
+has empty content, the finish reason on the last token's chunk, the usage in a chunk of its own);
+``empty_first`` gives the first token an empty-content chunk; ``close`` answers ``Connection: close`` with no
+chunked framing (the body ends when the connection does) and ``http10`` answers as an HTTP/1.0 server;
+``usage_short`` counts 2 completion tokens for 5 chunks, ``usage_text`` counts them as the text ``"5"`` and
+``usage_over`` counts 999 for any request. Otherwise the last choice carries the finish reason and nothing else
+(as ``transformers serve``'s does), and the usage comes in a chunk of its own. ``GET /health`` and
+``GET /v1/models`` answer 200 (the models :attr:`FakeServer.models`); :attr:`FakeServer.connections` counts the
+connections accepted. Run as a program, ``--chat MODE`` gives every chat request that behaviour whatever model it names (a server whose ``/v1/models`` answers and whose chat
 requests never do: ``--chat silent``). Not a test file: the test files import it.
 """
 
@@ -46,19 +53,31 @@ class FakeServer(BaseHTTPRequestHandler):
     gap_s = 0.05
     hang_s = 30.0
     forced_mode: str | None = None  # --chat MODE
+    models = ["fake-model"]
+    connections = 0
+    _count_lock = threading.Lock()
+    raw = False  # this reply is not chunked: the body ends when the connection closes
 
     def log_message(self, *args):
         pass
 
+    def setup(self):
+        super().setup()
+        with self._count_lock:
+            type(self).connections += 1
+
     def do_GET(self):
-        body = json.dumps({"data": [{"id": "fake-model"}]}).encode()
+        body = json.dumps({"data": [{"id": m} for m in self.models]}).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
 
     def _send(self, chunk: bytes):
-        self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+        if self.raw:
+            self.wfile.write(chunk)
+        else:
+            self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
         self.wfile.flush()
 
     def do_POST(self):
@@ -74,9 +93,16 @@ class FakeServer(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(body)
             return
+        self.raw = mode in ("close", "http10")
+        if mode == "http10":
+            self.protocol_version = "HTTP/1.0"  # the status line says so; the body ends with the connection
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Transfer-Encoding", "chunked")
+        if self.raw:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        else:
+            self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         if mode == "trickle":
             deadline = time.monotonic() + self.hang_s
@@ -87,6 +113,19 @@ class FakeServer(BaseHTTPRequestHandler):
         self._send(event(role="assistant", content=""))
         tokens = ["x"] * LONG_TOKENS if mode == "long" else TOKENS
         usage = {"prompt_tokens": 7, "completion_tokens": len(tokens), "total_tokens": 7 + len(tokens)}
+        usage["completion_tokens"] = {"usage_short": 2, "usage_text": "5", "usage_over": 999}.get(
+            mode, usage["completion_tokens"])
+        if mode in ("vllm", "empty_first"):  # one token's chunk has empty content (a special token, half a character)
+            tokens = ["", *TOKENS[1:]] if mode == "empty_first" else [TOKENS[0], "", *TOKENS[2:]]
+            usage["completion_tokens"] = len(tokens)
+        if mode == "vllm":
+            for i, token in enumerate(tokens):
+                time.sleep(self.gap_s)
+                self._send(event(content=token, finish="length" if i == len(tokens) - 1 else None))
+            self._send(event(choices=False, usage=usage))
+            self._send(b"data: [DONE]\n\n")
+            self._send(b"")
+            return
         if mode == "grouped":  # tokens 2-3 and 4-5 in one write each: 3 content chunks for 5 tokens
             for group in (TOKENS[:1], TOKENS[1:3], TOKENS[3:]):
                 time.sleep(self.gap_s)
@@ -114,7 +153,7 @@ class FakeServer(BaseHTTPRequestHandler):
                     self._send(b"")  # a clean end of the body, but no finish reason
                     return
                 self._send(event(content=token))
-        self._send(event(content="", finish="length"))
+        self._send(event(finish="length"))
         self._send(event(choices=False, usage=usage))
         self._send(b"data: [DONE]\n\n")
         self._send(b"")

@@ -189,3 +189,132 @@ def test_a_models_list_that_is_not_one_is_one_line(monkeypatch, server):
     monkeypatch.setattr(client, "http_get", lambda url, timeout_s=5.0: (200, b"<html>hello</html>"))
     with pytest.raises(client.Unreachable, match=r"answered GET /v1/models without a model list"):
         client.served_model(server)
+
+
+# ------------------------------------------------------------------------------------------------------
+# The client counts as the engines' own tools count; any conforming stream works (issue 30, items 5 and 6)
+# ------------------------------------------------------------------------------------------------------
+
+def test_an_empty_content_chunk_is_a_token_and_ends_ttft(server):
+    """vLLM sends a chunk with empty content for a special token or half a UTF-8 character: it is the first
+    token here, so TTFT ends at it, and no token is spread onto another chunk (no invented 0 ms gap)."""
+    trace = _ask(server, "empty_first")
+    assert trace.ok and trace.output_tokens == 5 and not trace.usage_mismatch, trace.usage_problem
+    first_content = trace.content_times[0]
+    assert len(trace.chunk_times) == 5 and trace.chunk_times[0] < first_content
+    assert trace.token_times() == trace.chunk_times and len(set(trace.token_times())) == 5
+    m = trace.metrics()
+    assert m.ttft == pytest.approx(trace.chunk_times[0] - trace.sent) and 0.0 not in m.gaps
+    assert trace.chunk_times[0] - trace.sent >= FakeServer.gap_s  # the server slept once before it
+
+
+def test_a_stream_shaped_as_vllm_s_counts_every_choice_after_the_role_chunk(server):
+    trace = _ask(server, "vllm")
+    assert trace.ok and trace.text == "The is blue."
+    assert trace.events[0].is_role_chunk and not trace.events[0] in trace.token_events
+    assert len(trace.chunk_times) == 5 == trace.n_tokens and trace.token_events[-1].finish_reason == "length"
+    assert trace.token_times() == trace.chunk_times and trace.usage_problem is None
+
+
+def test_tokens_are_spread_over_chunks_only_when_the_usage_counts_more():
+    role = client.Event(0.9, True, "", role="assistant")
+    chunks = tuple(client.Event(t, True, c) for t, c in ((1.0, "a"), (2.0, ""), (3.0, "b")))
+    finish = client.Event(3.1, True, None, "stop")
+    same = client.Trace(0, 0.5, 3.2, (role, *chunks, finish), output_tokens=3, max_tokens=10)
+    assert same.chunk_times == (1.0, 2.0, 3.0) and same.token_times() == (1.0, 2.0, 3.0)
+    more = client.Trace(0, 0.5, 3.2, (role, *chunks, finish), output_tokens=5, max_tokens=10)
+    assert more.token_times() == (1.0, 2.0, 2.0, 3.0, 3.0) and not more.usage_mismatch
+
+
+@pytest.mark.parametrize("mode, said", [
+    ("usage_short", "the server counted 2 completion tokens and streamed 5 token chunks"),
+    ("usage_text", "usage counts completion_tokens '5': not a whole number of at least 0"),
+    ("usage_over", "counted 999 completion tokens for a request of at most 5"),
+])
+def test_usage_that_contradicts_the_stream_is_flagged_and_not_used(server, mode, said):
+    trace = _ask(server, mode)
+    assert trace.ok and trace.usage_mismatch and said in trace.usage_problem, trace.usage_problem
+    assert trace.n_tokens == 5 and trace.token_times() == trace.chunk_times  # one token a chunk: what was seen
+
+
+def test_connections_are_kept_alive_and_reused(server):
+    client.close_idle()
+    before = FakeServer.connections
+    traces = [_ask(server, "ok") for _ in range(3)]
+    assert all(t.ok for t in traces) and FakeServer.connections - before == 1
+    assert traces[0].connect_s is not None and traces[0].connect_s >= 0
+    assert traces[1].connect_s is None and traces[2].connect_s is None  # reused: nothing to connect
+    client.close_idle()
+    before = FakeServer.connections
+    loaded = client.closed_loop(lambda i: client.stream_chat(server, "ok", [], 5, request_id=i), 6, concurrency=2)
+    assert all(t.ok for t in loaded) and FakeServer.connections - before <= 2  # one per user in flight
+
+
+def _close_the_idle_connections():
+    import socket
+
+    for idle in client._POOL.idle.values():  # as an idle timeout of the server would
+        for conn in idle:
+            conn.sock.shutdown(socket.SHUT_RDWR)
+
+
+def test_a_connection_closed_while_idle_is_not_reused(server):
+    client.close_idle()
+    assert _ask(server, "ok").ok
+    _close_the_idle_connections()
+    trace = _ask(server, "ok")
+    assert trace.ok and trace.connect_s is not None, trace.error
+
+
+def test_a_request_on_a_connection_that_died_unnoticed_is_sent_again_once_on_a_new_one(server, monkeypatch):
+    client.close_idle()
+    assert _ask(server, "ok").ok
+    _close_the_idle_connections()
+    monkeypatch.setattr(client.select, "select", lambda r, w, x, t: ([], [], []))  # the close goes unseen
+    trace = _ask(server, "ok")
+    assert trace.ok and trace.connect_s is not None and trace.text == "".join(TOKENS), trace.error
+
+
+def test_the_connect_is_reported_apart_and_not_in_ttft(server, monkeypatch):
+    import socket
+
+    client.close_idle()
+    real = socket.create_connection
+
+    def slow_connect(*args, **kwargs):  # a distant server: the handshake takes 0.3 s
+        time.sleep(0.3)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(socket, "create_connection", slow_connect)
+    called = time.perf_counter()
+    trace = _ask(server, "ok")
+    assert trace.ok and trace.connect_s >= 0.3
+    assert trace.sent - called >= 0.3  # TTFT's clock started after the connect
+    assert trace.metrics().ttft == pytest.approx(trace.chunk_times[0] - trace.sent)
+    client.close_idle()
+
+
+@pytest.mark.parametrize("mode", ["close", "http10"])
+def test_a_server_that_closes_each_connection_or_speaks_http_1_0_works(server, mode):
+    client.close_idle()
+    traces = [_ask(server, mode) for _ in range(2)]
+    for trace in traces:
+        assert trace.ok, trace.error
+        assert trace.text == "".join(TOKENS) and trace.n_tokens == 5 and trace.usage_problem is None
+        assert trace.connect_s is not None  # never reused: the server closed it
+    assert not any(client._POOL.idle.values())
+
+
+def test_which_models_a_server_serves_and_refusing_another(server, monkeypatch):
+    monkeypatch.setattr(FakeServer, "models", ["/models/SmolLM2-135M-Instruct", "tiny"])
+    assert client.served_models(server) == ("/models/SmolLM2-135M-Instruct", "tiny")
+    assert client.require_model(server, ["HuggingFaceTB/SmolLM2-135M-Instruct"]) == "/models/SmolLM2-135M-Instruct"
+    assert client.same_model("smollm2-135m-instruct.gguf", ["SmolLM2-135M-Instruct"])
+    assert not client.same_model("smollm2-135m-instruct-q4_1.gguf", ["SmolLM2-135M-Instruct"])
+    with pytest.raises(client.WrongModel) as caught:
+        client.require_model(server, ["gpt2"])
+    line = str(caught.value)
+    assert line.startswith(f"{server} serves '/models/SmolLM2-135M-Instruct', 'tiny', not 'gpt2'") and "\n" not in line
+    monkeypatch.setattr(FakeServer, "models", [""])
+    with pytest.raises(client.Unreachable, match="not all names"):
+        client.served_models(server)

@@ -14,10 +14,11 @@ from lib.client import Event, Trace
 
 def _trace(request_id=0, sent=10.0, role_at=None, chunks=((10.5, "a"), (10.6, "b"), (10.8, "c")), tokens=None,
            usage_in_choices=False, end_gap=0.01, error=None, finish_chunk=True):
-    """A streamed request: optional role chunk, content chunks, a finish chunk, then usage."""
+    """A streamed request: optional role chunk, content chunks, a finish chunk (the finish reason and nothing
+    else), then usage."""
     events = []
     if role_at is not None:
-        events.append(Event(role_at, True, ""))
+        events.append(Event(role_at, True, "", role="assistant"))
     events += [Event(t, True, text) for t, text in chunks]
     last = chunks[-1][0] if chunks else sent
     n = len(chunks) if tokens is None else tokens
@@ -26,7 +27,7 @@ def _trace(request_id=0, sent=10.0, role_at=None, chunks=((10.5, "a"), (10.6, "b
         events.append(Event(last + 0.001, True, None, "length", usage))
     else:  # vLLM: a finish chunk, then a chunk with usage and no choices
         if finish_chunk:
-            events.append(Event(last + 0.001, True, "", "length"))
+            events.append(Event(last + 0.001, True, None, "length"))
         events.append(Event(last + 0.002, False, None, None, usage))
     return Trace(request_id, sent, last + end_gap, tuple(events), 9, n, error)
 

@@ -21,7 +21,11 @@ For each ``notebooks/NN_*.py`` (the py:percent source, read with jupytext), in o
    (or, if it cannot be, rolled back) by the next build, so a chapter is always wholly old or wholly new;
    a journal the build did not write is reported and left alone (:mod:`lib.make.outputs`).
 
-Only one build runs in a checkout at a time (a lock on ``build/book.lock``). Every failure, in a cell or
+Only one build runs in a checkout at a time (a lock on ``build/book.lock``), and while it runs a chapter it
+holds that chapter's lock in the folder its outputs go to (:class:`lib.runs.ChapterLock`): a hand run of the
+same chapter into the same folder (papermill or JupyterLab, with ``quick = True`` for ``make quick``, or
+``PREFILL_DECODE_WRITE_COMMITTED=1`` for ``make book``) is refused while the build runs it, and the build
+refuses the chapter, in its one FAILED line naming the hand run, while a hand run holds it. Every failure, in a cell or
 not (a dead kernel, Ctrl-C, SIGTERM, a full disk, a read-only folder), ends in one line naming the chapter,
 the cell's position in the source and what happened, saying truly what became of the previous outputs; the
 traceback goes to ``build/logs/<stem>.log``.
@@ -41,6 +45,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import sys
 import time
 import traceback
@@ -55,6 +60,7 @@ from lib.make.outputs import (BuildBusy, HalfReplaced, Terminated, build_lock, c
 from lib.make.staleness import HASH_KEY, input_hash, output_hashes, run_environment, sources, stale_reason
 from lib.params import parameter_values
 from lib.paths import OUTPUT_ROOT_ENV, REPO_ROOT
+from lib.runs import ChapterLock, RunBusy
 
 #: The book's named kernel (``make env`` installs it into .venv); plain ``python3`` where it is missing.
 KERNEL_NAME, KERNEL_DISPLAY = "prefill-decode", "Prefill and Decode (.venv)"
@@ -95,7 +101,12 @@ class NotebookFailed(RuntimeError):
 
 
 def _stopped(interrupt: KeyboardInterrupt) -> tuple[str, int]:
-    """What stopped the build, for its line, and the exit status: Ctrl-C (130) or SIGTERM (143)."""
+    """What stopped the build, for its line, and the exit status: Ctrl-C (130) or SIGTERM (143). From here on the
+    build is ending: a reader pressing Ctrl-C again while it stops its kernel and writes its line must not cut
+    that short, so later SIGINTs and SIGTERMs are ignored."""
+    for number in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError):  # not the main thread: nothing to change
+            signal.signal(number, signal.SIG_IGN)
     return ("terminated (SIGTERM)", 143) if isinstance(interrupt, Terminated) else ("interrupted (Ctrl-C)", 130)
 
 
@@ -218,22 +229,40 @@ def execute(source: Path, *, quick: bool, device: str | None, out_root: Path, ex
     return time.perf_counter() - started
 
 
-def record_parameters(executed: Path, provenance: Path) -> None:
+def record_parameters(executed: Path, provenance: Path, parameters: bool = True) -> None:
     """Write into ``provenance.json`` the parameters the chapter ran with, read from the executed
-    notebook's tagged ``parameters`` cell and papermill's ``injected-parameters`` cell."""
+    notebook's tagged ``parameters`` cell and papermill's ``injected-parameters`` cell (``parameters``
+    false: leave them), and that the run finished: every cell ran."""
     if not provenance.exists():
         return
-    values, injected = {}, {}
-    for cell in nbformat.read(executed, as_version=4).cells:
-        tags = cell.metadata.get("tags", [])
-        if "parameters" in tags:
-            values.update(parameter_values(cell.source))
-        if "injected-parameters" in tags:
-            injected = parameter_values(cell.source)
     record = json.loads(provenance.read_text())
-    record["parameters"] = {**values, **injected}
-    record["parameters_injected"] = sorted(injected)
+    if parameters:
+        values, injected = {}, {}
+        for cell in nbformat.read(executed, as_version=4).cells:
+            tags = cell.metadata.get("tags", [])
+            if "parameters" in tags:
+                values.update(parameter_values(cell.source))
+            if "injected-parameters" in tags:
+                injected = parameter_values(cell.source)
+        record["parameters"] = {**values, **injected}
+        record["parameters_injected"] = sorted(injected)
+    record["finished"] = True
     provenance.write_text(json.dumps(record, indent=2, default=str) + "\n")
+
+
+@contextlib.contextmanager
+def _chapter_lock(root: Path, stem: str, what: str, logs: Path):
+    """Hold ``stem``'s lock in ``root`` for the chapter's run and swap; a hand run holding it fails the
+    chapter before its first cell, in one line naming that run."""
+    lock = ChapterLock(root, stem, what)
+    try:
+        lock.acquire()
+    except RunBusy as busy:
+        raise _failure(stem, "before its first cell", str(busy).removeprefix(f"{stem}: "), "", logs) from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _refuse_foreign_journal(root: Path, stem: str, logs: Path) -> None:
@@ -281,22 +310,23 @@ def _run_chapter(source: Path, root: Path, device, environment, force, log) -> N
     staging = root / "build" / "staging" / stem
     logs = root / "build" / "logs"
     _refuse_foreign_journal(root, stem, logs)
-    log(f"{stem}: running ({reason}) ...")
-    shutil.rmtree(staging, ignore_errors=True)
-    executed = staging / f"{stem}.ipynb"
-    seconds = execute(source, quick=False, device=device, out_root=staging, executed=executed,
-                      digest=digest, logs=logs)
-    try:
-        _strays(staging, stem, {})
-        record_parameters(executed, staging / "data" / stem / "provenance.json")
-        notebook = nbformat.read(executed, as_version=4)
-        notebook.metadata[HASH_KEY] = {"input_hash": digest, "environment": environment,
-                                       "outputs": output_hashes(staging, stem)}
-        nbformat.write(notebook, executed)
-    except Exception as error:
-        raise _failure(stem, "replacing its outputs", f"{type(error).__name__}: {error}",
-                       traceback.format_exc(), logs) from None
-    _replace(staging, root, stem, logs, log)
+    with _chapter_lock(root, stem, "make book", logs):
+        log(f"{stem}: running ({reason}) ...")
+        shutil.rmtree(staging, ignore_errors=True)
+        executed = staging / f"{stem}.ipynb"
+        seconds = execute(source, quick=False, device=device, out_root=staging, executed=executed,
+                          digest=digest, logs=logs)
+        try:
+            _strays(staging, stem, {})
+            record_parameters(executed, staging / "data" / stem / "provenance.json")
+            notebook = nbformat.read(executed, as_version=4)
+            notebook.metadata[HASH_KEY] = {"input_hash": digest, "environment": environment,
+                                           "outputs": output_hashes(staging, stem)}
+            nbformat.write(notebook, executed)
+        except Exception as error:
+            raise _failure(stem, "replacing its outputs", f"{type(error).__name__}: {error}",
+                           traceback.format_exc(), logs) from None
+        _replace(staging, root, stem, logs, log)
     shutil.rmtree(staging, ignore_errors=True)
     log(f"{stem}: executed in {seconds:.1f} s; {claims_held(root, stem)}")
 
@@ -308,6 +338,12 @@ def _run_quick(source: Path, root: Path, device, environment, log) -> None:
     stem, quick_root = source.stem, root / "build" / "quick"
     staging, logs = root / "build" / "staging-quick" / stem, root / "build" / "logs"
     _refuse_foreign_journal(quick_root, stem, logs)
+    with _chapter_lock(quick_root, stem, "make quick", logs):
+        _run_quick_locked(source, root, device, environment, log, staging, logs)
+
+
+def _run_quick_locked(source: Path, root: Path, device, environment, log, staging: Path, logs: Path) -> None:
+    stem, quick_root = source.stem, root / "build" / "quick"
     shutil.rmtree(staging, ignore_errors=True)
     seeded = {}
     try:
@@ -323,6 +359,7 @@ def _run_quick(source: Path, root: Path, device, environment, log) -> None:
         _strays(staging, stem, seeded)
         for name in seeded:
             shutil.rmtree(staging / "data" / name)
+        record_parameters(executed, staging / "data" / stem / "provenance.json", parameters=False)
         notebook = nbformat.read(executed, as_version=4)
         notebook.metadata[HASH_KEY] = {"environment": environment}
         nbformat.write(notebook, executed)
@@ -336,7 +373,7 @@ def _run_quick(source: Path, root: Path, device, environment, log) -> None:
 
 
 def claims_held(root: Path, stem: str) -> str:
-    """``"k of n decided claims held"`` (and how many were not resolved or not measured) from
+    """``"k of n decided claims held"`` (and how many did not hold, were not resolved or not measured) from
     ``root/data/<stem>/claims.csv`` (claims that do not hold never fail the build: another machine may
     legitimately differ)."""
     path = root / "data" / stem / "claims.csv"
@@ -347,7 +384,7 @@ def claims_held(root: Path, stem: str) -> str:
     verdicts = pd.read_csv(path).verdict.tolist()
     decided = sum(v in ("held", "did not hold", "not resolved") for v in verdicts)
     text = f"{verdicts.count('held')} of {decided} decided claims held"
-    for verdict in ("not resolved", "not measured"):
+    for verdict in ("did not hold", "not resolved", "not measured"):
         if verdicts.count(verdict):
             text += f", {verdicts.count(verdict)} {verdict}"
     return text
@@ -417,8 +454,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.recover:  # make clean's first step: the book's outputs and the quick book's
         try:
             with build_lock(args.root):
-                unsettled = [side for root in (args.root, args.root / "build" / "quick")
-                             for stem in recover(root) for side in side_copies(root, stem)]
+                roots = (args.root, args.root / "build" / "quick", args.root / "build" / "scratch")
+                unsettled = [side for root in roots for stem in recover(root) for side in side_copies(root, stem)]
         except (BuildBusy, HalfReplaced) as error:
             print(f"FAILED: {error}")
             return 3

@@ -31,16 +31,38 @@ status 2). Every CSV written is spreadsheet-safe: a text cell (or header) beginn
 ``@``, a tab or a carriage return is prefixed with ``'`` so a spreadsheet shows it as text instead of running
 it; numbers, negative ones included, stay numbers (:func:`spreadsheet_safe`). ``make class-zip`` refuses a run
 whose chapter replacement is unfinished (:func:`lib.make.outputs.check_finished`).
+
+**Numbers from a student are checked like text from a student.** Before a run is used: each
+``provenance.json`` field the comparison reads has the type and range a run of the book writes
+(:data:`PROVENANCE_FIELDS`), a chapter records at most :data:`MAX_CLAIMS` claims and none twice, ``timings.csv``
+names each chapter once, and a chapter whose provenance lists its files holds exactly those, unchanged
+(:func:`lib.runs.folder_problem`); a run that fails is one line naming the file (:class:`BadRun`). Every number the
+comparison shows must be a finite number within :data:`PLAUSIBLE` (a time above 0 and below an hour, a
+bandwidth below any machine's, ...): a text cell in a numeric column, an infinite or negative time, a
+bandwidth of 1e12 GB/s is not shown as measured but **flagged** (the ``flags`` column, the class page, one line
+on stderr naming the file), and so is a run whose files are the same as an earlier one's. Symbolic links are
+never followed: a folder run holding one is refused, and ``make class-zip`` leaves out a chapter holding one.
+
+**Written whole, under a lock.** ``make class-zip`` leaves out, and names with the reason, each chapter whose
+folder is not exactly the files its provenance lists (a run that mixed two runs' tables, a symbolic link), and
+writes its zip to a temporary name, renamed into place, under a lock on that zip (a second ``make class-zip``
+of the same name waits for the first). ``make class`` writes its four files into a folder of its own, then
+renames them into place under a lock, with ``gather.json`` (each file's SHA-256) last: a gather that fails
+leaves the earlier gather's files as they were, and ``make html`` refuses a folder whose files are not the
+ones its ``gather.json`` records (:func:`gathered_problem`).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import json
 import math
+import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
 import zipfile
@@ -48,9 +70,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+from filelock import FileLock, Timeout
 
 from lib.make.outputs import check_finished
 from lib.paths import REPO_ROOT
+from lib.runs import folder_problem
 
 CLASS_DIR = REPO_ROOT / "build" / "class"
 EXAMPLE_RUNS = REPO_ROOT / "data" / "classroom" / "runs"
@@ -63,6 +87,32 @@ ZIP_LIMITS = {"bytes": 64 * 2**20, "files": 2000, "depth": 6}
 """The most a student's zip may expand to: 64 MiB, 2,000 files, paths 6 folders deep. A whole book's run is
 about 1 MiB in about 150 files, ``data/<chapter>/<table>.csv`` 3 deep."""
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+MAX_CLAIMS = 200
+"""The most claims one chapter's ``claims.csv`` may hold (a chapter of the book records about a dozen)."""
+
+PROVENANCE_FIELDS: dict[str, tuple] = {
+    "section": (str,), "device": (str,), "device_name": (str,), "torch": (str,), "git_commit": (str,),
+    "model": (str,), "date": (str,), "quick": (bool,), "torch_threads": (int, 1, 100_000),
+    "cpu_count": (int, 1, 100_000), "wall_time_s": (float, 0.0, 1e6), "files": (list,),
+}
+"""The provenance fields a class comparison reads, with their type (and for a number, its lowest and highest
+plausible value); a text field holds at most :data:`TEXT_MAX` characters."""
+TEXT_MAX = 300
+_KIND_NAMES = {int: "a whole number", float: "a number"}
+
+PLAUSIBLE: dict[str, tuple[float, float, str]] = {
+    "bandwidth_gb_s": (0.0, 1e5, "GB/s: a bandwidth is above 0 and at most 100,000, above any machine's (an H200's "
+                                 "memory streams 4,800)"),
+    "matmul_gflop_s": (0.0, 1e7, "GFLOP/s: above 0 and at most 10,000,000 (10 PFLOP/s), above any machine's peak"),
+    "ttft_ms": (0.0, 3.6e6, "ms: a time is above 0 and under an hour"),
+    "decode_step_ms": (0.0, 3.6e6, "ms: a time is above 0 and under an hour"),
+    "tpot_ms": (0.0, 3.6e6, "ms: a time is above 0 and under an hour"),
+    "prefill_tokens_per_s": (0.0, 1e9, "tokens/s: above 0 and at most 1,000,000,000"),
+    "book_run_s": (0.0, 7 * 86400.0, "s: a book's run takes more than 0 s and less than a week"),
+}
+"""For each number the comparison shows: (above, at most, unit and why); a value outside, or not finite, is
+flagged instead of shown."""
 
 
 class BadRun(ValueError):
@@ -78,12 +128,14 @@ class Run:
     timings: pd.DataFrame | None = None
     provenance: dict[str, dict] = field(default_factory=dict)
     source: Path | None = None  # what the teacher named: the zip or folder
+    excluded: dict[str, str] = field(default_factory=dict)  # chapter: why its tables are not used
+    flags: list[str] = field(default_factory=list)  # what was not believed, one line each
 
     def table(self, chapter: str, name: str) -> pd.DataFrame | None:
-        """``data/<chapter>/<name>.csv``, ``None`` when the run has no such table; :class:`BadRun` naming the
-        file when it is there but is not a table."""
+        """``data/<chapter>/<name>.csv``, ``None`` when the run has no such table (or its chapter was left
+        out: :attr:`excluded`); :class:`BadRun` naming the file when it is there but is not a table."""
         path = self.data / chapter / f"{name}.csv"
-        if not path.is_file():
+        if chapter in self.excluded or not path.is_file() or path.is_symlink():
             return None
         return _read_table(path, self._shown(path))
 
@@ -95,7 +147,8 @@ class Run:
         return f"{self.source}: {inside}"
 
     def chapters(self) -> list[str]:
-        return sorted(p.name for p in self.data.iterdir() if p.is_dir() and CHAPTER.match(p.name))
+        return sorted(p.name for p in self.data.iterdir() if p.is_dir() and not p.is_symlink()
+                      and CHAPTER.match(p.name) and p.name not in self.excluded)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -108,6 +161,8 @@ def chapter_times(notebooks: Path) -> pd.DataFrame:
 
     rows = []
     for path in sorted(notebooks.glob("[0-9][0-9]_*.ipynb")):
+        if path.is_symlink():
+            continue
         try:
             meta = nbformat.read(path, as_version=4).metadata.get("papermill", {})
         except Exception:  # an unreadable notebook has no time to report
@@ -118,26 +173,72 @@ def chapter_times(notebooks: Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["chapter", "seconds", "started"])
 
 
-def pack(root: Path, out: Path) -> Path:
+PACK_WAIT_S = 120.0
+"""How long ``make class-zip`` waits for another one writing the same zip before it says so and stops."""
+
+
+def _stderr(line: str) -> None:
+    print(f"lib.make.classroom: {line}", file=sys.stderr)
+
+
+def _chapter_files(chapter: Path) -> list[Path]:
+    """The plain files of a chapter's folder, in order (no link is followed: :func:`lib.runs.folder_problem`
+    has refused any)."""
+    found = []
+    for directory, _, names in os.walk(chapter):
+        found += [Path(directory, n) for n in names if not (n.startswith(".") and n.endswith(".tmp"))]
+    return sorted(p for p in found if p.is_file() and not p.is_symlink())
+
+
+def pack(root: Path, out: Path, log=_stderr) -> Path:
     """Zip a run's ``data/`` (not ``data/reference``) and ``timings.csv`` into ``out``; return ``out``.
 
     ``root`` is the book's folder after ``make book``, or ``build/quick`` after ``make quick``. Refused
-    (:class:`lib.make.outputs.Unfinished`) while a chapter's replacement there is unfinished."""
+    (:class:`lib.make.outputs.Unfinished`) while a chapter's replacement there is unfinished. A chapter whose
+    folder is not exactly the files its provenance lists (:func:`lib.runs.folder_problem`: tables of two runs,
+    a symbolic link) is left out, and ``log`` gets one line naming it and why. The zip is written whole: to a
+    temporary name, renamed into place, under a lock on ``out`` (a second pack of the same zip waits)."""
     check_finished(root, "make class-zip")
     data = root / "data"
-    chapters = sorted(p for p in data.glob("[0-9][0-9]_*") if p.is_dir()) if data.is_dir() else []
+    if data.is_symlink():
+        raise ValueError(f"{data} is a symbolic link; make class-zip packs a run's own folder, never a link's target")
+    chapters = sorted(p for p in data.glob("[0-9][0-9]_*") if p.is_dir() or p.is_symlink()) if data.is_dir() else []
     if not chapters:
         raise ValueError(f"{data} holds no chapter results (data/NN_name/); run make book or make quick first")
+    packed, left_out = [], []
+    for chapter in chapters:
+        problem = folder_problem(chapter)
+        if problem:
+            left_out.append(f"left {chapter.name} out of the zip: {problem}; run the chapter again to send it")
+        else:
+            packed.append(chapter)
+    if not packed:
+        raise ValueError(f"{data}: no chapter can be sent ({left_out[0]})")
+    times = chapter_times(root / "notebooks")
+    if times.empty and (root / "timings.csv").is_file() and not (root / "timings.csv").is_symlink():
+        times = _timings(root / "timings.csv", str(root / "timings.csv"))  # re-packing a run that was sent before
+    times = times[times.chapter.isin([c.name for c in packed])]
     out.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for chapter in chapters:
-            for path in sorted(chapter.rglob("*")):
-                if path.is_file():
-                    archive.write(path, f"data/{chapter.name}/{path.relative_to(chapter)}")
-        times = chapter_times(root / "notebooks")
-        if times.empty and (root / "timings.csv").exists():  # re-packing a run that was sent before
-            times = _timings(root / "timings.csv", str(root / "timings.csv"))
-        archive.writestr("timings.csv", spreadsheet_safe(times).to_csv(index=False))
+    try:
+        with FileLock(out.with_name(f".{out.name}.lock"), timeout=PACK_WAIT_S, thread_local=False):
+            fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+            os.close(fd)
+            try:
+                with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+                    for chapter in packed:
+                        for path in _chapter_files(chapter):
+                            archive.write(path, f"data/{chapter.name}/{path.relative_to(chapter).as_posix()}")
+                    archive.writestr("timings.csv", spreadsheet_safe(times).to_csv(index=False))
+                os.chmod(tmp, 0o644)
+                os.replace(tmp, out)
+            finally:
+                if os.path.exists(tmp):
+                    os.remove(tmp)
+    except Timeout:
+        raise ValueError(f"{out}: another make class-zip has been writing this zip for {PACK_WAIT_S:.0f} s; wait "
+                         f"for it to finish, or give this one another name (NAME=...)") from None
+    for line in left_out:
+        log(line)
     return out
 
 
@@ -176,6 +277,9 @@ def _timings(path: Path, shown: str) -> pd.DataFrame:
     seconds = pd.to_numeric(frame["seconds"], errors="coerce")
     if seconds.isna().any() or (seconds < 0).any() or not seconds.map(math.isfinite).all():
         raise BadRun(f"{shown}: its seconds are not all finite numbers of at least 0")
+    twice = frame.chapter[frame.chapter.duplicated()]
+    if len(twice):
+        raise BadRun(f"{shown}: chapter {twice.iloc[0]!r} is timed twice; a run times each chapter once")
     return frame.assign(seconds=seconds)
 
 
@@ -186,6 +290,9 @@ def _unpack(path: Path, folder: Path) -> None:
         archive = zipfile.ZipFile(path)
     except zipfile.BadZipFile:
         raise BadRun(f"{path}: not a zip file (make class-zip writes one)") from None
+    except UnicodeDecodeError:
+        raise BadRun(f"{path}: a file name inside it says it is UTF-8 and is not; make class-zip writes plain "
+                     f"ASCII names") from None
     with archive:
         members = archive.infolist()
         if not any(not m.is_dir() for m in members):
@@ -212,6 +319,8 @@ def _unpack(path: Path, folder: Path) -> None:
             if member.is_dir():
                 target.mkdir(parents=True, exist_ok=True)
                 continue
+            if stat.S_ISLNK(member.external_attr >> 16):
+                raise BadRun(f"{path}: {member.filename!r} is a symbolic link; a run's files are plain files")
             target.parent.mkdir(parents=True, exist_ok=True)
             try:
                 with archive.open(member) as source, open(target, "wb") as sink:
@@ -233,7 +342,7 @@ def load_run(path: Path, scratch: Path) -> Run:
     path = Path(path)
     if not path.exists():
         raise BadRun(f"{path}: no such file or folder")
-    name = path.stem if path.is_file() else path.name
+    name = _text(path.stem if path.is_file() else path.name)
     try:
         if path.is_file():
             folder = Path(tempfile.mkdtemp(prefix=f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', name)[:40]}-", dir=scratch))
@@ -247,6 +356,10 @@ def load_run(path: Path, scratch: Path) -> Run:
         raise BadRun(f"{path}: cannot be read ({error.strerror or _first_line(error)})") from None
     if data is None:
         raise BadRun(f"{path}: no data/NN_chapter/ folders inside; is this a run of the book?")
+    link = next((p for p in [data, data.parent / "timings.csv", *_walk(data)] if p.is_symlink()), None)
+    if link is not None:
+        raise BadRun(f"{_text(str(link))}: a symbolic link in the run; a run's files are plain files, and no link "
+                     f"is followed")
     if name == "data":
         name = data.parent.name
     run = Run(name=name, data=data, source=path)
@@ -264,20 +377,96 @@ def load_run(path: Path, scratch: Path) -> Run:
         if not isinstance(record, dict):
             raise BadRun(f"{run._shown(prov)}: not a provenance record (a JSON object of device, threads, ...), "
                          f"but a JSON {type(record).__name__}")
+        _check_provenance(record, run._shown(prov))
+        problem = folder_problem(data / chapter)
+        if problem:  # the chapter is not one run's files: none of its numbers is used
+            run.excluded[chapter] = problem
+            run.flags.append(f"{run._shown(data / chapter)}: left out: {problem}")
+            continue
         run.provenance[chapter] = record
+    for chapter in run.chapters():
+        claims_path = data / chapter / "claims.csv"
+        if claims_path.is_file():
+            _check_claims(_read_table(claims_path, run._shown(claims_path)), run._shown(claims_path))
     return run
+
+
+def _walk(folder: Path):
+    """Every path under ``folder``, links included and never followed."""
+    for directory, dirs, names in os.walk(folder):
+        for name in [*dirs, *names]:
+            yield Path(directory, name)
+
+
+def _text(value: str) -> str:
+    """``value`` as text every file can hold: a name the file system gave as undecodable bytes, or a lone
+    surrogate from a JSON escape, becomes U+FFFD."""
+    return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace") if isinstance(value, str) else value
+
+
+def _check_provenance(record: dict, shown: str) -> None:
+    """:class:`BadRun` naming the field unless each field of :data:`PROVENANCE_FIELDS` that ``record`` has is
+    of its type and within its range."""
+    for key, (kind, *limits) in PROVENANCE_FIELDS.items():
+        if key not in record or record[key] is None:
+            continue
+        value = record[key]
+        if kind is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        elif kind is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, kind)
+        if not ok:
+            raise BadRun(f"{shown}: {key} is {_text(repr(value))[:60]} (a JSON {type(value).__name__}); a run of the "
+                         f"book writes {_KIND_NAMES.get(kind) or 'a ' + kind.__name__} there")
+        if limits and not (math.isfinite(value) and limits[0] <= value <= limits[1]):
+            raise BadRun(f"{shown}: {key} is {value!r}, outside {limits[0]:g} to {limits[1]:g}, what any run writes")
+        if kind is str and len(value) > TEXT_MAX:
+            raise BadRun(f"{shown}: {key} is {len(value):,} characters long; a run of the book writes at most "
+                         f"{TEXT_MAX}")
+        if kind is list and key == "files" and not all(isinstance(f, str) for f in value):
+            raise BadRun(f"{shown}: files is not a list of file names")
+
+
+def _check_claims(frame: pd.DataFrame, shown: str) -> None:
+    """:class:`BadRun` for a ``claims.csv`` of more than :data:`MAX_CLAIMS` claims, or naming a claim twice."""
+    if len(frame) > MAX_CLAIMS:
+        raise BadRun(f"{shown}: {len(frame):,} claims, more than the {MAX_CLAIMS} a chapter of the book records")
+    if "claim" in frame.columns:
+        twice = frame.claim[frame.claim.duplicated()]
+        if len(twice):
+            raise BadRun(f"{shown}: claim {_text(str(twice.iloc[0]))[:60]!r} is recorded twice; a chapter decides "
+                         f"each claim once")
+
+
+def run_digest(run: Run) -> str:
+    """SHA-256 over every file of a run's ``data/`` (its path inside and its bytes): two runs with the same
+    digest are the same results sent twice."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in _walk(run.data) if p.is_file() and not p.is_symlink()):
+        digest.update(path.relative_to(run.data).as_posix().encode(errors="replace") + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------------
 # What to compare, and where each number comes from
 
 
-def _numeric(frame: pd.DataFrame, pattern: str) -> str | None:
-    """The first numeric column whose name matches ``pattern`` (case-insensitive)."""
+def _numeric(frame: pd.DataFrame, pattern: str) -> tuple[str | None, str | None]:
+    """(the first column whose name matches ``pattern``, case-insensitive, that holds numbers; what is wrong
+    when that column also holds a text cell, naming the cell). A column of text only is not a number's."""
     for column in frame.columns:
-        if re.search(pattern, str(column), re.IGNORECASE) and pd.api.types.is_numeric_dtype(frame[column]):
-            return column
-    return None
+        if not re.search(pattern, str(column), re.IGNORECASE):
+            continue
+        if pd.api.types.is_numeric_dtype(frame[column]) and not pd.api.types.is_bool_dtype(frame[column]):
+            return column, None
+        values = pd.to_numeric(frame[column], errors="coerce")
+        text = frame[column][values.isna() & frame[column].notna()]
+        if values.notna().any() and len(text):
+            return column, (f"{column} holds text ({_text(str(text.iloc[0]))[:40]!r} in row {int(text.index[0]) + 2}) "
+                            f"among its numbers")
+    return None, None
 
 
 def _main_rows(frame: pd.DataFrame) -> pd.DataFrame:
@@ -290,22 +479,40 @@ def _main_rows(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def _from_tables(run: Run, candidates: list[tuple]) -> tuple[float | None, str]:
+def _plausible(metric: str, values: pd.Series) -> str | None:
+    """What is implausible in ``values`` for ``metric`` (:data:`PLAUSIBLE`), naming the first value; ``None``."""
+    low, high, why = PLAUSIBLE[metric]
+    for index, value in values.items():
+        if not (math.isfinite(value) and low < value <= high):
+            return f"{value:g} in row {int(index) + 2} is implausible ({why})" if math.isfinite(value) else \
+                f"{value} in row {int(index) + 2} is not a finite number"
+    return None
+
+
+def _from_tables(run: Run, candidates: list[tuple], metric: str | None = None) -> tuple[float | None, str]:
     """Try ``(chapter, table, column pattern, how, scale, where)`` in order: keep the rows matching
     ``where`` (column: value), then the main rows (see :func:`_main_rows`), reduce the column with ``how``
-    (``max``, ``min``, ``median``) and multiply by ``scale``. Return (value, where it came from)."""
+    (``max``, ``min``, ``median``) and multiply by ``scale``. Return (value, where it came from). A column
+    holding text among its numbers, or a value that :data:`PLAUSIBLE` does not allow for ``metric``, gives
+    no value but a source that starts with ``flagged:`` and says why."""
     for chapter, table, pattern, how, scale, where in candidates:
         frame = run.table(chapter, table)
         if frame is None or frame.empty:
             continue
-        column = _numeric(frame, pattern)
+        column, problem = _numeric(frame, pattern)
         if column is None or any(key not in frame.columns for key in where):
             continue
+        if problem:
+            return None, f"flagged: {chapter}/{table}.csv: {problem}"
         for key, value in where.items():
             frame = frame[frame[key].astype(str) == value]
         rows = _main_rows(frame).dropna(subset=[column])
         if rows.empty:
             continue
+        if metric in PLAUSIBLE:
+            problem = _plausible(metric, rows[column].astype(float) * scale)
+            if problem:
+                return None, f"flagged: {chapter}/{table}.csv: {column}: {problem}"
         value = float(getattr(rows[column], how)()) * scale
         condition = "".join(f", {k}={v}" for k, v in where.items())
         return value, f"{chapter}/{table}.csv: {column} ({how}{condition})"
@@ -354,7 +561,7 @@ def machine(run: Run) -> dict[str, object]:
     records = list(run.provenance.values())
 
     def common(key):
-        values = [r.get(key) for r in records if r.get(key) is not None]
+        values = [_text(r.get(key)) for r in records if r.get(key) is not None]
         return max(set(map(str, values)), key=[str(v) for v in values].count) if values else None
 
     threads = sorted({str(r["torch_threads"]) for r in records if r.get("torch_threads") is not None},
@@ -368,8 +575,13 @@ def machine(run: Run) -> dict[str, object]:
 def compare(runs: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(comparison, sources, claims): one row per run; where each number came from; every claim's
     verdict per run (runs as columns)."""
-    rows, sources, verdicts = [], [], []
+    rows, sources, verdicts, seen = [], [], [], {}
     for run in runs:
+        digest = run_digest(run)
+        if digest in seen:
+            run.flags.append(f"{run.source or run.data}: the same files as {seen[digest]}'s: sent twice, not "
+                             f"another machine")
+        seen.setdefault(digest, run.name)
         try:
             row, run_sources, found = _compare_one(run)
         except BadRun:
@@ -390,16 +602,28 @@ def compare(runs: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
 
 def _compare_one(run: Run) -> tuple[dict, list[dict], pd.DataFrame]:
     """One run's row of the comparison, where each number came from, and its claims."""
-    sources, row = [], machine(run)
+    sources, row, flagged = [], machine(run), []
     for column, unit, candidates in METRICS:
-        value, source = _from_tables(run, candidates)
+        value, source = _from_tables(run, candidates, column)
         row[column] = value
         sources.append(dict(run=run.name, metric=column, unit=unit, source=source))
+        if source.startswith("flagged: "):
+            flagged.append(column)
+            run.flags.append(f"{run.source or run.data}: {column}: {source.removeprefix('flagged: ')}")
     found = claims(run)
     row["claims_held"] = int((found.verdict == "held").sum())
     row["claims_recorded"] = len(found)
     if run.timings is not None and len(run.timings):
-        row["book_run_s"] = float(run.timings["seconds"].sum())
+        total = float(run.timings["seconds"].sum())
+        problem = _plausible("book_run_s", pd.Series([total]))
+        if problem:
+            flagged.append("book_run_s")
+            run.flags.append(f"{run.source or run.data}: timings.csv: its chapters' seconds add up to {total:g}, "
+                             f"implausible ({PLAUSIBLE['book_run_s'][2]})")
+        row["book_run_s"] = None if problem else total
+    row["flagged"] = ", ".join(flagged)
+    row["flags"] = "; ".join(flag.split(": ", 1)[1] if flag.startswith(str(run.source or run.data)) else flag
+                             for flag in run.flags)
     return row, sources, found
 
 
@@ -429,6 +653,7 @@ def plot(comparison: pd.DataFrame, path: Path) -> Path | None:
 
 
 def _safe_cell(value):
+    value = _text(value)
     if isinstance(value, str) and value.startswith(_FORMULA_START):
         try:
             float(value)  # "-1.5", "+3": a number written as text stays as it is
@@ -456,11 +681,42 @@ def write_csv(frame: pd.DataFrame, path: Path) -> Path:
     return path
 
 
-def gather(paths: list[Path], out: Path = CLASS_DIR) -> pd.DataFrame:
+GATHERED = ("comparison.csv", "sources.csv", "claims.csv", "comparison.png")
+"""What ``make class`` writes, with ``gather.json`` (each one's SHA-256) beside them."""
+GATHER_WAIT_S = 120.0
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def gathered_problem(folder: Path) -> str | None:
+    """Why the class results in ``folder`` are not one gather's, or ``None``: each file ``gather.json`` records
+    must be there with the bytes it records, and no other gathered file beside them (a folder without
+    ``gather.json``, gathered before it was written, is not checked)."""
+    record_path = folder / "gather.json"
+    if not record_path.exists():
+        return None
+    try:
+        record = json.loads(record_path.read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"{record_path} cannot be read; run make class again"
+    for name in GATHERED:
+        path = folder / name
+        if name in record and (not path.is_file() or _sha256(path) != record[name]):
+            return f"{path} is not the file of the gather {record_path.name} records; run make class again"
+        if name not in record and path.exists():
+            return f"{path} is left from another gather; run make class again"
+    return None
+
+
+def gather(paths: list[Path], out: Path = CLASS_DIR, log=None) -> pd.DataFrame:
     """Read every run in ``paths`` and write the comparison under ``out``; return the comparison.
 
     Each zip is unpacked into a folder of its own; two runs with the same name (two ``alice.zip`` from
-    different folders, two ``data`` folders) get a number appended. :class:`BadRun` for a bad input."""
+    different folders, two ``data`` folders) get a number appended. :class:`BadRun` for a bad input, and then
+    nothing under ``out`` has changed. ``log(line)`` gets one line per flagged number. The files are written
+    whole and together (this module's docstring)."""
     if not paths:
         raise BadRun("name at least one run: a zip from make class-zip, or a folder holding data/")
     out.mkdir(parents=True, exist_ok=True)
@@ -474,12 +730,32 @@ def gather(paths: list[Path], out: Path = CLASS_DIR) -> pd.DataFrame:
                 run.name = f"{run.name}-{count}"
             runs.append(run)
         comparison, sources, all_claims = compare(runs)
+        for run in runs:
+            for flag in run.flags:
+                (log or _stderr)(f"{_text(flag)}; flagged, not shown as measured")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    write_csv(comparison, out / "comparison.csv")
-    write_csv(sources, out / "sources.csv")
-    write_csv(all_claims, out / "claims.csv")
-    plot(comparison, out / "comparison.png")
+    try:
+        with FileLock(out / ".gather.lock", timeout=GATHER_WAIT_S, thread_local=False):
+            staging = Path(tempfile.mkdtemp(prefix=".gather-", dir=out))
+            try:
+                write_csv(comparison, staging / "comparison.csv")
+                write_csv(sources, staging / "sources.csv")
+                write_csv(all_claims, staging / "claims.csv")
+                plot(comparison, staging / "comparison.png")
+                files = {name: _sha256(staging / name) for name in GATHERED if (staging / name).exists()}
+                (staging / "gather.json").write_text(json.dumps({"files": files}, indent=1) + "\n")
+                for name in GATHERED:  # every file is ready: each rename is one step, gather.json last
+                    if name in files:
+                        os.replace(staging / name, out / name)
+                    else:
+                        (out / name).unlink(missing_ok=True)
+                os.replace(staging / "gather.json", out / "gather.json")
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+    except Timeout:
+        raise BadRun(f"{out}: another make class has been writing here for {GATHER_WAIT_S:.0f} s; wait for it to "
+                     f"finish") from None
     return comparison
 
 
@@ -490,6 +766,7 @@ def main(argv: list[str] | None = None) -> int:
     p_pack.add_argument("--root", type=Path, default=REPO_ROOT,
                         help="the run's root: the book (default) or build/quick")
     p_pack.add_argument("--name", default=None, help="the zip's name (default: the machine's host name)")
+    p_pack.add_argument("--out", type=Path, default=None, help="the folder the zip goes to (default: build/class)")
     p_gather = sub.add_parser("gather", help="compare the runs of a class")
     p_gather.add_argument("runs", nargs="*", type=Path, help="zips or folders (default: build/class/*.zip)")
     p_gather.add_argument("--out", type=Path, default=CLASS_DIR)
@@ -499,7 +776,7 @@ def main(argv: list[str] | None = None) -> int:
             import socket
 
             name = re.sub(r"[^A-Za-z0-9_.-]+", "-", args.name or socket.gethostname()) or "run"
-            path = pack(args.root, CLASS_DIR / f"{name}.zip")
+            path = pack(args.root, (args.out or CLASS_DIR) / f"{name}.zip")
             print(f"wrote {path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path}: "
                   f"send this file to your teacher")
         else:

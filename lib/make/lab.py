@@ -16,6 +16,10 @@ A reader's run of a copy writes its tables and figures where :func:`lib.paths.ou
 JupyterLab saves the notebook itself in ``build/scratch/notebooks/``. All of it is in ``build/``, which git
 ignores, and stays there until the reader deletes it (``make clean`` removes ``build/``).
 
+The record of the copies (``.copies.json``: which copy is the reader's) is read, updated and rewritten under a
+lock (``.copies.json.lock``), and written to a temporary name renamed into place: two ``make lab`` at once
+take turns, and neither loses what the other recorded.
+
 In the copies, a cell tagged ``answer`` (a "Check yourself" answer a chapter computes) opens with its code
 collapsed, as a typed answer sits closed in its ``<details>`` block, and the notebook carries the
 ``language_info`` of this environment's kernel, so that JupyterLab does not mark it modified the moment the
@@ -34,6 +38,7 @@ from pathlib import Path
 
 import jupytext
 import nbformat
+from filelock import FileLock, Timeout
 
 from lib.paths import REPO_ROOT
 
@@ -41,6 +46,8 @@ ANSWER_TAG = "answer"
 """The cell tag of a "Check yourself" answer a chapter computes in code (see :mod:`lib.make.student`)."""
 STATE = ".copies.json"
 """In the copies' folder: for each chapter, the digest of the book's pair and of the copies when made."""
+LOCK_WAIT_S = 120.0
+"""How long a ``make lab`` waits for another one making the copies before it says so and stops."""
 
 
 def scratch(root: Path = REPO_ROOT) -> Path:
@@ -113,6 +120,24 @@ def prepare(root: Path = REPO_ROOT, log=print) -> Path:
     chapter changed since, the line printed says so and how to get the new one."""
     folder = copies_dir(root)
     folder.mkdir(parents=True, exist_ok=True)
+    try:
+        with FileLock(folder / f"{STATE}.lock", timeout=LOCK_WAIT_S, thread_local=False):
+            return _prepare(root, folder, log)
+    except Timeout:
+        raise RuntimeError(f"lab: another make lab has been making the copies in {folder} for {LOCK_WAIT_S:.0f} s; "
+                           f"wait for it to finish") from None
+
+
+def _write_state(path: Path, state: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(state, indent=1) + "\n")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _prepare(root: Path, folder: Path, log) -> Path:
     state_path = folder / STATE
     try:
         state = json.loads(state_path.read_text())
@@ -136,7 +161,8 @@ def prepare(root: Path = REPO_ROOT, log=print) -> Path:
             continue
         _write_pair(source, executed, folder)
         state[source.stem] = {"book": book, "copy": _digest(py_copy, nb_copy)}
-    state_path.write_text(json.dumps(state, indent=1) + "\n")
+        _write_state(state_path, state)  # after each copy: a make lab stopped half way keeps what it made
+    _write_state(state_path, state)
     shown = folder.relative_to(root) if folder.is_relative_to(root) else folder
     if made:
         log(f"lab: copied {len(made)} chapter(s) into {shown}/ (your copies: change, run and save them there)")
@@ -162,7 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prepare-only", action="store_true", help="make the copies; do not start JupyterLab")
     parser.add_argument("--allow-root", action="store_true", help="passed to JupyterLab (running as root)")
     args, jupyterlab_options = parser.parse_known_args(argv)  # the rest (--port=9999, --no-browser) is JupyterLab's
-    prepare()
+    try:
+        prepare()
+    except RuntimeError as busy:
+        print(busy, file=sys.stderr)
+        return 3
     print("lab: a run of a copy writes its tables and figures under build/scratch/ (build/quick/ with "
           "quick = True); the book's notebooks/, data/ and figures/ are never touched (make book rewrites them)")
     if args.prepare_only:

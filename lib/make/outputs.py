@@ -21,6 +21,10 @@ an old copy whose output is missing); :func:`check_finished` is what ``make html
 ``make class-zip`` call before publishing: it raises :class:`Unfinished` naming the command that finishes
 it. :func:`build_lock` lets one build run in a checkout at a time.
 
+A hand run's replacement (:mod:`lib.runs`, unsigned: it swaps only its own chapter's ``data/`` and
+``figures/`` folders, from a staging folder under ``build/runs/``) counts as unfinished here too while its
+intent file is there, and :func:`recover` finishes it, under that chapter's lock.
+
 Used by :mod:`lib.make.book` and the publishing tools; no chapter imports it.
 """
 
@@ -38,6 +42,8 @@ import shutil
 import signal
 import time
 from pathlib import Path
+
+from lib import runs
 
 #: What a chapter's stem looks like (``03_decode_sweep``): the only names a journal may carry.
 CHAPTER_STEM = re.compile(r"^[0-9]{2}_[A-Za-z0-9_-]+$")
@@ -362,6 +368,8 @@ def recover(root: Path, log=print) -> list[str]:
     write is reported in one line and left alone, with its chapter's side copies; return those
     journals' names. Raises :class:`HalfReplaced` when a replacement can be neither finished nor undone."""
     foreign = []
+    for note in runs.settle(root):  # hand runs killed while swapping their outputs in
+        log(note)
     for journal in sorted(journal_dir(root).glob("*.json")):
         stem = journal.stem
         try:
@@ -419,8 +427,9 @@ def unfinished(root: Path) -> list[str]:
     """The chapters of the book under ``root`` whose replacement is unfinished: a journal names them
     (signed or not), a new version waits beside an output (``.book-new``), or an old copy stands where
     its output is missing (an old copy that could not be removed, ``.book-trash-*``, is not: the chapter is
-    whole). Sorted; empty when every chapter is wholly old or wholly new."""
-    names = {p.stem for p in journal_dir(root).glob("*.json")}
+    whole), or a hand run's swap was cut short (:func:`lib.runs.pending`). Sorted; empty when every chapter
+    is wholly old or wholly new."""
+    names = {p.stem for p in journal_dir(root).glob("*.json")} | set(runs.pending(root))
     for kind in ("data", "figures", "notebooks"):
         for side in (root / kind).glob(".*.book-*"):
             target = side.with_name(side.name[1:].rsplit(".book-", 1)[0])

@@ -328,8 +328,26 @@ CLASS_GROUPS = [
     ("What each measured", ["bandwidth_gb_s", "matmul_gflop_s", "ttft_ms", "decode_step_ms", "tpot_ms",
                             "prefill_tokens_per_s"]),
     ("Claims held and time taken", ["claims_held", "claims_recorded", "book_run_s"]),
+    ("Flagged: not believed", ["flags"]),
 ]
 """The class comparison's columns, a table each, so no table is wider than a laptop's screen."""
+
+
+def _flagged_shown(comparison: pd.DataFrame) -> pd.DataFrame:
+    """``comparison`` with each flagged number (its name in the row's ``flagged``) shown as the word
+    *flagged*, never as a measured value or a dash; without the ``flagged`` column itself, and without an
+    empty ``flags`` column."""
+    if "flagged" not in comparison.columns:
+        return comparison
+    shown = comparison.astype(object)
+    for index, names in comparison["flagged"].items():
+        for name in (n.strip() for n in str(names).split(",") if isinstance(names, str)):
+            if name in shown.columns:
+                shown.loc[index, name] = "flagged"
+    shown = shown.drop(columns="flagged")
+    if "flags" in shown.columns and comparison["flags"].isna().all():
+        shown = shown.drop(columns="flags")
+    return shown
 
 
 def class_results(root: Path, scratch: Path) -> tuple[Path | None, bool]:
@@ -337,6 +355,9 @@ def class_results(root: Path, scratch: Path) -> tuple[Path | None, bool]:
     ``make class`` gathered some, else the committed example runs gathered now into ``scratch``."""
     gathered = root / "build" / "class"
     if (gathered / "comparison.csv").exists():
+        problem = classroom.gathered_problem(gathered)
+        if problem:
+            raise classroom.BadRun(f"refused to publish the class results: {problem}")
         return gathered, False
     examples = sorted(p for p in (root / "data" / "classroom" / "runs").glob("*") if p.is_dir())
     if not examples:
@@ -352,7 +373,7 @@ def class_page(results: Path | None, src: Path, example: bool = False, root: Pat
     if results is None or not (results / "comparison.csv").exists():
         return page.md('No class results yet. Students run `make class-zip` and send the zip; the teacher runs '
                        '`make class DIRS="a.zip b.zip ..."`, then `make html`.')
-    comparison = pd.read_csv(results / "comparison.csv", dtype={"commit": str})
+    comparison = _flagged_shown(pd.read_csv(results / "comparison.csv", dtype={"commit": str}))
     if example:
         facts = teaching.runs_conditions(root)
         page.md("**Example.** No class results were gathered on this machine, so this page shows the book's "
@@ -363,7 +384,8 @@ def class_page(results: Path | None, src: Path, example: bool = False, root: Pat
                       f"Load: {escape(facts.get('load', 'not recorded'))}. Read them as an example of this "
                       "page, not as the machine's speed; <code>make class DIRS=...</code> replaces them.</p>")
     page.md("One row per machine in each table; every number comes from that run's own tables (*Where each "
-            "number comes from*, below, says which); a dash means not measured.")
+            "number comes from*, below, says which); a dash means not measured, and *flagged* a number the run "
+            "sent that is not believed (why: *Flagged*, below).")
     key = comparison.columns[0]
     placed = {key}
     for heading, columns in CLASS_GROUPS:
