@@ -64,7 +64,7 @@ import pandas as pd
 __all__ = ["HELD", "NOT_HELD", "UNRESOLVED", "NOT_MEASURED", "VERDICTS", "CONFIDENCE", "PREDICTED_TIME",
            "PREDICTED_RATIO", "PREDICTED_LENGTH", "ACROSS_MACHINES", "NOISE", "HARNESS", "DATASHEET", "median_interval", "Spread", "Claim",
            "Claims", "InvariantBroken", "invariant", "within", "at_most", "at_least", "below", "every", "some",
-           "geomean", "geomean_of", "extreme", "outside", "trend", "settle", "leaning", "ranges_overlap",
+           "geomean", "geomean_of", "extreme", "outside", "trend", "theil_sen", "settle", "leaning", "ranges_overlap",
            "verdict_of"]
 
 HELD, NOT_HELD, UNRESOLVED, NOT_MEASURED = "held", "did not hold", "not resolved", "not measured"
@@ -319,6 +319,27 @@ def trend(frame: pd.DataFrame, x: str, y: str, run: str = "run") -> Spread:
     if not slopes:
         raise ValueError(f"trend: no run of the table has two distinct values of {x}")
     return Spread.of(slopes)
+
+
+def theil_sen(x: Sequence[float], y: Sequence[float], log: bool = False) -> Spread:
+    """The slope of ``y`` against ``x`` over every point (every request of a grid, say), by Theil and Sen: the
+    median of the slopes between all pairs of points, with its distribution-free 95 % interval (the pair slopes
+    ranked at ``(N -/+ 1.96 sqrt(Var S)) / 2``, ``Var S = n(n-1)(2n+5)/18`` of Kendall's statistic). One point far
+    off moves it by its share of the pairs only, so it suits a claim whose points have few runs each. ``log``:
+    the slope of log y against log x (an exponent). Needs three points with two distinct ``x`` at least."""
+    xs, ys = (np.log(np.asarray(v, float)) if log else np.asarray(v, float) for v in (x, y))
+    keep = np.isfinite(xs) & np.isfinite(ys)
+    xs, ys = xs[keep], ys[keep]
+    n = len(xs)
+    i, j = np.triu_indices(n, 1)
+    dx = xs[j] - xs[i]
+    pairs = np.sort((ys[j] - ys[i])[dx != 0] / dx[dx != 0])
+    if n < 3 or not len(pairs):
+        raise ValueError(f"theil_sen needs three points or more with two distinct x, got {n}")
+    half = 1.959964 * math.sqrt(n * (n - 1) * (2 * n + 5) / 18)
+    lo = int(max(0, math.floor((len(pairs) - half) / 2)))
+    hi = int(min(len(pairs) - 1, math.ceil((len(pairs) + half) / 2)))
+    return Spread(float(pairs[lo]), float(np.median(pairs)), float(pairs[hi]))
 
 
 def settle(run_once: Callable[[], object], decided: Callable[[], bool], *, budget_s: float, max_runs: int) -> int:

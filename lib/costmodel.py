@@ -95,8 +95,10 @@ class Prediction:
 
     @property
     def floor(self) -> float:
-        """The largest term alone at its fastest: no pass can take less (seconds)."""
-        return self.dominant.best
+        """The largest term alone at its fastest, of those priced at a ceiling: no pass can take less (seconds).
+        Page faults are not a ceiling but a count (a pass the allocator served from freed memory takes none), so
+        they never set the floor."""
+        return max((t.best for t in self.terms if t.limit != "page faults"), default=0.0)
 
     def term(self, name: str) -> Term:
         """The term called ``name`` (a zero term when the pass has none)."""

@@ -68,8 +68,9 @@ def regime(measured: Spread | float, prediction: Prediction, *, slack: float = R
     if not slack >= 1:
         raise ValueError(f"slack must be at least 1, got {slack!r}")
     top = prediction.dominant
-    if floor_spread is None:
-        floor_spread = top.median / top.best - 1 if top.best > 0 else 0.0
+    if floor_spread is None:  # the spread of the term the floor is priced at (never the page faults: a count)
+        base = max((t for t in prediction.terms if t.limit != "page faults"), key=lambda t: t.best, default=top)
+        floor_spread = base.median / base.best - 1 if base.best > 0 else 0.0
     limit = top.limit.replace(" ", "-")
     ratio = m.mid / prediction.best
     if m.low < prediction.floor * (1 - floor_spread):

@@ -36,7 +36,7 @@ threads = None              # CPU thread counts; None: all cores and one (ignore
 runs = 9                    # runs of the sweep, interleaved; a point is the median of its runs (nine: see lib.claims)
 long_runs = 5               # runs of a point predicted to take longer than long_s (an expensive point gets fewer)
 long_s = 0.25
-settle_s = 15.0             # at most this long re-measuring the points whose interval straddles their prediction
+settle_s = 10.0             # at most this long re-measuring the points whose interval straddles their prediction
 tries_s = 0.05              # within a run, a pass is repeated until its passes add up to this; the run keeps its fastest
 warmup = 1                  # untimed passes before each point of the first run
 budget_s = 20.0             # a point predicted to need longer than this (warm-up and one pass) is skipped
@@ -503,19 +503,26 @@ show(register.decide("short_passes_are_matmuls", claims.at_least(claims.extreme(
 # %%
 register.claim(
     "rise_is_matmuls",
-    "A short pass's rise over the 1-token pass is its matrices' rise, within the tolerance for a predicted time.",
-    held="from 1 to {top} the pass grows by {rise_pass} and its matrices, timed alone, by {rise_mm}.",
-    not_held="from 1 to {top} the matrices, timed alone, grow by {rise_mm} and the pass by {rise_pass}: the matrices "
-             "do not account for the pass's rise on this machine.")
+    "A short pass rises over the 1-token pass by what the cost model's pass rises (each run's own rise), most of it "
+    "its matrices' rise, within the tolerance for a predicted time.",
+    held="from 1 to {top} the pass grows by {rise_pass}, against {rise_model} priced, of which the matrices, timed "
+         "alone, are {rise_mm} and issuing the longer pass {rise_issue}.",
+    not_held="from 1 to {top} the pass grows by {rise_pass}, against {rise_model} priced (the matrices, timed alone, "
+             "{rise_mm}; issuing the longer pass {rise_issue}): the parts do not account for the pass's rise here.")
 one, top = short.iloc[0], short.iloc[-1]
 in_runs = runs_table[(runs_table.dtype == main_dt) & (runs_table.threads == most)].pivot_table(
     index="run", columns="prompt_tokens", values="time_ms").dropna(subset=[one.prompt_tokens, top.prompt_tokens])
 rise = Spread.of(in_runs[top.prompt_tokens] - in_runs[one.prompt_tokens])  # both lengths ran in every run
 rise_mm = top.matrices_ms - one.matrices_ms
-verdict = claims.within(rise, rise_mm, claims.PREDICTED_TIME) if rise.low > 0 and rise_mm > 0 else claims.UNRESOLVED
-show(register.decide("rise_is_matmuls", verdict, predicted=f"{rise_mm:+.1f} ms (matrices)",
+p_top, p_one = cost[main].prefill(int(top.prompt_tokens)), cost[main].prefill(1)
+rise_model = (p_top.best - p_one.best) * 1e3
+rise_issue = (p_top.term("dispatch").best - p_one.term("dispatch").best) * 1e3
+verdict = claims.within(rise, rise_model, claims.PREDICTED_TIME) if rise.low > 0 and rise_model > 0 else \
+    claims.NOT_HELD if rise.high <= 0 < rise_model else claims.UNRESOLVED
+show(register.decide("rise_is_matmuls", verdict, predicted=f"{rise_model:+.1f} ms (the cost model)",
                      measured=f"{rise.text('+.1f', 'ms')} (the pass)", evidence=f"{label(*main)}, each run's own rise",
-                     top=tokens(top.prompt_tokens), rise_pass=f"{rise.mid:+.1f} ms", rise_mm=f"{rise_mm:+.1f} ms"))
+                     top=tokens(top.prompt_tokens), rise_pass=rise.text("+.1f", "ms"), rise_model=f"{rise_model:+.1f} ms",
+                     rise_mm=f"{rise_mm:+.1f} ms", rise_issue=f"{rise_issue:+.1f} ms"))
 
 # %% [markdown]
 # The rest of a 1-token pass, its time less its matrices, is a few milliseconds left between two numbers ten times
@@ -647,9 +654,10 @@ worst_row = \
     sweep[(sweep.dtype == worst_key[0]) & (sweep.threads == worst_key[1]) & (sweep.prompt_tokens == worst_key[2])].iloc[0]
 w_cfg, w_tokens = (worst_row["dtype"], int(worst_row.threads)), int(worst_row.prompt_tokens)
 w_ids = random_prompt(w_tokens, models[w_cfg[0]].vocab_size, device=device)
+long_pass = cost[w_cfg].prefill(w_tokens).median >= long_s  # a long pass: one profiled pass a run, no warm-up
 with use_threads(w_cfg[1]):
-    profiled = [profiling.operators(lambda: phases.prefill(models[w_cfg[0]], w_ids), passes=2, device=device)
-                for _ in range(profiled_runs)]
+    profiled = [profiling.operators(lambda: phases.prefill(models[w_cfg[0]], w_ids), passes=1 if long_pass else 2,
+                                    warmup=0 if long_pass and i else 1, device=device) for i in range(profiled_runs)]
 tables = [profiling.beside_prediction(o, pass_price[worst_key]) for o in profiled]
 ops = profiled[0]
 apart = tables[0].set_index("term").assign(  # each part's median over the profiled runs

@@ -211,13 +211,13 @@ ttft_by_prompt = split.groupby("prompt_tokens").agg(ttft_ms=("ttft_ms", "median"
                                                      high=("ttft_ms_high", "max"))
 first, last = ttft_by_prompt.iloc[0], ttft_by_prompt.iloc[-1]
 register.claim(
-    "ttft_rises_with_prompt", "TTFT rises with the prompt: in each run, the slope of log TTFT against log prompt "
-    "length is positive.",
+    "ttft_rises_with_prompt", "TTFT rises with the prompt: the slope of log TTFT against log prompt length over every "
+    "request of the grid (Theil and Sen's, with its 95 % interval) is positive.",
     held="TTFT rose from **{first}** at {p0} prompt tokens to **{last}** at {p1}: each doubling of the prompt "
-         "multiplied it by {per_doubling} (the fitted exponent, run by run, {slope}).",
+         "multiplied it by {per_doubling} (the fitted exponent {slope}).",
     not_held="TTFT did not rise with the prompt ({all}; the fitted exponent {slope}).",
     not_measured="the grid has a single prompt length.")
-rise = claims.trend(grid, "prompt_tokens", "ttft_ms") if grid.prompt_tokens.nunique() > 1 else None
+rise = claims.theil_sen(grid.prompt_tokens, grid.ttft_ms, log=True) if grid.prompt_tokens.nunique() > 1 else None
 show(register.decide("ttft_rises_with_prompt", (claims.verdict_of(rise.low > 0, rise.high <= 0) if rise else None),
                      predicted="rising",
                      measured=", ".join(f"{p}: {t:.0f} ms" for p, t in ttft_by_prompt.ttft_ms.items()),
@@ -238,8 +238,10 @@ show(register.decide("ttft_rises_with_prompt", (claims.verdict_of(rise.low > 0, 
 # every step (chapter 3). The context of a decode step is the prompt plus the tokens decoded so far; a request's
 # TPOT averages its steps, so its mean context is the prompt plus half the output.
 #
-# **Measure.** For each run, a straight line through that run's TPOTs against the mean context: its slope is
-# what each further 1,000 tokens of context add to a decode step, and the slopes of the runs give its range.
+# **Measure.** A straight line through every request's TPOT against its mean context: its slope is what each
+# further 1,000 tokens of context add to a decode step. The claim takes Theil and Sen's line (the median of the
+# slopes between every pair of requests, with its distribution-free 95 % interval: one slow request moves it by its
+# share of the pairs only); each run's own least-squares line is tabled beside it.
 
 # %%
 decoded = grid.dropna(subset=["tpot_ms"])
@@ -252,7 +254,7 @@ bytes_slope = tpot_at_0 * shape.kv_bytes_per_token * 1e3 / shape.weight_bytes  #
 model_slope = (cost.decode(int(c_high)).best - cost.decode(int(c_low)).best) * 1e3 / (c_high - c_low) * 1e3
 predicted_growth = (roofline.decode_cost(shape, 1, int(c_high)).bytes
                     / roofline.decode_cost(shape, 1, int(c_low)).bytes - 1)
-slope = slopes.median() if lines else np.nan
+slope = claims.theil_sen(decoded.context_tokens, decoded.tpot_ms * 1e3).mid if lines else np.nan  # ms per 1k tokens
 measured_growth = (tpot_at_0 + slope * c_high / 1e3) / (tpot_at_0 + slope * c_low / 1e3) - 1
 tpot_table = pd.DataFrame({"run": slopes.index, "tpot_slope_ms_per_1k_tokens": slopes.values,
                            "tpot_at_context_0_ms": [lines[r][1] for r in slopes.index],
@@ -271,13 +273,15 @@ register.claim(
     not_held="{growth}, against the cost model's {model_slope:.2f} ms per 1,000 tokens (its bytes alone: "
              "{bytes_slope:.2f}). {why}",
     not_measured="the grid has one context length only: no slope to measure.")
-slope_spread = Spread.of(slopes) if lines else None
+# the slope over every request of the grid at once (few runs each): Theil and Sen's, with its 95 % interval
+slope_spread = claims.theil_sen(decoded.context_tokens, decoded.tpot_ms * 1e3) if lines else None
 growth_text = (f"From mean context {c_low:.0f} to {c_high:.0f}, TPOT grew **{measured_growth:+.0%}** (the line's slope: "
-               f"**{slope:.1f} ms** per 1,000 tokens, {prose.span(slopes.min(), slopes.max())} over runs)") if lines else ""
+               f"**{slope_spread.text('.1f', 'ms')}** per 1,000 tokens over the grid's requests; each run's own: "
+               f"{prose.span(slopes.min(), slopes.max())})") if lines else ""
 show(register.decide("tpot_follows_cache_bytes", (claims.within(slope_spread, model_slope, claims.PREDICTED_TIME)
                                                   if slope_spread.low > 0 else claims.UNRESOLVED) if lines else None,
                      predicted=f"{model_slope:.2f} ms per 1k tokens (cost model)",
-                     measured=f"{slope:.2f} ms per 1k tokens, runs {prose.span(slopes.min(), slopes.max(), '.2f')}" if lines else "",
+                     measured=f"{slope_spread.text('.2f')} ms per 1k tokens (Theil-Sen)" if lines else "",
                      evidence=f"{len(decoded)} requests with 2+ tokens, {lm.name}, {dtype}, {where}", growth=growth_text,
                      bytes_slope=bytes_slope, model_slope=model_slope,
                      why="The next section times the two parts that grow with the cache alone, here, to say which of "
@@ -331,7 +335,7 @@ show(register.decide("tpot_growth_is_cache_work", ((claims.within(slope_spread, 
                                                     if slope_spread.low > 0 and cache_slope > 0 else claims.UNRESOLVED)
                                                    if lines else None),
                      predicted=f"{cache_slope:.2f} ms per 1k tokens (concatenation + attention, timed alone)",
-                     measured=f"{slope:.2f} ms per 1k tokens (TPOT line)",
+                     measured=f"{slope_spread.text('.2f') if lines else ''} ms per 1k tokens (TPOT line, Theil-Sen)",
                      evidence=f"parts timed at contexts {c_low:.0f} and {c_high:.0f}, medians of 7 repeats; {dtype}, {where}",
                      shares=shares, cache_slope=cache_slope, slope=slope_spread.text(".1f", "ms") if lines else ""))
 

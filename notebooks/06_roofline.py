@@ -302,11 +302,13 @@ for series, table in (("prefill", prefill), ("decode", decode), ("batched decode
         model = costmodel.CostModel(ceilings, r.model, shape, points_dtype, threads)
         batch = int(getattr(r, "batch", 1))
         tokens = int(r.prompt_tokens if series == "prefill" else r.context_tokens)
+        counted = getattr(r, "faults", getattr(r, "faults_per_step", None))  # the page faults its chapter counted
+        counted = None if counted is None or not np.isfinite(counted) else float(counted)
         if series == "prefill":
-            cost, pred = roofline.prefill_cost(shape, tokens, logits="last"), model.prefill(tokens)
+            cost, pred = roofline.prefill_cost(shape, tokens, logits="last"), model.prefill(tokens, fresh_pages=counted)
         else:
             middle = tokens + (steps_of["batch_steps"] if batch > 1 else steps_of["steps"]) // 2
-            cost, pred = roofline.decode_cost(shape, batch, middle), model.decode(middle, batch=batch)
+            cost, pred = roofline.decode_cost(shape, batch, middle), model.decode(middle, batch=batch, fresh_pages=counted)
         label = regime.regime(Spread(r.measured_ms_low / 1e3, r.measured_ms / 1e3, r.measured_ms_high / 1e3), pred)
         placed[f"{series} at {tokens} tokens, batch {batch}"] = label
         rows.append(dict(series=series, model=r.model, tokens=tokens, batch=batch, flops=cost.flops,

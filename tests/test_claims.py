@@ -190,6 +190,22 @@ def test_a_trend_is_its_fitted_slope_run_by_run():
         claims.trend(rising.assign(ttft=-1.0), "prompt", "ttft")
 
 
+def test_theil_sen_is_the_median_pair_slope_and_one_wild_point_barely_moves_it():
+    rng = np.random.default_rng(2)
+    x = np.repeat([16, 128, 256, 512, 768, 1000], 3).astype(float)
+    y = 30 + 0.01 * x + rng.normal(0, 0.3, len(x))
+    clean = claims.theil_sen(x, y)
+    assert clean.low < 0.01 < clean.high and clean.high - clean.low < 0.004
+    y[5] += 40  # one request 40 ms slow
+    wild = claims.theil_sen(x, y)
+    assert abs(wild.mid - clean.mid) < 0.002 and claims.at_least(wild, 0.0) == HELD
+    flat = claims.theil_sen(x, 30 + rng.normal(0, 0.3, len(x)))
+    assert flat.low < 0 < flat.high
+    assert claims.theil_sen([1, 2, 4, 8], [3, 6, 12, 24], log=True).mid == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        claims.theil_sen([1, 1, 1], [1, 2, 3])
+
+
 def test_settle_measures_again_until_decided_or_out_of_budget():
     runs = [5.0, 1.0, 9.0]
     decided = lambda: claims.within(Spread.of(runs), 3.0, 2.0) != UNRESOLVED  # noqa: E731

@@ -38,3 +38,13 @@ def test_nonsense_is_refused():
         regime(0.0, p)
     with pytest.raises(ValueError):
         regime(1.0, p, slack=0.5)
+
+
+def test_a_pass_that_took_no_page_faults_is_not_below_its_floor():
+    """Expected page faults are a count, not a ceiling: a batched step the allocator served from freed memory runs
+    well under its a-priori price without any ceiling being wrong."""
+    big = MODEL.decode(512, batch=64)
+    assert big.dominant.name == "page faults"
+    without = big.best - big.term("page faults").best
+    assert big.floor == max(t.best for t in big.terms if t.name != "page faults")
+    assert not regime(without, big).label.startswith("below")
