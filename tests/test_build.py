@@ -10,6 +10,7 @@ import sys
 import time
 
 import nbformat
+import pandas as pd
 import pytest
 
 from lib.make import book, outputs, staleness
@@ -78,6 +79,9 @@ def test_build_then_skip_then_rebuild(demo):
     assert staleness.recorded_hash(executed) == staleness.input_hash(source, None)
     cells = nbformat.read(executed, as_version=4).cells
     assert not any("papermill" in c.metadata or "execution" in c.metadata for c in cells)
+    timings = pd.read_csv(root / "build" / "logs" / "01_demo.cells.csv")  # where the chapter spent its time
+    assert len(timings) == sum(c.cell_type == "code" for c in cells) and (timings.seconds >= 0).all()
+    assert timings.first_line.iloc[0] == "quick = False"
     assert not (root / "build" / "staging" / "01_demo").exists()
     assert not list(root.glob("*/.*.book-*")) and not list((root / "build" / "journal").glob("*"))
     machine = nbformat.read(executed, as_version=4).metadata[staleness.HASH_KEY]["environment"]["machine"]

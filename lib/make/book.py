@@ -76,11 +76,22 @@ def kernel() -> tuple[str, str]:
     return "python3", "Python 3"
 
 
-def strip_run_metadata(path: Path) -> None:
+def strip_run_metadata(path: Path, timings: Path | None = None) -> None:
     """Remove papermill's per-cell timing metadata from an executed notebook, so it stays paired with its
     py:percent source (jupytext in JupyterLab refuses a pair whose cells differ, metadata included), and the
-    build machine's paths papermill records (a published notebook carries none)."""
+    build machine's paths papermill records (a published notebook carries none). With ``timings``, each code
+    cell's seconds are first written there (a CSV of cell position, seconds and the cell's first line), so a
+    build says where a chapter spends its time without the notebook carrying it."""
     notebook = nbformat.read(path, as_version=4)
+    if timings is not None:
+        rows = ["cell,seconds,first_line"]
+        for i, cell in enumerate(notebook.cells):
+            seconds = cell.metadata.get("papermill", {}).get("duration")
+            if cell.cell_type == "code" and seconds is not None:
+                first = next((line for line in cell.source.splitlines() if line and not line.startswith("#")), "")
+                rows.append(f'{i},{seconds:.2f},"{first[:80].replace(chr(34), chr(39))}"')
+        timings.parent.mkdir(parents=True, exist_ok=True)
+        timings.write_text("\n".join(rows) + "\n", encoding="utf-8")
     for key in ("input_path", "output_path"):
         notebook.metadata.get("papermill", {}).pop(key, None)
     for cell in notebook.cells:
@@ -205,7 +216,7 @@ def execute(source: Path, *, quick: bool, device: str | None, out_root: Path, ex
             papermill.execute_notebook(str(unexecuted), str(executed), parameters=parameters,
                                        kernel_name=name, cwd=str(source.parent), progress_bar=False,
                                        log_output=False)
-        strip_run_metadata(executed)
+        strip_run_metadata(executed, logs / f"{source.stem}.cells.csv")
     except papermill.PapermillExecutionError as error:
         raise _failure(source.stem, _where(executed, error.cell_index), f"{error.ename}: {error.evalue}",
                        "\n".join(error.traceback) + _captured(stderr), logs) from None
