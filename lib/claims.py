@@ -64,7 +64,7 @@ import pandas as pd
 __all__ = ["HELD", "NOT_HELD", "UNRESOLVED", "NOT_MEASURED", "VERDICTS", "CONFIDENCE", "PREDICTED_TIME",
            "PREDICTED_RATIO", "PREDICTED_LENGTH", "ACROSS_MACHINES", "NOISE", "HARNESS", "DATASHEET", "median_interval", "Spread", "Claim",
            "Claims", "InvariantBroken", "invariant", "within", "at_most", "at_least", "below", "every", "some",
-           "geomean", "geomean_of", "extreme", "outside", "trend", "theil_sen", "settle", "leaning", "ranges_overlap",
+           "tally", "geomean", "geomean_of", "extreme", "outside", "trend", "theil_sen", "settle", "leaning", "ranges_overlap",
            "verdict_of"]
 
 HELD, NOT_HELD, UNRESOLVED, NOT_MEASURED = "held", "did not hold", "not resolved", "not measured"
@@ -404,8 +404,20 @@ class _Declared:
     not_measured: str
 
 
-_GENERIC_UNRESOLVED = ("the 95 % interval of the measurement ({measured}) straddles the prediction ({predicted}): "
-                       "more runs would decide it.")
+_GENERIC_UNRESOLVED = ("the 95 % interval of the measurement ({measured}) lies partly inside and partly outside what "
+                       "was predicted ({predicted}, with its tolerance): this run cannot tell which side it is on, "
+                       "and more runs would narrow it.")
+
+
+def tally(verdicts: Iterable[str]) -> str:
+    """``"17 claims: 7 held, 2 did not hold, 8 not resolved"`` (the outcomes that occur, in :data:`VERDICTS`
+    order), or ``"no claims recorded"``."""
+    verdicts = [str(v).strip().lower() for v in verdicts]
+    if not verdicts:
+        return "no claims recorded"
+    counts = [f"{verdicts.count(v)} {v}" for v in VERDICTS if verdicts.count(v)]
+    other = len(verdicts) - sum(verdicts.count(v) for v in VERDICTS)
+    return f"{len(verdicts)} claim{'s' * (len(verdicts) != 1)}: " + ", ".join(counts + [f"{other} unreadable"] * bool(other))
 
 
 def _fields(template: str) -> set[str]:
@@ -458,14 +470,8 @@ class Claims:
         return pd.DataFrame([asdict(r) for r in rows], columns=_COLUMNS)
 
     def summary(self) -> str:
-        """``"k of n decided claims held"``, with how many did not hold, were not resolved and not measured."""
-        verdicts = list(self.frame().verdict)
-        decided = sum(v in (HELD, NOT_HELD, UNRESOLVED) for v in verdicts)
-        text = f"{verdicts.count(HELD)} of {decided} decided claims held"
-        for v in (NOT_HELD, UNRESOLVED, NOT_MEASURED):
-            if verdicts.count(v):
-                text += f", {verdicts.count(v)} {v}"
-        return text
+        """How many claims and each outcome's count (:func:`tally`)."""
+        return tally(self.frame().verdict)
 
 
 class InvariantBroken(AssertionError):

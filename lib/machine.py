@@ -48,6 +48,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -61,7 +62,10 @@ from lib.paths import MACHINE_SECTION
 from lib.shapes import GPT2_SMALL, SMOLLM2_135M, ModelShape
 from lib.timing import PAGE_BYTES, Timing, page_faults, synchronize
 
-__all__ = ["Budget", "budget", "hardware_support", "MODELS", "ROWS", "HEAD_ROWS", "ATTENTION_ROWS", "STREAM_KERNELS", "measure_ceilings",
+if TYPE_CHECKING:
+    from lib.claims import Spread
+
+__all__ = ["Pace", "pace", "pace_table", "pace_claim", "release_pace", "Budget", "budget", "hardware_support", "MODELS", "ROWS", "HEAD_ROWS", "ATTENTION_ROWS", "STREAM_KERNELS", "measure_ceilings",
            "Ceilings", "KernelTime", "load_ceilings", "check_ceilings", "CorruptCeilings", "count_operations"]
 
 #: The models chapter 0 can measure: their shape and how their layers call their matrices.
@@ -861,6 +865,78 @@ class Ceilings:
         """(operations issued by one pass of one token or sequence, microseconds each when issued alone)."""
         row = self._rows(dtype, threads, "dispatch", model, pass_kind=pass_kind, rows=1, setting="alone").iloc[0]
         return int(row.operations), float(row.us_per_operation)
+
+
+@dataclass(frozen=True)
+class Pace:
+    """How fast this machine runs a chapter-0 kernel now, against chapter 0: the model's block matrices at one
+    row (a decode step's largest term, the matrix-vector products), each call's seconds over chapter 0's median
+    call (``ratio``, a :class:`lib.claims.Spread` of the calls: 1 is the machine chapter 0 measured, 1.2 a
+    fifth slower now), and the fastest call over chapter 0's fastest (``fastest``), the ratio of the ceilings a
+    price is made of."""
+
+    ratio: "Spread"
+    fastest: float
+    calls: int
+
+    def text(self) -> str:
+        """``"1.08x (1.02–1.15) of chapter 0's median call, fastest 1.03x"``."""
+        return f"{self.ratio.text('.2f', 'x')} of chapter 0's median call, its fastest {self.fastest:.2f}x chapter 0's"
+
+
+def pace(ceilings: "Ceilings", model: str, dtype: str, threads: int, device: torch.device, calls: int = 9) -> Pace:
+    """Time the model's block matrices at one row ``calls`` times (after one warm-up call), on ``threads``
+    threads, the way chapter 0 timed them (:func:`model_matrices`), and compare them with chapter 0's row:
+    whether the machine still runs at the speed every price of the chapter is made of. A shared machine's
+    speed drifts (another tenant, the clock): a chapter calls this before and after its sweep, and the page says
+    how far the machine moved while it ran. Costs about ``calls + 1`` decode steps' matrices and the weights'
+    creation (GPT-2 small in fp32: 340 MB, about a second)."""
+    from lib.claims import Spread  # lib.claims imports nothing of this module
+
+    row = ceilings._rows(dtype, threads, "blocks", model, rows=1).iloc[0]
+    shape, layout = MODELS[model]
+    torch_dtype = resolve_dtype(dtype, device)
+    with use_threads(threads), torch.inference_mode():
+        run = _kept(("pace", model, dtype), lambda: model_matrices(shape, layout, device, torch_dtype, shape.layers))
+        x = {w: torch.randn(1, w, dtype=torch_dtype, device=device) for w in (shape.d_model, shape.d_ff)}
+        _clocked(lambda: run(x), device)
+        seconds = [_clocked(lambda: run(x), device) for _ in range(calls)]
+    return Pace(ratio=Spread.of(s / float(row.median_s) for s in seconds), fastest=min(seconds) / float(row.best_s),
+                calls=calls)
+
+
+def pace_table(paced: dict[str, Pace]) -> pd.DataFrame:
+    """One row per moment of :func:`pace` (``when``): the median ratio and its 95 % interval, the fastest call's
+    ratio, the calls."""
+    return pd.DataFrame([dict(when=when, ratio=p.ratio.mid, ratio_low=p.ratio.low, ratio_high=p.ratio.high,
+                              fastest_ratio=p.fastest, calls=p.calls) for when, p in paced.items()])
+
+
+def pace_claim(register, paced: dict[str, Pace], what: str) -> str:
+    """Declare and decide ``machine_kept_its_pace`` in a chapter's ``register`` (a :class:`lib.claims.Claims`):
+    at every moment of ``paced`` the kernel ran within :data:`lib.claims.PREDICTED_TIME` of chapter 0's median
+    call, the tolerance every price of the chapter is held to. Returns the sentence to show."""
+    from lib import claims
+
+    moments = "; ".join(f"{p.ratio.text('.2f', 'x')} {when}" for when, p in paced.items())
+    register.claim(
+        "machine_kept_its_pace",
+        f"While {what} ran, this machine ran the model's matrices at one row at the speed chapter 0 measured, within "
+        "the tolerance for a time predicted from measured ceilings: the chapter's prices describe the machine it "
+        "ran on.",
+        held="the model's matrices at one row took {moments} chapter 0's median call: the machine ran at the speed "
+             "its prices are made of.",
+        not_held="the model's matrices at one row took {moments} chapter 0's median call: the machine ran at "
+                 "another speed than chapter 0 measured, and every price of this chapter is off by about as much.")
+    verdict = claims.every(claims.within(p.ratio, 1.0, claims.PREDICTED_TIME) for p in paced.values())
+    return register.decide("machine_kept_its_pace", verdict, predicted=f"within {claims.PREDICTED_TIME:g}x of 1",
+                           measured=moments, evidence="pace.csv", moments=moments)
+
+
+def release_pace() -> None:
+    """Drop the weights :func:`pace` keeps between its calls."""
+    for key in [k for k in _KEPT if isinstance(k, tuple) and k and k[0] == "pace"]:
+        del _KEPT[key]
 
 
 def load_ceilings(device: torch.device, quick: bool = False) -> Ceilings:

@@ -36,7 +36,7 @@ threads = None              # CPU thread counts; None: all cores and one (ignore
 runs = 9                    # runs of the sweep, interleaved; a point is the median of its runs (nine: see lib.claims)
 long_runs = 5               # runs of a point predicted to take longer than long_s (an expensive point gets fewer)
 long_s = 0.25
-settle_s = 10.0             # at most this long re-measuring the points whose interval straddles their prediction
+settle_s = 6.0              # at most this long re-measuring the points whose interval straddles their prediction
 tries_s = 0.05              # within a run, a pass is repeated until its passes add up to this; the run keeps its fastest
 warmup = 1                  # untimed passes before each point of the first run
 budget_s = 20.0             # a point predicted to need longer than this (warm-up and one pass) is skipped
@@ -194,6 +194,7 @@ def sweep_run(run: int, only: set | None = None) -> None:
         passes.append(table.assign(run=run, dtype=dt, threads=n, time_ms=table.low_s * 1e3))
 
 
+paced = {"before the sweep": machine.pace(ceilings, model_name, main_dt, most, device)}  # the machine's speed now
 for run in progress(range(1, runs + 1), desc="sweep runs"):
     sweep_run(run)
 skipped = [f"{label(*c)} at {tokens(p)}" for c in configs for p in prompts if p not in kept[c]]
@@ -247,6 +248,8 @@ runs_table = priced(pd.concat(passes, ignore_index=True))
 spread, ratio = point_spreads(runs_table)
 before = len(straddlers())
 again = claims.settle(measure_again, lambda: not straddlers(), budget_s=settle_s, max_runs=20)
+paced["after it"] = machine.pace(ceilings, model_name, main_dt, most, device)
+machine.release_pace()
 results.table(runs_table[["run", *keys, "passes", "time_ms", "faults", "priced_ms", "ratio", "status"]], "prefill_runs")
 print(f"{before} of {len(ratio)} points straddled their band after {runs} runs; {again} more run(s) of those "
       f"(budget {settle_s:g} s) left {len(straddlers())}")
@@ -313,6 +316,16 @@ mine = sweep[(sweep.dtype == main_dt) & (sweep.threads == most)]
 show(as_predicted("passes_as_predicted", "The prefills of the first configuration take the time the cost model "
                   "predicts, within the tolerance for a time predicted from measured ceilings (their geometric mean).",
                   [k for k in ratio if k[:2] == main]))
+
+# %% [markdown]
+# Every price above is made of chapter 0's ceilings, measured minutes earlier. A shared machine's speed drifts
+# (another tenant, the clock), so the chapter timed the kernel that dominates a short pass, the model's matrices
+# at one row, the way chapter 0 did, once before the sweep and once after it (`lib.machine.pace`, ten calls
+# each). If the machine ran that kernel at another speed, every price of this chapter is off by about as much.
+
+# %%
+show(machine.pace_claim(register, paced, "the sweep"))
+results.table(machine.pace_table(paced), "pace")
 
 # %% [markdown]
 # The same test for the other configurations: the one rule is the same, the kernels are not.

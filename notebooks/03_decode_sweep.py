@@ -34,7 +34,7 @@ contexts = [16, 128, 512, 960]   # GPT-2 has 1,024 positions: context + steps mu
 steps = 8                        # greedy steps per run, each read back to the host (a run is the median of its steps)
 runs = 9                         # runs per point of the decode sweep; a point is their median (nine: see lib.claims)
 warmup_steps = 2                 # untimed steps from each context before each run's steps
-settle_s = 15.0                  # at most this long re-measuring the points whose interval straddles their prediction
+settle_s = 8.0                   # at most this long re-measuring the points whose interval straddles their prediction
 batch_runs = 3                   # runs of the batched sweep (a batch of 64 costs a second a step: few runs, their range)
 profiled_runs = 5                # profiled steps, one layer down
 paired_steps = 48                # steps of two decodes in strict alternation, for a difference between them
@@ -227,12 +227,15 @@ def measure_again() -> None:
     spread, ratio = spreads()
 
 
+paced = {"before the sweep": machine.pace(ceilings, model_name, *main, device)}  # the machine's speed now
 for run in progress(range(1, runs + 1), desc="decode runs"):
     decode_run(run)
 decode_runs = priced_runs()
 spread, ratio = spreads()
 before = len(straddlers())
 again = claims.settle(measure_again, lambda: not straddlers(), budget_s=settle_s, max_runs=20)
+paced["after it"] = machine.pace(ceilings, model_name, *main, device)
+machine.release_pace()
 print(f"{before} of {len(ratio)} points straddled their band after {runs} runs; {again} more run(s) of those "
       f"(budget {settle_s:g} s) left {len(straddlers())}")
 static_runs = pd.concat(static_rows, ignore_index=True)
@@ -322,6 +325,16 @@ show(register.decide("decode_as_predicted", claims.within(pooled, Spread(1.0, 1.
                      evidence=f"decode_sweep.csv, {len(ratio)} points", ratio=pooled.text(".2f", "x"), n=len(ratio),
                      rate=ceilings.weight_rate(model_name, *main) / 1e9, main=label(*main),
                      read=ceilings.stream_bandwidth(*main) / 1e9, detail=detail, tol=claims.PREDICTED_TIME))
+
+# %% [markdown]
+# These prices are made of chapter 0's ceilings, measured minutes earlier, and a shared machine's speed drifts. The
+# chapter timed the kernel a step spends most of its time in, the model's matrices at one row, the way chapter 0
+# did, before the sweep and after it (`lib.machine.pace`): if the machine ran it at another speed, every price
+# above is off by about as much.
+
+# %%
+show(machine.pace_claim(register, paced, "the sweep"))
+results.table(machine.pace_table(paced), "pace")
 
 # %% [markdown]
 # ### What limits a narrower dtype

@@ -13,7 +13,7 @@ def test_claims_are_counted_and_missing_claims_said_so():
     chapter = chapters.Chapter("09_x", "9. X", "", None, None, None, None)
     assert chapter.claims_summary() == "no claims recorded"
     chapter.claims = pd.DataFrame({"claim": list("abcd"), "verdict": ["held", "held", "did not hold", "not measured"]})
-    assert chapter.claims_summary() == "2 of 3 decided held (1 did not hold, 1 not measured)"
+    assert chapter.claims_summary() == "4 claims: 2 held, 1 did not hold, 1 not measured"
 
 
 def test_a_chapter_is_read_from_its_notebook_provenance_and_claims(tmp_path):
@@ -35,6 +35,6 @@ def test_a_chapter_is_read_from_its_notebook_provenance_and_claims(tmp_path):
     assert demo.measured_dtypes == ("fp32", "bf16") and never.measured_dtypes == ()
     assert (demo.title, demo.summary, demo.run_seconds, demo.page) == ("1. Demo", "It measures one thing.", 12.5,
                                                                       "01_demo.html")
-    assert demo.provenance == {"device": "cpu"} and demo.claims_summary() == "1 of 1 decided held"
+    assert demo.provenance == {"device": "cpu"} and demo.claims_summary() == "1 claim: 1 held"
     assert chapters.takeaways(demo) == "* Written by hand.\n\n**The data decided this.**"
     assert (never.title, never.notebook, chapters.takeaways(never)) == ("02_never_run", None, "")

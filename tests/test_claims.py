@@ -25,20 +25,20 @@ def test_a_claim_is_declared_once_and_decided_with_values():
     frame = r.frame()
     assert list(frame.columns) == ["claim", "statement", "predicted", "measured", "verdict", "evidence"]
     assert list(frame.verdict) == [HELD, NOT_MEASURED] and frame.statement.tolist() == ["A holds.", "B holds."]
-    assert r.summary() == "1 of 1 decided claims held, 1 not measured"
+    assert r.summary() == "2 claims: 1 held, 1 not measured"
 
 
 def test_an_unresolved_verdict_has_its_own_sentence():
     r = register()
     text = r.decide("a", UNRESOLVED, predicted="10 ms", measured="9-12 ms", x=1)
-    assert text.startswith("**Not resolved by this run:**") and "(9-12 ms) straddles the prediction (10 ms)" in text
-    assert r.summary() == "0 of 1 decided claims held, 1 not resolved, 1 not measured"
+    assert text.startswith("**Not resolved by this run:**") and "(9-12 ms) lies partly inside and partly outside what was predicted (10 ms" in text
+    assert r.summary() == "2 claims: 1 not resolved, 1 not measured"
 
 
 def test_a_claim_never_decided_is_recorded_as_not_measured():
     r = register()
     r.decide("a", NOT_HELD, x=2)
-    assert r.summary() == "0 of 1 decided claims held, 1 did not hold, 1 not measured"
+    assert r.summary() == "2 claims: 1 did not hold, 1 not measured"
     row = r.frame().set_index("claim").loc["b"]
     assert row.verdict == NOT_MEASURED and row.evidence == "not in quick mode"
 

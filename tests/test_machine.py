@@ -184,3 +184,22 @@ def test_a_difference_is_floored_by_its_fastest_halves_not_by_its_noise():
     assert "reads" not in merged
     plain = machine._row(base, "read", Timing.of([0.02, 0.03]), bytes_=1e9)
     assert plain["best_s"] == 0.02 and plain["gb_s"] == pytest.approx(50.0)
+
+
+def test_pace_times_chapter_0s_kernel_and_its_claim_can_fail_both_ways():
+    from lib import claims
+    table = machine.measure_ceilings(CPU, ("fp32",), (1,), models=("tiny-gpt2",), quick=True, log=lambda _: None)
+    now = machine.pace(machine.Ceilings(table, "cpu"), "tiny-gpt2", "fp32", 1, CPU, calls=9)
+    assert now.calls == 9 and len(now.ratio.runs) == 9 and 0 < now.ratio.low <= now.ratio.high and now.fastest > 0
+    slow_chapter_0 = table.assign(median_s=table.median_s * 1000, best_s=table.best_s * 1000)  # now 1000x faster
+    far = machine.pace(machine.Ceilings(slow_chapter_0, "cpu"), "tiny-gpt2", "fp32", 1, CPU, calls=9)
+    machine.release_pace()
+    register = claims.Claims()
+    sentence = machine.pace_claim(register, {"before": far, "after": far}, "the sweep")
+    assert register.frame().verdict.tolist() == [claims.NOT_HELD] and "before" in sentence and "another speed" in sentence
+    assert list(machine.pace_table({"before": far}).columns) == ["when", "ratio", "ratio_low", "ratio_high",
+                                                                 "fastest_ratio", "calls"]
+    same = machine.Pace(ratio=claims.Spread.of([0.98, 1.0, 1.02] * 3), fastest=1.0, calls=9)
+    register = claims.Claims()
+    machine.pace_claim(register, {"before": same, "after": same}, "the sweep")
+    assert register.frame().verdict.tolist() == [claims.HELD]

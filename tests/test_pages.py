@@ -85,7 +85,7 @@ def test_status_page_shows_each_claim_and_its_verdict(tmp_path):
                            "verdict": ["held", "held", "did not hold", "not measured"]})
     pages.status_page([_chapter("09_x", "9. X", claims=claims, provenance={"device": "cpu"})], tmp_path, tmp_path)
     text = "".join(p.read_text() for p in (tmp_path / "_fragments").glob("*.html"))
-    assert "2 of 3 decided held" in text and 'class="not-held">did not hold' in text and 'class="held">held' in text
+    assert "4 claims: 2 held, 1 did not hold, 1 not measured" in text and 'class="not-held">did not hold' in text and 'class="held">held' in text
     assert "<i>x</i>" not in text
 
 

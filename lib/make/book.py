@@ -384,21 +384,17 @@ def _run_quick_locked(source: Path, root: Path, device, environment, log, stagin
 
 
 def claims_held(root: Path, stem: str) -> str:
-    """``"k of n decided claims held"`` (and how many did not hold, were not resolved or not measured) from
-    ``root/data/<stem>/claims.csv`` (claims that do not hold never fail the build: another machine may
-    legitimately differ)."""
+    """How many claims ``root/data/<stem>/claims.csv`` records and each outcome's count
+    (:func:`lib.claims.tally`; claims that do not hold never fail the build: another machine may legitimately
+    differ)."""
     path = root / "data" / stem / "claims.csv"
     if not path.exists():
         return "no claims recorded"
     import pandas as pd
 
-    verdicts = pd.read_csv(path).verdict.tolist()
-    decided = sum(v in ("held", "did not hold", "not resolved") for v in verdicts)
-    text = f"{verdicts.count('held')} of {decided} decided claims held"
-    for verdict in ("did not hold", "not resolved", "not measured"):
-        if verdicts.count(verdict):
-            text += f", {verdicts.count(verdict)} {verdict}"
-    return text
+    from lib.claims import tally
+
+    return tally(pd.read_csv(path).verdict.tolist())
 
 
 def build(*, quick: bool = False, device: str | None = None, only: list[str] | None = None,

@@ -39,14 +39,12 @@ class Chapter:
         return f"{self.stem}.html"
 
     def claims_summary(self) -> str:
-        """``"5 of 6 decided held (1 did not hold, 1 not measured)"``, or ``"no claims recorded"``."""
+        """``"6 claims: 5 held, 1 did not hold"`` (:func:`lib.claims.tally`), or ``"no claims recorded"``."""
         if self.claims is None or "verdict" not in self.claims:
             return "no claims recorded"
-        verdicts = self.claims["verdict"].astype(str).str.strip().str.lower()
-        held = int((verdicts == "held").sum())
-        decided = int(verdicts.isin(["held", "did not hold", "not resolved"]).sum())
-        rest = [f"{n} {v}" for v, n in verdicts[verdicts != "held"].value_counts().items()]
-        return f"{held} of {decided} decided held" + (f" ({', '.join(rest)})" if rest else "")
+        from lib.claims import tally
+
+        return tally(self.claims["verdict"].astype(str))
 
 
 def _markdown_text(cell) -> str:
