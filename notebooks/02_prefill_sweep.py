@@ -394,8 +394,8 @@ register.claim(
              "model predicted {pflat}: {why}")
 pflat = expected[main].flat_until_tokens
 show(register.decide("floor_flat_as_predicted", claims.within(flats, pflat, claims.PREDICTED_LENGTH),
-                     predicted=f"flat to {pflat} tokens",
-                     measured=f"flat to {flats.text('.0f', 'tokens')}", evidence=f"{label(*main)}, margin {margin:.0%}",
+                     predicted=f"flat to {tokens(pflat)}",
+                     measured="flat to " + (tokens(flats.mid) if flats.low == flats.high else flats.text('.0f', 'tokens')), evidence=f"{label(*main)}, margin {margin:.0%}",
                      margin=margin, floor=prose.span(fm.floor_ms_low, fm.floor_ms_high, ".1f", "ms"),
                      flat=tokens(flats.mid), pflat=tokens(pflat),
                      why="the pass grows earlier than its parts say." if flats.mid < pflat else
@@ -624,8 +624,8 @@ def ratio_claim(claim: str, a: tuple, b: tuple, n: int, **text) -> str:
 register.claim(
     "threads_speed_long_prompt",
     "More threads speed up the longest prompt both ran by the ratio the cost model predicts.",
-    held="{most} threads make the {n} pass **{gain:.2f}x** as fast as {few}; the cost model predicted {predicted_gain:.2f}x.",
-    not_held="{most} threads make the {n} pass {gain:.2f}x as fast as {few}, while the cost model predicted "
+    held="{most} threads make the pass of {n} **{gain:.2f}x** as fast as {few}; the cost model predicted {predicted_gain:.2f}x.",
+    not_held="{most} threads make the pass of {n} {gain:.2f}x as fast as {few}, while the cost model predicted "
              "{predicted_gain:.2f}x.",
     not_measured="one thread count only (a GPU, or `threads` set to one value).")
 fewest = min(threads)

@@ -655,8 +655,8 @@ alone_says = (f"The same write timed here alone, on one thread with nothing else
                  "runs a little below chapter 0's rate for one large buffer." if alone_ok else
                  "the copy is off chapter 0's rate even alone (a buffer of this size, in shared memory)."))
 off = " ".join({"write": "Writing into the shared buffer is off the copy rate. " + alone_says,
-                "read": "Reading into new tensors is off its price with the faults it took counted: mapping this "
-                        "process's new pages costs other than chapter 0's copy into fresh memory did.",
+                "read": "Reading into new tensors is off its price even with the faults it took counted: in this "
+                        "process a new page did not cost what it cost in chapter 0's copy into fresh memory.",
                 "read again": "Even into mapped pages the read is off the copy rate, so the copy itself differs here, "
                               "not only the mapping."}[k] for k, v in verdicts.items() if v == claims.NOT_HELD)
 show(register.decide("handover_costs_its_bytes", claims.every(verdicts.values()) if verdicts else None,
