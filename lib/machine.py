@@ -729,8 +729,15 @@ class Ceilings:
     #: Whether these ceilings were measured on this machine (its :func:`lib.device.machine_identity`) in a full
     #: build: only then may a pass beating its floor stop the build (:func:`lib.regime.check_floors`).
     strict: bool = False
+    _found: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def _rows(self, dtype: str, threads: int, kernel: str, model: str | None = None, **match) -> pd.DataFrame:
+        key = (dtype, threads, kernel, model, tuple(sorted(match.items())))
+        if key not in self._found:  # a chapter prices thousands of passes from the same few rows
+            self._found[key] = self._select(dtype, threads, kernel, model, **match)
+        return self._found[key]
+
+    def _select(self, dtype: str, threads: int, kernel: str, model: str | None = None, **match) -> pd.DataFrame:
         t = self.table
         t = t[(t.kernel == kernel) & (t.dtype == dtype) & (t.status == "ok") & (t.threads == threads)]
         if model is not None:

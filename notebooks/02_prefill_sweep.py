@@ -299,7 +299,8 @@ def as_predicted(claim: str, statement: str, points: list) -> str:
     top = float(np.exp(np.mean([np.log(band(k)[1] / claims.PREDICTED_TIME) for k in points])))
     out = [k for k in points if claims.within(ratio[k], Spread(1.0, 1.0, band(k)[1] / claims.PREDICTED_TIME),
                                               claims.PREDICTED_TIME) == claims.NOT_HELD]
-    open_ = [k for k in points if k in straddlers()]
+    straddling = straddlers()
+    open_ = [k for k in points if k in straddling]
     name = lambda k: f"{label(*k[:2]) + ' at ' if len(configs) > 1 and k[:2] != main else ''}{tokens(k[2])} ({ratio[k].mid:.2f}x)"  # noqa: E731
     worst = max(points, key=lambda k: ratio[k].mid)
     detail = (f"; the furthest is {name(worst)}" + (f"; {len(out)} of {len(points)} lie wholly outside it: "
