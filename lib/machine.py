@@ -926,18 +926,21 @@ def pace_claim(register, paced: dict[str, Pace], what: str) -> str:
     from lib import claims
 
     moments = "; ".join(f"{p.ratio.text('.2f', 'x')} {when}" for when, p in paced.items())
+    slowest = max(paced.values(), key=lambda p: p.ratio.mid).ratio.mid
+    drift = (f" It ran up to {slowest - 1:.0%} slower than chapter 0 measured it, and a price made of chapter 0's "
+             "ceilings is then about that much too low." if slowest > 1 + claims.NOISE else "")
     register.claim(
         "machine_kept_its_pace",
         f"While {what} ran, this machine ran the model's matrices at one row at the speed chapter 0 measured, within "
         "the tolerance for a time predicted from measured ceilings: the chapter's prices describe the machine it "
         "ran on.",
-        held="the model's matrices at one row took {moments} chapter 0's median call: the machine ran at the speed "
-             "its prices are made of.",
-        not_held="the model's matrices at one row took {moments} chapter 0's median call: the machine ran at "
+        held="against chapter 0's median call, the model's matrices at one row took {moments}: within the tolerance "
+             "every price here is held to.{drift}",
+        not_held="against chapter 0's median call, the model's matrices at one row took {moments}: the machine ran at "
                  "another speed than chapter 0 measured, and every price of this chapter is off by about as much.")
     verdict = claims.every(claims.within(p.ratio, 1.0, claims.PREDICTED_TIME) for p in paced.values())
     return register.decide("machine_kept_its_pace", verdict, predicted=f"within {claims.PREDICTED_TIME:g}x of 1",
-                           measured=moments, evidence="pace.csv", moments=moments)
+                           measured=moments, evidence="pace.csv", moments=moments, drift=drift)
 
 
 def release_pace() -> None:
