@@ -307,7 +307,9 @@ def as_predicted(claim: str, statement: str, points: list) -> str:
               f"{', '.join(map(name, out))}" if out else "; none lies wholly outside it")
               + (f"; {len(open_)} straddle its edge ({', '.join(map(name, open_))})" if open_ else "") + ".")
     return register.decide(claim, claims.within(pooled, Spread(1.0, 1.0, top), claims.PREDICTED_TIME),
-                           predicted=f"within {claims.PREDICTED_TIME:g}x", measured=pooled.text(".2f", "x"),
+                           predicted=f"{1 / claims.PREDICTED_TIME:.2f}x to {top * claims.PREDICTED_TIME:.2f}x (within "
+                                     f"{claims.PREDICTED_TIME:g}x of the fastest to the median calls' price)",
+                           measured=pooled.text(".2f", "x"),
                            evidence=f"prefill_sweep.csv, {len(points)} points", which=", ".join(
                                dict.fromkeys(label(*k[:2]) for k in points)), ratio=pooled.text(".2f", "x"),
                            n=len(points), tol=claims.PREDICTED_TIME, detail=detail)
@@ -575,8 +577,9 @@ show(register.decide("rest_is_launch_floor", claims.within(rest, issue_, claims.
                          "the hollowed pass costs more to issue than the real pass does."))
 
 # %% [markdown]
-# **Takeaway: a short pass is its matrices at the rate their few rows reach, plus the cost of issuing the pass;
-# time the parts before calling a floor a fixed cost.**
+# **Takeaway: price a short pass from its parts (its matrices at the rate their few rows reach, the cost of
+# issuing it) and time those parts before calling a floor a fixed cost; what they leave unexplained on this
+# machine, the claims above measure.**
 #
 # ## The longest prompt, more threads, and a 16-bit dtype
 #
@@ -834,7 +837,8 @@ else:
     show(register.decide("same_pass_reproduces", None))
 
 # %% [markdown]
-# **Takeaway: a saving is predicted by the kernels that would have run, not by the FLOPs they would have done.**
+# **Takeaway: predict a saving from the kernels that would have run rather than from the FLOPs they would have
+# done, then measure it: the claims above say how close that came here.**
 #
 # ## Beside the reference runs
 #
@@ -930,8 +934,9 @@ results.finish()  # the run is whole: its tables and figures replace the last ru
 #
 # * A prefill's floor is its measured 1-token pass; where the time leaves it, and where time per token stops
 #   falling, are read off the measured points, not off a fitted line.
-# * A short prompt is priced by the model's matrices at the rate their few rows reach (`F(M)`), not by the
-#   matrix-vector rate and not by the large product's peak.
+# * A short prompt's matrices run at the rate their few rows reach (`F(M)`), not at the matrix-vector rate and
+#   not at the large product's peak; how much of a short pass they are, and what the rest is, this run's claims
+#   above say.
 # * Before calling a floor a fixed cost, time its parts: the matrices alone, and the cost of issuing the pass.
 # * A 16-bit dtype helps only as much as the kernels that run it: check the hardware, then the data.
 # * When a prediction fails, profile the pass: the operator that holds the excess says what the model missed.

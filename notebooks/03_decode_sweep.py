@@ -321,7 +321,9 @@ detail = ((f"; {len(out)} of {len(ratio)} points lie wholly outside it: {', '.jo
            "; no point lies wholly outside it") + (f"; {len(open_)} straddle its edge ({', '.join(map(name, open_))})"
                                                    if open_ else "") + ".")
 show(register.decide("decode_as_predicted", claims.within(pooled, Spread(1.0, 1.0, top_band), claims.PREDICTED_TIME),
-                     predicted=f"within {claims.PREDICTED_TIME:g}x", measured=pooled.text(".2f", "x"),
+                     predicted=f"{1 / claims.PREDICTED_TIME:.2f}x to {top_band * claims.PREDICTED_TIME:.2f}x (within "
+                               f"{claims.PREDICTED_TIME:g}x of the fastest to the median calls' price)",
+                     measured=pooled.text(".2f", "x"),
                      evidence=f"decode_sweep.csv, {len(ratio)} points", ratio=pooled.text(".2f", "x"), n=len(ratio),
                      rate=ceilings.weight_rate(model_name, *main) / 1e9, main=label(*main),
                      read=ceilings.stream_bandwidth(*main) / 1e9, detail=detail, tol=claims.PREDICTED_TIME))
@@ -379,8 +381,9 @@ else:
     show(register.decide("narrow_dtype_faster", None))
 
 # %% [markdown]
-# **Takeaway: a decode step streams its weights at the rate of the model's own matrix-vector kernels, not at
-# what the memory can deliver; the gap between the two is a better kernel's to close.**
+# **Takeaway: price a decode step at the rate the model's own matrix-vector kernels stream its weights, not at
+# what the memory can deliver (the gap between the two is a better kernel's to close); how close the steps came
+# to that price here, and what else they spent, the claims above say.**
 #
 # ## Why the step grows with the context
 #
@@ -963,8 +966,9 @@ else:
     show(register.decide("reference_gap_is_head_and_copy", None))
 
 # %% [markdown]
-# **Takeaway: batching shares the weights' bytes across users, so throughput rises; every user's cache is
-# still read, and copied if the cache grows by concatenation, so each user's gap rises too.**
+# **Takeaway: batching shares the weights' bytes across users, so throughput rises while the weights dominate;
+# every user's cache is still read, and copied if the cache grows by concatenation, so each user's gap rises, and
+# once the caches' work outweighs the shared weights, throughput can fall again (the sweep above says where).**
 #
 # ## Multi-head against grouped-query attention: bytes of cache per token
 #

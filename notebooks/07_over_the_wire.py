@@ -316,7 +316,7 @@ for r in engine_rows.itertuples():
         not_measured="the server serves another model than the in-process path: nothing is compared.")
     show(register.decide(f"engine_adds_to_ttft_{tag}", claims.below(spread_of(base, "ttft_ms"), spread_of(r, "ttft_ms"))
                          if same_model else None,
-                         predicted="longer by a fixed cost", measured=f"{r.ttft_ms:.0f} ms against {base.ttft_ms:.0f}",
+                         predicted="longer than in-process", measured=f"{r.ttft_ms:.0f} ms against {base.ttft_ms:.0f}",
                          evidence=f"{runs} runs per path after a warm-up; prompt {base.prompt_tokens:.0f} tokens in-process, "
                                   f"{r.prompt_tokens:.0f} as {r.path} counted it",
                          base=base.ttft_ms, base_span=spread_of(base, "ttft_ms").text(".0f", "ms"), path=r.path,
@@ -806,9 +806,9 @@ results.figure(fig, "stall_against_budget")
 plt.show()
 
 # %% [markdown]
-# **Takeaway: the two phases survive the trip over the wire: an engine adds a fixed cost to TTFT, batches
-# decode to buy throughput with TPOT, and stalls a stream for a newcomer's prefill unless its token budget
-# chunks it.**
+# **Takeaway: the two phases survive the trip over the wire: an engine changes TTFT by what its own path adds
+# or saves (the first claims above say which, engine by engine), batches decode to buy throughput with TPOT, and
+# stalls a stream for a newcomer's prefill unless its token budget chunks it.**
 #
 # ## What these numbers do not show
 #
@@ -834,8 +834,8 @@ plt.show()
 #   is which.
 # * Continuous batching trades each user's TPOT for total tokens per second; state the objectives and report
 #   goodput with its interval.
-# * Open-loop arrivals show collapse that a closed loop hides: a closed loop slows its users down when the
-#   server does.
+# * Open-loop arrivals can overload a server, which a closed loop cannot: a closed loop slows its users down when
+#   the server does. Whether this run's rates reached the collapse, the goodput claims above say.
 # * Chunked prefill bounds the stall a long prompt inflicts on streams that are decoding, at the newcomer's
 #   expense.
 # * Before comparing two benchmark reports, check which tool wrote them: TTFT, ITL and TPOT are not defined

@@ -19,7 +19,7 @@
 # (bf16, int8, 4-bit), and the cache too. **More tokens per pass**: when a pass over a few positions costs little
 # more than a pass over one (chapter 2's short prompts), guess several tokens and check them in one pass
 # (speculative decoding). **Less to issue**: a step is hundreds of small operations, and chapter 0 priced issuing
-# them (dispatch); compiling the step removes most of that.
+# them (dispatch); compiling the step aims at that part.
 #
 # This chapter measures each lever on SmolLM2-135M, on this machine, and puts the book's eager loop beside the
 # fastest path it finds and beside llama.cpp, the engine a laptop user would pick, which runs the book's own Q4_1
@@ -1040,8 +1040,9 @@ display(prose.table(register.frame()[["claim", "verdict", "predicted", "measured
 # * Measure how close a kernel gets to the machine's read: that is the room a better kernel has.
 # * A quantized cache can save memory and cost time: read how it is implemented before expecting speed.
 # * Speculation pays when the tokens gained per pass beat what a wider pass costs on this machine.
-# * Issuing a step's hundreds of operations costs time on a CPU (chapter 0 prices it); compiling can remove that
-#   part, and only that part: the matrix products stay.
+# * Issuing a step's hundreds of operations costs time on a CPU (chapter 0 prices it); compiling aims at that part
+#   only (the matrix products stay), and how much of it goes is measured, not assumed: the compiled step's claim
+#   above says what it removed here.
 #
 # ## Check yourself
 #
