@@ -1,0 +1,224 @@
+"""GPT-2's architecture at other sizes, with seeded random weights: where a decode step leaves its floor.
+
+The source chapter found GPT-2 small on its GPU in neither textbook regime: a step cost about 11 ms whatever the
+context and the precision, the cost of issuing its operations, and it argued (by arithmetic only) that a model
+with far more weight bytes would leave that floor and follow its bytes. Chapter 6 measures the transition on the
+reader's machine by sweeping the model's size in GPT-2's architecture: :data:`SIZES`, from ``tiny-gpt2``
+through 12-layer models of growing width (the floor stays, the bytes grow) to GPT-2 small, medium, large and XL.
+Their weights are random (:func:`build`): a step's time does not depend on the values.
+
+Chapter 0 measured one model's kernels (GPT-2 small in a full build); the other sizes are priced from those
+(:func:`price_decode`, :func:`price_prefill`), each term scaled by what it is proportional to:
+
+* the weights at the rate GPT-2 small's own matrices run at the same number of rows, scaled by the size's weights
+  (at one row: its bytes at that matrix-vector rate);
+* attention and a growing cache's copy at chapter 0's rates for the same bytes of cache;
+* dispatch (issuing the operations and running the small kernels) at chapter 0's measurement of the reference
+  model's pass, scaled by the operations the size's own step issues (counted, :func:`operations`); a model chapter
+  0 measured itself (``tiny-gpt2``) is priced at its own row.
+
+Introduced in chapter 6.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import psutil
+import torch
+import transformers
+from transformers import DynamicCache
+
+from lib.costmodel import Prediction, Term
+from lib.machine import MODELS, Ceilings, count_operations, hollowed
+from lib.models import LoadedModel
+from lib.shapes import GPT2_SMALL, ModelShape
+
+__all__ = ["SIZES", "build", "random_cache", "operations", "price_decode", "price_prefill", "memory_needed",
+           "free_memory", "transition_bytes", "operations_line", "build_seconds"]
+
+
+def _gpt2(name: str, layers: int, width: int, vocab: int = 50257) -> ModelShape:
+    return ModelShape(name, layers, width, max(1, width // 64), max(1, width // 64), 4 * width, vocab,
+                      gated_ffn=False, bytes_per_param=4, tied_lm_head=True, dtype_name="FP32")
+
+
+#: The sizes the sweep can run, in ascending weight bytes: ``tiny-gpt2`` (the book's two-layer test model),
+#: 12-layer models 128 to 512 wide (GPT-2 small's depth, so its floor, with fewer bytes), and GPT-2's published
+#: small (124M parameters), medium (355M), large (774M) and XL (1.56B) shapes. Heads are 64 wide, as in GPT-2.
+SIZES: dict[str, ModelShape] = {
+    "tiny-gpt2": replace(MODELS["tiny-gpt2"][0], bytes_per_param=4, tied_lm_head=True),
+    **{f"gpt2-12x{w}": _gpt2(f"GPT-2, 12 layers x {w}", 12, w) for w in (128, 256, 384, 512)},
+    "gpt2-small": GPT2_SMALL,
+    "gpt2-medium": _gpt2("GPT-2 medium", 24, 1024),
+    "gpt2-large": _gpt2("GPT-2 large", 36, 1280),
+    "gpt2-xl": _gpt2("GPT-2 XL", 48, 1600),
+}
+
+
+def build(name: str | ModelShape, device: torch.device, dtype: torch.dtype, seed: int = 0) -> LoadedModel:
+    """The size ``name`` of :data:`SIZES` (or any GPT-2 ``ModelShape``) as a transformers GPT-2 in ``dtype`` on
+    ``device``, in eval mode, its weights seeded random values (one block of 2**20 uniform values of at most 0.02,
+    repeated: drawing GPT-2 XL's 1.6 billion one by one would take longer than timing it)."""
+    from transformers.initialization import no_init_weights
+
+    if isinstance(name, str) and name not in SIZES:
+        raise ValueError(f"unknown size {name!r}: the sweep knows {', '.join(SIZES)}")
+    s = SIZES[name] if isinstance(name, str) else name
+    config = transformers.GPT2Config(n_layer=s.layers, n_embd=s.d_model, n_head=s.heads, n_inner=s.d_ff,
+                                     vocab_size=s.vocab, n_positions=1024, bos_token_id=0, eos_token_id=0)
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        with no_init_weights():
+            module = transformers.GPT2LMHeadModel(config)
+        module.lm_head.weight = module.transformer.wte.weight  # tied, as GPT-2's are: one copy in memory
+        module = module.to(device=device, dtype=dtype)
+        block = torch.empty(1 << 20, dtype=dtype, device=device).uniform_(-0.02, 0.02)
+        with torch.no_grad():
+            for parameter in module.parameters():  # the block repeated, written in place: no second copy
+                flat, n = parameter.view(-1), parameter.numel()
+                whole = n // block.numel() * block.numel()
+                flat[:whole].view(-1, block.numel()).copy_(block)
+                flat[whole:].copy_(block[:n - whole])
+    finally:
+        torch.random.set_rng_state(state)
+    return LoadedModel(module.eval(), None, s.name, f"random weights, seed {seed}", torch.device(device), dtype)
+
+
+@torch.inference_mode()
+def random_cache(model: LoadedModel, context: int, seed: int = 0) -> tuple[DynamicCache, torch.Tensor]:
+    """A growing cache (``DynamicCache``) of ``context`` positions of random keys and values in the model's dtype,
+    and a token to decode after it: a step's cost depends on the cache's shape and dtype, not its values, and a
+    prefill of 512 tokens would cost GPT-2 XL seconds."""
+    if context < 1 or context >= model.max_positions:
+        raise ValueError(f"a context needs 1 to {model.max_positions - 1} positions, got {context}")
+    config = model.config
+    heads, width = config.n_head, config.n_embd // config.n_head
+    cache = DynamicCache(config=config)
+    generator = torch.Generator().manual_seed(seed)
+    for layer in range(config.n_layer):
+        k, v = (torch.rand(1, heads, context, width, generator=generator).to(model.device, model.dtype)
+                for _ in range(2))
+        cache.update(k, v, layer)
+    return cache, torch.zeros(1, 1, dtype=torch.long, device=model.device)
+
+
+def operations(model: LoadedModel, context: int = 16) -> int:
+    """The torch operations one decode step of ``model`` issues from Python, counted as chapter 0 counts them
+    (:func:`lib.machine.count_operations` on the :func:`lib.machine.hollowed` step, token read back included), so
+    the count compares with chapter 0's ``operations``."""
+    from lib import phases
+
+    cache, token = random_cache(model, context)
+    with hollowed():
+        return count_operations(lambda: phases.decode(model, token, cache, 1))
+
+
+def build_seconds(ceilings: Ceilings, name: str, dtype: str, threads: int) -> float:
+    """A prediction of :func:`build`'s time for size ``name`` (seconds): its weights written once into fresh memory,
+    at chapter 0's copy rate and its cost per page fault (the allocator maps a model's tensors afresh)."""
+    nbytes = (SIZES[name].with_dtype(dtype).weight_bytes + 1024 * SIZES[name].d_model * 4)
+    return nbytes * (ceilings.faults_per_byte(dtype, threads) * ceilings.fault_cost(dtype, threads)
+                     + 1 / ceilings.stream_bandwidth(dtype, threads, "copy"))
+
+
+def memory_needed(name: str, dtypes: list[str], contexts: list[int]) -> float:
+    """Bytes the sweep holds at once for size ``name``: its weights in every dtype (embeddings included), one
+    cache per context, and a quarter more for what the library allocates beside them."""
+    s = SIZES[name]
+    per_param = {"fp32": 4, "bf16": 2, "fp16": 2}
+    weights = sum((s.matmul_params + 1024 * s.d_model) * per_param[d] for d in dtypes)
+    caches = sum(replace(s, bytes_per_param=per_param[d]).kv_bytes_per_token * c for d in dtypes for c in contexts)
+    return 1.25 * (weights + caches)
+
+
+def free_memory(device: torch.device) -> float:
+    """Bytes free for new tensors on ``device`` now (the system's available memory on a CPU)."""
+    if torch.device(device).type == "cuda":
+        return float(torch.cuda.mem_get_info(device)[0])
+    return float(psutil.virtual_memory().available)
+
+
+def _scaled(shape: ModelShape, reference: ModelShape) -> tuple[float, float, float]:
+    """How many times the reference's block weights, head weights and attention work (layers x width) ``shape``
+    has."""
+    return (shape.layers * shape.block_params / (reference.layers * reference.block_params),
+            shape.lm_head_params / reference.lm_head_params,
+            shape.layers * shape.d_model / (reference.layers * reference.d_model))
+
+
+def _dispatch(ceilings: Ceilings, name: str, reference: str, ops: int, ops_reference: int, dtype: str, threads: int,
+              kind: str, rows: int) -> Term:
+    own = name == reference or (name in MODELS and name in set(ceilings.table.model.dropna()))
+    if own:
+        d = ceilings.dispatch(name, dtype, threads, kind, rows)
+        return Term("dispatch", d.best, d.median, "launch", f"chapter 0's own measurement of {name}")
+    d = ceilings.dispatch(reference, dtype, threads, kind, rows)
+    k = ops / ops_reference
+    return Term("dispatch", d.best * k, d.median * k, "launch",
+                f"{reference}'s, scaled by the operations issued ({ops:,} against {ops_reference:,})")
+
+
+def price_decode(ceilings: Ceilings, name: str, reference: str, ops: int, ops_reference: int, dtype: str,
+                 threads: int, context: int) -> Prediction:
+    """One decode step of size ``name`` in ``dtype`` on ``threads`` threads over a growing cache of ``context``
+    positions, priced from chapter 0's measurements of ``reference`` (see the module's docstring); ``ops`` and
+    ``ops_reference``: the operations one step of each issues. Seconds, term by term."""
+    s, r = SIZES[name].with_dtype(dtype), MODELS[reference][0]
+    blocks, head, _ = _scaled(s, r)
+    args = (reference, dtype, threads)
+    terms = []
+    for kernel, label, k in (("blocks", "block matrices", blocks), ("head", "LM head", head)):
+        t = ceilings.matrices(*args, kernel, 1)
+        terms.append(Term(label, t.best * k, t.median * k, "memory",
+                          f"its bytes at the rate {reference}'s {kernel} stream at one row"))
+    cache_bytes = context * s.kv_bytes_per_token
+    attention = ceilings.attention_decode(*args, cache_bytes)
+    terms.append(Term("attention", attention.best, attention.median, "memory",
+                      f"{cache_bytes / 1e6:.1f} MB of cache at chapter 0's rate for that size"))
+    copy = ceilings.cache_concatenation(*args, cache_bytes)
+    if copy is None:
+        rate = ceilings.stream_bandwidth(dtype, threads, "copy")
+        terms.append(Term("cache copy", 2 * cache_bytes / rate, 2 * cache_bytes / rate, "memory", "chapter 0's copy"))
+    else:
+        terms.append(Term("cache copy", copy.best, copy.median, "memory", "chapter 0's concatenation of that size"))
+    terms.append(_dispatch(ceilings, name, reference, ops, ops_reference, dtype, threads, "decode", 1))
+    return Prediction("decode", 1, 1, context, tuple(terms))
+
+
+def price_prefill(ceilings: Ceilings, name: str, reference: str, ops: int, ops_reference: int, dtype: str,
+                  threads: int, tokens: int) -> Prediction:
+    """A prefill of ``tokens`` tokens of size ``name`` (logits at the last position), priced as
+    :func:`price_decode`: the block matrices at the time ``reference``'s take at that many rows (its bytes at one
+    row, its FLOPs at ``F(rows)`` beyond), scaled by the size's weights; attention at chapter 0's rate for that
+    length, scaled by layers x width; dispatch at the reference's prefill of that length, scaled by operations."""
+    s, r = SIZES[name].with_dtype(dtype), MODELS[reference][0]
+    blocks, head, work = _scaled(s, r)
+    args = (reference, dtype, threads)
+    b, h = ceilings.matrices(*args, "blocks", tokens), ceilings.matrices(*args, "head", 1)
+    a = ceilings.attention_prefill(*args, tokens)
+    terms = [Term("block matrices", b.best * blocks, b.median * blocks, "memory" if tokens == 1 else "compute",
+                  f"{reference}'s block matrices at {tokens} rows, scaled by the weights"),
+             Term("LM head", h.best * head, h.median * head, "memory", "the last position only"),
+             Term("attention", a.best * work, a.median * work, "compute", f"{reference}'s, scaled by layers x width"),
+             _dispatch(ceilings, name, reference, ops, ops_reference, dtype, threads, "prefill", tokens)]
+    return Prediction("prefill", tokens, 1, 0, tuple(terms))
+
+
+def transition_bytes(floor_s: float, rate: float) -> float:
+    """The weight bytes at which a step's weights, streamed at ``rate`` bytes/s, take as long as its floor of
+    ``floor_s`` seconds: a model with fewer sits on the floor, one with many more follows its bytes."""
+    if not (floor_s > 0 and rate > 0 and math.isfinite(floor_s * rate)):
+        raise ValueError(f"a transition needs a positive floor and rate, got {floor_s!r} s and {rate!r} B/s")
+    return floor_s * rate
+
+
+def operations_line(device: torch.device) -> tuple[float, float]:
+    """``(fixed, per_layer)``: the operations a GPT-2 decode step issues, as a line in its layers, from two
+    one-token steps of 64-wide GPT-2s of one and two layers, counted as :func:`operations` counts them (every
+    block issues the same operations, whatever its width). Lets a page predict each size's operations before it
+    builds it."""
+    counts = [operations(build(replace(SIZES["tiny-gpt2"], layers=n), device, torch.float32)) for n in (1, 2)]
+    return float(2 * counts[0] - counts[1]), float(counts[1] - counts[0])
