@@ -336,7 +336,7 @@ show(register.decide("decode_as_predicted", claims.within(pooled, Spread(1.0, 1.
 
 # %%
 show(machine.pace_claim(register, paced, "the sweep"))
-results.table(machine.pace_table(paced), "pace")
+pace_path = results.table(machine.pace_table(paced), "pace")  # kept, not shown: a path of the build machine
 
 # %% [markdown]
 # ### What limits a narrower dtype
@@ -512,7 +512,7 @@ for dt, n in growth_configs:
             why=why_saved))
 results.table(pd.concat({f"{dt}, {n} threads": t for (dt, n), t in inside.items()}).rename_axis(["configuration", "term"])
               .reset_index(), "steps_inside")
-results.table(pd.concat(paired_rows, ignore_index=True), "paired_steps")
+_ = results.table(pd.concat(paired_rows, ignore_index=True), "paired_steps")  # not shown: a path
 
 # %% [markdown]
 # **Takeaway: the roofline's bytes are not all a step moves: a cache that grows by concatenation is copied at
