@@ -61,7 +61,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
-__all__ = ["HELD", "NOT_HELD", "UNRESOLVED", "NOT_MEASURED", "VERDICTS", "CONFIDENCE", "PREDICTED_TIME",
+__all__ = ["HELD", "NOT_HELD", "UNRESOLVED", "NOT_MEASURED", "VERDICTS", "EVIDENCE_COLUMNS", "CONFIDENCE", "PREDICTED_TIME",
            "PREDICTED_RATIO", "PREDICTED_LENGTH", "ACROSS_MACHINES", "NOISE", "HARNESS", "DATASHEET", "median_interval", "Spread", "Claim",
            "Claims", "InvariantBroken", "invariant", "within", "at_most", "at_least", "below", "every", "some",
            "tally", "geomean", "geomean_of", "extreme", "outside", "trend", "theil_sen", "settle", "leaning", "ranges_overlap",
@@ -70,8 +70,9 @@ __all__ = ["HELD", "NOT_HELD", "UNRESOLVED", "NOT_MEASURED", "VERDICTS", "CONFID
 HELD, NOT_HELD, UNRESOLVED, NOT_MEASURED = "held", "did not hold", "not resolved", "not measured"
 VERDICTS = (HELD, NOT_HELD, UNRESOLVED, NOT_MEASURED)
 _COLUMNS = ["claim", "statement", "predicted", "measured", "verdict", "evidence"]
-_LABELS = {HELD: "Held", NOT_HELD: "Did not hold on this machine", UNRESOLVED: "Not resolved by this run",
-           NOT_MEASURED: "Not measured"}
+#: The evidence table's column labels (:meth:`Claims.evidence`), for the columns of ``claims.csv`` it shows.
+EVIDENCE_COLUMNS = {"statement": "Claim", "predicted": "Predicted", "measured": "Measured", "verdict": "Verdict",
+                    "evidence": "From"}
 
 #: The confidence of the interval every verdict is decided on (:func:`median_interval`).
 CONFIDENCE = 0.95
@@ -409,6 +410,9 @@ _GENERIC_UNRESOLVED = ("the 95 % interval of the measurement ({measured}) lies p
                        "and more runs would narrow it.")
 
 
+_NOT_MEASURED = "this run did not measure it."
+
+
 def tally(verdicts: Iterable[str]) -> str:
     """``"17 claims: 7 held, 2 did not hold, 8 not resolved"`` (the outcomes that occur, in :data:`VERDICTS`
     order), or ``"no claims recorded"``."""
@@ -433,7 +437,7 @@ class Claims:
         self.rows: dict[str, Claim] = {}
 
     def claim(self, claim: str, statement: str, *, held: str, not_held: str, unresolved: str = "",
-              not_measured: str = "this run did not measure it.") -> None:
+              not_measured: str = _NOT_MEASURED) -> None:
         """Declare ``claim``: its ``statement`` (no placeholders: the same text on every machine) and the sentence
         for each outcome (``str.format`` templates; ``{predicted}`` and ``{measured}`` are always available)."""
         if not re.fullmatch(r"[a-z0-9_]+", claim or "") or claim in self.declared:
@@ -444,8 +448,10 @@ class Claims:
 
     def decide(self, claim: str, verdict: str | None, *, predicted: str = "", measured: str = "",
                evidence: str = "", **values) -> str:
-        """Record the ``verdict`` (``None``: not measured) of a declared claim and return the markdown sentence
-        for it, prefixed with the verdict in bold; ``values`` fill the sentence's placeholders."""
+        """Record the ``verdict`` (``None``: not measured) of a declared claim and return the sentence for it
+        (markdown, its first letter capitalised), which the chapter shows as a finding in its body: the verdict
+        itself is shown only in the evidence table at the chapter's end (:meth:`evidence`). ``values`` fill the
+        sentence's placeholders."""
         if claim not in self.declared:
             raise ValueError(f"claim {claim!r} was never declared; declared: {', '.join(self.declared) or 'none'}")
         if claim in self.rows:
@@ -460,7 +466,10 @@ class Claims:
             raise ValueError(f"claim {claim}: the {verdict!r} sentence needs {', '.join(sorted(missing))}")
         text = template.format(predicted=predicted, measured=measured, **values)
         self.rows[claim] = Claim(claim, d.statement, predicted, measured, verdict, evidence)
-        return f"**{_LABELS[verdict]}:** {text}"
+        if verdict == NOT_MEASURED:  # the sentence gives the reason only: the statement says what was not measured
+            return d.statement + (" This run did not measure it." if template == _NOT_MEASURED
+                                  else f" This run did not measure it: {text}")
+        return text[:1].upper() + text[1:]
 
     def frame(self) -> pd.DataFrame:
         """The register as a DataFrame with the columns of ``claims.csv``: every declared claim, in the order
@@ -468,6 +477,31 @@ class Claims:
         rows = [self.rows.get(c) or Claim(c, d.statement, "", "", NOT_MEASURED, d.not_measured)
                 for c, d in self.declared.items()]
         return pd.DataFrame([asdict(r) for r in rows], columns=_COLUMNS)
+
+    def verdict(self, claim: str) -> str:
+        """The verdict recorded for ``claim`` (``not measured`` while it is undecided)."""
+        if claim not in self.declared:
+            raise ValueError(f"claim {claim!r} was never declared; declared: {', '.join(self.declared) or 'none'}")
+        row = self.rows.get(claim)
+        return row.verdict if row else NOT_MEASURED
+
+    def against(self, claim: str) -> str:
+        """How this run's measurement of ``claim`` stood against its prediction, as a phrase for a sentence
+        (the chapter's opening paragraph): ``"as predicted (P)"``, ``"where P was predicted"``, ``"against P
+        predicted: too close to call in this run"``, ``"not measured here"``."""
+        verdict, row = self.verdict(claim), self.rows.get(claim)
+        if verdict == HELD:
+            return f"as predicted ({row.predicted})" if row.predicted else "as predicted"
+        if verdict == NOT_HELD:
+            return f"where {row.predicted} was predicted" if row.predicted else "not as predicted"
+        if verdict == UNRESOLVED:
+            return f"against {row.predicted} predicted: too close to call in this run"
+        return "not measured here"
+
+    def evidence(self) -> pd.DataFrame:
+        """The chapter's evidence table: each claim's statement, what was predicted, what this run measured, the
+        verdict and the data it came from, with readable column labels (:data:`EVIDENCE_COLUMNS`)."""
+        return self.frame()[list(EVIDENCE_COLUMNS)].rename(columns=EVIDENCE_COLUMNS)
 
     def summary(self) -> str:
         """How many claims and each outcome's count (:func:`tally`)."""

@@ -3,7 +3,9 @@
 Every number in a chapter's prose is computed (``display(Markdown(f"..."))``), so the same few ways of writing one
 are kept here: a time in milliseconds with the digits its size deserves (:func:`ms`), a count of tokens
 (:func:`tokens`), a range (:func:`span`). :func:`source` shows a library function's code where a chapter measures
-it, so the reader sees what was timed; :func:`table` shows a text table whole, wrapped, markdown rendered.
+it, so the reader sees what was timed (folded: the reader opens it); :func:`table` shows a text table whole,
+wrapped, markdown rendered. :class:`Opening` is the paragraph a chapter opens with, "What this run found",
+written when the chapter's findings are known.
 
 Introduced in section 0.
 """
@@ -16,7 +18,7 @@ import re
 
 import pandas as pd
 
-__all__ = ["ms", "tokens", "span", "source", "table", "show"]
+__all__ = ["ms", "tokens", "span", "source", "table", "show", "Opening", "OPENING_PENDING", "OPENING_WORDS"]
 
 
 def ms(seconds: float) -> str:
@@ -38,11 +40,18 @@ def span(low: float, high: float, fmt: str = ".1f", unit: str = "") -> str:
 
 
 def source(*functions) -> "object":
-    """The source of library functions as a highlighted code block (IPython ``Markdown``), to display where a
-    chapter measures them."""
+    """The source of library functions, each a highlighted code block folded under a line naming it and its
+    length (IPython ``Markdown`` holding a ``<details>`` block: the site and JupyterLab show the line, the reader
+    opens it), to display where a chapter measures them."""
     from IPython.display import Markdown
 
-    return Markdown("\n\n".join(f"```python\n{inspect.getsource(f).rstrip()}\n```" for f in functions))
+    def folded(f) -> str:
+        code = inspect.getsource(f).rstrip()
+        lines = code.count("\n") + 1
+        return (f"<details><summary>The code: <code>{f.__module__}.{f.__qualname__}</code> ({lines} lines)</summary>"
+                f"\n\n```python\n{code}\n```\n\n</details>")
+
+    return Markdown("\n\n".join(folded(f) for f in functions))
 
 
 _BOLD = re.compile(r"\*\*(.+?)\*\*")
@@ -71,3 +80,34 @@ def show(text: str) -> None:
     from IPython.display import Markdown, display
 
     display(Markdown(text))
+
+
+#: What the opening paragraph says until the chapter has run to its end.
+OPENING_PENDING = "*What this run found is written here when the chapter has run to its end.*"
+#: The opening paragraph's length at most, in words (about 120: the source chapter's opening is 90).
+OPENING_WORDS = 140
+
+
+class Opening:
+    """The paragraph a chapter opens with, **What this run found**: the machine, the few numbers that matter and
+    the chapter's answer, computed at the chapter's end from its findings (so it agrees with every verdict below
+    it) and shown at its top. Created where it is shown (a line saying it is pending), written with
+    :meth:`write`, which replaces that output in place (IPython's display update: papermill, nbclient and
+    JupyterLab keep the replaced output in the saved notebook)."""
+
+    def __init__(self) -> None:
+        from IPython.display import Markdown, display
+
+        self.text = ""
+        self._handle = display(Markdown(OPENING_PENDING), display_id=True)
+
+    def write(self, text: str) -> None:
+        """Show ``text`` (markdown, at most :data:`OPENING_WORDS` words) as the opening paragraph."""
+        from IPython.display import Markdown
+
+        words = len(re.findall(r"[\w.,–%+-]+", re.sub(r"[*`]", "", text)))
+        if words > OPENING_WORDS:
+            raise ValueError(f"the opening paragraph has {words} words; it is a paragraph of at most {OPENING_WORDS}")
+        self.text = text
+        if self._handle is not None:  # None outside IPython
+            self._handle.update(Markdown(f"**What this run found.** {text}"))

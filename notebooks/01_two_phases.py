@@ -470,7 +470,16 @@ show(register.decide("first_token_from_prefill", claims.HELD if uncached_first =
 # * Tighten `tpot_slo_ms` until goodput drops below 100 per cent. What TPOT does your machine sustain?
 
 # %%
+# %% [markdown]
+# ## Evidence in this chapter
+#
+# Each claim this chapter made, what was predicted, what this run measured, the verdict, and the data it came
+# from. A verdict is decided on the 95 % interval of the median over runs (`lib.claims` says how): *held* when
+# all of the interval agrees with the prediction, *did not hold* when none of it does, *not resolved* when it
+# straddles the line. `data/01_two_phases/claims.csv` holds the same rows, and the book's status page counts them.
+
+# %%
 results.table(register.frame(), "claims")
+display(prose.table(register.evidence()))
 print(register.summary())
-display(prose.table(register.frame()[["claim", "verdict", "predicted", "measured"]]))
 results.finish()  # the run is whole: its tables and figures replace the last run's together

@@ -650,9 +650,19 @@ display(Markdown("\n".join([
     f"* Chunked prefill trades the stream's stall for the newcomer's TTFT: {chunk_line}",
     f"* Chunking stops paying off where a smaller chunk is no longer a quicker pass: here {paid_off(best)}, "
     + best_line])))
+
+# %% [markdown]
+# ## Evidence in this chapter
+#
+# Each claim this chapter made, what was predicted, what this run measured, the verdict, and the data it came
+# from. A verdict is decided on the 95 % interval of the median over runs (`lib.claims` says how): *held* when
+# all of the interval agrees with the prediction, *did not hold* when none of it does, *not resolved* when it
+# straddles the line. `data/05_interference/claims.csv` holds the same rows, and the book's status page counts them.
+
+# %%
 results.table(register.frame(), "claims")
+display(prose.table(register.evidence()))
 print(register.summary())
-display(prose.table(register.frame()[["claim", "verdict", "predicted", "measured"]]))
 results.finish()  # the run is whole: its tables and figures replace the last run's together
 
 # %% [markdown]

@@ -1016,9 +1016,19 @@ show(f"**On this machine** ({threads} thread{'s' if threads > 1 else ''}), the f
 # %%
 if worker:
     worker.close()
+
+# %% [markdown]
+# ## Evidence in this chapter
+#
+# Each claim this chapter made, what was predicted, what this run measured, the verdict, and the data it came
+# from. A verdict is decided on the 95 % interval of the median over runs (`lib.claims` says how): *held* when
+# all of the interval agrees with the prediction, *did not hold* when none of it does, *not resolved* when it
+# straddles the line. `data/08_cheaper_decode/claims.csv` holds the same rows, and the book's status page counts them.
+
+# %%
 results.table(register.frame(), "claims")
+display(prose.table(register.evidence()))
 print(register.summary())
-display(prose.table(register.frame()[["claim", "verdict", "predicted", "measured"]]))
 
 # %% [markdown]
 # ## What these numbers do not show

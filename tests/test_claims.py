@@ -20,18 +20,21 @@ def register():
 
 def test_a_claim_is_declared_once_and_decided_with_values():
     r = register()
-    assert r.decide("a", HELD, predicted="1 ms", measured="1.1 ms", evidence="run 1", x=3) == "**Held:** it held at 3"
-    assert r.decide("b", None) == "**Not measured:** not in quick mode"
+    assert r.decide("a", HELD, predicted="1 ms", measured="1.1 ms", evidence="run 1", x=3) == "It held at 3"
+    assert r.decide("b", None) == "B holds. This run did not measure it: not in quick mode"
     frame = r.frame()
     assert list(frame.columns) == ["claim", "statement", "predicted", "measured", "verdict", "evidence"]
     assert list(frame.verdict) == [HELD, NOT_MEASURED] and frame.statement.tolist() == ["A holds.", "B holds."]
     assert r.summary() == "2 claims: 1 held, 1 not measured"
+    assert r.evidence().to_dict("records") == [
+        {"Claim": "A holds.", "Predicted": "1 ms", "Measured": "1.1 ms", "Verdict": HELD, "From": "run 1"},
+        {"Claim": "B holds.", "Predicted": "", "Measured": "", "Verdict": NOT_MEASURED, "From": ""}]
 
 
 def test_an_unresolved_verdict_has_its_own_sentence():
     r = register()
     text = r.decide("a", UNRESOLVED, predicted="10 ms", measured="9-12 ms", x=1)
-    assert text.startswith("**Not resolved by this run:**") and "(9-12 ms) lies partly inside and partly outside what was predicted (10 ms" in text
+    assert text.startswith("The 95 % interval") and "(9-12 ms) lies partly inside and partly outside what was predicted (10 ms" in text
     assert r.summary() == "2 claims: 1 not resolved, 1 not measured"
 
 
@@ -243,3 +246,18 @@ def test_within_a_predicted_spread():
     assert claims.within(Spread(1.3, 1.4, 1.45), 1.0, 1.25) == NOT_HELD          # the fastest alone: too slow
     assert claims.within(Spread(1.4, 1.5, 1.6), predicted, 1.25) == UNRESOLVED
     assert claims.within(Spread(0.5, 0.6, 0.7), predicted, 1.25) == NOT_HELD
+
+
+def test_a_finding_says_how_it_stood_against_its_prediction():
+    r = Claims()
+    for c in "abcd":
+        r.claim(c, f"{c.upper()} holds.", held="yes", not_held="no")
+    r.decide("a", HELD, predicted="10 ms")
+    r.decide("b", NOT_HELD, predicted="10 ms")
+    r.decide("c", UNRESOLVED, predicted="10 ms")
+    assert [r.against(c) for c in "abcd"] == [
+        "as predicted (10 ms)", "where 10 ms was predicted", "against 10 ms predicted: too close to call in this run",
+        "not measured here"]
+    assert r.verdict("d") == NOT_MEASURED and r.verdict("a") == HELD
+    with pytest.raises(ValueError, match="never declared"):
+        r.verdict("e")

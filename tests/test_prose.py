@@ -1,6 +1,7 @@
 """Numbers written for sentences, code and tables shown on the page."""
 
 import pandas as pd
+import pytest
 
 from lib import prose
 
@@ -23,3 +24,37 @@ def test_table_is_whole_escaped_and_renders_bold():
 
 def test_source_shows_the_function():
     assert "def span" in prose.source(prose.span).data
+
+
+def test_source_is_folded_under_a_line_naming_it():
+    data = prose.source(prose.span).data
+    assert data.startswith("<details><summary>The code: <code>lib.prose.span</code> (5 lines)</summary>")
+    assert data.rstrip().endswith("</details>") and "```python\ndef span" in data
+
+
+def test_the_opening_is_written_in_place_at_the_top_when_the_chapter_ends(tmp_path):
+    """papermill keeps the display update: the saved notebook's first output is the paragraph, not the pending
+    line, as JupyterLab shows it after Run all."""
+    import nbformat
+    import papermill
+
+    from lib.paths import REPO_ROOT
+
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("from lib import prose\nopening = prose.Opening()"),
+        nbformat.v4.new_code_cell("x = 6 * 7"),
+        nbformat.v4.new_code_cell("opening.write(f'The answer is **{x}**.')"),
+    ])
+    nbformat.write(notebook, tmp_path / "in.ipynb")
+    papermill.execute_notebook(str(tmp_path / "in.ipynb"), str(tmp_path / "out.ipynb"), kernel_name="python3",
+                               cwd=str(REPO_ROOT), progress_bar=False)
+    first = nbformat.read(tmp_path / "out.ipynb", as_version=4).cells[0].outputs
+    assert [o["data"]["text/markdown"] for o in first] == ["**What this run found.** The answer is **42**."]
+
+
+def test_an_opening_is_a_paragraph():
+    opening = prose.Opening()
+    with pytest.raises(ValueError, match="has 141 words"):
+        opening.write(" ".join(["word"] * 141))
+    opening.write("On this machine a step takes 12.3 ms (11.0–13.1).")
+    assert opening.text.startswith("On this machine")
