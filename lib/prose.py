@@ -18,7 +18,7 @@ import re
 
 import pandas as pd
 
-__all__ = ["ms", "tokens", "span", "source", "table", "show", "Opening", "OPENING_PENDING", "OPENING_WORDS"]
+__all__ = ["ms", "tokens", "span", "source", "table", "show", "machine", "Opening", "OPENING_PENDING", "OPENING_WORDS"]
 
 
 def ms(seconds: float) -> str:
@@ -80,6 +80,20 @@ def show(text: str) -> None:
     from IPython.display import Markdown, display
 
     display(Markdown(text))
+
+
+def machine(device, dtype: str | None = None) -> str:
+    """The machine a run measured, for a sentence: ``"Intel Xeon Processor, 2 CPU threads, fp32"`` (on a GPU,
+    its name); ``device`` a ``torch.device``, ``dtype`` a name or ``None``."""
+    import torch
+
+    from lib.device import device_name
+
+    name = re.sub(r"\s*\((R|TM|tm|r)\)", "", device_name(device)).strip()
+    name = re.sub(r"\s+", " ", name)
+    where = name if device.type == "cuda" else f"{name}, {torch.get_num_threads()} CPU thread" + \
+        "s" * (torch.get_num_threads() != 1)
+    return f"{where}, {dtype}" if dtype else where
 
 
 #: What the opening paragraph says until the chapter has run to its end.

@@ -73,6 +73,9 @@ register = claims.Claims()
 print(f"model: {lm.name} ({lm.source})")
 pd.Series(describe_environment(device, torch_dtype, model_name)).to_frame("this run")
 
+# %%
+opening = prose.Opening()  # "What this run found": written at the chapter's end, from its findings
+
 # %% [markdown]
 # ## A real answer, token by token
 #
@@ -470,6 +473,20 @@ show(register.decide("first_token_from_prefill", claims.HELD if uncached_first =
 # * Tighten `tpot_slo_ms` until goodput drops below 100 per cent. What TPOT does your machine sustain?
 
 # %%
+# %%
+job = {claims.HELD: "paragraph of answer is a decode job.", claims.NOT_HELD: "short answer is a prefill job here.",
+       claims.UNRESOLVED: "short answer splits its time about evenly between the phases here."}
+opening.write(
+    f"On this machine ({prose.machine(device, dtype)}), {lm.name} answered a {T}-token question with "
+    f"{prose.tokens(m.n_tokens)}. Over {runs} runs (the median, then the fastest and slowest run), the first token "
+    f"came after {ranged('ttft_ms')}, then one every {ranged('tpot_ms', '.1f')}; the answer was complete after "
+    f"{ranged('e2e_ms')}. "
+    + (f"A prompt token cost **{cheaper.text('.1f', 'x')}** less than a decoded one "
+       f"({register.against('prompt_token_cheaper')}): prefill pushes all {T} prompt tokens through each weight "
+       f"it reads, decode pushes one. " if cheaper else "")
+    + f"So the request spent **{over_runs.decode_share:.0%}** of its time decoding: a short question with a "
+    + job.get(register.verdict("short_question_is_a_decode_job"), "single token has no decode phase."))
+
 # %% [markdown]
 # ## Evidence in this chapter
 #
