@@ -68,7 +68,9 @@ class Floor:
 
     ``floor_s`` (``floor_low_s``, ``floor_high_s``): the pass of the shortest prompt measured,
     ``floor_tokens`` long (1 in the book). ``flat_until_tokens``: the longest prompt up to which every
-    pass takes at most ``(1 + margin) * floor_high_s``: a longer prompt costs no more than the floor.
+    pass takes at most ``(1 + margin) * floor_s``: a longer prompt costs no more than the floor. The rule reads
+    medians against a median; a chapter that wants the reading's own spread reads it again off each end of the
+    points' intervals (chapter 2), so that one rule gives every number the page shows.
     ``knee_tokens``: the shortest prompt whose time per token is at most ``(1 + margin)`` times the
     lowest measured (``best_per_token_s``, at ``best_tokens``): where time per token stops falling.
     ``knee_confirmed``: a longer prompt than the knee was measured (else the knee may lie beyond).
@@ -108,7 +110,7 @@ def floor_and_knee(tokens, seconds, low_s=None, high_s=None, *, margin: float = 
         raise ValueError("prompt lengths must be at least 1 and times positive seconds")
     if (low > seconds).any() or (high < seconds).any():
         raise ValueError("each point needs low_s <= seconds <= high_s")
-    over = seconds > (1 + margin) * high[0]
+    over = seconds > (1 + margin) * seconds[0]
     flat_until = tokens[np.argmax(over) - 1] if over.any() else tokens[-1]
     per_token = seconds / tokens
     best = int(np.argmin(per_token))

@@ -125,6 +125,8 @@ def test_floor_and_knee_on_a_gpu_like_curve():
                                   [12.2, 12.5, 12.5, 15.4, 26.3, 52.0], margin=0.25)
     assert floor.flat_until_tokens == 256 and floor.knee_tokens == 256 and floor.knee_confirmed
     # still falling per token at the longest prompt: the knee is the last point, not confirmed
+    wide = sweeps.floor_and_knee(tokens, ms, np.array(ms) * 0.5, np.array(ms) * 1.5, margin=0.25)
+    assert wide.flat_until_tokens == 256, "the floor's spread does not lengthen it: medians against its median"
     last = sweeps.floor_and_knee([1, 2, 4], [1.0, 1.0, 1.0])
     assert last.flat_until_tokens == 4 and last.knee_tokens == 4 and not last.knee_confirmed
 
