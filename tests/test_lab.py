@@ -167,3 +167,14 @@ def test_make_lab_serves_build_and_opens_the_copies():
     tracked = subprocess.run(["git", "ls-files", "build"], cwd=ROOT, capture_output=True, text=True).stdout
     assert tracked == "" and "build/" in (ROOT / ".gitignore").read_text().split()
     assert "lib.make.lab" in (ROOT / "Makefile").read_text()
+
+
+def test_the_glossary_is_copied_beside_the_chapters_that_link_it(tmp_path):
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "09_x.py").write_text('# %% tags=["parameters"]\nquick = False\n')
+    (tmp_path / "notebooks" / "glossary.md").write_text("# Glossary\n\n## Floor\n\nThe least time.\n")
+    copies = lab.prepare(tmp_path, log=lambda *_: None)
+    assert (copies / "glossary.md").read_text().endswith("The least time.\n")
+    (tmp_path / "notebooks" / "glossary.md").write_text("# Glossary\n\n## Floor\n\nNewer.\n")
+    lab.prepare(tmp_path, log=lambda *_: None)
+    assert (copies / "glossary.md").read_text().endswith("Newer.\n"), "the glossary is the book's, never the reader's"

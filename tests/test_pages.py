@@ -1,6 +1,7 @@
 """The site's pages as Sphinx sources: escaped tables, a chapter's notebook as the site shows it, its downloads,
 and the status page's versions and commits."""
 
+import re
 import zipfile
 
 import nbformat
@@ -101,3 +102,22 @@ def test_the_pages_beside_the_chapters_are_in_the_contents(tmp_path):
     text = "\n".join(page.parts)
     assert "```{toctree}" in text and all(name[:-5] in text for name, _ in pages.NAV_PAGES if name != "index.html")
     assert '<a href="01_a.html">1. A &amp; B</a>' in (tmp_path / "_fragments" / "index-1.html").read_text()
+
+
+def test_every_link_to_the_glossary_names_one_of_its_headings():
+    """The chapters link a term's first use to notebooks/glossary.md#<anchor>; the anchors are MyST's slugs of
+    the glossary's headings (myst_heading_anchors), so a renamed heading cannot leave a link dangling."""
+    import jupytext
+    from mdit_py_plugins.anchors.index import slugify
+
+    from lib.paths import REPO_ROOT
+
+    glossary = (REPO_ROOT / "notebooks" / pages.GLOSSARY).read_text()
+    anchors = {slugify(line.lstrip("#").strip()) for line in glossary.splitlines() if line.startswith("## ")}
+    linked = []
+    for source in sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.py")):
+        for cell in jupytext.read(source).cells:
+            if cell.cell_type == "markdown":
+                linked += [(source.stem, a) for a in re.findall(r"\]\(glossary\.md#([^)\s]+)\)", cell.source)]
+    assert linked, "the chapters link their terms to the glossary"
+    assert [(stem, a) for stem, a in linked if a not in anchors] == []

@@ -32,6 +32,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -163,6 +164,9 @@ def _prepare(root: Path, folder: Path, log) -> Path:
         state[source.stem] = {"book": book, "copy": _digest(py_copy, nb_copy)}
         _write_state(state_path, state)  # after each copy: a make lab stopped half way keeps what it made
     _write_state(state_path, state)
+    glossary = root / "notebooks" / "glossary.md"
+    if glossary.exists():  # the chapters link their terms to it, beside them (the book's: copied every time)
+        shutil.copyfile(glossary, folder / glossary.name)
     shown = folder.relative_to(root) if folder.is_relative_to(root) else folder
     if made:
         log(f"lab: copied {len(made)} chapter(s) into {shown}/ (your copies: change, run and save them there)")

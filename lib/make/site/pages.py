@@ -31,9 +31,12 @@ from lib.make import classroom, teaching
 from lib.make.site.chapters import Chapter, takeaways
 from lib.paths import REPO_ROOT
 
-NAV_PAGES = [("index.html", "Contents"), ("takeaways.html", "Takeaways"), ("status.html", "Status"),
+NAV_PAGES = [("index.html", "Contents"), ("takeaways.html", "Takeaways"), ("glossary.html", "Glossary"),
+             ("status.html", "Status"),
              ("teacher.html", "For teachers"), ("class.html", "Class results")]
 """The pages beside the chapters, as the site names them."""
+GLOSSARY = "glossary.md"
+"""The glossary, beside the chapters in ``notebooks/`` (the chapters link a term's first use to it)."""
 ANSWER_TAG = "answer"
 """The cell tag of a "Check yourself" answer a chapter computes in code (as in :mod:`lib.make.student`)."""
 VERSIONS = ("python", "torch", "transformers", "numpy", "pandas", "matplotlib", "papermill")
@@ -183,7 +186,7 @@ def index_page(chapters: list[Chapter], src: Path) -> Page:
     page.html(html_table(pd.DataFrame(rows), raw=("Chapter", "What it measures")))
     executed = "\n".join(c.stem for c in chapters if c.notebook)
     page.md(f"```{{toctree}}\n:hidden:\n:caption: Chapters\n\n{executed}\n```")
-    page.md("```{toctree}\n:hidden:\n:caption: Around the book\n\ntakeaways\nstatus\nteacher\nclass\n```")
+    page.md("```{toctree}\n:hidden:\n:caption: Around the book\n\ntakeaways\nglossary\nstatus\nteacher\nclass\n```")
     return page
 
 
@@ -428,6 +431,12 @@ def write_sources(chapters: list[Chapter], root: Path, src: Path) -> list[Path]:
         path = src / f"{chapter.stem}.ipynb"
         nbformat.write(notebook, path)
         written.append(path)
+    glossary = root / "notebooks" / GLOSSARY
+    if glossary.exists():  # the chapters link it as glossary.md, beside them, in the site as in JupyterLab
+        shutil.copy2(glossary, src / GLOSSARY)
+    else:
+        Page(src, "glossary", "Glossary").md(f"This checkout has no `notebooks/{GLOSSARY}`.").write()
+    written.append(src / GLOSSARY)
     results, example = class_results(root, src / "_class")
     for page in (index_page(chapters, src), takeaways_page(chapters, src), status_page(chapters, root, src),
                  teacher_page(chapters, root, src), class_page(results, src, example, root)):
