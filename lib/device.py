@@ -80,7 +80,7 @@ def thread_counts(device: torch.device, threads: Sequence[int] | None = None) ->
 def use_threads(n: int) -> Iterator[None]:
     """Run the body with ``torch.set_num_threads(n)``, restoring the previous count afterwards.
 
-    Introduced in section 2.
+    Introduced in section 0.
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"a thread count must be a whole number of at least 1, got {n!r}")

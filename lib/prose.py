@@ -103,9 +103,9 @@ OPENING_WORDS = 140
 
 
 class Opening:
-    """The paragraph a chapter opens with, **What this run found**: the machine, the few numbers that matter and
-    the chapter's answer, computed at the chapter's end from its findings (so it agrees with every verdict below
-    it) and shown at its top. Created where it is shown (a line saying it is pending), written with
+    """The paragraph a chapter opens with, under its heading **What this run found**: the machine, the few numbers
+    that matter and the chapter's answer, computed at the chapter's end from its findings (so it agrees with every
+    verdict below it) and shown at its top. Created where it is shown (a line saying it is pending), written with
     :meth:`write`, which replaces that output in place (IPython's display update: papermill, nbclient and
     JupyterLab keep the replaced output in the saved notebook)."""
 
@@ -124,4 +124,4 @@ class Opening:
             raise ValueError(f"the opening paragraph has {words} words; it is a paragraph of at most {OPENING_WORDS}")
         self.text = text
         if self._handle is not None:  # None outside IPython
-            self._handle.update(Markdown(f"**What this run found.** {text}"))
+            self._handle.update(Markdown(text))

@@ -49,7 +49,7 @@ def test_the_opening_is_written_in_place_at_the_top_when_the_chapter_ends(tmp_pa
     papermill.execute_notebook(str(tmp_path / "in.ipynb"), str(tmp_path / "out.ipynb"), kernel_name="python3",
                                cwd=str(REPO_ROOT), progress_bar=False)
     first = nbformat.read(tmp_path / "out.ipynb", as_version=4).cells[0].outputs
-    assert [o["data"]["text/markdown"] for o in first] == ["**What this run found.** The answer is **42**."]
+    assert [o["data"]["text/markdown"] for o in first] == ["The answer is **42**."]
 
 
 def test_an_opening_is_a_paragraph():
