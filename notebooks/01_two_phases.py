@@ -23,7 +23,8 @@
 # This chapter runs a real pretrained model, SmolLM2-135M-Instruct, on your machine, stamps the time of
 # every token as it is read back to the host, and defines on that trace the numbers a user feels: time
 # to first token (TTFT), the gaps between tokens (ITL), time per output token (TPOT), end-to-end latency,
-# and goodput. Every number in the prose below is computed on this page.
+# and goodput. Every number in the prose below is computed on this page; the [glossary](glossary.md) defines
+# the words the chapters use.
 
 # %% tags=["parameters"]
 quick = False            # quick mode: fewer tokens and runs, outputs under build/quick/
@@ -73,8 +74,11 @@ register = claims.Claims()
 print(f"model: {lm.name} ({lm.source})")
 pd.Series(describe_environment(device, torch_dtype, model_name)).to_frame("this run")
 
+# %% [markdown]
+# ## What this run found
+
 # %%
-opening = prose.Opening()  # "What this run found": written at the chapter's end, from its findings
+opening = prose.Opening()
 
 # %% [markdown]
 # ## A real answer, token by token
@@ -195,7 +199,7 @@ shape_table
 
 # %% [markdown] tags=["predict"]
 # **Predict.** Counted in FLOPs and bytes (`lib.roofline.prefill_cost` and `decode_cost`, whose conventions
-# section 6 states), a prefill does `T` times the weight arithmetic of a decode step but reads each weight
+# chapter 6 states), a prefill does `T` times the weight arithmetic of a decode step but reads each weight
 # once, just as a decode step does. So a prompt token should cost less than a decoded token. How much less
 # depends on what limits the machine: if moving the weights were the whole cost, a prompt token would be `T`
 # times cheaper; if arithmetic were the whole cost, no cheaper at all. The cost model (`lib.costmodel`, on
@@ -329,7 +333,7 @@ show(register.decide("short_question_is_a_decode_job", claims.at_least(share, 0.
 #
 # TPOT is a mean, and a mean hides a stall. Take this run's median gap `g` and build two streams of the
 # same length from it. In the first, every token is a little late. In the second, the tokens are on
-# time except one, which waits ten times as long, as it would behind another request's prefill (section
+# time except one, which waits ten times as long, as it would behind another request's prefill (chapter
 # 5). Both have the same TPOT by construction; the arithmetic is checked, not measured.
 
 # %%
@@ -413,11 +417,11 @@ show(register.decide("first_token_from_prefill", claims.HELD if uncached_first =
 # ## What these numbers do not show
 #
 # * **One small model, batch size 1.** A 135M-parameter model is far from a served 8B or 70B model; which
-#   resource limits each phase can change with size (sections 3 and 6).
+#   resource limits each phase can change with size (chapters 3 and 6).
 # * **No client, queue or network.** TTFT here starts at the prefill call. A real TTFT adds
 #   tokenisation, queueing behind other requests and delivery.
 # * **One short prompt.** Prefill's share of a request grows with the prompt and shrinks with the answer
-#   (section 4); a long prefill in a shared server stalls other streams (section 5).
+#   (chapter 4); a long prefill in a shared server stalls other streams (chapter 5).
 # * **Greedy decoding** of one question. Timings do not depend on which tokens are chosen, but nothing here
 #   judges the answer's quality.
 #
@@ -472,7 +476,6 @@ show(register.decide("first_token_from_prefill", claims.HELD if uncached_first =
 # * Run with `dtype = "bf16"`: which phase speeds up, and by how much? Does `first_token_from_prefill` still hold?
 # * Tighten `tpot_slo_ms` until goodput drops below 100 per cent. What TPOT does your machine sustain?
 
-# %%
 # %%
 job = {claims.HELD: "paragraph of answer is a decode job.", claims.NOT_HELD: "short answer is a prefill job here.",
        claims.UNRESOLVED: "short answer splits its time about evenly between the phases here."}

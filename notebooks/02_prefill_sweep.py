@@ -17,14 +17,14 @@
 # Prefill runs every prompt position through every weight matrix in one pass. Its arithmetic grows with the
 # prompt: about `2 x weights` FLOPs per token, plus attention, which grows with the square of the prompt. Its
 # weight traffic does not grow at all: each weight is read once per pass. So a short prompt should cost about
-# what one token costs (a **floor**), and a long one should grow with its arithmetic.
+# what one token costs (a [**floor**](glossary.md#floor)), and a long one should grow with its arithmetic.
 #
-# This chapter times a prefill of GPT-2 small for prompts of 1 to 1,024 tokens, in two dtypes and (on a CPU)
-# with one thread and with all of them, and sets every point beside the cost model (`lib.costmodel`): the
-# model's own matrices at the rate chapter 0 measured for that many rows, plus attention, plus issuing the
-# pass. It reads the floor and the **knee** (where time per token stops falling) off the points, takes a
-# short pass apart, and tests a saving: computing logits for the last position only. Every conclusion is a
-# named claim decided by this run's data (`lib.claims`), saved in `claims.csv`.
+# This chapter times a prefill of GPT-2 small for prompts of 1 to 1,024 tokens, in two dtypes and (on a CPU) with
+# one thread and with all of them, and sets every point beside the cost model (`lib.costmodel`): the model's own
+# matrices at the rate chapter 0 measured for that many rows, plus attention, plus issuing the pass. It reads the
+# floor and the [**knee**](glossary.md#knee) (where time per token stops falling) off the points, takes a short pass
+# apart, and tests a saving: computing logits for the last position only. Every conclusion is a named claim decided
+# by this run's data (`lib.claims`), saved in `claims.csv`.
 
 # %% tags=["parameters"]
 quick = False
@@ -127,6 +127,12 @@ pd.Series({**describe_environment(device, None, model_name), "configurations": "
            "matrix instructions (chapter 0)": ", ".join(
                f"{dt}: {'hardware' if ceilings.hardware_support(dt) else 'none, a slow kernel'}" for dt in models)}
           ).to_frame("this run")
+
+# %% [markdown]
+# ## What this run found
+
+# %%
+opening = prose.Opening()
 
 # %% [markdown] tags=["predict"]
 # ## What the cost model predicts
@@ -291,10 +297,13 @@ def as_predicted(claim: str, statement: str, points: list) -> str:
     """Decide that the ``points`` (keys of ``ratio``) take their predicted time, on their pooled ratio."""
     register.claim(
         claim, statement,
-        held="the passes of {which} took **{ratio}** their predicted time (the geometric mean of {n} points; "
-             "tolerance {tol:g}x){detail}",
+        held="the passes of {which} took **{ratio}** their predicted time (the geometric mean of {n} points), within "
+             "the tolerance of {tol:g}x{detail}",
         not_held="the passes of {which} took **{ratio}** their predicted time (the geometric mean of {n} points), "
-                 "beyond the tolerance of {tol:g}x{detail} The section below takes the furthest pass apart.")
+                 "beyond the tolerance of {tol:g}x{detail} The section below takes the furthest pass apart.",
+        unresolved="the passes of {which} took **{ratio}** their predicted time (the geometric mean of {n} points): "
+                   "its interval straddles the edge of the tolerance of {tol:g}x, too close to call in this "
+                   "run{detail}")
     pooled = claims.geomean_of(ratio[k] for k in points)
     top = float(np.exp(np.mean([np.log(band(k)[1] / claims.PREDICTED_TIME) for k in points])))
     out = [k for k in points if claims.within(ratio[k], Spread(1.0, 1.0, band(k)[1] / claims.PREDICTED_TIME),
@@ -303,14 +312,15 @@ def as_predicted(claim: str, statement: str, points: list) -> str:
     open_ = [k for k in points if k in straddling]
     name = lambda k: f"{label(*k[:2]) + ' at ' if len(configs) > 1 and k[:2] != main else ''}{tokens(k[2])} ({ratio[k].mid:.2f}x)"  # noqa: E731
     worst = max(points, key=lambda k: ratio[k].mid)
-    detail = (f"; the furthest is {name(worst)}" + (f"; {len(out)} of {len(points)} lie wholly outside it: "
-              f"{', '.join(map(name, out))}" if out else "; none lies wholly outside it")
-              + (f"; {len(open_)} straddle its edge ({', '.join(map(name, open_))})" if open_ else "") + ".")
+    detail = (f"; the furthest is {name(worst)}" + (f"; {len(out)} of {len(points)} lie{'s' * (len(out) == 1)} "
+              f"wholly outside it: {', '.join(map(name, out))}" if out else "; none lies wholly outside it")
+              + (f"; {len(open_)} straddle{'s' * (len(open_) == 1)} its edge ({', '.join(map(name, open_))})"
+                 if open_ else "") + ".")
     return register.decide(claim, claims.within(pooled, Spread(1.0, 1.0, top), claims.PREDICTED_TIME),
                            predicted=f"{1 / claims.PREDICTED_TIME:.2f}x to {top * claims.PREDICTED_TIME:.2f}x (within "
                                      f"{claims.PREDICTED_TIME:g}x of the fastest to the median calls' price)",
                            measured=pooled.text(".2f", "x"),
-                           evidence=f"prefill_sweep.csv, {len(points)} points", which=", ".join(
+                           evidence=f"prefill_sweep.csv, {len(points)} points", which="; ".join(
                                dict.fromkeys(label(*k[:2]) for k in points)), ratio=pooled.text(".2f", "x"),
                            n=len(points), tol=claims.PREDICTED_TIME, detail=detail)
 
@@ -348,7 +358,8 @@ else:
 # ## The floor and the knee, read from the data
 #
 # The **floor** is the measured 1-token pass (its median over runs, with the 95 % interval of that median). A
-# prompt stays **on the floor** while its pass takes at most `1 + margin` times the top of the floor's interval. The **knee** is the shortest prompt
+# prompt stays **on the floor** while its pass (its median) takes at most `1 + margin` times the floor's median.
+# The **knee** is the shortest prompt
 # whose time per token is within `1 + margin` of the lowest time per token measured. Both are
 # `lib.sweeps.floor_and_knee`, applied above to the predictions and here to the measurements; neither depends
 # on fitting a line.
@@ -391,10 +402,13 @@ register.claim(
     "floor_flat_as_predicted",
     "A prefill costs what its 1-token pass costs up to the length where the cost model's curve leaves its floor "
     "(within one step of the sweep's grid).",
-    held="the time stays within {margin:.0%} of the 1-token pass ({floor}) up to **{flat}**; the cost model predicted "
-         "{pflat}.",
-    not_held="the time stays within {margin:.0%} of the 1-token pass ({floor}) only up to **{flat}**, while the cost "
-             "model predicted {pflat}: {why}")
+    held="the time stays within {margin:.0%} of the 1-token pass ({floor}) up to **{flat}**, within one step of the "
+         "sweep's grid of the {pflat} the cost model predicted.",
+    not_held="the time stays within {margin:.0%} of the 1-token pass ({floor}) up to **{flat}**, more than one step "
+             "of the sweep's grid from the {pflat} the cost model predicted: {why}",
+    unresolved="the time stays within {margin:.0%} of the 1-token pass ({floor}) up to **{flat}** (read off the "
+               "points' medians and the ends of their intervals: {measured}), against the {pflat} the cost model "
+               "predicted: the readings straddle one step of the sweep's grid from it, too close to call in this run.")
 pflat = expected[main].flat_until_tokens
 show(register.decide("floor_flat_as_predicted", claims.within(flats, pflat, claims.PREDICTED_LENGTH),
                      predicted=f"flat to {tokens(pflat)}",
@@ -408,15 +422,19 @@ show(register.decide("floor_flat_as_predicted", claims.within(flats, pflat, clai
 register.claim(
     "knee_as_predicted",
     "Time per token stops falling where the cost model's does (within one step of the sweep's grid).",
-    held="time per token comes within {margin:.0%} of its lowest ({best:.2f} ms) at **{knee}**; the cost model "
-         "predicted {pknee}.",
-    not_held="time per token comes within {margin:.0%} of its lowest ({best:.2f} ms) at **{knee}**, against the cost "
-             "model's {pknee}{beyond}.")
+    held="time per token comes within {margin:.0%} of its lowest ({best:.2f} ms a token) at **{knee}**, within one "
+         "step of the sweep's grid of the cost model's {pknee}{beyond}.",
+    not_held="time per token comes within {margin:.0%} of its lowest ({best:.2f} ms a token) at **{knee}**, more than "
+             "one step of the sweep's grid from the cost model's {pknee}{beyond}.",
+    unresolved="time per token comes within {margin:.0%} of its lowest ({best:.2f} ms a token) at **{knee}** (its "
+               "three readings: {measured}), against the cost model's {pknee}: the readings straddle one step of the "
+               "sweep's grid from it, too close to call in this run{beyond}.")
 pknee = expected[main].knee_tokens
 show(register.decide("knee_as_predicted", claims.within(knees, pknee, claims.PREDICTED_LENGTH), predicted=tokens(pknee),
                      measured=knees.text(".0f", "tokens"), evidence=f"{label(*main)}, margin {margin:.0%}", margin=margin,
                      best=fm.best_ms_per_token, knee=tokens(knees.mid), pknee=tokens(pknee),
-                     beyond="" if fm.knee_confirmed else ", the longest prompt measured: it may lie beyond"))
+                     beyond="" if fm.knee_confirmed else f"; {tokens(knees.mid)} is the longest prompt measured, so "
+                                                         "the knee may lie beyond it"))
 
 # %%
 fig, (ax_t, ax_p) = plt.subplots(1, 2, figsize=(12, 4.5))
@@ -472,10 +490,13 @@ register.claim(
     "A straight line misses the measured prefill times by about what it misses the cost model's curve by (the two "
     "worst misses within the tolerance for a ratio).",
     held="a line misses the measured points by up to {worst:.0%} and the cost model's curve by up to {model:.0%}: the "
-         "bend is the kernels' (F(M) climbs with the rows), not noise. Its 'fixed cost' of {fixed} is not the "
-         "measured 1-token pass ({floor}), so this chapter reads the floor and the knee off the points.",
+         "bend is the kernels' (F(M) climbs with the rows), not noise. The line's 'fixed cost' is {fixed}, beside the "
+         "measured 1-token pass ({floor}); this chapter reads the floor and the knee off the points.",
     not_held="a line misses the measured points by up to {worst:.0%} and the cost model's curve by up to {model:.0%}: "
-             "the measured curve and the model's bend differently, by more than the tolerance for a ratio.")
+             "the measured curve bends {bends} than the model's, by more than the tolerance for a ratio.",
+    unresolved="a line misses the measured points by up to {worst:.0%} and the cost model's curve by up to "
+               "{model:.0%}: whether the two bend alike, within the tolerance for a ratio, is too close to call in "
+               "this run.")
 worst = [float(np.abs(sweeps.fit_floor(mine.prompt_tokens, mine[c] / 1e3).predict(mine.prompt_tokens) * 1e3 / mine[c]
                       - 1).max()) for c in ("time_ms_low", "time_ms", "time_ms_high")]
 model_worst = float(np.abs(model_line.predict(mine.prompt_tokens) * 1e3 / mine.predicted_ms - 1).max())
@@ -483,6 +504,7 @@ show(register.decide("straight_line_fits", claims.within(Spread.of(worst), model
                      predicted=f"worst residual {model_worst:.0%} (the model's curve)",
                      measured=f"worst residual {Spread.of(worst).text('.0%')}", evidence=f"{label(*main)}, lib.sweeps.fit_floor",
                      worst=max(worst), model=model_worst, fixed=prose.ms(line.fixed_s),
+                     bends="less" if max(worst) < model_worst else "more",
                      floor=prose.span(fm.floor_ms_low, fm.floor_ms_high, ".1f", "ms")))
 
 # %% [markdown]
@@ -504,8 +526,12 @@ short[["prompt_tokens", "time_ms", "matrices_ms", "attention_ms", "dispatch_ms",
 register.claim(
     "short_passes_are_matmuls",
     "At every short prompt, the model's matrices (chapter 0, in the model's own layout) take at least half the pass.",
-    held="the matrices take **{low:.0%} to {high:.0%}** of each pass up to {top}.",
-    not_held="the matrices take only {low:.0%} of the pass at {at}: most of that pass is elsewhere.")
+    held="the model's matrices, at chapter 0's rates for their rows, take **{low:.0%} to {high:.0%}** of each pass up "
+         "to {top}: more than half of every short pass.",
+    not_held="the model's matrices, at chapter 0's rates for their rows, take {low:.0%} of the pass at {at}, less than "
+             "half: most of that pass is elsewhere.",
+    unresolved="the model's matrices, at chapter 0's rates for their rows, take {low:.0%} to {high:.0%} of each pass "
+               "up to {top}; at {at} the interval of their share straddles half, too close to call in this run.")
 shares = [Spread(r.matrices_ms / r.time_ms_high, r.matrix_share, r.matrices_ms / r.time_ms_low) for r in short.itertuples()]
 show(register.decide("short_passes_are_matmuls", claims.at_least(claims.extreme(shares, largest=False), 0.5),
                      predicted="at least 50%", measured=f"{short.matrix_share.min():.0%} to {short.matrix_share.max():.0%}",
@@ -521,10 +547,14 @@ register.claim(
     "rise_is_matmuls",
     "A short pass rises over the 1-token pass by what the cost model's pass rises (each run's own rise), most of it "
     "its matrices' rise, within the tolerance for a predicted time.",
-    held="from 1 to {top} the pass grows by {rise_pass}, against {rise_model} priced, of which the matrices, timed "
-         "alone, are {rise_mm} and issuing the longer pass {rise_issue}.",
-    not_held="from 1 to {top} the pass grows by {rise_pass}, against {rise_model} priced (the matrices, timed alone, "
-             "{rise_mm}; issuing the longer pass {rise_issue}): the parts do not account for the pass's rise here.")
+    held="from 1 to {top} the pass grows by {rise_pass}, within the tolerance of the {rise_model} priced, of which "
+         "the matrices, timed alone, are {rise_mm} and issuing the longer pass {rise_issue}.",
+    not_held="from 1 to {top} the pass grows by {rise_pass}, {direction} than the {rise_model} priced, beyond the "
+             "tolerance (the matrices, timed alone, {rise_mm}; issuing the longer pass {rise_issue}): the parts do not "
+             "account for the pass's rise here.",
+    unresolved="from 1 to {top} the pass grows by {rise_pass}, against {rise_model} priced (the matrices, timed "
+               "alone, {rise_mm}; issuing the longer pass {rise_issue}): the interval of the rise straddles the "
+               "tolerance, too close to call in this run.")
 one, top = short.iloc[0], short.iloc[-1]
 in_runs = runs_table[(runs_table.dtype == main_dt) & (runs_table.threads == most)].pivot_table(
     index="run", columns="prompt_tokens", values="time_ms").dropna(subset=[one.prompt_tokens, top.prompt_tokens])
@@ -538,7 +568,8 @@ verdict = claims.within(rise, rise_model, claims.PREDICTED_TIME) if rise.low > 0
 show(register.decide("rise_is_matmuls", verdict, predicted=f"{rise_model:+.1f} ms (the cost model)",
                      measured=f"{rise.text('+.1f', 'ms')} (the pass)", evidence=f"{label(*main)}, each run's own rise",
                      top=tokens(top.prompt_tokens), rise_pass=rise.text("+.1f", "ms"), rise_model=f"{rise_model:+.1f} ms",
-                     rise_mm=f"{rise_mm:+.1f} ms", rise_issue=f"{rise_issue:+.1f} ms"))
+                     rise_mm=f"{rise_mm:+.1f} ms", rise_issue=f"{rise_issue:+.1f} ms",
+                     direction="more" if rise.mid > rise_model else "less"))
 
 # %% [markdown]
 # The rest of a 1-token pass, its time less its matrices, is a few milliseconds left between two numbers ten times
@@ -551,8 +582,11 @@ register.claim(
     "rest_is_launch_floor",
     "What is not matrix product in a 1-token pass is about the cost of issuing it (chapter 0's dispatch) and its "
     "attention, within the tolerance for a predicted time.",
-    held="the rest of a 1-token pass is {rest} under the profiler (its own cost taken off), beside {dispatch} for the "
-         "hollowed pass to issue its operations and attend over one token.",
+    held="the rest of a 1-token pass is {rest} under the profiler (its own cost taken off), within the tolerance of "
+         "the {dispatch} the hollowed pass takes to issue its operations and attend over one token.",
+    unresolved="the rest of a 1-token pass is {rest} under the profiler (its own cost taken off), against {dispatch} "
+               "for the hollowed pass to issue its operations and attend over one token: the interval straddles the "
+               "tolerance, too close to call in this run.",
     not_held="the rest of a 1-token pass is {rest} under the profiler (its own cost taken off), against {dispatch} for "
              "the hollowed pass to issue its operations and attend over one token: {why}")
 p1 = cost[main].prefill(1)
@@ -594,10 +628,13 @@ results.table(longest[keys + ["time_ms", "time_ms_low", "time_ms_high", "predict
 register.claim(
     "longest_prompt_compute_bound",
     "At the longest prompt, the pass is compute-bound by the one regime rule.",
-    held="at {n} the pass runs at **{gflops:.1f} GFLOP/s**, {share:.0%} of the square product's peak and {f_share:.0%} "
-         "of the rate chapter 0 measured for the model's matrices at {n}: {tps:,.0f} tokens per second (the whole "
-         "interval of its time is within the rule's slack of its prediction).",
-    not_held="at {n} the pass is {label} ({ratio:.2f}x its prediction), at {gflops:.1f} GFLOP/s.")
+    held="at {n} the pass is compute-bound: it runs at **{gflops:.1f} GFLOP/s**, {share:.0%} of the square product's "
+         "peak and {f_share:.0%} of the rate chapter 0 measured for the model's matrices at that many rows: {tps:,.0f} "
+         "tokens per second (the whole interval of its time is within the rule's slack of its prediction).",
+    not_held="at {n} the pass is {label}, not compute-bound ({ratio:.2f}x its prediction), at {gflops:.1f} GFLOP/s.",
+    unresolved="at {n} the pass is {label} by its median ({ratio:.2f}x its prediction, at {gflops:.1f} GFLOP/s), but "
+               "the ends of its interval fall in different regimes: whether it is compute-bound is too close to call "
+               "in this run.")
 top_row = longest[(longest.dtype == main_dt) & (longest.threads == most)].iloc[0]
 n_top = int(top_row.prompt_tokens)
 top_key = (main_dt, most, n_top)
@@ -622,19 +659,25 @@ def ratio_claim(claim: str, a: tuple, b: tuple, n: int, **text) -> str:
     return register.decide(claim, claims.within(measured, predicted, claims.PREDICTED_RATIO),
                            predicted=f"{predicted:.2f}x", measured=measured.text(".2f", "x"),
                            evidence=f"{label(*a)} against {label(*b)} at {tokens(n)}",
-                           gain=measured.mid, predicted_gain=predicted, n=tokens(n), **text)
+                           gain=measured.mid, predicted_gain=predicted, n=tokens(n),
+                           faster="faster" if measured.mid > 1 else "slower", **text)
 
 
 register.claim(
     "threads_speed_long_prompt",
     "More threads speed up the longest prompt both ran by the ratio the cost model predicts.",
-    held="{most} threads make the pass of {n} **{gain:.2f}x** as fast as {few}; the cost model predicted {predicted_gain:.2f}x.",
-    not_held="{most} threads make the pass of {n} {gain:.2f}x as fast as {few}, while the cost model predicted "
-             "{predicted_gain:.2f}x.",
+    held="{most} threads make the pass of {n} **{gain:.2f}x** as fast as {few}, within the tolerance for a ratio of "
+         "the {predicted_gain:.2f}x the cost model predicted.",
+    not_held="{most} threads make the pass of {n} {gain:.2f}x as fast as {few}, outside the tolerance for a ratio of "
+             "the {predicted_gain:.2f}x the cost model predicted.",
+    unresolved="{most} threads make the pass of {n} {measured} as fast as {few}, against "
+               "the {predicted_gain:.2f}x the cost model predicted: the interval straddles the tolerance for a ratio, "
+               "too close to call in this run.",
     not_measured="one thread count only (a GPU, or `threads` set to one value).")
 fewest = min(threads)
 both = [p for p in kept[main] if p in kept.get((main_dt, fewest), []) and (main_dt, fewest, p) in spread]
-show(ratio_claim("threads_speed_long_prompt", (main_dt, fewest), main, max(both), most=most, few=fewest)
+show(ratio_claim("threads_speed_long_prompt", (main_dt, fewest), main, max(both), most=most,
+                 few=f"{fewest} thread{'s' * (fewest != 1)}")
      if fewest != most and both else register.decide("threads_speed_long_prompt", None))
 
 # %%
@@ -645,12 +688,15 @@ kind = "" if half is None else ("with hardware matrix instructions" if ceilings.
 for claim, at in (("half_long_prompt", max), ("half_short_prompt", min)):
     register.claim(
         claim,
-        f"At the {'longest' if at is max else 'shortest'} prompt both ran, the 16-bit dtype is faster than fp32 by the "
-        "ratio the cost model predicts.",
-        held="at {n} {half} runs **{gain:.2f}x** as fast as {main_dt}; the cost model predicted {predicted_gain:.2f}x "
-             "({half} {kind}).",
-        not_held="at {n} {half} runs {gain:.2f}x as fast as {main_dt}, while the cost model predicted {predicted_gain:.2f}x "
-                 "({half} {kind}).",
+        f"At the {'longest' if at is max else 'shortest'} prompt both ran, the 16-bit dtype's speed relative to fp32's "
+        "is the ratio the cost model predicts (faster or slower).",
+        held="at {n} {half} is {faster} than {main_dt}: it runs **{gain:.2f}x** as fast, within the tolerance for a "
+             "ratio of the {predicted_gain:.2f}x the cost model predicted ({half} {kind}).",
+        not_held="at {n} {half} is {faster} than {main_dt}: it runs {gain:.2f}x as fast, outside the tolerance for a "
+                 "ratio of the {predicted_gain:.2f}x the cost model predicted ({half} {kind}).",
+        unresolved="at {n} {half} runs {measured} as fast as {main_dt}, against the "
+                   "{predicted_gain:.2f}x the cost model predicted ({half} {kind}): the interval straddles the "
+                   "tolerance for a ratio, too close to call in this run.",
         not_measured="one dtype only in this run.")
     show(ratio_claim(claim, main, (half, most), at(common), half=half, main_dt=main_dt, kind=kind) if common
          else register.decide(claim, None))
@@ -689,10 +735,14 @@ apart.round(2)
 register.claim(
     "worst_pass_taken_apart",
     "In the pass furthest from its prediction, one part of the cost model holds most of the time beyond it.",
-    held="{config} at {n} took {ratio:.2f}x its prediction; under the profiler **{part}** took {profiled} against the "
-         "{given} the cost model gave it, {share:.0%} of the excess. Its largest operator is `{op}` ({op_ms}).{note}",
-    not_held="{config} at {n} took {ratio:.2f}x its prediction, and its excess is spread over the parts (the largest, "
-             "{part}, holds {share:.0%} of it): no one part explains it.")
+    held="the pass of {config} at {n} took {ratio:.2f}x its prediction; under the profiler **{part}** took "
+         "{profiled} against the {given} the cost model gave it, {share:.0%} of the excess: one part holds most of it. "
+         "Its largest operator is `{op}` ({op_ms}).{note}",
+    not_held="the pass of {config} at {n} took {ratio:.2f}x its prediction, and its excess is spread over the parts "
+             "(the largest, {part}, holds {share:.0%} of it): no one part explains it.",
+    unresolved="the pass of {config} at {n} took {ratio:.2f}x its prediction; under the profiler {part}, the part "
+               "furthest over its price, holds {share:.0%} of the excess, but over the profiled runs that share "
+               "straddles half: whether one part explains it is too close to call in this run.")
 
 
 def share_of(table: pd.DataFrame, term: str) -> float:
@@ -754,10 +804,13 @@ register.claim(
     "last_logits_saving_as_predicted",
     "Over these lengths, the time the all-position logits add is what the cost model prices the LM head's extra rows "
     "at, within the tolerance for a predicted time (the extra times added up, run by run).",
-    held="the extra head rows cost **{total}** over the {n} lengths, against {predicted_total} for chapter 0's head at "
-         "those rows ({pairs}). The FLOP count alone predicted savings of {flop}.",
-    not_held="the extra head rows cost **{total}** over the {n} lengths, against {predicted_total} for chapter 0's head "
-             "at those rows ({pairs}): {why} The FLOP count alone predicted savings of {flop}.")
+    held="the extra head rows cost **{total}** over {n}, within the tolerance of the {predicted_total} chapter 0's "
+         "head costs at those rows ({pairs}). The FLOP count alone predicted savings of {flop}.",
+    not_held="the extra head rows cost **{total}** over {n}, {direction} the {predicted_total} chapter 0's head costs "
+             "at those rows, beyond the tolerance ({pairs}): {why} The FLOP count alone predicted savings of {flop}.",
+    unresolved="the extra head rows cost **{total}** over {n}, against {predicted_total} for chapter 0's head at "
+               "those rows ({pairs}): the interval straddles the tolerance, too close to call in this run. The FLOP "
+               "count alone predicted savings of {flop}.")
 per_run_extra = Spread.of(pairs.groupby("run").extra_ms.sum() / 1e3)  # every length ran in every run
 predicted_total = saving.predicted_extra_ms.sum() / 1e3
 texts = [f"{tokens(r.prompt_tokens)}: {r.extra_ms:.1f} ms against {r.predicted_extra_ms:.1f} "
@@ -767,7 +820,9 @@ show(register.decide("last_logits_saving_as_predicted",
                      claims.within(per_run_extra, predicted_total, claims.PREDICTED_TIME) if per_run_extra.low > 0 else
                      claims.NOT_HELD if per_run_extra.high <= 0 else claims.UNRESOLVED,
                      predicted=prose.ms(predicted_total), measured=(per_run_extra * 1e3).text(".1f", "ms"),
-                     evidence=f"last_vs_all_runs.csv, {label(*main)}, {logits_runs} runs", n=len(saving),
+                     evidence=f"last_vs_all_runs.csv, {label(*main)}, {logits_runs} runs",
+                     n=f"the {len(saving)} lengths" if len(saving) > 1 else "the one length",
+                     direction="more than" if per_run_extra.mid > predicted_total else "less than",
                      total=(per_run_extra * 1e3).text(".1f", "ms"), predicted_total=prose.ms(predicted_total),
                      pairs="; ".join(texts), flop=", ".join(f"{x:.0%}" for x in saving.flop_count_saving),
                      why=f"the length furthest from its price is {tokens(far_off.prompt_tokens)} ({far_off.extra_ms:.1f} ms "
@@ -802,10 +857,15 @@ register.claim(
     "logits_extra_is_the_head",
     "Under the profiler, the matrices' part of the all-position pass's extra time is what the cost model prices the LM "
     "head's extra rows at, within the tolerance for a predicted time.",
-    held="at {n} the matrices take {extra} more with every position's logits, against {predicted_extra} for the head's extra "
-         "rows at chapter 0's rate; the whole pass takes {total} more under the profiler.",
-    not_held="at {n} the matrices take {extra} more with every position's logits, against {predicted_extra} for the head's "
-             "extra rows at chapter 0's rate: the head runs another kernel inside the pass than alone.")
+    held="at {n} the matrices take {extra} more with every position's logits, within the tolerance of the "
+         "{predicted_extra} the head's extra rows cost at chapter 0's rate; the whole pass takes {total} more under "
+         "the profiler.",
+    not_held="at {n} the matrices take {extra} more with every position's logits, {direction} the {predicted_extra} "
+             "the head's extra rows cost at chapter 0's rate, beyond the tolerance: inside the pass the head's product "
+             "does not cost what chapter 0 timed alone; the whole pass takes {total} more under the profiler.",
+    unresolved="at {n} the matrices take {measured} more with every position's logits over the profiled pairs, "
+               "against {predicted_extra} for the head's extra rows at chapter 0's rate: the interval straddles the "
+               "tolerance, too close to call in this run; the whole pass takes {total} more under the profiler.")
 extra_mm = extra_mm_runs.mid
 predicted_extra = saving.set_index("prompt_tokens").predicted_extra_ms[n_logits] / 1e3
 show(register.decide("logits_extra_is_the_head", claims.within(extra_mm_runs, predicted_extra, claims.PREDICTED_TIME)
@@ -813,7 +873,8 @@ show(register.decide("logits_extra_is_the_head", claims.within(extra_mm_runs, pr
                      predicted=prose.ms(predicted_extra), measured=(extra_mm_runs * 1e3).text(".1f", "ms"),
                      evidence=f"logits_parts.csv, torch.profiler, {tokens(n_logits)}", n=tokens(n_logits),
                      extra=prose.ms(extra_mm), predicted_extra=prose.ms(predicted_extra),
-                     total=prose.ms(logits_parts.extra_ms.sum() / 1e3)))
+                     total=prose.ms(logits_parts.extra_ms.sum() / 1e3),
+                     direction="more than" if extra_mm > predicted_extra else "less than"))
 logits_parts.round(2)
 
 # %%
@@ -821,9 +882,13 @@ register.claim(
     "same_pass_reproduces",
     "The same last-position pass takes the same time in the sweep and in the logits cell, within the tolerance for a "
     "ratio of two times.",
-    held="the {n} pass took {sweep_span} in the sweep and {cell_span} here.",
+    held="the {n} pass took {sweep_span} in the sweep and {cell_span} here: the same, within the tolerance for a "
+         "ratio.",
     not_held="the {n} pass took {sweep_span} in the sweep and {cell_span} here: the machine's speed moved between the "
              "two cells by more than the tolerance, so compare the two kinds of logits only within one cell.",
+    unresolved="the {n} pass took {sweep_span} in the sweep and {cell_span} here: the interval of their ratio "
+               "straddles the tolerance, so whether the machine's speed moved between the two cells is too close to "
+               "call in this run; compare the two kinds of logits within one cell.",
     not_measured="no logits length is also in the sweep.")
 again = [p for p in saving.prompt_tokens if (main_dt, most, p) in spread]
 if again:
@@ -831,7 +896,7 @@ if again:
     cell = Spread.of(pairs[pairs.prompt_tokens == again[-1]].last_ms / 1e3)
     show(register.decide("same_pass_reproduces", claims.within(cell / s, 1.0, claims.PREDICTED_RATIO),
                          predicted=f"sweep: {(s * 1e3).text(',.0f', 'ms')}", measured=f"this cell: {(cell * 1e3).text(',.0f', 'ms')}",
-                         evidence=f"{label(*main)}, {tokens(again[-1])}", n=tokens(again[-1]),
+                         evidence=f"{label(*main)}, {tokens(again[-1])}", n=f"{again[-1]:,}-token",
                          sweep_span=(s * 1e3).text(",.0f", "ms"), cell_span=(cell * 1e3).text(",.0f", "ms")))
 else:
     show(register.decide("same_pass_reproduces", None))
@@ -896,8 +961,10 @@ plt.show()
 register.claim(
     "floor_shorter_than_reference_gpu",
     "This machine leaves its 1-token floor at a shorter prompt than the reference GPU in fp32.",
-    held="here the time leaves the 1-token floor after {ours}; the reference GPU's {gpu_floor:.1f} ms floor hid the "
-         "prompt's work up to {gpu}.",
+    held="here the time leaves the 1-token floor after {ours}, sooner than on the reference GPU, whose "
+         "{gpu_floor:.1f} ms floor hid the prompt's work up to {gpu}.",
+    unresolved="here the time stays on the 1-token floor up to {ours} (its readings: {measured}), about as long as "
+               "the reference GPU's {gpu}: which leaves it sooner is too close to call in this run.",
     not_held="this machine stays on its floor up to {ours}, at least as long as the reference GPU ({gpu}): its floor "
              "hides the per-token work as well.",
     not_measured="this run's time never left its floor up to its longest prompt.")
@@ -913,7 +980,7 @@ show(register.decide("floor_shorter_than_reference_gpu",
 # ## What these numbers do not show
 #
 # * **One small model.** GPT-2 small has 124M parameters; a larger model's weights and matrices move the floor
-#   and the knee (section 6).
+#   and the knee (chapter 6).
 # * **One sequence at a time.** A server batches prefills; here each pass carries one prompt.
 # * **Random weights and random tokens.** Timing does not depend on them; nothing here says anything about
 #   text. Attention is computed by PyTorch's default kernel, not a fused one.
@@ -924,6 +991,46 @@ show(register.decide("floor_shorter_than_reference_gpu",
 #   interval straddles the prediction. The longest prompts have fewer runs, and their interval is their range.
 
 # %%
+first_len, said = int(mine.prompt_tokens.min()), register.verdict  # said(claim): its verdict
+t_one, t_top = spread[(main_dt, most, first_len)] * 1e3, spread[top_key] * 1e3
+lo, hi = short.matrix_share.min(), short.matrix_share.max()
+least = tokens(short.prompt_tokens[short.matrix_share.idxmin()])
+launch = f"the {prose.span(issue_.low * 1e3, issue_.high * 1e3, '.1f', 'ms')} launch floor"
+
+
+def beside_model(claim: str, measured: int, predicted: int) -> str:
+    """How a length read off the points stood against the cost model's, by the claim's verdict."""
+    said_here = {claims.HELD: "as predicted" if measured == predicted else
+                 f"predicted {tokens(predicted)}: within a step",
+                 claims.NOT_HELD: f"not the predicted {tokens(predicted)}",
+                 claims.UNRESOLVED: f"predicted {tokens(predicted)}: too close to call"}
+    return said_here.get(said(claim), "not compared")
+
+
+matrices = {claims.HELD: f"take **{lo:.0%} to {hi:.0%}** of each pass up to {tokens(short.prompt_tokens.max())}",
+            claims.NOT_HELD: f"take less than half of a short pass ({lo:.0%} at {least})",
+            claims.UNRESOLVED: f"take {lo:.0%} to {hi:.0%} of a short pass, about half at {least}"}
+rest_is = {claims.HELD: f"is {launch}", claims.UNRESOLVED: f"is near {launch}: too close to call",
+           claims.NOT_HELD: f"is {'more' if rest.mid > issue_.high else 'less'} than {launch}"}
+bound = {claims.HELD: "is compute-bound", claims.NOT_HELD: f"is {top_row.regime}, not compute-bound",
+         claims.UNRESOLVED: "may be compute-bound"}
+knee_text = f"time per token stopped falling at **{tokens(knees.mid)}**" + ("" if fm.knee_confirmed else " or later")
+with use_threads(most):
+    where = prose.machine(device, main_dt)
+opening.write(
+    f"On this machine ({where}), a {model_name} prefill took **{t_one.text(',.1f', 'ms')}** for {tokens(first_len)} "
+    f"and **{t_top.text(',.0f', 'ms')}** for {n_top:,} (medians over runs). "
+    f"It stayed within {margin:.0%} of that {'up to' if flats.mid > first_len else 'only at'} **{tokens(flats.mid)}** "
+    f"({beside_model('floor_flat_as_predicted', flats.mid, pflat)}); {knee_text} "
+    f"({beside_model('knee_as_predicted', knees.mid, pknee)}). "
+    f"Its matrices, at chapter 0's rates F(rows), {matrices.get(said('short_passes_are_matmuls'), 'were not priced')}; "
+    f"the rest at {tokens(first_len)}, {(rest * 1e3).text('.1f', 'ms')}, "
+    f"{rest_is.get(said('rest_is_launch_floor'), 'was not profiled')}; "
+    f"at {n_top:,} tokens the pass {bound.get(said('longest_prompt_compute_bound'), 'was not classed')}. "
+    + (f"So every prompt here, up to {tokens(n_top)}, costs one token's pass."
+       if never else "So here every token a prompt adds costs time." if flats.mid <= first_len else
+       f"So a prompt here costs one token's pass up to {tokens(flats.mid)}, then more with each token."))
+
 # %% [markdown]
 # ## Evidence in this chapter
 #
@@ -943,9 +1050,9 @@ results.finish()  # the run is whole: its tables and figures replace the last ru
 #
 # * A prefill's floor is its measured 1-token pass; where the time leaves it, and where time per token stops
 #   falling, are read off the measured points, not off a fitted line.
-# * A short prompt's matrices run at the rate their few rows reach (`F(M)`), not at the matrix-vector rate and
-#   not at the large product's peak; how much of a short pass they are, and what the rest is, this run's claims
-#   above say.
+# * Price a short prompt's matrices at the rate their few rows reach (`F(M)`), not at the matrix-vector rate
+#   and not at the large product's peak; how well that priced this run, how much of a short pass they are and
+#   what the rest is, the findings above say.
 # * Before calling a floor a fixed cost, time its parts: the matrices alone, and the cost of issuing the pass.
 # * A 16-bit dtype helps only as much as the kernels that run it: check the hardware, then the data.
 # * When a prediction fails, profile the pass: the operator that holds the excess says what the model missed.

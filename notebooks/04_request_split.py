@@ -14,7 +14,7 @@
 # %% [markdown]
 # # 4. Where a request's time goes
 #
-# Section 2 timed prefill alone and section 3 decode alone. A request is both: one prefill, whose cost grows
+# Chapter 2 timed prefill alone and chapter 3 decode alone. A request is both: one prefill, whose cost grows
 # with the prompt, then one decode step per output token after the first. Which phase a request spends its
 # time in therefore depends on two numbers, the prompt length and the output length, and workloads differ
 # enormously in both. This chapter runs whole requests over a grid of the two, scores each with
@@ -92,6 +92,12 @@ cost = costmodel.CostModel(machine.load_ceilings(device, quick=quick), model_nam
 results = Results("04_request_split", params=P, quick=quick, dtype=torch_dtype, model=model_name)
 register = claims.Claims()
 pd.Series(describe_environment(device, torch_dtype, model_name)).to_frame("this run")
+
+# %% [markdown]
+# ## What this run found
+
+# %%
+opening = prose.Opening()
 
 # %% [markdown]
 # ## Whole requests over a grid
@@ -177,9 +183,12 @@ register.claim(
     "requests_as_predicted",
     "The pairs' TTFT and TPOT take what the cost model predicts, within the tolerance for a time predicted from "
     "measured ceilings (the geometric mean of the pairs' ratios to their predictions, each of TTFT and TPOT).",
-    held="TTFT took **{ttft}** its prediction and TPOT **{tpot}** its own (geometric means over {n} pairs){worst}.",
-    not_held="TTFT took **{ttft}** its prediction and TPOT **{tpot}** its own (geometric means over {n} pairs), beyond "
-             "the tolerance of {tol:g}x{worst}.")
+    held="TTFT took **{ttft}** the cost model's prediction and TPOT **{tpot}** its own (geometric means over {n} "
+         "pairs), both within the tolerance of {tol:g}x{worst}.",
+    not_held="TTFT took **{ttft}** the cost model's prediction and TPOT **{tpot}** its own (geometric means over {n} "
+             "pairs): not both within the tolerance of {tol:g}x{worst}.",
+    unresolved="TTFT took **{ttft}** the cost model's prediction and TPOT **{tpot}** its own (geometric means over {n} "
+               "pairs): too close to the tolerance of {tol:g}x to call in this run{worst}.")
 by_pair = grid.merge(split[["prompt_tokens", "output_tokens", "predicted_ttft_ms", "predicted_ttft_median_ms",
                             "predicted_tpot_ms", "predicted_tpot_median_ms"]], on=["prompt_tokens", "output_tokens"])
 by_pair = by_pair.assign(ttft_x=by_pair.ttft_ms / by_pair.predicted_ttft_ms, tpot_x=by_pair.tpot_ms / by_pair.predicted_tpot_ms)
@@ -216,6 +225,8 @@ register.claim(
     held="TTFT rose from **{first}** at {p0} prompt tokens to **{last}** at {p1}: each doubling of the prompt "
          "multiplied it by {per_doubling} (the fitted exponent {slope}).",
     not_held="TTFT did not rise with the prompt ({all}; the fitted exponent {slope}).",
+    unresolved="TTFT went from **{first}** at {p0} prompt tokens to **{last}** at {p1}, but the fitted exponent "
+               "{slope} does not exclude zero: this run cannot say that TTFT rises with the prompt.",
     not_measured="the grid has a single prompt length.")
 rise = claims.theil_sen(grid.prompt_tokens, grid.ttft_ms, log=True) if grid.prompt_tokens.nunique() > 1 else None
 show(register.decide("ttft_rises_with_prompt", (claims.verdict_of(rise.low > 0, rise.high <= 0) if rise else None),
@@ -268,14 +279,19 @@ register.claim(
     "tpot_follows_cache_bytes",
     "TPOT grows with the context as the cost model's decode step does (the line's slope within the tolerance for a "
     "predicted time).",
-    held="{growth}: the cache's read and its copy are what TPOT pays for a longer prompt (its bytes alone would "
-         "give {bytes_slope:.2f} ms per 1,000 tokens).",
-    not_held="{growth}, against the cost model's {model_slope:.2f} ms per 1,000 tokens (its bytes alone: "
-             "{bytes_slope:.2f}). {why}",
+    held="{growth}, within the tolerance of {tol:g}x of the cost model's {model_slope:.2f} ms per 1,000 tokens: the "
+         "cache's read and its copy are what TPOT pays for a longer prompt (its bytes alone would give "
+         "{bytes_slope:.2f} ms per 1,000 tokens).",
+    not_held="{growth}, outside the tolerance of {tol:g}x of the cost model's {model_slope:.2f} ms per 1,000 tokens "
+             "(its bytes alone: {bytes_slope:.2f}). {why}",
+    unresolved="{growth}, against the cost model's {model_slope:.2f} ms per 1,000 tokens (its bytes alone: "
+               "{bytes_slope:.2f}): the line's interval is too wide for this run to tell whether TPOT grows as the "
+               "cost model's decode step does, within {tol:g}x.",
     not_measured="the grid has one context length only: no slope to measure.")
 # the slope over every request of the grid at once (few runs each): Theil and Sen's, with its 95 % interval
 slope_spread = claims.theil_sen(decoded.context_tokens, decoded.tpot_ms * 1e3) if lines else None
-growth_text = (f"From mean context {c_low:.0f} to {c_high:.0f}, TPOT grew **{measured_growth:+.0%}** (the line's slope: "
+growth_text = (f"From mean context {c_low:.0f} to {c_high:.0f}, TPOT {'grew' if measured_growth >= 0 else 'fell'} "
+               f"**{abs(measured_growth):.0%}** (the line's slope: "
                f"**{slope_spread.text('.1f', 'ms')}** per 1,000 tokens over the grid's requests; each run's own: "
                f"{prose.span(slopes.min(), slopes.max())})") if lines else ""
 show(register.decide("tpot_follows_cache_bytes", (claims.within(slope_spread, model_slope, claims.PREDICTED_TIME)
@@ -283,7 +299,7 @@ show(register.decide("tpot_follows_cache_bytes", (claims.within(slope_spread, mo
                      predicted=f"{model_slope:.2f} ms per 1k tokens (cost model)",
                      measured=f"{slope_spread.text('.2f')} ms per 1k tokens (Theil-Sen)" if lines else "",
                      evidence=f"{len(decoded)} requests with 2+ tokens, {lm.name}, {dtype}, {where}", growth=growth_text,
-                     bytes_slope=bytes_slope, model_slope=model_slope,
+                     bytes_slope=bytes_slope, model_slope=model_slope, tol=claims.PREDICTED_TIME,
                      why="The next section times the two parts that grow with the cache alone, here, to say which of "
                          "them the cost model misprices."))
 
@@ -326,10 +342,13 @@ register.claim(
     "The growth of TPOT with the context is the cache's concatenation and attention, timed alone here (within the "
     "tolerance for a predicted time).",
     held="per 1,000 tokens of context, the parts timed alone add {shares}: **{cache_slope:.1f} ms** together, against "
-         "the {slope} TPOT gains: the copy a growing cache makes at every step and the attention that reads it "
+         "the TPOT line's {slope}: the copy a growing cache makes at every step and the attention that reads it "
          "account for TPOT's growth.",
     not_held="per 1,000 tokens of context, the parts timed alone add {shares}: **{cache_slope:.1f} ms** together, "
-             "against the {slope} TPOT gains: timed alone they do not account for the growth.",
+             "against the TPOT line's {slope}: timed alone they do not account for the growth.",
+    unresolved="per 1,000 tokens of context, the parts timed alone add {shares}: **{cache_slope:.1f} ms** together, "
+               "against the TPOT line's {slope}: the line's interval is too wide for this run to tell whether they "
+               "account for the growth.",
     not_measured="the grid has one context length only.")
 show(register.decide("tpot_growth_is_cache_work", ((claims.within(slope_spread, cache_slope, claims.PREDICTED_TIME)
                                                     if slope_spread.low > 0 and cache_slope > 0 else claims.UNRESOLVED)
@@ -356,8 +375,9 @@ results.figure(fig, "tpot_against_context")
 plt.show()
 
 # %% [markdown]
-# **Takeaway: TTFT is paid once per request and scales with the prompt; TPOT is paid per token and grows with
-# the context by what the cache costs, which the claims above measure against its bytes.**
+# **Takeaway: TTFT is paid once per request and TPOT once per later token; fit each against the length it
+# depends on (the prompt, the context) over every request, and the claims above say how steeply each grows on
+# this machine.**
 #
 # ## Beside the reference run
 #
@@ -392,8 +412,11 @@ register.claim(
     "more_prefill_heavy_than_reference",
     "Every pair shared with the reference spends a larger share of its time in prefill here than on its GPU (the "
     "smallest difference of the shares is positive).",
-    held="all {n} shared pairs are more prefill-heavy here.{steps}",
-    not_held="not every shared pair is more prefill-heavy here: {lighter}.{steps}",
+    held="all {n} pairs shared with the reference spend a larger share of their time in prefill here than on its "
+         "GPU.{steps}",
+    not_held="not every shared pair is more prefill-heavy here than on the reference GPU: {lighter}.{steps}",
+    unresolved="for some shared pair the prefill shares here and on the reference GPU are too close to call in this "
+               "run: {lighter}.{steps}",
     not_measured="this run's grid shares no pair with the reference.")
 show(register.decide("more_prefill_heavy_than_reference", claims.verdict_of(closest.low > 0, closest.high <= 0)
                      if len(beside) else None,
@@ -448,14 +471,19 @@ register.claim(
     "archetypes_predicted_from_grid",
     "The grid's TTFT and TPOT lines predict the archetypes' end-to-end times (their geometric mean within the "
     "tolerance for a predicted time) and each one's dominant phase.",
-    held="{described}. The dominant phase is the one to optimise: TPOT for a decode job, TTFT for a prefill job.",
+    held="{described}. The grid's lines predicted each one's dominant phase and, within the tolerance of {tol:g}x, "
+         "their time ({ratio} the prediction, geometric mean). The dominant phase is the one to optimise: TPOT for a "
+         "decode job, TTFT for a prefill job.",
     not_held="{described}. Not every archetype landed where the grid's lines put it ({missed}): a line is a poor guide "
              "outside the grid or where noise is large.",
+    unresolved="{described}. The grid's lines predicted each one's dominant phase, but the times, {ratio} the "
+               "prediction (geometric mean), are too close to the tolerance of {tol:g}x to call in this run.",
     not_measured="the grid has one context length only, so there is no TPOT line to predict with.")
 show(register.decide("archetypes_predicted_from_grid", claims.every(ok) if lines else None,
                      predicted="; ".join(f"{r.workload}: {r.predicted_e2e_ms:.0f} ms, {r.predicted_phase}" for r in arch.itertuples()),
                      measured="; ".join(f"{r.workload}: {r.e2e_ms:.0f} ms, {r.measured_phase}" for r in arch.itertuples()),
                      evidence=f"{runs} runs per archetype, medians; lines fitted on the grid only", described=described,
+                     ratio=claims.geomean_of(e2e_x.values()).text(".2f", "x"), tol=claims.PREDICTED_TIME,
                      missed=", ".join(f"{w} ({e2e_x[w].mid:.2f}x{', not ' + r.predicted_phase if r.predicted_phase != r.measured_phase else ''})"
                                       for w, r in zip(arch.workload, arch.itertuples())
                                       if r.predicted_phase != r.measured_phase or not claims.within(
@@ -495,18 +523,19 @@ per_pair.round(2)
 # ## What these numbers do not show
 #
 # * **TTFT from the model call.** No tokenisation, queueing, network or delivery: a client's TTFT is longer.
-# * **One request at a time.** No batching and no other request competing; section 5 adds one.
+# * **One request at a time.** No batching and no other request competing; chapter 5 adds one.
 # * **Random weights and random prompts** for the GPT-2 models: timing does not depend on the tokens.
 # * **The parts of the cache's cost were timed alone**, outside the model: inside it they share the processor's
 #   caches and memory bandwidth with the weights, so their sum need not equal the growth of TPOT.
 # * **A 1,024-position model.** Real workloads send prompts of tens of thousands of tokens, where attention's
-#   quadratic term makes prefill grow faster than linearly (section 6), and where a cache that is copied at every
+#   quadratic term makes prefill grow faster than linearly (chapter 6), and where a cache that is copied at every
 #   step costs far more than here.
 #
 # ## Takeaways
 #
 # * A request's time is TTFT (prefill) plus one TPOT per later token (decode).
-# * Long prompts with short replies are prefill jobs; short prompts with long replies are decode jobs.
+# * Classify a workload by both of its lengths, on the machine that serves it: the split above shows which pairs
+#   are prefill jobs here, and the reference GPU's split beside it shows where another machine draws that line.
 # * TPOT is not a constant of the model: every decode step reads a cache that grows with the context, and a cache
 #   that grows by concatenation also copies itself at every step. The claims above say how much of TPOT's growth
 #   each explains on your machine.
@@ -554,6 +583,45 @@ per_pair.round(2)
 # * Run with `dtype = "bf16"`: does the cache's share of TPOT's growth change with the bytes per value?
 
 # %%
+def at(r) -> str:
+    """One prompt length's median TTFT, with its lowest and highest run."""
+    return f"**{r.ttft_ms:.0f} ms** ({prose.span(r.low, r.high, '.0f', 'ms')})"
+
+
+def job(r, noun: str) -> str:
+    """A pair's prefill share over its runs, and the phase it spent most of its time in."""
+    share = Spread(r.prefill_share_low, r.prefill_share, r.prefill_share_high).text(".0%")
+    return f"**{share}** of a {int(r.prompt_tokens)}-in, {int(r.output_tokens)}-out {noun} " \
+           f"(a {'prefill' if r.prefill_share > 0.5 else 'decode'} job)"
+
+
+two_phase = split[split.output_tokens > 1] if (split.output_tokens > 1).any() else split
+light, heavy = (two_phase.loc[i] for i in (two_phase.prefill_share.idxmin(), two_phase.prefill_share.idxmax()))
+p0, p1 = ttft_by_prompt.index[0], ttft_by_prompt.index[-1]
+
+# %%
+ttft_text = {claims.HELD: f"TTFT rose from {at(first)} at {p0} prompt tokens to {at(last)} at {p1}",
+             claims.NOT_HELD: f"TTFT did not rise with the prompt ({at(first)} at {p0} tokens, {at(last)} at {p1})",
+             claims.UNRESOLVED: f"TTFT went from {at(first)} at {p0} prompt tokens to {at(last)} at {p1}, a rise not "
+                                "confirmed"}.get(register.verdict("ttft_rises_with_prompt"),
+                                                          f"TTFT was {at(first)} at {p0} prompt tokens")
+slope_text = {claims.HELD: f", within the tolerance of the cost model's {model_slope:.2f}",
+              claims.NOT_HELD: f", where the cost model predicted {model_slope:.2f}",
+              claims.UNRESOLVED: f", too close to the cost model's {model_slope:.2f} to call"}
+slope_text = "" if slope_spread is None else (
+    f", its slope **{slope_spread.text('.1f', 'ms')}** per 1,000 tokens of context"
+    + slope_text.get(register.verdict("tpot_follows_cache_bytes"), ""))
+tpot_text = "" if split.tpot_ms.isna().all() else \
+    f"; TPOT was {prose.span(split.tpot_ms.min(), split.tpot_ms.max(), '.0f', 'ms')}{slope_text}"
+model_text = {claims.HELD: "both within tolerance", claims.NOT_HELD: "not both within tolerance",
+              claims.UNRESOLVED: "too close to the tolerance to call"}
+opening.write(
+    f"On this machine ({prose.machine(device, dtype)}), {lm.name} ran {len(split)} prompt/output pairs "
+    f"{runs} times each (medians, then the lowest and highest run). {ttft_text}{tpot_text}. TTFT took "
+    f"**{pooled_r['ttft'].text('.2f', 'x')}** its cost-model prediction and TPOT "
+    f"**{pooled_r['tpot'].text('.2f', 'x')}**, {model_text.get(register.verdict('requests_as_predicted'), '')}. So "
+    f"both lengths decide where the time goes: prefill took {job(light, 'request')} and {job(heavy, 'one')}.")
+
 # %% [markdown]
 # ## Evidence in this chapter
 #

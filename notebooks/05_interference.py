@@ -100,6 +100,12 @@ results = Results("05_interference", params=P, quick=quick, dtype=torch_dtype, m
 register = claims.Claims()
 pd.Series(describe_environment(device, torch_dtype, model_name)).to_frame("this run")
 
+# %% [markdown]
+# ## What this run found
+
+# %%
+opening = prose.Opening()
+
 
 # %%
 def cut_words(cut: float) -> str:
@@ -113,9 +119,9 @@ def paid_off(size: int) -> str:
 
 
 # %% [markdown] tags=["predict"]
-# ## The prediction, from the cost model section 2 tested
+# ## The prediction, from the cost model chapter 2 tested
 #
-# Section 2 timed one prefill pass of `T` tokens on this machine and set each beside the cost model
+# Chapter 2 timed one prefill pass of `T` tokens on this machine and set each beside the cost model
 # (`lib.costmodel`). A chunk of `c` tokens is such a pass, except that it also attends to the `p` tokens of B's
 # prompt already in the cache, and appends to that cache (a growing cache copies its `p` positions): the cost
 # model prices a chunk with both, `cost.prefill(c, past=p)`. With `a` for one of A's decode steps, measured
@@ -125,11 +131,11 @@ def paid_off(size: int) -> str:
 # * A's worst gap = `a` + the costliest chunk that A waits behind;
 # * B's TTFT = `k x a` + the sum of every chunk's cost.
 #
-# Shrinking the chunk shortens A's stall only while a shorter pass is a quicker pass. Section 2 found where a
+# Shrinking the chunk shortens A's stall only while a shorter pass is a quicker pass. Chapter 2 found where a
 # pass stops getting quicker as the prompt shrinks (its floor): below it, a smaller chunk buys A little and
 # costs B one more floor per chunk. The **predicted best chunk size** is the smallest size whose step down
 # from the next larger one still cuts the predicted worst gap by more than `stops_helping`; below it, chunking
-# stops paying off. **Predict first:** from section 2's table below, where would you put it?
+# stops paying off. **Predict first:** from chapter 2's table below, where would you put it?
 
 # %%
 sweep2 = load_table("02_prefill_sweep", "prefill_sweep", quick=quick)
@@ -142,7 +148,7 @@ if section2.prompt_tokens.nunique() < 2:
     raise FileNotFoundError(f"chapter 2 has no {dtype_name(torch_dtype)} sweep with {threads} threads: run chapter 2 "
                             f"with dtypes=['{dtype_name(torch_dtype)}'] and {threads} threads first")
 if b_prompt_len > section2.prompt_tokens.max():
-    print(f"section 2 measured passes up to {section2.prompt_tokens.max()} tokens: longer chunks are predicted in "
+    print(f"chapter 2 measured passes up to {section2.prompt_tokens.max()} tokens: longer chunks are predicted in "
           f"proportion to their length")
 floor2 = load_table("02_prefill_sweep", "floor", quick=quick)
 floor2 = floor2[(floor2.dtype == dtype_name(torch_dtype)) & (floor2.threads == threads)].iloc[0]
@@ -151,7 +157,7 @@ section2[["prompt_tokens", "time_ms", "time_ms_low", "time_ms_high"]].set_index(
 
 # %%
 def pass_ms(tokens: int) -> float:
-    """Section 2's pass of `tokens` tokens (ms): interpolated between its measured lengths on log-log axes,
+    """Chapter 2's pass of `tokens` tokens (ms): interpolated between its measured lengths on log-log axes,
     and in proportion to the length beyond the longest it measured."""
     t, ms = np.log(section2.prompt_tokens.to_numpy(float)), np.log(section2.time_ms.to_numpy(float))
     if tokens > section2.prompt_tokens.max():
@@ -220,7 +226,7 @@ predicted.round(3)
 
 # %%
 display(Markdown(
-    f"Section 2 measured a 1-token pass at **{prose.span(floor2.floor_ms_low, floor2.floor_ms_high, '.1f', 'ms')}**; "
+    f"Chapter 2 measured a 1-token pass at **{prose.span(floor2.floor_ms_low, floor2.floor_ms_high, '.1f', 'ms')}**; "
     f"its time stayed on that floor up to {tokens(floor2.flat_until_tokens)}, and its time per token stopped "
     f"falling at {tokens(floor2.knee_tokens)}. With A's step at {a_step_ms:.1f} ms, the predicted worst gap "
     f"falls from {predicted.predicted_a_worst_gap_ms.iloc[0]:,.0f} ms unchunked to "
@@ -284,14 +290,16 @@ register.claim(
     "Unchunked, A's worst gap is more than `hides` times its TPOT: the mean hides the stall that the worst gap shows.",
     held="unchunked, A's stream froze for **{stall}**, {times:.0f} times its median gap of {median:.0f} ms, while its "
          "TPOT over {n} tokens reads {tpot:.0f} ms: the mean hides the stall that the worst gap shows.",
-    not_held="unchunked, A's worst gap ({stall}) is only {ratio:.1f} times its TPOT ({tpot:.0f} ms): on this machine "
-             "B's whole prefill costs little beside A's own steps.")
+    not_held="unchunked, A's worst gap ({stall}) is {ratio:.1f} times its TPOT ({tpot:.0f} ms), not the more than "
+             "{hides:g} times of a stall the mean hides: on this machine B's whole prefill costs little beside A's own "
+             "steps.")
 u = runs_table[runs_table.chunk_tokens == b_prompt_len]
 show(register.decide("tpot_hides_the_stall", claims.at_least(Spread.of(u.a_worst_gap_ms / u.a_tpot_ms), hides),
                      predicted=f"worst gap > {hides:g}x TPOT", measured=f"worst gap {unchunked.a_worst_gap_ms / unchunked.a_tpot_ms:.1f}x TPOT",
                      evidence=f"unchunked, {b_prompt_len} tokens, {runs} runs", stall=stall,
                      times=unchunked.a_worst_gap_ms / unchunked.a_median_gap_ms, median=unchunked.a_median_gap_ms,
-                     n=a_tokens, tpot=unchunked.a_tpot_ms, ratio=unchunked.a_worst_gap_ms / unchunked.a_tpot_ms))
+                     n=a_tokens, tpot=unchunked.a_tpot_ms, ratio=unchunked.a_worst_gap_ms / unchunked.a_tpot_ms,
+                     hides=hides))
 
 # %%
 def listed(mask) -> str:
@@ -304,7 +312,11 @@ register.claim(
     "A's median gap holds a chunk (is over 1.5x the unchunked median) exactly at the sizes where half or more of A's "
     "gaps hold a chunk and a chunk costs over half an A step.",
     held="{where}",
-    not_held="A's median gap held a chunk at {measured_sizes}, against the predicted {predicted_sizes}.")
+    not_held="A's median gap held a chunk (over {limit:.0f} ms, 1.5 times the unchunked median) at {measured_sizes}, "
+             "where the cost model predicted {predicted_sizes}.",
+    unresolved="A's median gap held a chunk (over {limit:.0f} ms, 1.5 times the unchunked median) at "
+               "{measured_sizes}, where the cost model predicted {predicted_sizes}; at some size it came too close to "
+               "that line to call in this run.")
 limit = 1.5 * unchunked.a_median_gap_ms
 crowded_pred = list(summary.predicted_a_median_gap_ms > 1.5 * a_step_ms)
 crowded = [claims.at_least(Spread(r.a_median_gap_ms_low, r.a_median_gap_ms, r.a_median_gap_ms_high), limit) for r in summary.itertuples()]
@@ -317,7 +329,7 @@ show(register.decide("crowded_median_gap", claims.every(agree), predicted=listed
                             "*median* gap includes a chunk: the stall is no longer one event but the stream's normal pace, "
                             "where predicted." if any(measured_mask) else
                             "no chunk size here spread B's prefill over half of A's gaps, as predicted."),
-                     measured_sizes=listed(measured_mask), predicted_sizes=listed(crowded_pred)))
+                     measured_sizes=listed(measured_mask), predicted_sizes=listed(crowded_pred), limit=limit))
 
 # %% [markdown]
 # One run's traces, unchunked and at the predicted best size:
@@ -401,8 +413,10 @@ register.claim(
     "Chunking stops paying off (a smaller chunk cuts A's worst gap by at most the chosen fraction) within one step "
     "of the chunk sizes' grid of the size the cost model predicts.",
     held="{paid}, where the cost model put it at {pred} (every run's best: {each}); {below}.",
-    not_held="{paid}, against the predicted **{pred}** (every run's best: {each}); {below}. What a chunk costs, "
-             "below, shows where the prediction's inputs differ from the run.")
+    not_held="{paid}, more than one step of the grid from the predicted **{pred}** (every run's best: {each}); "
+             "{below}. What a chunk costs, below, shows where the prediction's inputs differ from the run.",
+    unresolved="{paid}, where the cost model put it at {pred}, but the runs' bests ({each}) spread too wide to say "
+               "whether the best lies within one step of the grid of the prediction; {below}.")
 show(register.decide("chunk_size_prediction", claims.within(best_spread, best_pred, claims.PREDICTED_LENGTH),
                      predicted=f"best {best_pred} tokens; cut {cut_at('predicted_worst_gap_cut', stop_pred)}",
                      measured=f"best {best} tokens (runs {prose.span(min(per_run_best), max(per_run_best), '.0f')}); "
@@ -417,7 +431,9 @@ register.claim(
     "Smaller chunks delay B: in each run, the slope of log TTFT against log chunk size is negative.",
     held="B's TTFT rose from {first:,.0f} ms unchunked to {last:,.0f} ms with {size}-token chunks: more chunks mean more "
          "passes, each with its floor, and one more of A's steps before each.",
-    not_held="in this run smaller chunks did not delay B: TTFT (ms) {all} (the fitted exponent, run by run, {slope}).")
+    not_held="in this run smaller chunks did not delay B: TTFT (ms) {all} (the fitted exponent, run by run, {slope}).",
+    unresolved="B's TTFT (ms) went {all} as chunks shrank, but the fitted exponent of TTFT in chunk size, run by run "
+               "({slope}), reaches zero: this run cannot tell whether smaller chunks delay B.")
 ttft = [Spread(r.b_ttft_ms_low, r.b_ttft_ms, r.b_ttft_ms_high) for r in summary.itertuples()]
 ttft_trend = claims.trend(runs_table, "chunk_tokens", "b_ttft_ms")
 show(register.decide("smaller_chunks_delay_b", claims.verdict_of(ttft_trend.high < 0, ttft_trend.low >= 0),
@@ -432,7 +448,7 @@ show(register.decide("smaller_chunks_delay_b", claims.verdict_of(ttft_trend.high
 #
 # Each chunk was timed on its own, so the prediction can be checked where it is made: a chunk's measured cost
 # against the cost model's chunk (the pass of that length, its attention to the prefix and the cache's copy).
-# The first chunk of each run has no prefix (it is section 2's pass, run between A's steps); the last full-size
+# The first chunk of each run has no prefix (it is chapter 2's pass, run between A's steps); the last full-size
 # chunk has the longest.
 
 # %%
@@ -460,11 +476,11 @@ register.claim(
     "Chunks cost what the cost model prices them at (their pass, their attention to the prefix and the cache's copy), "
     "within the tolerance for a predicted time (the geometric mean over the chunk sizes).",
     held="a chunk cost **{pooled}** its prediction over the sizes from {small} to {large} tokens ({ratio} size by size); "
-         "the first chunk of a run, with no prefix, cost {first} times section 2's pass of the same length.",
-    not_held="a chunk cost **{pooled}** its prediction over the sizes ({ratio} size by size; wholly outside the "
-             "tolerance: {off}). The first chunk of a run, with no prefix, cost {first} "
-             "times section 2's pass of the same length; from the first to the last full chunk the cost grew {growth}x, "
-             "where the cost model predicts {growth_model}x.")
+         "the first chunk of a run, with no prefix, cost {first} times chapter 2's pass of the same length.",
+    not_held="a chunk cost **{pooled}** its prediction over the sizes, outside the tolerance for a predicted time "
+             "({ratio} size by size; sizes wholly outside it: {off}). The first chunk of a run, with no prefix, "
+             "cost {first} times chapter 2's pass of the same length; from the first to the last full chunk the "
+             "cost grew {growth}x, where the cost model predicts {growth_model}x.")
 per_size = full.groupby(["chunk_tokens", "run"]).ratio.median().groupby("chunk_tokens").agg(list)
 median_over_best = {c: cost.prefill(min(c, b_prompt_len)).median / cost.prefill(min(c, b_prompt_len)).best for c in per_size.index}
 chunk_verdicts = {c: claims.within(Spread.of(v), Spread(1.0, 1.0, median_over_best[c]), claims.PREDICTED_TIME)
@@ -473,7 +489,7 @@ pooled_chunk = claims.geomean_of(Spread.of(v) for v in per_size)
 show(register.decide("chunk_cost_as_predicted", claims.within(pooled_chunk, Spread(1.0, 1.0, claims.geomean(
                          median_over_best.values())), claims.PREDICTED_TIME),
                      predicted=f"measured / predicted within {claims.PREDICTED_TIME:g}x", measured=pooled_chunk.text(".2f", "x"),
-                     evidence=f"medians over chunks, per run; first chunk (no prefix) / section 2's pass: {spread(first_ratio)}; "
+                     evidence=f"medians over chunks, per run; first chunk (no prefix) / chapter 2's pass: {spread(first_ratio)}; "
                               f"last / first full chunk: {spread(growth)} measured, {spread(growth_model)} by the cost model",
                      ratio=spread(cost_ratio), small=sizes[-1], large=sizes[0], first=spread(first_ratio),
                      pooled=pooled_chunk.text(".2f", "x"),
@@ -543,7 +559,7 @@ typer_rows = load_reference("wordfactory_part3_cpu").query("table == 'interferen
 typers = dict(zip(typer_rows.x, typer_rows.time_ms))
 display(Markdown(
     f"By the same rule (a step down pays if it cuts the worst gap by more than {stops_helping:.0%}), the reference "
-    f"GPU's chunking paid off down to **{gpu_best} tokens**; here {paid_off(best)}. By section 2's rule, the "
+    f"GPU's chunking paid off down to **{gpu_best} tokens**; here {paid_off(best)}. By chapter 2's rule, the "
     f"reference GPU's fp32 prefill stayed on its floor up to {gpu_floor.flat_until_tokens} tokens, this machine's up "
     f"to {tokens(floor2.flat_until_tokens)}: below its floor a smaller chunk is no quicker a pass. The Word Factory's "
     f"eight typers on a 2-core CPU with a 1,024-token newcomer: a normal gap of {typers['normal']:.0f} ms, a worst gap "
@@ -588,8 +604,11 @@ register.claim(
     "within the tolerance for a ratio (the weights are shared).",
     held="with {kn} streams, each stream's median gap is {many:.0f} ms against {one:.0f} ms for {k1}: {ratio} the time "
          "for {tokens:g}x the tokens; the cost model predicted {model:.2f}x.",
-    not_held="with {kn} streams, each stream's median gap is {many:.0f} ms against {one:.0f} ms for {k1}: {ratio}, while "
-             "the cost model predicted {model:.2f}x.",
+    not_held="with {kn} streams, each stream's median gap is {many:.0f} ms against {one:.0f} ms for {k1}: {ratio} the "
+             "time for {tokens:g}x the tokens, outside the tolerance for a ratio around the cost model's {model:.2f}x.",
+    unresolved="with {kn} streams, each stream's median gap is {many:.0f} ms against {one:.0f} ms for {k1}: {ratio} "
+               "the time for {tokens:g}x the tokens, against the cost model's {model:.2f}x; the interval reaches past "
+               "the tolerance for a ratio, so this run cannot tell whether the batch's step is the one priced.",
     not_measured="only one stream count was run; set stream_counts to two or more.")
 show(register.decide("streams_share_the_weights", None if batch_ratio is None else
                      claims.within(batch_ratio, model_ratio, claims.PREDICTED_RATIO),
@@ -607,8 +626,10 @@ register.claim(
     "predicted time (each run's own ratio).",
     held="an unchunked prefill stalls **{all}** streams at once, each for **{span}** (one stream: {one_span}): the "
          "newcomer's prefill is paid by every stream in the batch.",
-    not_held="with {kn} streams the unchunked stall was {span}, against {expected:,.0f} ms predicted from one stream's "
-             "stall and the longer step.",
+    not_held="with {kn} streams the unchunked stall was {span}, {side} than the {expected:,.0f} ms predicted from one "
+             "stream's stall and the longer step, beyond the tolerance for a predicted time.",
+    unresolved="with {kn} streams the unchunked stall was {span}, against {expected:,.0f} ms predicted from one "
+               "stream's stall and the longer step: too close to the tolerance's edge to call in this run.",
     not_measured="only one stream count was run; set stream_counts to two or more.")
 unchunked_runs = stream_runs[stream_runs.chunk_tokens == b_prompt_len].pivot(index="run", columns="a_streams")
 paired_stall = None if kn == k1 else Spread.of(  # each run's k-stream stall against its own one-stream stall
@@ -619,7 +640,7 @@ show(register.decide("every_stream_waits_the_prefill", None if kn == k1 else cla
                      predicted=f"{expected:,.0f} ms", measured=f"{many.a_worst_gap_ms:,.0f} ms ({span_many})",
                      evidence=f"unchunked, {b_prompt_len} tokens, {runs} runs", all="both" if kn == 2 else f"all {kn}",
                      span=span_many, one_span=prose.span(one.a_worst_gap_ms_low, one.a_worst_gap_ms_high, ",.0f", "ms"),
-                     kn=kn, expected=expected))
+                     kn=kn, expected=expected, side="longer" if many.a_worst_gap_ms > expected else "shorter"))
 
 # %% [markdown]
 # ## What these numbers do not show
@@ -628,28 +649,51 @@ show(register.decide("every_stream_waits_the_prefill", None if kn == k1 else cla
 #   control, many requests of many lengths, and a policy that decides what runs next.
 # * **One stall per run.** A stream of `a_tokens` tokens meets one newcomer; under load, newcomers keep arriving.
 # * **One machine's floor.** The best chunk size moves with the hardware and the model; that is why it is
-#   predicted from section 2's passes rather than fixed.
+#   predicted from chapter 2's passes rather than fixed.
 # * **No batching of B with A.** Real chunked-prefill schedulers (Sarathi-Serve, vLLM) put the chunk and the
 #   decode tokens in the same forward pass; here they alternate.
 #
 # ## Takeaways
 
 # %%
-verdict = register.frame().set_index("claim").verdict
-held = lambda claim: verdict[claim] == claims.HELD
 smallest = summary[summary.chunk_tokens == sizes[-1]].iloc[0]
-stall_line = ("the worst gap shows it and TPOT hides it." if held("tpot_hides_the_stall") else
-              "on this machine the stall was small beside TPOT, but only the worst gap measures it.")
 chunk_line = (f"with {sizes[-1]}-token chunks A's worst gap was {smallest.a_worst_gap_ms:,.0f} ms against "
               f"{unchunked.a_worst_gap_ms:,.0f} ms unchunked, and B's TTFT {smallest.b_ttft_ms:,.0f} ms against "
               f"{unchunked.b_ttft_ms:,.0f} ms.")
-best_line = ("as section 2's passes predicted." if held("chunk_size_prediction") else
-             f"where section 2's passes predicted {best_pred}: predict from the pass times, then measure.")
+foreseen = {claims.HELD: "as chapter 2's passes predicted",
+            claims.NOT_HELD: f"chapter 2's passes predicted {best_pred}",
+            claims.UNRESOLVED: f"chapter 2's passes predicted {best_pred}; the runs' bests ranged "
+                               f"{prose.span(min(per_run_best), max(per_run_best), '.0f')} tokens, too wide to call",
+            claims.NOT_MEASURED: "not checked against chapter 2's passes"}[register.verdict("chunk_size_prediction")]
 display(Markdown("\n".join([
-    f"* A long prefill stalls every stream sharing the machine; {stall_line}",
-    f"* Chunked prefill trades the stream's stall for the newcomer's TTFT: {chunk_line}",
-    f"* Chunking stops paying off where a smaller chunk is no longer a quicker pass: here {paid_off(best)}, "
-    + best_line])))
+    "* Judge a stream by its worst gap, not its TPOT: a mean can hide the stall another request's prefill causes "
+    "(the first finding above says by how much on this machine).",
+    f"* Judge chunked prefill on both requests, the stream's stall and the newcomer's TTFT: {chunk_line}",
+    f"* Predict where chunking stops paying off from the pass times, then measure: here {paid_off(best)} "
+    f"({foreseen})."])))
+
+# %%
+spread_at = lambda r, col: Spread(r[f"{col}_low"], r[col], r[f"{col}_high"])
+shown = by_size.loc[best if best != b_prompt_len else sizes[-1]]  # the best size, or the smallest if none paid
+ratio = unchunked.a_worst_gap_ms / unchunked.a_tpot_ms
+found = paid_off(best)
+hidden = {claims.HELD: "a stall the mean hides", claims.NOT_HELD: "too little for the mean to hide it",
+          claims.UNRESOLVED: f"too near {hides:g} times to say whether the mean hides it"}
+answer = {claims.HELD: "chunked prefill bounds a stream's stall, and the smaller the chunk, the later the newcomer's "
+                       "first token.",
+          claims.NOT_HELD: "here chunked prefill bounded A's stall without delaying B's first token.",
+          claims.UNRESOLVED: "chunked prefill bounded A's stall; whether it delays B is too close to call here."}
+opening.write(
+    f"On this machine ({prose.machine(device, dtype)}), {lm.name}'s stream A received a token every "
+    f"**{spread_at(unchunked, 'a_median_gap_ms').text('.0f', 'ms')}** until request B arrived with a "
+    f"{b_prompt_len:,}-token prompt. Over {runs} runs (medians and ranges), B's prefill in one pass froze A "
+    f"for **{spread_at(unchunked, 'a_worst_gap_ms').text(',.0f', 'ms')}**, {ratio:.1f} times its TPOT: "
+    f"{hidden.get(register.verdict('tpot_hides_the_stall'), 'not decided here')}. {found[:1].upper() + found[1:]} "
+    f"({foreseen}): at {shown.name} tokens A's worst gap was "
+    f"**{spread_at(shown, 'a_worst_gap_ms').text(',.0f', 'ms')}** and B's first token came after "
+    f"**{spread_at(shown, 'b_ttft_ms').text(',.0f', 'ms')}** ({unchunked.b_ttft_ms:,.0f} ms unchunked). So "
+    + ("on this machine splitting B's prefill did not shorten A's stall enough to pay." if best == b_prompt_len
+       else answer.get(register.verdict("smaller_chunks_delay_b"), "chunked prefill bounded A's stall.")))
 
 # %% [markdown]
 # ## Evidence in this chapter
@@ -689,8 +733,8 @@ results.finish()  # the run is whole: its tables and figures replace the last ru
 #
 # <details><summary>Answer</summary>
 #
-# Measure prefill time against prompt length (section 2), then walk down the chunk sizes: each step down is worth
-# it while section 2's pass at the smaller size is clearly quicker than at the larger one. Stop where it is not, or
+# Measure prefill time against prompt length (chapter 2), then walk down the chunk sizes: each step down is worth
+# it while chapter 2's pass at the smaller size is clearly quicker than at the larger one. Stop where it is not, or
 # earlier if B's TTFT objective is reached first.
 # </details>
 #

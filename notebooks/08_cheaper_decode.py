@@ -170,6 +170,12 @@ pd.Series({**describe_environment(device, None, model_name), "threads": threads,
            "skipped": "; ".join(f"{p}: {why}" for p, why in skipped.items()) or "none",
            "not predicted": "; ".join(f"{p}: {why}" for p, why in unpriced.items()) or "none"}).to_frame("this run")
 
+# %% [markdown]
+# ## What this run found
+
+# %%
+opening = prose.Opening()
+
 # %% [markdown] tags=["predict"]
 # ## 1. Fewer bytes per token
 #
@@ -367,10 +373,14 @@ register.claim(
     "The PyTorch precisions' steps take the time predicted from their bytes at their own kernels' rates (the cost "
     "model; int8's matrices timed alone), within the tolerance for a time predicted from measured ceilings (the "
     "geometric mean of the points' ratios).",
-    held="the steps took **{pooled}** their predictions ({low:.2f} to {high:.2f}x point by point): a path's speed is its "
-         "bytes at its kernel's rate, {rates}.",
-    not_held="the steps took **{pooled}** their predictions ({low:.2f} to {high:.2f}x point by point); furthest: "
-             "{worst}. The matrices timed alone stream at {rates}. {why}",
+    held="the PyTorch steps took **{pooled}** the time predicted from their bytes at their kernels' rates ({low:.2f} "
+         "to {high:.2f}x point by point), within the tolerance: a path's speed is its bytes at its kernel's rate, "
+         "{rates}.",
+    not_held="the PyTorch steps took **{pooled}** the time predicted from their bytes at their kernels' rates "
+             "({low:.2f} to {high:.2f}x point by point), outside the tolerance; furthest: {worst}. The matrices timed "
+             "alone stream at {rates}. {why}",
+    unresolved="the PyTorch steps took **{pooled}** the time predicted from their bytes at their kernels' rates "
+               "({low:.2f} to {high:.2f}x point by point): too near the tolerance's edge to call in this run.",
     not_measured="no step has a prediction here: {why}")
 decided = {k: claims.within(spread[k], Spread(r.predicted_ms, r.predicted_ms, max(r.predicted_median_ms, r.predicted_ms)),
                             claims.PREDICTED_TIME)
@@ -425,9 +435,14 @@ register.claim(
     "llama_close_to_the_read",
     "llama.cpp's Q4_1 step reads its bytes at a large fraction of chapter 0's streaming read (at least the "
     "parameter close_to_read).",
-    held="at every context it reads {fractions} of the read's {read:.1f} GB/s: at or above {limit:.0%}.",
-    not_held="it reads {fractions} of the read's {read:.1f} GB/s: below {limit:.0%}.",
-    not_measured="llama.cpp did not run here: {why}.")
+    held="against chapter 0's streaming read ({read:.1f} GB/s), llama.cpp's Q4_1 step reads its bytes at {fractions}: "
+         "at every context at or above the {limit:.0%} this chapter calls close to the machine's limit.",
+    not_held="against chapter 0's streaming read ({read:.1f} GB/s), llama.cpp's Q4_1 step reads its bytes at "
+             "{fractions}: below the {limit:.0%} this chapter calls close to the machine's limit (what stops it: "
+             "below).",
+    unresolved="against chapter 0's streaming read ({read:.1f} GB/s), llama.cpp's Q4_1 step reads its bytes at "
+               "{fractions}: too near the {limit:.0%} this chapter calls close to the machine's limit to call.",
+    not_measured="llama.cpp did not run here ({why}).")
 if use_llama:
     frac = {c: spread[("q4_1", c)] for c in contexts}
     frac = {c: Spread(step_bytes("q4_1", c + steps // 2) / s.high / 1e6 / (read / 1e9),
@@ -451,11 +466,15 @@ register.claim(
     "llama_bound_by_its_cores",
     "llama.cpp's step is limited by its cores, not by memory: a second thread speeds it up by more than it speeds "
     "up chapter 0's streaming read.",
-    held="{threads} threads made the step {gain} faster than one, where the read gains {read_gain:.2f}x: its kernels "
-         "wait on arithmetic, so on this machine they cannot reach the read. Published figures show the fraction "
-         "falling where a chip has more bandwidth for its cores: {reference}.",
-    not_held="{threads} threads made the step {gain} faster than one, no more than the read's own {read_gain:.2f}x: "
-             "its kernels wait on memory. Published figures for comparison: {reference}.",
+    held="on {threads} threads llama.cpp's step ran {gain} faster than on one, more than the {read_gain:.2f}x chapter "
+         "0's streaming read gains: its kernels wait on arithmetic, so on this machine they cannot reach the read. "
+         "Published figures show the fraction falling where a chip has more bandwidth for its cores: {reference}.",
+    not_held="on {threads} threads llama.cpp's step ran {gain} faster than on one, no more than the {read_gain:.2f}x "
+             "chapter 0's streaming read gains: its kernels wait on memory. Published figures for comparison: "
+             "{reference}.",
+    unresolved="on {threads} threads llama.cpp's step ran {gain} faster than on one, against the {read_gain:.2f}x "
+               "chapter 0's streaming read gains: too close to tell whether its kernels wait on arithmetic or on "
+               "memory. Published figures for comparison: {reference}.",
     not_measured="{why}.")
 apple = load_reference("llama_cpp_apple_bandwidth")
 reference = ", ".join(f"{r.processor} {r.llama_cpp_gb_s:g} of {r.physical_gb_s:g} GB/s "
@@ -514,7 +533,7 @@ quality = pd.DataFrame([dict(precision=p, tokens=len(a), agree_with_fp32=specula
                         for p, a in answers.items()])
 results.table(quality, "quality")
 others = quality[quality.precision != "fp32"]
-diverged = [f"{r.precision}'s after {r.agree_with_fp32} tokens" for r in others.itertuples()
+diverged = [f"{r.precision}'s after {prose.tokens(r.agree_with_fp32)}" for r in others.itertuples()
             if r.agree_with_fp32 < min(r.tokens, len(answers["fp32"]))]
 same = [r.precision for r in others.itertuples() if r.agree_with_fp32 >= min(r.tokens, len(answers["fp32"]))]
 show(" ".join(filter(None, [
@@ -554,11 +573,15 @@ register.claim(
     "cache_growth_follows_its_bytes",
     "The fp32 step grows from the short to the long context by the time the cost model gives the cache's extra "
     "bytes (attention's read and the growing cache's copy).",
-    held="it grew by {growth} against {predicted} predicted: {per_k:.2f} ms per 1,000 cached tokens, for "
+    held="the fp32 step grew by {growth} from {short} to {long} cached tokens, within the tolerance of the "
+         "{predicted} predicted from the cache's extra bytes: {per_k:.2f} ms per 1,000 cached tokens, for "
          "{kib:.0f} KiB of cache a token.",
-    not_held="it grew by {growth} against {predicted} predicted ({per_k:.2f} ms per 1,000 cached tokens, for "
-             "{kib:.0f} KiB a token).",
-    not_measured="it grew by {growth}, with no prediction here: {why}")
+    not_held="the fp32 step grew by {growth} from {short} to {long} cached tokens, not the {predicted} predicted "
+             "from the cache's extra bytes ({per_k:.2f} ms per 1,000 cached tokens, for {kib:.0f} KiB a token); "
+             "one layer down, below, says where the difference is.",
+    unresolved="the fp32 step grew by {growth} from {short} to {long} cached tokens, against {predicted} predicted "
+               "from the cache's extra bytes: too near the tolerance's edge to call in this run.",
+    not_measured="the fp32 step grew by {growth} from {short} to {long} cached tokens, with no prediction here: {why}")
 if math.isnan(predicted_growth):
     verdict = None
 elif growth.low > 0 and predicted_growth > 0:
@@ -567,7 +590,8 @@ else:
     verdict = claims.UNRESOLVED if growth.high > 0 else claims.NOT_HELD
 show(register.decide("cache_growth_follows_its_bytes", verdict, predicted=f"{predicted_growth:.2f} ms",
                      measured=growth.text(".2f", "ms"), evidence="decode_runs.csv (fp32, paired within runs)",
-                     growth=growth.text(".2f", "ms"), per_k=growth.mid / (long - contexts[0]) * 1e3,
+                     growth=growth.text(".2f", "ms"), short=contexts[0], long=long,
+                     per_k=growth.mid / (long - contexts[0]) * 1e3,
                      kib=shape.kv_bytes_per_token / 1024, why=unpriced.get("fp32", "")))
 alone_parts = {c: sweeps.cache_costs(shape, 1, c + steps // 2, device) for c in (contexts[0], long)}
 alone_growth = sum(alone_parts[long][k].median - alone_parts[contexts[0]][k].median for k in ("attention", "concatenation")) * 1e3
@@ -627,10 +651,13 @@ register.claim(
     "fp8_cache_saves_memory_not_time",
     "transformers' fp8 cache stores a quarter of the fp32 cache's bytes but makes the step slower by the bytes its "
     "de-quantisation moves, priced at chapter 0's copy rate.",
-    held="it stores {stored:.0%} of the bytes, and the step at {long} tokens took {extra} longer against "
-         "{predicted} predicted.",
-    not_held="it stores {stored:.0%} of the bytes; the step at {long} tokens took {extra} longer against {predicted} "
-             "predicted. {why}")
+    held="the fp8 cache stores {stored:.0%} of the fp32 cache's bytes, and over it the step at {long} tokens took "
+         "{extra} longer, within the tolerance of the {predicted} predicted from the bytes its de-quantisation moves.",
+    not_held="the fp8 cache stores {stored:.0%} of the fp32 cache's bytes; over it the step at {long} tokens took "
+             "{extra} longer, not the {predicted} predicted from the bytes its de-quantisation moves at chapter 0's "
+             "copy rate. {why}",
+    unresolved="the fp8 cache stores {stored:.0%} of the fp32 cache's bytes; over it the step at {long} tokens took "
+               "{extra} longer, against {predicted} predicted: too close to call in this run.")
 if extra.low > 0:
     verdict = claims.within(extra, predicted_extra, claims.PREDICTED_TIME)
 else:
@@ -644,8 +671,11 @@ why = (f"One layer down: widening one layer's fp8 keys to fp32 and scaling them,
 register.claim(
     "fp8_cache_is_no_faster",
     "transformers' fp8 cache makes the decode step no faster than the fp32 cache it replaces.",
-    held="the step at {long} tokens was slower over it in every run: {extra} a step.",
-    not_held="the step at {long} tokens was faster over it in every run, by {saved} a step.")
+    held="over transformers' fp8 cache the step at {long} tokens was slower than over the fp32 cache, by {extra}.",
+    not_held="over transformers' fp8 cache the step at {long} tokens was faster than over the fp32 cache, by "
+             "{saved}.",
+    unresolved="over transformers' fp8 cache the step at {long} tokens took {extra} longer than over the fp32 "
+               "cache: too close to zero to say which is faster.")
 show(register.decide("fp8_cache_is_no_faster", claims.verdict_of(extra.low >= 0, extra.high < 0),
                      predicted="slower or equal", measured=extra.text(".1f", "ms"),
                      evidence="fp8_cache_runs.csv (paired within runs)", long=long, extra=extra.text(".1f", "ms"),
@@ -744,11 +774,12 @@ results.table(pass_table, "pass_costs")
 cheaper = [(a, b) for a in over_cache for b in over_cache if a < b and pass_cost[a] > pass_cost[b] * (1 + claims.NOISE)]
 if cheaper:
     a, b = cheaper[0]
-    show(f"A pass over {a} positions costs more than one over {b} here ({pass_cost[a] * 1e3:.0f} against "
-         f"{pass_cost[b] * 1e3:.0f} ms). The model's matrices timed alone at those rows take {mats[a].median * 1e3:.0f} and "
-         f"{mats[b].median * 1e3:.0f} ms: " + ("the matrix kernel PyTorch picks for that many rows is the cause, not "
-                                               "attention or the cache." if mats[a].median > mats[b].median else
-                                               "not the matrices, so the rest of the pass is."))
+    matrices_gap = mats[a].median - mats[b].median  # the cause only if it is most of the passes' gap
+    show(f"A pass over {a} position{'s' * (a != 1)} costs more than one over {b} here ({prose.ms(pass_cost[a])} "
+         f"against {prose.ms(pass_cost[b])}). The model's matrices timed alone at those rows take "
+         f"{prose.ms(mats[a].median)} and {prose.ms(mats[b].median)}: " + (
+             "the matrix kernel PyTorch picks for that many rows is the cause, not attention or the cache."
+             if matrices_gap >= (pass_cost[a] - pass_cost[b]) / 2 else "not the matrices, so the rest of the pass is."))
 pass_table.round(3)
 
 # %%
@@ -769,19 +800,26 @@ register.claim(
     "speculation_as_predicted",
     "Prompt lookup's speed-up over plain greedy decoding is the one predicted from the passes it made, each priced "
     "by its length, within the tolerance for a predicted ratio.",
-    held="{pairs}.",
-    not_held="{pairs}.")
+    held="prompt lookup's speed-up over plain decoding was the one its passes predicted, within the tolerance: "
+         "{pairs}.",
+    not_held="prompt lookup's speed-up over plain decoding missed the one its passes predicted by more than the "
+             "tolerance (for at least one k): {pairs}.",
+    unresolved="prompt lookup's speed-up over plain decoding is too near the edge of the one its passes predicted "
+               "to call in this run: {pairs}.")
 register.claim(
     "speculation_pays_where_predicted",
     "Prompt lookup pays (runs faster than plain decoding) exactly where its prediction says it does.",
-    held="{verdicts}.",
-    not_held="{verdicts}.")
+    held="prompt lookup ran faster than plain decoding, or did not, as its prediction said for each k: {verdicts}.",
+    not_held="prompt lookup's speed-up fell on the other side of 1x from its prediction (for at least one k): "
+             "{verdicts}.",
+    unresolved="whether prompt lookup pays where its prediction says is too close to call in this run: {verdicts}.")
 register.claim(
     "speculation_is_greedy",
     "Prompt lookup's answer is plain greedy decoding's, token for token.",
     held="every speculative run gave the plain answer's {n} tokens.",
-    not_held="{which} differed from the plain answer (first difference after {agree} tokens). A pass over k "
-             "positions rounds in another order than a pass over one, which can flip two logits that nearly tie.")
+    not_held="prompt lookup with {which} differed from the plain answer (first difference after {agree}). A pass "
+             "over k positions rounds in another order than a pass over one, which can flip two logits that nearly "
+             "tie.")
 pairs, pays = {}, {}
 for r in spec.itertuples():
     s = Spread(r.speedup_low, r.speedup, r.speedup_high)
@@ -806,7 +844,8 @@ differ = [k for k in lookup_tokens if outputs[k] != outputs[0]]
 show(register.decide("speculation_is_greedy", claims.NOT_HELD if differ else claims.HELD,
                      predicted="identical", measured="identical" if not differ else f"k={differ} differ",
                      evidence="speculative_runs.csv", n=len(outputs[0]), which=", ".join(f"k = {k}" for k in differ),
-                     agree=min((speculative.tokens_agreeing(outputs[k], outputs[0]) for k in differ), default=0)))
+                     agree=prose.tokens(min((speculative.tokens_agreeing(outputs[k], outputs[0]) for k in differ),
+                                            default=0))))
 spec.round(3)
 
 # %% [markdown] tags=["predict"]
@@ -880,11 +919,13 @@ register.claim(
     "compiled_step_loses_its_dispatch",
     "Compiling the step saves what chapter 0 measured for issuing it: the eager static step less the compiled one "
     "is chapter 0's dispatch, within the tolerance for a time predicted from measured ceilings.",
-    held="compiling saved {saved} a step (the compiled step took {step}), for {dispatch} of dispatch chapter 0 "
-         "measured.",
-    not_held="compiling saved {saved} a step (the compiled step took {step}), for {dispatch} of dispatch chapter 0 "
-             "measured. One layer down, below: what the compiled step still issues.",
-    not_measured="not decided ({why}).")
+    held="compiling saved {saved} a step (the compiled step took {step}), within the tolerance of the {dispatch} of "
+         "dispatch chapter 0 measured.",
+    not_held="compiling saved {saved} a step (the compiled step took {step}), not the {dispatch} of dispatch chapter "
+             "0 measured. One layer down, below: what the compiled step still issues.",
+    unresolved="compiling saved {saved} a step (the compiled step took {step}), against the {dispatch} of dispatch "
+               "chapter 0 measured: too near the tolerance's edge to call in this run.",
+    not_measured="{why}.")
 if compiled is not None and dispatch is not None:
     w = issue_runs.pivot(index="run", columns="path", values="step_ms")
     comp = Spread.of(w["compiled, static cache"])
@@ -1017,6 +1058,53 @@ show(f"**On this machine** ({threads} thread{'s' if threads > 1 else ''}), the f
 if worker:
     worker.close()
 
+# %%
+v, f32 = register.verdict, spread[("fp32", c0)]
+found = [f"On this machine ({prose.machine(device)}), over {sweep_runs} runs, the book's eager fp32 step took "
+         f"**{f32.text('.1f', 'ms')}** at {c0} cached tokens."]
+if narrow:
+    runs_c0 = decode_runs[decode_runs.context_tokens == c0].pivot(index="run", columns="precision", values="step_ms")
+    n, paired_ratio = spread[(bp, c0)], Spread.of(runs_c0[bp] / runs_c0["fp32"])  # run by run: which is faster
+    than = "was slower" if paired_ratio.low > 1 else "was faster" if paired_ratio.high < 1 else "was about as fast"
+    fits = v("step_follows_its_bytes")  # pooled_steps exists only where it was decided
+    found.append(f"With fewer bytes, {bp}'s {than}, **{n.text('.1f', 'ms')}**" + (
+        ", as its kernel's rate predicted." if fits == claims.HELD else
+        f"; the steps took {pooled_steps.text('.2f', 'x')} their predictions." if fits == claims.NOT_HELD else
+        ", too near its prediction to call." if fits == claims.UNRESOLVED else "."))
+if use_llama:
+    lo, hi = min(f.mid for f in frac.values()), max(f.mid for f in frac.values())
+    found.append(f"llama.cpp's 4-bit step took **{spread[('q4_1', c0)].text('.1f', 'ms')}**, "
+                 f"{prose.span(lo, hi, '.0%')} of the streaming read" + {
+                     claims.HELD: ", close to the machine's limit.",
+                     claims.NOT_HELD: f", short of the {close_to_read:.0%} counted close.",
+                     claims.UNRESOLVED: f", about the {close_to_read:.0%} counted close."}.get(
+                         v("llama_close_to_the_read"), "."))
+found.append({claims.HELD: "The fp8 cache saved memory but cost time.",
+              claims.NOT_HELD: "The fp8 cache saved memory and time.",
+              claims.UNRESOLVED: "The fp8 cache saved memory; its cost in time was unclear."}.get(
+                  v("fp8_cache_is_no_faster"), ""))
+
+# %%
+best_k = spec.loc[spec.speedup.idxmax()]
+k_verdict = pairs[best_k.guesses][0]  # this k's own verdict; the claim's is every k's
+sped = Spread(best_k.speedup_low, best_k.speedup, best_k.speedup_high).text(".2f", "x")
+found.append(f"Prompt lookup ran a quoting task at **{sped}** plain decoding's speed" + {
+    claims.HELD: ", as predicted", claims.NOT_HELD: f", not the {best_k.predicted_speedup:.2f}x predicted",
+    claims.UNRESOLVED: f", against {best_k.predicted_speedup:.2f}x predicted"}[k_verdict]
+    + (" (not every k did)" if v("speculation_as_predicted") != k_verdict else ""))
+issued = v("compiled_step_loses_its_dispatch")  # saved and dispatch exist only where it was decided
+found[-1] += ("; compiling saved the dispatch chapter 0 priced." if issued == claims.HELD else
+              f"; compiling saved {saved.text('.1f', 'ms')}, not chapter 0's {prose.ms(dispatch.best)}."
+              if issued == claims.NOT_HELD else "; compiling's saving was too close to chapter 0's dispatch to call."
+              if issued == claims.UNRESOLVED else ".")
+top_tpot = Spread(top.tpot_ms_low, top.tpot_ms, top.tpot_ms_high).text(".1f", "ms")
+cheapest = {"llama.cpp, Q4_1": "llama.cpp on the Q4_1 file", "vLLM (CPU build, HTTP)": "vLLM's CPU build"}.get(
+    top.path, top.path.removeprefix("fastest PyTorch: "))
+found.append(f"No path beat the book's eager fp32 loop on chapter 1's question here: a token every {top_tpot}."
+             if top.path.startswith("eager fp32") else f"So decode was cheapest with **{cheapest}**: a token every "
+             f"{top_tpot}, {top.speedup_over_eager_loop:.2f}x the book's eager loop's speed.")
+opening.write(" ".join(filter(None, found)))
+
 # %% [markdown]
 # ## Evidence in this chapter
 #
@@ -1045,8 +1133,9 @@ print(register.summary())
 #
 # ## Takeaways
 #
-# * A decode step's speed is its bytes at its kernel's rate: fewer bytes help only through a kernel that keeps its
-#   rate on them.
+# * Price a decode step as its bytes at the rate its own kernel streams them, then check the price against the
+#   step (the first finding above says how well it priced this machine's): fewer bytes help only through a kernel
+#   that keeps its rate on them.
 # * Measure how close a kernel gets to the machine's read: that is the room a better kernel has.
 # * A quantized cache can save memory and cost time: read how it is implemented before expecting speed.
 # * Speculation pays when the tokens gained per pass beat what a wider pass costs on this machine.
