@@ -119,6 +119,15 @@ register = claims.Claims()
 pd.Series(describe_environment(cpu, torch.float32, MODEL)).to_frame("this run")
 
 # %% [markdown]
+# ## What this run found
+
+# %% [markdown]
+# ## What this run found
+
+# %%
+opening = prose.Opening()
+
+# %% [markdown]
 # ## The engines
 #
 # With no `base_url`, `lib.engines` starts each engine in `engines` on `127.0.0.1` at a free port, waits until
@@ -272,7 +281,8 @@ results.table(own, "server_reported")
 reported = own.dropna(subset=["server_ttft_ms"])
 register.claim(
     "client_ttft_covers_server_ttft", "The client's mean TTFT is at least the engine's own reported TTFT.",
-    held="the part outside the server: {outside} of TTFT.",
+    held="the client's mean TTFT was at least the engine's own ({pairs}), so the part outside the server (the "
+         "connection, the request's parsing before the server's clock starts, the wire back) was {outside} of TTFT.",
     not_held="the server's own mean TTFT exceeds the client's for the same requests: the two spans do not nest as "
              "assumed (the server records a first token after sending it, or the client stamps its send late), so "
              "this run cannot split TTFT into inside and outside the server.",
@@ -284,7 +294,9 @@ show(register.decide("client_ttft_covers_server_ttft",
                                         for r in reported.itertuples()),
                      evidence=f"server histograms' sum and count before and after the {runs} runs the client timed "
                               "(warm-up excluded)",
-                     outside=", ".join(f"{r.path} **{r.outside_server_ms:.1f} ms**" for r in reported.itertuples())))
+                     outside=", ".join(f"{r.path} **{r.outside_server_ms:.1f} ms**" for r in reported.itertuples()),
+                     pairs=", ".join(f"{r.path} {r.client_ttft_ms:.0f} ms against its own {r.server_ttft_ms:.0f} ms"
+                                     for r in reported.itertuples())))
 own.round(1)
 
 # %% [markdown]
@@ -307,21 +319,22 @@ for r in engine_rows.itertuples():
               " The engine reports no split of its TTFT, so where it gained is not measured here.")
     register.claim(
         f"engine_adds_to_ttft_{tag}", f"Through {r.path}, TTFT is longer than in-process, beyond both paths' intervals.",
-        held="in-process TTFT was **{base:.0f} ms** ({base_span}); through {path} **{ttft:.0f} ms** ({span}), {added:+.0f} "
-             "ms: what the HTTP path, the template and tokenisation, and the scheduler cost before the first token.",
-        not_held="in-process TTFT was **{base:.0f} ms** ({base_span}); through {path} **{ttft:.0f} ms** ({span}), "
-                 "{added:+.0f} ms: the engine reached its first token sooner than the in-process path.{inside}",
-        unresolved="in-process TTFT was **{base:.0f} ms** ({base_span}); through {path} {ttft:.0f} ms ({span}): the "
-                   "intervals overlap, so what the engine adds to TTFT is smaller than this run's noise.",
+        held="through {path}, TTFT was **{span}**, {added:.0f} ms longer than the in-process {base_span}, beyond "
+             "both ranges: what the HTTP path, the template and tokenisation, and the scheduler cost before the first "
+             "token.",
+        not_held="through {path}, TTFT was **{span}**, {saved:.0f} ms shorter than the in-process {base_span}, beyond "
+                 "both ranges: the engine reached its first token sooner than the plain model call.{inside}",
+        unresolved="through {path}, TTFT was {span} against the in-process {base_span}: the ranges overlap, so "
+                   "whatever the engine adds to TTFT is smaller than this run's noise.",
         not_measured="the server serves another model than the in-process path: nothing is compared.")
     show(register.decide(f"engine_adds_to_ttft_{tag}", claims.below(spread_of(base, "ttft_ms"), spread_of(r, "ttft_ms"))
                          if same_model else None,
                          predicted="longer than in-process", measured=f"{r.ttft_ms:.0f} ms against {base.ttft_ms:.0f}",
                          evidence=f"{runs} runs per path after a warm-up; prompt {base.prompt_tokens:.0f} tokens in-process, "
                                   f"{r.prompt_tokens:.0f} as {r.path} counted it",
-                         base=base.ttft_ms, base_span=spread_of(base, "ttft_ms").text(".0f", "ms"), path=r.path,
-                         ttft=r.ttft_ms, span=spread_of(r, "ttft_ms").text(".0f", "ms"), added=r.ttft_added_ms,
-                         inside=inside))
+                         base_span=spread_of(base, "ttft_ms").text(".0f", "ms"), path=r.path,
+                         span=spread_of(r, "ttft_ms").text(".0f", "ms"), added=r.ttft_added_ms,
+                         saved=-r.ttft_added_ms, inside=inside))
 if not same_prompt:
     print("The engines counted a different prompt length than the in-process chat template: their templates differ.")
 
@@ -336,20 +349,27 @@ for r in engine_rows.itertuples():
         f"engine_gaps_close_to_in_process_{tag}",
         f"Through {r.path}, the median gap between tokens is the in-process one, within the tolerance for a predicted "
         "time (their ratio's interval).",
-        held="{path}'s decode step costs about what the in-process one does ({ratio}): the per-token work of serving "
-             "(detokenising, one server-sent event) is small beside the forward pass.",
-        not_held="{path}'s gaps are {ratio} the in-process ones. {why}",
+        held="through {path}, the median gap between tokens was {gap:.0f} ms against {base_gap:.0f} ms in-process "
+             "({ratio}), within the predicted {tol:g}x: the per-token work of serving (detokenising, one server-sent "
+             "event) is small beside the forward pass.",
+        not_held="through {path}, the median gap between tokens was **{gap:.0f} ms** against {base_gap:.0f} ms "
+                 "in-process, {ratio} the in-process gap, outside the predicted {tol:g}x. {why}",
+        unresolved="through {path}, the median gap between tokens was {gap:.0f} ms against {base_gap:.0f} ms "
+                   "in-process ({ratio}): the ratio's interval straddles the predicted {tol:g}x, so this run cannot "
+                   "tell whether serving adds to each token.",
         not_measured="the server serves another model than the in-process path: nothing is compared.")
     show(register.decide(f"engine_gaps_close_to_in_process_{tag}", claims.within(gap_ratio, 1.0, claims.PREDICTED_TIME)
                          if same_model else None,
                          predicted=f"{base.median_gap_ms:.0f} ms (in-process), within {claims.PREDICTED_TIME:g}x",
                          measured=f"{r.median_gap_ms:.0f} ms ({gap_ratio.text('.2f', 'x')})",
                          evidence=f"{runs} runs per path; in-process on {torch.get_num_threads()} threads",
-                         path=r.path, ratio=gap_ratio.text(".2f", "x"),
+                         path=r.path, ratio=gap_ratio.text(".2f", "x"), gap=r.median_gap_ms,
+                         base_gap=base.median_gap_ms, tol=claims.PREDICTED_TIME,
                          why="The engine's decode step is quicker than the plain model call: its own kernels, or its "
                              "compute thread pinned to a core, which this chapter does not take apart." if gap_ratio.mid < 1
-                         else "The engine's own loop (scheduling, its cache's bookkeeping, a Python server thread "
-                              "beside the model's) costs more than the HTTP path."))
+                         else "Each token costs the engine more than the plain model call: its own loop (scheduling, "
+                              "its cache's bookkeeping, a Python server thread beside the model's) and its threads "
+                              "(*Threads*, below), which this chapter does not take apart."))
 
 # %% [markdown] tags=["predict"]
 # ## Load: many users at once
@@ -416,7 +436,7 @@ gain = sweep.groupby("engine").apply(lambda g: g.tokens_per_s.iloc[-1] / g.token
 left.set(xscale="log", xlabel="concurrent users", ylabel="total output tokens / s",
          title=f"{concurrency[-1]} users give {gain.min():.1f}x to {gain.max():.1f}x the tokens/s of {concurrency[0]}")
 right.set(xlabel="total output tokens / s", ylabel="each user's median TPOT (ms)",
-          title="throughput is bought with each user's TPOT (labels: users)")
+          title="total tokens/s against each user's TPOT (labels: users)")
 left.legend(fontsize=8)
 right.legend(fontsize=8)
 fig.tight_layout()
@@ -429,20 +449,27 @@ def e2e_of(name: str, c: int) -> Spread:
     return Spread.of(t.metrics().e2e for t in sweep_traces[(name, c)] if t.ok)
 
 
+gains = {}  # each engine's throughput gain from the fewest users to the most (None: one level only)
 for name, g in sweep.groupby("engine", sort=False):
     first, last = g.iloc[0], g.iloc[-1]
     # c users each finishing a request every e2e: the total rate is c / e2e, so the gain is c1/c0 times e2e0/e2e1
     gain_interval = (e2e_of(name, int(first.concurrency)) / e2e_of(name, int(last.concurrency))) * (
         last.concurrency / first.concurrency) if len(g) > 1 else None
+    gains[name] = gain_interval
     claim = f"batching_raises_throughput_{name.split()[0].lower()}"
     register.claim(
         claim, f"{name}: the most concurrent users get more total tokens per second than the fewest (the interval of "
                "the gain, from the requests' end-to-end times, above one).",
-        held="from {first_n} to {last_n} users the total rose **{gain}** while each user's TPOT went from "
-             "{tpot0:.0f} to **{tpot1:.0f} ms**: the batch shares each step's reading of the weights.",
-        not_held="from {first_n} to {last_n} users the total went from {tps0:.1f} to {tps1:.1f} tokens/s ({gain}) "
-                 "and TPOT from {tpot0:.0f} to {tpot1:.0f} ms: on this machine a larger batch costs about its size in "
-                 "time (a step already compute-bound, or cores busy with other work).",
+        held="from {first_n} to {last_n} concurrent users, the total output tokens per second rose **{gain}** "
+             "({tps0:.1f} to {tps1:.1f} tokens/s) while each user's median TPOT went from {tpot0:.0f} to "
+             "**{tpot1:.0f} ms**: the batch shares each step's reading of the weights.",
+        not_held="from {first_n} to {last_n} concurrent users, the total output tokens per second did not rise: it "
+                 "went from {tps0:.1f} to {tps1:.1f} tokens/s ({gain}) and each user's median TPOT from {tpot0:.0f} "
+                 "to {tpot1:.0f} ms: on this machine a larger batch costs about its size in time (a step already "
+                 "compute-bound, or cores busy with other work).",
+        unresolved="from {first_n} to {last_n} concurrent users, the total output tokens per second went from "
+                   "{tps0:.1f} to {tps1:.1f} tokens/s ({gain}), but the gain's interval reaches one: this run cannot "
+                   "tell whether batching raised throughput.",
         not_measured="one concurrency level only.")
     show(register.decide(claim, claims.verdict_of(gain_interval.low > 1, gain_interval.high <= 1) if len(g) > 1 else None,
                          predicted="more tokens/s in total, each user's TPOT higher",
@@ -531,8 +558,9 @@ for name, g in poisson.groupby("engine", sort=False):
         claim, f"{name}: goodput at the highest arrival rate is below goodput at the lowest, beyond their intervals.",
         held="goodput fell from **{g0:.0%}** at {r0:g} requests/s to **{g1:.0%}** at {r1:g}/s; median TTFT went from "
              "{t0:.0f} to {t1:.0f} ms. {collapse}",
-        not_held="goodput did not fall between {r0:g} and {r1:g} requests/s ({g0:.0%} against {g1:.0%}): every rate "
-                 "tried is within what the engine serves.",
+        not_held="goodput did not fall between {r0:g} and {r1:g} requests/s ({g0:.0%} against {g1:.0%}); the highest "
+                 "rate was {over:.1f}x the capacity the closed loop measured, and median TTFT went from {t0:.0f} to "
+                 "{t1:.0f} ms against an objective of {ttft_slo:.0f} ms.{note}",
         unresolved="goodput went from {g0:.0%} at {r0:g} requests/s to {g1:.0%} at {r1:g}/s, but their intervals overlap: "
                    "this run's {arrivals} arrivals per rate cannot tell.",
         not_measured="one arrival rate only.")
@@ -546,13 +574,19 @@ for name, g in poisson.groupby("engine", sort=False):
                                   f"{goals[name].ttft_ms:.0f} ms, TPOT <= {goals[name].tpot_ms:.0f} ms; {resamples} "
                                   "bootstrap resamples",
                          g0=low_rate.goodput, g1=high_rate.goodput, r0=low_rate.rate_per_s, r1=high_rate.rate_per_s,
-                         t0=low_rate.ttft_ms, t1=high_rate.ttft_ms, arrivals=arrivals,
+                         t0=low_rate.ttft_ms, t1=high_rate.ttft_ms, arrivals=arrivals, ttft_slo=goals[name].ttft_ms,
+                         over=high_rate.rate_per_s / sweep[sweep.engine == name].requests_per_s.max(),
+                         note=f" With {arrivals} arrivals per rate, no queue grew long enough to break the "
+                              "objectives." if high_rate.goodput == 1 else f" Median TPOT went from "
+                              f"{low_rate.tpot_ms:.0f} to {high_rate.tpot_ms:.0f} ms against an objective of "
+                              f"{goals[name].tpot_ms:.0f} ms.",
                          collapse=(f"It collapsed (interval below {collapse_below:.0%}) from **{where:g} requests/s**."
                                    if where is not None else f"Its interval never fell below {collapse_below:.0%}.")))
 
 # %% [markdown]
-# **Takeaway: an engine serves more tokens per second to many users than to one, and pays for it in each
-# user's TPOT and, once arrivals outpace it, in TTFT: goodput, not throughput, says when it is overloaded.**
+# **Takeaway: judge an engine under load by its total tokens per second beside each user's TPOT, and under
+# random arrivals by goodput against stated objectives: throughput alone does not say when it is overloaded.
+# The findings above say what this machine's engines did.**
 #
 # ## One set of traces, five ways to score it
 #
@@ -721,8 +755,8 @@ def stall_sentence(r) -> str:
     ordinary, worst, ttft = r.case_a_ordinary_gap_ms, r.case_a_worst_gap_during_ms, r.case_b_ttft_ms
     calm = f"no gap of A rose above {elevated_factor:g}x its ordinary {ordinary:.0f} ms (the worst was {worst:.0f} ms)"
     return {
-        "after_a": f"{who}: B arrived after A's last chunk (A's reply was {r.case_a_tokens:.0f} tokens; B waits for its "
-                   f"chunk {stall_arrival}), so A had nothing left to stall and this setting measured no "
+        "after_a": f"{who}: B arrived after A's last chunk (A's reply was {prose.tokens(r.case_a_tokens)}; B waits for "
+                   f"its chunk {stall_arrival}), so A had nothing left to stall and this setting measured no "
                    f"interference; B's TTFT alone was {ttft:.0f} ms.",
         "one_stall": f"{who}: B's prefill ran inside A's stream as **one stall**: A's worst gap was {worst:.0f} ms "
                      f"against its ordinary {ordinary:.0f} ms, that one gap held {r.case_worst_share:.0%} of the "
@@ -749,9 +783,13 @@ register.claim(
     "stall_is_one_piece",
     "At every setting, A's worst gap is one ordinary gap plus the cost model's prefill of one budget-sized piece of B, "
     "within the tolerance for a predicted time.",
-    held="a production scheduler stalls a decoding stream for one step holding a piece of the newcomer's prompt, as "
-         "chapter 5's loop did: {froze}.",
-    not_held="not every setting matched one piece's prefill: {off}. What the traces show: {sentences}",
+    held="at every setting, A's worst gap was one ordinary gap plus the cost model's prefill of one piece of B, within "
+         "the predicted {tol:g}x: {froze}. A production scheduler stalls a decoding stream for one step holding a "
+         "piece of the newcomer's prompt, as chapter 5's loop did.",
+    not_held="A's worst gap was not one ordinary gap plus the cost model's prefill of one piece of B at every "
+             "setting: {off}. What the traces show: {sentences}",
+    unresolved="at some setting, A's worst gap was too close to one ordinary gap plus the cost model's prefill of one "
+               "piece of B, with the {tol:g}x tolerance, to call: {off}.",
     not_measured="in no setting was A still streaming when B arrived, so the stall was not measured: {all_sentences}")
 show(register.decide("stall_is_one_piece", claims.every(ok) if tested else None,
                      predicted=", ".join(f"{r.engine} {r.budget_tokens:.0f}: {r.predicted_worst_gap_ms:.0f} ms" for r in stall.itertuples()),
@@ -762,8 +800,10 @@ show(register.decide("stall_is_one_piece", claims.every(ok) if tested else None,
                      froze=", ".join(f"{r.engine} (budget {r.budget_tokens:.0f}) froze A for **{r.a_worst_gap_ms:.0f} ms** "
                                      f"against {r.a_median_gap_before_ms:.0f} ms gaps before (predicted "
                                      f"{r.predicted_worst_gap_ms:.0f})" for r in tested),
-                     off=", ".join(f"{r.engine} {r.budget_tokens:.0f}: {r.a_worst_gap_ms:.0f} ms against "
-                                   f"{r.predicted_worst_gap_ms:.0f}" for r, v in zip(tested, ok) if v != claims.HELD),
+                     off="; ".join(f"{r.engine} (budget {r.budget_tokens:.0f}) {r.a_worst_gap_ms:.0f} ms against "
+                                   f"{r.predicted_worst_gap_ms:.0f} ms predicted (the same piece timed in-process, "
+                                   f"plus an ordinary gap: {r.in_process_worst_gap_ms:.0f} ms)"
+                                   for r, v in zip(tested, ok) if v != claims.HELD), tol=claims.PREDICTED_TIME,
                      sentences=" ".join(stall_sentence(r) for r, v in zip(tested, ok) if v != claims.HELD),
                      all_sentences=" ".join(stall_sentence(r) for r in stall.itertuples())))
 
@@ -776,11 +816,23 @@ register.claim(
     "chunking_trades_stall_for_ttft",
     "In vLLM, a smaller --max-num-batched-tokens shortens A's worst gap and lengthens B's TTFT, beyond the runs' "
     "intervals.",
-    held="chunked prefill in a production scheduler makes chapter 5's trade: A's stall shrinks with the budget, and B "
-         "waits one more step per chunk.",
-    not_held="the budgets did not order A's worst gap and B's TTFT as chapter 5 did: with this prompt and machine, "
-             "per-step costs other than the prefill's size dominate.",
-    not_measured=f"vLLM did not run here ({vllm_missing or 'not among the engines'}), or only one budget was measured.")
+    held="in vLLM, shrinking the budget from {b0:.0f} to {b1:.0f} tokens cut A's worst gap from {gap0:.0f} to "
+         "**{gap1:.0f} ms** and lengthened B's TTFT from {ttft0:.0f} to **{ttft1:.0f} ms**, beyond the runs' ranges: "
+         "chunked prefill in a production scheduler makes chapter 5's trade.",
+    not_held="in vLLM, shrinking the budget from {b0:.0f} to {b1:.0f} tokens took A's worst gap from {gap0:.0f} to "
+             "{gap1:.0f} ms and B's TTFT from {ttft0:.0f} to {ttft1:.0f} ms: not chapter 5's trade (a shorter stall "
+             "bought with a longer TTFT), so with this prompt and machine something other than the piece's size, "
+             "such as each step's fixed cost, set them.",
+    unresolved="in vLLM, shrinking the budget from {b0:.0f} to {b1:.0f} tokens took A's worst gap from {gap0:.0f} to "
+               "{gap1:.0f} ms and B's TTFT from {ttft0:.0f} to {ttft1:.0f} ms, but the runs' ranges overlap: this run "
+               "cannot tell whether the budget made chapter 5's trade.",
+    not_measured=("only one vLLM budget was measured" if "vLLM" in urls else "a server at base_url was measured "
+                  "instead" if base_url else vllm_missing or "vLLM is not among this run's engines") + ".")
+trade = {}  # the largest budget against the smallest, for the sentence
+if len(vl) > 1:
+    wide, narrow = vl.iloc[0], vl.iloc[-1]
+    trade = dict(b0=wide.budget_tokens, b1=narrow.budget_tokens, gap0=wide.a_worst_gap_ms, gap1=narrow.a_worst_gap_ms,
+                 ttft0=wide.b_ttft_ms, ttft1=narrow.b_ttft_ms)
 gaps_by = [Spread.of(stalls[(stalls.engine == "vLLM") & (stalls.budget_tokens == b)].a_worst_gap_ms) for b in vl.budget_tokens]
 ttfts_by = [Spread.of(stalls[(stalls.engine == "vLLM") & (stalls.budget_tokens == b)].b_ttft_ms) for b in vl.budget_tokens]
 show(register.decide("chunking_trades_stall_for_ttft",
@@ -789,7 +841,7 @@ show(register.decide("chunking_trades_stall_for_ttft",
                      predicted="worst gap falls, B's TTFT rises, as the budget shrinks",
                      measured="; ".join(f"budget {r.budget_tokens:.0f}: A's worst gap {r.a_worst_gap_ms:.0f} ms, B's TTFT "
                                         f"{r.b_ttft_ms:.0f} ms" for r in vl.itertuples()),
-                     evidence=f"{runs} runs per budget; a fresh vLLM per budget"))
+                     evidence=f"{runs} runs per budget; a fresh vLLM per budget", **trade))
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 4))
@@ -806,9 +858,10 @@ results.figure(fig, "stall_against_budget")
 plt.show()
 
 # %% [markdown]
-# **Takeaway: the two phases survive the trip over the wire: an engine changes TTFT by what its own path adds
-# or saves (the first claims above say which, engine by engine), batches decode to buy throughput with TPOT, and
-# stalls a stream for a newcomer's prefill unless its token budget chunks it.**
+# **Takeaway: the book's two phases can be measured over the wire with its own tools: set a served request
+# beside the in-process one to see what the engine's path adds or saves, load the engine to see what batching
+# buys and costs, and send a long prompt into a stream to see how its scheduler places the prefill. The findings
+# above say what each engine did on this machine.**
 #
 # ## What these numbers do not show
 #
@@ -830,14 +883,16 @@ plt.show()
 #
 # ## Takeaways
 #
-# * A client's TTFT is the server's plus what the server cannot see; an engine's own histograms say which part
-#   is which.
-# * Continuous batching trades each user's TPOT for total tokens per second; state the objectives and report
-#   goodput with its interval.
+# * A client's clock starts before the server's and stops after it, so its TTFT should cover the server's own
+#   plus what the server cannot see; where an engine reports its own histograms, set them beside the client's
+#   (the finding above says whether they nested here).
+# * Report load as total tokens per second beside each user's TPOT, which continuous batching is meant to trade
+#   against each other; state the objectives and report goodput with its interval.
 # * Open-loop arrivals can overload a server, which a closed loop cannot: a closed loop slows its users down when
 #   the server does. Whether this run's rates reached the collapse, the goodput claims above say.
-# * Chunked prefill bounds the stall a long prompt inflicts on streams that are decoding, at the newcomer's
-#   expense.
+# * To see what chunked prefill does, send a long prompt while another stream decodes and vary the token
+#   budget: the decoding stream's worst gap and the newcomer's TTFT are the two sides of the trade (the finding
+#   above says whether this run saw it).
 # * Before comparing two benchmark reports, check which tool wrote them: TTFT, ITL and TPOT are not defined
 #   alike.
 #
@@ -860,7 +915,7 @@ plt.show()
 # figure, while the second excludes it (GuideLLM's time_per_output_token against its inter_token_latency).
 # </details>
 #
-# 3. Why does vLLM's own TTFT histogram come out shorter than the client's?
+# 3. Why should vLLM's own TTFT histogram come out shorter than the client's?
 #
 # <details><summary>Answer</summary>
 #
@@ -896,6 +951,75 @@ plt.show()
 for engine in live.values():
     engine.stop()
 claims.invariant(not any(e.running for e in live.values()), "an engine is still running after the chapter")
+
+
+# %%
+def of(claim: str, name: str) -> str:
+    """The verdict of engine ``name``'s claim ``claim`` (its id without the engine's tag)."""
+    return register.verdict(f"{claim}_{name.split()[0].lower()}")
+
+
+def by_engine(say, differed: str) -> str:
+    """What ``say(engine)`` says for every engine that has something to say, when they all say the same; else
+    ``differed`` (the findings say which engine did what)."""
+    said = {say(name) for name in urls} - {""}
+    return said.pop() if len(said) == 1 else differed if said else ""
+
+
+def alone(name: str) -> str:
+    """What a lone request served by ``name`` got, against in-process, as its two claims decided."""
+    first = {claims.HELD: "a later first token", claims.NOT_HELD: "an earlier first token",
+             claims.UNRESOLVED: "its first token about as soon"}.get(of("engine_adds_to_ttft", name))
+    later = {claims.HELD: "later ones as fast", claims.UNRESOLVED: "later ones about as fast",
+             claims.NOT_HELD: "slower later ones" if ratio_of[name].mid > 1 else "faster later ones",
+             }.get(of("engine_gaps_close_to_in_process", name))
+    return f"{first} and {later}" if first and later else ""
+
+
+ratio_of = {r.path: spread_of(r, "median_gap_ms") / spread_of(base, "median_gap_ms") for r in engine_rows.itertuples()}
+lone = by_engine(alone, "timings that differed by engine")
+batched = by_engine(lambda n: {claims.HELD: "batching raised throughput",
+                               claims.NOT_HELD: "batching did not raise throughput",
+                               claims.UNRESOLVED: "batching's gain was unclear",
+                               }.get(of("batching_raises_throughput", n), ""), "batching's gain differed by engine")
+nil_at_first = {n: poisson[poisson.engine == n].goodput.iloc[0] == 0 for n in urls}  # below the objectives from the start
+loaded = by_engine(lambda n: {claims.HELD: "goodput fell once arrivals outpaced the engine",
+                              claims.NOT_HELD: "goodput was already nil at the lowest arrival rate" if nil_at_first[n]
+                              else "goodput did not fall at the top arrival rate",
+                              claims.UNRESOLVED: "goodput's change was unclear",
+                              }.get(of("goodput_falls_with_load", n), ""), "goodput's trend differed by engine")
+under = ", and ".join(x for x in (batched, loaded) if x)
+answer = "; ".join(x for x in (f"served, a lone request got {lone}" if lone else "",
+                               f"under load, {under}" if under else "") if x)
+chunked = {claims.HELD: f"; vLLM at budget {trade.get('b1', 0):.0f} held it to {trade.get('gap1', 0):,.0f} ms, "
+                        "delaying the newcomer",
+           claims.NOT_HELD: "; smaller vLLM budgets did not make chapter 5's trade",
+           claims.UNRESOLVED: "; what smaller vLLM budgets traded was unclear",
+           }.get(register.verdict("chunking_trades_stall_for_ttft"), "")
+
+# %%
+called = lambda name: "the server" if name == "server" else name  # noqa: E731  (base_url's server)
+stalled = [r for r in tested if r.case in ("one_stall", "pieces")]
+hardest = max(stalled, key=lambda r: r.a_worst_gap_ms) if stalled else None  # the longest stall
+froze = (f"A {b_ids.shape[1]:,}-token newcomer froze a decoding stream for up to **"
+         + Spread(hardest.a_worst_gap_ms_low, hardest.a_worst_gap_ms, hardest.a_worst_gap_ms_high).text(",.0f", "ms")
+         + f"** ({called(hardest.engine)}, " + (f"budget {hardest.budget_tokens:.0f}" if hardest.budget_tokens else
+                                         "its own budget") + f"){chunked}. " if hardest else
+         f"A {b_ids.shape[1]:,}-token newcomer stalled no decoding stream here. " if tested else
+         "The stall went unmeasured: the decoding stream ended before the long prompt arrived. ")
+first_tokens = [f"**{spread_of(base, 'ttft_ms').text(',.0f', 'ms')}** in-process"] + [
+    f"**{spread_of(r, 'ttft_ms').text(',.0f', 'ms')}** through {called(r.path)}" + ("" if same_model else
+                                                                                   " of another model")
+    for r in engine_rows.itertuples()]
+ratios = " and ".join(f"**{q.text('.2f', 'x')}**" for q in ratio_of.values())
+gains_text = " and ".join(f"**{g.text('.1f', 'x')}**" for g in gains.values() if g)
+rose = "rose" if all(of("batching_raises_throughput", n) == claims.HELD for n in urls) else "changed by"
+opening.write(
+    f"On this machine ({prose.machine(cpu, 'fp32')}), one request's first token came after "
+    f"{', '.join(first_tokens[:-1])} and {first_tokens[-1]} ({runs}-run medians). "
+    + (f"Gaps between tokens were {ratios} the in-process {base.median_gap_ms:,.0f} ms. " if same_model else "")
+    + (f"From {levels[0]} to {levels[-1]} users, throughput {rose} {gains_text}. " if gains_text else "")
+    + froze + (f"So {answer}." if answer else ""))
 
 # %% [markdown]
 # ## Evidence in this chapter

@@ -1058,6 +1058,9 @@ show(f"**On this machine** ({threads} thread{'s' if threads > 1 else ''}), the f
 if worker:
     worker.close()
 
+# %% [markdown]
+# The paragraph at the top of this chapter, written from the findings above:
+
 # %%
 v, f32 = register.verdict, spread[("fp32", c0)]
 found = [f"On this machine ({prose.machine(device)}), over {sweep_runs} runs, the book's eager fp32 step took "
