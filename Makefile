@@ -144,6 +144,11 @@ endif
 LLAMA_VENV  := .venv-llama
 LLAMA_STAMP := $(LLAMA_VENV)/.installed
 LLAMA_PIN   := llama-cpp-python[server]==0.3.36
+# On an x86-64 CPU with AMX (Intel Xeon since Sapphire Rapids) the native build compiles ggml's AMX kernels, and
+# llama_decode dies with SIGSEGV in ggml_backend_amx_mul_mat on the first prompt (ggml-org/llama.cpp#20824):
+# chapter 8's build 8 lost both llama.cpp claims to it. The AMX kernels are left out; AVX-512 and the rest stay
+# native (GCC and Clang let an explicit -mno-* win over what -march=native turns on).
+LLAMA_CMAKE := $(if $(filter x86_64,$(shell uname -m)),-DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16',)
 .PHONY: $(LLAMA_VENV)
 
 $(LLAMA_VENV): $(LLAMA_STAMP)
@@ -151,7 +156,7 @@ $(LLAMA_VENV): $(LLAMA_STAMP)
 $(LLAMA_STAMP):
 	test -x $(LLAMA_VENV)/bin/python || $(PYTHON) -m venv $(LLAMA_VENV)
 	$(LLAMA_VENV)/bin/python -m pip install --quiet --upgrade pip
-	CMAKE_BUILD_PARALLEL_LEVEL=$(shell nproc) $(LLAMA_VENV)/bin/python -m pip install --quiet "$(LLAMA_PIN)" \
+	CMAKE_BUILD_PARALLEL_LEVEL=$(shell nproc) CMAKE_ARGS="$(LLAMA_CMAKE)" $(LLAMA_VENV)/bin/python -m pip install --quiet --no-cache-dir "$(LLAMA_PIN)" \
 	  || { echo "llama-cpp-python did not build here (see the compiler's messages above); chapter 8 measures the rest. LLAMA=0 skips this step."; rm -rf $(LLAMA_VENV); exit 0; }
 	test ! -x $(LLAMA_VENV)/bin/python || touch $(LLAMA_STAMP)
 
