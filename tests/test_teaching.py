@@ -33,6 +33,25 @@ def test_a_session_s_sum_is_written_out_and_a_chapter_too_long_says_by_how_much(
     assert teaching.SESSION_OVERHEAD_MIN == teaching.START_MIN + teaching.DISCUSS_MIN
 
 
+def test_reading_time_counts_what_the_code_prints_its_tables_and_figures_but_not_folded_listings(tmp_path):
+    v4 = nbformat.v4
+    printed = v4.new_output("display_data", data={"text/markdown": "word " * 300 + "<details><summary>The code"
+                                                  "</summary>\n\n```python\n" + "x = 1\n" * 50 + "```\n</details>"})
+    table = v4.new_output("display_data", data={"text/html": "<table><tr><th>a</th></tr>" + "<tr><td>1</td></tr>" * 19
+                                                + "</table>", "text/plain": "a"})
+    figure = v4.new_output("display_data", data={"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"})
+    stream = v4.new_output("stream", name="stdout", text="one two three four\n")
+    code = v4.new_code_cell("show()")
+    code.outputs = [printed, table, figure, stream]
+    path = tmp_path / "chapter.ipynb"
+    nbformat.write(v4.new_notebook(cells=[v4.new_markdown_cell("word " * 100), code]), path)
+    page = teaching.page(path)
+    assert page == teaching.Page(words=100 + 300 + 4, table_rows=20, figures=1, code_cells=1)
+    assert page.minutes == pytest.approx(404 / teaching.READING_WORDS_PER_MINUTE + 20 * teaching.SECONDS_PER_TABLE_ROW / 60
+                                         + teaching.SECONDS_PER_FIGURE / 60 + teaching.MINUTES_PER_CODE_CELL)
+    assert teaching.reading_minutes(path) == page.minutes
+
+
 def test_the_example_runs_quick_times_are_labelled_with_their_load(tmp_path):
     facts = teaching.runs_conditions(ROOT)
     assert {"measured", "machine", "load"} <= set(facts) and "load average" in facts["load"]

@@ -16,6 +16,7 @@ import html
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -27,6 +28,10 @@ READING_WORDS_PER_MINUTE = 200
 """Assumed reading speed for a chapter's prose (an assumption, stated on the page, not a measurement)."""
 MINUTES_PER_CODE_CELL = 0.5
 """Assumed time to read a code cell and run it, on top of the measured run time."""
+SECONDS_PER_TABLE_ROW = 3
+"""Assumed time to read one row of a table a chapter prints (the header counts as a row)."""
+SECONDS_PER_FIGURE = 30
+"""Assumed time to read one figure: its title, axes and legend against the sentence that explains it."""
 START_MIN = 5
 """Minutes at the start of a session: opening JupyterLab (``make lab``), starting the kernel, the first cell."""
 DISCUSS_MIN = 5
@@ -44,15 +49,65 @@ def _boxed(table: str) -> str:
     return f'<div class="book-table">{table}</div>'
 
 
-def reading_minutes(notebook_path: Path) -> float:
-    """Estimated minutes to read a chapter: its prose at :data:`READING_WORDS_PER_MINUTE`, plus
-    :data:`MINUTES_PER_CODE_CELL` for each code cell."""
+@dataclass(frozen=True)
+class Page:
+    """What a reader of an executed chapter has in front of them, counted: ``words`` of prose (the markdown and
+    the prose its code prints, folded library listings left out: a reader opens them only if they want),
+    ``table_rows`` (every printed table's rows, headers included), ``figures`` and ``code_cells``."""
+
+    words: int
+    table_rows: int
+    figures: int
+    code_cells: int
+
+    @property
+    def minutes(self) -> float:
+        """Estimated minutes to read it: :data:`READING_WORDS_PER_MINUTE`, :data:`SECONDS_PER_TABLE_ROW`,
+        :data:`SECONDS_PER_FIGURE`, :data:`MINUTES_PER_CODE_CELL`."""
+        return (self.words / READING_WORDS_PER_MINUTE + self.table_rows * SECONDS_PER_TABLE_ROW / 60
+                + self.figures * SECONDS_PER_FIGURE / 60 + self.code_cells * MINUTES_PER_CODE_CELL)
+
+
+def _output_text(output) -> tuple[str, int, int]:
+    """(prose words' text, table rows, figures) of one cell output."""
+    from bs4 import BeautifulSoup
+
+    if output.get("output_type") == "stream":
+        return output.get("text", ""), 0, 0
+    data = output.get("data", {})
+    figures = int("image/png" in data or "image/svg+xml" in data)
+    if "text/html" in data and "<table" in data["text/html"]:
+        soup = BeautifulSoup(data["text/html"], "html.parser")
+        return "", len(soup.find_all("tr")), figures
+    if "text/markdown" in data:
+        soup = BeautifulSoup(data["text/markdown"], "html.parser")
+        for folded in soup.find_all("details"):
+            folded.decompose()
+        return soup.get_text(" "), 0, figures
+    if "text/plain" in data and not figures and output.get("output_type") == "execute_result":
+        text = data["text/plain"]
+        return "", max(len(text.splitlines()), 1), 0  # a DataFrame's plain repr: one row a line
+    return "", 0, figures
+
+
+def page(notebook_path: Path) -> Page:
+    """Count what an executed chapter shows its reader (:class:`Page`)."""
     import nbformat
 
     notebook = nbformat.read(notebook_path, as_version=4)
     words = sum(len(c.source.split()) for c in notebook.cells if c.cell_type == "markdown")
+    rows = figures = 0
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            text, r, f = _output_text(output)
+            words, rows, figures = words + len(text.split()), rows + r, figures + f
     code = sum(1 for c in notebook.cells if c.cell_type == "code")
-    return words / READING_WORDS_PER_MINUTE + code * MINUTES_PER_CODE_CELL
+    return Page(words=words, table_rows=rows, figures=figures, code_cells=code)
+
+
+def reading_minutes(notebook_path: Path) -> float:
+    """Estimated minutes to read an executed chapter, counting what its outputs show too (:class:`Page`)."""
+    return page(notebook_path).minutes
 
 
 def quick_seconds(runs_dir: Path = EXAMPLE_RUNS) -> pd.DataFrame:
@@ -194,8 +249,11 @@ def _sessions(chapters, runs: pd.DataFrame, root: Path) -> str:
     frame = pd.DataFrame(rows)
     slower = [c.stem for c in chapters if c.stem in runs.index and c.run_seconds
               and float(runs.loc[c.stem].min()) > c.run_seconds]
-    parts = [f"<p>A chapter's time in class is its reading plus its run. Reading is an estimate: the prose at "
-             f"{READING_WORDS_PER_MINUTE} words a minute, plus {MINUTES_PER_CODE_CELL} min for each code cell. "
+    parts = [f"<p>A chapter's time in class is its reading plus its run. Reading is an estimate from what the "
+             f"executed chapter shows: its prose (the markdown and the sentences its code prints; folded code "
+             f"listings left out) at {READING_WORDS_PER_MINUTE} words a minute, {SECONDS_PER_TABLE_ROW} s for each "
+             f"row of a printed table, {SECONDS_PER_FIGURE} s for each figure and {MINUTES_PER_CODE_CELL} min for "
+             "each code cell. Study, with the predictions written down, takes about twice as long. "
              "Run times are measured: <i>full</i> is the committed run (the status page names its machine); "
              f"<i>quick</i> (<code>quick = True</code>) is the faster of {_load_label(root)}."
              + (f" That load, not quick mode, is why {', '.join(slower)} took longer in quick mode than in the "
