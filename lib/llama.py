@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import select
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -83,17 +84,31 @@ class LlamaWorker:
                 self.process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
-            said = line.strip() or self._stderr_tail() or f"nothing within {self.start_timeout_s:g} s"
+            said = line.strip() or self._stderr_tail(status=started) or f"nothing within {self.start_timeout_s:g} s"
             self.close()
             raise LlamaFailed(f"llama.cpp did not start: {said}")
         return self
 
-    def _stderr_tail(self, lines: int = 10) -> str:
-        if self._log is None:
-            return "no output"
-        self._log.seek(0)
-        text = self._log.read()
-        return " | ".join(text.strip().splitlines()[-lines:]) or f"exit status {self.process.returncode}"
+    def _exit_status(self) -> str:
+        """How the process ended, for a failure's message: ``"exit status -11, SIGSEGV"``, or ``""`` while it runs."""
+        code = self.process.poll() if self.process is not None else None
+        if code is None:
+            return ""
+        if code < 0:
+            try:
+                return f"exit status {code}, {signal.Signals(-code).name}"
+            except ValueError:
+                return f"exit status {code}"
+        return f"exit status {code}"
+
+    def _stderr_tail(self, lines: int = 10, status: bool = True) -> str:
+        """The worker's last ``lines`` lines of stderr and (``status``), once it has ended, its exit status."""
+        ended = self._exit_status() if status else ""
+        said = ""
+        if self._log is not None:
+            self._log.seek(0)
+            said = " | ".join(self._log.read().strip().splitlines()[-lines:])
+        return "; ".join(filter(None, [said, ended])) or ("no output" if status else "")
 
     def request(self, **request) -> dict:
         """Send ``request`` (its ``kind`` and fields) and return the reply; a failed request raises
