@@ -488,14 +488,15 @@ class Claims:
     def against(self, claim: str) -> str:
         """How this run's measurement of ``claim`` stood against its prediction, as a phrase for a sentence
         (the chapter's opening paragraph): ``"as predicted (P)"``, ``"where P was predicted"``, ``"against P
-        predicted: too close to call in this run"``, ``"not measured here"``."""
+        predicted: this run's interval reaches both sides of it"``, ``"not measured here"``. The unresolved phrase
+        says only what the interval did: the claim's own sentence says which way the median leans."""
         verdict, row = self.verdict(claim), self.rows.get(claim)
         if verdict == HELD:
             return f"as predicted ({row.predicted})" if row.predicted else "as predicted"
         if verdict == NOT_HELD:
             return f"where {row.predicted} was predicted" if row.predicted else "not as predicted"
         if verdict == UNRESOLVED:
-            return f"against {row.predicted} predicted: too close to call in this run"
+            return f"against {row.predicted} predicted: this run's interval reaches both sides of it"
         return "not measured here"
 
     def evidence(self) -> pd.DataFrame:

@@ -34,6 +34,14 @@
 # Every chapter reads this chapter's table (`lib.machine.load_ceilings`), so a ceiling cannot drift between
 # chapters built minutes apart.
 
+# %% [markdown]
+# **After this chapter you can**
+#
+# * measure this machine's streaming read in GB/s, and check one reading with a second, different one;
+# * compare the model's own matrix-vector rate (the kernel rate) with the streaming read, and say which of the two a decode step will meet;
+# * read the matrix rate with few rows, F(M), and say why a pass of a few tokens does not get the rate of a long one;
+# * estimate what issuing one operation costs (dispatch) and what the timer itself adds to a measurement.
+
 # %% tags=["parameters"]
 quick = False
 device = "auto"
@@ -129,10 +137,10 @@ ok[["dtype", "threads", "kernel", "model", "rows", "best_s", "spread", "gb_s", "
 register.claim(
     "streaming_read_cross_checked",
     "A streaming read and a second read kernel that does almost no arithmetic reach the same rate.",
-    held="with {where}, the sum reads **{read:.1f} GB/s** and the running maximum {other:.1f} GB/s: the rate is "
-         "the memory's.",
-    not_held="with {where}, the sum reads {read:.1f} GB/s and the running maximum {other:.1f} GB/s ({ratio:.2f} "
-             "times as much): one of the two kernels, not the memory, limits its rate, and the faster one is the "
+    held="with {where}, at their fastest calls, the sum reads {read:.1f} GB/s and the running maximum {other:.1f} GB/s: "
+         "the rate is the memory's.",
+    not_held="with {where}, at their fastest calls, the sum reads {read:.1f} GB/s and the running maximum {other:.1f} "
+             "GB/s, {ratio:.2f} times as much: one of the two kernels, not the memory, limits its rate, and the faster one is the "
              "better measure of the memory.")
 rates = {k: ceilings.stream_bandwidth("fp32", most, k) / 1e9 for k in machine.STREAM_KERNELS}
 where = "the GPU" if on_gpu else f"{most} thread{'s' * (most > 1)}"
@@ -155,10 +163,12 @@ show(register.decide("streaming_read_cross_checked", claims.within(rates["read_m
 register.claim(
     "fresh_memory_copies_slower",
     "On a CPU, copying into freshly allocated memory is slower than copying into memory already in use.",
-    held="a copy moves {copy:.1f} GB/s into memory in use and **{fresh:.1f} GB/s** into fresh memory. The fresh copy "
-         "took {faults:,.0f} page faults for its {pages:,.0f} pages of {page_kib:g} KiB: each costs **{fault_us:.2f} us** "
-         "on {where} ({fault_us_1:.2f} us on one thread), which the cost model adds for every fault a pass takes.",
-    not_held="a copy moves {copy:.1f} GB/s into memory in use and {fresh:.1f} GB/s into fresh memory, not 1.25 times "
+    held="at its fastest call a copy moves {copy:.1f} GB/s into memory in use and {fresh:.1f} GB/s into fresh memory. "
+         "The fresh copy took {faults:,.0f} page faults for its {pages:,.0f} pages of {page_kib:g} KiB: each costs "
+         "{fault_us:.2f} us on {where} and {fault_us_1:.2f} us on one thread, which the cost model adds for every fault "
+         "a pass takes.",
+    not_held="at its fastest call a copy moves {copy:.1f} GB/s into memory in use and {fresh:.1f} GB/s into fresh "
+             "memory, not 1.25 times "
              "slower: its {faults:,.0f} page faults for {pages:,.0f} pages cost {fault_us:.2f} us each on {where}, so "
              "the cost model's page faults cost next to nothing here.",
     not_measured="on a GPU the caching allocator reuses memory; both copies are priced at the copy rate.")
@@ -190,10 +200,12 @@ faults_table.round(3)
 register.claim(
     "gemv_reaches_streaming_bandwidth",
     "The model's matrix-vector products, in its own layout, read their weights at the streaming read's rate.",
-    held="with {where}, {model}'s matrix-vector products read their weights at **{gemv:.1f} GB/s**, close to the "
-         "streaming read's {read:.1f} GB/s: a decode step's weights cost their bytes at the memory's rate.",
-    not_held="with {where}, {model}'s matrix-vector products read their weights at **{gemv:.1f} GB/s**, while a "
-             "streaming read reaches {read:.1f} GB/s ({gap:.2f} times as much){threads_note}.{layouts} {which}, so "
+    held="with {where}, at their fastest calls, {model}'s matrix-vector products read their weights at {gemv:.1f} "
+         "GB/s, close to the streaming read's {read:.1f} GB/s: a decode step's weights cost their bytes at the memory's "
+         "rate.",
+    not_held="with {where}, at their fastest calls, {model}'s matrix-vector products read their weights at {gemv:.1f} "
+             "GB/s, while a streaming read reaches {read:.1f} GB/s, {gap:.2f} times as much{threads_note}.{layouts} "
+             "{which}, so "
              "every later chapter prices a decode step's weights at the kernels' rate, not the memory's.")
 gemv = {m: ceilings.weight_rate(m, "fp32", most) / 1e9 for m in [*models, *models_one_stream]}
 model = models[0]
@@ -231,8 +243,9 @@ show(register.decide("gemv_reaches_streaming_bandwidth", claims.within(gemv[mode
 register.claim(
     "threads_raise_streaming_bandwidth",
     "More threads stream more bytes per second than one, beyond the spread of the repeats.",
-    held="the streaming read goes from {one:.1f} GB/s on one thread to **{many:.1f} GB/s** on {most} ({gain:.2f}x); "
-         "the model's matrix-vector products go from {gemv_one:.1f} to {gemv_many:.1f} GB/s ({gemv_gain:.2f}x).",
+    held="at its fastest calls the streaming read goes from {one:.1f} GB/s on one thread to {many:.1f} GB/s on {most}, "
+         "{gain:.2f}x; "
+         "the model's matrix-vector products go from {gemv_one:.1f} to {gemv_many:.1f} GB/s, {gemv_gain:.2f}x.",
     not_held="the streaming read moves {one:.1f} GB/s on one thread and {many:.1f} GB/s on {most} ({gain:.2f}x): one "
              "core already draws what this memory gives. The model's matrix-vector products: {gemv_gain:.2f}x.",
     unresolved="the streaming read moves {one:.1f} GB/s on one thread and {many:.1f} GB/s on {most} ({gain:.2f}x), "
@@ -291,8 +304,9 @@ register.claim(
          "bytes set both.",
     not_held="the block matrices of {model} take {t1} at one row but {t2} at {rows} rows ({ratio:.2f}x) for the same "
              "weight bytes: one row streams the weights at {gbs1:.1f} GB/s, {rows} rows at {gbs2:.1f} GB/s, so with "
-             "more than one row the product's kernel no longer streams the weights at the one-row rate.{later} Every "
-             "short prompt of chapter 2 meets this, and so does any decode step that checks several tokens at once.",
+             "more than one row the product's kernel no longer streams the weights at the one-row rate. One layer "
+             "down, {why}. Every short prompt of chapter 2 meets this, and so does any decode step that checks several "
+             "tokens at once.",
     unresolved="the block matrices of {model} take {t1} at one row and {t2} at {rows} rows ({ratio:.2f}x, fastest "
                "calls): between their fastest and median calls the ratio straddles the {tol:g}x allowed, so this run "
                "cannot tell whether the extra rows cost more than one.")
@@ -302,23 +316,52 @@ measured_ratio = claims.Spread(t2.best / t1.median, t2.best / t1.best, t2.median
 block_bytes = MODELS[model][0].layers * MODELS[model][0].block_params * 4
 far = max(r for r in (4, 8, 16) if r > few) if not quick else few
 t_far = ceilings.matrices(model, "fp32", most, "blocks", far)
-later = (f" The jump is at the first extra row: each row from {few} to {far} adds "
-         f"{prose.ms((t_far.best - t2.best) / (far - few))}, against {prose.ms(t2.best - t1.best)} for going from one "
-         f"row to {few}." if far > few else "")
+extra, per_row = t2.best - t1.best, (t_far.best - t2.best) / (far - few) if far > few else 0.0
+g_few, square = ceilings.matrix_rate(model, "fp32", most, few) / 1e9, ceilings.square_flops("fp32", most) / 1e9
+faults = ceilings.matrix_faults(model, "fp32", most, "blocks", few)
+fault_s = 0.0 if on_gpu else faults * ceilings.fault_cost("fp32", most)
+fault_text = ("it takes no page faults" if faults < 1 else
+              f"its {faults:,.0f} page faults cost {prose.ms(fault_s)}")
+if extra > 0 and fault_s >= extra / 2:  # why the extra rows cost more, from the kernels' own rows (the short form opens the page)
+    why_short = "page faults took most of the extra time"
+    why = (f"the product at {few} rows takes {faults:,.0f} page faults, {prose.ms(fault_s)} of its extra "
+           f"{prose.ms(extra)}: the extra time is the operating system's, mapping its output afresh")
+elif g_few * claims.PREDICTED_RATIO >= square:
+    why_short = f"at {few} rows the arithmetic already sets the time"
+    why = (f"at {few} rows the product already runs at {g_few:.1f} GFLOP/s, near the square product's {square:.0f}: "
+           "its arithmetic, not its weights' bytes, sets its time")
+elif far > few and per_row * (few - 1) * 2 < extra:
+    why_short = "the extra time comes once, with the first extra row"
+    why = (f"the extra time is not the extra row's arithmetic: each row from {few} to {far} adds only "
+           f"{prose.ms(per_row)}, against {prose.ms(extra)} for going from one row to {few}; at {few} rows the product "
+           f"runs {g_few:.1f} GFLOP/s, far below the square product's {square:.0f}, and {fault_text}. A cost that "
+           "comes once, with the first extra row, is the kernel taking a slower path for more than one row")
+elif far > few:
+    why_short = "each extra row adds its own time, at a fraction of the machine's FLOP rate"
+    why = (f"each row from {few} to {far} adds {prose.ms(per_row)}, about what the first extra row did, and at {few} "
+           f"rows the product runs {g_few:.1f} GFLOP/s, far below the square product's {square:.0f}; {fault_text}: "
+           "the kernel's time grows with its rows' arithmetic, done slowly, not with the weights' bytes")
+else:
+    why_short = "neither the arithmetic nor page faults take the extra time"
+    why = (f"at {few} rows the product runs {g_few:.1f} GFLOP/s, far below the square product's {square:.0f}, and "
+           f"{fault_text}: neither the arithmetic's rate nor the operating system takes the extra time, so the "
+           "kernel's own path for more than one row does")
 show(register.decide("two_rows_cost_no_more", claims.at_most(measured_ratio, claims.PREDICTED_RATIO),
                      predicted="about 1x", measured=f"{t2.best / t1.best:.2f}x", evidence=f"fp32, {where}, {model}",
                      model=model, t1=prose.ms(t1.best), t2=prose.ms(t2.best), rows=few, ratio=t2.best / t1.best,
-                     gbs1=block_bytes / t1.best / 1e9, gbs2=block_bytes / t2.best / 1e9, later=later,
+                     gbs1=block_bytes / t1.best / 1e9, gbs2=block_bytes / t2.best / 1e9, why=why,
                      tol=claims.PREDICTED_RATIO))
 
 # %% [markdown]
 # ## Issuing the work, and what limits each dtype
 #
 # The hollowed model issues the same operations as the real one and runs its small kernels (norms, activations,
-# residual adds) at the same width. Alone, its pass divided by the operations counted is the cost of issuing
-# one. Between weight streams (each product still reads its weights, and the reads' own time is taken off), it
-# is what those operations cost inside a real pass, whose weights flush the caches the interpreter and the
-# small kernels work from; the cost model prices a pass's dispatch at that. The square product runs at the
+# residual adds) at the same width. The table times it two ways. **Alone** (`setting` "alone") is the hollowed
+# pass run by itself, divided by the operations it issues: what issuing one operation costs when nothing else
+# uses the caches. **Between weight streams** is the same pass with every product still reading its weights,
+# less the reads' own time: what the same operations cost inside a real pass, whose weights flush the caches
+# the interpreter and the small kernels work from. The cost model prices a pass's dispatch at the second,
+# between weight streams. The square product runs at the
 # arithmetic units' rate only where the hardware has instructions for the dtype; without them its "rate" is a
 # slow kernel's (from the CPU's flags or the GPU's compute capability).
 
@@ -326,12 +369,22 @@ show(register.decide("two_rows_cost_no_more", claims.at_most(measured_ratio, cla
 issue = ok[ok.kernel == "dispatch"][["model", "dtype", "threads", "pass_kind", "rows", "setting", "best_s",
                                      "operations", "us_per_operation", "spread"]].assign(best_ms=lambda d: d.best_s * 1e3)
 display(issue.drop(columns="best_s").round(2))
+ops, us_alone = ceilings.operations(model, "fp32", most, "decode")
+shortest = ceilings.dispatch(model, "fp32", most, "decode").best
+ops_between = int(issue[(issue.model == model) & (issue.dtype == "fp32") & (issue.threads == most)
+                        & (issue.pass_kind == "decode") & (issue.rows == 1)
+                        & (issue.setting == "between weight streams")].operations.iloc[0])
+us_between = shortest / ops_between * 1e6
+show(f"A decode step of {model} in fp32 on {where}, fastest calls: alone, each of its {ops:,} operations costs "
+     f"{us_alone:.1f} us; between weight streams, each of {ops_between:,} costs {us_between:.1f} us, "
+     f"{us_between / us_alone:.1f} times as much, and the whole step {prose.ms(shortest)}. The cost model uses the "
+     "second.")
 peaks = ok[ok.kernel == "square_matmul"][["dtype", "threads", "note", "gflop_s", "spread", "hardware_support"]]
 display(peaks.assign(limited_by=["the arithmetic units" if s else "a slow kernel (no hardware instructions)"
                                  for s in peaks.hardware_support]).round(2))
 ridge = ceilings.square_flops("fp32", most) / ceilings.stream_bandwidth("fp32", most, "read")
 show(f"The textbook **balance point** in fp32 on {where}: {ceilings.square_flops('fp32', most) / 1e9:.1f} GFLOP/s over "
-     f"{rates['read']:.1f} GB/s is **{ridge:.1f} FLOP per byte**. Chapter 6 draws it beside the kernels' own roofs "
+     f"{rates['read']:.1f} GB/s (both fastest calls) is {ridge:.1f} FLOP per byte. Chapter 6 draws it beside the kernels' own roofs "
      "measured above.")
 
 # %% [markdown]
@@ -345,55 +398,61 @@ show(f"The textbook **balance point** in fp32 on {where}: {ceilings.square_flops
 register.claim(
     "timer_under_one_percent",
     "The harness adds under 1 % to the shortest step the book times.",
-    held="clock reads and the token read-back cost **{cost_us:.1f} us**, {share:.3%} of the {step} hollowed step: the "
-         "timer does not distort the steps.",
-    not_held="clock reads and the token read-back cost **{cost_us:.1f} us**, {share:.1%} of the {step} hollowed step, "
+    held="clock reads and the token read-back cost a median **{cost_us:.1f} us**, {share:.3%} of the hollowed step's "
+         "{step} (its fastest call): the timer does not distort the steps.",
+    not_held="clock reads and the token read-back cost a median **{cost_us:.1f} us**, {share:.1%} of the hollowed "
+             "step's {step} (its fastest call), "
              "over the 1 % allowed: the shortest steps read that much too long.")
 cost = timing.overhead(device)
-shortest = ceilings.dispatch(model, "fp32", most, "decode").best
 share = (cost["clock"] + cost["readback"]) / shortest
 results.table(pd.DataFrame([dict(part="clock reads", median_us=cost["clock"] * 1e6),
                             dict(part="token read-back", median_us=cost["readback"] * 1e6),
-                            dict(part="shortest step timed (hollowed decode step)", median_us=shortest * 1e6)]),
+                            dict(part="shortest step timed (hollowed decode step, fastest call)", median_us=shortest * 1e6)]),
               "timer_overhead")
 show(register.decide("timer_under_one_percent", claims.at_most(share, claims.HARNESS), predicted="under 1 %",
                      measured=f"{share:.3%}", evidence=f"fp32 hollowed decode step of {model}, {where}",
                      cost_us=(cost["clock"] + cost["readback"]) * 1e6, share=share, step=prose.ms(shortest)))
 
 # %%
-def fastest(best: float, median: float, unit: str) -> str:
-    """A ceiling's rate, its fastest call, with the range down to its median call, in three or so figures."""
+def rate(best: float, median: float, unit: str) -> str:
+    """A ceiling for a sentence: its median call (bold), then its fastest, the ceiling later chapters use."""
     fmt = ",.0f" if best >= 100 else ".1f" if best >= 1 else ".3f"
-    return claims.Spread(median, best, best).text(fmt, unit)
+    return f"**{median:{fmt}} {unit}** ({best:{fmt}})"
 
 
 b1, h1 = (ceilings.matrices(model, "fp32", most, k, 1) for k in ("blocks", "head"))
-gemv_range = fastest(gemv[model], gemv[model] * (b1.best + h1.best) / (b1.median + h1.median), "GB/s")
+gemv_rate = rate(gemv[model], gemv[model] * (b1.best + h1.best) / (b1.median + h1.median), "GB/s")
 f_rows = ok[(ok.kernel == "blocks") & (ok.model == model) & (ok.dtype == "fp32") & (ok.threads == most)]
 f_rows = f_rows.set_index("rows")
-f_1, f_many = (fastest(f_rows.gflop_s[r], f_rows.gflop_s_median[r], "GFLOP/s") for r in (1, f_rows.index.max()))
-read_range = fastest(rates["read"], read_spread(most).low, "GB/s")
-ops, us_alone = ceilings.operations(model, "fp32", most, "decode")
+f_1, f_many = (rate(f_rows.gflop_s[r], f_rows.gflop_s_median[r], "GFLOP/s") for r in (1, f_rows.index.max()))
+read_rate = rate(rates["read"], read_spread(most).low, "GB/s")
 with use_threads(most):
     on_this = prose.machine(device, "fp32")
 
 # %%
 harness = {claims.HELD: "under the 1 % allowed", claims.NOT_HELD: "over the 1 % allowed",
-           claims.UNRESOLVED: "too close to the 1 % allowed to call"}
-decode_meets = {claims.HELD: "So a decode step's weights stream at the memory's rate, the ceiling it meets.",
-                claims.NOT_HELD: "So the ceiling a decode step meets is its kernels' own rate, not the streaming "
-                                 "read's.",
-                claims.UNRESOLVED: "Whether a decode step's weights stream at the memory's rate is too close to call "
-                                   "in this run."}
+           claims.UNRESOLVED: "too close to 1 % to call"}
+decode_meets = {claims.HELD: "So a decode step's weights stream at the memory's rate.",
+                claims.NOT_HELD: "So a decode step meets its kernels' rate, not the streaming read's.",
+                claims.UNRESOLVED: "Whether a decode step's weights stream at the memory's rate is too close to call."}
+rows_outcome = {claims.HELD: "as predicted: the same weights stream once",
+                claims.NOT_HELD: f"where about 1x was predicted: {why_short}",
+                claims.UNRESOLVED: "too close to the 1x predicted to call in this run"}
 opening.write(
-    f"On this machine ({on_this}), a streaming read moves **{read_range}** (the fastest call, then down to the "
-    f"median call) and {model}'s matrix-vector products read their weights at **{gemv_range}**. Its block "
-    f"matrices run **{f_1}** at one row and **{f_many}** at {f_rows.index.max():,.0f} rows (the square product: "
-    f"{ceilings.square_flops('fp32', most) / 1e9:,.0f}); {few} rows took **{t2.best / t1.best:.2f}x** as long as one, "
-    f"{register.against('two_rows_cost_no_more')}. Issuing an operation costs **{us_alone:.1f} us**, a hollowed decode "
-    f"step **{prose.ms(shortest)}**; the harness adds {(cost['clock'] + cost['readback']) * 1e6:.1f} us to it "
-    f"({share:.3%}, {harness.get(register.verdict('timer_under_one_percent'), 'not measured')}). "
+    f"On this machine ({on_this}), rates are median calls, with the fastest, the ceilings, in parentheses: a "
+    f"streaming read moves "
+    f"{read_rate} and {model}'s matrix-vector products {gemv_rate}; its block matrices run {f_1} at one row and "
+    f"{f_many} at {f_rows.index.max():,.0f} rows. With {few} rows they took {t2.best / t1.best:.2f} times as long as "
+    f"with one, {rows_outcome[register.verdict('two_rows_cost_no_more')]}. An operation costs {us_alone:.1f} us "
+    f"alone and {us_between:.1f} us between weight streams, which the cost model uses (fastest calls); the harness "
+    f"adds {share:.3%}, "
+    f"{harness.get(register.verdict('timer_under_one_percent'), 'not measured')}. "
     + decode_meets.get(register.verdict("gemv_reaches_streaming_bandwidth"), ""))
+
+# %% [markdown]
+# ## Key terms
+#
+# [Streaming read](glossary.md#streaming-read), [Kernel rate](glossary.md#kernel-rate), [Matrix rate F(M)](glossary.md#matrix-rate-fm), [Dispatch](glossary.md#dispatch), [Verdicts](glossary.md#verdicts). Each links to the book's glossary, which says how the book measures it.
 
 # %% [markdown]
 # ## Evidence in this chapter

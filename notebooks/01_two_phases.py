@@ -26,6 +26,14 @@
 # and goodput. Every number in the prose below is computed on this page; the [glossary](glossary.md) defines
 # the words the chapters use.
 
+# %% [markdown]
+# **After this chapter you can**
+#
+# * run one request and split its time into the prompt's pass (TTFT) and the decode steps after it;
+# * explain, from the shapes of the two passes, why a prompt token costs far less than a generated one;
+# * compute TTFT, TPOT, ITL and the worst gap from the times at which tokens arrived, and say which one a user feels;
+# * say why two runs with the same TPOT can feel different to a user.
+
 # %% tags=["parameters"]
 quick = False            # quick mode: fewer tokens and runs, outputs under build/quick/
 device = "auto"          # "auto" (CUDA if present, else CPU), "cpu", "cuda", "cuda:N"
@@ -52,7 +60,18 @@ from lib.models import load_model
 from lib.prose import show
 from lib.results import Results
 
-CHAT_MODELS = ("smollm2-135m",)  # the book's models that have a chat template to wrap a question in
+CHAT_MODELS = ("smollm2-135m",)
+
+
+def count(n: int, word: str) -> str:
+    """``"1 run"``, ``"9 runs"``: a count with its noun's number."""
+    return f"{n:,} {word}{'s' * (n != 1)}"
+
+
+def with_interval(spread: Spread, fmt: str, unit: str = "", bold: bool = False) -> str:
+    """A median over runs and its 95 % interval (:func:`lib.claims.median_interval`), for a sentence."""
+    mid, span = f"{'**' * bold}{spread.mid:{fmt}}{unit}{'**' * bold}", prose.span(spread.low, spread.high, fmt)
+    return mid if "–" not in span else f"{mid} (95 % interval {span}{unit})"  # ends that print alike: the number  # the book's models that have a chat template to wrap a question in
 
 P = params.check(globals(), {
     "device": params.device(), "dtype": params.dtype(), "model_name": params.Rule(
@@ -86,8 +105,9 @@ opening = prose.Opening()
 # The prompt is the question wrapped in the model's chat template. `lib.phases.run_request` runs the
 # prefill, picks the first token from the last position's logits, then decodes greedily, reading each
 # token id back to the host (`.item()`) before it stamps the time, as a server must before it can send
-# the token. The first request on a fresh process pays one-time costs (memory allocation, kernel
-# selection), so one warm-up request runs first; its TTFT is shown separately. Greedy decoding of the same
+# the token. The first request on a fresh process can pay one-time costs (memory allocation, kernel
+# selection), so one warm-up request runs first and is kept out of the timings; a sentence after the answer
+# says whether it was slower here. Greedy decoding of the same
 # prompt should choose the same tokens in every run, which makes the runs comparable. The loop that is timed:
 
 # %%
@@ -113,16 +133,17 @@ median_run = sorted(range(runs), key=lambda i: per_run[i].e2e)[runs // 2]
 trace, m = traces[median_run], per_run[median_run]
 answer = tokenizer.decode(trace.token_ids, skip_special_tokens=True)
 same = sum(t.token_ids == cold.token_ids for t in traces)
-show(f"**Prompt** ({prompt_tokens} tokens with the chat template): *{question}*\n\n"
-     f"**Answer** ({m.n_tokens} tokens, greedy): {answer}")
+show(f"**Prompt** ({prose.tokens(prompt_tokens)} with the chat template): *{question}*\n\n"
+     f"**Answer** ({prose.tokens(m.n_tokens)}, greedy): {answer}")
 register.claim(
     "greedy_repeats", "Greedy decoding of the same prompt chooses the same tokens in every run.",
-    held="all {runs} timed runs chose the warm-up's {n} tokens.",
-    not_held="only {same} of {runs} runs chose the warm-up's tokens: on this device the kernels are not deterministic, "
+    held="{every} chose the warm-up's {n}.",
+    not_held="only {same} of {runs} chose the warm-up's tokens: on this device the kernels are not deterministic, "
              "so runs may differ in length; the timings below are still per token.")
 show(register.decide("greedy_repeats", claims.HELD if same == runs else claims.NOT_HELD,
-                     predicted=f"{runs} of {runs} runs identical to the warm-up", measured=f"{same} of {runs}",
-                     evidence=f"{lm.name}, {dtype}, {where}", runs=runs, n=cold_m.n_tokens, same=same))
+                     predicted=f"{runs} of {count(runs, 'run')} identical to the warm-up", measured=f"{same} of {runs}",
+                     evidence=f"{lm.name}, {dtype}, {where}", runs=count(runs, "run"), n=prose.tokens(cold_m.n_tokens),
+                     same=same, every={1: "the timed run", 2: "both timed runs"}.get(runs, f"all {runs} timed runs")))
 
 # %%
 token_table = pd.DataFrame({
@@ -134,11 +155,18 @@ token_table = pd.DataFrame({
 })
 results.table(token_table, "answer_trace")
 warm_ttft = [r.ttft * 1e3 for r in per_run]
+cold_ms = cold_m.ttft * 1e3
+warm_up = ("slower than every warm run: it paid one-time costs the warm runs did not" if cold_ms > max(warm_ttft) else
+           "faster than every warm run: it paid no one-time costs that showed in its first token"
+           if cold_ms < min(warm_ttft) else
+           "within the warm runs' range: here the one-time costs did not show in the first token")
 display(Markdown(
-    f"The warm-up request's first token took **{cold_m.ttft * 1e3:.0f} ms**; warm, a median "
-    f"**{np.median(warm_ttft):.0f} ms** "
-    f"({prose.span(min(warm_ttft), max(warm_ttft), '.0f', 'ms')} over {runs} runs). Every run below is warm. This "
-    f"is the median run (by end-to-end time); the first tokens and their times:"))
+    f"The warm-up request's first token took {cold_ms:.0f} ms; over {count(runs, 'warm run')} the first token took "
+    f"{with_interval(Spread.of(warm_ttft), '.0f', ' ms', bold=True)}"
+    + (f", the runs ranging from {min(warm_ttft):.0f} to {max(warm_ttft):.0f} ms"
+       if f"{min(warm_ttft):.0f}" != f"{max(warm_ttft):.0f}" else "")
+    + f". So the warm-up was {warm_up}. "
+    f"Every run below is warm. This is the median run (by end-to-end time); the first tokens and their times:"))
 token_table.head(12).round(1)
 
 # %%
@@ -235,10 +263,10 @@ costs.round(3)
 register.claim(
     "prompt_token_cheaper",
     "A prompt token costs less than a decoded token by the ratio the cost model predicts from chapter 0's kernels.",
-    held="a prompt token cost **{ratio}** less than a decoded token; the cost model predicted {predicted_ratio:.1f}x (a "
-         "pass that only read weights would give {T}x). Prefill's matrices run {T} rows at {f_t:.0f} GFLOP/s, a "
+    held="a decoded token cost {ratio} as much as a prompt token; the cost model predicted {predicted_ratio:.1f}x, "
+         "and a pass that only read weights would give {T}x. Prefill's matrices run {T} rows at {f_t:.0f} GFLOP/s, a "
          "decode step's one row at {f_1:.0f}: the same weights, used {T} times per read in one phase and once in the other.",
-    not_held="a prompt token cost {ratio} less than a decoded token, while the cost model predicted "
+    not_held="a decoded token cost {ratio} as much as a prompt token, while the cost model predicted "
              "{predicted_ratio:.1f}x: prefill {prefill} against a predicted {prefill_pred}, a decode step {step} against "
              "{step_pred}.",
     not_measured="the answer had a single token, so there is no decode step to compare.")
@@ -247,9 +275,9 @@ cheaper = Spread(ph.prompt_token_cheaper_x_low, ph.prompt_token_cheaper_x, ph.pr
     if np.isfinite(ph.prompt_token_cheaper_x) else None
 show(register.decide("prompt_token_cheaper", None if cheaper is None else
                      claims.within(cheaper, predicted_ratio, claims.PREDICTED_RATIO),
-                     predicted=f"{predicted_ratio:.1f}x (cost model)", measured=cheaper.text(".1f", "x") if cheaper else "",
+                     predicted=f"{predicted_ratio:.1f}x (cost model)", measured=with_interval(cheaper, ".1f", "x") if cheaper else "",
                      evidence=f"median decode step over prefill time per prompt token; {runs} runs, {lm.name}, {dtype}, "
-                              f"{where}", ratio=cheaper.text(".1f", "x") if cheaper else "", predicted_ratio=predicted_ratio,
+                              f"{where}", ratio=with_interval(cheaper, ".1f", "x", bold=True) if cheaper else "", predicted_ratio=predicted_ratio,
                      T=T, f_t=model.ceilings.matrix_rate(model_name, dtype, model.threads, T) / 1e9,
                      f_1=model.ceilings.matrix_rate(model_name, dtype, model.threads, 1) / 1e9,
                      prefill=prose.ms(ph.prefill_ms / 1e3), prefill_pred=prose.ms(pre_pred.best),
@@ -290,9 +318,9 @@ display((metrics.summarize(per_run) * 1e3).drop(columns="count").round(2).rename
 
 # %%
 def ranged(name: str, fmt: str = ".0f") -> str:
-    """A median over runs with the lowest and highest run, in ms."""
-    low, high = over_runs[f"{name}_low"], over_runs[f"{name}_high"]
-    return f"**{over_runs[name]:{fmt}} ms** ({prose.span(low, high, fmt, 'ms')})"
+    """A median over runs with its 95 % interval (``timing.median_range``), in ms."""
+    return with_interval(Spread(over_runs[f"{name}_low"], over_runs[name], over_runs[f"{name}_high"]), fmt, " ms",
+                         bold=True)
 
 
 missed = [name for name, value, goal in (("TTFT", run_table.ttft_ms, goals.ttft_ms),
@@ -303,27 +331,37 @@ kind = "a GPU" if device.type == "cuda" else "a CPU"
 default_ttft_s, default_tpot_s = objectives.default_objectives(device)
 source = (f"the defaults for {kind}" if goals.defaults == ("ttft", "tpot", "worst_gap") else
           f"yours; the defaults for {kind} are {default_ttft_s * 1e3:.0f} ms and {default_tpot_s * 1e3:.0f} ms")
+worst = int(run_table.worst_gap_ms.idxmax())
 display(Markdown(
-    f"Medians over {runs} runs, with the lowest and highest run: TTFT {ranged('ttft_ms')}, TPOT {ranged('tpot_ms', '.1f')}, "
-    f"worst gap {ranged('worst_gap_ms', '.1f')}, end-to-end {ranged('e2e_ms')}.\n\n"
+    f"Medians over {count(runs, 'run')}: TTFT {ranged('ttft_ms')}, TPOT {ranged('tpot_ms', '.1f')}, worst gap "
+    f"{ranged('worst_gap_ms', '.1f')}, end-to-end {ranged('e2e_ms')}. "
+    + ("The interval leaves the slowest runs out: the" if over_runs.worst_gap_ms_high < run_table.worst_gap_ms.max()
+       else "The")
+    + f" longest single gap of all, in run {run_table.run[worst]}, was **{run_table.worst_gap_ms[worst]:.0f} ms**."
+    "\n\n"
     f"Objectives ({source}): TTFT at most {goals.ttft_ms:.0f} ms, TPOT at most {goals.tpot_ms:.0f} ms, worst gap "
-    f"at most {goals.worst_gap_ms:.0f} ms. Goodput: **{good:.0%}** of these {runs} requests met all three"
-    + (f"; some runs missed on {', '.join(missed)}." if missed else ".")))
+    f"at most {goals.worst_gap_ms:.0f} ms. Goodput: **{good:.0%}** of these {count(runs, 'request')} met all three"
+    + (f"; {count(int((~run_table.meets_objectives).sum()), 'run')} missed, on "
+       f"{' and '.join([', '.join(missed[:-1]), missed[-1]] if len(missed) > 1 else missed)}." if missed else ".")))
 
 # %%
 register.claim(
     "short_question_is_a_decode_job",
     "A one-line question with a paragraph of answer spends most of its time decoding.",
-    held="the median run spent **{share:.0%}** of its time in decode and {prefill:.0%} in prefill: {steps} decode steps "
-         "outweigh one prefill of {T} tokens (the cost model gives decode {model_share:.0%}).",
-    not_held="the median run spent only **{share:.0%}** of its time in decode (the cost model gives {model_share:.0%}): "
-             "with {n} output tokens against a {T}-token prompt, this request is a prefill job here.")
+    held="a run spent a median {share} of its time in decode and {prefill:.0%} in prefill: {steps} outweigh one "
+         "prefill of {T}; the cost model gives decode {model_share:.0%}.",
+    not_held="a run spent a median of only {share} of its time in decode, where the cost model gives "
+             "{model_share:.0%}: with {n} against a {T}-token prompt, this request is a prefill job here.",
+    unresolved="a run spent a median {share} of its time in decode, its interval reaching both sides of half, "
+               "with the median {lean}; the cost model gives decode {model_share:.0%}.")
 predicted_share = (m.n_tokens - 1) * dec_pred.best / ((m.n_tokens - 1) * dec_pred.best + pre_pred.best)
 share = Spread(over_runs.decode_share_low, over_runs.decode_share, over_runs.decode_share_high)
 show(register.decide("short_question_is_a_decode_job", claims.at_least(share, 0.5),
-                     predicted=f"above 50 % (cost model: {predicted_share:.0%})", measured=share.text(".0%"),
-                     evidence=f"{T} prompt tokens, {m.n_tokens} output tokens, {runs} runs", share=over_runs.decode_share,
-                     prefill=over_runs.prefill_share, steps=m.n_tokens - 1, T=T, n=m.n_tokens, model_share=predicted_share))
+                     predicted=f"above 50 %, cost model {predicted_share:.0%}", measured=with_interval(share, ".0%"),
+                     evidence=f"{prose.tokens(T)} in, {prose.tokens(m.n_tokens)} out, {count(runs, 'run')}",
+                     share=with_interval(share, ".0%", bold=True), prefill=over_runs.prefill_share,
+                     steps=count(m.n_tokens - 1, "decode step"), T=prose.tokens(T), n=count(m.n_tokens, "output token"),
+                     model_share=predicted_share, lean=claims.leaning(share, 0.5)))
 
 # %% [markdown]
 # **Takeaway: report TTFT, TPOT and the worst gap together, with the prompt and output lengths; one
@@ -388,16 +426,16 @@ with torch.inference_mode():
 overstated = np.median(shorthand_ms) / over_runs.ttft_ms - 1
 register.claim(
     "choosing_is_cheap", "Choosing the first token costs under a tenth of a decode step.",
-    held="choosing took a median **{choice}** ({span}), against a decode step of {step}. The shorthand would report a "
+    held="choosing took a median {choice}, against a decode step of {step}. The shorthand would report a "
          "TTFT of {shorthand:.0f} ms instead of the measured {ttft:.0f} ms, {over:.0%} too much.",
-    not_held="choosing took a median **{choice}**, against a decode step of {step}: on this device reading one id back "
+    not_held="choosing took a median {choice}, against a decode step of {step}: on this device reading one id back "
              "is not negligible beside a step.",
     not_measured="the answer had a single token, so there is no decode step to compare.")
 show(register.decide("choosing_is_cheap", claims.at_most(Spread.of(choice_ms), 0.1 * ph.decode_step_ms)
                      if np.isfinite(ph.decode_step_ms) else None,
                      predicted=f"under {0.1 * ph.decode_step_ms:.2f} ms", measured=f"{choice_ms.median():.2f} ms",
-                     evidence=f"{runs} runs, {where}", choice=f"{choice_ms.median():.2f} ms",
-                     span=prose.span(choice_ms.min(), choice_ms.max(), ".2f", "ms"), step=f"{ph.decode_step_ms:.1f} ms",
+                     evidence=f"{count(runs, 'run')}, {where}",
+                     choice=with_interval(Spread.of(choice_ms), ".2f", " ms", bold=True), step=f"{ph.decode_step_ms:.1f} ms",
                      shorthand=np.median(shorthand_ms), ttft=over_runs.ttft_ms, over=overstated))
 
 # %%
@@ -479,16 +517,26 @@ show(register.decide("first_token_from_prefill", claims.HELD if uncached_first =
 # %%
 job = {claims.HELD: "paragraph of answer is a decode job.", claims.NOT_HELD: "short answer is a prefill job here.",
        claims.UNRESOLVED: "short answer splits its time about evenly between the phases here."}
+cheaper_outcome = {claims.HELD: f"as the cost model predicted, {predicted_ratio:.1f}x",
+                   claims.NOT_HELD: f"where the cost model predicted {predicted_ratio:.1f}x",
+                   claims.UNRESOLVED: f"against the {predicted_ratio:.1f}x predicted: too close to call"}
+longest = run_table.worst_gap_ms[worst]
 opening.write(
     f"On this machine ({prose.machine(device, dtype)}), {lm.name} answered a {T}-token question with "
-    f"{prose.tokens(m.n_tokens)}. Over {runs} runs (the median, then the fastest and slowest run), the first token "
+    f"{prose.tokens(m.n_tokens)}. Medians over {count(runs, 'run')}: the first token "
     f"came after {ranged('ttft_ms')}, then one every {ranged('tpot_ms', '.1f')}; the answer was complete after "
-    f"{ranged('e2e_ms')}. "
-    + (f"A prompt token cost **{cheaper.text('.1f', 'x')}** less than a decoded one "
-       f"({register.against('prompt_token_cheaper')}): prefill pushes all {T} prompt tokens through each weight "
-       f"it reads, decode pushes one. " if cheaper else "")
-    + f"So the request spent **{over_runs.decode_share:.0%}** of its time decoding: a short question with a "
+    f"{ranged('e2e_ms')}. The longest gap of any run was {longest:.0f} ms"
+    + (f", over the {goals.worst_gap_ms:.0f} ms objective. " if longest > goals.worst_gap_ms else ". ")
+    + (f"A decoded token cost **{cheaper.mid:.1f}x** as much as a prompt token, "
+       f"{cheaper_outcome.get(register.verdict('prompt_token_cheaper'), 'not measured')}: prefill pushes all {T} "
+       f"prompt tokens through each weight it reads, decode pushes one. " if cheaper else "")
+    + f"So a run spent a median **{over_runs.decode_share:.0%}** of its time decoding: a short question with a "
     + job.get(register.verdict("short_question_is_a_decode_job"), "single token has no decode phase."))
+
+# %% [markdown]
+# ## Key terms
+#
+# [Prefill](glossary.md#prefill), [Decode](glossary.md#decode), [KV cache](glossary.md#kv-cache), [TTFT, ITL, TPOT, worst gap, goodput](glossary.md#ttft-itl-tpot-worst-gap-goodput). Each links to the book's glossary, which says how the book measures it.
 
 # %% [markdown]
 # ## Evidence in this chapter

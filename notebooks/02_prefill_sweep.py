@@ -16,15 +16,26 @@
 #
 # Prefill runs every prompt position through every weight matrix in one pass. Its arithmetic grows with the
 # prompt: about `2 x weights` FLOPs per token, plus attention, which grows with the square of the prompt. Its
-# weight traffic does not grow at all: each weight is read once per pass. So a short prompt should cost about
-# what one token costs (a [**floor**](glossary.md#floor)), and a long one should grow with its arithmetic.
+# weight traffic does not grow at all: each weight is read once per pass. By the bytes alone, then, a short prompt
+# would cost about what one token costs (a [**floor**](glossary.md#floor)) and a long one would grow with its
+# arithmetic; whether it does depends on the rate the matrices reach with a few rows, which chapter 0 measured.
 #
 # This chapter times a prefill of GPT-2 small for prompts of 1 to 1,024 tokens, in two dtypes and (on a CPU) with
 # one thread and with all of them, and sets every point beside the cost model (`lib.costmodel`): the model's own
-# matrices at the rate chapter 0 measured for that many rows, plus attention, plus issuing the pass. It reads the
-# floor and the [**knee**](glossary.md#knee) (where time per token stops falling) off the points, takes a short pass
+# matrices at the rate chapter 0 measured for that many rows, plus attention, plus issuing the pass. It estimates
+# from the [**balance point**](glossary.md#balance-point) how many tokens it takes to keep the arithmetic busy, reads
+# whether there is a floor and where the [**knee**](glossary.md#knee) is (where time per token stops falling) off
+# the points, takes a short pass
 # apart, and tests a saving: computing logits for the last position only. Every conclusion is a named claim decided
 # by this run's data (`lib.claims`), saved in `claims.csv`.
+
+# %% [markdown]
+# **After this chapter you can**
+#
+# * predict a prefill's time from the model's FLOPs and bytes and chapter 0's rates (the cost model);
+# * read the floor and the knee off a sweep of prompt lengths, and explain where they lie with the balance point and F(M);
+# * say what a short pass spends its time on, measured one layer down;
+# * say what computing the logits at the last position only saves, and why.
 
 # %% tags=["parameters"]
 quick = False
@@ -122,6 +133,20 @@ def label(dt: str, n: int) -> str:
     return dt if on_gpu else f"{dt}, {n} thread{'s' if n > 1 else ''}"
 
 
+def lean(measured, low: float, high: float = np.inf, fmt: str = ".2f", unit: str = "") -> str:
+    """For a claim not resolved: which way its median leans against the band ``[low, high]`` that would hold
+    (``claims.leaning``), and which edge of the band its 95 % interval crosses, as a phrase for a sentence."""
+    m = measured if isinstance(measured, Spread) else Spread.at(float(measured))
+    edge = lambda x: f"{x:{fmt}}{unit}"  # noqa: E731
+    if claims.leaning(m, low, high) == "on the held side":
+        ends = ([f"below {edge(low)}"] if m.low < low else []) + ([f"above {edge(high)}"] if m.high > high else [])
+        return ("its median matches the prediction, but its 95 % interval is too wide to decide in this run: it "
+                f"reaches {' and '.join(ends) or 'the edge of the tolerance'}")
+    return (f"its median leans away from the prediction ({claims.leaning(m, low, high)}: "
+            f"{'under ' + edge(low) if m.mid < low else 'over ' + edge(high)}), but its 95 % interval reaches back "
+            "inside the tolerance, so this run cannot decide")
+
+
 pd.Series({**describe_environment(device, None, model_name), "configurations": "; ".join(label(*c) for c in configs),
            "not run": "; ".join(not_run) or "none",
            "matrix instructions (chapter 0)": ", ".join(
@@ -133,6 +158,35 @@ pd.Series({**describe_environment(device, None, model_name), "configurations": "
 
 # %%
 opening = prose.Opening()
+
+# %% [markdown] tags=["predict"]
+# ## The balance point: how many tokens keep the arithmetic busy
+#
+# A prefill of `T` tokens reads every weight of the blocks once and does `2 x T` FLOPs with each. Reading takes
+# the weights' bytes over the [streaming read](glossary.md#streaming-read); the arithmetic takes its FLOPs over
+# the matrices' FLOP rate. While the read takes longer, a longer prompt costs nothing extra: the arithmetic hides
+# under the read. The two take equally long at the [**balance point**](glossary.md#balance-point): the FLOP rate
+# over the bandwidth, in FLOP per byte. A weight of `b` bytes used for `2 x T` FLOPs gives a pass `2T / b` FLOP
+# per weight byte, so a prompt keeps the arithmetic busy once `2T / b` reaches the balance point.
+#
+# **Predict first:** with chapter 0's fastest rate for the model's matrices (many rows) and its streaming read,
+# how many tokens can a prompt have before its pass costs more than a 1-token pass?
+
+# %%
+shape_main = base_shape.with_dtype(main_dt)
+block_bytes = shape_main.layers * shape_main.block_params * shape_main.bytes_per_param  # read once per pass
+flops_per_token = 2 * shape_main.layers * shape_main.block_params
+read_bw = ceilings.stream_bandwidth(main_dt, most)  # chapter 0's streaming read, bytes/s
+f_rates = pd.Series({p: ceilings.matrix_rate(model_name, main_dt, most, p) for p in prompts})  # F(M), FLOP/s
+f_many = f_rates.max()
+balance = f_many / read_bw  # FLOP per byte
+balance_tokens = balance * block_bytes / flops_per_token
+show(f"For {label(*main)}, chapter 0 measured the streaming read at **{read_bw / 1e9:.1f} GB/s** and the model's "
+     f"matrices at up to **{f_many / 1e9:.0f} GFLOP/s** (F({f_rates.idxmax():,}), the most rows): a balance point of "
+     f"**{balance:.1f} FLOP/byte**. Reading the blocks' {block_bytes / 1e6:.3g} MB takes "
+     f"{block_bytes / read_bw * 1e3:.3g} ms; at the fastest rate one token's {flops_per_token / 1e6:.3g} MFLOP take "
+     f"{flops_per_token / f_many * 1e3:.3g} ms. So by the balance point a pass should cost about the same up to "
+     f"**{balance_tokens:.0f} {main_dt} tokens** on this machine, and grow with its arithmetic after that.")
 
 # %% [markdown] tags=["predict"]
 # ## What the cost model predicts
@@ -159,9 +213,13 @@ predicted = pd.DataFrame([dict(dtype=dt, threads=n, prompt_tokens=p, **{f"{t.nam
 expected = {c: sweeps.floor_and_knee(g.prompt_tokens, g.predicted_ms / 1e3, margin=margin)
             for c, g in predicted.groupby(["dtype", "threads"], sort=False)}
 first = predicted[(predicted.dtype == main_dt) & (predicted.threads == most)].set_index("prompt_tokens")
+p_second = first.predicted_ms.iloc[1] / first.predicted_ms.iloc[0]  # the second length's price over the first's
+on_floor = (f"it stays within {margin:.0%} of that up to **{tokens(expected[main].flat_until_tokens)}**"
+            if expected[main].flat_until_tokens > first.index[0] else
+            f"it has no floor: {tokens(first.index[1])} are priced at **{p_second:.2f}x** that, beyond {margin:.0%} more")
 show(f"Prediction ({label(*main)}): a 1-token pass takes **{prose.ms(first.predicted_ms.iloc[0] / 1e3)}**, most of it "
-     f"{first.largest_term.iloc[0]}; it stays within {margin:.0%} of that up to **{tokens(expected[main].flat_until_tokens)}** "
-     f"and reaches {prose.ms(first.predicted_ms.iloc[-1] / 1e3)} at {tokens(first.index[-1])}. Its time per token comes "
+     f"{first.largest_term.iloc[0]}; {on_floor}, "
+     f"and it reaches {prose.ms(first.predicted_ms.iloc[-1] / 1e3)} at {tokens(first.index[-1])}. Its time per token comes "
      f"within {margin:.0%} of its lowest at **{tokens(expected[main].knee_tokens)}**.")
 first[["block_matrices_ms", "LM_head_ms", "attention_ms", "dispatch_ms", "predicted_ms", "largest_term"]].round(1)
 
@@ -297,13 +355,13 @@ def as_predicted(claim: str, statement: str, points: list) -> str:
     """Decide that the ``points`` (keys of ``ratio``) take their predicted time, on their pooled ratio."""
     register.claim(
         claim, statement,
-        held="the passes of {which} took **{ratio}** their predicted time (the geometric mean of {n} points), within "
-             "the tolerance of {tol:g}x{detail}",
-        not_held="the passes of {which} took **{ratio}** their predicted time (the geometric mean of {n} points), "
-                 "beyond the tolerance of {tol:g}x{detail} The section below takes the furthest pass apart.",
-        unresolved="the passes of {which} took **{ratio}** their predicted time (the geometric mean of {n} points): "
-                   "its interval straddles the edge of the tolerance of {tol:g}x, too close to call in this "
-                   "run{detail}")
+        held="the passes of {which} took **{ratio}** their price from chapter 0's kernel rates (measured time over "
+             "price, the geometric mean of {n} points), inside {band}{detail}",
+        not_held="the passes of {which} took **{ratio}** their price from chapter 0's kernel rates (measured time over "
+                 "price, the geometric mean of {n} points), outside {band}{detail} The section below takes the "
+                 "furthest pass apart.",
+        unresolved="the passes of {which} took **{ratio}** their price from chapter 0's kernel rates (measured time "
+                   "over price, the geometric mean of {n} points), against {band}: {lean}{detail}")
     pooled = claims.geomean_of(ratio[k] for k in points)
     top = float(np.exp(np.mean([np.log(band(k)[1] / claims.PREDICTED_TIME) for k in points])))
     out = [k for k in points if claims.within(ratio[k], Spread(1.0, 1.0, band(k)[1] / claims.PREDICTED_TIME),
@@ -317,9 +375,12 @@ def as_predicted(claim: str, statement: str, points: list) -> str:
               + (f"; {len(open_)} straddle{'s' * (len(open_) == 1)} its edge ({', '.join(map(name, open_))})"
                  if open_ else "") + ".")
     return register.decide(claim, claims.within(pooled, Spread(1.0, 1.0, top), claims.PREDICTED_TIME),
-                           predicted=f"{1 / claims.PREDICTED_TIME:.2f}x to {top * claims.PREDICTED_TIME:.2f}x (within "
-                                     f"{claims.PREDICTED_TIME:g}x of the fastest to the median calls' price)",
+                           predicted=f"time / price: 1.00x to {top:.2f}x (chapter 0's fastest to median calls), "
+                                     f"within {claims.PREDICTED_TIME:g}x",
                            measured=pooled.text(".2f", "x"),
+                           band=f"the 1.00x to {top:.2f}x its price spans (chapter 0's fastest calls to its median "
+                                f"ones), give or take the tolerance of {claims.PREDICTED_TIME:g}x",
+                           lean=lean(pooled, 1 / claims.PREDICTED_TIME, top * claims.PREDICTED_TIME, ".2f", "x"),
                            evidence=f"prefill_sweep.csv, {len(points)} points", which="; ".join(
                                dict.fromkeys(label(*k[:2]) for k in points)), ratio=pooled.text(".2f", "x"),
                            n=len(points), tol=claims.PREDICTED_TIME, detail=detail)
@@ -332,8 +393,8 @@ show(as_predicted("passes_as_predicted", "The prefills of the first configuratio
 
 # %% [markdown]
 # Every price above is made of chapter 0's ceilings, measured minutes earlier. A shared machine's speed drifts
-# (another tenant, the clock), so the chapter timed the kernel that dominates a short pass, the model's matrices
-# at one row, the way chapter 0 did, once before the sweep and once after it (`lib.machine.pace`, ten calls
+# (another tenant, the clock), so the chapter timed the kernel the price of a 1-token pass rests on, the model's
+# matrices at one row, the way chapter 0 did, once before the sweep and once after it (`lib.machine.pace`, ten calls
 # each). If the machine ran that kernel at another speed, every price of this chapter is off by about as much.
 
 # %%
@@ -357,7 +418,7 @@ else:
 # %% [markdown]
 # ## The floor and the knee, read from the data
 #
-# The **floor** is the measured 1-token pass (its median over runs, with the 95 % interval of that median). A
+# The [**floor**](glossary.md#floor) is the measured 1-token pass (its median over runs, with the 95 % interval of that median). A
 # prompt stays **on the floor** while its pass (its median) takes at most `1 + margin` times the floor's median.
 # The **knee** is the shortest prompt
 # whose time per token is within `1 + margin` of the lowest time per token measured. Both are
@@ -398,25 +459,80 @@ readings = [reading(g, c) for c in ("time_ms_low", "time_ms", "time_ms_high")]
 flats = Spread.of([r.flat_until_tokens for r in readings])
 knees = Spread.of([r.knee_tokens for r in readings])
 fm = floors[(floors.dtype == main_dt) & (floors.threads == most)].iloc[0]
+
+# %% [markdown]
+# A floor needs two or more lengths within the margin of the 1-token pass: a run that is flat only at its first
+# point (which is trivially within the margin of itself) has no floor at all. So the claim first asks whether the
+# readings and the cost model agree that there is a floor, and only where both have one compares where it ends.
+
+# %%
 register.claim(
     "floor_flat_as_predicted",
     "A prefill costs what its 1-token pass costs up to the length where the cost model's curve leaves its floor "
     "(within one step of the sweep's grid).",
-    held="the time stays within {margin:.0%} of the 1-token pass ({floor}) up to **{flat}**, within one step of the "
-         "sweep's grid of the {pflat} the cost model predicted.",
-    not_held="the time stays within {margin:.0%} of the 1-token pass ({floor}) up to **{flat}**, more than one step "
-             "of the sweep's grid from the {pflat} the cost model predicted: {why}",
-    unresolved="the time stays within {margin:.0%} of the 1-token pass ({floor}) up to **{flat}** (read off the "
-               "points' medians and the ends of their intervals: {measured}), against the {pflat} the cost model "
-               "predicted: the readings straddle one step of the sweep's grid from it, too close to call in this run.")
-pflat = expected[main].flat_until_tokens
-show(register.decide("floor_flat_as_predicted", claims.within(flats, pflat, claims.PREDICTED_LENGTH),
-                     predicted=f"flat to {tokens(pflat)}",
-                     measured="flat to " + (tokens(flats.mid) if flats.low == flats.high else flats.text('.0f', 'tokens')), evidence=f"{label(*main)}, margin {margin:.0%}",
-                     margin=margin, floor=prose.span(fm.floor_ms_low, fm.floor_ms_high, ".1f", "ms"),
-                     flat=tokens(flats.mid), pflat=tokens(pflat),
+    held="{found}, as the cost model predicted: {expected_}{step}.",
+    not_held="{found}, but the cost model predicted {expected_}{step}: {why}",
+    unresolved="{found} by the points' medians, but read off the ends of their intervals the floor ends anywhere "
+               "from {span}, against the cost model's prediction of {expected_}: {lean}.")
+pflat, first_tok = expected[main].flat_until_tokens, int(mine.prompt_tokens.min())
+second = mine.sort_values("prompt_tokens").iloc[1]  # the second length, the first that can share the floor
+floored = [r.flat_until_tokens > first_tok for r in readings]  # a floor: two or more lengths within the margin
+p_floored = pflat > first_tok
+floor_verdict = (claims.within(flats, pflat, claims.PREDICTED_LENGTH) if all(floored) and p_floored else
+                 claims.verdict_of(all(f == p_floored for f in floored), all(f != p_floored for f in floored)))
+p_rise = second.predicted_ms / mine.sort_values("prompt_tokens").iloc[0].predicted_ms
+found = (f"the time stays within {margin:.0%} of the 1-token pass "
+         f"({prose.span(fm.floor_ms_low, fm.floor_ms_high, '.1f', 'ms')}) up to **{tokens(flats.mid)}**"
+         if readings[1].flat_until_tokens > first_tok else
+         f"there is no floor: the cost rises from the first token ({tokens(second.prompt_tokens)} take "
+         f"{second.time_ms:.1f} ms, **{second.time_ms / fm.floor_ms:.2f}x** the 1-token pass's {fm.floor_ms:.1f} ms, "
+         f"beyond the {margin:.0%} margin)")
+length_lean = (lean(flats, pflat / claims.PREDICTED_LENGTH, pflat * claims.PREDICTED_LENGTH, ".0f", " tokens")
+               if all(floored) and p_floored else
+               "the median reading " + ("matches the prediction" if floored[1] == p_floored else "leans away from the "
+                                        "prediction") + ", but the readings off the ends of the intervals do not all "
+               "agree on whether there is a floor, so this run cannot decide")
+show(register.decide("floor_flat_as_predicted", floor_verdict,
+                     predicted=f"flat to {tokens(pflat)}" if p_floored else f"no floor (rises from {tokens(first_tok)})",
+                     measured=("no floor (rises from " + tokens(first_tok) + ")" if not any(floored) else "flat to " +
+                               (tokens(flats.mid) if flats.low == flats.high else flats.text(".0f", "tokens"))),
+                     evidence=f"{label(*main)}, margin {margin:.0%}", found=found,
+                     expected_=(f"a floor up to {tokens(pflat)}" if p_floored else
+                                f"no floor (it prices {tokens(second.prompt_tokens)} at {p_rise:.2f}x the 1-token "
+                                "pass)"),
+                     step=("" if not (all(floored) and p_floored) else ", within one step of the sweep's grid"
+                           if floor_verdict == claims.HELD else ", more than one step of the sweep's grid away"),
+                     lean=length_lean, span=f"{flats.low:.0f} to {tokens(flats.high)}",
                      why="the pass grows earlier than its parts say." if flats.mid < pflat else
                          "the pass stays flat longer than its parts say."))
+
+# %% [markdown]
+# Back to the balance point: it assumed that the matrices reach their fastest rate however few rows they have.
+# Chapter 0 measured their rate at each row count, `F(M)`. Beside it, the time their arithmetic takes at that
+# rate and at the fastest one, and the time their weights take to read:
+
+# %%
+by_rows = pd.DataFrame({"rows": f_rates.index, "F_gflop_s": f_rates.to_numpy() / 1e9,
+                        "arithmetic_at_F_ms": f_rates.index * flops_per_token / f_rates.to_numpy() * 1e3,
+                        "arithmetic_at_fastest_ms": f_rates.index * flops_per_token / f_many * 1e3,
+                        "weight_read_ms": block_bytes / read_bw * 1e3}).set_index("rows")
+off = next((int(p) for p in sorted(mine.prompt_tokens) if p > flats.mid), None)  # the first length off the floor
+if off is None:
+    gives = f"It never leaves the floor up to {tokens(flats.mid)}, the longest prompt here."
+else:
+    at_off = by_rows.loc[off]
+    lead = (f"It gives way sooner because at few rows the matrices do not run at their fastest: at {tokens(off)}"
+            if off <= balance_tokens else
+            f"It stays flat about as long as the balance point says, or longer; at {tokens(off)}, where it gives way,")
+    gives = (f"{lead} chapter 0 measured F({off}) = **{at_off.F_gflop_s:.1f} GFLOP/s**, "
+             f"{at_off.F_gflop_s * 1e9 / f_many:.0%} of the {f_many / 1e9:.0f} GFLOP/s of many rows, so the matrices' "
+             f"arithmetic takes {at_off.arithmetic_at_F_ms:.3g} ms instead of {at_off.arithmetic_at_fastest_ms:.3g} ms, "
+             f"{'more' if at_off.arithmetic_at_F_ms > at_off.weight_read_ms else 'less'} than the "
+             f"{at_off.weight_read_ms:.3g} ms their weights take to read.")
+show(f"By the balance point a pass should cost about the same up to **{balance_tokens:.0f} tokens**; measured, it "
+     f"stays within {margin:.0%} of the 1-token pass " + (f"up to **{tokens(flats.mid)}**. " if floored[1] else
+                                                         f"only at {tokens(first_tok)}: it has no floor. ") + gives)
+by_rows[by_rows.index <= max(off or 0, 2 * balance_tokens)].round(1)
 
 # %%
 register.claim(
@@ -427,12 +543,13 @@ register.claim(
     not_held="time per token comes within {margin:.0%} of its lowest ({best:.2f} ms a token) at **{knee}**, more than "
              "one step of the sweep's grid from the cost model's {pknee}{beyond}.",
     unresolved="time per token comes within {margin:.0%} of its lowest ({best:.2f} ms a token) at **{knee}** (its "
-               "three readings: {measured}), against the cost model's {pknee}: the readings straddle one step of the "
-               "sweep's grid from it, too close to call in this run{beyond}.")
+               "three readings: {measured}), against the cost model's {pknee}, give or take one step of the sweep's grid: "
+               "{lean}{beyond}.")
 pknee = expected[main].knee_tokens
 show(register.decide("knee_as_predicted", claims.within(knees, pknee, claims.PREDICTED_LENGTH), predicted=tokens(pknee),
                      measured=knees.text(".0f", "tokens"), evidence=f"{label(*main)}, margin {margin:.0%}", margin=margin,
                      best=fm.best_ms_per_token, knee=tokens(knees.mid), pknee=tokens(pknee),
+                     lean=lean(knees, pknee / claims.PREDICTED_LENGTH, pknee * claims.PREDICTED_LENGTH, ".0f", " tokens"),
                      beyond="" if fm.knee_confirmed else f"; {tokens(knees.mid)} is the longest prompt measured, so "
                                                          "the knee may lie beyond it"))
 
@@ -453,7 +570,9 @@ for ax in (ax_t, ax_p):
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=7)
 ax_t.set(ylabel="prefill (ms): median and its 95 % interval; dotted: cost model",
-         title=f"{label(*main)}: on the 1-token floor up to {tokens(flats.mid)} (cost model: {pflat})")
+         title=(f"{label(*main)}: on the 1-token floor up to {tokens(flats.mid)}" if floored[1] else
+                f"{label(*main)}: no floor, the cost rises from the first token")
+               + f" (cost model: {f'up to {pflat}' if p_floored else 'no floor'})")
 ax_p.set(ylabel="time per prompt token (ms)", title=f"Time per token stops falling at {tokens(knees.mid)} "
                                                     f"(cost model: {pknee})")
 fig.tight_layout()
@@ -495,8 +614,7 @@ register.claim(
     not_held="a line misses the measured points by up to {worst:.0%} and the cost model's curve by up to {model:.0%}: "
              "the measured curve bends {bends} than the model's, by more than the tolerance for a ratio.",
     unresolved="a line misses the measured points by up to {worst:.0%} and the cost model's curve by up to "
-               "{model:.0%}: whether the two bend alike, within the tolerance for a ratio, is too close to call in "
-               "this run.")
+               "{model:.0%}: against the model's worst miss, give or take the tolerance for a ratio, {lean}.")
 worst = [float(np.abs(sweeps.fit_floor(mine.prompt_tokens, mine[c] / 1e3).predict(mine.prompt_tokens) * 1e3 / mine[c]
                       - 1).max()) for c in ("time_ms_low", "time_ms", "time_ms_high")]
 model_worst = float(np.abs(model_line.predict(mine.prompt_tokens) * 1e3 / mine.predicted_ms - 1).max())
@@ -504,6 +622,8 @@ show(register.decide("straight_line_fits", claims.within(Spread.of(worst), model
                      predicted=f"worst residual {model_worst:.0%} (the model's curve)",
                      measured=f"worst residual {Spread.of(worst).text('.0%')}", evidence=f"{label(*main)}, lib.sweeps.fit_floor",
                      worst=max(worst), model=model_worst, fixed=prose.ms(line.fixed_s),
+                     lean=lean(Spread.of(worst), model_worst / claims.PREDICTED_RATIO,
+                               model_worst * claims.PREDICTED_RATIO, ".0%"),
                      bends="less" if max(worst) < model_worst else "more",
                      floor=prose.span(fm.floor_ms_low, fm.floor_ms_high, ".1f", "ms")))
 
@@ -520,7 +640,8 @@ short["matrices_ms"] = short.block_matrices_ms + short.LM_head_ms
 short["rest_ms"] = short.time_ms - short.matrices_ms
 short["matrix_share"] = short.matrices_ms / short.time_ms
 results.table(short, "short_passes")
-short[["prompt_tokens", "time_ms", "matrices_ms", "attention_ms", "dispatch_ms", "rest_ms", "matrix_share"]].round(2)
+short[["prompt_tokens", "time_ms", "matrices_ms", "attention_ms", "dispatch_ms", "rest_ms", "matrix_share"]].rename(
+    columns={"rest_ms": "rest_ms (time less priced matrices)"}).round(2)
 
 # %%
 register.claim(
@@ -531,13 +652,14 @@ register.claim(
     not_held="the model's matrices, at chapter 0's rates for their rows, take {low:.0%} of the pass at {at}, less than "
              "half: most of that pass is elsewhere.",
     unresolved="the model's matrices, at chapter 0's rates for their rows, take {low:.0%} to {high:.0%} of each pass "
-               "up to {top}; at {at} the interval of their share straddles half, too close to call in this run.")
+               "up to {top}; at {at}, against at least half, {lean}.")
 shares = [Spread(r.matrices_ms / r.time_ms_high, r.matrix_share, r.matrices_ms / r.time_ms_low) for r in short.itertuples()]
 show(register.decide("short_passes_are_matmuls", claims.at_least(claims.extreme(shares, largest=False), 0.5),
                      predicted="at least 50%", measured=f"{short.matrix_share.min():.0%} to {short.matrix_share.max():.0%}",
                      evidence=f"{label(*main)}; chapter 0's blocks and head", low=short.matrix_share.min(),
                      high=short.matrix_share.max(), top=tokens(short.prompt_tokens.max()),
-                     at=tokens(short.prompt_tokens[short.matrix_share.idxmin()])))
+                     at=tokens(short.prompt_tokens[short.matrix_share.idxmin()]),
+                     lean=lean(claims.extreme(shares, largest=False), 0.5, np.inf, ".0%")))
 
 # %% [markdown]
 # Whether the pass rises as its matrices do, from one token to the longest short prompt:
@@ -553,8 +675,7 @@ register.claim(
              "tolerance (the matrices, timed alone, {rise_mm}; issuing the longer pass {rise_issue}): the parts do not "
              "account for the pass's rise here.",
     unresolved="from 1 to {top} the pass grows by {rise_pass}, against {rise_model} priced (the matrices, timed "
-               "alone, {rise_mm}; issuing the longer pass {rise_issue}): the interval of the rise straddles the "
-               "tolerance, too close to call in this run.")
+               "alone, {rise_mm}; issuing the longer pass {rise_issue}): {lean}.")
 one, top = short.iloc[0], short.iloc[-1]
 in_runs = runs_table[(runs_table.dtype == main_dt) & (runs_table.threads == most)].pivot_table(
     index="run", columns="prompt_tokens", values="time_ms").dropna(subset=[one.prompt_tokens, top.prompt_tokens])
@@ -569,11 +690,13 @@ show(register.decide("rise_is_matmuls", verdict, predicted=f"{rise_model:+.1f} m
                      measured=f"{rise.text('+.1f', 'ms')} (the pass)", evidence=f"{label(*main)}, each run's own rise",
                      top=tokens(top.prompt_tokens), rise_pass=rise.text("+.1f", "ms"), rise_model=f"{rise_model:+.1f} ms",
                      rise_mm=f"{rise_mm:+.1f} ms", rise_issue=f"{rise_issue:+.1f} ms",
-                     direction="more" if rise.mid > rise_model else "less"))
+                     direction="more" if rise.mid > rise_model else "less",
+                     lean=lean(rise, rise_model / claims.PREDICTED_TIME, rise_model * claims.PREDICTED_TIME,
+                               "+.1f", " ms") if rise_model > 0 else "the cost model priced no rise to compare it with"))
 
 # %% [markdown]
-# The rest of a 1-token pass, its time less its matrices, is a few milliseconds left between two numbers ten times
-# as large, each with an interval of its own, so it is measured directly: under the profiler, the pass's time that
+# The rest of a 1-token pass, its time less its matrices, is the difference of two larger numbers, each with an
+# interval of its own, so it is also measured directly: under the profiler, the pass's time that
 # is not in a matrix product (its small operators and the time between operators), less the profiler's own cost
 # per operator call (`lib.profiling.cost_per_operator`), in each of `profiled_runs` profiled passes.
 
@@ -583,12 +706,11 @@ register.claim(
     "What is not matrix product in a 1-token pass is about the cost of issuing it (chapter 0's dispatch) and its "
     "attention, within the tolerance for a predicted time.",
     held="the rest of a 1-token pass is {rest} under the profiler (its own cost taken off), within the tolerance of "
-         "the {dispatch} the hollowed pass takes to issue its operations and attend over one token.",
-    unresolved="the rest of a 1-token pass is {rest} under the profiler (its own cost taken off), against {dispatch} "
-               "for the hollowed pass to issue its operations and attend over one token: the interval straddles the "
-               "tolerance, too close to call in this run.",
-    not_held="the rest of a 1-token pass is {rest} under the profiler (its own cost taken off), against {dispatch} for "
-             "the hollowed pass to issue its operations and attend over one token: {why}")
+         "the {dispatch} chapter 0's [dispatch](glossary.md#dispatch) and attention over one token cost.",
+    unresolved="the rest of a 1-token pass is {rest} under the profiler (its own cost taken off), against the "
+               "{dispatch} chapter 0's [dispatch](glossary.md#dispatch) and attention over one token cost: {lean}.",
+    not_held="the rest of a 1-token pass is {rest} under the profiler (its own cost taken off), against the {dispatch} "
+             "chapter 0's [dispatch](glossary.md#dispatch) and attention over one token cost: {why}")
 p1 = cost[main].prefill(1)
 issue_ = Spread(p1.term("dispatch").best + p1.term("attention").best, p1.term("dispatch").best + p1.term("attention").best,
                 p1.term("dispatch").median + p1.term("attention").median)
@@ -596,19 +718,36 @@ per_call_ms = profiling.cost_per_operator(device)
 lm_main = models[main_dt]
 one_ids = random_prompt(1, lm_main.vocab_size, device=device)
 with use_threads(most):
-    rest_runs = []
+    rest_runs, matrix_runs = [], []
     for _ in range(profiled_runs):
         o = profiling.operators(lambda: phases.prefill(lm_main, one_ids), passes=2, device=device)
-        off_matrix = o[o.term != "matrices"]
+        off_matrix, on_matrix = o[o.term != "matrices"], o[o.term == "matrices"]
         rest_runs.append(max(off_matrix.self_ms.sum() - per_call_ms * off_matrix.calls.sum(), 1e-6) / 1e3)
-rest = Spread.of(rest_runs)
+        matrix_runs.append(max(on_matrix.self_ms.sum() - per_call_ms * on_matrix.calls.sum(), 1e-6) / 1e3)
+rest, matrix_in_pass = Spread.of(rest_runs), Spread.of(matrix_runs)
 show(register.decide("rest_is_launch_floor", claims.within(rest, issue_, claims.PREDICTED_TIME),
                      predicted=f"{prose.ms(issue_.low)} to {prose.ms(issue_.high)}", measured=(rest * 1e3).text(".1f", "ms"),
                      evidence=f"{label(*main)}, 1 token, torch.profiler, {profiled_runs} runs",
-                     rest=(rest * 1e3).text(".1f", "ms"), dispatch=f"{prose.ms(issue_.low)} to {prose.ms(issue_.high)}",
+                     rest=(rest * 1e3).text(".1f", "ms"), dispatch=prose.span(issue_.low * 1e3, issue_.high * 1e3, ".1f", "ms"),
+                     lean=lean(rest * 1e3, issue_.low * 1e3 / claims.PREDICTED_TIME,
+                               issue_.high * 1e3 * claims.PREDICTED_TIME, ".1f", " ms"),
                      why="issuing the operations inside a pass costs more than in the hollowed one, whose small operators "
                          "run with the caches to themselves." if rest.mid > issue_.high else
                          "the hollowed pass costs more to issue than the real pass does."))
+
+# %% [markdown]
+# The table of short passes above also has a rest for the 1-token pass, and it is not the same number: both take
+# the matrices off a pass, but not the same matrices.
+
+# %%
+one_row = short.iloc[0]
+show(f"The table's rest, **{one_row.rest_ms:.1f} ms**, is the sweep's median 1-token pass ({one_row.time_ms:.1f} ms) "
+     f"less its matrices at chapter 0's price ({one_row.matrices_ms:.1f} ms, timed alone). The profiler's rest, "
+     f"**{(rest * 1e3).text('.1f', 'ms')}**, is what the pass spent outside its matrix products, measured inside it: "
+     f"there the matrices took {(matrix_in_pass * 1e3).text('.1f', 'ms')}, "
+     f"{'more' if matrix_in_pass.mid * 1e3 > one_row.matrices_ms else 'less'} than their price. The two rests differ "
+     f"by that, and by the profiled pass ({(rest.mid + matrix_in_pass.mid) * 1e3:.1f} ms, the profiler's own cost "
+     f"taken off) not being the sweep's.")
 
 # %% [markdown]
 # **Takeaway: price a short pass from its parts (its matrices at the rate their few rows reach, the cost of
@@ -632,9 +771,9 @@ register.claim(
          "peak and {f_share:.0%} of the rate chapter 0 measured for the model's matrices at that many rows: {tps:,.0f} "
          "tokens per second (the whole interval of its time is within the rule's slack of its prediction).",
     not_held="at {n} the pass is {label}, not compute-bound ({ratio:.2f}x its prediction), at {gflops:.1f} GFLOP/s.",
-    unresolved="at {n} the pass is {label} by its median ({ratio:.2f}x its prediction, at {gflops:.1f} GFLOP/s), but "
-               "the ends of its interval fall in different regimes: whether it is compute-bound is too close to call "
-               "in this run.")
+    unresolved="at {n} the pass is {label} by its median ({ratio:.2f}x its prediction, at {gflops:.1f} GFLOP/s){lean}, "
+               "but the ends of its interval fall in different regimes, so this run cannot decide whether it is "
+               "compute-bound.")
 top_row = longest[(longest.dtype == main_dt) & (longest.threads == most)].iloc[0]
 n_top = int(top_row.prompt_tokens)
 top_key = (main_dt, most, n_top)
@@ -645,7 +784,9 @@ show(register.decide("longest_prompt_compute_bound", claims.verdict_of(all(e == 
                      n=tokens(n_top), gflops=top_row.achieved_gflop_s,
                      share=top_row.achieved_gflop_s * 1e9 / ceilings.square_flops(main_dt, most),
                      f_share=top_row.achieved_gflop_s * 1e9 / ceilings.matrix_rate(model_name, main_dt, most, n_top),
-                     tps=top_row.tokens_per_s, label=top_row.regime, ratio=top_row.over_predicted))
+                     tps=top_row.tokens_per_s, label=top_row.regime, ratio=top_row.over_predicted,
+                     lean=": its median matches the prediction" if top_row.regime == "compute-bound" else
+                          ": its median leans away from the prediction"))
 
 
 # %%
@@ -660,7 +801,9 @@ def ratio_claim(claim: str, a: tuple, b: tuple, n: int, **text) -> str:
                            predicted=f"{predicted:.2f}x", measured=measured.text(".2f", "x"),
                            evidence=f"{label(*a)} against {label(*b)} at {tokens(n)}",
                            gain=measured.mid, predicted_gain=predicted, n=tokens(n),
-                           faster="faster" if measured.mid > 1 else "slower", **text)
+                           faster="faster" if measured.mid > 1 else "slower",
+                           lean=lean(measured, predicted / claims.PREDICTED_RATIO, predicted * claims.PREDICTED_RATIO,
+                                     ".2f", "x"), **text)
 
 
 register.claim(
@@ -671,8 +814,7 @@ register.claim(
     not_held="{most} threads make the pass of {n} {gain:.2f}x as fast as {few}, outside the tolerance for a ratio of "
              "the {predicted_gain:.2f}x the cost model predicted.",
     unresolved="{most} threads make the pass of {n} {measured} as fast as {few}, against "
-               "the {predicted_gain:.2f}x the cost model predicted: the interval straddles the tolerance for a ratio, "
-               "too close to call in this run.",
+               "the {predicted_gain:.2f}x the cost model predicted, give or take the tolerance for a ratio: {lean}.",
     not_measured="one thread count only (a GPU, or `threads` set to one value).")
 fewest = min(threads)
 both = [p for p in kept[main] if p in kept.get((main_dt, fewest), []) and (main_dt, fewest, p) in spread]
@@ -695,8 +837,8 @@ for claim, at in (("half_long_prompt", max), ("half_short_prompt", min)):
         not_held="at {n} {half} is {faster} than {main_dt}: it runs {gain:.2f}x as fast, outside the tolerance for a "
                  "ratio of the {predicted_gain:.2f}x the cost model predicted ({half} {kind}).",
         unresolved="at {n} {half} runs {measured} as fast as {main_dt}, against the "
-                   "{predicted_gain:.2f}x the cost model predicted ({half} {kind}): the interval straddles the "
-                   "tolerance for a ratio, too close to call in this run.",
+                   "{predicted_gain:.2f}x the cost model predicted ({half} {kind}), give or take the tolerance for a "
+                   "ratio: {lean}.",
         not_measured="one dtype only in this run.")
     show(ratio_claim(claim, main, (half, most), at(common), half=half, main_dt=main_dt, kind=kind) if common
          else register.decide(claim, None))
@@ -741,8 +883,8 @@ register.claim(
     not_held="the pass of {config} at {n} took {ratio:.2f}x its prediction, and its excess is spread over the parts "
              "(the largest, {part}, holds {share:.0%} of it): no one part explains it.",
     unresolved="the pass of {config} at {n} took {ratio:.2f}x its prediction; under the profiler {part}, the part "
-               "furthest over its price, holds {share:.0%} of the excess, but over the profiled runs that share "
-               "straddles half: whether one part explains it is too close to call in this run.")
+               "furthest over its price, holds {share_span} of the excess over the profiled runs: against more "
+               "than half, {lean}.")
 
 
 def share_of(table: pd.DataFrame, term: str) -> float:
@@ -763,7 +905,8 @@ show(register.decide("worst_pass_taken_apart", claims.at_least(shares, 0.5), pre
                      evidence="worst_pass_parts.csv, torch.profiler",
                      config=label(*w_cfg), n=tokens(w_tokens), ratio=worst_row.over_predicted, part=top_part.term,
                      profiled=prose.ms(top_part.profiled_ms / 1e3), given=prose.ms(top_part.predicted_ms / 1e3),
-                     share=share, op=in_part.operator, op_ms=prose.ms(in_part.self_ms / 1e3), note=note))
+                     share=share, op=in_part.operator, op_ms=prose.ms(in_part.self_ms / 1e3), note=note,
+                     lean=lean(shares, 0.5, np.inf, ".0%"), share_span=shares.text(".0%")))
 
 # %% [markdown] tags=["predict"]
 # ## Computing less of the output
@@ -809,8 +952,8 @@ register.claim(
     not_held="the extra head rows cost **{total}** over {n}, {direction} the {predicted_total} chapter 0's head costs "
              "at those rows, beyond the tolerance ({pairs}): {why} The FLOP count alone predicted savings of {flop}.",
     unresolved="the extra head rows cost **{total}** over {n}, against {predicted_total} for chapter 0's head at "
-               "those rows ({pairs}): the interval straddles the tolerance, too close to call in this run. The FLOP "
-               "count alone predicted savings of {flop}.")
+               "those rows ({pairs}), give or take the tolerance: {lean}. The FLOP count alone predicted savings of "
+               "{flop}.")
 per_run_extra = Spread.of(pairs.groupby("run").extra_ms.sum() / 1e3)  # every length ran in every run
 predicted_total = saving.predicted_extra_ms.sum() / 1e3
 texts = [f"{tokens(r.prompt_tokens)}: {r.extra_ms:.1f} ms against {r.predicted_extra_ms:.1f} "
@@ -825,6 +968,8 @@ show(register.decide("last_logits_saving_as_predicted",
                      direction="more than" if per_run_extra.mid > predicted_total else "less than",
                      total=(per_run_extra * 1e3).text(".1f", "ms"), predicted_total=prose.ms(predicted_total),
                      pairs="; ".join(texts), flop=", ".join(f"{x:.0%}" for x in saving.flop_count_saving),
+                     lean=lean(per_run_extra * 1e3, predicted_total * 1e3 / claims.PREDICTED_TIME,
+                               predicted_total * 1e3 * claims.PREDICTED_TIME, ".1f", " ms"),
                      why=f"the length furthest from its price is {tokens(far_off.prompt_tokens)} ({far_off.extra_ms:.1f} ms "
                          f"against {far_off.predicted_extra_ms:.1f}); one layer down, below, the profiler splits it."))
 facts = load_reference("ch09_facts").set_index("fact").value.astype(float)
@@ -864,8 +1009,8 @@ register.claim(
              "the head's extra rows cost at chapter 0's rate, beyond the tolerance: inside the pass the head's product "
              "does not cost what chapter 0 timed alone; the whole pass takes {total} more under the profiler.",
     unresolved="at {n} the matrices take {measured} more with every position's logits over the profiled pairs, "
-               "against {predicted_extra} for the head's extra rows at chapter 0's rate: the interval straddles the "
-               "tolerance, too close to call in this run; the whole pass takes {total} more under the profiler.")
+               "against {predicted_extra} for the head's extra rows at chapter 0's rate, give or take the tolerance: "
+               "{lean}; the whole pass takes {total} more under the profiler.")
 extra_mm = extra_mm_runs.mid
 predicted_extra = saving.set_index("prompt_tokens").predicted_extra_ms[n_logits] / 1e3
 show(register.decide("logits_extra_is_the_head", claims.within(extra_mm_runs, predicted_extra, claims.PREDICTED_TIME)
@@ -873,6 +1018,8 @@ show(register.decide("logits_extra_is_the_head", claims.within(extra_mm_runs, pr
                      predicted=prose.ms(predicted_extra), measured=(extra_mm_runs * 1e3).text(".1f", "ms"),
                      evidence=f"logits_parts.csv, torch.profiler, {tokens(n_logits)}", n=tokens(n_logits),
                      extra=prose.ms(extra_mm), predicted_extra=prose.ms(predicted_extra),
+                     lean=lean(extra_mm_runs * 1e3, predicted_extra * 1e3 / claims.PREDICTED_TIME,
+                               predicted_extra * 1e3 * claims.PREDICTED_TIME, ".1f", " ms"),
                      total=prose.ms(logits_parts.extra_ms.sum() / 1e3),
                      direction="more than" if extra_mm > predicted_extra else "less than"))
 logits_parts.round(2)
@@ -886,9 +1033,8 @@ register.claim(
          "ratio.",
     not_held="the {n} pass took {sweep_span} in the sweep and {cell_span} here: the machine's speed moved between the "
              "two cells by more than the tolerance, so compare the two kinds of logits only within one cell.",
-    unresolved="the {n} pass took {sweep_span} in the sweep and {cell_span} here: the interval of their ratio "
-               "straddles the tolerance, so whether the machine's speed moved between the two cells is too close to "
-               "call in this run; compare the two kinds of logits within one cell.",
+    unresolved="the {n} pass took {sweep_span} in the sweep and {cell_span} here: against a ratio of 1, give or take "
+               "the tolerance, {lean}; compare the two kinds of logits within one cell.",
     not_measured="no logits length is also in the sweep.")
 again = [p for p in saving.prompt_tokens if (main_dt, most, p) in spread]
 if again:
@@ -897,7 +1043,8 @@ if again:
     show(register.decide("same_pass_reproduces", claims.within(cell / s, 1.0, claims.PREDICTED_RATIO),
                          predicted=f"sweep: {(s * 1e3).text(',.0f', 'ms')}", measured=f"this cell: {(cell * 1e3).text(',.0f', 'ms')}",
                          evidence=f"{label(*main)}, {tokens(again[-1])}", n=f"{again[-1]:,}-token",
-                         sweep_span=(s * 1e3).text(",.0f", "ms"), cell_span=(cell * 1e3).text(",.0f", "ms")))
+                         sweep_span=(s * 1e3).text(",.0f", "ms"), cell_span=(cell * 1e3).text(",.0f", "ms"),
+                         lean=lean(cell / s, 1 / claims.PREDICTED_RATIO, claims.PREDICTED_RATIO, ".2f", "x")))
 else:
     show(register.decide("same_pass_reproduces", None))
 
@@ -950,8 +1097,9 @@ ax.set(xscale="log", yscale="log", xlabel="prompt tokens", ylabel="prompt tokens
 ax.set_xscale("log", base=2)
 ours = beside[(beside.source == "this machine") & (beside.threads == most)].iloc[0]
 gpu = beside[(beside.source == "source chapter") & (beside.device == "cuda") & (beside.dtype == "fp32")].iloc[0]
-ax.set_title(f"On its floor up to {tokens(ours.flat_until_tokens)} here, {int(gpu.flat_until_tokens)} on the "
-             f"reference GPU (fp32)")
+ours_first = first_tok  # ours is the first configuration (main_dt, most threads)
+ax.set_title((f"On its floor up to {tokens(ours.flat_until_tokens)} here" if ours.flat_until_tokens > ours_first else
+              "No floor here") + f"; on its floor up to {tokens(gpu.flat_until_tokens)} on the reference GPU (fp32)")
 ax.legend(fontsize=8)
 ax.grid(True, alpha=0.3)
 results.figure(fig, "beside_reference")
@@ -961,10 +1109,9 @@ plt.show()
 register.claim(
     "floor_shorter_than_reference_gpu",
     "This machine leaves its 1-token floor at a shorter prompt than the reference GPU in fp32.",
-    held="here the time leaves the 1-token floor after {ours}, sooner than on the reference GPU, whose "
-         "{gpu_floor:.1f} ms floor hid the prompt's work up to {gpu}.",
+    held="{here}, sooner than on the reference GPU, whose {gpu_floor:.1f} ms floor hid the prompt's work up to {gpu}.",
     unresolved="here the time stays on the 1-token floor up to {ours} (its readings: {measured}), about as long as "
-               "the reference GPU's {gpu}: which leaves it sooner is too close to call in this run.",
+               "the reference GPU's {gpu}: against leaving it sooner, {lean}.",
     not_held="this machine stays on its floor up to {ours}, at least as long as the reference GPU ({gpu}): its floor "
              "hides the per-token work as well.",
     not_measured="this run's time never left its floor up to its longest prompt.")
@@ -972,9 +1119,15 @@ flat_spread = flats if ours.threads == most else Spread.at(ours.flat_until_token
 never = flat_spread.low >= fm.longest_prompt_tokens
 show(register.decide("floor_shorter_than_reference_gpu",
                      None if never else claims.below(flat_spread, float(gpu.flat_until_tokens)),
-                     predicted=f"under {tokens(gpu.flat_until_tokens)}", measured=flat_spread.text(".0f", "tokens"),
+                     predicted=f"under {tokens(gpu.flat_until_tokens)}",
+                     measured=(flat_spread.text(".0f", "tokens") if flat_spread.high > ours_first else
+                               f"no floor (rises from {tokens(ours_first)})"),
                      evidence=f"{label(*main)} against the source chapter's GPU, margin {margin:.0%}",
-                     ours=tokens(flat_spread.mid), gpu=tokens(gpu.flat_until_tokens), gpu_floor=gpu.floor_ms))
+                     ours=tokens(flat_spread.mid), gpu=tokens(gpu.flat_until_tokens), gpu_floor=gpu.floor_ms,
+                     here=(f"here the time leaves the 1-token floor after {tokens(flat_spread.mid)}"
+                           if flat_spread.high > ours_first else
+                           "here there is no floor at all: the cost rises from the first token"),
+                     lean=lean(flat_spread, 0.0, float(gpu.flat_until_tokens) - 1, ".0f", " tokens")))
 
 # %% [markdown]
 # ## What these numbers do not show
@@ -995,7 +1148,7 @@ first_len, said = int(mine.prompt_tokens.min()), register.verdict  # said(claim)
 t_one, t_top = spread[(main_dt, most, first_len)] * 1e3, spread[top_key] * 1e3
 lo, hi = short.matrix_share.min(), short.matrix_share.max()
 least = tokens(short.prompt_tokens[short.matrix_share.idxmin()])
-launch = f"the {prose.span(issue_.low * 1e3, issue_.high * 1e3, '.1f', 'ms')} launch floor"
+issued = f"the {prose.span(issue_.low * 1e3, issue_.high * 1e3, '.1f', 'ms')} of dispatch and attention"
 
 
 def beside_model(claim: str, measured: int, predicted: int) -> str:
@@ -1003,33 +1156,44 @@ def beside_model(claim: str, measured: int, predicted: int) -> str:
     said_here = {claims.HELD: "as predicted" if measured == predicted else
                  f"predicted {tokens(predicted)}: within a step",
                  claims.NOT_HELD: f"not the predicted {tokens(predicted)}",
-                 claims.UNRESOLVED: f"predicted {tokens(predicted)}: too close to call"}
+                 claims.UNRESOLVED: f"predicted {tokens(predicted)}: unresolved, median "
+                                    + ("matching" if claims.within(measured, predicted, claims.PREDICTED_LENGTH)
+                                       == claims.HELD else "off")}
     return said_here.get(said(claim), "not compared")
 
 
 matrices = {claims.HELD: f"take **{lo:.0%} to {hi:.0%}** of each pass up to {tokens(short.prompt_tokens.max())}",
             claims.NOT_HELD: f"take less than half of a short pass ({lo:.0%} at {least})",
             claims.UNRESOLVED: f"take {lo:.0%} to {hi:.0%} of a short pass, about half at {least}"}
-rest_is = {claims.HELD: f"is {launch}", claims.UNRESOLVED: f"is near {launch}: too close to call",
-           claims.NOT_HELD: f"is {'more' if rest.mid > issue_.high else 'less'} than {launch}"}
+rest_side = claims.leaning(rest * 1e3, issue_.low * 1e3 / claims.PREDICTED_TIME, issue_.high * 1e3 * claims.PREDICTED_TIME)
+rest_is = {claims.HELD: f"is {issued}", claims.NOT_HELD: f"is {'more' if rest.mid > issue_.high else 'less'} than {issued}",
+           claims.UNRESOLVED: f"is unresolved against {issued} (median "
+                              + ("matching)" if rest_side == "on the held side" else
+                                 f"{'under' if rest.mid < issue_.low else 'over'})")}
 bound = {claims.HELD: "is compute-bound", claims.NOT_HELD: f"is {top_row.regime}, not compute-bound",
          claims.UNRESOLVED: "may be compute-bound"}
 knee_text = f"time per token stopped falling at **{tokens(knees.mid)}**" + ("" if fm.knee_confirmed else " or later")
+floor_text = (f"It stayed within {margin:.0%} of that up to **{tokens(flats.mid)}**" if floored[1] else
+              f"It had no floor: {tokens(second.prompt_tokens)} took **{second.time_ms / fm.floor_ms:.2f}x** as long")
 with use_threads(most):
     where = prose.machine(device, main_dt)
 opening.write(
     f"On this machine ({where}), a {model_name} prefill took **{t_one.text(',.1f', 'ms')}** for {tokens(first_len)} "
-    f"and **{t_top.text(',.0f', 'ms')}** for {n_top:,} (medians over runs). "
-    f"It stayed within {margin:.0%} of that {'up to' if flats.mid > first_len else 'only at'} **{tokens(flats.mid)}** "
-    f"({beside_model('floor_flat_as_predicted', flats.mid, pflat)}); {knee_text} "
-    f"({beside_model('knee_as_predicted', knees.mid, pknee)}). "
-    f"Its matrices, at chapter 0's rates F(rows), {matrices.get(said('short_passes_are_matmuls'), 'were not priced')}; "
+    f"and **{t_top.text(',.0f', 'ms')}** for {n_top:,} (medians). "
+    f"{floor_text} ({beside_model('floor_flat_as_predicted', flats.mid, pflat)}; balance point: "
+    f"{balance_tokens:.0f} tokens); {knee_text} ({beside_model('knee_as_predicted', knees.mid, pknee)}). "
+    f"Its matrices, priced at F(rows), {matrices.get(said('short_passes_are_matmuls'), 'were not priced')}; "
     f"the rest at {tokens(first_len)}, {(rest * 1e3).text('.1f', 'ms')}, "
     f"{rest_is.get(said('rest_is_launch_floor'), 'was not profiled')}; "
     f"at {n_top:,} tokens the pass {bound.get(said('longest_prompt_compute_bound'), 'was not classed')}. "
     + (f"So every prompt here, up to {tokens(n_top)}, costs one token's pass."
-       if never else "So here every token a prompt adds costs time." if flats.mid <= first_len else
+       if never else "So here every token a prompt adds costs time." if not floored[1] else
        f"So a prompt here costs one token's pass up to {tokens(flats.mid)}, then more with each token."))
+
+# %% [markdown]
+# ## Key terms
+#
+# [Prefill](glossary.md#prefill), [Cost model](glossary.md#cost-model), [Floor](glossary.md#floor), [Knee](glossary.md#knee), [Balance point](glossary.md#balance-point), [Matrix rate F(M)](glossary.md#matrix-rate-fm). Each links to the book's glossary, which says how the book measures it.
 
 # %% [markdown]
 # ## Evidence in this chapter
@@ -1048,8 +1212,11 @@ results.finish()  # the run is whole: its tables and figures replace the last ru
 # %% [markdown]
 # ## Takeaways
 #
-# * A prefill's floor is its measured 1-token pass; where the time leaves it, and where time per token stops
-#   falling, are read off the measured points, not off a fitted line.
+# * A prefill's [floor](glossary.md#floor) is its measured 1-token pass, and it has one only if longer prompts
+#   cost the same within the margin; whether it has one, and where time per token stops falling, are read off the
+#   measured points, not off a fitted line.
+# * The [balance point](glossary.md#balance-point) says how many tokens would keep the arithmetic busy at the
+#   matrices' fastest rate; their rate at a few rows, `F(M)`, says how long a pass really stays flat.
 # * Price a short prompt's matrices at the rate their few rows reach (`F(M)`), not at the matrix-vector rate
 #   and not at the large product's peak; how well that priced this run, how much of a short pass they are and
 #   what the rest is, the findings above say.
@@ -1063,8 +1230,9 @@ results.finish()  # the run is whole: its tables and figures replace the last ru
 #
 # <details><summary>Answer</summary>
 #
-# A fixed-cost (launch) floor: a 256-fold change in arithmetic barely moved the time, so neither FLOPs nor
-# bytes set it. This is the source chapter's GPU.
+# On its [floor](glossary.md#floor), and a floor of fixed cost: a 256-fold change in arithmetic barely moved the
+# time, so neither FLOPs nor bytes set it; issuing the pass ([dispatch](glossary.md#dispatch)) does. This is the
+# source chapter's GPU.
 # </details>
 #
 # 2. A pass takes 40, 60 and 75 ms at 1, 2 and 4 tokens, and the model's matrices at 1, 2 and 4 rows take 33, 53

@@ -20,6 +20,14 @@
 # enormously in both. This chapter runs whole requests over a grid of the two, scores each with
 # `lib.metrics`, and splits its end-to-end time into the prefill's share and the decode's share.
 
+# %% [markdown]
+# **After this chapter you can**
+#
+# * split a request's time into TTFT and TPOT over a grid of prompt and output lengths;
+# * fit TTFT against the prompt and TPOT against the context, and say what each slope is made of;
+# * call a workload a prefill job or a decode job, and say which phase to make cheaper;
+# * compute goodput against stated objectives, and say which fix each kind of miss needs.
+
 # %% tags=["parameters"]
 quick = False
 device = "auto"
@@ -188,7 +196,8 @@ register.claim(
     not_held="TTFT took **{ttft}** the cost model's prediction and TPOT **{tpot}** its own (geometric means over {n} "
              "pairs): not both within the tolerance of {tol:g}x{worst}.",
     unresolved="TTFT took **{ttft}** the cost model's prediction and TPOT **{tpot}** its own (geometric means over {n} "
-               "pairs): too close to the tolerance of {tol:g}x to call in this run{worst}.")
+               "pairs): {lean}, but an interval reaches past the tolerance of {tol:g}x, so this run cannot decide"
+               "{worst}.")
 by_pair = grid.merge(split[["prompt_tokens", "output_tokens", "predicted_ttft_ms", "predicted_ttft_median_ms",
                             "predicted_tpot_ms", "predicted_tpot_median_ms"]], on=["prompt_tokens", "output_tokens"])
 by_pair = by_pair.assign(ttft_x=by_pair.ttft_ms / by_pair.predicted_ttft_ms, tpot_x=by_pair.tpot_ms / by_pair.predicted_tpot_ms)
@@ -201,12 +210,14 @@ for name in ("ttft", "tpot"):
     worst_r[name] = max(per_pair_x, key=lambda k: abs(np.log(per_pair_x[k].mid)))
     worst_r[name] = (worst_r[name], per_pair_x[worst_r[name]])
 verdict = claims.every(claims.within(pooled_r[k], Spread(1.0, 1.0, band_r[k]), claims.PREDICTED_TIME) for k in pooled_r)
+medians_within = all(1 / claims.PREDICTED_TIME <= r.mid <= claims.PREDICTED_TIME for r in pooled_r.values())
 worst_text = "; the furthest: " + ", ".join(f"{k.upper()} at {w[0][0]} in / {w[0][1]} out ({w[1].mid:.2f}x)"
                                             for k, w in worst_r.items())
 show(register.decide("requests_as_predicted", verdict, predicted=f"within {claims.PREDICTED_TIME:g}x",
                      measured=f"TTFT {pooled_r['ttft'].text('.2f', 'x')}, TPOT {pooled_r['tpot'].text('.2f', 'x')}",
                      evidence=f"requests.csv, {runs} runs per pair", ttft=pooled_r["ttft"].text(".2f", "x"),
-                     tpot=pooled_r["tpot"].text(".2f", "x"), n=len(split), worst=worst_text, tol=claims.PREDICTED_TIME))
+                     tpot=pooled_r["tpot"].text(".2f", "x"), n=len(split), worst=worst_text, tol=claims.PREDICTED_TIME,
+                     lean="both medians lie within it" if medians_within else "a median lies outside it"))
 split[["prompt_tokens", "output_tokens", "ttft_ms", "predicted_ttft_ms", "tpot_ms", "predicted_tpot_ms"]].round(1)
 
 # %% [markdown] tags=["predict"]
@@ -285,8 +296,8 @@ register.claim(
     not_held="{growth}, outside the tolerance of {tol:g}x of the cost model's {model_slope:.2f} ms per 1,000 tokens "
              "(its bytes alone: {bytes_slope:.2f}). {why}",
     unresolved="{growth}, against the cost model's {model_slope:.2f} ms per 1,000 tokens (its bytes alone: "
-               "{bytes_slope:.2f}): the line's interval is too wide for this run to tell whether TPOT grows as the "
-               "cost model's decode step does, within {tol:g}x.",
+               "{bytes_slope:.2f}). The median slope is {ratio:.2f}x the cost model's, {lean} of {tol:g}x, but the "
+               "line's interval reaches past it: more runs of the grid would decide.",
     not_measured="the grid has one context length only: no slope to measure.")
 # the slope over every request of the grid at once (few runs each): Theil and Sen's, with its 95 % interval
 slope_spread = claims.theil_sen(decoded.context_tokens, decoded.tpot_ms * 1e3) if lines else None
@@ -300,6 +311,9 @@ show(register.decide("tpot_follows_cache_bytes", (claims.within(slope_spread, mo
                      measured=f"{slope_spread.text('.2f')} ms per 1k tokens (Theil-Sen)" if lines else "",
                      evidence=f"{len(decoded)} requests with 2+ tokens, {lm.name}, {dtype}, {where}", growth=growth_text,
                      bytes_slope=bytes_slope, model_slope=model_slope, tol=claims.PREDICTED_TIME,
+                     ratio=slope / model_slope if lines else np.nan,
+                     lean=("within the tolerance" if lines and 1 / claims.PREDICTED_TIME <= slope / model_slope
+                           <= claims.PREDICTED_TIME else "outside the tolerance"),
                      why="The next section times the two parts that grow with the cache alone, here, to say which of "
                          "them the cost model misprices."))
 
@@ -347,8 +361,7 @@ register.claim(
     not_held="per 1,000 tokens of context, the parts timed alone add {shares}: **{cache_slope:.1f} ms** together, "
              "against the TPOT line's {slope}: timed alone they do not account for the growth.",
     unresolved="per 1,000 tokens of context, the parts timed alone add {shares}: **{cache_slope:.1f} ms** together, "
-               "against the TPOT line's {slope}: the line's interval is too wide for this run to tell whether they "
-               "account for the growth.",
+               "against the TPOT line's {slope}. {compare}",
     not_measured="the grid has one context length only.")
 show(register.decide("tpot_growth_is_cache_work", ((claims.within(slope_spread, cache_slope, claims.PREDICTED_TIME)
                                                     if slope_spread.low > 0 and cache_slope > 0 else claims.UNRESOLVED)
@@ -356,7 +369,14 @@ show(register.decide("tpot_growth_is_cache_work", ((claims.within(slope_spread, 
                      predicted=f"{cache_slope:.2f} ms per 1k tokens (concatenation + attention, timed alone)",
                      measured=f"{slope_spread.text('.2f') if lines else ''} ms per 1k tokens (TPOT line, Theil-Sen)",
                      evidence=f"parts timed at contexts {c_low:.0f} and {c_high:.0f}, medians of 7 repeats; {dtype}, {where}",
-                     shares=shares, cache_slope=cache_slope, slope=slope_spread.text(".1f", "ms") if lines else ""))
+                     shares=shares, cache_slope=cache_slope, slope=slope_spread.text(".1f", "ms") if lines else "",
+                     compare=(f"The line's median is {slope / cache_slope:.2f}x their sum, "
+                              + ("within" if 1 / claims.PREDICTED_TIME <= slope / cache_slope <= claims.PREDICTED_TIME
+                                 else "outside")
+                              + " the tolerance, but its interval reaches past it: more runs of the grid would "
+                                "decide whether they account for the growth." if lines and cache_slope > 0 else
+                              "Timed alone, the parts did not grow with the context, so their sum cannot be set "
+                              "against the line's slope.")))
 
 # %%
 fig, ax = plt.subplots(figsize=(8, 4))
@@ -459,10 +479,11 @@ arch.round(2)
 
 # %%
 arch_runs = requests[requests.workload != "grid"].merge(arch[["workload", "predicted_e2e_ms"]], on="workload")
-e2e_x = {w: Spread.of(g.e2e_ms / g.predicted_e2e_ms) for w, g in arch_runs.groupby("workload", sort=False)}
+e2e_x = {w: Spread.of(g.e2e_ms / g.predicted_e2e_ms) for w, g in arch_runs.groupby("workload", sort=False)
+         if lines}  # without a TPOT line (one context length) there is no prediction to divide by
 phases_agree = (arch.predicted_phase == arch.measured_phase).all()
 ok = [claims.within(claims.geomean_of(e2e_x.values()), 1.0, claims.PREDICTED_TIME),
-      claims.HELD if phases_agree else claims.NOT_HELD]
+      claims.HELD if phases_agree else claims.NOT_HELD] if lines else None
 described = "; ".join(f"{'an' if r.workload[0] in 'aeiou' else 'a'} **{r.workload}** ({r.prompt_tokens} in, "
                       f"{r.output_tokens} out) measured {r.e2e_ms:.0f} ms, predicted {r.predicted_e2e_ms:.0f} from the "
                       f"grid and {r.cost_model_e2e_ms:.0f} by the cost model, a **{r.measured_phase}** job "
@@ -480,13 +501,14 @@ register.claim(
                "prediction (geometric mean), are too close to the tolerance of {tol:g}x to call in this run.",
     not_measured="the grid has one context length only, so there is no TPOT line to predict with.")
 show(register.decide("archetypes_predicted_from_grid", claims.every(ok) if lines else None,
-                     predicted="; ".join(f"{r.workload}: {r.predicted_e2e_ms:.0f} ms, {r.predicted_phase}" for r in arch.itertuples()),
+                     predicted="; ".join(f"{r.workload}: {r.predicted_e2e_ms:.0f} ms, {r.predicted_phase}"
+                                         for r in arch.itertuples()) if lines else "",
                      measured="; ".join(f"{r.workload}: {r.e2e_ms:.0f} ms, {r.measured_phase}" for r in arch.itertuples()),
                      evidence=f"{runs} runs per archetype, medians; lines fitted on the grid only", described=described,
-                     ratio=claims.geomean_of(e2e_x.values()).text(".2f", "x"), tol=claims.PREDICTED_TIME,
+                     ratio=claims.geomean_of(e2e_x.values()).text(".2f", "x") if lines else "", tol=claims.PREDICTED_TIME,
                      missed=", ".join(f"{w} ({e2e_x[w].mid:.2f}x{', not ' + r.predicted_phase if r.predicted_phase != r.measured_phase else ''})"
                                       for w, r in zip(arch.workload, arch.itertuples())
-                                      if r.predicted_phase != r.measured_phase or not claims.within(
+                                      if lines and r.predicted_phase != r.measured_phase or lines and not claims.within(
                                           e2e_x[w], 1.0, claims.PREDICTED_TIME) == claims.HELD)))
 
 # %% [markdown]
@@ -495,6 +517,10 @@ show(register.decide("archetypes_predicted_from_grid", claims.every(ok) if lines
 # Goodput is the fraction of requests that meet every objective. The objectives are parameters; the defaults
 # come from `lib.objectives`, one per kind of device, for the book's small models, and are stated here so the
 # verdict is explicit rather than implied.
+#
+# The two objectives are two different problems. TTFT is one prefill, so it grows with the prompt and is cured by
+# a cheaper prompt pass; TPOT is a decode step, so it grows with the context and is cured by fewer bytes per
+# step. **Predict** from the two lines above which pairs miss which objective before reading the list.
 
 # %%
 good = metrics.goodput([m for m, r in zip(scored, records) if r["workload"] == "grid"], goals.ttft_s, goals.tpot_s)
@@ -503,6 +529,14 @@ per_pair["missed"] = [", ".join(name for name, miss in (("TTFT", r.ttft_ms > goa
                                                          ("TPOT", r.tpot_ms > goals.tpot_ms)) if miss)
                       for r in per_pair.itertuples()]
 failing = per_pair[per_pair.goodput < 1]
+missed_ttft = int(failing.missed.str.contains("TTFT").sum())
+missed_tpot = int(failing.missed.str.contains("TPOT").sum())
+fixes = ("" if failing.empty else
+         f"Of the pairs that missed at their median, {missed_ttft} missed TTFT and {missed_tpot} TPOT. "
+         + ("A TTFT miss is the prompt's pass: it is fixed by making prefill cheaper or shorter (a faster "
+            "matrix kernel, a cached prefix), and a slower decode would not hurt it. " if missed_ttft else "")
+         + ("A TPOT miss is the decode step: it is fixed by reading fewer bytes per step (a smaller dtype, a "
+            "shorter cache), and a faster prefill would not help it. " if missed_tpot else ""))
 ref_met = ((ref.ttft_ms <= goals.ttft_ms) & (ref.tpot_ms <= goals.tpot_ms)).sum()
 default_ttft_s, default_tpot_s = objectives.default_objectives(device)
 source = (f"the defaults for {'a GPU' if on_gpu else 'a CPU'}" if goals.defaults == ("ttft", "tpot") else
@@ -514,7 +548,8 @@ display(Markdown(
        "The pairs that missed (median run's TTFT and TPOT against the objectives): "
        + ", ".join(f"{r.prompt_tokens} in / {r.output_tokens} out ({r.missed or 'in some runs'})"
                    for r in failing.itertuples())
-       + ". A request with one output token has no TPOT; it is judged on TTFT alone (see `lib.metrics.goodput`).")
+       + ". A request with one output token has no TPOT; it is judged on TTFT alone (see `lib.metrics.goodput`). "
+       + fixes)
     + f" For comparison, the source chapter's GPU met these objectives in {ref_met} of its {len(ref)} pairs "
       "(its medians)."))
 per_pair.round(2)
@@ -607,20 +642,28 @@ ttft_text = {claims.HELD: f"TTFT rose from {at(first)} at {p0} prompt tokens to 
                                                           f"TTFT was {at(first)} at {p0} prompt tokens")
 slope_text = {claims.HELD: f", within the tolerance of the cost model's {model_slope:.2f}",
               claims.NOT_HELD: f", where the cost model predicted {model_slope:.2f}",
-              claims.UNRESOLVED: f", too close to the cost model's {model_slope:.2f} to call"}
+              claims.UNRESOLVED: f", {slope / model_slope:.2f}x the cost model's {model_slope:.2f} at the median, "
+                                 "with an interval too wide to decide"}
 slope_text = "" if slope_spread is None else (
     f", its slope **{slope_spread.text('.1f', 'ms')}** per 1,000 tokens of context"
     + slope_text.get(register.verdict("tpot_follows_cache_bytes"), ""))
 tpot_text = "" if split.tpot_ms.isna().all() else \
     f"; TPOT was {prose.span(split.tpot_ms.min(), split.tpot_ms.max(), '.0f', 'ms')}{slope_text}"
 model_text = {claims.HELD: "both within tolerance", claims.NOT_HELD: "not both within tolerance",
-              claims.UNRESOLVED: "too close to the tolerance to call"}
+              claims.UNRESOLVED: ("both medians within tolerance, an interval reaching past it" if medians_within
+                                  else "a median outside tolerance, an interval reaching back inside it")}
 opening.write(
     f"On this machine ({prose.machine(device, dtype)}), {lm.name} ran {len(split)} prompt/output pairs "
-    f"{runs} times each (medians, then the lowest and highest run). {ttft_text}{tpot_text}. TTFT took "
+    f"{runs} times each (medians, then {'the lowest and highest run' if runs <= 5 else 'their 95 % interval'}). "
+    f"{ttft_text}{tpot_text}. TTFT took "
     f"**{pooled_r['ttft'].text('.2f', 'x')}** its cost-model prediction and TPOT "
     f"**{pooled_r['tpot'].text('.2f', 'x')}**, {model_text.get(register.verdict('requests_as_predicted'), '')}. So "
     f"both lengths decide where the time goes: prefill took {job(light, 'request')} and {job(heavy, 'one')}.")
+
+# %% [markdown]
+# ## Key terms
+#
+# [TTFT, ITL, TPOT, worst gap, goodput](glossary.md#ttft-itl-tpot-worst-gap-goodput), [KV cache](glossary.md#kv-cache), [Cost model](glossary.md#cost-model). Each links to the book's glossary, which says how the book measures it.
 
 # %% [markdown]
 # ## Evidence in this chapter

@@ -26,6 +26,14 @@
 # B's first token is chosen. Every token's host time is recorded
 # for both. Every conclusion is a named claim decided by this run's data (`lib.claims`), saved in `claims.csv`.
 
+# %% [markdown]
+# **After this chapter you can**
+#
+# * predict, from chapter 2's prices, how long one user's long prompt stalls another user's stream;
+# * measure the stall as the worst gap between tokens, and say what the mean gap shows of it;
+# * choose a chunk size for chunked prefill from the trade-off between the stall and the long prompt's TTFT, and say where chunking stops paying off;
+# * say what several streams decoding at once do to each other's steps.
+
 # %% tags=["parameters"]
 quick = False
 device = "auto"
@@ -40,7 +48,7 @@ arrival_step = 10
 stream_counts = [1, 4]          # the extension: several A streams decoding as one batch
 stream_chunks = [1000, 128]
 stops_helping = 0.15            # a smaller chunk "pays off" if it cuts A's worst gap by more than this fraction
-hides = 3.0                     # a worst gap this many times TPOT is a stall the mean hides
+hides = 3.0                     # a worst gap this many times TPOT: a stall the mean understates
 
 # %%
 from lib import params
@@ -152,6 +160,13 @@ if b_prompt_len > section2.prompt_tokens.max():
           f"proportion to their length")
 floor2 = load_table("02_prefill_sweep", "floor", quick=quick)
 floor2 = floor2[(floor2.dtype == dtype_name(torch_dtype)) & (floor2.threads == threads)].iloc[0]
+after_floor = section2.prompt_tokens[section2.prompt_tokens > floor2.flat_until_tokens]
+pass_at = section2.set_index("prompt_tokens").time_ms
+no_floor = floor2.flat_until_tokens == section2.prompt_tokens.min()  # flat only at its own first point: no floor
+floor_reach = (f"it found no floor: a {after_floor.iloc[0]}-token pass already took "  # chapter 2's table, its words
+               f"{pass_at[after_floor.iloc[0]] / floor2.floor_ms:.1f} times as long, beyond {floor2.margin:.0%} more"
+               if no_floor and len(after_floor) else
+               f"its time stayed within {floor2.margin:.0%} of that up to {tokens(floor2.flat_until_tokens)}")
 section2[["prompt_tokens", "time_ms", "time_ms_low", "time_ms_high"]].set_index("prompt_tokens").T.round(1)
 
 
@@ -227,7 +242,7 @@ predicted.round(3)
 # %%
 display(Markdown(
     f"Chapter 2 measured a 1-token pass at **{prose.span(floor2.floor_ms_low, floor2.floor_ms_high, '.1f', 'ms')}**; "
-    f"its time stayed on that floor up to {tokens(floor2.flat_until_tokens)}, and its time per token stopped "
+    f"{floor_reach}, and its time per token stopped "
     f"falling at {tokens(floor2.knee_tokens)}. With A's step at {a_step_ms:.1f} ms, the predicted worst gap "
     f"falls from {predicted.predicted_a_worst_gap_ms.iloc[0]:,.0f} ms unchunked to "
     f"{predicted.predicted_a_worst_gap_ms.min():,.0f} ms, and the **predicted best chunk size is {best_pred} tokens**"
@@ -280,26 +295,33 @@ pd.DataFrame({"chunk_tokens": summary.chunk_tokens, "A worst gap, ms": ranged("a
               "TTFT / predicted": summary.b_ttft_over_predicted.round(2)}).set_index("chunk_tokens")
 
 # %% [markdown]
-# Unchunked, does the mean hide the stall? And where does A's median gap itself hold a chunk?
+# Unchunked, how far do the mean (TPOT) and the worst gap each move off the stream's pace? And where does A's
+# median gap itself hold a chunk?
 
 # %%
 unchunked = summary[summary.chunk_tokens == b_prompt_len].iloc[0]   # select by value, never by position
 stall = prose.span(unchunked.a_worst_gap_ms_low, unchunked.a_worst_gap_ms_high, ",.0f", "ms")
+mean_x = unchunked.a_tpot_ms / unchunked.a_median_gap_ms      # how far the mean moved off the stream's pace
+worst_x = unchunked.a_worst_gap_ms / unchunked.a_median_gap_ms  # how far the worst gap moved
+mean_moved = (f"the mean shows the stall too, {mean_x:.1f} times the median gap, but the worst gap is {worst_x:.0f} "
+              f"times it: the mean understates the stall {worst_x / mean_x:.0f}-fold" if mean_x >= claims.PREDICTED_TIME
+              else f"the mean sits only {mean_x - 1:.0%} above the median gap while the worst gap is {worst_x:.0f} times "
+                   "it: the mean hides the stall")
 register.claim(
     "tpot_hides_the_stall",
-    "Unchunked, A's worst gap is more than `hides` times its TPOT: the mean hides the stall that the worst gap shows.",
+    f"Unchunked, A's worst gap is more than {hides:g} times its TPOT: the worst gap shows a stall that the mean "
+    "(TPOT) understates.",
     held="unchunked, A's stream froze for **{stall}**, {times:.0f} times its median gap of {median:.0f} ms, while its "
-         "TPOT over {n} tokens reads {tpot:.0f} ms: the mean hides the stall that the worst gap shows.",
+         "TPOT over {n} tokens reads {tpot:.0f} ms: {moved}.",
     not_held="unchunked, A's worst gap ({stall}) is {ratio:.1f} times its TPOT ({tpot:.0f} ms), not the more than "
-             "{hides:g} times of a stall the mean hides: on this machine B's whole prefill costs little beside A's own "
-             "steps.")
+             "{hides:g} times that would make the worst gap tell more than the mean: on this machine B's whole "
+             "prefill costs little beside A's own steps.")
 u = runs_table[runs_table.chunk_tokens == b_prompt_len]
 show(register.decide("tpot_hides_the_stall", claims.at_least(Spread.of(u.a_worst_gap_ms / u.a_tpot_ms), hides),
                      predicted=f"worst gap > {hides:g}x TPOT", measured=f"worst gap {unchunked.a_worst_gap_ms / unchunked.a_tpot_ms:.1f}x TPOT",
-                     evidence=f"unchunked, {b_prompt_len} tokens, {runs} runs", stall=stall,
-                     times=unchunked.a_worst_gap_ms / unchunked.a_median_gap_ms, median=unchunked.a_median_gap_ms,
-                     n=a_tokens, tpot=unchunked.a_tpot_ms, ratio=unchunked.a_worst_gap_ms / unchunked.a_tpot_ms,
-                     hides=hides))
+                     evidence=f"unchunked, {b_prompt_len} tokens, {runs} runs", stall=stall, times=worst_x,
+                     median=unchunked.a_median_gap_ms, n=a_tokens, tpot=unchunked.a_tpot_ms, moved=mean_moved,
+                     ratio=unchunked.a_worst_gap_ms / unchunked.a_tpot_ms, hides=hides))
 
 # %%
 def listed(mask) -> str:
@@ -416,14 +438,15 @@ register.claim(
     not_held="{paid}, more than one step of the grid from the predicted **{pred}** (every run's best: {each}); "
              "{below}. What a chunk costs, below, shows where the prediction's inputs differ from the run.",
     unresolved="{paid}, where the cost model put it at {pred}, but the runs' bests ({each}) spread too wide to say "
-               "whether the best lies within one step of the grid of the prediction; {below}.")
+               "whether the best lies within one step of the grid of the prediction (their median is {lean}); {below}.")
 show(register.decide("chunk_size_prediction", claims.within(best_spread, best_pred, claims.PREDICTED_LENGTH),
                      predicted=f"best {best_pred} tokens; cut {cut_at('predicted_worst_gap_cut', stop_pred)}",
                      measured=f"best {best} tokens (runs {prose.span(min(per_run_best), max(per_run_best), '.0f')}); "
                               f"cut {cut_at('worst_gap_cut', stop)}",
                      evidence="measured cut per step down: " + ", ".join(
                          f"{c}: {x:.0%}" for c, x in zip(summary.chunk_tokens[1:], summary.worst_gap_cut[1:])),
-                     paid=paid_off(best), pred=tokens(best_pred), each=", ".join(map(str, per_run_best)), below=below))
+                     paid=paid_off(best), pred=tokens(best_pred), each=", ".join(map(str, per_run_best)), below=below,
+                     lean=claims.leaning(best_spread, best_pred / claims.PREDICTED_LENGTH, best_pred * claims.PREDICTED_LENGTH)))
 
 # %%
 register.claim(
@@ -433,13 +456,14 @@ register.claim(
          "passes, each with its floor, and one more of A's steps before each.",
     not_held="in this run smaller chunks did not delay B: TTFT (ms) {all} (the fitted exponent, run by run, {slope}).",
     unresolved="B's TTFT (ms) went {all} as chunks shrank, but the fitted exponent of TTFT in chunk size, run by run "
-               "({slope}), reaches zero: this run cannot tell whether smaller chunks delay B.")
+               "({slope}), reaches zero: this run cannot tell whether smaller chunks delay B (its median is {lean}).")
 ttft = [Spread(r.b_ttft_ms_low, r.b_ttft_ms, r.b_ttft_ms_high) for r in summary.itertuples()]
 ttft_trend = claims.trend(runs_table, "chunk_tokens", "b_ttft_ms")
 show(register.decide("smaller_chunks_delay_b", claims.verdict_of(ttft_trend.high < 0, ttft_trend.low >= 0),
                      predicted="TTFT rising as chunks shrink",
                      measured="TTFT (ms): " + ", ".join(f"{c}: {t.mid:,.0f}" for c, t in zip(summary.chunk_tokens, ttft)),
                      evidence=f"{runs} runs; exponent of TTFT in chunk size {ttft_trend.text('.2f')}", slope=ttft_trend.text(".2f"),
+                     lean=claims.leaning(ttft_trend, float("-inf"), 0.0),
                      first=ttft[0].mid, last=ttft[-1].mid, size=sizes[-1],
                      all=", ".join(f"{c}: {t.text(',.0f')}" for c, t in zip(summary.chunk_tokens, ttft))))
 
@@ -480,7 +504,11 @@ register.claim(
     not_held="a chunk cost **{pooled}** its prediction over the sizes, outside the tolerance for a predicted time "
              "({ratio} size by size; sizes wholly outside it: {off}). The first chunk of a run, with no prefix, "
              "cost {first} times chapter 2's pass of the same length; from the first to the last full chunk the "
-             "cost grew {growth}x, where the cost model predicts {growth_model}x.")
+             "cost grew {growth}x, where the cost model predicts {growth_model}x.",
+    unresolved="a chunk cost **{pooled}** its prediction over the sizes, an interval that crosses the edge of the "
+               "tolerance for a predicted time ({ratio} size by size), so this run cannot call it (its median is "
+               "{lean}); the first chunk of a run, with no prefix, cost {first} times chapter 2's pass of the same "
+               "length.")
 per_size = full.groupby(["chunk_tokens", "run"]).ratio.median().groupby("chunk_tokens").agg(list)
 median_over_best = {c: cost.prefill(min(c, b_prompt_len)).median / cost.prefill(min(c, b_prompt_len)).best for c in per_size.index}
 chunk_verdicts = {c: claims.within(Spread.of(v), Spread(1.0, 1.0, median_over_best[c]), claims.PREDICTED_TIME)
@@ -494,10 +522,39 @@ show(register.decide("chunk_cost_as_predicted", claims.within(pooled_chunk, Spre
                      ratio=spread(cost_ratio), small=sizes[-1], large=sizes[0], first=spread(first_ratio),
                      pooled=pooled_chunk.text(".2f", "x"),
                      off=", ".join(f"{c} tokens" for c, v in chunk_verdicts.items() if v == claims.NOT_HELD) or "none",
-                     growth=spread(growth), growth_model=spread(growth_model)))
+                     growth=spread(growth), growth_model=spread(growth_model),
+                     lean=claims.leaning(pooled_chunk, 1 / claims.PREDICTED_TIME,
+                                         claims.geomean(median_over_best.values()) * claims.PREDICTED_TIME)))
 show(f"A's worst gap ran {spread(summary.a_worst_gap_over_predicted)} times its prediction. It is the largest of A's "
      f"gaps, so it carries their spread: within a run, the costliest chunk cost "
      f"{spread(costs.costliest_over_median_chunk)} times the run's median chunk.")
+
+# %% [markdown]
+# **Where chunking stops helping.** A chunk is a pass, and a pass has a [floor](glossary.md#floor): below some
+# length a shorter pass is hardly quicker. Chapter 2's rule (`lib.sweeps.floor_and_knee`, with its margin), applied
+# to the chunks this run timed (each run's first chunk, which has no prefix): a chunk size whose cost stays within
+# that margin of the smallest chunk's cost is on the chunk's floor. Below the largest such size, a smaller chunk
+# barely shortens A's stall, and each extra chunk is one more floor before B's first token.
+
+# %%
+alone = first.groupby("chunk_tokens").chunk_ms.median().sort_index()  # a chunk with no prefix, median over runs
+chunk_floor = sweeps.floor_and_knee(alone.index, alone.to_numpy() / 1e3, margin=floor2.margin)
+on_floor = chunk_floor.flat_until_tokens
+total = chunk_table.groupby(["chunk_tokens", "run"]).chunk_ms.sum().groupby("chunk_tokens").median()  # B's chunks, all
+smallest_c = int(alone.index.min())
+display(Markdown(
+    (f"The smallest chunk run, {tokens(smallest_c)}, cost **{prose.ms(alone[smallest_c] / 1e3)}**, and chunks up to "
+     f"**{tokens(on_floor)}** cost "
+     f"within {floor2.margin:.0%} of it ({prose.ms(alone[on_floor] / 1e3)} at {on_floor}): that is the chunk's floor. Below "
+     f"{on_floor} tokens a smaller chunk takes little off each chunk, so off A's stall, while B pays one floor per "
+     f"chunk: all of B's chunks took {prose.ms(total[on_floor] / 1e3)} at {on_floor} tokens and {prose.ms(total[smallest_c] / 1e3)} "
+     f"at {smallest_c}. "
+     if on_floor > smallest_c else
+     f"The next size up from the smallest chunk run ({tokens(smallest_c)}, {prose.ms(alone[smallest_c] / 1e3)}) already cost "
+     f"{alone.iloc[1] / alone[smallest_c]:.2f} times as much, beyond the margin: the chunks have no floor in the "
+     "sizes run, so every size tried was a clearly quicker pass than the one above it. ")
+    + (f"Measured by A's worst gap, chunking stopped paying off at the step down to {tokens(stop)}."
+       if stop else "Measured by A's worst gap, every step down still paid.")))
 
 # %% [markdown] tags=["predict"]
 # ## Chunking changes the schedule, not the answer
@@ -560,8 +617,10 @@ typers = dict(zip(typer_rows.x, typer_rows.time_ms))
 display(Markdown(
     f"By the same rule (a step down pays if it cuts the worst gap by more than {stops_helping:.0%}), the reference "
     f"GPU's chunking paid off down to **{gpu_best} tokens**; here {paid_off(best)}. By chapter 2's rule, the "
-    f"reference GPU's fp32 prefill stayed on its floor up to {gpu_floor.flat_until_tokens} tokens, this machine's up "
-    f"to {tokens(floor2.flat_until_tokens)}: below its floor a smaller chunk is no quicker a pass. The Word Factory's "
+    f"reference GPU's fp32 prefill stayed within {floor2.margin:.0%} of its 1-token pass up to "
+    f"{gpu_floor.flat_until_tokens} tokens; by chapter 2's table this machine's "
+    + ("has no floor" if no_floor else f"did up to {tokens(floor2.flat_until_tokens)}")
+    + f": on a floor a smaller chunk is no quicker a pass. The Word Factory's "
     f"eight typers on a 2-core CPU with a 1,024-token newcomer: a normal gap of {typers['normal']:.0f} ms, a worst gap "
     f"of {typers['unchunked_worst']:,.0f} ms unchunked and {typers['chunk128_worst']:.0f} ms with 128-token chunks."))
 
@@ -608,14 +667,16 @@ register.claim(
              "time for {tokens:g}x the tokens, outside the tolerance for a ratio around the cost model's {model:.2f}x.",
     unresolved="with {kn} streams, each stream's median gap is {many:.0f} ms against {one:.0f} ms for {k1}: {ratio} "
                "the time for {tokens:g}x the tokens, against the cost model's {model:.2f}x; the interval reaches past "
-               "the tolerance for a ratio, so this run cannot tell whether the batch's step is the one priced.",
+               "the tolerance for a ratio, so this run cannot tell whether the batch's step is the one priced (its "
+               "median is {lean}).",
     not_measured="only one stream count was run; set stream_counts to two or more.")
 show(register.decide("streams_share_the_weights", None if batch_ratio is None else
                      claims.within(batch_ratio, model_ratio, claims.PREDICTED_RATIO),
                      predicted=f"{model_ratio:.2f}x (cost model)", measured=batch_ratio.text(".2f", "x") if batch_ratio else "",
                      evidence=f"median gaps, unchunked runs, {runs} runs", kn=kn, k1=k1, many=many.a_median_gap_ms,
                      one=one.a_median_gap_ms, ratio=batch_ratio.text(".2f", "x") if batch_ratio else "", tokens=kn / k1,
-                     model=model_ratio))
+                     model=model_ratio, lean="" if batch_ratio is None else claims.leaning(
+                         batch_ratio, model_ratio / claims.PREDICTED_RATIO, model_ratio * claims.PREDICTED_RATIO)))
 
 # %%
 expected = one.a_worst_gap_ms - one.a_median_gap_ms + many.a_median_gap_ms
@@ -629,7 +690,8 @@ register.claim(
     not_held="with {kn} streams the unchunked stall was {span}, {side} than the {expected:,.0f} ms predicted from one "
              "stream's stall and the longer step, beyond the tolerance for a predicted time.",
     unresolved="with {kn} streams the unchunked stall was {span}, against {expected:,.0f} ms predicted from one "
-               "stream's stall and the longer step: too close to the tolerance's edge to call in this run.",
+               "stream's stall and the longer step: too close to the tolerance's edge to call in this run (the "
+               "median of each run's ratio is {lean}).",
     not_measured="only one stream count was run; set stream_counts to two or more.")
 unchunked_runs = stream_runs[stream_runs.chunk_tokens == b_prompt_len].pivot(index="run", columns="a_streams")
 paired_stall = None if kn == k1 else Spread.of(  # each run's k-stream stall against its own one-stream stall
@@ -640,7 +702,9 @@ show(register.decide("every_stream_waits_the_prefill", None if kn == k1 else cla
                      predicted=f"{expected:,.0f} ms", measured=f"{many.a_worst_gap_ms:,.0f} ms ({span_many})",
                      evidence=f"unchunked, {b_prompt_len} tokens, {runs} runs", all="both" if kn == 2 else f"all {kn}",
                      span=span_many, one_span=prose.span(one.a_worst_gap_ms_low, one.a_worst_gap_ms_high, ",.0f", "ms"),
-                     kn=kn, expected=expected, side="longer" if many.a_worst_gap_ms > expected else "shorter"))
+                     kn=kn, expected=expected, side="longer" if many.a_worst_gap_ms > expected else "shorter",
+                     lean="" if paired_stall is None else claims.leaning(paired_stall, 1 / claims.PREDICTED_TIME,
+                                                                         claims.PREDICTED_TIME)))
 
 # %% [markdown]
 # ## What these numbers do not show
@@ -666,19 +730,24 @@ foreseen = {claims.HELD: "as chapter 2's passes predicted",
                                f"{prose.span(min(per_run_best), max(per_run_best), '.0f')} tokens, too wide to call",
             claims.NOT_MEASURED: "not checked against chapter 2's passes"}[register.verdict("chunk_size_prediction")]
 display(Markdown("\n".join([
-    "* Judge a stream by its worst gap, not its TPOT: a mean can hide the stall another request's prefill causes "
-    "(the first finding above says by how much on this machine).",
+    "* Judge a stream by its worst gap, not its TPOT: a mean spreads the stall another request's prefill causes over "
+    "every token (the first finding above says how far the mean and the worst gap each moved on this machine).",
     f"* Judge chunked prefill on both requests, the stream's stall and the newcomer's TTFT: {chunk_line}",
     f"* Predict where chunking stops paying off from the pass times, then measure: here {paid_off(best)} "
-    f"({foreseen})."])))
+    f"({foreseen}).",
+    f"* Read the chunk's floor off the chunks' own times with chapter 2's rule: below it a smaller chunk is hardly a "
+    f"quicker pass, so it only adds one floor per chunk to the newcomer's first token (here "
+    + (f"the floor reaches {tokens(on_floor)})." if on_floor > smallest_c else "the sizes run show none).")])))
 
 # %%
 spread_at = lambda r, col: Spread(r[f"{col}_low"], r[col], r[f"{col}_high"])
 shown = by_size.loc[best if best != b_prompt_len else sizes[-1]]  # the best size, or the smallest if none paid
 ratio = unchunked.a_worst_gap_ms / unchunked.a_tpot_ms
 found = paid_off(best)
-hidden = {claims.HELD: "a stall the mean hides", claims.NOT_HELD: "too little for the mean to hide it",
-          claims.UNRESOLVED: f"too near {hides:g} times to say whether the mean hides it"}
+mean_words = (f"its mean gap was {mean_x:.1f} times its median" if mean_x >= claims.PREDICTED_TIME else
+              "its mean gap barely left its median")
+hidden = {claims.HELD: f"{mean_words}, its worst {worst_x:.0f} times", claims.NOT_HELD: "too little to set it apart from the mean",
+          claims.UNRESOLVED: f"too near {hides:g} times to say whether the worst gap tells more than the mean"}
 answer = {claims.HELD: "chunked prefill bounds a stream's stall, and the smaller the chunk, the later the newcomer's "
                        "first token.",
           claims.NOT_HELD: "here chunked prefill bounded A's stall without delaying B's first token.",
@@ -694,6 +763,11 @@ opening.write(
     f"**{spread_at(shown, 'b_ttft_ms').text(',.0f', 'ms')}** ({unchunked.b_ttft_ms:,.0f} ms unchunked). So "
     + ("on this machine splitting B's prefill did not shorten A's stall enough to pay." if best == b_prompt_len
        else answer.get(register.verdict("smaller_chunks_delay_b"), "chunked prefill bounded A's stall.")))
+
+# %% [markdown]
+# ## Key terms
+#
+# [TTFT, ITL, TPOT, worst gap, goodput](glossary.md#ttft-itl-tpot-worst-gap-goodput), [Floor](glossary.md#floor), [Prefill](glossary.md#prefill), [Decode](glossary.md#decode). Each links to the book's glossary, which says how the book measures it.
 
 # %% [markdown]
 # ## Evidence in this chapter

@@ -22,7 +22,17 @@
 # This chapter reproduces the course's roofline tables for Llama-3-8B on an H100, answers its "try it" questions,
 # then draws this machine's roofline from the kernels' own ceilings chapter 0 measured (with the square product's
 # peak as one line among them) and places on it every pass chapters 2 and 3 timed, each labelled by the one
-# regime rule of `lib.regime` from the cost model's prediction.
+# regime rule of `lib.regime` from the cost model's prediction, read against the roofline the page draws. It ends
+# with the same arithmetic for two designs this machine cannot run: a mixture of experts and tensor parallelism.
+
+# %% [markdown]
+# **After this chapter you can**
+#
+# * place a pass on this machine's roofline from its FLOPs and bytes, and say which ceiling it is under;
+# * use the balance point to say how many tokens a pass needs before its arithmetic, not its bytes, sets its time;
+# * say why batching moves decode toward the balance point, and what stops it;
+# * find the model size at which a decode step's bytes overtake its dispatch floor;
+# * do the same arithmetic for another machine, a mixture-of-experts model and tensor parallelism.
 
 # %% tags=["parameters"]
 quick = False
@@ -42,9 +52,15 @@ size_runs = 9              # runs per size at most; the budget gives a costly si
 size_prompts = [1, 2, 4, 8, 16, 32, 64]  # prefill lengths for each size, fp32
 size_budget_s = 100        # the sweep's predicted time at most, building the weights included
 reference_model = "gpt2-small"  # the model whose chapter-0 kernels price the other sizes
+moe_experts = 8            # the example mixture of experts: experts per layer (an assumption, not a measured model)
+moe_active = 2             # experts each token is routed to
+moe_batches = [1, 2, 4, 8, 16, 32, 64]  # batches the mixture's decode step is priced at
+tp_devices = [1, 2, 4, 8]  # devices the weights are split over (tensor parallelism)
 
 # %%
+import contextlib
 import gc
+import io
 import json
 import math
 import time
@@ -79,7 +95,13 @@ P = params.check(globals(), {
     "size_prompts": params.int_list(min=1, max=1000, min_items=2, ascending=True, quick=[1, 4, 16]),
     "size_budget_s": params.number(min=1, max=3600, quick=30),
     "reference_model": params.choice(["gpt2-small", "tiny-gpt2"], quick="tiny-gpt2"),
+    "moe_experts": params.integer(min=2, max=256), "moe_active": params.integer(min=1, max=256),
+    "moe_batches": params.int_list(min=1, max=4096, min_items=2, ascending=True),
+    "tp_devices": params.int_list(min=1, max=64, min_items=2, ascending=True),
 }, quick=quick, chapter="06_roofline")
+if moe_active > moe_experts:
+    raise ValueError(f"a token is routed to at most all the experts: moe_active ({moe_active}) must be at most "
+                     f"moe_experts ({moe_experts})")
 
 # %%
 points_dtype = dtype or ("fp16" if device.type == "cuda" else "fp32")
@@ -310,7 +332,7 @@ steps_of = json.loads((next(r for r in (output_root(quick), REPO_ROOT) if (r / "
 where = ceilings.table.device_name.iloc[0] + ("" if device.type == "cuda" else f", {threads} thread{'s' * (threads > 1)}")
 read = ceilings.stream_bandwidth(points_dtype, threads, bandwidth_kernel)
 peak = ceilings.square_flops(points_dtype, threads)
-show(f"This machine ({where}, {points_dtype}) streams **{read / 1e9:.1f} GB/s** ({bandwidth_kernel}) and multiplies "
+show(f"This machine ({where}, {points_dtype}) streams **{read / 1e9:.1f} GB/s** (chapter 0's streaming {bandwidth_kernel}) and multiplies "
      f"large matrices at **{peak / 1e9:.1f} GFLOP/s**: the textbook ridge is **{peak / read:.1f} FLOP/byte**, against "
      f"{gpu.ridge:.0f} for the {gpu.name} in BF16." + ("" if ceilings.hardware_support(points_dtype) else
      f" This device has no {points_dtype} matrix instructions: its rates are a slow fallback kernel's."))
@@ -319,8 +341,29 @@ show(f"This machine ({where}, {points_dtype}) streams **{read / 1e9:.1f} GB/s** 
 # **Predict.** Each pass's FLOPs and bytes come from `lib.roofline` (the x axis: intensity) and its predicted
 # time from the cost model (`lib.costmodel`), term by term. Before any time is read: which term is largest for
 # each series, and so which regime should each pass be in?
+#
+# The label is the one rule's (`lib.regime`: the largest term's limit), read against the roofline drawn below in
+# two ways. Where the largest term is the matrices' FLOPs at `F(rows)` but the pass sits left of the ridge (where
+# the two roofs say bytes set the time), the label says what set it: **few-row-kernel-bound**, the rate this
+# machine's matrix kernel reaches with that few rows. Where the two largest terms have different limits and lie
+# within the tolerance for a predicted time of each other, the model cannot say which sets the time: **mixed**.
 
 # %%
+ridge = peak / read  # the textbook ridge the figure draws, FLOP/byte
+
+
+def shown_regime(r: regime.Regime, pred: costmodel.Prediction, intensity: float) -> str:
+    """The one rule's label, read against the drawn roofline: "mixed (a and b)" where the two largest terms have
+    different limits and are within the tolerance for a predicted time of each other; "few-row-kernel-bound" where
+    the largest term is matrix FLOPs at F(rows) while the pass sits left of the ridge."""
+    if not r.explained:
+        return r.label
+    top, second = sorted(pred.terms, key=lambda t: t.best, reverse=True)[:2]
+    if top.limit != second.limit and top.best < claims.PREDICTED_TIME * second.best:
+        return f"mixed ({top.name} and {second.name})"
+    return "few-row-kernel-bound" if r.limit == "compute" and intensity < ridge else r.label
+
+
 rows, placed = [], {}
 for series, table in (("prefill", prefill), ("decode", decode), ("batched decode", batched)):
     for r in table.itertuples():
@@ -337,10 +380,15 @@ for series, table in (("prefill", prefill), ("decode", decode), ("batched decode
             cost, pred = roofline.decode_cost(shape, batch, middle), model.decode(middle, batch=batch, fresh_pages=counted)
         label = regime.regime(Spread(r.measured_ms_low / 1e3, r.measured_ms / 1e3, r.measured_ms_high / 1e3), pred)
         placed[f"{series} at {tokens} tokens, batch {batch}"] = label
+        top2 = sorted(pred.terms, key=lambda t: t.best, reverse=True)[:2]
         rows.append(dict(series=series, model=r.model, tokens=tokens, batch=batch, flops=cost.flops,
                          intensity_flop_per_byte=cost.intensity, predicted_ms=pred.best * 1e3,
-                         predicted_median_ms=pred.median * 1e3,
-                         largest_term=pred.dominant.name, predicted=f"{label.limit}-bound", regime=label.label,
+                         predicted_median_ms=pred.median * 1e3, largest_term=top2[0].name,
+                         largest_share=top2[0].best / pred.best, second_term=top2[1].name,
+                         second_share=top2[1].best / pred.best, predicted=f"{label.limit}-bound", rule_label=label.label,
+                         regime=shown_regime(label, pred, cost.intensity), explained=label.explained,
+                         blocks_ms=pred.term("block matrices").best * 1e3,
+                         blocks_one_row_ms=model.kernel("blocks", 1).best * 1e3,
                          measured_ms=r.measured_ms, measured_ms_low=r.measured_ms_low,
                          measured_ms_high=r.measured_ms_high, textbook_bound_ms=max(cost.flops / peak, cost.bytes / read) * 1e3))
 points = pd.DataFrame(rows)
@@ -353,6 +401,22 @@ if warning:
     show(warning)
 points[["series", "tokens", "batch", "intensity_flop_per_byte", "predicted_ms", "largest_term", "measured_ms",
         "measured_over_predicted", "regime"]].round(3)
+
+# %%
+few = points[points.regime == "few-row-kernel-bound"]
+if len(few):
+    f0 = few.sort_values(["batch", "tokens"]).iloc[0]
+    rows_f0 = int(f0.batch * (f0.tokens if f0.series == "prefill" else 1))
+    shape_f0 = machine.MODELS[f0.model][0]
+    f_rate = 2 * rows_f0 * shape_f0.layers * shape_f0.block_params / (f0.blocks_ms / 1e3)  # F(rows), FLOP/s
+    show(f"{len(few)} of {len(points)} passes sit left of the ridge ({ridge:.1f} FLOP/byte), where the two roofs say "
+         f"bytes set the time, yet the cost model's largest term is their matrices' FLOPs: the {f0.series} of "
+         f"{prose.tokens(int(f0.tokens))} at batch {int(f0.batch)} ({f0.intensity_flop_per_byte:.2f} FLOP/byte) "
+         f"multiplies {rows_f0} rows, and its block matrices take **{f0.blocks_ms:.0f} ms** at the rate chapter 0 "
+         f"measured for {rows_f0} rows, against {f0.blocks_one_row_ms:.0f} ms to stream their bytes at one row. The "
+         f"cost model prices each term at the kernel that runs it, and this machine's kernel reached "
+         f"{f_rate / 1e9:.1f} GFLOP/s with {rows_f0} rows, against {peak / 1e9:.1f} for the square product: a roof of "
+         "its own, which the two textbook roofs do not draw (the dashed F(M) line below does).")
 
 # %% [markdown]
 # **Measure, then place.** The figure draws the roofs of this machine's kernels and places every pass at its
@@ -383,7 +447,7 @@ for (series, name), g in points.groupby(["series", "regime"], sort=False):
         ax.annotate(f"{r.fraction_of_textbook_roof:.0%}", (r.intensity_flop_per_byte, r.achieved_gflop_s), fontsize=7,
                     textcoords="offset points", xytext=(-30, 9 * j) if series == "decode" else (4, 3))
 ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP/byte)", ylabel=f"GFLOP/s ({points_dtype})")
-unexplained = int((~points.regime.str.endswith("-bound")).sum())
+unexplained = int((~points.explained).sum())
 ax.set_title(f"This machine ({where}, {points_dtype}): {len(points) - unexplained} of {len(points)} passes explained by "
              f"the cost model\n(labels: fraction of the textbook roof reached)", fontsize=10)
 ax.legend(fontsize=7, loc="lower right")
@@ -398,15 +462,15 @@ for series, g in points.groupby("series", sort=False):
     register.claim(
         claim, f"Every {series} pass runs at or under the textbook roof at its intensity (the largest fraction of the "
         "roof a pass reached, its interval, is at most one).",
-        held="the {series} passes reach at most **{top}** of the textbook roof ({closest}); their regimes by the one "
-             "rule: {listed}.",
+        held="the {series} passes reach at most **{top}** of the textbook roof ({closest}); their regimes (the one "
+             "rule, read against the roofline drawn): {listed}.",
         not_held="a {series} pass ran above the textbook roof ({closest}, {top} of it): the streaming read or the square "
                  "product chapter 0 measured understates this machine. Their regimes: {listed}.")
     reach = [Spread(r.textbook_bound_ms / r.measured_ms_high, r.fraction_of_textbook_roof,
                     r.textbook_bound_ms / r.measured_ms_low) for r in g.itertuples()]
     highest = roof_reach[series] = claims.extreme(reach)
     near = g.iloc[int(np.argmax([x.mid for x in reach]))]
-    listed = "; ".join(f"{name} at " + (f"batch {', '.join(map(str, o.batch))}" if (o.batch > 1).any() else
+    listed = "; ".join(f"{name} at " + (f"batch {', '.join(map(str, o.batch))}" if series == "batched decode" else
                                         f"{', '.join(f'{t:,}' for t in o.tokens)} token{'s' * (list(o.tokens) != [1])}")
                        + f" ({prose.span(o.measured_over_predicted.min(), o.measured_over_predicted.max(), '.2f')}x its "
                          "prediction)" for name, o in g.groupby("regime", sort=False))
@@ -414,6 +478,25 @@ for series, g in points.groupby("series", sort=False):
                          measured=f"at most {highest.text('.0%')} of it", evidence=f"{len(g)} {series} passes, "
                          f"{points_dtype}, {where}", series=series, listed=listed, top=highest.text(".0%"),
                          closest=(f"batch {int(near.batch)}" if near.batch > 1 else f"{int(near.tokens):,} tokens")))
+
+# %% [markdown]
+# Why batched decode's label changes from one batch to the next: the largest term of each step, and the one after it.
+
+# %%
+what = {"block matrices": "the blocks' matrices", "LM head": "the LM head", "attention": "reading the caches",
+        "cache copy": "copying the growing caches", "page faults": "fresh pages for the copied caches",
+        "dispatch": "issuing the operations"}
+g = points[points.series == "batched decode"].sort_values("batch")
+if len(g):
+    show("Batched decode, step by step: " + "; ".join(
+        f"batch {r.batch}: {what.get(r.largest_term, r.largest_term)} {r.largest_share:.0%} of the priced step, then "
+        f"{what.get(r.second_term, r.second_term)} {r.second_share:.0%} (**{r.regime}**)" for r in g.itertuples())
+        + (". The label follows the largest term, and each term grows with the batch at its own pace (the matrices' "
+           "at the rate F(rows) reaches with more rows, the caches' in proportion to the sequences), so which one is "
+           "largest changes: a change of label here is a change of term, not noise. Where two terms of different limits "
+           "are within "
+           f"{claims.PREDICTED_TIME:g}x of each other the label says mixed rather than pick one by noise."
+           if g.regime.nunique() > 1 else ": one label at every batch."))
 
 # %% [markdown]
 # Two more checks: batching's FLOP rate, and (on a GPU) the measured ceilings beside the datasheet's:
@@ -629,7 +712,7 @@ plan.round(2)
 size_rows, prefill_rows, built, profiled = [], [], [], []
 first_twelve = next((n for n in plan[plan.status == "run"]["size"] if gpt2_sizes.SIZES[n].layers == 12), None)
 sweep_started = time.perf_counter()
-for p in plan[plan.status == "run"].itertuples():
+for p in progress(list(plan[plan.status == "run"].itertuples()), desc="size sweep"):  # one line in a build
     started, faults_before = time.perf_counter(), timing.page_faults()
     models_ = {dt: gpt2_sizes.build(p.size, device, resolve_dtype(dt, device)) for dt in size_dtypes}
     build_s, build_faults = time.perf_counter() - started, timing.page_faults() - faults_before
@@ -637,7 +720,7 @@ for p in plan[plan.status == "run"].itertuples():
     expected = int(size_plan.set_index("size").operations[p.size])
     claims.invariant(counted == expected, f"{p.size} issues {counted} operations a step, not the predicted {expected}")
     caches = {dt: {c: gpt2_sizes.random_cache(models_[dt], c) for c in size_contexts} for dt in size_dtypes}
-    with use_threads(threads):
+    with use_threads(threads), contextlib.redirect_stdout(io.StringIO()):  # the sweeps' own lines stay off the page
         for run in progress(range(p.runs), desc=p.size, leave=False):
             for dt in size_dtypes:
                 t = sweeps.decode_sweep(models_[dt], list(caches[dt]), steps=size_steps, runs=1, caches=caches[dt],
@@ -803,8 +886,8 @@ register.claim(
              "predicted.",
     unresolved="a line through the 12-layer steps, one per run index, has a floor of {floor} and streams the weights at {rate}: "
                "they take as long as the floor at **{measured}** of weights against {predicted} predicted; the "
-               "tolerance is a factor of two and the interval crosses its edge, so this run cannot call it (its median "
-               "{lean}). The paragraph below shows why one floor fits these models only roughly.",
+               "tolerance is a factor of two and the interval crosses its edge, so this run cannot call it: {lean}. "
+               "The paragraph below shows why one floor fits these models only roughly.",
     not_measured="fewer than two 12-layer sizes ran.")
 for where_, text, textbook in (("on_the_floor", "On the floor", "the textbook expects no change there"),
                                ("past_the_floor", "Past the floor", "the textbook expects the bytes' ratio there")):
@@ -839,6 +922,17 @@ register.claim(
     not_held="the passes stay on their floor to {lengths} tokens, against {predicted_lengths} priced: the farthest, "
              "{worst}, is **{measured}** its priced length; {far} of {n} sizes lie more than a grid step off.")
 
+def lean_words(m: Spread, target: float, factor: float) -> str:
+    """Where an unresolved measurement's median lies against a prediction allowed a factor either way, in words."""
+    x = m.mid / target
+    if claims.leaning(m, target / factor, target * factor) != "on the held side":
+        return (f"its median, {x:.2f}x the prediction, lies outside the factor of {factor:g}, and the interval is wide "
+                "enough to reach back inside")
+    far = abs(math.log(x)) > math.log(factor) / 2  # nearer the tolerance's edge than the prediction
+    return (f"its median, {x:.2f}x the prediction, " + (f"leans away from it, toward the edge of the factor of "
+            f"{factor:g}," if far else f"lies inside the factor of {factor:g},") + " and the interval crosses that edge")
+
+
 prices = size_plan.set_index("size")
 ratios = {n: step_spread(n, "fp32", short_c) * (1 / prices.step_ms[n]) for n in ran}
 pooled = claims.geomean_of(list(ratios.values()))
@@ -861,7 +955,7 @@ if len(series) >= 2:
                          measured=transition.text(",.0f", "MB"), evidence=f"{len(series)} 12-layer sizes, {len(fits)} "
                          f"runs, fp32, context {short_c}", floor=floors.text(".1f", "ms") + f" (predicted {floor12 * 1e3:.1f})",
                          rate=f"{1 / slopes.mid:.1f} GB/s (predicted {rate['fp32'] / 1e9:.1f})",
-                         lean=claims.leaning(transition, target / claims.PREDICTED_LENGTH, target * claims.PREDICTED_LENGTH)))
+                         lean=lean_words(transition, target, claims.PREDICTED_LENGTH)))
 else:
     transition = None
     show(register.decide("floor_gives_way_where_predicted", None))
@@ -983,6 +1077,109 @@ show(why_floor + why_dtype + why_prefill)
 # its rate) and, on a CPU, on the model too, since the floor a step pays can grow with the bytes streamed between
 # its small operations. The claims above say whether this run's steps followed their price on each side.**
 
+# %% [markdown] tags=["predict"]
+# ## Two designs priced with the same calculator: a mixture of experts, and tensor parallelism
+#
+# Neither runs on this machine, but both are arithmetic with `lib.roofline` at this machine's rates from chapter 0
+# (the streaming read and the square product's peak above). The example model is an **assumption**: the page's
+# model (the shape chapter 2 ran) with its feed-forward network turned into `moe_experts` experts of the same
+# size, `moe_active` of them per token, tokens routed uniformly and independently.
+#
+# * **Mixture of experts.** A decode step of one sequence reads the attention weights, the LM head and only the
+#   active experts' weights. A batch routes each of its tokens to its own experts, so the step reads every expert at
+#   least one token chose: on average `E x (1 - (1 - k/E)^B)` of the `E` per layer at batch `B`.
+# * **Tensor parallelism** over `N` devices: each device holds and reads `1/N` of every weight matrix and of the
+#   caches (the heads are split), so decode's byte term divides by `N`; but every layer then adds two all-reduces
+#   of the batch's activations (after attention and after the feed-forward network), which cost a latency and the
+#   bytes over the link. This machine has no link to measure, so the link is an **assumption** too: chapter 0's
+#   streaming copy for its bandwidth, and chapter 0's cost of issuing one operation for each all-reduce's latency.
+#
+# **Predict first.** At batch 1, what fraction of the experts' weights does a step read? At batch 16? Split over
+# 4 devices, is a batch-1 step 4 times quicker, and what stops it?
+
+# %%
+example = machine.MODELS[model_name][0].with_dtype(points_dtype)  # the shape chapter 2 ran, in the points' dtype
+here = roofline.Hardware("this machine", peak, read, "chapter 0: square product, streaming read")
+expert = (3 if example.gated_ffn else 2) * example.d_model * example.d_ff  # one expert's weights, per layer
+shared = example.matmul_params - example.layers * expert  # attention matrices and LM head: read at every step
+moe_context = size_contexts[-1]
+
+
+def moe_step(batch: int) -> tuple[roofline.Cost, float]:
+    """One decode step of the example mixture at `batch` sequences of `moe_context` tokens, and the experts it reads
+    per layer on average (routing uniform and independent): a `roofline.Cost`, FLOPs and bytes."""
+    read_experts = moe_experts * (1 - (1 - moe_active / moe_experts) ** batch)
+    flops = batch * (2 * (shared + example.layers * moe_active * expert) + example.layers * 4 * example.d_model * moe_context)
+    nbytes = ((shared + example.layers * read_experts * expert) * example.bytes_per_param
+              + example.kv_bytes_per_token * moe_context * batch)
+    return roofline.Cost("decode", flops, nbytes, batch), read_experts
+
+
+# %%
+moe = pd.DataFrame([dict(batch=b, experts_read=e, step_mb=c.bytes / 1e6, step_ms=roofline.bound(here, c).time * 1e3,
+                         limit=roofline.bound(here, c).limit) for b in moe_batches for c, e in [moe_step(b)]])
+moe["ms_per_token"] = moe.step_ms / moe.batch
+all_read = (shared + example.layers * moe_experts * expert) * example.bytes_per_param  # every expert's weights
+active_only = (shared + example.layers * moe_active * expert) * example.bytes_per_param
+results.table(moe, "mixture_of_experts_decode")
+first_, last_ = moe.iloc[0], moe.iloc[-1]
+most = moe[moe.experts_read >= 0.9 * moe_experts]
+display(Markdown(
+    f"The example: {example.name}'s shape with {moe_experts} experts of {expert * example.layers * example.bytes_per_param / 1e6:,.0f} MB "
+    f"each (all layers), {moe_active} active: {all_read / 1e6:,.0f} MB of weights in all, of which one token uses "
+    f"{active_only / 1e6:,.0f} MB. At batch {int(first_.batch)} a step reads **{first_.experts_read:.1f} of {moe_experts}** experts per "
+    f"layer, {first_.step_mb:,.0f} MB: **{first_.step_ms:.1f} ms** at {read / 1e9:.1f} GB/s ({first_.limit}-bound). "
+    f"At batch {int(last_.batch)} it reads {last_.experts_read:.1f} of {moe_experts}, {last_.step_mb:,.0f} MB, "
+    f"{last_.step_ms:.1f} ms ({last_.limit}-bound), "
+    + (f"nearly every expert from batch {int(most.batch.iloc[0])} on (90 % or more): " if len(most) else
+       "still short of every expert: ")
+    + f"the bytes a step reads grow with the batch toward every expert's weights, and only then does a larger batch "
+    f"add no weight bytes, as it adds none for a dense model. Per token the step costs {first_.ms_per_token:.1f} ms at batch {int(first_.batch)} "
+    f"and {last_.ms_per_token:.2f} ms at {int(last_.batch)}."))
+moe.round(2).set_index("batch")
+
+# %% [markdown]
+# Tensor parallelism, for the page's own (dense) model at batch 1, over `tp_devices` devices:
+
+# %%
+link = ceilings.stream_bandwidth(points_dtype, threads, "copy")  # the assumed link: chapter 0's streaming copy
+latency = ops_alone[1] / 1e6  # the assumed all-reduce latency: chapter 0's cost of one issued operation, seconds
+
+
+def tp_step(devices: int, batch: int = 1) -> dict:
+    """A decode step of the page's model split over `devices` (weights and caches 1/N each), and the two all-reduces
+    per layer it adds (ring: each device sends 2(N-1)/N of the activations), in milliseconds."""
+    whole = roofline.decode_cost(example, batch, moe_context)
+    each = roofline.bound(here, roofline.Cost("decode", whole.flops / devices, whole.bytes / devices, batch)).time
+    moved = 2 * (devices - 1) / devices * batch * example.d_model * example.bytes_per_param
+    comm = 0.0 if devices == 1 else 2 * example.layers * (latency + moved / link)
+    return dict(devices=devices, per_device_ms=each * 1e3, communication_ms=comm * 1e3, step_ms=(each + comm) * 1e3)
+
+
+tp = pd.DataFrame([tp_step(n) for n in tp_devices])
+tp["speedup"] = tp.step_ms.iloc[0] / tp.step_ms
+tp["communication_share"] = tp.communication_ms / tp.step_ms
+results.table(tp, "tensor_parallel_decode")
+one_, top_ = tp.iloc[0], tp.iloc[-1]
+best_n = tp.loc[tp.step_ms.idxmin()]
+display(Markdown(
+    f"{example.name} at batch 1, context {moe_context}: on {int(one_.devices)} device{'s' if one_.devices > 1 else ''} a step's "
+    f"bytes take **{one_.per_device_ms:.1f} ms**; on {int(top_.devices)} each device's share takes "
+    f"{top_.per_device_ms:.2f} ms, {one_.per_device_ms / top_.per_device_ms:.0f} times less, while the "
+    f"{2 * example.layers} all-reduces add **{top_.communication_ms:.2f} ms** (at the assumed "
+    f"{latency * 1e6:.1f} us and {link / 1e9:.1f} GB/s each): the step is {top_.speedup:.1f} times quicker, not "
+    f"{top_.devices / one_.devices:.0f}, with communication {top_.communication_share:.0%} of it. "
+    + (f"The quickest split here is {int(best_n.devices)} devices: past it the all-reduces cost more than the bytes "
+       "they save." if best_n.devices < top_.devices else
+       "The most devices tried is the quickest split here; the bytes divide by N, the all-reduces do not.")))
+tp.round(3).set_index("devices")
+
+# %% [markdown]
+# **Takeaway: a mixture of experts makes a single sequence's decode read only its active experts, but a batch reads
+# the union of its tokens' experts, so its bytes per step grow with the batch until every expert is read; tensor
+# parallelism divides decode's bytes by the devices and adds a fixed cost per layer that does not divide, so the
+# gain shrinks as the bytes per device do.**
+
 # %% [markdown]
 # ## What these numbers do not show
 #
@@ -1049,10 +1246,14 @@ display(Markdown(
 # * **Memory-bound**: fewer bytes per token: quantised weights, a smaller cache (grouped-query attention), batching.
 # * **Compute-bound**: fewer FLOPs or faster arithmetic: last-position logits, a cached prefix, tensor cores.
 # * **Launch-bound**: fewer, larger operations: fused kernels, CUDA graphs, `torch.compile`, bigger chunks.
+# * **Few-row-kernel-bound** (left of the ridge, yet the matrix kernel at that many rows is slower than its bytes):
+#   a kernel made for few rows, or more rows per call (a larger batch, a longer chunk).
+# * **Mixed** (two terms of different limits about the same size): shrinking one alone buys at most about half.
 # * **Unexplained** (far above its prediction): measure one layer down before optimising anything.
 
 # %%
 waits = {"memory-bound": "memory", "compute-bound": "arithmetic", "launch-bound": "issuing its operations",
+         "few-row-kernel-bound": "the few-row kernel",
          "slow-kernel-bound": "a slow kernel", "page-faults-bound": "page faults",
          "below its floor: a ceiling is wrong": "a ceiling chapter 0 understated"}
 
@@ -1061,11 +1262,13 @@ def waits_on(series: str, lengths: str) -> str:
     """What a series' passes wait on by the one rule, in words: "on memory at 1 token and on arithmetic at 2 to
     1,024 tokens", or "on memory at every context" where one regime holds them all."""
     g = points[points.series == series].sort_values("tokens")
-    word = lambda label: waits.get(label, "work the cost model does not price")
+    word = lambda label: ("two terms of about one size" if label.startswith("mixed") else
+                          waits.get(label, "work the cost model does not price"))
     if g.regime.nunique() == 1:
         return f"waits on {word(g.regime.iloc[0])} at every {lengths}"
     at = lambda t: prose.tokens(t.iloc[0]) if len(t) == 1 else f"{t.min():,} to {prose.tokens(t.max())}"
-    return "waits " + " and ".join(f"on {word(name)} at {at(o.tokens)}" for name, o in g.groupby("regime", sort=False))
+    parts = [f"on {word(name)} at {at(o.tokens)}" for name, o in g.groupby("regime", sort=False)]
+    return "waits " + ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 above = {claims.NOT_HELD: " (above it: a ceiling is understated)", claims.UNRESOLVED: " (too near it to call)"}
@@ -1075,17 +1278,51 @@ with use_threads(threads):  # the thread count the points were measured with
     this_machine = prose.machine(device, points_dtype)
 as_priced = {claims.HELD: "within the tolerance", claims.NOT_HELD: "outside the tolerance",
              claims.UNRESOLVED: "too close to call"}.get(register.verdict("size_steps_as_priced"))
-opening.write(
-    f"On this machine ({this_machine}), the textbook ridge lies at **{peak / read:.1f} FLOP/byte**, against "
-    f"{gpu.ridge:.0f} on the {gpu.name}. Chapter 2's prefills reached at most {roof('prefill')} of that roof, "
-    f"chapter 3's decode steps {roof('decode')}. "
-    + (f"Across GPT-2's sizes a decode step took **{pooled.text('.2f', 'x')}** its price, floor plus weights "
-       f"({as_priced})" if as_priced else "")
-    + ((", and a" if as_priced else "A") + f" 12-layer step's weights matched its floor at "
-       f"**{transition.text(',.0f', 'MB')}** ({register.against('floor_gives_way_where_predicted')})"
-       if transition is not None else "") + ". " * bool(as_priced or transition is not None)
-    + f"So, by the largest priced term, a decode step {waits_on('decode', 'context')}; a prefill "
-    f"{waits_on('prefill', 'prompt length')}.")
+fell = register.verdict("floor_gives_way_where_predicted")
+met = None if transition is None else (f"**{transition.text(',.0f', 'MB')}**, " + {
+    claims.HELD: f"within a factor of two of the {predicted_transition / 1e6:,.0f} MB predicted",
+    claims.NOT_HELD: f"more than a factor of two from the {predicted_transition / 1e6:,.0f} MB predicted",
+    claims.UNRESOLVED: f"{transition.mid / (predicted_transition / 1e6):.2f}x the {predicted_transition / 1e6:,.0f} MB "
+                       "predicted, a median leaning away from it (not resolved)"}[fell])
+under = all(register.verdict(f"{x.replace(' ', '_')}_under_the_roof") == claims.HELD for x in roof_reach)
+roofs = (", and no pass ran above the textbook roof" if under else
+         f"; chapter 2's prefills reached at most {roof('prefill')} of the roof, chapter 3's decode steps {roof('decode')}")
+brief = {f"precision_{w}_as_priced": f"a {low16} step {t} took {{m}} fp32's time ({{p}} priced)"
+         for w, t in (("on_the_floor", "on the floor"), ("past_the_floor", "past the floor"))}
+brief |= {"prefill_floor_length_as_priced": "prefill floors ended up to {m} their priced lengths",
+          "batching_raises_the_rate": "batched decode's rate did not move as priced at every step"}
+said = {"size_steps_as_priced", "floor_gives_way_where_predicted"}  # their verdicts are in the opening already
+missed = [r for r in register.rows.values() if r.verdict == claims.NOT_HELD and r.claim not in said]
+misses = [brief.get(r.claim, "a claim in the table below").format(m=r.measured.split(" (")[0], p=r.predicted)
+          for r in missed[:2]]
+count_words = {1: "One claim", 2: "Two claims"}.get(len(missed), f"{len(missed)} claims")
+also = any(register.verdict(c) == claims.NOT_HELD for c in said)  # a miss the opening has named already
+count_words = "Also missed" if also else f"{count_words} missed"
+missed_line = "" if not missed else (f"{count_words}: " + "; ".join(misses)
+                                     + (f"; and {len(missed) - 2} more" if len(missed) > 2 else "") + ". ")
+
+
+def opening_text(missed_line: str) -> str:
+    return (f"On this machine ({this_machine}), the textbook ridge lies at **{ridge:.1f} FLOP/byte**{roofs}. "
+            + (f"Across GPT-2's sizes a decode step took **{pooled.text('.2f', 'x')}** its price ({as_priced})"
+               if as_priced else "")
+            + (("; a" if as_priced else "A") + f" 12-layer step's weights matched its floor at {met}"
+               if met is not None else "") + ". " * bool(as_priced or met is not None)
+            + missed_line + f"By the largest priced term, a decode step {waits_on('decode', 'context')}; a prefill "
+            f"{waits_on('prefill', 'prompt length')}.")
+
+
+try:
+    opening.write(opening_text(missed_line))
+except ValueError:  # too long for an opening (a long machine name, many misses): the misses by count only
+    n_missed = ("One" if len(missed) == 1 else str(len(missed))) + (" more" if also else "")
+    opening.write(opening_text(f"{n_missed} claim{'s' * (len(missed) > 1)} did not hold (the table below names "
+                               f"{'it' if len(missed) == 1 else 'them'}). " if missed else ""))
+
+# %% [markdown]
+# ## Key terms
+#
+# [Balance point](glossary.md#balance-point), [Regimes](glossary.md#regimes), [Floor](glossary.md#floor), [Dispatch](glossary.md#dispatch), [Streaming read](glossary.md#streaming-read), [Kernel rate](glossary.md#kernel-rate). Each links to the book's glossary, which says how the book measures it.
 
 # %% [markdown]
 # ## Evidence in this chapter

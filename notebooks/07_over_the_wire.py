@@ -27,6 +27,14 @@
 # benchmark tools define their metrics. Set `base_url` to measure any OpenAI-compatible deployment instead of
 # the local engines.
 
+# %% [markdown]
+# **After this chapter you can**
+#
+# * measure TTFT, TPOT, ITL and the worst gap through a real server's stream, and compare them with the in-process numbers;
+# * say what a serving engine adds to a request and what its batching saves under load;
+# * find, with random arrivals, the rate at which goodput collapses on this machine;
+# * recognise chapter 5's stall inside a real scheduler.
+
 # %% tags=["parameters"]
 quick = False
 base_url = None             # e.g. "http://127.0.0.1:8000": measure that server instead of starting local engines
@@ -117,9 +125,6 @@ model_dir = cache_dir() / f"smollm2-135m-instruct-{SMOLLM2_VERSION}"
 results = Results("07_over_the_wire", params=P, quick=quick, device=cpu, dtype=torch.float32, model=MODEL)
 register = claims.Claims()
 pd.Series(describe_environment(cpu, torch.float32, MODEL)).to_frame("this run")
-
-# %% [markdown]
-# ## What this run found
 
 # %% [markdown]
 # ## What this run found
@@ -550,6 +555,20 @@ results.figure(fig, "goodput_against_rate")
 plt.show()
 
 # %%
+def collapse_text(g: pd.DataFrame, where) -> str:
+    """Where one engine's goodput interval fell, as computed: the rate from which its top is below
+    ``collapse_below`` (a collapse), else the lowest rate whose interval reaches below it, else none."""
+    if where is not None:
+        return f"It collapsed (its whole interval below {collapse_below:.0%}) from **{where:g} requests/s**."
+    reached = g[g.goodput_low < collapse_below]
+    if len(reached):
+        r = reached.iloc[0]
+        return (f"No rate's whole interval fell below {collapse_below:.0%}, this chapter's mark of a collapse; the "
+                f"lowest rate whose interval reached below it was {r.rate_per_s:g} requests/s ({r.goodput:.0%}, "
+                f"interval {r.goodput_low:.0%} to {r.goodput_high:.0%}).")
+    return f"At every rate its whole interval stayed at or above {collapse_below:.0%}."
+
+
 for name, g in poisson.groupby("engine", sort=False):
     low_rate, high_rate = g.iloc[0], g.iloc[-1]
     where = collapsed.get(name)
@@ -580,8 +599,7 @@ for name, g in poisson.groupby("engine", sort=False):
                               "objectives." if high_rate.goodput == 1 else f" Median TPOT went from "
                               f"{low_rate.tpot_ms:.0f} to {high_rate.tpot_ms:.0f} ms against an objective of "
                               f"{goals[name].tpot_ms:.0f} ms.",
-                         collapse=(f"It collapsed (interval below {collapse_below:.0%}) from **{where:g} requests/s**."
-                                   if where is not None else f"Its interval never fell below {collapse_below:.0%}.")))
+                         collapse=collapse_text(g, where)))
 
 # %% [markdown]
 # **Takeaway: judge an engine under load by its total tokens per second beside each user's TPOT, and under
@@ -608,6 +626,26 @@ scored[["engine", "convention", "ttft_mean_ms", "itl_name", "itl_mean_ms", "tpot
         "goodput", "goodput_unit"]].round(3)
 
 # %%
+def first_choice(name: str) -> str:
+    """Why vLLM's benchmark and the book time the same requests' TTFT alike or not: where each request's first
+    ``choices`` event (where vLLM's benchmark stops its clock) came, against its first token (the book's)."""
+    ok = [t for t in sweep_traces[(name, concurrency[-1])] if t.ok and t.chunk_times]
+    firsts = [next(e for e in t.events if e.choices) for t in ok]
+    leads = [(t.chunk_times[0] - e.time) * 1e3 for t, e in zip(ok, firsts)]
+    lead, early = np.median(leads), sum(x > 1.0 for x in leads)  # early: its first choice came before its token
+    roles = sum(e.is_role_chunk for e in firsts)
+    at = np.median([(e.time - t.sent) * 1e3 for t, e in zip(ok, firsts)])
+    if lead > 1.0:
+        return (f"because in {early} of {len(ok)} requests {name} first sent an event without a token (a role chunk "
+                f"in {roles} of them), a median {at:,.0f} ms after each was sent and {lead:,.0f} ms "
+                "before its first token, and vLLM's benchmark stops its clock at that event, the book at the first "
+                "token; the requests and the clock are the same, so neither the prompts, the load nor the queue "
+                "differs, and what lies between is the prefill and the wait for it")
+    return (f"nearly alike, because {name}'s first event with a choice came a median {lead:.1f} ms before its first "
+            f"token ({roles} of {len(ok)} a role chunk): on the same requests the two definitions end at about the "
+            "same moment")
+
+
 spreads_by = {}
 for name, g in scored.groupby("engine", sort=False):
     g = g.set_index("convention")
@@ -618,7 +656,7 @@ for name, g in scored.groupby("engine", sort=False):
 show(" ".join(f"**{name}**: the same requests are quoted from **{min(p.values()):.1f}** to **{max(p.values()):.1f} ms** "
               f"per token ({spread:.2f}x) depending on the tool ({', '.join(f'{k} {v:.1f} ms' for k, v in p.items())}), "
               f"and vLLM's benchmark scores their mean TTFT at {g.loc['vllm', 'ttft_mean_ms']:.0f} ms against the "
-              f"book's {g.loc['book', 'ttft_mean_ms']:.0f} ms." for name, (p, spread, g) in spreads_by.items())
+              f"book's {g.loc['book', 'ttft_mean_ms']:.0f} ms, {first_choice(name)}." for name, (p, spread, g) in spreads_by.items())
      + " They differ by definition, not by noise: GuideLLM and LLMPerf spread TTFT over the tokens. Quote the "
        "definition with the number.")
 
@@ -792,8 +830,9 @@ register.claim(
                "piece of B, with the {tol:g}x tolerance, to call: {off}.",
     not_measured="in no setting was A still streaming when B arrived, so the stall was not measured: {all_sentences}")
 show(register.decide("stall_is_one_piece", claims.every(ok) if tested else None,
-                     predicted=", ".join(f"{r.engine} {r.budget_tokens:.0f}: {r.predicted_worst_gap_ms:.0f} ms" for r in stall.itertuples()),
-                     measured=", ".join(f"{r.engine} {r.budget_tokens:.0f}: {r.a_worst_gap_ms:.0f} ms ({r.case})"
+                     predicted=", ".join(f"{r.engine} at budget {r.budget_tokens:.0f}: {r.predicted_worst_gap_ms:.0f} ms"
+                                         for r in stall.itertuples()),
+                     measured=", ".join(f"{r.engine} at budget {r.budget_tokens:.0f}: {r.a_worst_gap_ms:.0f} ms ({r.case.replace('_', ' ')})"
                                         for r in stall.itertuples()),
                      evidence=f"{runs} runs per setting; B's prompt {b_ids.shape[1]} tokens; pieces priced by the cost "
                               "model; settings where B arrived after A ended are left out",
@@ -856,6 +895,47 @@ ax.set(xscale="log" if (stall.budget_tokens > 0).all() else "linear", yscale="lo
 ax.legend(fontsize=8)
 results.figure(fig, "stall_against_budget")
 plt.show()
+
+# %% [markdown]
+# ## Two latencies, two problems
+#
+# TTFT and the gaps between tokens are set by different work, so they are fixed in different places. TTFT is
+# the prefill plus whatever the request waited before it: shortened by a cheaper prefill (a cached prefix,
+# chapter 9), by less queueing, and by a scheduler that admits a newcomer sooner (chunking that lets it start
+# beside the streams, or priority). A gap between tokens is one decode step: lengthened by a bigger batch in
+# that step and by a prefill sharing it, so shortened by a cheaper step (chapter 8), a smaller batch, and
+# chunked prefill. A newcomer's prefill is where the two meet: it is the newcomer's TTFT and, run inside
+# another stream's step, that stream's worst gap. This chapter's numbers, side by side:
+
+# %%
+def went(a: float, b: float, why: str) -> str:
+    """``a`` to ``b`` ms in words, with ``why`` where it rose."""
+    if abs(b - a) <= 0.05 * a:
+        return f"stayed about {a:,.0f} ms ({b:,.0f})"
+    return f"went from {a:,.0f} to {b:,.0f} ms" + (f" ({why})" if b > a else "")
+
+
+lines = []
+for name, g in sweep.groupby("engine", sort=False):
+    lo, hi = g.iloc[0], g.iloc[-1]
+    lines.append(f"* **{name}**, {lo.concurrency} to {hi.concurrency} users at once: the median TTFT "
+                 f"{went(lo.ttft_ms, hi.ttft_ms, 'more requests waiting for a step to prefill them')}, and each user's "
+                 f"TPOT {went(lo.tpot_ms, hi.tpot_ms, 'more sequences in every decode step')}.")
+queued = own.dropna(subset=["server_queue_ms", "server_prefill_ms"])
+lines += [f"* **{r.path}**'s own histograms split one lone request's TTFT into {r.server_queue_ms:.1f} ms queued and "
+          f"{r.server_prefill_ms:.0f} ms prefilling" + (": alone, its TTFT is almost all prefill." if r.server_queue_ms
+                                                        < 0.1 * r.server_prefill_ms else ".") for r in queued.itertuples()]
+lines += [f"* **{r.engine}** ({f'budget {r.budget_tokens:.0f}' if r.budget_tokens else 'its own budget'}): a "
+          f"{b_ids.shape[1]:,}-token newcomer had its first token after {r.b_ttft_ms:,.0f} ms, and its prefill took a "
+          f"decoding stream's worst gap to {r.a_worst_gap_ms:,.0f} ms against {r.a_median_gap_before_ms:.0f} ms gaps "
+          "before it arrived."
+          for r in stall.itertuples() if r.case in ("one_stall", "pieces")]
+if trade:
+    lines.append(f"* In vLLM, a budget of {trade['b1']:.0f} tokens instead of {trade['b0']:.0f} took the worst gap from "
+                 f"{trade['gap0']:,.0f} to {trade['gap1']:,.0f} ms and the newcomer's TTFT from {trade['ttft0']:,.0f} to "
+                 f"{trade['ttft1']:,.0f} ms: chunking fixes the gaps at the newcomer's expense where its trade holds "
+                 "(the chunking finding above says whether this run could tell).")
+show("\n".join(lines))
 
 # %% [markdown]
 # **Takeaway: the book's two phases can be measured over the wire with its own tools: set a served request
@@ -1020,6 +1100,11 @@ opening.write(
     + (f"Gaps between tokens were {ratios} the in-process {base.median_gap_ms:,.0f} ms. " if same_model else "")
     + (f"From {levels[0]} to {levels[-1]} users, throughput {rose} {gains_text}. " if gains_text else "")
     + froze + (f"So {answer}." if answer else ""))
+
+# %% [markdown]
+# ## Key terms
+#
+# [TTFT, ITL, TPOT, worst gap, goodput](glossary.md#ttft-itl-tpot-worst-gap-goodput), [Prefill](glossary.md#prefill), [Decode](glossary.md#decode). Each links to the book's glossary, which says how the book measures it.
 
 # %% [markdown]
 # ## Evidence in this chapter

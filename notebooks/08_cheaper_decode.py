@@ -26,6 +26,14 @@
 # file unchanged. Each prediction comes from chapter 0's ceilings (`lib.costmodel`) or from a part timed alone
 # here, and each conclusion is a claim decided by this run's data (`lib.claims`).
 
+# %% [markdown]
+# **After this chapter you can**
+#
+# * predict what fewer bytes per weight (a 16-bit dtype, quantisation) do to a decode step from the kernel's rate, not from the bytes alone;
+# * compute what fewer bytes per cached token save;
+# * say when speculative decoding by prompt lookup pays, from its acceptance and the cost of the pass that checks it;
+# * measure what a preallocated cache and a compiled step save in dispatch, and pick the cheapest path for this machine.
+
 # %% tags=["parameters"]
 quick = False
 device = "auto"                 # "auto", "cpu", "cuda", "cuda:N"
@@ -76,10 +84,13 @@ P = params.check(globals(), {
 }, quick=quick, chapter="08_cheaper_decode")
 
 # %%
+import contextlib
 import copy
 import dataclasses
+import io
 import json
 import math
+import re
 import time
 
 import matplotlib.pyplot as plt
@@ -302,6 +313,7 @@ if use_llama:
              f"`{about['system']}`")
         worker.request(kind="decode", context=max(contexts), steps=3)  # prefills the longest context once; warm-up
     except LlamaFailed as error:
+        skipped["q4_1"] = f"llama.cpp's worker failed ({error})"
         print(f"llama.cpp could not run, so the Q4_1 file is not measured: {error}")
         use_llama, worker = False, None
         paths.remove("q4_1")
@@ -318,8 +330,9 @@ kept = {p: {c: (phases.cast_cache(copy.deepcopy(kv), models[p].dtype), first) fo
         for p in torch_paths}
 for run in progress(range(1, sweep_runs + 1), desc="decode runs"):
     for p in torch_paths:
-        table = sweeps.decode_sweep(models[p], contexts, steps=steps, runs=1, prefill_model=fp32,
-                                    caches=kept.setdefault(p, {}), label=p, warmup_steps=2)
+        with contextlib.redirect_stdout(io.StringIO()):  # one run each: its own progress line is not for the page
+            table = sweeps.decode_sweep(models[p], contexts, steps=steps, runs=1, prefill_model=fp32,
+                                        caches=kept.setdefault(p, {}), label=p, warmup_steps=2)
         rows.append(table.assign(run=run, precision=p))
     kv_long, first_long = kept["fp32"][long]
     phases.truncate_cache(kv_long, long)
@@ -374,13 +387,14 @@ register.claim(
     "model; int8's matrices timed alone), within the tolerance for a time predicted from measured ceilings (the "
     "geometric mean of the points' ratios).",
     held="the PyTorch steps took **{pooled}** the time predicted from their bytes at their kernels' rates ({low:.2f} "
-         "to {high:.2f}x point by point), within the tolerance: a path's speed is its bytes at its kernel's rate, "
-         "{rates}.",
+         "to {high:.2f}x point by point), within the tolerance on their geometric mean{outside}; the matrices timed "
+         "alone stream at {rates}.",
     not_held="the PyTorch steps took **{pooled}** the time predicted from their bytes at their kernels' rates "
              "({low:.2f} to {high:.2f}x point by point), outside the tolerance; furthest: {worst}. The matrices timed "
              "alone stream at {rates}. {why}",
     unresolved="the PyTorch steps took **{pooled}** the time predicted from their bytes at their kernels' rates "
-               "({low:.2f} to {high:.2f}x point by point): too near the tolerance's edge to call in this run.",
+               "({low:.2f} to {high:.2f}x point by point): too near the tolerance's edge to call in this run; the "
+               "median lies {lean}.",
     not_measured="no step has a prediction here: {why}")
 decided = {k: claims.within(spread[k], Spread(r.predicted_ms, r.predicted_ms, max(r.predicted_median_ms, r.predicted_ms)),
                             claims.PREDICTED_TIME)
@@ -412,6 +426,10 @@ if decided:
     worst = ratios.loc[(ratios.over_predicted - 1).abs().idxmax()]
     pooled_steps = claims.geomean_of(spread[k] / float(sweep.set_index(["precision", "context_tokens"]).predicted_ms[k])
                                      for k in decided)
+    off = [k for k, verdict in decided.items() if verdict != claims.HELD]  # points not clearly within on their own
+    off_points = "" if not off else ", though " + ", ".join(
+        f"{p} at {c} tokens ({sweep.set_index(['precision', 'context_tokens']).over_predicted[(p, c)]:.2f}x)"
+        for p, c in off) + f" {'was' if len(off) == 1 else 'were'} not clearly within it on {'its' if len(off) == 1 else 'their'} own"
     top_steps = claims.geomean(max(r.predicted_median_ms, r.predicted_ms) / r.predicted_ms
                                for r in sweep.dropna(subset=["predicted_ms"]).itertuples())
     show(register.decide("step_follows_its_bytes", claims.within(pooled_steps, Spread(1.0, 1.0, top_steps),
@@ -422,6 +440,8 @@ if decided:
                          pooled=pooled_steps.text(".2f", "x"),
                          worst=f"{worst.precision} at {worst.context_tokens} tokens, {worst.over_predicted:.2f}x",
                          rates=", ".join(f"{r.precision} {r.gb_s:.1f} GB/s" for r in alone_table.itertuples()),
+                         outside=off_points, lean=claims.leaning(pooled_steps, 1 / claims.PREDICTED_TIME,
+                                                                 top_steps * claims.PREDICTED_TIME),
                          why=taken_apart(worst.precision, int(worst.context_tokens))))
 else:
     show(register.decide("step_follows_its_bytes", None, why="; ".join(unpriced.values()) or "no PyTorch path ran"))
@@ -433,16 +453,19 @@ else:
 # %%
 register.claim(
     "llama_close_to_the_read",
-    "llama.cpp's Q4_1 step reads its bytes at a large fraction of chapter 0's streaming read (at least the "
-    "parameter close_to_read).",
+    "llama.cpp's Q4_1 step reads its bytes at a large fraction of chapter 0's streaming read (at least the fraction "
+    "this chapter counts as close to the machine's limit).",
     held="against chapter 0's streaming read ({read:.1f} GB/s), llama.cpp's Q4_1 step reads its bytes at {fractions}: "
          "at every context at or above the {limit:.0%} this chapter calls close to the machine's limit.",
     not_held="against chapter 0's streaming read ({read:.1f} GB/s), llama.cpp's Q4_1 step reads its bytes at "
              "{fractions}: below the {limit:.0%} this chapter calls close to the machine's limit (what stops it: "
              "below).",
     unresolved="against chapter 0's streaming read ({read:.1f} GB/s), llama.cpp's Q4_1 step reads its bytes at "
-               "{fractions}: too near the {limit:.0%} this chapter calls close to the machine's limit to call.",
-    not_measured="llama.cpp did not run here ({why}).")
+               "{fractions}: too near the {limit:.0%} this chapter calls close to the machine's limit to call; the "
+               "lowest median lies {lean}.",
+    not_measured="{why}.")
+llama_why = skipped.get("q4_1", "quick mode leaves llama.cpp out" if quick else
+                        "llama.cpp was not asked for (precisions leaves out q4_1)")
 if use_llama:
     frac = {c: spread[("q4_1", c)] for c in contexts}
     frac = {c: Spread(step_bytes("q4_1", c + steps // 2) / s.high / 1e6 / (read / 1e9),
@@ -452,9 +475,10 @@ if use_llama:
                          predicted=f"at least {close_to_read:.0%} of the read", evidence="decode_sweep.csv",
                          measured=", ".join(f"{f.mid:.0%} at {c}" for c, f in frac.items()),
                          fractions=", ".join(f"{f.mid:.0%} ({f.low:.0%}-{f.high:.0%}) at {c} tokens" for c, f in frac.items()),
-                         read=read / 1e9, limit=close_to_read))
+                         read=read / 1e9, limit=close_to_read,
+                         lean=claims.leaning(claims.extreme(frac.values(), largest=False), close_to_read)))
 else:
-    show(register.decide("llama_close_to_the_read", None, why=skipped.get("q4_1", "not asked for")))
+    show(register.decide("llama_close_to_the_read", None, why=llama_why))
 
 # %% [markdown]
 # What stops it? If llama.cpp's step waited on memory, a second thread would speed it up no more than a second
@@ -491,7 +515,7 @@ if llama_one:
                          threads=threads, gain=gain.text(".2f", "x"), read_gain=read_gain, reference=reference))
 else:
     show(register.decide("llama_bound_by_its_cores", None, why=(
-        "llama.cpp did not run here" if not use_llama else "this run has one thread, so there is no second to add")))
+        llama_why if not use_llama else "this run has one thread, so there is no second to add")))
 
 # %%
 short = sweep[sweep.context_tokens == contexts[0]].sort_values("of_read", ascending=False)
@@ -568,7 +592,7 @@ g = decode_runs[decode_runs.precision == "fp32"].pivot(index="run", columns="con
 growth = Spread.of(g[long] - g[contexts[0]])
 predicted_growth = (cost["fp32"].decode(long + steps // 2).best - cost["fp32"].decode(contexts[0] + steps // 2).best) * 1e3 \
     if "fp32" in cost else math.nan
-ch3 = load_table("03_decode_sweep", "growth_with_context", quick=quick)
+ch3 = load_table("03_decode_sweep", "paired_steps", quick=quick)  # the growth chapter 3 shows, pair by pair
 register.claim(
     "cache_growth_follows_its_bytes",
     "The fp32 step grows from the short to the long context by the time the cost model gives the cache's extra "
@@ -580,7 +604,8 @@ register.claim(
              "from the cache's extra bytes ({per_k:.2f} ms per 1,000 cached tokens, for {kib:.0f} KiB a token); "
              "one layer down, below, says where the difference is.",
     unresolved="the fp32 step grew by {growth} from {short} to {long} cached tokens, against {predicted} predicted "
-               "from the cache's extra bytes: too near the tolerance's edge to call in this run.",
+               "from the cache's extra bytes: too near the tolerance's edge to call in this run; the median lies "
+               "{lean}.",
     not_measured="the fp32 step grew by {growth} from {short} to {long} cached tokens, with no prediction here: {why}")
 if math.isnan(predicted_growth):
     verdict = None
@@ -592,7 +617,9 @@ show(register.decide("cache_growth_follows_its_bytes", verdict, predicted=f"{pre
                      measured=growth.text(".2f", "ms"), evidence="decode_runs.csv (fp32, paired within runs)",
                      growth=growth.text(".2f", "ms"), short=contexts[0], long=long,
                      per_k=growth.mid / (long - contexts[0]) * 1e3,
-                     kib=shape.kv_bytes_per_token / 1024, why=unpriced.get("fp32", "")))
+                     kib=shape.kv_bytes_per_token / 1024, why=unpriced.get("fp32", ""),
+                     lean="" if math.isnan(predicted_growth) else claims.leaning(
+                         growth, predicted_growth / claims.PREDICTED_TIME, predicted_growth * claims.PREDICTED_TIME)))
 alone_parts = {c: sweeps.cache_costs(shape, 1, c + steps // 2, device) for c in (contexts[0], long)}
 alone_growth = sum(alone_parts[long][k].median - alone_parts[contexts[0]][k].median for k in ("attention", "concatenation")) * 1e3
 parts_verdict = claims.within(growth, alone_growth, claims.PREDICTED_TIME) if alone_growth > 0 and growth.low > 0 \
@@ -604,16 +631,19 @@ show(f"One layer down: attention and the growing cache's copy, timed alone on ca
          claims.NOT_HELD: "the parts alone do not account for the growth either; the rest is in the step around them.",
          claims.UNRESOLVED: "this run's spread of the growth straddles what they cost, so it cannot tell where the "
                             "difference is."}[parts_verdict])
-if ch3 is not None and not ch3.empty:
-    g3 = ch3[(ch3.dtype == "fp32")].sort_values("context_tokens")
-    g3 = g3[g3.threads == g3.threads.max()]
-    per_k3 = (g3.step_ms.iloc[-1] - g3.step_ms.iloc[0]) / (g3.context_tokens.iloc[-1] - g3.context_tokens.iloc[0]) * 1e3
+g3 = None if ch3 is None else ch3[(ch3.dtype == "fp32") & ch3.comparison.str.startswith("context ")]
+if g3 is not None and not g3.empty:
+    g3 = g3[g3.threads == (threads if threads in set(g3.threads) else g3.threads.max())]
+    c3 = [int(x) for x in g3.comparison.iloc[0].removeprefix("context ").split(" against ")]  # "context 16 against 960"
+    grew3 = Spread.of(g3.difference_s * 1e3)
     m3 = model_of("03_decode_sweep")
     kib3 = machine.MODELS[m3][0].with_dtype("fp32").kv_bytes_per_token / 1024 if m3 in machine.MODELS else math.nan
-    show(f"Chapter 3 measured {m3}'s fp32 step growing by **{per_k3:.2f} ms per 1,000 cached tokens** "
-         f"({kib3:.3g} KiB a token); {model_name}'s grew by **{growth.mid / (long - contexts[0]) * 1e3:.2f} ms** "
-         f"here ({shape.kv_bytes_per_token / 1024:.3g} KiB a token). As multi-head, SmolLM2 would store "
-         f"{mha.kv_bytes_per_token / real.kv_bytes_per_token:.0f} times the bytes a token.")
+    show(f"Chapter 3 measured {m3}'s fp32 step ({int(g3.threads.iloc[0])} thread{'s' * int(g3.threads.iloc[0] > 1)}) "
+         f"growing by **{grew3.text('+.1f', 'ms')}** from {c3[0]} to {c3[1]} cached tokens, "
+         f"{grew3.mid / (c3[1] - c3[0]) * 1e3:.2f} ms per 1,000 ({kib3:.3g} KiB a token); {model_name}'s grew by "
+         f"**{growth.mid / (long - contexts[0]) * 1e3:.2f} ms** per 1,000 here ({shape.kv_bytes_per_token / 1024:.3g} KiB a "
+         f"token). As multi-head, SmolLM2 would store {mha.kv_bytes_per_token / real.kv_bytes_per_token:.0f} times the "
+         "bytes a token.")
 
 # %% [markdown] tags=["predict"]
 # ### A quantized cache: memory or time?
@@ -666,7 +696,7 @@ repriced = values * quantize.cache_traffic("fp8", 4) / widen_rate * 1e3 - values
 why = (f"One layer down: widening one layer's fp8 keys to fp32 and scaling them, timed alone, moves "
        f"{widen_rate / 1e9:.1f} GB/s against the copy's {copy_rate / 1e9:.1f}: "
        + (f"the conversion from fp8 is the slow part, not the bytes; priced at that rate, the extra is "
-          f"{repriced:.1f} ms." if widen_rate < copy_rate / claims.PREDICTED_TIME
+          f"{repriced:.1f} ms against the {extra.mid:.1f} ms measured." if widen_rate < copy_rate / claims.PREDICTED_TIME
           else "the conversion keeps the copy's rate, so the rest is elsewhere in the step."))
 register.claim(
     "fp8_cache_is_no_faster",
@@ -700,9 +730,12 @@ short_passes = load_table("02_prefill_sweep", "short_passes", quick=quick)
 if short_passes is not None and not short_passes.empty:
     sp = short_passes[(short_passes.dtype == "fp32") & (short_passes.threads == short_passes.threads.max())]
     one_token = sp[sp.prompt_tokens == 1].time_ms.iloc[0]
-    show(f"Chapter 2 ({model_of('02_prefill_sweep')}, fp32): a pass over " + ", ".join(
+    m2 = model_of("02_prefill_sweep")
+    show(f"Chapter 2 ({m2}, fp32, no cache): a pass over " + ", ".join(
         f"{int(r.prompt_tokens)} tokens costs {r.time_ms / one_token:.2f}x" for r in sp.itertuples() if 1 < r.prompt_tokens <= 8)
-        + " a one-token pass. Prompt lookup pays only if it gains more tokens per pass than that.")
+        + " a one-token pass. " + ("That is this chapter's model; " if m2 == model_name else
+                                   f"That is {m2}, not {model_name}; ")
+        + "the threshold below comes from this chapter's own passes, timed over a cache after the runs.")
 
 # %%
 task_ids = chat_ids(f"{passage}\n\n{instruction}", 48)
@@ -780,6 +813,14 @@ if cheaper:
          f"{prose.ms(mats[a].median)} and {prose.ms(mats[b].median)}: " + (
              "the matrix kernel PyTorch picks for that many rows is the cause, not attention or the cache."
              if matrices_gap >= (pass_cost[a] - pass_cost[b]) / 2 else "not the matrices, so the rest of the pass is."))
+gained = spec_runs.groupby("guesses").acceptance_length.median()
+show(f"The threshold for {model_name}, from these passes: a pass checking k guesses (k + 1 positions) costs as much "
+     "as some number of one-position passes, and guessing pays only while a pass gains more tokens than that "
+     "(were every pass that long). " + "; ".join(
+         f"k = {k}: the check costs {pass_cost[k + 1] / pass_cost[1]:.2f} one-position passes, against "
+         f"{gained[k]:.2f} tokens gained a pass here ({'more' if gained[k] > pass_cost[k + 1] / pass_cost[1] else 'not more'})"
+         for k in lookup_tokens if k + 1 in pass_cost) + "." if any(k + 1 in pass_cost for k in lookup_tokens) else
+     f"No pass checked every one of k guesses here, so {model_name}'s threshold is not timed.")
 pass_table.round(3)
 
 # %%
@@ -924,7 +965,7 @@ register.claim(
     not_held="compiling saved {saved} a step (the compiled step took {step}), not the {dispatch} of dispatch chapter "
              "0 measured. One layer down, below: what the compiled step still issues.",
     unresolved="compiling saved {saved} a step (the compiled step took {step}), against the {dispatch} of dispatch "
-               "chapter 0 measured: too near the tolerance's edge to call in this run.",
+               "chapter 0 measured: too near the tolerance's edge to call in this run; the median lies {lean}.",
     not_measured="{why}.")
 if compiled is not None and dispatch is not None:
     w = issue_runs.pivot(index="run", columns="path", values="step_ms")
@@ -935,10 +976,21 @@ if compiled is not None and dispatch is not None:
         claims.verdict_of(False, saved.high < expected.low / claims.PREDICTED_TIME)
     show(register.decide("compiled_step_loses_its_dispatch", verdict, predicted=f"{prose.ms(dispatch.best)} saved",
                          measured=saved.text(".1f", "ms") + " saved", evidence="issuing_runs.csv",
-                         saved=saved.text(".1f", "ms"), step=comp.text(".1f", "ms"), dispatch=prose.ms(dispatch.best)))
+                         saved=saved.text(".1f", "ms"), step=comp.text(".1f", "ms"), dispatch=prose.ms(dispatch.best),
+                         lean=claims.leaning(saved, expected.low / claims.PREDICTED_TIME,
+                                             expected.high * claims.PREDICTED_TIME)))
 else:
     show(register.decide("compiled_step_loses_its_dispatch", None, why="quick mode" if quick else "compile_step = False"
                          if compiled is None else "chapter 0 has no dispatch for this configuration: " + unpriced.get("fp32", "")))
+again, swept = Spread.of(issue_runs[issue_runs.path == "eager, growing cache"].step_ms), spread[("fp32", c0)]
+show(f"The eager growing-cache step is the sweep's fp32 step at {c0} cached tokens (the same model, {threads} "
+     f"thread{'s' * (threads > 1)}, one sequence), timed again in these {runs} runs, later in the process"
+     + (", after compiling" if compiled is not None else "") + f": **{again.text('.1f', 'ms')}** against the sweep's "
+     f"{swept.text('.1f', 'ms')} over {sweep_runs} runs" + (
+         ", the same within their ranges." if claims.ranges_overlap(again.low, again.high, swept.low, swept.high) else
+         f", {again.mid / swept.mid:.2f}x: the same step ran {'slower' if again.mid > swept.mid else 'faster'} here "
+         "than in the sweep, so the machine's speed moved between the two; this section compares its paths only "
+         "within these runs, where they took turns."))
 issue.round(2)
 
 # %% [markdown]
@@ -973,17 +1025,22 @@ if compiled is not None:
 # ## 5. Side by side: one prompt, every path, one run
 #
 # Chapter 1's question, `side_tokens` greedy tokens, on each path in turn for `runs` runs: the book's eager fp32
-# loop, the fastest PyTorch path this chapter found at the short context, llama.cpp on the Q4_1 file and, where
+# loop, the PyTorch path that ran fastest against it run by run (a narrower precision in the sweep, or the
+# compiled step in section 4), when one did, llama.cpp on the Q4_1 file and, where
 # `.venv-vllm` exists, vLLM's CPU build through HTTP (fp32, started on loopback and stopped after). A path's time per
 # output token (TPOT) is the median gap between its tokens; its bandwidth is its bytes per step over that.
 
 # %%
-fastest = min(((p, spread[(p, c0)].mid) for p in torch_paths), key=lambda x: x[1])
-if compiled is not None and issue.set_index("path").step_ms["compiled, static cache"] < fastest[1]:
-    fastest = ("compiled fp32", issue.set_index("path").step_ms["compiled, static cache"])
+runs_c0 = decode_runs[decode_runs.context_tokens == c0].pivot(index="run", columns="precision", values="step_ms")
+speedups = {p: Spread.of(runs_c0["fp32"] / runs_c0[p]) for p in paths if p != "fp32"}  # run by run, in the sweep
+if compiled is not None:  # run by run, in the issuing runs: the same step against its eager self
+    by_run = issue_runs.pivot(index="run", columns="path", values="step_ms")
+    speedups["compiled fp32"] = Spread.of(by_run["eager, growing cache"] / by_run["compiled, static cache"])
+faster = {p: s for p, s in speedups.items() if p != "q4_1" and s.mid > 1}
 side_paths = {"eager fp32 (the book's loop)": "fp32"}
-if fastest[0] != "fp32":  # the eager fp32 loop is itself the fastest PyTorch path otherwise
-    side_paths[f"fastest PyTorch: {fastest[0]}"] = fastest[0]
+if faster:  # the eager fp32 loop is itself the fastest PyTorch path otherwise
+    fastest = max(faster, key=lambda p: faster[p].mid)
+    side_paths[f"fastest PyTorch: {fastest}"] = fastest
 if worker:
     side_paths["llama.cpp, Q4_1"] = "q4_1"
 vllm_why = "quick mode" if quick else ("vllm = False" if not vllm else vllm_unavailable() or
@@ -1037,22 +1094,23 @@ side[["path", "tpot_ms", "tpot_ms_low", "tpot_ms_high", "tokens_per_s", "gb_s", 
 
 # %%
 top = side.iloc[0]
-levers = []
 narrow = [p for p in torch_paths if p != "fp32"]
-if narrow:
-    bp = min(narrow, key=lambda p: spread[(p, c0)].mid)
-    levers.append(f"fewer bytes in PyTorch ({bp}) **{spread[('fp32', c0)].mid / spread[(bp, c0)].mid:.2f}x**")
-if compiled is not None:
-    s = issue.set_index("path").step_ms
-    levers.append(f"compiling the step **{s['eager, growing cache'] / s['compiled, static cache']:.2f}x**")
+levers = {{"q4_1": "llama.cpp on the Q4_1 file", "compiled fp32": "the compiled step"}.get(p, f"{p} weights"): s
+          for p, s in speedups.items()}  # each against the eager fp32 step, run by run
 if not spec.empty:
     b = spec.loc[spec.speedup.idxmax()]
-    levers.append(f"prompt lookup (k = {int(b.guesses)}, on a quoting task) **{b.speedup:.2f}x**")
-if "llama.cpp, Q4_1" in set(side.path):
-    levers.append(f"llama.cpp's kernels on the 4-bit file **{side.set_index('path').speedup_over_eager_loop['llama.cpp, Q4_1']:.2f}x**")
-show(f"**On this machine** ({threads} thread{'s' if threads > 1 else ''}), the fastest path is **{top.path}**: {top.tokens_per_s:.0f} tokens/s, "
-     f"{top.of_read:.0%} of the streaming read, {top.speedup_over_eager_loop:.2f}x the book's eager loop. Each lever, "
-     f"against the eager fp32 step: " + "; ".join(levers) + ".")
+    levers[f"prompt lookup (k = {int(b.guesses)}, a quoting task)"] = Spread(b.speedup_low, b.speedup, b.speedup_high)
+ranked = sorted(levers, key=lambda name: -levers[name].mid)
+lead = ranked[0] if ranked else None
+lead_text = ("no lever ran here" if lead is None else f"the fastest was **{lead}**" if levers[lead].low > 1 else
+             f"none was clearly faster than the eager step ({lead}'s range reaches below 1x)" if levers[lead].mid > 1
+             else "none was faster than the eager step")
+show("Each lever's speed against the eager fp32 step, taken run by run where both took turns (prompt lookup: against "
+     "plain greedy decoding of the same task): " + "; ".join(f"{name} **{levers[name].text('.2f', 'x')}**"
+                                                            for name in ranked) + f". Of these, {lead_text}. "
+     f"On chapter 1's question, side by side ({threads} thread{'s' if threads > 1 else ''}), the fastest path in the "
+     f"table is **{top.path}**: {top.tokens_per_s:.0f} tokens/s, {top.of_read:.0%} of the streaming read"
+     + ("." if top.path.startswith("eager fp32") else f", {top.speedup_over_eager_loop:.2f}x the book's eager loop."))
 
 # %%
 if worker:
@@ -1063,17 +1121,23 @@ if worker:
 
 # %%
 v, f32 = register.verdict, spread[("fp32", c0)]
-found = [f"On this machine ({prose.machine(device)}), over {sweep_runs} runs, the book's eager fp32 step took "
-         f"**{f32.text('.1f', 'ms')}** at {c0} cached tokens."]
+found = [f"On this machine ({prose.machine(device)}), the book's eager fp32 step took **{f32.text('.1f', 'ms')}** "
+         f"at {c0} cached tokens."]
+rest = ", ".join(f"{name} {levers[name].mid:.2f}x" for name in ranked[1:3])
+found.append(f"Against it, run by run, the fastest lever was **{lead}**, {levers[lead].mid:.2f}x its speed"
+             + (f"; then {rest}." if rest else ".") if levers[lead].low > 1 else
+             "Against it, run by run, no lever was clearly faster: " + ", ".join(
+                 f"{name} {levers[name].mid:.2f}x" for name in ranked[:3]) + ".")
+edge = {claims.HELD: "within the tolerance", claims.NOT_HELD: "outside the tolerance",
+        claims.UNRESOLVED: "at the tolerance's edge"}
 if narrow:
-    runs_c0 = decode_runs[decode_runs.context_tokens == c0].pivot(index="run", columns="precision", values="step_ms")
-    n, paired_ratio = spread[(bp, c0)], Spread.of(runs_c0[bp] / runs_c0["fp32"])  # run by run: which is faster
-    than = "was slower" if paired_ratio.low > 1 else "was faster" if paired_ratio.high < 1 else "was about as fast"
-    fits = v("step_follows_its_bytes")  # pooled_steps exists only where it was decided
-    found.append(f"With fewer bytes, {bp}'s {than}, **{n.text('.1f', 'ms')}**" + (
-        ", as its kernel's rate predicted." if fits == claims.HELD else
-        f"; the steps took {pooled_steps.text('.2f', 'x')} their predictions." if fits == claims.NOT_HELD else
-        ", too near its prediction to call." if fits == claims.UNRESOLVED else "."))
+    bp = max(narrow, key=lambda p: speedups[p].mid)  # the fastest of the narrower PyTorch precisions
+    own, fits = decided.get((bp, c0)), v("step_follows_its_bytes")  # pooled_steps exists only where it was decided
+    over = sweep.set_index(["precision", "context_tokens"]).over_predicted.get((bp, c0), math.nan)
+    if own:  # this point's own verdict against its prediction, and the ratio it was decided on
+        found.append(f"{bp}'s step took {over:.2f}x its predicted time, {edge[own]}" + (
+            f" (all PyTorch steps: {pooled_steps.mid:.2f}x, {edge[fits].replace(' the tolerance', ' it')})"
+            if fits != own and fits in edge else "") + ".")
 if use_llama:
     lo, hi = min(f.mid for f in frac.values()), max(f.mid for f in frac.values())
     found.append(f"llama.cpp's 4-bit step took **{spread[('q4_1', c0)].text('.1f', 'ms')}**, "
@@ -1082,7 +1146,12 @@ if use_llama:
                      claims.NOT_HELD: f", short of the {close_to_read:.0%} counted close.",
                      claims.UNRESOLVED: f", about the {close_to_read:.0%} counted close."}.get(
                          v("llama_close_to_the_read"), "."))
-found.append({claims.HELD: "The fp8 cache saved memory but cost time.",
+elif "q4_1" in precisions:
+    found.append("llama.cpp did not run (its claims say why).")
+sized = {claims.HELD: ", as its bytes predicted", claims.NOT_HELD: f", not the {predicted_extra:.1f} ms its bytes "
+         "predicted", claims.UNRESOLVED: f", near the {predicted_extra:.1f} ms its bytes predicted"}
+found.append({claims.HELD: f"The fp8 cache saved memory but cost {extra.mid:.1f} ms a step"
+                           + sized[v("fp8_cache_saves_memory_not_time")] + ".",
               claims.NOT_HELD: "The fp8 cache saved memory and time.",
               claims.UNRESOLVED: "The fp8 cache saved memory; its cost in time was unclear."}.get(
                   v("fp8_cache_is_no_faster"), ""))
@@ -1090,23 +1159,27 @@ found.append({claims.HELD: "The fp8 cache saved memory but cost time.",
 # %%
 best_k = spec.loc[spec.speedup.idxmax()]
 k_verdict = pairs[best_k.guesses][0]  # this k's own verdict; the claim's is every k's
-sped = Spread(best_k.speedup_low, best_k.speedup, best_k.speedup_high).text(".2f", "x")
-found.append(f"Prompt lookup ran a quoting task at **{sped}** plain decoding's speed" + {
-    claims.HELD: ", as predicted", claims.NOT_HELD: f", not the {best_k.predicted_speedup:.2f}x predicted",
-    claims.UNRESOLVED: f", against {best_k.predicted_speedup:.2f}x predicted"}[k_verdict]
-    + (" (not every k did)" if v("speculation_as_predicted") != k_verdict else ""))
+found.append("Prompt lookup's speed-up was " + {
+    claims.HELD: "as its passes predicted", claims.NOT_HELD: f"not the {best_k.predicted_speedup:.2f}x its passes "
+    "predicted", claims.UNRESOLVED: f"near the {best_k.predicted_speedup:.2f}x its passes predicted"}[k_verdict]
+    + (" (not every k's was)" if v("speculation_as_predicted") != k_verdict else ""))
 issued = v("compiled_step_loses_its_dispatch")  # saved and dispatch exist only where it was decided
 found[-1] += ("; compiling saved the dispatch chapter 0 priced." if issued == claims.HELD else
-              f"; compiling saved {saved.text('.1f', 'ms')}, not chapter 0's {prose.ms(dispatch.best)}."
+              f"; compiling saved {saved.mid:.1f} ms a step, not chapter 0's {prose.ms(dispatch.best)}."
               if issued == claims.NOT_HELD else "; compiling's saving was too close to chapter 0's dispatch to call."
               if issued == claims.UNRESOLVED else ".")
-top_tpot = Spread(top.tpot_ms_low, top.tpot_ms, top.tpot_ms_high).text(".1f", "ms")
-cheapest = {"llama.cpp, Q4_1": "llama.cpp on the Q4_1 file", "vLLM (CPU build, HTTP)": "vLLM's CPU build"}.get(
-    top.path, top.path.removeprefix("fastest PyTorch: "))
-found.append(f"No path beat the book's eager fp32 loop on chapter 1's question here: a token every {top_tpot}."
-             if top.path.startswith("eager fp32") else f"So decode was cheapest with **{cheapest}**: a token every "
-             f"{top_tpot}, {top.speedup_over_eager_loop:.2f}x the book's eager loop's speed.")
+cheapest = {"llama.cpp, Q4_1": "llama.cpp on the Q4_1 file", "vLLM (CPU build, HTTP)": "vLLM's CPU build",
+            "fastest PyTorch: compiled fp32": "the compiled step"}.get(top.path, top.path.removeprefix("fastest PyTorch: "))
+side_found = f"On chapter 1's question, {cheapest} was fastest: {top.speedup_over_eager_loop:.2f}x the eager loop."
+words = len(re.findall(r"[\w.,–%+-]+", re.sub(r"[*`]", "", " ".join(found + [side_found]))))  # prose.Opening's count
+if cheapest != lead and not top.path.startswith("eager fp32") and words <= prose.OPENING_WORDS:
+    found.append(side_found)  # the side-by-side table, where it adds to the levers and the paragraph has room
 opening.write(" ".join(filter(None, found)))
+
+# %% [markdown]
+# ## Key terms
+#
+# [Decode](glossary.md#decode), [Kernel rate](glossary.md#kernel-rate), [Dispatch](glossary.md#dispatch), [KV cache](glossary.md#kv-cache), [Regimes](glossary.md#regimes). Each links to the book's glossary, which says how the book measures it.
 
 # %% [markdown]
 # ## Evidence in this chapter
@@ -1140,11 +1213,15 @@ print(register.summary())
 #   step (the first finding above says how well it priced this machine's): fewer bytes help only through a kernel
 #   that keeps its rate on them.
 # * Measure how close a kernel gets to the machine's read: that is the room a better kernel has.
-# * A quantized cache can save memory and cost time: read how it is implemented before expecting speed.
-# * Speculation pays when the tokens gained per pass beat what a wider pass costs on this machine.
-# * Issuing a step's hundreds of operations costs time on a CPU (chapter 0 prices it); compiling aims at that part
-#   only (the matrix products stay), and how much of it goes is measured, not assumed: the compiled step's claim
+# * A quantized cache saves memory; whether it saves time depends on how attention reads it: read how it is
+#   implemented before expecting speed (the fp8 cache's claims above say what it cost here).
+# * Speculation pays when the tokens gained per pass beat what a wider pass costs, on this machine and this
+#   model: time the passes of the model you run.
+# * Chapter 0 prices issuing a step's hundreds of operations; compiling aims at that part only (the matrix
+#   products stay PyTorch's own), and how much of it goes is measured, not assumed: the compiled step's claim
 #   above says what it removed here.
+# * Compare two paths within runs in which they took turns: the same step timed at another moment of the same
+#   process need not take the same time.
 #
 # ## Check yourself
 #

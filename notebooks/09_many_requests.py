@@ -31,6 +31,14 @@
 # Set `base_url` to measure a deployment of your own instead (one server, or the router in front of separate
 # prefill and decode deployments): the reuse table and chapter 5's stall are measured against it.
 
+# %% [markdown]
+# **After this chapter you can**
+#
+# * compute what reusing a shared prefix's cache saves in TTFT, and what handing a cache over costs;
+# * compare a prefill worker and a decode worker with chunked prefill on one worker, by TTFT and by the worst gap;
+# * predict a queue's wait from the arrival rate and the service time, and check it against replayed arrivals;
+# * say what changes beyond one machine, with the real engines.
+
 # %% tags=["parameters"]
 quick = False
 base_url = None                 # e.g. "http://127.0.0.1:8000": measure that deployment instead of local engines
@@ -582,7 +590,8 @@ show(register.decide("two_workers_keep_the_stream_flat",
                      claims.every([claims.below(spread(two, "a_worst_gap_ms"), spread(w, "a_worst_gap_ms"))
                                    for w, _ in settings]) if have_two else None,
                      predicted="shorter than both one-worker ways", measured=", ".join(f"{w}: {v:.0f} ms" for w, v in gaps.items()),
-                     evidence=f"{sep_runs_text} each; {separation_model}, B {b_prompt_len} tokens, A {a_tokens}",
+                     evidence=f"{sep_runs_text} each; {separation_model}, B's prompt {b_prompt_len} tokens, A's reply "
+                              f"{a_tokens} tokens",
                      two_gap=gaps.get(two, np.nan), one_gap=gaps.iloc[0], chunk_gap=gaps.iloc[1], chunk=best_chunk))
 
 ttfts = sep.set_index("way").b_ttft_ms
@@ -623,8 +632,11 @@ if alone_1t is not None and len(alone_1t) and have_two:
                        f"thread with nothing beside it at {nearest.time_ms:,.0f} ms ({alone_b:,.0f} ms for "
                        f"{b_prompt_len:,} tokens, scaled by the cost model); here, with the decode worker streaming the "
                        f"weights on the other core, B's prefill took about {b_prefill:,.0f} ms (its TTFT less the "
-                       f"hand-over): {b_prefill / alone_b:.2f}x, the price of sharing the memory bus and the last-level "
-                       "cache with a neighbour.")
+                       f"hand-over): {b_prefill / alone_b:.2f}x, "
+                       + ("about its time alone: sharing the memory bus and the last-level cache with a neighbour cost it "
+                          "little." if 1 / 1.1 <= b_prefill / alone_b <= 1.1 else "the price of sharing the memory bus "
+                          "and the last-level cache with a neighbour." if b_prefill > alone_b else
+                          "less than alone, so chapter 2's pass and this one differ by more than the neighbour."))
 show(register.decide("newcomer_pays_for_one_core",
                      claims.within(spread(two, "b_ttft_ms"), sep.set_index("way").predicted_b_ttft_ms[two], claims.PREDICTED_TIME)
                      if have_two and one_core else None,
@@ -698,7 +710,7 @@ show(register.decide("handover_costs_its_bytes", claims.every(verdicts.values())
                      predicted=", ".join(f"{k} {prose.ms(p / 1e3)}" for k, (_, p) in sides.items()),
                      measured=", ".join(f"{k} {prose.ms(v.median() / 1e3)}" for k, (v, _) in sides.items())
                      + f" (the write alone, here: {prose.ms(alone_ms / 1e3)})",
-                     evidence=f"{sep_runs_text}; {handover_bytes / 1e6:.1f} MB",
+                     evidence=f"{sep_runs_text}; {handover_bytes / 1e6:.1f} MB of cache handed over",
                      mb=handover_bytes / 1e6, off=off,
                      sides="; ".join(f"{k} in **{Spread.of(v).text('.1f', 'ms')}** with {faults_of[k].median():,.0f} page "
                                      f"faults, against {prose.ms(p / 1e3)}" for k, (v, p) in sides.items())))
@@ -726,9 +738,46 @@ headlines[["system", "version", "hardware", "metric", "gain"]]
 # What differs: they serve models of billions of parameters on GPUs, where a decode step reads gigabytes of
 # weights and a prefill is compute-bound for thousands of tokens, so the two phases want different hardware
 # and parallelism, and a fast link (NVLink, InfiniBand) moves the cache. Their gains are in requests served
-# within both objectives across a cluster. Here the two workers' cores share one memory bus: separating them
-# cannot add capacity, at best move the stall from A to B.
-#
+# within both objectives across a cluster. Here every arrangement computes on one machine's cores, sharing
+# one memory bus: one worker runs both requests on all its threads, taking turns step by step, and two workers
+# run each request on a core of its own at the same time. Where one worker's threads are the same two cores,
+# the miniature compares how the requests share the cores (interference), not how many they get (capacity).
+# Which arrangement won on which measure here:
+
+# %%
+def separation_verdict() -> str:
+    """Which way won on A's worst gap and on B's TTFT, two workers against each one-worker way, from ``sep``."""
+    if not have_two:
+        return f"Two workers did not run here ({sep_missing}), so the arrangements are not compared."
+    def than(a: float, b: float) -> str:
+        return "about the same" if abs(a - b) <= 0.05 * b else "a shorter" if a < b else "a longer"
+
+    said = [f"against **{w}**, two workers gave A {than(gaps[two], gaps[w])} worst gap ({gaps[two]:,.0f} against "
+            f"{gaps[w]:,.0f} ms) and B {than(ttfts[two], ttfts[w])} wait ({ttfts[two]:,.0f} against {ttfts[w]:,.0f} ms)"
+            for w, _ in settings]
+    won = [w for w, _ in settings if gaps[two] < gaps[w] and ttfts[two] < ttfts[w]]
+    lost = [w for w, _ in settings if gaps[two] > gaps[w] and ttfts[two] > ttfts[w]]
+    split = [w for w, _ in settings if w not in won and w not in lost]
+    def ways(which: list[str]) -> str:
+        return "both one-worker ways" if len(which) == len(settings) else f"**{which[0]}**"
+
+    outcome = "; ".join(([f"two workers beat {ways(won)} on both measures"] if won else [])
+                        + ([f"{ways(lost)} beat two workers on both"] if lost else [])
+                        + ([f"against {ways(split)} each won one measure, one request's gain the other's wait"]
+                           if split else []))
+    turns = f"B's prompt whole inside one of A's steps, or in {-(-b_prompt_len // best_chunk)} pieces between them"
+    cores = (f"all three ways ran on the same {n_threads} cores, so what differs is how the two requests share them "
+             f"(one worker makes them take turns, {turns}; two workers run them side by side), not how many they get"
+             if n_threads == 2 else
+             f"one worker ran on {n_threads} thread{'s' * (n_threads != 1)}, the two workers on one core each, so the "
+             "comparison mixes how many cores the requests get with how they share them")
+    text = "; ".join(said) + ". " + outcome[0].upper() + outcome[1:] + f": {cores}."
+    return text[0].upper() + text[1:]
+
+
+show(separation_verdict())
+
+# %% [markdown]
 # **Takeaway: judge separation on both requests: A's worst gap against one worker's, chunked or not, and B's
 # TTFT on the prefill worker's share of the machine, plus the cache's trip; the findings above say which way
 # each went on this machine.**
@@ -809,6 +858,7 @@ replay_rows, calibrations = [], {}
 prices = {name: functools.lru_cache(maxsize=None)(lambda step, m=m: replay.priced_step(m, step).best)  # steps repeat
           for name, m in engine_costs.items() if m is not None}
 measured_ms = {}  # (engine, rate) -> the requests' TTFT and TPOT, each a Spread over requests (ms)
+one_by_one = {}  # (engine, rate, scheduler) -> the replayed requests one by one (ms)
 for (name, rate), g in ([] if replay_missing else ch7_requests[ch7_requests.ok].groupby(["engine", "rate_per_s"], sort=False)):
     g = g.sort_values("request")
     price = prices.get(name, prices.get("transformers serve"))
@@ -823,6 +873,8 @@ for (name, rate), g in ([] if replay_missing else ch7_requests[ch7_requests.ok].
     for scheduler, kw, k, shift in ways:
         moved = [replay.Arrival(a.at + shift, a.prompt, a.output) for a in arrivals_]
         served = replay.replay(moved, lambda step: k * price(step), **kw)
+        one_by_one[(name, rate, scheduler)] = replayed_frame(arrivals_, served, shift).assign(
+            request=g.request.to_numpy(), wait_ms=[s.wait * 1e3 for s in served])  # for the misses, one layer down
         replay_rows.append(dict(engine=name, rate_per_s=rate, scheduler=scheduler,
                                 **scored(replayed_frame(arrivals_, served, shift), name),
                                 wait_ms=np.mean([s.wait for s in served]) * 1e3,
@@ -874,12 +926,58 @@ def batching_sentence(name: str) -> tuple[str, str | None]:
                          "and step)"}[kind]), kind
 
 
+key_at = {}  # a ratio's name ("TTFT at 0.8/s") -> (rate, the latency's column)
+
+
 def ratios_of(name: str, pred: pd.DataFrame) -> dict[str, Spread]:
     """Measured over replayed, per rate and latency: the measured median's 95 % interval over the rate's requests,
     over the replay's value."""
-    return {f"{col.split('_')[0].upper()} at {rate:g}/s": measured_ms[(name, rate)][col] / float(pred.loc[rate, col])
-            for rate in pred.index for col in ("ttft_p50_ms", "tpot_ms")
-            if pred.loc[rate, col] > 0 and (name, rate) in measured_ms and measured_ms[(name, rate)][col].n}
+    out = {}
+    for rate in pred.index:
+        for col in ("ttft_p50_ms", "tpot_ms"):
+            if pred.loc[rate, col] > 0 and (name, rate) in measured_ms and measured_ms[(name, rate)][col].n:
+                key = f"{col.split('_')[0].upper()} at {rate:g}/s"
+                key_at[key] = (rate, col)
+                out[key] = measured_ms[(name, rate)][col] / float(pred.loc[rate, col])
+    return out
+
+
+def requests_apart(name: str, rate: float) -> str:
+    """One layer below a TTFT miss of the engine's-own-costs replay: chapter 7's requests at ``rate`` one by one, those
+    that arrived while another was being served (by chapter 7's own times) against those that arrived alone, each
+    against its own replay."""
+    g = ch7_requests[ch7_requests.ok & (ch7_requests.engine == name) & (ch7_requests.rate_per_s == rate)]
+    rep = one_by_one.get((name, rate, CALIBRATED))
+    if rep is None or not len(g):
+        return ""
+    g = g.merge(rep, on="request", suffixes=("", "_replayed"))
+    lat = "ttft_ms"  # a request's first token, which arriving beside others can delay
+    ends = g.offset_s + (g.ttft_ms + g.tpot_ms.fillna(0) * (g.output_tokens - 1)) / 1e3
+    g["busy"] = [bool(((g.offset_s < at) & (ends > at)).any()) for at in g.offset_s]
+    g["extra"] = g[lat] - g[f"{lat}_replayed"]
+    busy, alone = g[g.busy], g[~g.busy]
+    lowest = rate == ch7_requests[ch7_requests.engine == name].rate_per_s.min() and len(busy)
+    head = (f"Request by request at {rate:g}/s" + (" (the lowest rate, but chapter 7 sends the same seeded pattern of "
+                                                   "arrivals at every rate, only spaced wider, so some still overlap)"
+                                                   if lowest else "") + ": ")
+    if not len(busy) or not len(alone):
+        return head + (f"all {len(g)} requests arrived {'while another was being served' if len(busy) else 'alone'}, "
+                       "so the requests cannot tell the engine's work per request from how it serves several at once; "
+                       "arrivals at other spacings would")
+    said = (f"the {len(busy)} that arrived while another was being served took a median {busy.extra.median():+.0f} ms "
+            f"against their replay (which queued them {busy.wait_ms.mean():.0f} ms on average), the {len(alone)} that "
+            f"arrived alone {alone.extra.median():+.0f} ms")
+    alone_ratio = (alone[lat] / alone[f"{lat}_replayed"]).median()
+    if not 1 / claims.PREDICTED_TIME <= alone_ratio <= claims.PREDICTED_TIME:
+        return head + said + (f": even alone a request took {alone_ratio:.2f}x its replay, so the miss lies in the "
+                              "engine's work per request beyond what one user alone showed, not in its queue")
+    if abs(busy.extra.median()) > 2 * abs(alone.extra.median()):
+        return head + said + (": the miss is in requests that joined others already being served, which the replay "
+                              "prices as sharing one step: how the engine admits a request beside running ones (a "
+                              "later step for it, or slower steps once it joins), which these traces cannot split "
+                              "further; the engine's own log of its steps would")
+    return head + said + ": neither group stands out, so these traces do not locate the miss; the engine's own log of " \
+                         "its steps would"
 
 
 def verdict_of_ratios(ratios: dict[str, Spread]) -> str:
@@ -909,8 +1007,10 @@ for name in ([] if replay_missing else replayed.engine.unique()):
         worst = max(cal_ratios, key=lambda c: abs(np.log(cal_ratios[c].mid)))
         which = (f"so more than the price of a pass is off (worst: {worst}, {cal_ratios[worst].mid:.2f}x): "
                  + ("the engine's batched steps, as the next sentence measures" if kind in ("cheaper", "dearer") else
-                    "not its batching, which grows as priced (next sentence), but how it admits and queues requests "
-                    "that arrive close together" if kind == "as priced" else "the batching or the queueing"))
+                    "not its batching, which grows as priced (next sentence)" if kind == "as priced" else
+                    "the batching, or how the engine queues and admits requests"))
+        apart = requests_apart(name, key_at[worst][0]) if worst.startswith("TTFT") else ""  # a TTFT: whom it waited for
+        which += (". " + apart) if apart else ""
     which += ". " + batch_text
     if name == "vLLM" and pd.notna(got.wait_ms).all():
         which += (". vLLM's own split of TTFT: " + ", ".join(f"{r:g}/s {got.loc[r, 'wait_ms']:.1f} ms queued and "
@@ -939,8 +1039,10 @@ for name in ([] if replay_missing else replayed.engine.unique()):
                                              for r in pred.index),
                          measured=", ".join(f"{r:g}/s: TTFT {got.loc[r, 'ttft_p50_ms']:.0f}, TPOT {got.loc[r, 'tpot_ms']:.0f} ms"
                                             for r in got.index),
-                         evidence=f"chapter 7's {len(ch7_requests[ch7_requests.engine == name])} requests; budget "
-                                  f"{budgets.get(name)}; cost model at {ch7_threads} threads, fastest calls",
+                         evidence=f"chapter 7's {len(ch7_requests[ch7_requests.engine == name])} requests; a token "
+                                  f"budget of {budgets.get(name)} per step; each step at the cost model's fastest "
+                                  f"price on {engine_threads(name, ch7_threads)} thread"
+                                  f"{'s' * (engine_threads(name, ch7_threads) != 1)}",
                          pooled=claims.geomean_of(ratios.values()).text(".2f", "x") if ratios else "",
                          ratios=", ".join(f"{c} {v.text('.2f', 'x')}" for c, v in ratios.items()),
                          cal_ratios=", ".join(f"{c} {v.mid:.2f}x" for c, v in cal_ratios.items()) or "nothing",
@@ -971,8 +1073,9 @@ results.figure(fig, "replay")
 plt.show()
 
 # %% [markdown]
-# **Takeaway: a scheduler's queue can be replayed from per-step costs; where the replay misses, pricing the
-# steps at the engine's own one-user costs tells a wrong price of a pass from wrong queueing or batching.**
+# **Takeaway: to predict a scheduler's queue, replay its arrivals with every step priced; where the replay
+# misses, price the steps at the engine's own one-user costs to tell a wrong price of a pass from the rest, and
+# read the requests one by one to find which of them took the time.**
 #
 # ## 4. Beyond one machine, with the real engines
 #
@@ -1004,7 +1107,7 @@ else:
 # * **Two cores are not two GPUs.** The two workers share one memory bus and a last-level cache; their hand-over
 #   is a copy in one machine's memory, not a transfer over a network.
 # * **A replay of a dozen requests per rate.** Its p99 is the worst request of the dozen; the replay knows
-#   nothing of the engine's own overheads beyond what its lowest rate shows.
+#   nothing of the engine's own overheads beyond what one user alone shows (its calibration).
 #
 # ## Takeaways
 #
@@ -1013,8 +1116,9 @@ else:
 # * Separating the phases keeps the newcomer's prefill out of the decoding streams by construction; what that
 #   costs the newcomer (its worker's share of the cores, the cache's copy) and whether A's stream comes out
 #   flatter than with chunking are measured, not assumed: the findings above give this machine's answer.
-# * A scheduler's latencies can be replayed from per-step costs; where the replay misses, price its steps at the
-#   engine's own one-user costs: what still misses is the queueing or the batching.
+# * Replay a scheduler's latencies from per-step costs; where the replay misses, price its steps at the engine's
+#   own one-user costs, and what still misses is how the engine schedules requests (its queueing, batching or
+#   admission of a newcomer beside running streams): the requests one by one say which.
 #
 # ## Check yourself
 #
@@ -1027,12 +1131,13 @@ else:
 # prefilled again.
 # </details>
 #
-# 2. Why does the two-worker B wait longer for its first token than the one-worker B, unchunked?
+# 2. On a machine of two cores, why would you expect the two-worker B to wait longer for its first token than
+#    the one-worker B, unchunked?
 #
 # <details><summary>Answer</summary>
 #
-# Its prefill runs on one core instead of all of them: a prefill is compute-bound, so on one core of two it takes
-# nearly twice as long (plus the wake-up of the prefill worker).
+# Its prefill runs on one core instead of both: a prefill is compute-bound, so on one core of two it should take
+# nearly twice as long (plus the cache's hand-over to the decode worker). The findings above say what it took.
 # </details>
 #
 # 3. The replay is right at low arrival rates and wrong at high ones. Which part of it would you suspect first?
@@ -1068,8 +1173,10 @@ def sooner(s: Spread, bold: bool = False) -> str:
 
 
 by_replay = {claims.HELD: "as replayed", claims.NOT_HELD: "off the replay", claims.UNRESOLVED: "too close to call"}
-flatter = {claims.HELD: "separating the phases moved the stall from the stream to the newcomer"
-           if ttfts.get(two, 0) > ttfts.iloc[0] else "separating the phases kept the stream flatter",
+waits = ["longer" if ttfts.get(two, 0) > ttfts[w] else "less" for w, _ in settings]  # the newcomer's, against each
+newcomer = (f"{waits[0]} than with one worker, chunked or not" if len(set(waits)) == 1 else
+            f"{waits[0]} than unchunked but {waits[1]} than chunked")
+flatter = {claims.HELD: "separating the phases kept the stream flattest, the newcomer waiting " + newcomer,
            claims.NOT_HELD: "separating the phases did not keep the stream flatter here",
            claims.UNRESOLVED: "whether separating the phases keeps the stream flatter is too close to call here"}
 priced_at = f"{predicted_saving.mid * 1e3:.0f} ms" if predicted_saving else ""  # as the claim's prediction reads
@@ -1084,7 +1191,8 @@ if have_two:
     text += (f"With prefill and decode on a core each, a decoding stream's worst gap was "
              f"**{spread(two, 'a_worst_gap_ms').text('.0f', 'ms')}** against {gaps.iloc[0]:.0f} ms on one worker "
              f"({gaps.iloc[1]:.0f} ms chunked); the newcomer waited "
-             f"**{spread(two, 'b_ttft_ms').text('.0f', 'ms')}** against {ttfts.iloc[0]:.0f} ms. ")
+             f"**{spread(two, 'b_ttft_ms').text('.0f', 'ms')}** against {ttfts.iloc[0]:.0f} ms ({ttfts.iloc[1]:.0f} ms "
+             "chunked). ")
 if pooled_of:
     said = [by_replay[register.verdict(c)] for _, c in pooled_of.values()]
     text += ("Chapter 7's measured latencies over the replay's: " + " and ".join(
@@ -1094,6 +1202,11 @@ v_flat = register.verdict("two_workers_keep_the_stream_flat")
 text += ("So cache what requests share" if saving.low > 0 else "So reusing a shared prefix saved no sure time here")
 text += f", and {flatter[v_flat]}" if v_flat in flatter else ""
 opening.write(text + ".")
+
+# %% [markdown]
+# ## Key terms
+#
+# [KV cache](glossary.md#kv-cache), [Prefill](glossary.md#prefill), [Decode](glossary.md#decode), [TTFT, ITL, TPOT, worst gap, goodput](glossary.md#ttft-itl-tpot-worst-gap-goodput). Each links to the book's glossary, which says how the book measures it.
 
 # %% [markdown]
 # ## Evidence in this chapter

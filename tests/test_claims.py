@@ -256,7 +256,7 @@ def test_a_finding_says_how_it_stood_against_its_prediction():
     r.decide("b", NOT_HELD, predicted="10 ms")
     r.decide("c", UNRESOLVED, predicted="10 ms")
     assert [r.against(c) for c in "abcd"] == [
-        "as predicted (10 ms)", "where 10 ms was predicted", "against 10 ms predicted: too close to call in this run",
+        "as predicted (10 ms)", "where 10 ms was predicted", "against 10 ms predicted: this run's interval reaches both sides of it",
         "not measured here"]
     assert r.verdict("d") == NOT_MEASURED and r.verdict("a") == HELD
     with pytest.raises(ValueError, match="never declared"):
