@@ -118,3 +118,30 @@ def test_text_from_a_student_s_files_is_inert_in_the_built_pages(hostile, page):
     assert SCRIPT in shown and IMAGE in shown, "the text is shown, as text"
     if page == "class.html":
         assert RUN in shown
+
+
+def test_objectives_and_key_terms_are_read_from_the_chapter_and_listed_on_the_teacher_s_page(tmp_path):
+    v4 = nbformat.v4
+    path = tmp_path / "03_x.ipynb"
+    nbformat.write(v4.new_notebook(cells=[
+        v4.new_markdown_cell("# 3. A chapter\n\nIt measures."),
+        v4.new_markdown_cell(f"{teaching.OBJECTIVES}\n\n* compute a step's `floor`;\n* say which **regime** it is in."),
+        v4.new_markdown_cell(f"{teaching.KEY_TERMS}\n\n[Floor](glossary.md#floor), [Regimes](glossary.md#regimes)."),
+    ]), path)
+    assert teaching.objectives(path) == ["compute a step's `floor`;", "say which **regime** it is in."]
+    assert teaching.key_terms(path) == [("Floor", "floor"), ("Regimes", "regimes")]
+    chapter = type("C", (), {"stem": "03_x", "title": "3. A chapter", "notebook": path})
+    text = BeautifulSoup(teaching._objectives_section([chapter]), "html.parser")
+    assert [li.get_text() for li in text.find_all("li")] == ["compute a step's floor;", "say which regime it is in."]
+    assert [a["href"] for a in text.find_all("a")] == ["03_x.html", "glossary.html#floor", "glossary.html#regimes"]
+
+
+@pytest.mark.parametrize("notebook", sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")), ids=lambda p: p.stem)
+def test_every_chapter_states_three_to_five_objectives_and_its_key_terms(notebook):
+    from mdit_py_plugins.anchors.index import slugify
+
+    glossary = (ROOT / "notebooks" / "glossary.md").read_text()
+    anchors = {slugify(line.lstrip("#").strip()) for line in glossary.splitlines() if line.startswith("## ")}
+    assert 3 <= len(teaching.objectives(notebook)) <= 5
+    terms = teaching.key_terms(notebook)
+    assert len(terms) >= 3 and {a for _, a in terms} <= anchors

@@ -15,6 +15,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,6 +109,56 @@ def page(notebook_path: Path) -> Page:
 def reading_minutes(notebook_path: Path) -> float:
     """Estimated minutes to read an executed chapter, counting what its outputs show too (:class:`Page`)."""
     return page(notebook_path).minutes
+
+
+OBJECTIVES = "**After this chapter you can**"
+"""The first line of the markdown cell in which a chapter states, as a bulleted list, what a student can do after it."""
+KEY_TERMS = "## Key terms"
+"""The heading of the markdown cell in which a chapter names its key terms, each linked to the glossary."""
+_GLOSSARY_LINK = re.compile(r"\[([^\]]+)\]\(glossary\.md#([a-z0-9-]+)\)")
+
+
+def _markdown_cells(notebook_path: Path) -> list[str]:
+    import nbformat
+
+    return [c.source for c in nbformat.read(notebook_path, as_version=4).cells if c.cell_type == "markdown"]
+
+
+def objectives(notebook_path: Path) -> list[str]:
+    """What a student can do after a chapter: the bullets of its :data:`OBJECTIVES` cell (none if it has none)."""
+    for source in _markdown_cells(notebook_path):
+        if source.lstrip().startswith(OBJECTIVES):
+            return [line[2:].strip() for line in source.splitlines() if line.startswith("* ")]
+    return []
+
+
+def key_terms(notebook_path: Path) -> list[tuple[str, str]]:
+    """A chapter's key terms as (term, glossary anchor), from its :data:`KEY_TERMS` cell."""
+    for source in _markdown_cells(notebook_path):
+        if source.lstrip().startswith(KEY_TERMS):
+            return _GLOSSARY_LINK.findall(source)
+    return []
+
+
+def _objectives_section(chapters) -> str:
+    """Each chapter's objectives and key terms, as the chapter states them."""
+    out = ["<p>What a student can do after each chapter, and its key terms, as the chapter states them at its start "
+           "and end (a teacher can check each one against a student's notebook or ask it as a question).</p>"]
+    for c in chapters:
+        if c.notebook is None:
+            continue
+        items, terms = objectives(c.notebook), key_terms(c.notebook)
+        links = ", ".join(f'<a href="glossary.html#{_escape(anchor)}">{_escape(term)}</a>' for term, anchor in terms)
+        out.append(f'<p><b><a href="{_escape(c.stem)}.html">{_escape(c.title or c.stem)}</a></b></p>'
+                   + (f"<ul>{''.join(f'<li>{_escape(_plain(i))}</li>' for i in items)}</ul>" if items else
+                      "<p>(This chapter states no objectives.)</p>")
+                   + (f"<p>Key terms: {links}.</p>" if links else ""))
+    return "".join(out)
+
+
+def _plain(markdown: str) -> str:
+    """A sentence of markdown without its emphasis and code marks."""
+    return re.sub(r"[*_`]", "", markdown)
 
 
 def quick_seconds(runs_dir: Path = EXAMPLE_RUNS) -> pd.DataFrame:
@@ -213,7 +264,8 @@ def teacher_sections(chapters, root: Path = REPO_ROOT) -> list[tuple[str, str]]:
     """The teacher's page as (heading, HTML body) sections, from the chapters' measured run times, the
     example runs' quick times and the measured installation (``data/classroom/install.json``)."""
     runs = quick_seconds(root / "data" / "classroom" / "runs")
-    return [("Which chapters fit a session", _sessions(chapters, runs, root)),
+    return [("What each chapter teaches", _objectives_section(chapters)),
+            ("Which chapters fit a session", _sessions(chapters, runs, root)),
             ("What students install, and how long it takes", _installing(root, runs)),
             ("What changes on a GPU", _gpu_notes(root)),
             ("Common failures and what each prints", _failures(root)),
