@@ -145,3 +145,36 @@ def test_every_chapter_states_three_to_five_objectives_and_its_key_terms(noteboo
     assert 3 <= len(teaching.objectives(notebook)) <= 5
     terms = teaching.key_terms(notebook)
     assert len(terms) >= 3 and {a for _, a in terms} <= anchors
+
+
+def test_every_session_plan_names_sections_and_questions_the_chapters_have_and_fits_its_minutes():
+    notebooks = {p.stem: p for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")}
+    quick, how = teaching.quiet_quick_times(ROOT)
+    assert set(quick) == set(notebooks) and how, "every chapter's quick run is measured, and the file says how"
+    assert {s.minutes for s in teaching.SESSIONS} >= {45, 90}
+    for session in teaching.SESSIONS:
+        for stem, sections in session.read:
+            assert set(sections or ()) <= set(teaching.headings(notebooks[stem])), (session.title, stem)
+        for stem, n in session.discuss:
+            assert n in teaching.check_questions(notebooks[stem]), (session.title, stem, n)
+        minutes = teaching.session_minutes(session, notebooks, quick)
+        assert minutes["total"] == pytest.approx(sum(v for k, v in minutes.items() if k != "total"))
+        assert minutes["total"] <= session.minutes, (session.title, minutes)
+
+
+def test_a_section_s_reading_time_counts_only_its_cells(tmp_path):
+    v4 = nbformat.v4
+    code = v4.new_code_cell("show()")
+    code.outputs = [v4.new_output("display_data", data={"text/markdown": "word " * 50})]
+    path = tmp_path / "c.ipynb"
+    nbformat.write(v4.new_notebook(cells=[
+        v4.new_markdown_cell("# 1. Title\n\nten words " * 1), v4.new_markdown_cell("## A\n\none two three"), code,
+        v4.new_markdown_cell("Four five.\n\n## B\n\nsix seven"), v4.new_code_cell("x = 1"),
+        v4.new_markdown_cell("## Check yourself\n\n1. Why so?\n\n<details><summary>Answer</summary>\n\nBecause.\n</details>\n\n"
+                             "2. And\n   this?\n"),
+    ]), path)
+    assert teaching.headings(path) == ["A", "B", "Check yourself"]
+    # the title's 5 words always; "## A" and its 3 words, the 50 its code prints, "Four five." before "## B"
+    assert teaching.page(path, ("A",)) == teaching.Page(words=5 + 5 + 50 + 2, table_rows=0, figures=0, code_cells=1)
+    assert teaching.page(path, ("B",)) == teaching.Page(words=5 + 4, table_rows=0, figures=0, code_cells=1)
+    assert teaching.check_questions(path) == {1: "Why so?", 2: "And this?"}

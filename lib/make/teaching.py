@@ -91,19 +91,63 @@ def _output_text(output) -> tuple[str, int, int]:
     return "", 0, figures
 
 
-def page(notebook_path: Path) -> Page:
-    """Count what an executed chapter shows its reader (:class:`Page`)."""
+def page(notebook_path: Path, sections: tuple[str, ...] | None = None) -> Page:
+    """Count what an executed chapter shows its reader (:class:`Page`): all of it, or only what lies before its
+    first ``##`` heading (title, objectives, parameters) and under the ``##`` headings named in ``sections``."""
     import nbformat
 
     notebook = nbformat.read(notebook_path, as_version=4)
-    words = sum(len(c.source.split()) for c in notebook.cells if c.cell_type == "markdown")
-    rows = figures = 0
+    words = rows = figures = code = 0
+    heading = None
     for cell in notebook.cells:
-        for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if line.startswith("## "):
+                    heading = line[3:].strip()
+                if sections is None or heading is None or heading in sections:
+                    words += len(line.split())
+            continue
+        if sections is not None and heading is not None and heading not in sections:
+            continue
+        code += cell.cell_type == "code"
+        for output in cell.get("outputs", []):
             text, r, f = _output_text(output)
             words, rows, figures = words + len(text.split()), rows + r, figures + f
-    code = sum(1 for c in notebook.cells if c.cell_type == "code")
     return Page(words=words, table_rows=rows, figures=figures, code_cells=code)
+
+
+def _sections_text(notebook_path: Path) -> dict[str, str]:
+    """The markdown under each ``##`` heading of a chapter (a heading may sit anywhere in a cell)."""
+    found: dict[str, list[str]] = {}
+    heading = None
+    for cell in _cells(notebook_path):
+        if cell.cell_type != "markdown":
+            continue
+        for line in cell.source.splitlines():
+            if line.startswith("## "):
+                heading = line[3:].strip()
+                found.setdefault(heading, [])
+            elif heading is not None:
+                found[heading].append(line)
+    return {h: "\n".join(lines) for h, lines in found.items()}
+
+
+def headings(notebook_path: Path) -> list[str]:
+    """A chapter's ``##`` headings, in order."""
+    return list(_sections_text(notebook_path))
+
+
+def check_questions(notebook_path: Path) -> dict[int, str]:
+    """A chapter's "Check yourself" questions by number, without their answers."""
+    text = _sections_text(notebook_path).get("Check yourself", "")
+    found = re.findall(r"^(\d+)\. (.+?)(?=\n\s*\n|\n<details>|\Z)", text, flags=re.M | re.S)
+    return {int(n): " ".join(q.split()) for n, q in found}
+
+
+def _cells(notebook_path: Path):
+    import nbformat
+
+    return nbformat.read(notebook_path, as_version=4).cells
 
 
 def reading_minutes(notebook_path: Path) -> float:
@@ -159,6 +203,135 @@ def _objectives_section(chapters) -> str:
 def _plain(markdown: str) -> str:
     """A sentence of markdown without its emphasis and code marks."""
     return re.sub(r"[*_`]", "", markdown)
+
+
+@dataclass(frozen=True)
+class Session:
+    """A class session a teacher can run as is: what the students read in class (each chapter whole, or the
+    ``##`` sections named), what they write down on paper before running anything, which "Check yourself"
+    questions (chapter, number) the class discusses at the end. The chapters read are the ones run, in quick
+    mode, at the start; what they ran is then collected with ``make class-zip QUICK=1``."""
+
+    title: str
+    minutes: int
+    read: tuple[tuple[str, tuple[str, ...] | None], ...]
+    predict: str
+    discuss: tuple[tuple[str, int], ...]
+
+
+FOUND = "What this run found"
+SESSIONS: tuple[Session, ...] = (
+    Session("One request, two jobs", 45, (("01_two_phases", None),),
+            "How many times more a generated token costs than a prompt token, for the same model (a decode step "
+            "reads every weight for one token; the prompt's one pass reads them once for all its tokens), and "
+            "whether a 30-token question spends more of its time before the first token or after it.",
+            (("01_two_phases", 1), ("01_two_phases", 2), ("01_two_phases", 3))),
+    Session("What prefill and decode cost on this machine", 90,
+            (("00_machine", (FOUND, "Predict first", "The model's matrix-vector products against the streaming read",
+                             "The matrix rate with few rows: F(M)")),
+             ("02_prefill_sweep", (FOUND, "The balance point: how many tokens keep the arithmetic busy",
+                                   "The floor and the knee, read from the data", "What a short pass spends its time on")),
+             ("03_decode_sweep", (FOUND, "Predict first", "The sweep", "Why the step grows with the context",
+                                  "Batched decode: shared weights, private caches"))),
+            "From the model's size (GPT-2 small: 124 million weights, 4 bytes each in fp32) and a memory that streams "
+            "20 GB/s: a decode step's floor in milliseconds; and whether a 16-token prompt's pass costs more than "
+            "a 1-token one, and by how much.",
+            (("00_machine", 2), ("02_prefill_sweep", 1), ("03_decode_sweep", 1), ("03_decode_sweep", 2))),
+    Session("The book in two sessions, 1 of 2: one request on one machine", 90,
+            (("00_machine", (FOUND, "Predict first")), ("01_two_phases", None),
+             ("02_prefill_sweep", (FOUND, "The floor and the knee, read from the data")),
+             ("03_decode_sweep", (FOUND, "Predict first", "The sweep")),
+             ("04_request_split", (FOUND, "Goodput against stated objectives"))),
+            "For a 1,000-token prompt and a 100-token answer: which phase takes longer, and which objective (TTFT "
+            "at most 1 s, TPOT at most 100 ms) it is likelier to miss.",
+            (("01_two_phases", 2), ("02_prefill_sweep", 1), ("03_decode_sweep", 2), ("04_request_split", 1))),
+    Session("The book in two sessions, 2 of 2: many requests, and making them cheaper", 90,
+            (("05_interference", (FOUND, "The trade-off, and where chunking stops paying off")),
+             ("06_roofline", (FOUND, "This machine's roofline")),
+             ("07_over_the_wire", (FOUND, "Two latencies, two problems")),
+             ("08_cheaper_decode", (FOUND, "5. Side by side: one prompt, every path, one run")),
+             ("09_many_requests", (FOUND, "2. Separation in miniature: a prefill worker and a decode worker, one core each"))),
+            "What one user's 1,000-token prompt does to another user's stream of tokens, and which of three levers "
+            "makes a decode step cheaper on a CPU: half the bytes per weight, a compiled step, or guessing tokens "
+            "from the prompt.",
+            (("05_interference", 1), ("06_roofline", 1), ("08_cheaper_decode", 1), ("09_many_requests", 1))),
+)
+"""The session plans of the teacher's page, checked against the chapters by the tests (every section named
+exists, every question too)."""
+
+
+def session_minutes(session: Session, notebooks: dict[str, Path], quick_s: dict[str, float]) -> dict[str, float]:
+    """A session's minutes, part by part: ``start`` and ``discuss`` (:data:`START_MIN`, :data:`DISCUSS_MIN`),
+    ``run`` (the chapters' measured quick runs, one after another; a chapter without one counts 0 and is named by
+    :func:`_plan_html`), ``read`` (:func:`page` of the sections read) and ``total``."""
+    read = sum(page(notebooks[stem], sections).minutes for stem, sections in session.read)
+    run = sum(quick_s.get(stem, 0.0) for stem, _ in session.read) / 60
+    parts = {"start": float(START_MIN), "run": run, "read": read, "discuss": float(DISCUSS_MIN)}
+    return parts | {"total": sum(parts.values())}
+
+
+def _plan_html(session: Session, notebooks: dict[str, Path], quick_s: dict[str, float]) -> str:
+    minutes = session_minutes(session, notebooks, quick_s)
+    stems = [stem for stem, _ in session.read]
+    reading = "; ".join(f"<b>{_escape(stem)}</b> " + ("whole" if sections is None else
+                                                     ", ".join(f"“{_escape(h)}”" for h in sections))
+                        + f" ({page(notebooks[stem], sections).minutes:.0f} min)" for stem, sections in session.read)
+    unmeasured = [s for s in stems if s not in quick_s]
+    run = (f"<code>.venv/bin/python -m lib.make.book --quick {' '.join(stems)}</code>: "
+           + " + ".join(f"{quick_s[s]:.0f} s" for s in stems if s in quick_s) + f" = {minutes['run']:.1f} min"
+           + (f" ({', '.join(unmeasured)}: no quick run measured, counted as 0)" if unmeasured else ""))
+    questions = "".join(f"<li>{_escape(stem)}, question {n}: {_escape(_plain(check_questions(notebooks[stem])[n]))}</li>"
+                        for stem, n in session.discuss)
+    over = minutes["total"] - session.minutes
+    verdict = (f"{over:.0f} min over: set the reading of the last chapter as homework before the session"
+               if over > 0 else f"{-over:.0f} min to spare")
+    return (f"<h3>{session.minutes} minutes: {_escape(session.title)}</h3><ul>"
+            f"<li><b>Start</b> ({START_MIN} min): <code>make lab</code>, then run the chapters in quick mode, "
+            f"{run}, while the students read the objectives.</li>"
+            f"<li><b>Predict on paper first</b>, before any output is on screen: {_escape(session.predict)}</li>"
+            f"<li><b>Read in class</b> ({minutes['read']:.0f} min): {reading}.</li>"
+            f"<li><b>Discuss</b> ({DISCUSS_MIN} min): the predictions against what was measured, and "
+            f"<ul>{questions}</ul></li>"
+            "<li><b>Collect</b>: each student runs <code>make class-zip QUICK=1</code> and hands in the zip; "
+            "<code>make class DIRS=...</code> and <code>make html</code> then publish the class page, every "
+            "machine's streaming read, TTFT and decode step side by side, with how many claims held on each.</li>"
+            f"<li><b>Adds up to</b> {minutes['start']:.0f} + {minutes['run']:.1f} + {minutes['read']:.0f} + "
+            f"{minutes['discuss']:.0f} = <b>{minutes['total']:.0f} min</b> of {session.minutes}: {verdict}.</li></ul>")
+
+
+QUICK_TIMES = Path("data") / "classroom" / "quick_times.csv"
+"""Each chapter's quick-mode run time (``chapter,seconds``), measured by ``python -m lib.make.book --quick`` on a
+quiet machine; its ``#`` header lines say which machine, when, at which commit."""
+
+
+def quiet_quick_times(root: Path = REPO_ROOT) -> tuple[dict[str, float], str]:
+    """The measured quick runs of :data:`QUICK_TIMES` and the sentence saying how they were measured (the file's
+    header), or ``({}, "")`` where the file is missing or unreadable."""
+    path = root / QUICK_TIMES
+    try:
+        header = " ".join(line[1:].strip() for line in path.read_text().splitlines() if line.startswith("#"))
+        frame = pd.read_csv(path, comment="#")
+        return {str(c): float(t) for c, t in zip(frame.chapter, frame.seconds)}, header
+    except (OSError, ValueError, AttributeError, pd.errors.ParserError, pd.errors.EmptyDataError):
+        return {}, ""
+
+
+def _plans_section(chapters, runs: pd.DataFrame, root: Path) -> str:
+    """The session plans (:data:`SESSIONS`), each with its times added up."""
+    notebooks = {c.stem: c.notebook for c in chapters if c.notebook is not None}
+    quick_s, how = quiet_quick_times(root)
+    if not quick_s:
+        quick_s = {stem: float(runs.loc[stem].min()) for stem in notebooks if stem in runs.index} if len(runs) else {}
+        how = f"the quick runs measured in {_load_label(root)}"
+    else:
+        how = f"<code>{QUICK_TIMES.as_posix()}</code>: {_escape(how)}"
+    out = ["<p>Four plans a teacher can run as they stand: one 45-minute session, one of 90 minutes, and a path "
+           "through the whole book in two 90-minute sessions. Each names what the students read in class, what "
+           "they write down before anything runs, which \"Check yourself\" questions to discuss and what to "
+           "collect. Reading times are estimated from what the chapters show (see the next section for how); run "
+           f"times are {how}.</p>"]
+    out += [_plan_html(s, notebooks, quick_s) for s in SESSIONS if all(stem in notebooks for stem, _ in s.read)]
+    return "".join(out)
 
 
 def quick_seconds(runs_dir: Path = EXAMPLE_RUNS) -> pd.DataFrame:
@@ -265,6 +438,7 @@ def teacher_sections(chapters, root: Path = REPO_ROOT) -> list[tuple[str, str]]:
     example runs' quick times and the measured installation (``data/classroom/install.json``)."""
     runs = quick_seconds(root / "data" / "classroom" / "runs")
     return [("What each chapter teaches", _objectives_section(chapters)),
+            ("Sessions to run as they stand", _plans_section(chapters, runs, root)),
             ("Which chapters fit a session", _sessions(chapters, runs, root)),
             ("What students install, and how long it takes", _installing(root, runs)),
             ("What changes on a GPU", _gpu_notes(root)),
@@ -285,6 +459,9 @@ def _sessions(chapters, runs: pd.DataFrame, root: Path) -> str:
     """The table of each chapter's reading and run times, and the sessions of 45 and 90 minutes they fill,
     each sum written out."""
     rows, need_quick, need_full = [], {}, {}
+    quiet, how = quiet_quick_times(root)
+    if quiet:  # the quiet machine's quick runs replace the example runs' (measured under load)
+        runs = pd.DataFrame({"quiet": quiet})
     for c in chapters:
         if c.notebook is None:
             continue
@@ -295,19 +472,21 @@ def _sessions(chapters, runs: pd.DataFrame, root: Path) -> str:
         need_full[c.stem] = read + (full or 0.0) / 60
         rows.append({"chapter": c.stem, "reading (estimate)": f"{read:.0f} min",
                      "full run (measured)": "—" if full is None else f"{full / 60:.1f} min",
-                     "quick run (measured under load)": "—" if quick is None else f"{quick / 60:.1f} min",
+                     "quick run (measured)": "—" if quick is None else f"{quick / 60:.1f} min",
                      "in class, full": f"{need_full[c.stem]:.0f} min",
                      "in class, quick": f"{need_quick[c.stem]:.0f} min" if quick is not None else "—"})
     frame = pd.DataFrame(rows)
-    slower = [c.stem for c in chapters if c.stem in runs.index and c.run_seconds
-              and float(runs.loc[c.stem].min()) > c.run_seconds]
+    slower = [] if quiet else [c.stem for c in chapters if c.stem in runs.index and c.run_seconds
+                               and float(runs.loc[c.stem].min()) > c.run_seconds]
     parts = [f"<p>A chapter's time in class is its reading plus its run. Reading is an estimate from what the "
              f"executed chapter shows: its prose (the markdown and the sentences its code prints; folded code "
              f"listings left out) at {READING_WORDS_PER_MINUTE} words a minute, {SECONDS_PER_TABLE_ROW} s for each "
              f"row of a printed table, {SECONDS_PER_FIGURE} s for each figure and {MINUTES_PER_CODE_CELL} min for "
              "each code cell. Study, with the predictions written down, takes about twice as long. "
              "Run times are measured: <i>full</i> is the committed run (the status page names its machine); "
-             f"<i>quick</i> (<code>quick = True</code>) is the faster of {_load_label(root)}."
+             + (f"<i>quick</i> (<code>quick = True</code>) is from <code>{QUICK_TIMES.as_posix()}</code>: "
+                f"{_escape(how)}." if quiet else
+                f"<i>quick</i> (<code>quick = True</code>) is the faster of {_load_label(root)}.")
              + (f" That load, not quick mode, is why {', '.join(slower)} took longer in quick mode than in the "
                 "full run." if slower else "")
              + " Time one chapter with <code>make quick</code> on a student's machine before the class.</p>",
