@@ -85,6 +85,9 @@ if len([p for p in prompts if p <= short_prompts]) < 2:
                      "fewer than two of them")
 
 # %%
+import contextlib
+import io
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -181,9 +184,13 @@ f_rates = pd.Series({p: ceilings.matrix_rate(model_name, main_dt, most, p) for p
 f_many = f_rates.max()
 balance = f_many / read_bw  # FLOP per byte
 balance_tokens = balance * block_bytes / flops_per_token
-show(f"For {label(*main)}, chapter 0 measured the streaming read at **{read_bw / 1e9:.1f} GB/s** and the model's "
-     f"matrices at up to **{f_many / 1e9:.0f} GFLOP/s** (F({f_rates.idxmax():,}), the most rows): a balance point of "
-     f"**{balance:.1f} FLOP/byte**. Reading the blocks' {block_bytes / 1e6:.3g} MB takes "
+square_balance = ceilings.square_flops(main_dt, most) / read_bw
+show(f"For {label(*main)}, chapter 0 measured the streaming read at **{read_bw / 1e9:.1f} GB/s** and the model's own "
+     f"matrices at up to **{f_many / 1e9:.0f} GFLOP/s** (F({f_rates.idxmax():,}), "
+     + ("at this chapter's longest prompt" if f_rates.idxmax() == max(prompts) else
+        "the fastest of this chapter's prompt lengths")
+     + f"): a balance point of **{balance:.1f} FLOP/byte**, where chapter 0's textbook one, "
+     f"{square_balance:.1f}, uses the square product's rate instead of the model's matrices. Reading the blocks' {block_bytes / 1e6:.3g} MB takes "
      f"{block_bytes / read_bw * 1e3:.3g} ms; at the fastest rate one token's {flops_per_token / 1e6:.3g} MFLOP take "
      f"{flops_per_token / f_many * 1e3:.3g} ms. So by the balance point a pass should cost about the same up to "
      f"**{balance_tokens:.0f} {main_dt} tokens** on this machine, and grow with its arithmetic after that.")
@@ -251,7 +258,7 @@ def sweep_run(run: int, only: set | None = None) -> None:
                                         run <= long_runs or cost[(dt, n)].prefill(p).median < long_s)]
         if not points:
             continue
-        with use_threads(n):
+        with use_threads(n), contextlib.redirect_stdout(io.StringIO()):  # its progress line is not for the page
             phases.prefill(models[dt], random_prompt(1, models[dt].vocab_size, device=device))  # untimed: a switch
             table = sweeps.prefill_sweep(models[dt], points, repeats=1, min_seconds=tries_s, label=label(dt, n),
                                          warmup=warmup if run == 1 else 0)
@@ -369,17 +376,21 @@ def as_predicted(claim: str, statement: str, points: list) -> str:
     straddling = straddlers()
     open_ = [k for k in points if k in straddling]
     name = lambda k: f"{label(*k[:2]) + ' at ' if len(configs) > 1 and k[:2] != main else ''}{tokens(k[2])} ({ratio[k].mid:.2f}x)"  # noqa: E731
+    banded = lambda k: (f"{name(k)[:-1]}, interval {ratio[k].low:.2f}x to {ratio[k].high:.2f}x, against its own band "  # noqa: E731
+                        f"of {band(k)[0]:.2f}x to {band(k)[1]:.2f}x)")
     worst = max(points, key=lambda k: ratio[k].mid)
     detail = (f"; the furthest is {name(worst)}" + (f"; {len(out)} of {len(points)} lie{'s' * (len(out) == 1)} "
-              f"wholly outside it: {', '.join(map(name, out))}" if out else "; none lies wholly outside it")
-              + (f"; {len(open_)} straddle{'s' * (len(open_) == 1)} its edge ({', '.join(map(name, open_))})"
-                 if open_ else "") + ".")
+              f"wholly outside their own band: {', '.join(map(banded, out))}" if out else
+              "; no point lies wholly outside its own band")
+              + (f"; {len(open_)} straddle{'s' * (len(open_) == 1)} its edge: {', '.join(map(banded, open_))}"
+                 if open_ else "") + ". (Each point's band is its own price's spread, widened by the tolerance.)")
     return register.decide(claim, claims.within(pooled, Spread(1.0, 1.0, top), claims.PREDICTED_TIME),
                            predicted=f"time / price: 1.00x to {top:.2f}x (chapter 0's fastest to median calls), "
                                      f"within {claims.PREDICTED_TIME:g}x",
                            measured=pooled.text(".2f", "x"),
-                           band=f"the 1.00x to {top:.2f}x its price spans (chapter 0's fastest calls to its median "
-                                f"ones), give or take the tolerance of {claims.PREDICTED_TIME:g}x",
+                           band=f"the band of {1 / claims.PREDICTED_TIME:.2f}x to {top * claims.PREDICTED_TIME:.2f}x "
+                                f"(the 1.00x to {top:.2f}x its price spans, chapter 0's fastest calls to its median "
+                                f"ones, widened by the tolerance of {claims.PREDICTED_TIME:g}x)",
                            lean=lean(pooled, 1 / claims.PREDICTED_TIME, top * claims.PREDICTED_TIME, ".2f", "x"),
                            evidence=f"prefill_sweep.csv, {len(points)} points", which="; ".join(
                                dict.fromkeys(label(*k[:2]) for k in points)), ratio=pooled.text(".2f", "x"),
@@ -741,13 +752,13 @@ show(register.decide("rest_is_launch_floor", claims.within(rest, issue_, claims.
 
 # %%
 one_row = short.iloc[0]
-show(f"The table's rest, **{one_row.rest_ms:.1f} ms**, is the sweep's median 1-token pass ({one_row.time_ms:.1f} ms) "
-     f"less its matrices at chapter 0's price ({one_row.matrices_ms:.1f} ms, timed alone). The profiler's rest, "
-     f"**{(rest * 1e3).text('.1f', 'ms')}**, is what the pass spent outside its matrix products, measured inside it: "
-     f"there the matrices took {(matrix_in_pass * 1e3).text('.1f', 'ms')}, "
-     f"{'more' if matrix_in_pass.mid * 1e3 > one_row.matrices_ms else 'less'} than their price. The two rests differ "
-     f"by that, and by the profiled pass ({(rest.mid + matrix_in_pass.mid) * 1e3:.1f} ms, the profiler's own cost "
-     f"taken off) not being the sweep's.")
+show(f"The table's rest, the pass less its matrices at chapter 0's price, is **{one_row.rest_ms:.1f} ms**: the sweep's "
+     f"median 1-token pass ({one_row.time_ms:.1f} ms) less {one_row.matrices_ms:.1f} ms, the matrices' price (timed "
+     f"alone). The profiled rest, measured outside the matrices by the profiler, is "
+     f"**{(rest * 1e3).text('.1f', 'ms')}**: inside the pass the matrices took {(matrix_in_pass * 1e3).text('.1f', 'ms')}, "
+     f"{'more' if matrix_in_pass.mid * 1e3 > one_row.matrices_ms else 'less'} than their price. The two differ because "
+     f"the first counts whatever the matrices take beyond their price as rest, and because the profiled pass "
+     f"({(rest.mid + matrix_in_pass.mid) * 1e3:.1f} ms, the profiler's own cost taken off) is not the sweep's.")
 
 # %% [markdown]
 # **Takeaway: price a short pass from its parts (its matrices at the rate their few rows reach, the cost of
@@ -1166,24 +1177,30 @@ matrices = {claims.HELD: f"take **{lo:.0%} to {hi:.0%}** of each pass up to {tok
             claims.NOT_HELD: f"take less than half of a short pass ({lo:.0%} at {least})",
             claims.UNRESOLVED: f"take {lo:.0%} to {hi:.0%} of a short pass, about half at {least}"}
 rest_side = claims.leaning(rest * 1e3, issue_.low * 1e3 / claims.PREDICTED_TIME, issue_.high * 1e3 * claims.PREDICTED_TIME)
-rest_is = {claims.HELD: f"is {issued}", claims.NOT_HELD: f"is {'more' if rest.mid > issue_.high else 'less'} than {issued}",
+rest_is = {claims.HELD: f"matches, within {claims.PREDICTED_TIME:g}x, {issued}",
+           claims.NOT_HELD: f"is {'more' if rest.mid > issue_.high else 'less'} than {issued}",
            claims.UNRESOLVED: f"is unresolved against {issued} (median "
                               + ("matching)" if rest_side == "on the held side" else
                                  f"{'under' if rest.mid < issue_.low else 'over'})")}
 bound = {claims.HELD: "is compute-bound", claims.NOT_HELD: f"is {top_row.regime}, not compute-bound",
          claims.UNRESOLVED: "may be compute-bound"}
 knee_text = f"time per token stopped falling at **{tokens(knees.mid)}**" + ("" if fm.knee_confirmed else " or later")
-floor_text = (f"It stayed within {margin:.0%} of that up to **{tokens(flats.mid)}**" if floored[1] else
-              f"It had no floor: {tokens(second.prompt_tokens)} took **{second.time_ms / fm.floor_ms:.2f}x** as long")
+few_rows = int(second.prompt_tokens)
+floor_text = (f"It stayed within {margin:.0%} of that up to **{tokens(flats.mid)}** "
+              f"({beside_model('floor_flat_as_predicted', flats.mid, pflat)}; balance point: {balance_tokens:.0f} tokens)"
+              if floored[1] else
+              f"It had no floor: {tokens(few_rows)} took **{second.time_ms / fm.floor_ms:.2f}x** as long (cost model: "
+              f"{beside_model('floor_flat_as_predicted', flats.mid, pflat)}; the balance point alone says flat to "
+              f"{balance_tokens:.0f} tokens, but F({few_rows}) is only {f_rates[few_rows] / f_many:.0%} of "
+              f"F({f_rates.idxmax():,}))")
 with use_threads(most):
     where = prose.machine(device, main_dt)
 opening.write(
     f"On this machine ({where}), a {model_name} prefill took **{t_one.text(',.1f', 'ms')}** for {tokens(first_len)} "
     f"and **{t_top.text(',.0f', 'ms')}** for {n_top:,} (medians). "
-    f"{floor_text} ({beside_model('floor_flat_as_predicted', flats.mid, pflat)}; balance point: "
-    f"{balance_tokens:.0f} tokens); {knee_text} ({beside_model('knee_as_predicted', knees.mid, pknee)}). "
+    f"{floor_text}; {knee_text} ({beside_model('knee_as_predicted', knees.mid, pknee)}). "
     f"Its matrices, priced at F(rows), {matrices.get(said('short_passes_are_matmuls'), 'were not priced')}; "
-    f"the rest at {tokens(first_len)}, {(rest * 1e3).text('.1f', 'ms')}, "
+    f"the profiler's rest outside them at {tokens(first_len)}, {(rest * 1e3).text('.1f', 'ms')}, "
     f"{rest_is.get(said('rest_is_launch_floor'), 'was not profiled')}; "
     f"at {n_top:,} tokens the pass {bound.get(said('longest_prompt_compute_bound'), 'was not classed')}. "
     + (f"So every prompt here, up to {tokens(n_top)}, costs one token's pass."

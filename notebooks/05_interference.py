@@ -121,9 +121,17 @@ def cut_words(cut: float) -> str:
     return f"a cut of only {cut:.1%} in A's worst gap" if cut >= 0 else f"a worst gap {-cut:.1%} longer for A"
 
 
-def paid_off(size: int) -> str:
-    """Where chunking paid off, in words: down to `size` tokens, or nowhere when `size` is unchunked."""
-    return "no chunk size paid off" if size == b_prompt_len else f"chunking paid off down to **{size} tokens**"
+def paid_off(size: int, costs: bool = False) -> str:
+    """Where chunking paid off on A's worst gap, in words: down to `size` tokens, or nowhere when `size` is
+    unchunked; with `costs`, what that size cost A's median gap and B's TTFT against unchunked (from `summary`)."""
+    if size == b_prompt_len:
+        return "no chunk size paid off on A's worst gap"
+    words = f"chunking paid off on A's worst gap down to **{size} tokens**"
+    if costs:
+        at, un = (summary.set_index("chunk_tokens").loc[c] for c in (size, b_prompt_len))
+        words += (f" (there A's median gap was {at.a_median_gap_ms:,.0f} ms against {un.a_median_gap_ms:,.0f} ms "
+                  f"unchunked, and B's TTFT {at.b_ttft_ms:,.0f} ms against {un.b_ttft_ms:,.0f} ms)")
+    return words
 
 
 # %% [markdown] tags=["predict"]
@@ -437,15 +445,17 @@ register.claim(
     held="{paid}, where the cost model put it at {pred} (every run's best: {each}); {below}.",
     not_held="{paid}, more than one step of the grid from the predicted **{pred}** (every run's best: {each}); "
              "{below}. What a chunk costs, below, shows where the prediction's inputs differ from the run.",
-    unresolved="{paid}, where the cost model put it at {pred}, but the runs' bests ({each}) spread too wide to say "
-               "whether the best lies within one step of the grid of the prediction (their median is {lean}); {below}.")
+    unresolved="{paid}. The runs' best chunk sizes spread from {lo} to {hi} tokens ({each}); the cost model "
+               "predicted {pred}. That is too wide a spread to say whether the best lies within one step of the grid "
+               "of the prediction (the median of the runs' bests is {lean}); {below}.")
 show(register.decide("chunk_size_prediction", claims.within(best_spread, best_pred, claims.PREDICTED_LENGTH),
                      predicted=f"best {best_pred} tokens; cut {cut_at('predicted_worst_gap_cut', stop_pred)}",
                      measured=f"best {best} tokens (runs {prose.span(min(per_run_best), max(per_run_best), '.0f')}); "
                               f"cut {cut_at('worst_gap_cut', stop)}",
                      evidence="measured cut per step down: " + ", ".join(
                          f"{c}: {x:.0%}" for c, x in zip(summary.chunk_tokens[1:], summary.worst_gap_cut[1:])),
-                     paid=paid_off(best), pred=tokens(best_pred), each=", ".join(map(str, per_run_best)), below=below,
+                     paid=paid_off(best, costs=True), pred=tokens(best_pred), each=", ".join(map(str, per_run_best)), below=below,
+                     lo=min(per_run_best), hi=max(per_run_best),
                      lean=claims.leaning(best_spread, best_pred / claims.PREDICTED_LENGTH, best_pred * claims.PREDICTED_LENGTH)))
 
 # %%
@@ -532,9 +542,9 @@ show(f"A's worst gap ran {spread(summary.a_worst_gap_over_predicted)} times its 
 # %% [markdown]
 # **Where chunking stops helping.** A chunk is a pass, and a pass has a [floor](glossary.md#floor): below some
 # length a shorter pass is hardly quicker. Chapter 2's rule (`lib.sweeps.floor_and_knee`, with its margin), applied
-# to the chunks this run timed (each run's first chunk, which has no prefix): a chunk size whose cost stays within
-# that margin of the smallest chunk's cost is on the chunk's floor. Below the largest such size, a smaller chunk
-# barely shortens A's stall, and each extra chunk is one more floor before B's first token.
+# to the chunks this run timed (each run's first chunk, which has no prefix), measured from the smallest chunk
+# tried rather than from a 1-token pass: up to the largest size whose cost stays within that margin of the smallest
+# chunk's, a smaller chunk barely shortens A's stall, and each extra chunk is one more pass before B's first token.
 
 # %%
 alone = first.groupby("chunk_tokens").chunk_ms.median().sort_index()  # a chunk with no prefix, median over runs
@@ -545,13 +555,14 @@ smallest_c = int(alone.index.min())
 display(Markdown(
     (f"The smallest chunk run, {tokens(smallest_c)}, cost **{prose.ms(alone[smallest_c] / 1e3)}**, and chunks up to "
      f"**{tokens(on_floor)}** cost "
-     f"within {floor2.margin:.0%} of it ({prose.ms(alone[on_floor] / 1e3)} at {on_floor}): that is the chunk's floor. Below "
-     f"{on_floor} tokens a smaller chunk takes little off each chunk, so off A's stall, while B pays one floor per "
+     f"within {floor2.margin:.0%} of it ({prose.ms(alone[on_floor] / 1e3)} at {on_floor}); this is measured from the "
+     f"smallest chunk tried, not from a 1-token pass. Below "
+     f"{on_floor} tokens a smaller chunk takes little off each chunk, so off A's stall, while B pays one more pass per "
      f"chunk: all of B's chunks took {prose.ms(total[on_floor] / 1e3)} at {on_floor} tokens and {prose.ms(total[smallest_c] / 1e3)} "
      f"at {smallest_c}. "
      if on_floor > smallest_c else
      f"The next size up from the smallest chunk run ({tokens(smallest_c)}, {prose.ms(alone[smallest_c] / 1e3)}) already cost "
-     f"{alone.iloc[1] / alone[smallest_c]:.2f} times as much, beyond the margin: the chunks have no floor in the "
+     f"{alone.iloc[1] / alone[smallest_c]:.2f} times as much, beyond the margin: no chunk cost stayed within it in the "
      "sizes run, so every size tried was a clearly quicker pass than the one above it. ")
     + (f"Measured by A's worst gap, chunking stopped paying off at the step down to {tokens(stop)}."
        if stop else "Measured by A's worst gap, every step down still paid.")))
@@ -616,7 +627,7 @@ typer_rows = load_reference("wordfactory_part3_cpu").query("table == 'interferen
 typers = dict(zip(typer_rows.x, typer_rows.time_ms))
 display(Markdown(
     f"By the same rule (a step down pays if it cuts the worst gap by more than {stops_helping:.0%}), the reference "
-    f"GPU's chunking paid off down to **{gpu_best} tokens**; here {paid_off(best)}. By chapter 2's rule, the "
+    f"GPU's chunking paid off down to **{gpu_best} tokens** on the worst gap; here {paid_off(best)}. By chapter 2's rule, the "
     f"reference GPU's fp32 prefill stayed within {floor2.margin:.0%} of its 1-token pass up to "
     f"{gpu_floor.flat_until_tokens} tokens; by chapter 2's table this machine's "
     + ("has no floor" if no_floor else f"did up to {tokens(floor2.flat_until_tokens)}")
@@ -733,11 +744,12 @@ display(Markdown("\n".join([
     "* Judge a stream by its worst gap, not its TPOT: a mean spreads the stall another request's prefill causes over "
     "every token (the first finding above says how far the mean and the worst gap each moved on this machine).",
     f"* Judge chunked prefill on both requests, the stream's stall and the newcomer's TTFT: {chunk_line}",
-    f"* Predict where chunking stops paying off from the pass times, then measure: here {paid_off(best)} "
-    f"({foreseen}).",
-    f"* Read the chunk's floor off the chunks' own times with chapter 2's rule: below it a smaller chunk is hardly a "
-    f"quicker pass, so it only adds one floor per chunk to the newcomer's first token (here "
-    + (f"the floor reaches {tokens(on_floor)})." if on_floor > smallest_c else "the sizes run show none).")])))
+    f"* Predict where chunking stops paying off from the pass times, then measure: here {paid_off(best, costs=True)}; "
+    f"{foreseen}.",
+    f"* Read off the chunks' own times, with chapter 2's rule, how far a chunk's cost stays flat: there a smaller "
+    f"chunk is hardly a quicker pass, so it only adds one pass per chunk to the newcomer's first token (here "
+    + (f"a chunk's cost stayed within {floor2.margin:.0%} of the {smallest_c}-token chunk's up to {tokens(on_floor)})."
+       if on_floor > smallest_c else "no size above the smallest stayed within the margin).")])))
 
 # %%
 spread_at = lambda r, col: Spread(r[f"{col}_low"], r[col], r[f"{col}_high"])
@@ -759,7 +771,7 @@ opening.write(
     f"for **{spread_at(unchunked, 'a_worst_gap_ms').text(',.0f', 'ms')}**, {ratio:.1f} times its TPOT: "
     f"{hidden.get(register.verdict('tpot_hides_the_stall'), 'not decided here')}. {found[:1].upper() + found[1:]} "
     f"({foreseen}): at {shown.name} tokens A's worst gap was "
-    f"**{spread_at(shown, 'a_worst_gap_ms').text(',.0f', 'ms')}** and B's first token came after "
+    f"**{spread_at(shown, 'a_worst_gap_ms').text(',.0f', 'ms')}**, its median gap {shown.a_median_gap_ms:,.0f} ms, and B's first token came after "
     f"**{spread_at(shown, 'b_ttft_ms').text(',.0f', 'ms')}** ({unchunked.b_ttft_ms:,.0f} ms unchunked). So "
     + ("on this machine splitting B's prefill did not shorten A's stall enough to pay." if best == b_prompt_len
        else answer.get(register.verdict("smaller_chunks_delay_b"), "chunked prefill bounded A's stall.")))

@@ -332,9 +332,14 @@ steps_of = json.loads((next(r for r in (output_root(quick), REPO_ROOT) if (r / "
 where = ceilings.table.device_name.iloc[0] + ("" if device.type == "cuda" else f", {threads} thread{'s' * (threads > 1)}")
 read = ceilings.stream_bandwidth(points_dtype, threads, bandwidth_kernel)
 peak = ceilings.square_flops(points_dtype, threads)
+here_hw = roofline.Hardware("this machine", flops=peak, bandwidth=read, source="chapter 0")
+here_ridge_tokens = roofline.prefill_crossover(machine.MODELS[reference_model][0].with_dtype(points_dtype), here_hw,
+                                               logits="last")  # prompt tokens a pass needs to reach the ridge here
 show(f"This machine ({where}, {points_dtype}) streams **{read / 1e9:.1f} GB/s** (chapter 0's streaming {bandwidth_kernel}) and multiplies "
      f"large matrices at **{peak / 1e9:.1f} GFLOP/s**: the textbook ridge is **{peak / read:.1f} FLOP/byte**, against "
-     f"{gpu.ridge:.0f} for the {gpu.name} in BF16." + ("" if ceilings.hardware_support(points_dtype) else
+     f"{gpu.ridge:.0f} for the {gpu.name} in BF16. A {reference_model} prefill in {points_dtype} reaches it here at "
+     f"**{prose.tokens(here_ridge_tokens)}** by the two roofs, against {crossover} for Llama-3-8B on the {gpu.name}."
+     + ("" if ceilings.hardware_support(points_dtype) else
      f" This device has no {points_dtype} matrix instructions: its rates are a slow fallback kernel's."))
 
 # %% [markdown] tags=["predict"]
@@ -1224,10 +1229,14 @@ together = roofline.request_split(llama8, gpu, summary_prompt, summary_output, b
 display(Markdown(
     f"<details><summary>Answer</summary>\n\nOn {gpu.name}s, one request "
     f"alone spends {alone.prefill_s * 1e3:.0f} ms in prefill and {alone.decode_s * 1e3:.0f} ms in decode at the "
-    f"roofline. A server batches decode: with the {summary_batch} requests whose caches fit in "
+    f"roofline: at batch 1, {'decode' if alone.decode_s > alone.prefill_s else 'prefill'} is the larger part. The "
+    f"course's answer, that prefill dominates, assumes a server that batches decode: with the {summary_batch} "
+    f"requests whose caches fit in "
     f"{gpu.memory_bytes / 1e9:.0f} GB, the weights' bytes are shared while each prompt's arithmetic is not, and "
-    f"prefill is **{together.prefill_share:.0%}** of the time. Prefix caching and faster attention pay off first."
-    f"\n</details>"))
+    f"prefill is **{together.prefill_share:.0%}** of the time. "
+    + ("So on a server prefill dominates: prefix caching and faster attention pay off first." if
+       together.prefill_share > 0.5 else "Even batched, decode is the larger part: work on decode first.")
+    + "\n</details>"))
 
 # %% [markdown]
 # ## Try it
@@ -1289,11 +1298,13 @@ roofs = (", and no pass ran above the textbook roof" if under else
          f"; chapter 2's prefills reached at most {roof('prefill')} of the roof, chapter 3's decode steps {roof('decode')}")
 brief = {f"precision_{w}_as_priced": f"a {low16} step {t} took {{m}} fp32's time ({{p}} priced)"
          for w, t in (("on_the_floor", "on the floor"), ("past_the_floor", "past the floor"))}
-brief |= {"prefill_floor_length_as_priced": "prefill floors ended up to {m} their priced lengths",
+brief |= {"prefill_floor_length_as_priced": "{far} of {n} sizes' prefill floors ended more than a grid step from "
+                                            "their priced lengths (the farthest {m})",
           "batching_raises_the_rate": "batched decode's rate did not move as priced at every step"}
 said = {"size_steps_as_priced", "floor_gives_way_where_predicted"}  # their verdicts are in the opening already
 missed = [r for r in register.rows.values() if r.verdict == claims.NOT_HELD and r.claim not in said]
-misses = [brief.get(r.claim, "a claim in the table below").format(m=r.measured.split(" (")[0], p=r.predicted)
+far_count = dict(far=sum(v > claims.PREDICTED_LENGTH for v in off.values()), n=len(off))  # as its claim counts
+misses = [brief.get(r.claim, "a claim in the table below").format(m=r.measured.split(" (")[0], p=r.predicted, **far_count)
           for r in missed[:2]]
 count_words = {1: "One claim", 2: "Two claims"}.get(len(missed), f"{len(missed)} claims")
 also = any(register.verdict(c) == claims.NOT_HELD for c in said)  # a miss the opening has named already
@@ -1306,7 +1317,7 @@ def opening_text(missed_line: str) -> str:
     return (f"On this machine ({this_machine}), the textbook ridge lies at **{ridge:.1f} FLOP/byte**{roofs}. "
             + (f"Across GPT-2's sizes a decode step took **{pooled.text('.2f', 'x')}** its price ({as_priced})"
                if as_priced else "")
-            + (("; a" if as_priced else "A") + f" 12-layer step's weights matched its floor at {met}"
+            + (("; a" if as_priced else "A") + f" 12-layer step left its dispatch floor once its weights reached about {met}"
                if met is not None else "") + ". " * bool(as_priced or met is not None)
             + missed_line + f"By the largest priced term, a decode step {waits_on('decode', 'context')}; a prefill "
             f"{waits_on('prefill', 'prompt length')}.")

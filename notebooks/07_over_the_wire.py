@@ -260,13 +260,14 @@ base = paths.iloc[0]
 paths["ttft_added_ms"] = paths.ttft_ms - base.ttft_ms
 paths["gap_added_ms"] = paths.median_gap_ms - base.median_gap_ms
 results.table(paths, "one_request")
-paths.round(1)
+paths.round(1).rename(columns={"ttft_ms": "median ttft_ms", "tpot_ms": "median tpot_ms"})  # medians over the runs
 
 # %% [markdown]
 # vLLM also reports its own timings, as Prometheus histograms on `/metrics` (`vllm:time_to_first_token_seconds`
 # and others), measured inside the server: its TTFT, and its split into time queued and time prefilling. The
 # client's TTFT minus the server's is the part of TTFT that the server cannot see: the connection, the request's
-# parsing before it is timed, and the wire back.
+# parsing before it is timed, and the wire back. The histograms give a mean, so the client's TTFT set beside them
+# is the mean of its runs, not the median of the table above.
 
 # %%
 def server_mean(name: str, metric: str) -> float:
@@ -302,7 +303,7 @@ show(register.decide("client_ttft_covers_server_ttft",
                      outside=", ".join(f"{r.path} **{r.outside_server_ms:.1f} ms**" for r in reported.itertuples()),
                      pairs=", ".join(f"{r.path} {r.client_ttft_ms:.0f} ms against its own {r.server_ttft_ms:.0f} ms"
                                      for r in reported.itertuples())))
-own.round(1)
+own.round(1).rename(columns={"client_ttft_ms": "mean client_ttft_ms", "server_ttft_ms": "mean server_ttft_ms"})
 
 # %% [markdown]
 # Each engine against the in-process path, TTFT first: decided per engine, each path's median over its runs with
@@ -559,14 +560,19 @@ def collapse_text(g: pd.DataFrame, where) -> str:
     """Where one engine's goodput interval fell, as computed: the rate from which its top is below
     ``collapse_below`` (a collapse), else the lowest rate whose interval reaches below it, else none."""
     if where is not None:
-        return f"It collapsed (its whole interval below {collapse_below:.0%}) from **{where:g} requests/s**."
+        down = g[g.goodput_high < collapse_below].rate_per_s
+        if (down >= where).sum() == (g.rate_per_s >= where).sum():  # every rate from there up collapsed
+            return f"It collapsed (its whole interval below {collapse_below:.0%}) from **{where:g} requests/s**."
+        return (f"Its whole interval fell below {collapse_below:.0%} (a collapse) only at "
+                + ", ".join(f"{r:g}" for r in down) + " requests/s, not at every rate above.")
     reached = g[g.goodput_low < collapse_below]
     if len(reached):
         r = reached.iloc[0]
         return (f"No rate's whole interval fell below {collapse_below:.0%}, this chapter's mark of a collapse; the "
                 f"lowest rate whose interval reached below it was {r.rate_per_s:g} requests/s ({r.goodput:.0%}, "
                 f"interval {r.goodput_low:.0%} to {r.goodput_high:.0%}).")
-    return f"At every rate its whole interval stayed at or above {collapse_below:.0%}."
+    return (f"No rate tried reached a collapse: at every rate its whole goodput interval stayed at or above "
+            f"{collapse_below:.0%}.")
 
 
 for name, g in poisson.groupby("engine", sort=False):
@@ -579,9 +585,9 @@ for name, g in poisson.groupby("engine", sort=False):
              "{t0:.0f} to {t1:.0f} ms. {collapse}",
         not_held="goodput did not fall between {r0:g} and {r1:g} requests/s ({g0:.0%} against {g1:.0%}); the highest "
                  "rate was {over:.1f}x the capacity the closed loop measured, and median TTFT went from {t0:.0f} to "
-                 "{t1:.0f} ms against an objective of {ttft_slo:.0f} ms.{note}",
+                 "{t1:.0f} ms against an objective of {ttft_slo:.0f} ms.{note} {collapse}",
         unresolved="goodput went from {g0:.0%} at {r0:g} requests/s to {g1:.0%} at {r1:g}/s, but their intervals overlap: "
-                   "this run's {arrivals} arrivals per rate cannot tell.",
+                   "this run's {arrivals} arrivals per rate cannot tell. {collapse}",
         not_measured="one arrival rate only.")
     show(register.decide(claim, claims.below(Spread(high_rate.goodput_low, high_rate.goodput, high_rate.goodput_high),
                                              Spread(low_rate.goodput_low, low_rate.goodput, low_rate.goodput_high))
@@ -595,8 +601,8 @@ for name, g in poisson.groupby("engine", sort=False):
                          g0=low_rate.goodput, g1=high_rate.goodput, r0=low_rate.rate_per_s, r1=high_rate.rate_per_s,
                          t0=low_rate.ttft_ms, t1=high_rate.ttft_ms, arrivals=arrivals, ttft_slo=goals[name].ttft_ms,
                          over=high_rate.rate_per_s / sweep[sweep.engine == name].requests_per_s.max(),
-                         note=f" With {arrivals} arrivals per rate, no queue grew long enough to break the "
-                              "objectives." if high_rate.goodput == 1 else f" Median TPOT went from "
+                         note=f" With {arrivals} arrivals per rate, no queue at the highest rate grew long enough "
+                              "to break the objectives." if high_rate.goodput == 1 else f" Median TPOT went from "
                               f"{low_rate.tpot_ms:.0f} to {high_rate.tpot_ms:.0f} ms against an objective of "
                               f"{goals[name].tpot_ms:.0f} ms.",
                          collapse=collapse_text(g, where)))
@@ -636,14 +642,14 @@ def first_choice(name: str) -> str:
     roles = sum(e.is_role_chunk for e in firsts)
     at = np.median([(e.time - t.sent) * 1e3 for t, e in zip(ok, firsts)])
     if lead > 1.0:
-        return (f"because in {early} of {len(ok)} requests {name} first sent an event without a token (a role chunk "
+        return (f". In {early} of {len(ok)} requests {name} first sent an event without a token (a role chunk "
                 f"in {roles} of them), a median {at:,.0f} ms after each was sent and {lead:,.0f} ms "
-                "before its first token, and vLLM's benchmark stops its clock at that event, the book at the first "
-                "token; the requests and the clock are the same, so neither the prompts, the load nor the queue "
-                "differs, and what lies between is the prefill and the wait for it")
-    return (f"nearly alike, because {name}'s first event with a choice came a median {lead:.1f} ms before its first "
-            f"token ({roles} of {len(ok)} a role chunk): on the same requests the two definitions end at about the "
-            "same moment")
+                "before its first token. vLLM's benchmark stops its clock at that event, the book at the first "
+                "token; the requests and the clock are the same, so what lies between is the prefill and the wait "
+                "for it.")
+    return (f", nearly alike: {name}'s first event with a choice came a median {lead:.1f} ms before its first "
+            f"token ({roles} of {len(ok)} a role chunk), so on the same requests the two definitions end at about "
+            "the same moment.")
 
 
 spreads_by = {}
@@ -654,9 +660,9 @@ for name, g in scored.groupby("engine", sort=False):
                  "GenAI-Perf inter_token_latency": g.loc["genai-perf", "itl_mean_ms"]}
     spreads_by[name] = (per_token, max(per_token.values()) / min(per_token.values()), g)
 show(" ".join(f"**{name}**: the same requests are quoted from **{min(p.values()):.1f}** to **{max(p.values()):.1f} ms** "
-              f"per token ({spread:.2f}x) depending on the tool ({', '.join(f'{k} {v:.1f} ms' for k, v in p.items())}), "
-              f"and vLLM's benchmark scores their mean TTFT at {g.loc['vllm', 'ttft_mean_ms']:.0f} ms against the "
-              f"book's {g.loc['book', 'ttft_mean_ms']:.0f} ms, {first_choice(name)}." for name, (p, spread, g) in spreads_by.items())
+              f"per token ({spread:.2f}x) depending on the tool ({', '.join(f'{k} {v:.1f} ms' for k, v in p.items())}). "
+              f"vLLM's benchmark scores their mean TTFT at {g.loc['vllm', 'ttft_mean_ms']:.0f} ms against the "
+              f"book's {g.loc['book', 'ttft_mean_ms']:.0f} ms{first_choice(name)}" for name, (p, spread, g) in spreads_by.items())
      + " They differ by definition, not by noise: GuideLLM and LLMPerf spread TTFT over the tokens. Quote the "
        "definition with the number.")
 
@@ -763,7 +769,7 @@ cases = pd.DataFrame([dict(engine=e, budget_tokens=b, **most_common_case(g))
                       for (e, b), g in stalls.groupby(["engine", "budget_tokens"], sort=False)])
 stall = stall.merge(cases, on=["engine", "budget_tokens"])
 results.table(stall, "stall")
-stall.round(0)
+stall.round(0).assign(case_worst_share=stall.case_worst_share.round(2))  # a share, not milliseconds
 
 # %% [markdown]
 # Beside it, chapter 5's in-process experiment:
@@ -968,8 +974,10 @@ show("\n".join(lines))
 #   (the finding above says whether they nested here).
 # * Report load as total tokens per second beside each user's TPOT, which continuous batching is meant to trade
 #   against each other; state the objectives and report goodput with its interval.
-# * Open-loop arrivals can overload a server, which a closed loop cannot: a closed loop slows its users down when
-#   the server does. Whether this run's rates reached the collapse, the goodput claims above say.
+# * A closed loop's queue is bounded by its users: it cannot grow without bound, but each user's latency, and so
+#   goodput, still falls as users are added (the closed loop's goodput column above shows how far here). An open
+#   loop's queue can grow without bound once arrivals outpace service; whether this run's rates reached a
+#   collapse, the goodput findings above say.
 # * To see what chunked prefill does, send a long prompt while another stream decodes and vary the token
 #   budget: the decoding stream's worst gap and the newcomer's TTFT are the two sides of the trade (the finding
 #   above says whether this run saw it).
@@ -978,12 +986,15 @@ show("\n".join(lines))
 #
 # ## Check yourself
 #
-# 1. A closed loop of 8 users and an open loop at 8 requests per second: which one can overload the server?
+# 1. A closed loop of 8 users and an open loop at 8 requests per second: which one can build a queue without
+#    bound?
 #
 # <details><summary>Answer</summary>
 #
-# The open loop. A closed-loop user waits for its reply before sending again, so the load falls when the server
-# slows down; open-loop arrivals keep coming, and the queue grows without bound once they outpace the server.
+# The open loop. A closed-loop user waits for its reply before sending again, so at most 8 requests are ever in
+# the server and the load falls when the server slows down; each user's latency still grows with the number of
+# users, so goodput can still fall. Open-loop arrivals keep coming, and the queue grows without bound once they
+# outpace the server.
 # </details>
 #
 # 2. One tool reports a TPOT of 120 ms, another an inter-token latency of 100 ms, for the same run of 50-token
@@ -1061,13 +1072,13 @@ lone = by_engine(alone, "timings that differed by engine")
 batched = by_engine(lambda n: {claims.HELD: "batching raised throughput",
                                claims.NOT_HELD: "batching did not raise throughput",
                                claims.UNRESOLVED: "batching's gain was unclear",
-                               }.get(of("batching_raises_throughput", n), ""), "batching's gain differed by engine")
+                               }.get(of("batching_raises_throughput", n), ""), "batching's verdicts differed by engine")
 nil_at_first = {n: poisson[poisson.engine == n].goodput.iloc[0] == 0 for n in urls}  # below the objectives from the start
 loaded = by_engine(lambda n: {claims.HELD: "goodput fell once arrivals outpaced the engine",
                               claims.NOT_HELD: "goodput was already nil at the lowest arrival rate" if nil_at_first[n]
                               else "goodput did not fall at the top arrival rate",
                               claims.UNRESOLVED: "goodput's change was unclear",
-                              }.get(of("goodput_falls_with_load", n), ""), "goodput's trend differed by engine")
+                              }.get(of("goodput_falls_with_load", n), ""), "goodput's verdicts differed by engine (the evidence table says which)")
 under = ", and ".join(x for x in (batched, loaded) if x)
 answer = "; ".join(x for x in (f"served, a lone request got {lone}" if lone else "",
                                f"under load, {under}" if under else "") if x)
