@@ -662,14 +662,14 @@ ttft_text = {claims.HELD: f"TTFT rose from {at(first)} at {p0} prompt tokens to 
 slope_text = {claims.HELD: f", within the tolerance of the cost model's {model_slope:.2f}",
               claims.NOT_HELD: f", where the cost model predicted {model_slope:.2f}",
               claims.UNRESOLVED: f", {slope / model_slope:.2f}x the cost model's {model_slope:.2f} at the median, "
-                                 "with an interval too wide to decide"}
+                                 "not decided"}
 slope_text = "" if slope_spread is None else (
     f", its slope **{slope_spread.text('.1f', 'ms')}** per 1,000 tokens of context"
     + slope_text.get(register.verdict("tpot_follows_cache_bytes"), ""))
 tpot_text = "" if split.tpot_ms.isna().all() else \
     f"; TPOT was {prose.span(split.tpot_ms.min(), split.tpot_ms.max(), '.0f', 'ms')}{slope_text}"
-short_r = {claims.HELD: "wholly within its tolerance", claims.NOT_HELD: "wholly outside its tolerance",
-           claims.UNRESOLVED: "straddling an edge of its tolerance"}
+short_r = {claims.HELD: "within its tolerance", claims.NOT_HELD: "outside its tolerance",
+           claims.UNRESOLVED: "across an edge of its tolerance"}
 model_text = {claims.HELD: "both within tolerance", claims.NOT_HELD: "not both within tolerance",
               claims.UNRESOLVED: ", ".join(f"{k.upper()} {short_r[v]} ({edge_r[k]})" for k, v in where_r.items())}
 opening.write(

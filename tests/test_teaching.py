@@ -147,6 +147,16 @@ def test_every_chapter_states_three_to_five_objectives_and_its_key_terms(noteboo
     assert len(terms) >= 3 and {a for _, a in terms} <= anchors
 
 
+@pytest.mark.parametrize("notebook", sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")), ids=lambda p: p.stem)
+def test_every_committed_chapter_opens_with_a_paragraph_of_at_most_the_limit(notebook):
+    """The committed book is held to the opening's limit here; a reader's run only warns (lib.prose.Opening)."""
+    from lib import prose
+
+    text = teaching.opening(notebook)
+    assert text and text != prose.OPENING_PENDING
+    assert prose.opening_words(text) <= prose.OPENING_WORDS, text
+
+
 def test_every_session_plan_names_sections_and_questions_the_chapters_have_and_fits_its_minutes():
     notebooks = {p.stem: p for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")}
     quick, how = teaching.quiet_quick_times(ROOT)

@@ -184,6 +184,18 @@ def key_terms(notebook_path: Path) -> list[tuple[str, str]]:
     return []
 
 
+def opening(notebook_path: Path) -> str:
+    """The paragraph an executed chapter opens with (markdown): the first output of the first code cell under its
+    :data:`FOUND` heading (``""`` if it has none)."""
+    cells = _cells(notebook_path)
+    for i, cell in enumerate(cells):
+        if cell.cell_type == "markdown" and cell.source.lstrip().startswith(f"## {FOUND}"):
+            for later in cells[i + 1:]:
+                if later.cell_type == "code":
+                    return "".join(o.get("data", {}).get("text/markdown", "") for o in later.get("outputs", []))
+    return ""
+
+
 def _objectives_section(chapters) -> str:
     """Each chapter's objectives and key terms, as the chapter states them."""
     out = ["<p>What a student can do after each chapter, and its key terms, as the chapter states them at its start "
