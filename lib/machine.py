@@ -27,10 +27,12 @@ ceiling never drifts between chapters built minutes apart. For each dtype and th
 
 **The statistic.** Every ceiling is the *fastest* of its repeats, after warm-up and device synchronisation: other
 programs on a shared machine only ever slow a kernel down, so the fastest sample is the one closest to what the
-kernel can do, and it is the one a second build reproduces. The median of the same repeats is kept beside it, and
-``spread = median / fastest - 1`` says how noisy the machine was. The repeats are taken in ``rounds`` (two in a
-full build): every ceiling of a dtype is measured once per round, at every thread count, before the next round
-begins, so a slow spell of a shared machine that lasts a few seconds lands on one round of everything rather than
+kernel can do, and the one a slow spell moves least (a host whose own speed drifts moves it all the same:
+between two quiet builds 24 minutes apart every ceiling moved 10-25 %, and the chapters' measurements 5-12 %,
+the same way). The median of the same repeats is kept beside it, and
+``spread = median / fastest - 1`` says how noisy the machine was. The repeats are taken in ``rounds`` (three
+in a full build): every ceiling of a dtype is measured once per round, at every thread count, before the next
+round begins, so a slow spell of a shared machine that lasts a few seconds lands on one round of everything rather than
 on every repeat of the few ceilings measured during it. Every measurement has a time budget
 (:class:`Budget`): a kernel that runs slowly (a dtype without hardware instructions, say) is measured on fewer
 layers, or fewer rows, and the table says so.
@@ -128,13 +130,15 @@ class Budget:
 
 def budget(device: torch.device, quick: bool = False) -> Budget:
     """Measurement sizes for ``device``: arrays of 256 MiB on a CPU and 1 GiB on a GPU (far past any cache),
-    two rounds of 0.06 s per ceiling with 2 to 3 repeats each; quick mode shrinks both, in one round.
+    three rounds of 0.06 s per ceiling with 2 to 3 repeats each (6 to 9 samples: with two rounds' 4 to 6, the
+    fastest call of the noisiest small kernels moved by up to a half between two quiet builds); quick mode
+    shrinks both, in one round.
 
     Used by :func:`measure_ceilings`; section 0.
     """
     if quick:
         return Budget(seconds=0.08, min_repeats=3, max_repeats=5, stream_bytes=32 << 20)
-    return Budget(seconds=0.06, min_repeats=2, max_repeats=3, rounds=2,
+    return Budget(seconds=0.06, min_repeats=2, max_repeats=3, rounds=3,
                   stream_bytes=(1 << 30) if device.type == "cuda" else (256 << 20))
 
 

@@ -115,8 +115,9 @@ opening = prose.Opening()
 # the next round begins, so a slow spell of a shared machine that lasts a few seconds lands on one round of
 # everything, not on every repeat of the few kernels timed during it (the plan this run used is printed below
 # the table). **A ceiling is the fastest repeat**: other programs on a shared machine only ever slow a
-# kernel down, so the fastest call is the one closest to what the kernel can do, and the one a second build
-# reproduces. The median of the same repeats is kept beside it, and `spread` (median over fastest, less one)
+# kernel down, so the fastest call is the one closest to what the kernel can do, and the one a slow spell moves
+# least (a host whose own speed drifts between two builds moves every ceiling alike, and the chapters' times
+# with them, so the chapters compare a measured time with its price from the same build). The median of the same repeats is kept beside it, and `spread` (median over fastest, less one)
 # says how noisy the machine was. A product that would not fit its budget is timed on part of the model
 # (`measured_fraction`) and scaled; up to 16 rows every layer is timed, so the weights stream from memory as in
 # a pass. The streaming kernels and the model's matrices, as they are timed:
