@@ -1297,18 +1297,12 @@ told_all, named_all = (f"{one_miss}: {'; '.join(x)}." if missed else "" for x in
 counted = f"{one_miss.split(';')[0]}." if n_missed else ""
 worst_first = (f"{one_miss}: {'; '.join([worst_miss] + [n for c, n in zip(missed, named) if c != 'worst_step_taken_apart'])}."
                if "worst_step_taken_apart" in missed else named_all)  # the one taken apart told, the rest named
-for text in [opening_start + kernel_note + ". " + narrow_text + batch_text + told_all,  # the longest telling first
-             opening_start + kernel_note + ". " + narrow_text + batch_text + worst_first,
-             opening_start + rule + ". " + narrow_text + batch_text + worst_first,
-             opening_start + rule + ". " + narrow_text + batch_text + named_all,
-             opening_start + rule + ". " + narrow_text + counted]:
-    try:
-        opening.write(text)
-        break
-    except ValueError:  # over the opening's length: the next, shorter telling
-        continue
-else:
-    opening.write(opening_start + rule + ".")
+opening.write(opening_start + kernel_note + ". " + narrow_text + batch_text + told_all,  # the longest that fits
+              opening_start + kernel_note + ". " + narrow_text + batch_text + worst_first,
+              opening_start + rule + ". " + narrow_text + batch_text + worst_first,
+              opening_start + rule + ". " + narrow_text + batch_text + named_all,
+              opening_start + rule + ". " + narrow_text + counted,
+              opening_start + rule + ".")
 
 # %% [markdown]
 # ## Key terms

@@ -1323,12 +1323,10 @@ def opening_text(missed_line: str) -> str:
             f"{waits_on('prefill', 'prompt length')}.")
 
 
-try:
-    opening.write(opening_text(missed_line))
-except ValueError:  # too long for an opening (a long machine name, many misses): the misses by count only
-    n_missed = ("One" if len(missed) == 1 else str(len(missed))) + (" more" if also else "")
-    opening.write(opening_text(f"{n_missed} claim{'s' * (len(missed) > 1)} did not hold (the table below names "
-                               f"{'it' if len(missed) == 1 else 'them'}). " if missed else ""))
+n_missed = ("One" if len(missed) == 1 else str(len(missed))) + (" more" if also else "")
+opening.write(opening_text(missed_line),  # too long (a long machine name, many misses): the misses by count only
+              opening_text(f"{n_missed} claim{'s' * (len(missed) > 1)} did not hold (the table below names "
+                           f"{'it' if len(missed) == 1 else 'them'}). " if missed else ""))
 
 # %% [markdown]
 # ## Key terms

@@ -57,6 +57,8 @@ def test_an_opening_is_a_paragraph():
     with pytest.warns(prose.OpeningTooLong, match="has 141 words"):
         opening.write(" ".join(["word"] * 141))
     assert opening.text.startswith("word word")  # shown all the same: a reader's run does not fail over it
+    opening.write(" ".join(["long"] * 141), "The shorter telling.")  # the first telling that fits is shown
+    assert opening.text == "The shorter telling."
     assert prose.opening_words("A step takes **12.3 ms** at `gpt2`, +8.6 %.") == 9
     opening.write("On this machine a step takes 12.3 ms (11.0–13.1).")
     assert opening.text.startswith("On this machine")
