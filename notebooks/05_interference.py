@@ -764,7 +764,7 @@ answer = {claims.HELD: "chunked prefill bounds a stream's stall, and the smaller
                        "first token.",
           claims.NOT_HELD: "here chunked prefill bounded A's stall without delaying B's first token.",
           claims.UNRESOLVED: "chunked prefill bounded A's stall; whether it delays B is too close to call here."}
-opening.write(
+told = (
     f"On this machine ({prose.machine(device, dtype)}), {lm.name}'s stream A received a token every "
     f"**{spread_at(unchunked, 'a_median_gap_ms').text('.0f', 'ms')}** until request B arrived with a "
     f"{b_prompt_len:,}-token prompt. Over {runs} runs (medians and ranges), B's prefill in one pass froze A "
@@ -775,6 +775,7 @@ opening.write(
     f"**{spread_at(shown, 'b_ttft_ms').text(',.0f', 'ms')}** ({unchunked.b_ttft_ms:,.0f} ms unchunked). So "
     + ("on this machine splitting B's prefill did not shorten A's stall enough to pay." if best == b_prompt_len
        else answer.get(register.verdict("smaller_chunks_delay_b"), "chunked prefill bounded A's stall.")))
+opening.write(told, told.replace(f" ({foreseen})", "").replace(f", its median gap {shown.a_median_gap_ms:,.0f} ms", ""))
 
 # %% [markdown]
 # ## Key terms
