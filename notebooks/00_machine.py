@@ -53,7 +53,7 @@ models_one_stream = ["smollm2-135m"]     # fewer rows, one stream (chapters 1, 7
 # %%
 import matplotlib.pyplot as plt
 import pandas as pd
-from IPython.display import display
+from IPython.display import Markdown, display
 
 from lib import claims, machine, params, prose, timing
 from lib.device import describe_environment, use_threads
@@ -98,13 +98,16 @@ opening = prose.Opening()
 # %% [markdown] tags=["predict"]
 # ## Predict first
 #
-# Before anything is measured, write down your guesses for this machine:
+# **Predict first.** Nothing is measured yet: the table above says only which device this is, its cores and (on a
+# CPU) its flags. A streaming read moves each byte of an array once; a matrix-vector product reads every weight
+# once and does two FLOPs per weight. Write down your guesses for this machine:
 #
-# 1. A matrix-vector product reads every weight once and does two FLOPs per weight. Does it read the weights
-#    as fast as a plain streaming read does?
-# 2. A product with **two** rows reads the same weights as one with one row. Should it take longer?
-# 3. Does a second thread speed up a streaming read? A matrix-vector product?
-#
+# 1. Does the model's matrix-vector product read its weights as fast as a plain streaming read does, or slower?
+# 2. A product with **two** rows reads the same weights as one with one row. Does it take longer, and how many
+#    times as long?
+# 3. Does a second thread speed up a streaming read, and a matrix-vector product, and by about how much?
+
+# %% [markdown]
 # The claims below test each guess against this run's data.
 
 # %% [markdown]
@@ -478,25 +481,6 @@ opening.write(
     + decode_meets.get(register.verdict("gemv_reaches_streaming_bandwidth"), ""))
 
 # %% [markdown]
-# ## Key terms
-#
-# [Streaming read](glossary.md#streaming-read), [Kernel rate](glossary.md#kernel-rate), [Matrix rate F(M)](glossary.md#matrix-rate-fm), [Dispatch](glossary.md#dispatch), [Verdicts](glossary.md#verdicts). Each links to the book's glossary, which says how the book measures it.
-
-# %% [markdown]
-# ## Evidence in this chapter
-#
-# Each claim this chapter made, what was predicted, what this run measured, the verdict, and the data it came
-# from. A verdict is decided on the 95 % interval of the median over runs (`lib.claims` says how): *held* when
-# all of the interval agrees with the prediction, *did not hold* when none of it does, *not resolved* when it
-# straddles the line. `data/00_machine/claims.csv` holds the same rows, and the book's status page counts them.
-
-# %%
-results.table(register.frame(), "claims")
-display(prose.table(register.evidence()))
-print(register.summary())
-results.finish()  # the run is whole: its tables and figures replace the last run's together
-
-# %% [markdown]
 # ## What these numbers do not show
 #
 # * **A quiet machine.** Other programs share the cores and the memory bus; the spreads show how much.
@@ -541,4 +525,68 @@ results.finish()  # the run is whole: its tables and figures replace the last ru
 # ## Try it
 #
 # * Set `threads = [1]` and re-run chapter 3: which of its steps move?
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+if on_gpu:
+    _text = ("On a GPU the thread count does not reach the kernels: chapter 0 measures the host's one count, and "
+             "chapter 3's steps and their prices should not move beyond the spread of their runs.")
+elif not one:
+    _text = (f"This run measured {most} thread{'s' * (most > 1)} only, so `threads = [1]` changes nothing that chapter "
+             "3 reads: none of its steps or prices should move beyond the spread of their runs.")
+else:
+    _bytes = MODELS[model][0].with_dtype("fp32").weight_bytes  # the weights a decode step reads
+    _text = (f"With its default `configs` chapter 3 stops in its first cells: it prices fp32 on all {most} threads, "
+             "which the new table no longer holds, and its message names the missing row. Given "
+             "`configs = [(\"fp32\", 1)]` it runs, and nothing should move beyond the spread of its runs: its measured "
+             "steps never read chapter 0, and their prices come from the same one-thread rows as before. Chapter 3 "
+             "already runs one thread beside all of them, and that is where one thread's cost shows: here "
+             f"{model}'s weights streamed at {gemv_1:.1f} GB/s on one thread and {gemv[model]:.1f} GB/s on {most}, so "
+             f"reading them once, as every decode step does, takes {prose.ms(_bytes / (gemv_1 * 1e9))} on one thread "
+             f"and {prose.ms(_bytes / (gemv[model] * 1e9))} on {most}. A price that moves by more than the spreads says "
+             "the machine's speed drifted between the two runs of chapter 0.")
+display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</details>"))
+
+# %% [markdown]
 # * Set `dtypes = ["fp32", "bf16", "fp16"]`: does this CPU have instructions for each (see `limited_by`)?
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+from lib.device import DTYPES as _DTYPES
+
+_has = {dt: machine.hardware_support(device, _DTYPES[dt]) for dt in ("fp32", "bf16", "fp16")}
+_with, _without = [dt for dt, s in _has.items() if s], [dt for dt, s in _has.items() if not s]
+_fp32 = ceilings.square_flops("fp32", most) / 1e9
+if on_gpu:
+    _text = (f"On a GPU fp16 is measured already (the table of square products above): the compute capability decides, "
+             f"and this GPU has matrix instructions for {', '.join(_with)}"
+             + (f" but not for {', '.join(_without)}." if _without else "."))
+else:
+    _text = (f"This CPU's flags (`lib.machine.hardware_support` reads them) give matrix instructions for "
+             f"{', '.join(_with)}" + (f" and none for {', '.join(_without)}" if _without else "") + ", so `limited_by` "
+             f"should read \"the arithmetic units\" for {', '.join(_with)}"
+             + (f" and \"a slow kernel\" for {', '.join(_without)}, whose square product should then fall far below "
+                f"fp32's {_fp32:.0f} GFLOP/s" if _without else "") + ". "
+             + "".join(f"Here {dt}'s square product ran {ceilings.square_flops(dt, most) / 1e9:.0f} GFLOP/s against "
+                       f"fp32's {_fp32:.0f}. " for dt in ceilings.dtypes() if dt != "fp32")
+             + "A dtype with instructions whose rate still falls below fp32's shows that PyTorch's kernel for it does "
+               "not use them, which the flags cannot tell; a CPU that cannot run a dtype at all gets one row saying "
+               "`unsupported` instead.")
+display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</details>"))
+
+# %% [markdown]
+# ## Key terms
+#
+# [Streaming read](glossary.md#streaming-read), [Kernel rate](glossary.md#kernel-rate), [Matrix rate F(M)](glossary.md#matrix-rate-fm), [Dispatch](glossary.md#dispatch), [Verdicts](glossary.md#verdicts). Each links to the book's glossary, which says how the book measures it.
+
+# %% [markdown]
+# ## Evidence in this chapter
+#
+# Each claim this chapter made, what was predicted, what this run measured, the verdict, and the data it came
+# from. A verdict is decided on the 95 % interval of the median over runs (`lib.claims` says how): *held* when
+# all of the interval agrees with the prediction, *did not hold* when none of it does, *not resolved* when it
+# straddles the line. `data/00_machine/claims.csv` holds the same rows, and the book's status page counts them.
+
+# %%
+results.table(register.frame(), "claims")
+display(prose.table(register.evidence()))
+print(register.summary())
+results.finish()  # the run is whole: its tables and figures replace the last run's together

@@ -227,14 +227,30 @@ shape_table = pd.DataFrame(rows)
 results.table(shape_table, "shapes")
 shape_table
 
+# %% [markdown]
+# Chapter 0 measured the rate this model's matrices reach with as many rows as the prompt has, `F(T)`, and with
+# one row, as in a decode step:
+
+# %%
+ceilings = machine.load_ceilings(device, quick=quick)  # chapter 0's one measurement of this machine
+f_prompt, f_step = (ceilings.matrix_rate(model_name, dtype, torch.get_num_threads(), rows) for rows in (T, 1))
+show(f"{lm.name} in {dtype} on {where}: `T` = {T} prompt tokens; F({T}) = **{f_prompt / 1e9:.0f} GFLOP/s**, "
+     f"F(1) = **{f_step / 1e9:.0f} GFLOP/s** (its weights streaming at "
+     f"{ceilings.weight_rate(model_name, dtype, torch.get_num_threads()) / 1e9:.1f} GB/s).")
+
 # %% [markdown] tags=["predict"]
-# **Predict.** Counted in FLOPs and bytes (`lib.roofline.prefill_cost` and `decode_cost`, whose conventions
+# **Predict first.** Counted in FLOPs and bytes (`lib.roofline.prefill_cost` and `decode_cost`, whose conventions
 # chapter 6 states), a prefill does `T` times the weight arithmetic of a decode step but reads each weight
-# once, just as a decode step does. So a prompt token should cost less than a decoded token. How much less
-# depends on what limits the machine: if moving the weights were the whole cost, a prompt token would be `T`
-# times cheaper; if arithmetic were the whole cost, no cheaper at all. The cost model (`lib.costmodel`, on
+# once, just as a decode step does. If moving the weights were the whole cost, a prompt token would be `T`
+# times cheaper than a decoded one; if arithmetic at one rate were the whole cost, no cheaper at all. Here the
+# prompt's matrices run at `F(T)` and a decode step's at `F(1)`, both printed just above. How many times as much as
+# a prompt token does a decoded token cost on this machine?
+
+# %% [markdown]
+# The book's prediction: a prompt token costs less than a decoded token, and the cost model (`lib.costmodel`, on
 # chapter 0's ceilings) says where between `1x` and `Tx` this machine lands: the model's matrices at `T` rows
-# run at the rate `F(T)` chapter 0 measured, a decode step's at one row.
+# run at the rate `F(T)` chapter 0 measured, a decode step's at one row, and attention and issuing the pass are
+# priced beside them.
 
 # %%
 pre_cost = roofline.prefill_cost(shape, T, logits="last")
@@ -435,8 +451,15 @@ plt.show()
 # distribution: TTFT is the prefill plus choosing (here: an `argmax` and reading the id back). Adding a
 # decode step counts a pass that produces the *second* token.
 #
-# **Predict.** Choosing is one `argmax` over the vocabulary and one read-back, so it should cost well under a
-# tenth of a decode step; and a full pass over the prompt without any cache should choose the same first token.
+# **Predict first.** Choosing is one `argmax` over the vocabulary (the LM head's output width in the table of
+# shapes above) and one read-back of the chosen id; a decode step, a whole pass over every weight, took the
+# `measured_ms` printed for it in the table of the two phases above. What fraction of a decode step does choosing
+# the first token cost? And does a full pass over the prompt without any cache choose the same first token as the
+# cached prefill?
+
+# %% [markdown]
+# The book's prediction: choosing should cost well under a tenth of a decode step, and the uncached pass should
+# choose the same first token.
 
 # %%
 choice_ms = runs_table.choose_first_token_ms
@@ -530,9 +553,97 @@ show(register.decide("first_token_from_prefill", claims.HELD if uncached_first =
 # ## Try it
 #
 # * Ask a question that needs a long answer (raise `max_new_tokens`): how do the phase shares move?
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+_longer = 4 * m.n_tokens  # an answer four times this one
+_step = model.decode(T + _longer // 2).best  # a step half-way through it
+_share = (_longer - 1) * _step / ((_longer - 1) * _step + pre_pred.best)
+_stopped = (f"This answer ended by itself after {prose.tokens(m.n_tokens)}, under the {max_new_tokens} allowed, so "
+            "raising `max_new_tokens` alone changes nothing here: the question must ask for more (\"in three "
+            "paragraphs\"). " if m.n_tokens < max_new_tokens else
+            f"This answer was cut off at the {max_new_tokens} tokens allowed, so raising `max_new_tokens` lets it run on. ")
+display(Markdown(
+    f"<details><summary>What to expect</summary>\n\n{_stopped}The prefill is paid once, so decode's share grows "
+    f"toward the whole request: for an answer of {prose.tokens(_longer)} the cost model gives decode {_share:.0%}, "
+    f"against {predicted_share:.0%} for this one, and a step half-way through it is priced at {prose.ms(_step)}, "
+    f"against {prose.ms(dec_pred.best)} here, as its cache grows. TTFT barely moves; the share that "
+    "`short_question_is_a_decode_job` reports rises.\n</details>"))
+
+# %% [markdown]
 # * Paste a long paragraph into `question`: how does TTFT grow with the prompt, and does TPOT change?
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+_long = 4 * T  # a prompt four times this one
+_pre, _step = model.prefill(_long).best, model.decode(_long + m.n_tokens // 2).best
+_f_long = model.ceilings.matrix_rate(model_name, dtype, model.threads, _long)
+_less = _pre / pre_pred.best < 0.8 * _long / T
+display(Markdown(
+    f"<details><summary>What to expect</summary>\n\nTTFT grows with the prompt, "
+    + ("but less than in proportion" if _less else "about in proportion")
+    + f": the cost model prices a prefill of {prose.tokens(_long)} at {prose.ms(_pre)}, {_pre / pre_pred.best:.1f}x "
+    f"the {prose.ms(pre_pred.best)} of these {prose.tokens(T)}, "
+    + (f"because the matrices run faster with more rows (F({_long}) = {_f_long / 1e9:.0f} GFLOP/s, F({T}) = "
+       f"{f_prompt / 1e9:.0f})" if _less else
+       f"because the matrices already run near their fastest rate at {T} rows (F({_long}) = {_f_long / 1e9:.0f} "
+       f"GFLOP/s, F({T}) = {f_prompt / 1e9:.0f})")
+    + f". A decode step after it is priced at {prose.ms(_step)}, against {prose.ms(dec_pred.best)} here: "
+    + ("TPOT barely changes, since every step still reads the same weights and only attention over the longer "
+       "cache, and its copy, grow." if _step < 1.25 * dec_pred.best else
+       "TPOT grows too, since attention over the longer cache, and its copy, are a large part of a step here.")
+    + "\n</details>"))
+
+# %% [markdown]
 # * Run with `dtype = "bf16"`: which phase speeds up, and by how much? Does `first_token_from_prefill` still hold?
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+_other = "bf16" if dtype != "bf16" else "fp32"  # a run in bf16 already: the other way round
+if _other in model.ceilings.dtypes():
+    _alt = costmodel.CostModel(model.ceilings, model_name, shape.with_dtype(_other), _other, model.threads)
+    _pre_x, _step_x = pre_pred.best / _alt.prefill(T).best, dec_pred.best / _alt.decode(C).best
+    _rate = {d: model.ceilings.weight_rate(model_name, d, model.threads) / 1e9 for d in (dtype, _other)}
+    _f = {d: model.ceilings.matrix_rate(model_name, d, model.threads, T) / 1e9 for d in (dtype, _other)}
+    _bytes = shape.with_dtype(_other).bytes_per_param / shape.bytes_per_param
+    _speed = (f"The cost model, on chapter 0's {_other} ceilings, makes the prefill **{_pre_x:.2f}x** as fast as in "
+              f"{dtype} and a decode step **{_step_x:.2f}x** as fast. The prefill's matrices run at F({T}) = "
+              f"{_f[_other]:.0f} GFLOP/s in {_other} against {_f[dtype]:.0f} in {dtype}; a decode step reads "
+              f"{_bytes:g} times the weight bytes, {'but' if _rate[_other] < _rate[dtype] else 'and'} chapter 0's "
+              f"matrix-vector products streamed {_other} at {_rate[_other]:.1f} GB/s against {_rate[dtype]:.1f}, so its "
+              f"weights' read goes {_rate[_other] / _rate[dtype] / _bytes:.2f}x as fast. So "
+              + ("the prefill" if _pre_x > _step_x else "the decode step") + " gains more. ")
+else:
+    _speed = f"Chapter 0 did not measure {_other} here: run it with that dtype first, since this chapter prices nothing without it. "
+display(Markdown(
+    f"<details><summary>What to expect</summary>\n\n{_speed}`first_token_from_prefill` should still hold unless the "
+    "first token's two best logits are closer than bf16's rounding (8 significant bits, two to three decimal "
+    "digits): then the cached and uncached passes may choose differently, the claim says so, and the answer's text "
+    "may change from some token on.\n</details>"))
+
+# %% [markdown]
 # * Tighten `tpot_slo_ms` until goodput drops below 100 per cent. What TPOT does your machine sustain?
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+_follows = worst_gap_slo_ms is None  # the worst-gap objective is then WORST_GAP_FACTOR times the TPOT one
+_by_tpot = run_table.tpot_ms.max()
+_by_gap = run_table.worst_gap_ms.max() / objectives.WORST_GAP_FACTOR if _follows else 0.0
+_need = np.ceil(max(_by_tpot, _by_gap) * 10) / 10  # the lowest TPOT objective (to 0.1 ms) every run meets
+_others = int((~(run_table.ttft_ms <= goals.ttft_ms)
+               | (False if _follows else run_table.worst_gap_ms > goals.worst_gap_ms)).sum())
+_text = ("This answer had a single token, so it has no TPOT: ask for a longer answer first." if not np.isfinite(_by_tpot)
+         else
+         (f"At these objectives goodput is already {good:.0%}. " if good < 1 else "")
+         + (f"{count(_others, 'run')} miss{'es' * (_others == 1)} the other objectives whatever `tpot_slo_ms` is, so "
+            "goodput cannot reach 100 per cent here. " if _others else
+            f"Goodput stays at 100 per cent while `tpot_slo_ms` is at least {_need:.1f} ms, and drops once it is set "
+            "lower")
+         + ("" if _others else
+            (f": first on the worst gap, not on TPOT, since the worst-gap objective follows at "
+             f"{objectives.WORST_GAP_FACTOR:g} times the TPOT one and run {run_table.run[run_table.worst_gap_ms.idxmax()]}'s "
+             f"longest gap was {run_table.worst_gap_ms.max():.0f} ms (set `worst_gap_slo_ms` high to see TPOT alone)"
+             if _by_gap > _by_tpot else "") + ". ")
+         + f"What this machine sustains is its TPOT: a median of {over_runs.tpot_ms:.1f} ms over {count(runs, 'run')}, "
+         f"from {run_table.tpot_ms.min():.1f} ms in the fastest run to {_by_tpot:.1f} ms in the slowest; an objective "
+         f"under {run_table.tpot_ms.min():.1f} ms is missed by every run.")
+display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</details>"))
 
 # %%
 job = {claims.HELD: "paragraph of answer is a decode job.", claims.NOT_HELD: "short answer is a prefill job here.",

@@ -91,7 +91,7 @@ import io
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from IPython.display import display
+from IPython.display import Markdown, display
 
 from lib import claims, costmodel, machine, phases, profiling, prose, regime, roofline, sweeps, timing
 from lib.claims import Spread
@@ -162,7 +162,7 @@ pd.Series({**describe_environment(device, None, model_name), "configurations": "
 # %%
 opening = prose.Opening()
 
-# %% [markdown] tags=["predict"]
+# %% [markdown]
 # ## The balance point: how many tokens keep the arithmetic busy
 #
 # A prefill of `T` tokens reads every weight of the blocks once and does `2 x T` FLOPs with each. Reading takes
@@ -170,10 +170,8 @@ opening = prose.Opening()
 # the matrices' FLOP rate. While the read takes longer, a longer prompt costs nothing extra: the arithmetic hides
 # under the read. The two take equally long at the [**balance point**](glossary.md#balance-point): the FLOP rate
 # over the bandwidth, in FLOP per byte. A weight of `b` bytes used for `2 x T` FLOPs gives a pass `2T / b` FLOP
-# per weight byte, so a prompt keeps the arithmetic busy once `2T / b` reaches the balance point.
-#
-# **Predict first:** with chapter 0's fastest rate for the model's matrices (many rows) and its streaming read,
-# how many tokens can a prompt have before its pass costs more than a 1-token pass?
+# per weight byte, so a prompt keeps the arithmetic busy once `2T / b` reaches the balance point. What chapter 0
+# measured, and the model's size:
 
 # %%
 shape_main = base_shape.with_dtype(main_dt)
@@ -182,20 +180,28 @@ flops_per_token = 2 * shape_main.layers * shape_main.block_params
 read_bw = ceilings.stream_bandwidth(main_dt, most)  # chapter 0's streaming read, bytes/s
 f_rates = pd.Series({p: ceilings.matrix_rate(model_name, main_dt, most, p) for p in prompts})  # F(M), FLOP/s
 f_many = f_rates.max()
-balance = f_many / read_bw  # FLOP per byte
-balance_tokens = balance * block_bytes / flops_per_token
-square_balance = ceilings.square_flops(main_dt, most) / read_bw
 show(f"For {label(*main)}, chapter 0 measured the streaming read at **{read_bw / 1e9:.1f} GB/s** and the model's own "
      f"matrices at up to **{f_many / 1e9:.0f} GFLOP/s** (F({f_rates.idxmax():,}), "
      + ("at this chapter's longest prompt" if f_rates.idxmax() == max(prompts) else
         "the fastest of this chapter's prompt lengths")
-     + f"): a balance point of **{balance:.1f} FLOP/byte**, where chapter 0's textbook one, "
-     f"{square_balance:.1f}, uses the square product's rate instead of the model's matrices. Reading the blocks' {block_bytes / 1e6:.3g} MB takes "
-     f"{block_bytes / read_bw * 1e3:.3g} ms; at the fastest rate one token's {flops_per_token / 1e6:.3g} MFLOP take "
+     + f"). The blocks' weights are **{block_bytes / 1e6:.3g} MB** ({shape_main.bytes_per_param:g} bytes each), and one "
+     f"token does **{flops_per_token / 1e6:.3g} MFLOP** with them.")
+
+# %% [markdown] tags=["predict"]
+# **Predict first.** With these numbers (the fastest rate of the model's matrices, the streaming read, the blocks'
+# bytes and one token's FLOPs), how many tokens can a prompt have before its pass costs more than a 1-token pass?
+
+# %%
+balance = f_many / read_bw  # FLOP per byte
+balance_tokens = balance * block_bytes / flops_per_token
+square_balance = ceilings.square_flops(main_dt, most) / read_bw
+show(f"A balance point of **{balance:.1f} FLOP/byte**, where chapter 0's textbook one, {square_balance:.1f}, uses the "
+     f"square product's rate instead of the model's matrices. Reading the blocks' weights takes "
+     f"{block_bytes / read_bw * 1e3:.3g} ms; at the fastest rate one token's FLOPs take "
      f"{flops_per_token / f_many * 1e3:.3g} ms. So by the balance point a pass should cost about the same up to "
      f"**{balance_tokens:.0f} {main_dt} tokens** on this machine, and grow with its arithmetic after that.")
 
-# %% [markdown] tags=["predict"]
+# %% [markdown]
 # ## What the cost model predicts
 #
 # A prefill of `T` tokens is priced as the sum of its parts, each at the rate chapter 0 measured for the kernel
@@ -208,8 +214,17 @@ show(f"For {label(*main)}, chapter 0 measured the streaming read at **{read_bw /
 display(prose.source(costmodel.CostModel.prefill, costmodel.CostModel._matrix_terms))
 
 # %% [markdown]
-# **Predict first:** from the table below, up to what prompt length should a prefill cost about what a
-# 1-token pass costs? Where should the time per token stop falling?
+# The balance point took the matrices' fastest rate for every prompt. Chapter 0 measured their rate at each number
+# of rows, `F(M)`; at this chapter's prompt lengths (GFLOP/s):
+
+# %%
+(f_rates / 1e9).rename_axis("rows").to_frame(f"F(M), {label(*main)}").T.round(1)
+
+# %% [markdown] tags=["predict"]
+# **Predict first.** A pass reads the blocks' weights once, and its arithmetic takes `T` times one token's FLOPs at
+# `F(T)` (both printed above); the LM head (the last position only) adds the same to every length, attention and
+# issuing the pass grow slowly with it. Up to what prompt length does a prefill cost within `margin` of a 1-token
+# pass, and at what length does its time per token stop falling?
 
 # %%
 predicted = pd.DataFrame([dict(dtype=dt, threads=n, prompt_tokens=p, **{f"{t.name.replace(' ', '_')}_ms": t.best * 1e3
@@ -923,12 +938,19 @@ show(register.decide("worst_pass_taken_apart", claims.at_least(shares, 0.5), pre
 # ## Computing less of the output
 #
 # A prefill only needs the logits of the last position, to choose the first token. Computing them for every
-# position runs the LM head `T` times instead of once. The FLOP count predicts the fraction saved
-# (`lib.roofline.last_logits_saving`, the source chapter's prediction); the cost model prices the two passes
-# with the head at `T` rows and at one, at the rates chapter 0 measured for those rows. Each run times both
-# kinds back to back (in alternating order, one pass each, after a warm-up in the first run) at
-# every length, so the extra time is taken within a run; the claim adds the extra times of all the lengths in each
-# run, against the same sum predicted.
+# position runs the LM head `T` times instead of once.
+#
+# **Predict first.** The LM head is the model's widest matrix (`d_model x vocab`: 768 x 50,257 in GPT-2 small,
+# about 39M weights beside the blocks' 85M), and with every position's logits it runs `T` rows instead of one.
+# The blocks' FLOPs per token and their rate `F(T)` are printed above. At the longest of `logits_prompts`, what
+# fraction of the pass does computing the last position's logits only save, and how many milliseconds?
+
+# %% [markdown]
+# The FLOP count predicts the fraction saved (`lib.roofline.last_logits_saving`, the source chapter's prediction);
+# the cost model prices the two passes with the head at `T` rows and at one, at the rates chapter 0 measured for
+# those rows. Each run times both kinds back to back (in alternating order, one pass each, after a warm-up in the
+# first run) at every length, so the extra time is taken within a run; the claim adds the extra times of all the
+# lengths in each run, against the same sum predicted.
 
 # %%
 lm = models[main_dt]
@@ -1208,25 +1230,6 @@ opening.write(
        f"So a prompt here costs one token's pass up to {tokens(flats.mid)}, then more with each token."))
 
 # %% [markdown]
-# ## Key terms
-#
-# [Prefill](glossary.md#prefill), [Cost model](glossary.md#cost-model), [Floor](glossary.md#floor), [Knee](glossary.md#knee), [Balance point](glossary.md#balance-point), [Matrix rate F(M)](glossary.md#matrix-rate-fm). Each links to the book's glossary, which says how the book measures it.
-
-# %% [markdown]
-# ## Evidence in this chapter
-#
-# Each claim this chapter made, what was predicted, what this run measured, the verdict, and the data it came
-# from. A verdict is decided on the 95 % interval of the median over runs (`lib.claims` says how): *held* when
-# all of the interval agrees with the prediction, *did not hold* when none of it does, *not resolved* when it
-# straddles the line. `data/02_prefill_sweep/claims.csv` holds the same rows, and the book's status page counts them.
-
-# %%
-results.table(register.frame(), "claims")
-display(prose.table(register.evidence()))
-print(register.summary())
-results.finish()  # the run is whole: its tables and figures replace the last run's together
-
-# %% [markdown]
 # ## Takeaways
 #
 # * A prefill's [floor](glossary.md#floor) is its measured 1-token pass, and it has one only if longer prompts
@@ -1283,6 +1286,121 @@ results.finish()  # the run is whole: its tables and figures replace the last ru
 #
 # * Set `threads = [1, 2, 4]` (on a machine with more cores, after running chapter 0 with the same counts): does
 #   doubling the threads halve the time at the longest prompt? Does it move the floor?
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+_slow = floors[(floors.dtype == main_dt) & (floors.threads == fewest)]
+if on_gpu or fewest == most or _slow.empty or not both:
+    _text = ("This run measured one thread count only" + (" (on a GPU the host's threads do not run the kernels)"
+                                                           if on_gpu else "")
+             + ", so it cannot say. On a machine with more cores `threads_speed_long_prompt` sets the longest prompt's "
+               "gain beside the cost model's, and the table of floors gives each count's 1-token pass.")
+else:
+    _n = max(both)
+    _pair = runs_table[runs_table.prompt_tokens == _n].pivot_table(
+        index="run", columns=["dtype", "threads"], values="time_ms").dropna(subset=[(main_dt, fewest), main])
+    _gain = Spread.of(_pair[(main_dt, fewest)] / _pair[main])  # as `threads_speed_long_prompt` takes it
+    _floor_x = _slow.iloc[0].floor_ms / fm.floor_ms
+    _issue = [cost[(main_dt, k)].prefill(1).term("dispatch").best for k in (fewest, most)]
+    _end = [int(f.flat_until_tokens) for f in (_slow.iloc[0], fm)]
+    _has = [f"a floor to {tokens(e)}" if e > mine.prompt_tokens.min() else "no floor" for e in _end]
+    _ends = f"{_has[0]} on either" if _has[0] == _has[1] else f"{_has[0]} on {fewest} and {_has[1]} on {most}"
+    _priced = cost[(main_dt, fewest)].prefill(_n).best / cost[main].prefill(_n).best
+    _text = (f"Here {most} threads against {fewest} made the pass of {tokens(_n)} **{_gain.text('.2f', 'x')}** as fast "
+             f"(the cost model: {_priced:.2f}x), "
+             + (("close to" if _gain.mid >= 0.9 * most / fewest else "short of") + f" the {most / fewest:g}x of the "
+                "threads." if _gain.mid >= 1 else
+                "slower, not faster: splitting this little work, or sharing the cores with another program, cost more "
+                "than the threads saved.")
+             + f" The 1-token pass, the floor's height, went {_floor_x:.2f}x as "
+             f"fast (from {_slow.iloc[0].floor_ms:.1f} ms to {fm.floor_ms:.1f} ms, with {_ends})"
+             + ((": less than the long prompt, as" if _floor_x < _gain.mid else ": not less than the long prompt, "
+                 "although")
+                + f" issuing the pass, priced at {prose.ms(_issue[0])} on {fewest} and {prose.ms(_issue[1])} on "
+                f"{most}, shares out over threads less than arithmetic does." if min(_floor_x, _gain.mid) >= 1 else
+                "; with times like these, this run cannot tell how a pass's work shares out over threads.")
+             + " With four threads, if the book's explanation holds, "
+             "the longest prompt gains what chapter 0's `F(T)` at each count says (under the threads' ratio wherever "
+             "memory or shared caches limit) and the 1-token pass gains less; one that gained as much would say its "
+             "cost is arithmetic after all.")
+display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</details>"))
+
+# %% [markdown]
 # * Set `margin = 0.5`: which of the floor and the knee moves, and by how much?
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+_wide = {c: sweeps.floor_and_knee(mine.prompt_tokens, mine[c] / 1e3, margin=0.5) for c in ("time_ms", "predicted_ms")}
+_now = {"time_ms": readings[1], "predicted_ms": expected[main]}  # the medians' reading and the cost model's
+_floor = lambda f: (f"a floor to {tokens(f.flat_until_tokens)}" if f.flat_until_tokens > f.floor_tokens  # noqa: E731
+                    else "no floor")
+_say = {c: (f"there is {_floor(_wide[c])} instead of {_floor(_now[c])}" if _floor(_wide[c]) != _floor(_now[c]) else
+            f"there is still {_floor(_now[c])}") + ", and the knee " + (
+    f"moves from {tokens(_now[c].knee_tokens)} to {tokens(_wide[c].knee_tokens)}"
+    if _wide[c].knee_tokens != _now[c].knee_tokens else f"stays at {tokens(_now[c].knee_tokens)}") for c in _wide}
+display(Markdown(
+    f"<details><summary>What to expect</summary>\n\nRead off this run's medians ({label(*main)}) with "
+    f"`margin = 0.5` rather than {margin:g}, {_say['time_ms']}; on the cost model's curve, {_say['predicted_ms']}. "
+    "A wider margin can only lengthen the floor (or leave it) and bring the knee to a shorter prompt (or leave it): "
+    "both are thresholds read off the same points, not properties of the pass. Since the cost model's lengths move "
+    "with the measured ones, `floor_flat_as_predicted` and `knee_as_predicted` still compare like with like.\n</details>"))
+
+# %% [markdown]
 # * Add 3, 6 and 12 to `prompts`: does the measured curve have steps where `F(M)` does?
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+_t = ceilings.table
+_rows = sorted({int(r) for r in _t[(_t.kernel == "blocks") & (_t.model == model_name) & (_t.dtype == main_dt)
+                                   & (_t.threads == most) & (_t.status == "ok")].rows})
+_near = [r for r in _rows if r <= 16] or _rows[:2]  # the rows timed around 3, 6 and 12
+_time = {r: ceilings.matrices(model_name, main_dt, most, "blocks", r).best * 1e3 for r in _near}
+_per_row = {(a, b): (_time[b] - _time[a]) / (b - a) for a, b in zip(_near, _near[1:])}
+(_a, _b), _jump = max(_per_row.items(), key=lambda kv: abs(kv[1]))
+display(Markdown(
+    f"<details><summary>What to expect</summary>\n\nChapter 0 timed the model's matrices at "
+    f"{', '.join(map(str, _rows))} rows only, so the cost model prices 3, 6 and 12 rows between their neighbours and "
+    f"its dotted curve can have no step there. Up to {_near[-1]} rows the blocks took "
+    f"{', '.join(f'{v:.3g}' for v in _time.values())} ms at {', '.join(map(str, _near))} rows ({label(*main)}): the "
+    f"largest change per added row, {_jump:+.3g} ms, is from {_a} to {_b} rows. If the kernel changes its path only "
+    "where chapter 0 saw it, the new points lie between their neighbours, with ratios to their "
+    "prices like theirs in the sweep's table; a point well off its price is a step at a size chapter 0 never timed, "
+    "and `passes_as_predicted` names the furthest point.\n</details>"))
+
+# %% [markdown]
 # * On a GPU, compare the knee in fp32 and fp16: the source chapter's floor extended further in fp16.
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+_ref = beside[(beside.source == "source chapter") & (beside.device == "cuda")].set_index("dtype")
+_here = floors[floors.threads == most].set_index("dtype")
+_low = "fp16" if on_gpu else half  # this run's 16-bit dtype, if it ran one
+_end = lambda dt: (f"a floor to {tokens(_here.flat_until_tokens[dt])}"  # noqa: E731
+                   if _here.flat_until_tokens[dt] > mine.prompt_tokens.min() else "no floor")
+_this = ("" if _low is None or _low not in _here.index or main_dt not in _here.index else
+         ("This run" if on_gpu else f"This run is on a CPU, and its nearest comparison is {_low}'s")
+         + f": {_end(_low)} and the knee at {tokens(_here.knee_tokens[_low])}, against {_end(main_dt)} and "
+         f"{tokens(_here.knee_tokens[main_dt])} in {main_dt} (the table of floors).")
+display(Markdown(
+    "<details><summary>What to expect</summary>\n\nThe source chapter's GPU, read with this chapter's rule (the "
+    f"table beside the reference runs): in fp32 its floor lasts to {tokens(_ref.flat_until_tokens['fp32'])} and its "
+    f"knee is at {tokens(_ref.knee_tokens['fp32'])}; in fp16 to {tokens(_ref.flat_until_tokens['fp16'])} and at "
+    f"{tokens(_ref.knee_tokens['fp16'])}. If the book's explanation holds, fp16 halves the weights' bytes and runs its "
+    "products on tensor cores at many times fp32's rate, so the fixed cost of issuing a pass hides more tokens' work "
+    "and both lengths move to longer prompts; a knee no later in fp16 would mean its kernels are not faster at those "
+    f"rows (`half_long_prompt` says by how much they were). {_this}\n</details>"))
+
+# %% [markdown]
+# ## Key terms
+#
+# [Prefill](glossary.md#prefill), [Cost model](glossary.md#cost-model), [Floor](glossary.md#floor), [Knee](glossary.md#knee), [Balance point](glossary.md#balance-point), [Matrix rate F(M)](glossary.md#matrix-rate-fm). Each links to the book's glossary, which says how the book measures it.
+
+# %% [markdown]
+# ## Evidence in this chapter
+#
+# Each claim this chapter made, what was predicted, what this run measured, the verdict, and the data it came
+# from. A verdict is decided on the 95 % interval of the median over runs (`lib.claims` says how): *held* when
+# all of the interval agrees with the prediction, *did not hold* when none of it does, *not resolved* when it
+# straddles the line. `data/02_prefill_sweep/claims.csv` holds the same rows, and the book's status page counts them.
+
+# %%
+results.table(register.frame(), "claims")
+display(prose.table(register.evidence()))
+print(register.summary())
+results.finish()  # the run is whole: its tables and figures replace the last run's together

@@ -77,7 +77,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
-from IPython.display import display
+from IPython.display import Markdown, display
 
 from lib import claims, costmodel, machine, phases, profiling, prose, regime, sweeps, timing
 from lib.claims import Spread
@@ -139,15 +139,33 @@ pd.Series({**describe_environment(device, None, model_name), "configurations": [
 # %%
 opening = prose.Opening()
 
-# %% [markdown] tags=["predict"]
+# %% [markdown]
 # ## Predict first
 #
 # Each step is priced at the middle of its run (the context plus half the steps): the weights at one row (the
 # larger of their bytes at the rate the model's matrix-vector products stream them and their FLOPs at `F(1)`:
 # at one row they are the same number), attention's read of the cache at chapter 0's rate for that size, the
 # growing cache's copy, and dispatch (the same step, its matrices and attention hollowed out). The textbook's
-# streaming floor, the same bytes over the streaming read, is shown beside it. Before running anything: which term is
-# largest, and how long should a step take?
+# streaming floor, the same bytes over the streaming read, is shown beside it. What a step reads, and chapter 0's
+# rates for each configuration:
+
+# %%
+step_inputs = pd.DataFrame([dict(configuration=label(dt, n), weights_mb=shape.with_dtype(dt).weight_bytes / 1e6,
+                                 cache_kb_per_token=shape.with_dtype(dt).kv_bytes_per_token / 1e3,
+                                 matrix_vector_gb_s=ceilings.weight_rate(model_name, dt, n) / 1e9,
+                                 streaming_read_gb_s=ceilings.stream_bandwidth(dt, n) / 1e9,
+                                 dispatch_ms=ceilings.dispatch(model_name, dt, n, "decode").best * 1e3)
+                            for dt, n in configs])
+step_inputs.round(2)
+
+# %% [markdown] tags=["predict"]
+# **Predict first.** From the table above: a step reads every weight once and its cache (`cache_kb_per_token` times
+# the context), its matrix-vector products stream the weights at `matrix_vector_gb_s`, and issuing the step costs
+# `dispatch_ms` beside them. For the first configuration at the shortest context, which part is largest, and how
+# many milliseconds should a step take? Is that close to its bytes at the streaming read, or well above them?
+
+# %% [markdown]
+# The cost model's price, term by term, for every configuration and context, with the streaming floor beside it:
 
 # %%
 display(prose.source(costmodel.CostModel.decode))
@@ -537,8 +555,8 @@ growth[["dtype", "threads", "context_tokens", "step_ms", "predicted_ms", "static
 # decoded in strict alternation, one of each in turn, `paired_steps` times (`lib.sweeps.alternating`: a slow spell of the
 # machine lasts far longer than two steps, so it lands on both of a pair), and decided on the 95 % interval of the
 # median of the pairs' differences. One layer down, both
-# steps at the longest context run under the profiler, so the saving's parts (the copy it avoids, the masked
-# attention it adds) can be read inside the steps.
+# caches' steps at the shortest and the longest context run under the profiler, in turn, so the saving's parts
+# (the copy it avoids, the masked attention it adds) and the growth's parts can be read inside the steps.
 
 # %%
 def per_run(dt: str, n: int, c: int, table: pd.DataFrame | None = None, column: str = "step_ms") -> pd.Series:
@@ -548,25 +566,26 @@ def per_run(dt: str, n: int, c: int, table: pd.DataFrame | None = None, column: 
     return g.set_index("run")[column] / 1e3
 
 
-def inside_steps(dt: str, n: int, c: int) -> pd.DataFrame:
-    """Both caches' steps at context ``c`` under the profiler, ``profiled_runs`` times: each term's median (ms)."""
-    out = {}
+def inside_steps(dt: str, n: int, at: tuple[int, ...]) -> dict[int, pd.DataFrame]:
+    """Both caches' steps at each context of ``at`` under the profiler, ``profiled_runs`` times, the contexts and
+    caches in turn within each run: per context, each term's median (ms), one column per cache."""
+    found = {(c, kind): [] for c in at for kind in ("dynamic", "static")}
     with use_threads(n), torch.inference_mode():
-        for kind in ("dynamic", "static"):
-            kv, first = kept[(dt, n, kind)][c]
+        for _ in range(profiled_runs):
+            for c, kind in found:
+                kv, first = kept[(dt, n, kind)][c]
 
-            def one_step() -> None:
-                phases.truncate_cache(kv, c)
-                phases.decode(models[dt], first, kv, 1)
+                def one_step() -> None:
+                    phases.truncate_cache(kv, c)
+                    phases.decode(models[dt], first, kv, 1)
 
-            terms = [profiling.operators(one_step, passes=3, device=device).groupby("term").self_ms.sum()
-                     for _ in range(profiled_runs)]
-            out[kind] = pd.concat(terms, axis=1).median(axis=1)
-    return pd.DataFrame(out).fillna(0.0)
+                found[(c, kind)].append(profiling.operators(one_step, passes=3, device=device).groupby("term").self_ms.sum())
+    return {c: pd.DataFrame({kind: pd.concat(found[(c, kind)], axis=1).median(axis=1)
+                             for kind in ("dynamic", "static")}).fillna(0.0) for c in at}
 
 
 c0, c1 = contexts[0], contexts[-1]
-inside, paired_rows = {}, []
+inside, inside_growth, paired_rows = {}, {}, []
 for dt, n in growth_configs:
     g = growth[(growth.dtype == dt) & (growth.threads == n)].set_index("context_tokens")
     with use_threads(n):  # the two contexts, then the two caches, one step of each in turn
@@ -585,7 +604,29 @@ for dt, n in growth_configs:
     saved = Spread.of(save_pairs.difference_s)  # growing less preallocated, pair by pair
     model_saved = (cost[(dt, n)].decode(c1 + mid, fresh_pages=save_pairs.b_faults.median()).best
                    - cost[(dt, n)].decode(c1 + mid, cache="static", max_len=c1 + steps).best)
-    inside[(dt, n)] = parts = inside_steps(dt, n, c1)
+    both = inside_steps(dt, n, (c0, c1))
+    inside[(dt, n)] = parts = both[c1]
+    inside_growth[(dt, n)] = pd.concat({c: both[c] for c in (c0, c1)}, axis=1)
+    grew_inside = (both[c1] - both[c0]).reindex(["attention", "cache copy", "matrices", "dispatch", "copies"]).fillna(0.0)
+    rest_grew = {k: grew_inside[k][["matrices", "dispatch", "copies"]].sum() for k in ("dynamic", "static")}
+    missed = grew.mid * 1e3 - model_growth * 1e3  # the growth the cost model does not have, unprofiled (ms)
+    priced_growth = {t: (cost[(dt, n)].decode(c1 + mid).term(t).best - cost[(dt, n)].decode(c0 + mid).term(t).best) * 1e3
+                     for t in ("attention", "cache copy")}
+    why_grew = (f"One layer down, both caches at both contexts under the profiler, in turn, {profiled_runs} times: "
+                f"from {c0} to {c1} tokens the growing cache's attention grew {grew_inside.dynamic['attention']:+.1f} ms "
+                f"and its copy {grew_inside.dynamic['cache copy']:+.1f} ms (the cost model adds "
+                f"{priced_growth['attention']:+.1f} and {priced_growth['cache copy']:+.1f}), and the rest of the step, "
+                f"which the cost model prices the same at every context, grew {rest_grew['dynamic']:+.1f} ms (the "
+                f"matrices {grew_inside.dynamic['matrices']:+.1f}, dispatch and the time between operators "
+                f"{grew_inside.dynamic['dispatch']:+.1f}); with the preallocated cache, which copies nothing, the rest "
+                f"grew {rest_grew['static']:+.1f} ms. "
+                + ("So a longer cache slows the step's other work too, copy or no copy: that is what the cost model "
+                   "misses, " if rest_grew["static"] > 0.5 * max(rest_grew["dynamic"], 0.5) > 0.25 else
+                   "So the rest grows with the copy (allocating the growing cache's new tensors every step), not with "
+                   "the context: that is what the cost model misses, " if rest_grew["dynamic"] > 0.5 else
+                   "So the step's other work hardly grows under the profiler, and the difference lies in the cache's "
+                   "own operators, ")
+                + f"{missed:+.1f} ms of the growth unprofiled.")
     priced_dyn, priced_stat = (cost[(dt, n)].decode(c1 + steps // 2, cache=k, max_len=c1 + steps,
                                                     fresh_pages=faults[(dt, n, c1)] if k == "dynamic" else None)
                                for k in ("dynamic", "static"))
@@ -643,8 +684,13 @@ for dt, n in growth_configs:
             grew=(grew * 1e3).text("+.1f", "ms"), model=prose.ms(model_growth), copy=prose.ms((g.cache_copy_ms[c1] - g.cache_copy_ms[c0]) / 1e3),
             alone=prose.ms(alone_growth), saved=(saved * 1e3).text(".1f", "ms"), model_saved=prose.ms(model_saved),
             why=why_saved, lean=lean, c1=c1))
+    if register.verdict(f"growth_follows_bytes_{tag(dt, n)}") != claims.HELD and missed > 0:
+        show(why_grew)
 results.table(pd.concat({f"{dt}, {n} threads": t for (dt, n), t in inside.items()}).rename_axis(["configuration", "term"])
               .reset_index(), "steps_inside")
+results.table(pd.concat({f"{dt}, {n} threads": t for (dt, n), t in inside_growth.items()})
+              .set_axis([f"{kind}_{c}_ms" for c, kind in next(iter(inside_growth.values())).columns], axis=1)
+              .rename_axis(["configuration", "term"]).reset_index(), "steps_inside_by_context")
 _ = results.table(pd.concat(paired_rows, ignore_index=True), "paired_steps")  # not shown: a path
 
 # %% [markdown]
@@ -803,11 +849,22 @@ show(f"This run ({label('fp32', int(ours.threads.iloc[0]))}): "
 #
 # Decode `B` sequences at once and the step still reads every weight once, now shared by `B` tokens, but it
 # reads (and, if the cache grows, copies) `B` caches, and its matrices run with `B` rows: at the rate `F(B)`
-# chapter 0 measured for that many rows.
+# chapter 0 measured for that many rows. The bytes a step reads at context `batch_context`, for each batch:
+
+# %%
+batch_inputs = pd.DataFrame(dict(batch=batches, weights_mb=shape.weight_bytes / 1e6,
+                                 caches_mb=[b * batch_context * shape.kv_bytes_per_token / 1e6 for b in batches]))
+batch_inputs.round(1)
 
 # %% [markdown] tags=["predict"]
 # ### Predict first
 #
+# **Predict first.** Batch 1 is one sequence's step, as in the sweep above. In a batch the weights' bytes stay the
+# same while the caches' grow with it (the table above), and a growing cache is also copied at every step. At the
+# largest batch, how many times batch 1's tokens per second should the machine give with a growing cache, and how
+# many with a preallocated one: close to the batch, or far less?
+
+# %% [markdown]
 # The cost model's terms for each batch at context `batch_context`, over a growing and a preallocated cache. If
 # the step follows them, the tokens per second of the batch over those of one sequence is `predicted_gain`.
 
@@ -1305,25 +1362,6 @@ opening.write(opening_start + kernel_note + ". " + narrow_text + batch_text + to
               opening_start + rule + ".")
 
 # %% [markdown]
-# ## Key terms
-#
-# [Decode](glossary.md#decode), [KV cache](glossary.md#kv-cache), [Kernel rate](glossary.md#kernel-rate), [Dispatch](glossary.md#dispatch), [Regimes](glossary.md#regimes), [Streaming read](glossary.md#streaming-read). Each links to the book's glossary, which says how the book measures it.
-
-# %% [markdown]
-# ## Evidence in this chapter
-#
-# Each claim this chapter made, what was predicted, what this run measured, the verdict, and the data it came
-# from. A verdict is decided on the 95 % interval of the median over runs (`lib.claims` says how): *held* when
-# all of the interval agrees with the prediction, *did not hold* when none of it does, *not resolved* when it
-# straddles the line. `data/03_decode_sweep/claims.csv` holds the same rows, and the book's status page counts them.
-
-# %%
-results.table(register.frame(), "claims")
-display(prose.table(register.evidence()))
-print(register.summary())
-results.finish()  # the run is whole: its tables and figures replace the last run's together
-
-# %% [markdown]
 # ## What these numbers do not show
 #
 # * **An eager PyTorch loop.** Every step runs Python, transformers' cache bookkeeping and hundreds of small
@@ -1384,6 +1422,141 @@ results.finish()  # the run is whole: its tables and figures replace the last ru
 #
 # * Set `configs = [("fp32", 1), ("fp32", 2)]` on a machine with more cores, then `[("fp32", 4)]`: does the step
 #   follow the cost model as threads are added?
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+_fp32 = sorted(n for dt, n in configs if dt == "fp32")
+_measured = sorted(ceilings.threads("fp32"))  # the thread counts chapter 0 measured here
+_four = ("" if on_gpu else
+         " Listed alone, `[(\"fp32\", 4)]` has no second thread count, so the gain reads *not measured*." if most == 4 else
+         f" Listed alone, `[(\"fp32\", 4)]` has no second thread count, and the chapter reads its first configuration "
+         f"(fp32 on all {most} threads) throughout: keep `(\"fp32\", {most})` beside it." if 4 in _measured else
+         f" Chapter 0 measured fp32 at {' and '.join(map(str, _measured))} thread(s) on this machine, so a 4-thread "
+         f"configuration stops this chapter in its first cells, the cost model naming chapter 0's missing run: run "
+         f"chapter 0 with 4 threads first, on a machine with at least 4 cores.")
+if on_gpu or len(_fp32) < 2:
+    _text = ("This run had no two fp32 thread counts to compare (" + ("on a GPU the chapter gives every configuration "
+             "the host's threads" if on_gpu else "one configuration of fp32") + "), so `thread_gain_follows_gemv` "
+             "reads *not measured*. With two, the book expects the step to gain what its price gains from chapter 0's "
+             "rates at each thread count; a gain beyond the tolerance of that would show it wrong.")
+else:
+    _few, _many, _c = _fp32[0], _fp32[-1], contexts[0]
+    _gain = Spread.of((per_run("fp32", _few, _c) / per_run("fp32", _many, _c)).dropna())
+    _pred = cost[("fp32", _few)].decode(_c + steps // 2).best / cost[("fp32", _many)].decode(_c + steps // 2).best
+    _gemv = ceilings.weight_rate(model_name, "fp32", _many) / ceilings.weight_rate(model_name, "fp32", _few)
+    _issue = (ceilings.dispatch(model_name, "fp32", _few, "decode").best
+              / ceilings.dispatch(model_name, "fp32", _many, "decode").best)
+    _text = (f"This run compared {_many} threads with {_few}: at context {_c} the step ran {_gain.text('.2f', 'x')} as "
+             f"fast, where the cost model predicted {_pred:.2f}x from chapter 0's rates at both counts (its "
+             f"matrix-vector products gained {_gemv:.2f}x, its dispatch {_issue:.2f}x; `thread_gain_follows_gemv`: "
+             f"*{register.verdict('thread_gain_follows_gemv')}*). On more cores, if the book is right, each step keeps "
+             f"to the price of its own thread count, and it gains less than the kernels do wherever dispatch gains "
+             f"less; a measured gain beyond the tolerance of the predicted one would show that chapter 0's kernels do "
+             f"not carry their rates into the step.")
+display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}{_four}\n</details>"))
+
+# %% [markdown]
 # * Raise `batches` to 128 and 256 until a row reports out of memory (or the step becomes compute-bound).
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+import os as _os
+
+_ctx, _len = batch_context + batch_steps // 2, batch_context + batch_steps
+_priced = {(_k, _b): cost[main].decode(_ctx, batch=_b, cache=_k, max_len=_len)
+           for _k in ("dynamic", "static") for _b in (128, 256)}
+_tps = {_key: _key[1] / _p.best for _key, _p in _priced.items()}  # tokens per second, priced
+_cache_bytes = 256 * _len * shape.kv_bytes_per_token  # batch 256's caches at their longest
+try:
+    _memory = (torch.cuda.get_device_properties(device).total_memory if on_gpu
+               else _os.sysconf("SC_PAGE_SIZE") * _os.sysconf("SC_PHYS_PAGES"))
+except (AttributeError, ValueError, OSError):  # a system that does not say
+    _memory = None
+_size = f"{_cache_bytes / 1e9:.1f} GB" if _cache_bytes >= 1e8 else f"{_cache_bytes / 1e6:.0f} MB"
+_fit = ("" if _memory is None else
+        f" Batch 256's caches hold {_size} against the {_memory / 1e9:.0f} GB this machine reports, so "
+        + ("they should fit and every row report ok (a container's limit may be lower)." if 2 * _cache_bytes < _memory
+           else "the batch-256 row should report out of memory." if _cache_bytes > _memory
+           else "they fit only just: a growing cache's copies may run out of memory."))
+_top_terms = {_k: _priced[(_k, 256)].dominant for _k in ("dynamic", "static")}
+_kinds = {"the matrices' arithmetic" if t.limit == "compute" else "the weights' read"
+          if t.name in ("block matrices", "LM head") else "the cost of issuing the step" if t.name == "dispatch"
+          else "the caches' work" for t in _top_terms.values()}
+_bound = (" and ".join(sorted(_kinds)) + (": the step has turned compute-bound" if "the matrices' arithmetic" in _kinds
+                                          else ", not the matrices' arithmetic: the step does not turn compute-bound"))
+display(Markdown(
+    f"<details><summary>What to expect</summary>\n\nThe cost model prices batch 128 and batch 256 at "
+    f"{_tps[('dynamic', 128)]:.0f} and {_tps[('dynamic', 256)]:.0f} tokens per second with a growing cache and "
+    f"{_tps[('static', 128)]:.0f} and {_tps[('static', 256)]:.0f} preallocated; the best measured above were "
+    f"{dyn.tokens_per_s.max():.0f} (growing) and {stat.tokens_per_s.max():.0f} (preallocated). Its largest term at batch "
+    f"256 is the {_top_terms['dynamic'].name} (growing) and the {_top_terms['static'].name} (preallocated), "
+    f"{_bound}.{_fit} A measured step far above its price there would be work the cost model does not see at that "
+    f"size.\n</details>"))
+
+# %% [markdown]
 # * Replace `gpt2-small` with `tiny-gpt2`: how much of a step is then the cost of issuing it?
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+_tiny_shape = MODELS["tiny-gpt2"][0].with_dtype(main[0])
+try:
+    _tiny = costmodel.CostModel(ceilings, "tiny-gpt2", _tiny_shape, *main).decode(contexts[0] + steps // 2)
+except ValueError:  # chapter 0 did not time tiny-gpt2's kernels on this machine
+    _tiny = None
+_here = ("this run's own model" if model_name == "tiny-gpt2" else
+         f"against {kind_of['dispatch'] / kind_of['total']:.0%} of {model_name}'s {prose.ms(kind_of['total'] / 1e3)} in this run")
+if _tiny is None:
+    _text = (f"Chapter 0 did not time tiny-gpt2's kernels here, so this run cannot price its step. Its weights are "
+             f"{_tiny_shape.weight_bytes / 1e6:.1f} MB, so if the book is right nearly all of a step is dispatch.")
+else:
+    _text = (f"Chapter 0 timed tiny-gpt2's kernels too, so the cost model prices its step ({label(*main)}, context "
+             f"{contexts[0]}): {prose.ms(_tiny.best)}, of which dispatch is **{_tiny.term('dispatch').best / _tiny.best:.0%}** "
+             f"({_here}). Its weights are {_tiny_shape.weight_bytes / 1e6:.1f} MB, so reading them costs next to "
+             f"nothing, while the step still issues its operations one by one from Python.")
+display(Markdown(
+    f"<details><summary>What to expect</summary>\n\n{_text} Expect the chapter to call such steps dispatch-bound by "
+    f"their parts (launch-bound by the regime rule), not memory-bound, so `decode_memory_bound` does not hold; a step "
+    f"well above its price would be overhead that chapter 0's hollowed step does not capture.\n</details>"))
+
+# %% [markdown]
 # * Set `batch_context = 64`: with small caches, which part of the batched step is left?
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+_small = {_b: cost[main].decode(64 + batch_steps // 2, batch=_b) for _b in (one, top)}  # a growing cache at context 64
+_shares = {}
+for _at, _p in (("64", _small[top]), ("now", batch_price("dynamic", top))):  # and this run's batch_context
+    _shares[_at] = {"matrices": (_p.term("block matrices").best + _p.term("LM head").best) / _p.best,
+                    "dispatch": _p.term("dispatch").best / _p.best,
+                    "caches": sum(_p.term(t).best for t in ("attention", "cache copy", "page faults")) / _p.best}
+_gain64 = _small[one].best / _small[top].best * top / one
+_saved = _small[top].best - cost[main].decode(64 + batch_steps // 2, batch=top, cache="static", max_len=64 + batch_steps).best
+_left = ("the weights' products, shared by the batch, and the cost of issuing them"
+         if _shares["64"]["matrices"] >= _shares["64"]["dispatch"] else
+         "mostly the cost of issuing the step, with the weights' products beside it")
+display(Markdown(
+    f"<details><summary>What to expect</summary>\n\nAt context 64 the cost model prices batch {top}'s step (growing "
+    f"cache) at {prose.ms(_small[top].best)}: the matrices **{_shares['64']['matrices']:.0%}** (at `F({top})` rows), "
+    f"dispatch {_shares['64']['dispatch']:.0%}, the caches {_shares['64']['caches']:.0%}"
+    + (" (this run's own setting)" if batch_context == 64 else
+       f", against {_shares['now']['caches']:.0%} for the caches at this run's context {batch_context}")
+    + f". What is left is {_left}, so tokens per second should gain about {_gain64:.1f}x from batch {one} to {top} "
+    f"(priced), against the {gains['dynamic'][0].text('.1f', 'x')} measured here at context {batch_context} with a "
+    f"growing cache; " + (f"a preallocated cache would save {prose.ms(_saved)} of that step ({_saved / _small[top].best:.0%})."
+                          if _saved > 0 else "a preallocated cache would save nothing: its masked attention costs "
+                          "what the copy saves.") + "\n</details>"))
+
+# %% [markdown]
+# ## Key terms
+#
+# [Decode](glossary.md#decode), [KV cache](glossary.md#kv-cache), [Kernel rate](glossary.md#kernel-rate), [Dispatch](glossary.md#dispatch), [Regimes](glossary.md#regimes), [Streaming read](glossary.md#streaming-read). Each links to the book's glossary, which says how the book measures it.
+
+# %% [markdown]
+# ## Evidence in this chapter
+#
+# Each claim this chapter made, what was predicted, what this run measured, the verdict, and the data it came
+# from. A verdict is decided on the 95 % interval of the median over runs (`lib.claims` says how): *held* when
+# all of the interval agrees with the prediction, *did not hold* when none of it does, *not resolved* when it
+# straddles the line. `data/03_decode_sweep/claims.csv` holds the same rows, and the book's status page counts them.
+
+# %%
+results.table(register.frame(), "claims")
+display(prose.table(register.evidence()))
+print(register.summary())
+results.finish()  # the run is whole: its tables and figures replace the last run's together

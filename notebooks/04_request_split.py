@@ -154,7 +154,7 @@ split["predicted_tpot_median_ms"] = [np.mean([cost.decode(p + i).median for i in
 split["predicted_tpot_ms"] = [np.mean([cost.decode(p + i).best for i in range(1, o)]) * 1e3 if o > 1 else np.nan
                               for p, o in zip(split.prompt_tokens, split.output_tokens)]
 results.table(split, "request_split")
-split.round(3)
+split.drop(columns=[c for c in split.columns if c.startswith("predicted_")]).round(3)  # the prices: with their claim
 
 # %%
 fig, ax = plt.subplots(figsize=(10, 4.5))
@@ -183,8 +183,15 @@ plt.show()
 #
 # The cost model (`lib.costmodel`, on chapter 0's ceilings) prices a request as the book's loop runs it: TTFT is a
 # prefill of the prompt with last-position logits, TPOT the mean of its decode steps, each at its own context
-# (the prompt plus the tokens decoded before it). **Predict** each pair's two numbers before reading the
-# measured ones beside them.
+# (the prompt plus the tokens decoded before it).
+#
+# **Predict first.** Each term of that price is chapter 0's fastest call of its kernel, timed alone; a request runs
+# them back to back from Python and reads every token back to the host. Will the measured TTFT and TPOT (the
+# table above) come out above their prices or below them, and by what ratio, as a geometric mean over the pairs?
+
+# %% [markdown]
+# The cost model's price for each pair, beside the measured medians; the claim allows the tolerance for a time
+# predicted from measured ceilings.
 
 # %%
 register.claim(
@@ -229,8 +236,15 @@ split[["prompt_tokens", "output_tokens", "ttft_ms", "predicted_ttft_ms", "tpot_m
 # %% [markdown] tags=["predict"]
 # ## TTFT and the prompt
 #
-# **Predict.** TTFT is a prefill: its FLOPs grow with every prompt token, so TTFT should rise with the prompt
-# whatever the output length.
+# **Predict first.** A prefill of `T` prompt tokens does about `2 x parameters x T` FLOPs in its matrices
+# (attention's part grows as `T x T`, small at these lengths) and reads every weight once. If TTFT were all
+# arithmetic at one rate, by what factor would it grow each time the prompt doubles: 1x, 2x or 4x? Would a fixed
+# cost per pass, paid at every prompt length, pull the fitted exponent above 1 or below it?
+
+# %% [markdown]
+# The book's expectation: TTFT is a prefill, whose FLOPs grow with every prompt token, so TTFT rises with the
+# prompt whatever the output length. The claim fits log TTFT against log prompt length over every request: its
+# slope is the exponent, and two to that power is the factor per doubling.
 
 # %%
 ttft_by_prompt = split.groupby("prompt_tokens").agg(ttft_ms=("ttft_ms", "median"), low=("ttft_ms_low", "min"),
@@ -256,15 +270,30 @@ show(register.decide("ttft_rises_with_prompt", (claims.verdict_of(rise.low > 0, 
                      per_doubling=f"{2 ** rise.mid:.2f}x" if rise else "", slope=rise.text(".2f") if rise else "",
                      all=", ".join(f"{p} tokens {t:.0f} ms" for p, t in ttft_by_prompt.ttft_ms.items())))
 
-# %% [markdown] tags=["predict"]
+# %% [markdown]
 # ## Does TPOT grow with the prompt?
 #
-# **Predict.** A decode step reads every weight and the whole KV cache. The cache grows by
-# `kv_bytes_per_token` for each token of context, the weights not at all, so if every byte cost the same, TPOT
-# would grow with the context in proportion to the bytes a step reads (`lib.roofline.decode_cost`). The cost
-# model prices the cache's part at its own kernels: attention's read, and the copy a growing cache makes at
-# every step (chapter 3). The context of a decode step is the prompt plus the tokens decoded so far; a request's
-# TPOT averages its steps, so its mean context is the prompt plus half the output.
+# A decode step reads every weight and the whole KV cache. The cache grows by `kv_bytes_per_token` for each token
+# of context, the weights not at all. The context of a decode step is the prompt plus the tokens decoded so far; a
+# request's TPOT averages its steps, so its mean context is the prompt plus half the output. What a step reads, and
+# chapter 0's rates for reading and copying memory:
+
+# %%
+tpot_inputs = pd.Series({"weights (MB)": shape.weight_bytes / 1e6, "cache per token (KB)": shape.kv_bytes_per_token / 1e3,
+                         "cache per 1,000 tokens (MB)": shape.kv_bytes_per_token * 1e3 / 1e6,
+                         "streaming read (GB/s)": cost.ceilings.stream_bandwidth(dtype, cost.threads) / 1e9,
+                         "streaming copy (GB/s)": cost.ceilings.stream_bandwidth(dtype, cost.threads, "copy") / 1e9})
+tpot_inputs.round(2).to_frame(f"{lm.name}, {dtype}")
+
+# %% [markdown] tags=["predict"]
+# **Predict first.** The shortest prompts' TPOT is in the grid's table above. If every byte a step reads cost what
+# the weights' bytes cost, how many milliseconds would each further 1,000 tokens of context add to TPOT? A growing
+# cache is also copied at every step (chapter 3): should the measured slope then lie above that figure, or below it?
+
+# %% [markdown]
+# If every byte cost the same, TPOT would grow with the context in proportion to the bytes a step reads
+# (`lib.roofline.decode_cost`). The cost model prices the cache's part at its own kernels: attention's read, and
+# the copy a growing cache makes at every step (chapter 3).
 #
 # **Measure.** A straight line through every request's TPOT against its mean context: its slope is what each
 # further 1,000 tokens of context add to a decode step. The claim takes Theil and Sen's line (the median of the
@@ -336,8 +365,14 @@ show(register.decide("tpot_follows_cache_bytes", (claims.within(slope_spread, mo
 # * **Attention over the cache**: one query against `C` keys and values per head and layer
 #   (`scaled_dot_product_attention`), which reads the cache once.
 #
-# **Predict.** If these two are what TPOT's growth is made of, the growth of their timed sum per 1,000 tokens
-# of context matches the slope measured above.
+# **Predict first.** The concatenation reads the cache and writes it again, and attention reads it once. From the
+# cache's bytes per 1,000 tokens and chapter 0's rates (both in the table above), how many milliseconds per 1,000
+# tokens of context should the two add together? Will their sum, timed alone, reach the TPOT slope measured
+# above, or fall short of it?
+
+# %% [markdown]
+# If these two are what TPOT's growth is made of, the growth of their timed sum per 1,000 tokens of context
+# matches the slope measured above.
 
 # %%
 display(prose.source(sweeps.cache_costs))
@@ -416,8 +451,8 @@ plt.show()
 #
 # The source chapter ran the six pairs on its GPU (`data/reference/ch09_request_split_gpu.csv`).
 #
-# **Predict.** A GPU does a prefill's arithmetic so fast that a short prefill costs about what a decode step
-# does; a CPU pays for every FLOP of it. So a prefill should cost more decode steps here than there, and every
+# What the book expects: a GPU does a prefill's arithmetic so fast that a short prefill costs about what a decode
+# step does; a CPU pays for every FLOP of it. So a prefill should cost more decode steps here than there, and every
 # pair should be more prefill-heavy on a CPU than on the reference GPU.
 
 # %%
@@ -463,11 +498,17 @@ show(register.decide("more_prefill_heavy_than_reference", claims.verdict_of(clos
 # %% [markdown] tags=["predict"]
 # ## Workload archetypes
 #
-# Three shapes of traffic, each a prompt and an output length. **Predict** each one's time from the grid alone:
-# TTFT from a straight line through the grid's median TTFTs against the prompt (its residuals below say how
-# well a line fits), then one TPOT per later token from the TPOT line of the last section at the archetype's
-# mean context; beside it, the cost model's prediction from chapter 0's kernels alone. The dominant phase is
-# the larger of the two. **Measure**: the archetypes ran in the grid's loop.
+# Three shapes of traffic, each a prompt and an output length (the `archetypes` parameter, at the top).
+#
+# **Predict first.** From the grid's TTFT at each prompt length and the TPOT line of the sections above, how many
+# milliseconds should each archetype take end to end, and which of them spend more than half their time in
+# prefill?
+
+# %% [markdown]
+# The book predicts each one's time from the grid alone: TTFT from a straight line through the grid's median
+# TTFTs against the prompt (its residuals below say how well a line fits), then one TPOT per later token from the
+# TPOT line at the archetype's mean context; beside it, the cost model's prediction from chapter 0's kernels
+# alone. The dominant phase is the larger of the two. **Measure**: the archetypes ran in the grid's loop.
 
 # %%
 ttft_line = np.polyfit(split.prompt_tokens, split.ttft_ms, 1)
@@ -534,7 +575,7 @@ show(register.decide("archetypes_predicted_from_grid", claims.every(ok) if lines
 # The two objectives are two different problems. TTFT is one prefill, so it grows with the prompt and is cured by
 # a cheaper prompt pass; TPOT is a decode step, so it grows with the context and is cured by making the decode
 # step cheaper (what chapter 8 measures: fewer bytes where the kernel keeps its rate, less dispatch, a smaller
-# batch). **Predict** from the two lines above which pairs miss which objective before reading the list.
+# batch). The two lines above say which pairs should miss which objective; the list below says which did.
 
 # %%
 good = metrics.goodput([m for m, r in zip(scored, records) if r["workload"] == "grid"], goals.ttft_s, goals.tpot_s)
@@ -633,8 +674,82 @@ per_pair.round(2)
 # ## Try it
 #
 # * Add `(1000, 200)` to `pairs`: at what output length does decode overtake prefill for a 1,000-token prompt?
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+_p, _o = 1000, 200  # the exercise's pair
+_room = lm.max_positions - _p  # the output tokens that fit after such a prompt
+_fits = (f"`(1000, 200)` fits {lm.name}'s {lm.max_positions} positions" if _o <= _room else
+         f"`(1000, 200)` needs {_p + _o} positions and {lm.name} has {lm.max_positions}, so the chapter refuses the "
+         f"grid before any work (`phases.check_fits` names what fits: at most {_room} output tokens)")
+if lines:
+    _ttft = float(ttft_by_prompt.ttft_ms[_p]) if _p in ttft_by_prompt.index else float(np.polyval(ttft_line, _p))
+    _cross = next(o for o in range(2, 100_000) if (o - 1) * (tpot_at_0 + slope * (_p + o / 2) / 1e3) > _ttft)
+    _text = (f"{_fits}. From the grid, a {_p:,}-token prompt's TTFT is {_ttft:.0f} ms and each later token costs about "
+             f"{tpot_at_0 + slope * _p / 1e3:.0f} ms (the TPOT line), so decode overtakes prefill at about **{_cross}** "
+             "output tokens" + (f": more than fit after the prompt, so with {lm.name} a {_p:,}-token request stays a "
+                                f"prefill job on this machine." if _cross > _room else
+                                ": a pair with more output tokens than that spends over half its time decoding."))
+else:
+    _text = (f"{_fits}. This grid has one context length, so there is no TPOT line to find the crossing with: add "
+             f"pairs of other lengths, and the crossing is where (output tokens - 1) x TPOT passes TTFT.")
+display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</details>"))
+
+# %% [markdown]
 # * Set `tpot_slo_ms` to your own reading speed (a fast reader manages about 8 tokens per second: 125 ms).
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+_reader_s = 1 / 8  # a fast reader: 8 tokens per second, as the exercise says
+_grid = [m for m, r in zip(scored, records) if r["workload"] == "grid"]
+_good = metrics.goodput(_grid, goals.ttft_s, _reader_s)
+_slow = sum(m.tpot is not None and m.tpot > _reader_s for m in _grid)  # requests that decode slower than a reader
+_late = sum(m.ttft > goals.ttft_s for m in _grid)  # requests that miss the TTFT objective whatever TPOT's is
+display(Markdown(
+    f"<details><summary>What to expect</summary>\n\nA TPOT objective of {_reader_s * 1e3:.0f} ms is "
+    f"{'looser' if _reader_s >= goals.tpot_s else 'tighter'} than this run's {goals.tpot_ms:.0f} ms. The slowest "
+    f"pair's median TPOT here is {split.tpot_ms.max():.0f} ms and {_slow} of the {len(_grid)} grid requests decode "
+    f"slower than a reader reads, so goodput becomes **{_good:.0%}** (it was {good:.0%}). "
+    + (f"{_late} request{'s' if _late > 1 else ''} still miss{'' if _late > 1 else 'es'} TTFT (over "
+       f"{goals.ttft_ms:.0f} ms): no TPOT objective moves {'them' if _late > 1 else 'it'}, only a cheaper prefill does."
+       if _late else "No request misses TTFT either.")
+    + (" A reader's pace is an objective decode meets here with room to spare." if not _slow else
+       " Those that decode too slowly need a cheaper step (chapter 8), not a faster prefill.") + "\n</details>"))
+
+# %% [markdown]
 # * Run with `dtype = "bf16"`: does the cache's share of TPOT's growth change with the bytes per value?
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+_other = "fp32" if dtype == "bf16" else "bf16"
+try:
+    _alt = costmodel.CostModel(cost.ceilings, model_name, shape.with_dtype(_other), _other, cost.threads)
+    _alt.decode(int(c_high))
+except ValueError:  # chapter 0 did not measure that dtype here
+    _alt = None
+
+
+def _cache_share(m) -> float:
+    """The cache's part (attention, copy, page faults) of the cost model's step at the grid's longest mean context."""
+    _step = m.decode(int(c_high))
+    return sum(_step.term(t).best for t in ("attention", "cache copy", "page faults")) / _step.best
+
+
+_bytes = f"each cached value takes {shape.with_dtype(_other).bytes_per_param:g} bytes against {shape.bytes_per_param:g}"
+if _alt is None or not lines:
+    _text = (f"In {_other} {_bytes}, so if the book is right TPOT's slope falls about with the bytes while the "
+             f"weights' part follows {_other}'s matrix-vector kernel. Chapter 0 measured no {_other} here (or the grid "
+             "has no TPOT line), so this run cannot price it.")
+else:
+    _alt_slope = (_alt.decode(int(c_high)).best - _alt.decode(int(c_low)).best) * 1e6 / (c_high - c_low)
+    _text = (f"In {_other} {_bytes} in this run's {dtype}. The cost model, on chapter 0's {_other} kernels, prices "
+             f"TPOT's slope at {_alt_slope:.2g} ms per 1,000 tokens against {model_slope:.2g} in {dtype} "
+             f"({_alt_slope / model_slope:.2f}x, where the bytes alone give "
+             f"{shape.with_dtype(_other).bytes_per_param / shape.bytes_per_param:g}x), and the cache's part of a step "
+             f"at context {c_high:.0f} at {_cache_share(_alt):.0%} against {_cache_share(cost):.0%}. The weights' part "
+             f"follows not the bytes but {_other}'s matrix-vector kernel "
+             f"({cost.ceilings.weight_rate(model_name, _other, cost.threads) / 1e9:.1f} GB/s against "
+             f"{cost.ceilings.weight_rate(model_name, dtype, cost.threads) / 1e9:.1f}), so the cache's share moves with "
+             f"both. A measured slope in {_other} that did not fall with the bytes would say the copy's kernel, not the "
+             "bytes, sets the growth (`tpot_follows_cache_bytes` would miss).")
+display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</details>"))
 
 # %%
 def at(r) -> str:

@@ -134,7 +134,7 @@ def paid_off(size: int, costs: bool = False) -> str:
     return words
 
 
-# %% [markdown] tags=["predict"]
+# %% [markdown]
 # ## The prediction, from the cost model chapter 2 tested
 #
 # Chapter 2 timed one prefill pass of `T` tokens on this machine and set each beside the cost model
@@ -151,7 +151,7 @@ def paid_off(size: int, costs: bool = False) -> str:
 # pass stops getting quicker as the prompt shrinks (its floor): below it, a smaller chunk buys A little and
 # costs B one more floor per chunk. The **predicted best chunk size** is the smallest size whose step down
 # from the next larger one still cuts the predicted worst gap by more than `stops_helping`; below it, chunking
-# stops paying off. **Predict first:** from chapter 2's table below, where would you put it?
+# stops paying off. Chapter 2's passes on this machine, in milliseconds by prompt length:
 
 # %%
 sweep2 = load_table("02_prefill_sweep", "prefill_sweep", quick=quick)
@@ -176,6 +176,12 @@ floor_reach = (f"it found no floor: a {after_floor.iloc[0]}-token pass already t
                if no_floor and len(after_floor) else
                f"its time stayed within {floor2.margin:.0%} of that up to {tokens(floor2.flat_until_tokens)}")
 section2[["prompt_tokens", "time_ms", "time_ms_low", "time_ms_high"]].set_index("prompt_tokens").T.round(1)
+
+# %% [markdown] tags=["predict"]
+# **Predict first.** Take one of A's decode steps as about chapter 2's 1-token pass, and a chunk of `c` tokens as
+# about chapter 2's pass of `c` tokens (both in the table just above). Unchunked, about how many milliseconds is
+# A's worst gap? And halving the chunk from `b_prompt_len` tokens down, at which chunk size does a step down first
+# cut that worst gap by `stops_helping` or less: where would you put the best chunk size?
 
 
 # %%
@@ -570,10 +576,16 @@ display(Markdown(
 # %% [markdown] tags=["predict"]
 # ## Chunking changes the schedule, not the answer
 #
-# B's last-position logits after a chunked prefill, against the unchunked run's (both prefill the same prompt, so
-# they should agree to rounding). Rounding scales with the dtype: the tolerance is `32 x eps(dtype)` relative to
-# the largest logit, where `eps` is `torch.finfo(dtype).eps`. A different function (a chunk that did not see its
-# prefix) would miss by about the logits' own size, far beyond it; that would fail the build.
+# B's last-position logits after a chunked prefill are set against the unchunked run's: both prefill the same
+# prompt, in pieces or in one pass. `eps` is the dtype's relative rounding step, `torch.finfo(dtype).eps`.
+#
+# **Predict first.** How far apart, in multiples of `eps` of the largest logit, will B's chunked and unchunked
+# logits be: exactly equal, a few `eps`, or about the logits' own size?
+
+# %% [markdown]
+# Both compute the same function, so they should agree to rounding. Rounding scales with the dtype: the tolerance
+# is `32 x eps(dtype)` relative to the largest logit. A different function (a chunk that did not see its prefix)
+# would miss by about the logits' own size, far beyond it; that would fail the build.
 
 # %%
 eps = torch.finfo(torch_dtype).eps
@@ -639,8 +651,16 @@ display(Markdown(
 # ## Extension: several streams decoding at once
 #
 # With `k` A streams decoding as one batch, every A step reads `k` caches but the same weights once; B's chunks
-# still interleave with A's steps. Prediction: a `k`-stream step costs what the cost model prices a batch at (less than `k` one-stream steps: the
-# weights are shared), and unchunked, every one of the `k` streams stalls for B's whole prefill plus one
+# still interleave with A's steps.
+#
+# **Predict first.** One stream's decode step is printed above (A's decode step at the context B arrives at), and
+# one stream's unchunked stall is the worst gap in the interference table above. With `k = max(stream_counts)`
+# streams, how many times one stream's step will each stream's step take: `k` times, or fewer? And unchunked, how
+# many milliseconds will each of the `k` streams stall?
+
+# %% [markdown]
+# The cost model predicts that a `k`-stream step costs what it prices a batch at, less than `k` one-stream steps
+# (the weights are shared), and that unchunked, every one of the `k` streams stalls for B's whole prefill plus one
 # `k`-stream step.
 
 # %%
@@ -778,25 +798,6 @@ told = (
 opening.write(told, told.replace(f" ({foreseen})", "").replace(f", its median gap {shown.a_median_gap_ms:,.0f} ms", ""))
 
 # %% [markdown]
-# ## Key terms
-#
-# [TTFT, ITL, TPOT, worst gap, goodput](glossary.md#ttft-itl-tpot-worst-gap-goodput), [Floor](glossary.md#floor), [Prefill](glossary.md#prefill), [Decode](glossary.md#decode). Each links to the book's glossary, which says how the book measures it.
-
-# %% [markdown]
-# ## Evidence in this chapter
-#
-# Each claim this chapter made, what was predicted, what this run measured, the verdict, and the data it came
-# from. A verdict is decided on the 95 % interval of the median over runs (`lib.claims` says how): *held* when
-# all of the interval agrees with the prediction, *did not hold* when none of it does, *not resolved* when it
-# straddles the line. `data/05_interference/claims.csv` holds the same rows, and the book's status page counts them.
-
-# %%
-results.table(register.frame(), "claims")
-display(prose.table(register.evidence()))
-print(register.summary())
-results.finish()  # the run is whole: its tables and figures replace the last run's together
-
-# %% [markdown]
 # ## Check yourself
 #
 # 1. A's steps take 60 ms; B's 1,000-token prefill takes 2.5 s. Roughly what worst gap does A see unchunked,
@@ -828,5 +829,113 @@ results.finish()  # the run is whole: its tables and figures replace the last ru
 # ## Try it
 #
 # * Set `arrival_step = 30`: does the stall move, and does its size change?
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+_arrival, _small = 30, sizes[-1]
+_left, _now_left = a_tokens - _arrival, a_tokens - arrival_step  # A's tokens still to come when B arrives
+
+
+def _at(chunk: int, left: int) -> tuple[float, float]:
+    """The cost model's (A's worst gap, B's TTFT) in ms, as `predict` prices them, with `left` A tokens to come."""
+    _costs = [chunk_ms(s, e) for s, e in schedule.chunk_schedule(b_prompt_len, chunk)]
+    return a_step_ms + max(_costs[:max(left - 1, 0)], default=0.0), min(len(_costs), left) * a_step_ms + sum(_costs)
+
+
+if _left < 1:
+    _said = (f"With this run's `a_tokens = {a_tokens}` the chapter refuses `arrival_step = {_arrival}` (B must arrive "
+             f"while A is still decoding): raise `a_tokens` above {_arrival} too. Then the stall moves later in A's "
+             "trace, keeps its size unchunked, and with small chunks A finishes before B's last chunks run.")
+else:
+    (_w, _t), (_w_now, _t_now) = _at(_small, _left), _at(_small, _now_left)
+    _said = (f"The stall moves from after A's token {arrival_step} to after its token {_arrival} (in the traces' "
+             f"figure, B's arrival line and the long bar shift right), and unchunked it keeps its size: A still waits "
+             f"behind B's whole prefill, {_at(b_prompt_len, _left)[0]:,.0f} ms by the cost model. Chunked, A has only "
+             f"{_left} tokens left when B arrives, so at most B's first {max(_left - 1, 0)} chunks fall between A's "
+             f"tokens, and the rest of B's chunks run back to back once A is done: with {_small}-token chunks the "
+             f"cost model's worst gap for A goes from {_w_now:,.0f} to {_w:,.0f} ms and B's TTFT from {_t_now:,.0f} to "
+             f"{_t:,.0f} ms, since B waits for fewer A steps. "
+             + ("Fewer than half of A's gaps can then hold a chunk, so A's median gap stays its own step at every size."
+                if _left - 1 < (a_tokens - 1) / 2 else "Half or more of A's gaps can still hold a chunk."))
+display(Markdown(f"<details><summary>What to expect</summary>\n\n{_said}\n</details>"))
+
+# %% [markdown]
 # * Set `stream_counts = [1, 8]` and compare with the Word Factory's eight typers.
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+_k, _c = 8, min(stream_sizes)
+_ratio = cost.decode(context + 5, batch=_k).best / cost.decode(context + 5, batch=k1).best
+_gap = one.a_median_gap_ms * _ratio  # each stream's gap with 8 streams, by the cost model's ratio
+_prefill = many.a_worst_gap_ms - many.a_median_gap_ms  # B's whole prefill, from this run's largest stream count
+_chunk = pick(kn, _c).a_worst_gap_ms - many.a_median_gap_ms  # B's costliest chunk of _c tokens
+_read = {claims.HELD: f"this run's {kn} streams took {batch_ratio.text('.2f', 'x') if batch_ratio else ''} one "
+                      f"stream's step, as the cost model priced it, so expect about that",
+         claims.NOT_HELD: f"this run's {kn} streams took {batch_ratio.text('.2f', 'x') if batch_ratio else ''} one "
+                          f"stream's step against the cost model's {model_ratio:.2f}x, so expect a miss the same way",
+         claims.UNRESOLVED: f"this run's {kn} streams took {batch_ratio.text('.2f', 'x') if batch_ratio else ''} one "
+                            f"stream's step, too near the cost model's {model_ratio:.2f}x to call, so read it as a "
+                            "rough guide"}.get(register.verdict("streams_share_the_weights"), "this run measured one "
+                                                                                               "stream count only")
+display(Markdown(
+    f"<details><summary>What to expect</summary>\n\nThe cost model prices an {_k}-stream step at {_ratio:.2f} times one stream's, "
+    f"so each stream's gap should be about {_gap:.0f} ms against {one.a_median_gap_ms:.0f} ms ({_read}). Unchunked, all "
+    f"{_k} streams should freeze for about {_prefill + _gap:,.0f} ms, {(_prefill + _gap) / _gap:.0f} times their gap, "
+    f"and with {_c}-token chunks for about {_chunk + _gap:,.0f} ms, {(_chunk + _gap) / _gap:.1f} times it. The Word "
+    f"Factory's eight typers (a 2-core CPU, a 1,024-token newcomer) had a normal gap of {typers['normal']:.0f} ms and "
+    f"froze for {typers['unchunked_worst'] / typers['normal']:.0f} times it unchunked and "
+    f"{typers['chunk128_worst'] / typers['normal']:.1f} times with 128-token chunks: another machine and model, so "
+    "compare the multiples, not the milliseconds.\n</details>"))
+
+# %% [markdown]
 # * Set `stops_helping = 0.3`: where does the predicted best chunk size move, and does the measurement follow?
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+_limit = 0.3
+
+
+def _best(chunks, gaps) -> int:
+    """`stopping_point`'s best size with `_limit` in place of `stops_helping`."""
+    for bigger, g_bigger, g in zip(chunks, gaps, gaps[1:]):
+        if 1 - g / g_bigger <= _limit:
+            return int(bigger)
+    return int(chunks[-1])
+
+
+_pred = _best(predicted.chunk_tokens.tolist(), predicted.predicted_a_worst_gap_ms.tolist())
+_meas = _best(summary.chunk_tokens.tolist(), summary.a_worst_gap_ms.tolist())
+_each = [_best(sizes, [runs_table[(runs_table.chunk_tokens == c) & (runs_table.run == r)].a_worst_gap_ms.iloc[0]
+                       for c in sizes]) for r in range(1, runs + 1)]
+_apart = max(_pred, _meas) / min(_pred, _meas)
+_moves = lambda was, now: f"stays at **{now} tokens**" if was == now else f"moves from {was} to **{now} tokens**"
+display(Markdown(
+    f"<details><summary>What to expect</summary>\n\nA step down must now cut A's worst gap by more than {_limit:.0%} "
+    f"to pay, {'not' if _limit > stops_helping else 'instead of'} {stops_helping:.0%}, so the best size can only move "
+    f"to {'larger' if _limit > stops_helping else 'smaller'} chunks: the cost model's best {_moves(best_pred, _pred)}, "
+    f"and the measured medians' {_moves(best, _meas)} (run by run: {', '.join(map(str, _each))}). "
+    + ("The measurement follows the prediction. " if _pred == _meas else
+       f"The measured best lies {'within' if _apart <= claims.PREDICTED_LENGTH else 'more than'} a step of the grid "
+       "from the predicted one. ")
+    + (f"At {_meas} tokens A's worst gap was {by_size.a_worst_gap_ms[_meas]:,.0f} ms and B's TTFT "
+       f"{by_size.b_ttft_ms[_meas]:,.0f} ms, against {by_size.a_worst_gap_ms[best]:,.0f} ms and "
+       f"{by_size.b_ttft_ms[best]:,.0f} ms at {best}: the stricter rule trades A's stall for B's first token."
+       if _meas != best else "On the measured medians the stricter rule changes nothing here.")
+    + "\n</details>"))
+
+# %% [markdown]
+# ## Key terms
+#
+# [TTFT, ITL, TPOT, worst gap, goodput](glossary.md#ttft-itl-tpot-worst-gap-goodput), [Floor](glossary.md#floor), [Prefill](glossary.md#prefill), [Decode](glossary.md#decode). Each links to the book's glossary, which says how the book measures it.
+
+# %% [markdown]
+# ## Evidence in this chapter
+#
+# Each claim this chapter made, what was predicted, what this run measured, the verdict, and the data it came
+# from. A verdict is decided on the 95 % interval of the median over runs (`lib.claims` says how): *held* when
+# all of the interval agrees with the prediction, *did not hold* when none of it does, *not resolved* when it
+# straddles the line. `data/05_interference/claims.csv` holds the same rows, and the book's status page counts them.
+
+# %%
+results.table(register.frame(), "claims")
+display(prose.table(register.evidence()))
+print(register.summary())
+results.finish()  # the run is whole: its tables and figures replace the last run's together
+

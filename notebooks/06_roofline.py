@@ -343,10 +343,14 @@ show(f"This machine ({where}, {points_dtype}) streams **{read / 1e9:.1f} GB/s** 
      f" This device has no {points_dtype} matrix instructions: its rates are a slow fallback kernel's."))
 
 # %% [markdown] tags=["predict"]
-# **Predict.** Each pass's FLOPs and bytes come from `lib.roofline` (the x axis: intensity) and its predicted
-# time from the cost model (`lib.costmodel`), term by term. Before any time is read: which term is largest for
-# each series, and so which regime should each pass be in?
-#
+# **Predict first.** Each pass's FLOPs and bytes come from `lib.roofline` (the x axis: intensity) and its predicted
+# time from the cost model (`lib.costmodel`), term by term. This machine's textbook ridge, and the prompt length a
+# prefill needs to reach it, are printed just above. A decode step at batch 1 does two FLOPs per weight it reads
+# (four bytes each in fp32, two in a 16-bit dtype): how many times below the ridge does it sit, and is its largest
+# term the weights' bytes, the matrices' FLOPs or issuing its operations? And from which of chapter 2's prompt
+# lengths on do you expect a prefill's largest term to be its matrices' FLOPs?
+
+# %% [markdown]
 # The label is the one rule's (`lib.regime`: the largest term's limit), read against the roofline drawn below in
 # two ways. Where the largest term is the matrices' FLOPs at `F(rows)` but the pass sits left of the ridge (where
 # the two roofs say bytes set the time), the label says what set it: **few-row-kernel-bound**, the rate this
@@ -597,10 +601,9 @@ else:
 # follow the bytes, and a 16-bit dtype should change it as its kernel's rate allows (a measured rate, not a
 # halved time: on some CPUs the 16-bit kernel is the slower).
 
-# %% [markdown] tags=["predict"]
-# **Predict.** From chapter 0's table (a GPT-2 small step's dispatch, its weights' rate at one row): how many
-# megabytes of fp32 weights should a 12-layer GPT-2 have before its weights take as long as its floor? Which of
-# the nine sizes should then sit on the floor, and how much longer than GPT-2 small's should GPT-2 XL's step be?
+# %% [markdown]
+# The inputs, from chapter 0: what one issued operation costs between the weights' streams, how many a step
+# issues, and the rate the weights stream at one row; and each size's layers and weight bytes:
 
 # %%
 low16 = "fp16" if device.type == "cuda" else "bf16"
@@ -613,8 +616,20 @@ claims.invariant(fixed_ops + per_layer * reference_shape.layers == ops_ref,
                  f"a {reference_shape.layers}-layer GPT-2 step should issue the {ops_ref} operations chapter 0 counted")
 short_c, long_c = size_contexts
 rate = {dt: ceilings.weight_rate(reference_model, dt, threads) for dt in size_dtypes}
+per_operation = ceilings.dispatch(reference_model, "fp32", threads).best / ops_ref  # seconds, between weight streams
+show(f"Chapter 0 ({where}, fp32): between {reference_model}'s weight streams, one issued operation costs "
+     f"**{per_operation * 1e6:.1f} us**; a GPT-2 step issues {fixed_ops:.0f} operations outside its blocks and "
+     f"{per_layer:.0f} per layer. Its matrix-vector products stream fp32 weights at **{rate['fp32'] / 1e9:.1f} GB/s**. "
+     "The sizes (layers, fp32 weights): " + ", ".join(f"{n} ({gpt2_sizes.SIZES[n].layers}, "
+                                                       f"{gpt2_sizes.SIZES[n].weight_bytes / 1e6:,.1f} MB)"
+                                                       for n in size_names) + ".")
 
+# %% [markdown] tags=["predict"]
+# **Predict first.** From chapter 0's figures just printed: how many megabytes of fp32 weights should a 12-layer
+# GPT-2 have before its weights take as long as its floor (its operations at their cost each)? Which of the sizes
+# should then sit on the floor, and how many times GPT-2 small's step should GPT-2 XL's take?
 
+# %%
 def size_price(name: str, dt: str, context: int) -> costmodel.Prediction:
     """A decode step of size `name` in `dt`, priced from the reference's kernels, at the middle of a run."""
     ops = int(fixed_ops + per_layer * gpt2_sizes.SIZES[name].layers)
@@ -1243,11 +1258,130 @@ display(Markdown(
 #
 # * Set `course_gpu = "H200"`: the same FLOP rate with more bandwidth. Where do the ridge, the prefill crossover and
 #   the decode floor go?
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+_h = roofline.HARDWARE["H200"]
+_fits = roofline.batch_that_fits(big, _h, 1)
+_moved = (f"The {_h.name} has {_h.flops / gpu.flops:.2f}x the {gpu.name}'s FLOP rate and {_h.bandwidth / gpu.bandwidth:.2f}x "
+          f"its bandwidth, so the ridge falls from {gpu.ridge:.0f} to **{_h.ridge:.0f} FLOP/byte** and prefill turns "
+          f"compute-bound at **{roofline.prefill_crossover(llama8, _h)} tokens** instead of "
+          f"{roofline.prefill_crossover(llama8, gpu)}. The decode floor falls with the bandwidth alone, from "
+          f"{roofline.decode_floor(llama8, gpu) * 1e3:.2f} to **{roofline.decode_floor(llama8, _h) * 1e3:.2f} ms** a "
+          f"step. " if _h is not gpu else f"This page already uses the {_h.name}: its tables above are the answer. ")
+display(Markdown(
+    f"<details><summary>What to expect</summary>\n\n{_moved}Its {_h.memory_bytes / 1e9:.0f} GB change the capacity "
+    f"question too: {big.name}'s {big.weight_bytes / 1e9:,.0f} GB of weights "
+    + (f"fit on one, with room for {_fits:,} tokens of cache." if _fits > 0 else "still do not fit on one.")
+    + "\n</details>"))
+
+# %% [markdown]
 # * Add contexts 512, 1,024 and 4,096 to `batch_contexts`: beyond which context can Llama-3-8B's decode not reach
 #   the ridge at any batch?
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+_contexts = sorted(set(batch_contexts) | {512, 1024, 4096})
+_limit = {c: roofline.decode_intensity_limit(llama8, c) for c in _contexts}
+_lo, _hi = 0, 1 << 24  # the longest context whose limit still reaches the ridge, by bisection (it falls with the context)
+while _hi - _lo > 1:
+    _mid = (_lo + _hi) // 2
+    _lo, _hi = (_mid, _hi) if roofline.decode_intensity_limit(llama8, _mid) >= gpu.ridge else (_lo, _mid)
+_never = [c for c in _contexts if _limit[c] < gpu.ridge]
+_reach = [c for c in _contexts if _limit[c] >= gpu.ridge]
+display(Markdown(
+    "<details><summary>What to expect</summary>\n\nAs the batch grows, decode's intensity levels off at one "
+    "sequence's FLOPs over its cache bytes, and that limit falls as the context grows: past "
+    f"**{_lo:,} tokens** it is below the {gpu.name}'s ridge of {gpu.ridge:.0f} FLOP/byte, so no batch gets there. "
+    + (f"Of the contexts then in `batch_contexts`, {_never[0]:,} is the first beyond it (a limit of "
+       f"{_limit[_never[0]]:.0f} FLOP/byte)" if _never else "Every context then in `batch_contexts` still reaches it")
+    + (f", while at {_reach[-1]:,} tokens {roofline.batch_to_reach_ridge(llama8, gpu, _reach[-1]):.0f} sequences reach "
+       f"the ridge, and {roofline.batch_that_fits(llama8, gpu, _reach[-1]):,} fit in its memory." if _reach else ".")
+    + "\n</details>"))
+
+# %% [markdown]
 # * Set `threads = 1` (after running chapters 2 and 3 with one thread): which measured passes change regime?
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+_t1 = ceilings.table
+_priced = device.type != "cuda" and threads != 1 and ((_t1.threads == 1) & (_t1.dtype == points_dtype)).any()
+_changed, _n = [], 0
+_batched1 = load_table("03_decode_sweep", "batched_decode", quick=quick)
+_batched1 = _batched1 is not None and ((_batched1.threads == 1) & (_batched1.dtype == points_dtype)).any()
+if _priced:  # chapters 2 and 3 timed one thread too: label those passes by the same rule, at one thread's ceilings
+    _peak1, _read1 = ceilings.square_flops(points_dtype, 1), ceilings.stream_bandwidth(points_dtype, 1, bandwidth_kernel)
+    for _series, _section, _name, _col in (("prefill", "02_prefill_sweep", "prefill_sweep", "time_ms"),
+                                           ("decode", "03_decode_sweep", "decode_sweep", "step_ms")):
+        _rows = load_table(_section, _name, quick=quick)
+        _rows = pd.DataFrame(columns=["dtype", "threads"]) if _rows is None else _rows
+        _rows = _rows[(_rows.dtype == points_dtype) & (_rows.threads == 1)]
+        _model = (prefill if _series == "prefill" else decode).model.iloc[0]
+        _shape = machine.MODELS[_model][0].with_dtype(points_dtype)
+        _cm = costmodel.CostModel(ceilings, _model, _shape, points_dtype, 1)
+        for _r in (_rows[_rows.cache == "dynamic"] if "cache" in _rows else _rows).itertuples():
+            _tok = int(_r.prompt_tokens if _series == "prefill" else _r.context_tokens)
+            _f = getattr(_r, "faults", getattr(_r, "faults_per_step", None))
+            _f = None if _f is None or not np.isfinite(_f) else float(_f)
+            _mid = _tok + steps_of["steps"] // 2
+            _cost, _pred = ((roofline.prefill_cost(_shape, _tok, logits="last"), _cm.prefill(_tok, fresh_pages=_f))
+                            if _series == "prefill" else
+                            (roofline.decode_cost(_shape, 1, _mid), _cm.decode(_mid, batch=1, fresh_pages=_f)))
+            _label = regime.regime(Spread(getattr(_r, f"{_col}_low") / 1e3, getattr(_r, _col) / 1e3,
+                                          getattr(_r, f"{_col}_high") / 1e3), _pred)
+            _top, _second = sorted(_pred.terms, key=lambda t: t.best, reverse=True)[:2]
+            _shown = (_label.label if not _label.explained else f"mixed ({_top.name} and {_second.name})"
+                      if _top.limit != _second.limit and _top.best < claims.PREDICTED_TIME * _second.best else
+                      "few-row-kernel-bound" if _label.limit == "compute" and _cost.intensity < _peak1 / _read1
+                      else _label.label)  # the rule of `shown_regime`, against one thread's ridge
+            _now = points[(points.series == _series) & (points.tokens == _tok) & (points.batch == 1)].regime
+            if len(_now):
+                _n += 1
+                if _now.iloc[0] != _shown:
+                    _changed.append(f"the {_series} at {prose.tokens(_tok)} ({_now.iloc[0]} at {threads} threads, "
+                                    f"{_shown} at one)")
+if _priced and _n:
+    _said = (f"Chapters 2 and 3 timed these passes with one thread as well, so this run can label them: one thread "
+             f"multiplies large matrices {peak / _peak1:.1f}x slower than {threads} threads and streams "
+             f"{read / _read1:.1f}x slower, which moves the ridge from {ridge:.1f} to {_peak1 / _read1:.1f} FLOP/byte. "
+             + (f"{len(_changed)} of {_n} prefill and batch-1 decode passes change label: {'; '.join(_changed)}. "
+                if _changed else f"None of the {_n} prefill and batch-1 decode passes changes label. ")
+             + "A label moves where one thread slows one term more than the others, so that another term becomes "
+               "the largest" + ("." if _batched1 else "; chapter 3 timed no batched decode with one thread, so at "
+                                "one thread this page would place no batched steps."))
+elif device.type == "cuda":
+    _said = ("On a GPU the thread count only drives the host: the passes run on the device, so expect their labels to "
+             "stay. A label that moves would be a pass bound by issuing its operations from the host (launch-bound).")
+elif threads == 1:
+    _said = "This page already places one thread's passes: the table above is the answer."
+else:
+    _said = ("This run has no one-thread measurements to label (chapter 0, or chapters 2 and 3, ran without one "
+             "thread). Expect the ridge to move by the ratio of one thread's square product to its streaming read, "
+             "and a pass to change label where one thread slows its largest term more than the next one.")
+display(Markdown(f"<details><summary>What to expect</summary>\n\n{_said}\n</details>"))
+
+# %% [markdown]
 # * Give `LLAMA3_8B` `kv_heads=32` (multi-head attention, `dataclasses.replace`): how far does the batching limit fall?
-#
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+import dataclasses as _dataclasses
+
+_mha = _dataclasses.replace(llama8, kv_heads=32)
+_c0, _c1 = min(batch_contexts), max(batch_contexts)
+_gqa0, _gqa1 = (roofline.decode_intensity_limit(llama8, c) for c in (_c0, _c1))
+_mha0, _mha1 = (roofline.decode_intensity_limit(_mha, c) for c in (_c0, _c1))
+_reach = roofline.batch_to_reach_ridge(_mha, gpu, _c0)
+display(Markdown(
+    f"<details><summary>What to expect</summary>\n\nMulti-head attention's {_mha.kv_heads} KV heads, "
+    f"{_mha.kv_heads / llama8.kv_heads:.0f} times grouped-query attention's {llama8.kv_heads}, store "
+    f"{_mha.kv_bytes_per_token / llama8.kv_bytes_per_token:.0f} times the cache bytes per token "
+    f"({_mha.kv_bytes_per_token / 2**10:.0f} KiB instead of {llama8.kv_bytes_per_token / 2**10:.0f}), and the limit "
+    f"falls nearly as much: at context {_c0:,} from {_gqa0:.0f} to **{_mha0:.0f} FLOP/byte** ({_gqa0 / _mha0:.1f}x), at "
+    f"{_c1:,} from {_gqa1:.1f} to **{_mha1:.1f}** ({_gqa1 / _mha1:.1f}x); not quite "
+    f"{_mha.kv_bytes_per_token / llama8.kv_bytes_per_token:.0f}x, because the larger K and V projections add FLOPs too. "
+    + (f"Even at context {_c0:,} no batch then reaches the {gpu.name} ridge, and "
+       if not math.isfinite(_reach) else f"At context {_c0:,} it takes {_reach:.0f} sequences to reach the ridge, and ")
+    + f"only {roofline.batch_that_fits(_mha, gpu, _c0):,} sequences' caches fit there, against "
+      f"{roofline.batch_that_fits(llama8, gpu, _c0):,} with grouped-query attention.\n</details>"))
+
+# %% [markdown]
 # ## Before optimising, find the regime
 #
 # Every chapter of this book comes down to one rule: **find out which regime a pass is in before optimising it.**

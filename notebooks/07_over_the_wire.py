@@ -161,21 +161,40 @@ if not wanted:
     raise ValueError("no engine to measure: set engines to include 'transformers' (or 'vllm' where it can run), "
                      "or give a base_url")
 
-# %% [markdown] tags=["predict"]
+# %% [markdown]
 # ## One request: in-process against through an engine
 #
-# **Predict.** Chapter 1's request runs here in-process (`lib.phases.run_request`: prefill, then greedy
-# decode, each token read back to the host). Through an engine the same model does the same prefill and the
-# same decode steps, plus: the HTTP request and its JSON, the chat template and tokenisation, the scheduler
-# placing the request in a batch, detokenising each token and writing it to the socket. These are fixed
-# costs per request and per token, small beside a 135M-parameter model's forward pass on a CPU. So TTFT should
-# be longer through an engine by a fixed amount, and the gaps should be close to the in-process ones (within
-# the factor `gap_factor` the claim below names).
+# Chapter 1's request runs here in-process (`lib.phases.run_request`: prefill, then greedy decode, each token
+# read back to the host). Through an engine the same model does the same prefill and the same decode steps,
+# plus: the HTTP request and its JSON, the chat template and tokenisation, the scheduler placing the request in
+# a batch, detokenising each token and writing it to the socket. The request, and what the cost model prices
+# its two phases at in-process on this machine (chapter 0's ceilings, nothing timed here):
 
 # %%
 chat = [{"role": "user", "content": question}]
 prompt_ids = lm.tokenizer.apply_chat_template(chat, add_generation_prompt=True, return_tensors="pt",
                                               return_dict=True)["input_ids"]
+ceilings = machine.load_ceilings(cpu, quick=quick)  # chapter 0's one measurement of this machine
+priced = costmodel.CostModel(ceilings, MODEL, machine.MODELS[MODEL][0].with_dtype("fp32"), "fp32",
+                             torch.get_num_threads())  # the in-process path's threads
+show(f"The question is **{prompt_ids.shape[1]} tokens** in the chat template, the reply up to {max_new_tokens}. On "
+     f"{torch.get_num_threads()} threads the cost model prices its prefill at "
+     f"**{priced.prefill(prompt_ids.shape[1]).best * 1e3:.0f} ms** and one decode step at "
+     f"**{priced.decode(prompt_ids.shape[1]).best * 1e3:.0f} ms**.")
+
+# %% [markdown] tags=["predict"]
+# **Predict first.** What an engine adds (the HTTP request, the template, the scheduler, writing each token to
+# the socket) is work per request and per token, not per weight. Through an engine, how many milliseconds
+# later (or sooner) than in-process do you expect the first token to come, and do you expect the gaps between
+# tokens to stay within the book's tolerance for a predicted time (`lib.claims.PREDICTED_TIME`) of the
+# in-process gaps, or to move further?
+
+# %% [markdown]
+# The book's prediction: these are fixed costs per request and per token, small beside a 135M-parameter model's
+# forward pass on a CPU. So TTFT should be longer through an engine by a fixed amount, and the gaps should be
+# close to the in-process ones (within the tolerance the claim below names).
+
+# %%
 eos = lm.tokenizer.eos_token_id
 phases.run_request(lm, prompt_ids, max_new_tokens, eos_token_id=eos)  # warm-up
 local = [phases.run_request(lm, prompt_ids, max_new_tokens, eos_token_id=eos) for _ in range(runs)]
@@ -380,14 +399,21 @@ for r in engine_rows.itertuples():
 # %% [markdown] tags=["predict"]
 # ## Load: many users at once
 #
-# **Predict** from chapter 3's batched decode: one decode step of `B` sequences reads the weights once for
-# all of them, so up to the point where the step becomes compute-bound, a batch of `B` costs little more than
-# one sequence. An engine with continuous batching puts every active request into each step. So, as more
-# users stream at once, the total tokens per second should rise, and each user's TPOT should rise too, but
-# more slowly than the number of users. Each level of the **closed loop** below keeps `c` users busy: each
-# sends its next request when the last one ends. The first level, one user alone, also sets this chapter's
-# objectives under load: `slo_scale` times that user's median TTFT and TPOT on the same engine (DistServe's "SLO
-# scale"), since whether a server is overloaded depends on how fast this machine runs it.
+# Each level of the **closed loop** below keeps `c` users busy: each sends its next request when the last one
+# ends. The first level, one user alone, also sets this chapter's objectives under load: `slo_scale` times that
+# user's median TTFT and TPOT on the same engine (DistServe's "SLO scale"), since whether a server is overloaded
+# depends on how fast this machine runs it.
+#
+# **Predict first.** Chapter 3 found that one decode step of `B` sequences reads the weights once for all of
+# them, and an engine with continuous batching puts every active request into each step; the one-request table
+# above gives each engine's gap for one user alone. From one user to the most in `concurrency`, by how many
+# times do you expect the total tokens per second to rise, and does each user's TPOT rise by more or by less
+# than the number of users?
+
+# %% [markdown]
+# The book's prediction: up to the point where the step becomes compute-bound, a batch of `B` costs little more
+# than one sequence. So, as more users stream at once, the total tokens per second should rise, and each user's
+# TPOT should rise too, but more slowly than the number of users.
 
 # %%
 load_prompt = [{"role": "user", "content": "Write a long story about a lighthouse keeper and a storm."}]
@@ -493,13 +519,19 @@ for name, g in sweep.groupby("engine", sort=False):
 # times of a seeded Poisson process, whether or not earlier ones have finished. The rates are fractions
 # (`rate_fractions`) of the capacity each engine showed above (the requests per second of its most concurrent
 # closed loop), so the sweep brackets that capacity on any machine, and its objectives are the ones set from one
-# user alone. **Predict:** below the rate the engine can serve, requests rarely overlap and goodput is that of one
+# user alone. Goodput here is the fraction of requests that met the objectives, with a 95 % bootstrap interval
+# over requests (a failed request meets none).
+#
+# **Predict first.** The closed loop's table above gives each engine's capacity and the objectives. At an
+# arrival rate equal to that capacity, and at twice it, what fraction of requests do you expect to meet both
+# objectives: about all of them, about half, or almost none?
+
+# %% [markdown]
+# The book's prediction: below the rate the engine can serve, requests rarely overlap and goodput is that of one
 # request alone; above it, queues grow, TTFT climbs with every request in the queue, and goodput falls towards
-# zero. Goodput here is the
-# fraction of requests that met the objectives, with a 95 % bootstrap interval over requests (a failed request
-# meets none). Where the engine reports them (vLLM), its mean time queued and prefilling per request are kept
-# beside the client's TTFT, and every request's figures are saved (`poisson_requests.csv`): chapter 9 replays
-# these arrivals through a model of the scheduler.
+# zero. Where the engine reports them (vLLM), its mean time queued and prefilling per request are kept beside the
+# client's TTFT, and every request's figures are saved (`poisson_requests.csv`): chapter 9 replays these
+# arrivals through a model of the scheduler.
 
 # %%
 poisson_rows, poisson_traces, request_rows, rates_of = [], {}, [], {}
@@ -666,22 +698,37 @@ show(" ".join(f"**{name}**: the same requests are quoted from **{min(p.values())
      + " They differ by definition, not by noise: GuideLLM and LLMPerf spread TTFT over the tokens. Quote the "
        "definition with the number.")
 
-# %% [markdown] tags=["predict"]
+# %% [markdown]
 # ## Chapter 5's stall, inside a real scheduler
 #
 # Stream A decodes; after its `stall_arrival`-th token arrives, request B sends a prompt of
-# `stall_prompt_tokens` tokens (`lib.stall.stall_experiment`). **Predict** from chapter 5: each scheduler step
-# has a token budget (vLLM's `--max-num-batched-tokens`, `transformers serve`'s `--cb-max-batch-tokens`). A
-# prompt longer than the budget is prefilled in pieces of at most the budget, one piece per step beside A's
-# decode token (**chunked prefill**). So A's worst gap should be about one of its ordinary gaps plus the
-# prefill of one piece, which the cost model prices on the cores the engine computes on (vLLM's CPU build keeps one
-# core for its scheduler process); a piece of the whole prompt when the budget holds it all; the same piece timed
-# in-process on the same model is shown beside it; and B's TTFT grows by one step per
-# piece as the budget shrinks. B's prompt starts
-# with a different request number in every run, so no engine can skip its prefill by reusing a cached prefix
-# (vLLM also runs with its prefix cache off throughout this chapter). A asks for a story, so that its reply
-# outlasts B's arrival; a reply that ends sooner (an engine that stops at the end of a turn) leaves nothing to
-# stall, and the case below then says so.
+# `stall_prompt_tokens` tokens (`lib.stall.stall_experiment`). Each scheduler step has a token budget (vLLM's
+# `--max-num-batched-tokens`, here `vllm_budgets`; `transformers serve`'s `--cb-max-batch-tokens`, here
+# `tf_batch_tokens`). A prompt longer than the budget is prefilled in pieces of at most the budget, one piece per
+# step beside A's decode token (**chunked prefill**). B's prompt starts with a different request number in every
+# run, so no engine can skip its prefill by reusing a cached prefix (vLLM also runs with its prefix cache off
+# throughout this chapter). A asks for a story, so that its reply outlasts B's arrival; a reply that ends sooner
+# (an engine that stops at the end of a turn) leaves nothing to stall, and the case below then says so. The cost
+# model's price of a prefill of each budget's piece, in-process on this machine (chapter 0's ceilings):
+
+# %%
+show(f"On {torch.get_num_threads()} threads the cost model prices a prefill of " + ", ".join(
+    f"{n:,} tokens at **{priced.prefill(n).best * 1e3:,.0f} ms**"
+    for n in sorted({min(b, stall_prompt_tokens) for b in [tf_batch_tokens, *vllm_budgets]} | {stall_prompt_tokens}))
+     + "; vLLM's CPU build keeps one core for its scheduler process and computes on the rest.")
+
+# %% [markdown] tags=["predict"]
+# **Predict first.** A's ordinary gap through each engine is in the one-request table above, and a step that
+# carries a piece of B's prompt also runs A's decode token. When B arrives, about how many milliseconds do you
+# expect A's worst gap to last at each budget, and as the budget shrinks, does B's first token come sooner or
+# later?
+
+# %% [markdown]
+# The book's prediction, from chapter 5: A's worst gap should be about one of its ordinary gaps plus the prefill
+# of one piece, which the cost model prices on the cores the engine computes on (vLLM's CPU build keeps one core
+# for its scheduler process); a piece of the whole prompt when the budget holds it all; the same piece timed
+# in-process on the same model is shown beside it; and B's TTFT grows by one step per piece as the budget
+# shrinks.
 
 # %%
 filler = lm.tokenizer("The quick brown fox jumps over the lazy dog. " * (stall_prompt_tokens // 5 + 10),
@@ -1029,14 +1076,126 @@ show("\n".join(lines))
 #
 # * Point the chapter at your own deployment: `base_url = "http://127.0.0.1:8000"` (any OpenAI-compatible
 #   server; the stall runs at its own settings).
+#
+# <details><summary>What to expect</summary>
+#
+# No engine starts: every table has one row, `server`. It is set beside the in-process path only if it serves
+# SmolLM2 under a name the book recognises (`lib.client.same_model`); otherwise one line says it is measured and
+# compared with nothing, and the one-request claims read *not measured*. Only a vLLM server fills the
+# server-side columns (its `/metrics` histograms), and the stall runs at the server's own budget. Over a real
+# network, expect the TTFT the server adds to grow by about one round trip and the gaps far less, unless
+# something between you buffers the stream.
+# </details>
+#
 # * Measure llama.cpp, the engine a laptop user would pick, on the book's own Q4_1 file: start its
 #   OpenAI-compatible server from chapter 8's environment (`make .venv-llama`, then
 #   `.venv-llama/bin/python -m llama_cpp.server --model <the GGUF file> --port 8000 --interrupt_requests False`;
 #   chapter 8 prints the whole command with the file's path; without the last option a new request cuts off the
 #   one streaming) and set `base_url = "http://127.0.0.1:8000"`.
+#
+# <details><summary>What to expect</summary>
+#
+# The server names its model by the Q4_1 file, which the book does not count as the fp32 model it runs
+# in-process, so one line says so and nothing of it is set beside the in-process path. llama.cpp's server runs
+# one request at a time (with `--interrupt_requests False` a new request waits for the one streaming), so expect
+# the total tokens per second to stay flat as users are added while TTFT grows with the requests ahead (a
+# batching gain near 1x), goodput to fall once arrivals outpace one request at a time, and the stall's case to
+# be *queued*: B's first token after A's last, A's gaps undisturbed. Throughput that rises with the users would
+# show that this server batches after all.
+# </details>
+#
 # * Tighten the objectives (`tpot_slo_ms = 50`) and watch where goodput collapses move.
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+_slo_ms = 50.0  # the exercise's TPOT objective
+_said = []
+for _name, _g in poisson.groupby("engine", sort=False):
+    _alone = float(sweep[(sweep.engine == _name) & (sweep.concurrency == 1)].tpot_ms.iloc[0])
+    _over = _g[_g.tpot_ms > _slo_ms]
+    if _alone > _slo_ms:
+        _said.append(f"{_name}'s one user alone already had a median TPOT of {_alone:,.0f} ms, so fewer than half of "
+                     "its requests can meet the objective at any rate: expect goodput below half from the lowest rate up")
+    elif len(_over):
+        _said.append(f"{_name}'s median TPOT passed {_slo_ms:.0f} ms from {_over.rate_per_s.iloc[0]:g} requests/s "
+                     f"({_over.tpot_ms.iloc[0]:.0f} ms there, {_g.tpot_ms.iloc[0]:.0f} ms at the lowest rate), so expect "
+                     "its goodput to fall below half from that rate")
+    else:
+        _said.append(f"{_name}'s median TPOT stayed at or below {_slo_ms:.0f} ms at every rate (at most "
+                     f"{_g.tpot_ms.max():.0f} ms), so expect its goodput to move little")
+display(Markdown(
+    "<details><summary>What to expect</summary>\n\n"
+    f"A request meets a TPOT objective only if its own TPOT is below it, so goodput falls below half wherever the "
+    f"median TPOT in the arrivals table passes {_slo_ms:.0f} ms (the TTFT objective stays {slo_scale:g} times one "
+    "user's). From this run's table: " + "; ".join(_said) + ". The arrival rates do not move (they come from the "
+    "closed loop's capacity), so the collapse in the figure moves to the rates where that happens."
+    "\n</details>"))
+
+# %% [markdown]
 # * Add `64` to `vllm_budgets`: does A's worst gap keep shrinking, or does a step's fixed cost take over?
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+_vl = stall[stall.engine == "vLLM"]
+_cores = cores_of.get("vLLM", n_threads)
+_cm = costs.get(_cores, cost)
+_piece_ms = _cm.prefill(64).best * 1e3
+_steps = -(-b_ids.shape[1] // 64)  # pieces of B's prompt
+if len(_vl) and 64 not in vllm_budgets:
+    _gap = float(_vl.a_median_gap_before_ms.median())
+    _small = _vl.loc[_vl.budget_tokens.idxmin()]
+    _text = (f"The cost model prices a 64-token piece at {_piece_ms:.0f} ms on the {_cores} core"
+             f"{'s' * (_cores != 1)} vLLM computes on, beside A's ordinary gap of {_gap:.0f} ms, so A's worst gap "
+             f"should come down to about {_gap + _piece_ms:.0f} ms, against {_small.a_worst_gap_ms:.0f} ms measured at "
+             f"budget {_small.budget_tokens:.0f}. However small the piece, a step still costs A's ordinary gap, so the "
+             f"worst gap can shrink only by the piece's price. B's prompt then takes about {_steps} steps, so its TTFT should "
+             f"grow to roughly {_steps * (_gap + _piece_ms):,.0f} ms ({_small.b_ttft_ms:,.0f} ms at budget "
+             f"{_small.budget_tokens:.0f}). A worst gap that stays near the one at budget {_small.budget_tokens:.0f} "
+             "would show a fixed cost of each step, not the piece, setting it.")
+elif len(_vl):
+    _text = (f"This run already has a budget of 64: the stall table's row for it shows A's worst gap "
+             f"({float(_vl[_vl.budget_tokens == 64].a_worst_gap_ms.iloc[0]):.0f} ms) against the larger budgets'.")
+else:
+    _gap = float(base.median_gap_ms)
+    _why = vllm_missing or "it is not among this run's engines"
+    _text = (f"vLLM did not run here ({_why}), so only the price can "
+             f"be said: a 64-token piece costs {_piece_ms:.0f} ms on {_cores} thread{'s' * (_cores != 1)}, beside an "
+             f"ordinary in-process gap of {_gap:,.0f} ms. A's worst gap could shrink only to about their sum, and B's "
+             f"prompt would take about {_steps} steps, its TTFT growing to roughly {_steps * (_gap + _piece_ms):,.0f} ms.")
+display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</details>"))
+
+# %% [markdown]
 # * Set `threads = 1`: how much of the difference between the in-process path and each engine was threading?
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+_n = torch.get_num_threads()
+_ctx = int(base.prompt_tokens) + max_new_tokens // 2
+try:
+    _one = costmodel.CostModel(ceilings, MODEL, machine.MODELS[MODEL][0].with_dtype("fp32"), "fp32", 1)
+except ValueError:
+    _one = None  # chapter 0 measured no one-thread ceilings here
+if _n == 1:
+    _text = ("This run already computed on one thread, so nothing should change: the gaps claims above already "
+             "compare the paths like for like.")
+elif _one is None or not len(engine_rows):
+    _text = ("Chapter 0 measured no one-thread ceilings here (or no engine ran), so this run cannot price it. If "
+             "threading explains the difference, the in-process gap rises on one thread and the gaps claims' ratios "
+             "move toward 1x; if they stay, the engines' own loops explain it.")
+else:
+    _slow = _one.decode(_ctx).best / priced.decode(_ctx).best
+    _said = []
+    for _r in engine_rows.itertuples():
+        _c = cores_of.get(_r.path, _n)
+        _moves = _one.decode(_ctx).best / costs[_c].decode(_ctx).best if _c in costs else _slow
+        _now, _then = _r.median_gap_ms / base.median_gap_ms, _r.median_gap_ms * _moves / (base.median_gap_ms * _slow)
+        _said.append(f"{_r.path} (on {_c} core{'s' * (_c != 1)} here) from {_now:.2f}x to about {_then:.2f}x")
+    _text = (f"On one thread the cost model prices a decode step {_slow:.2f}x its price on {_n}, so the in-process gap "
+             f"({base.median_gap_ms:,.0f} ms here) should rise to about {base.median_gap_ms * _slow:,.0f} ms, and each "
+             "engine's gap by the same rule for the cores it computes on. If the *Threads* note is right, each "
+             "engine's gap over the in-process one goes " + "; ".join(_said) + ". A ratio that stays where it is "
+             "would show that the engine's own loop, not threading, made the difference.")
+display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</details>"))
+
+# %% [markdown]
+# The engines stop here, and the paragraph at the top of the chapter is written from the findings above:
 
 # %%
 for engine in live.values():

@@ -97,7 +97,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
-from IPython.display import display
+from IPython.display import Markdown, display
 from transformers.cache_utils import Fp8QuantizedLayer
 
 from lib import claims, client, costmodel, machine, phases, profiling, prose, quantize, speculative, sweeps, timing
@@ -187,18 +187,39 @@ pd.Series({**describe_environment(device, None, model_name), "threads": threads,
 # %%
 opening = prose.Opening()
 
-# %% [markdown] tags=["predict"]
+# %% [markdown]
 # ## 1. Fewer bytes per token
 #
 # A step at context `c` reads its weights once and its cache of `c` positions. The weights' bytes are counted from
 # the tensors each path multiplies by (`lib.quantize.step_weight_bytes`; for the GGUF file, every tensor in it,
-# its 8-bit embedding doubling as the LM head); llama.cpp keeps its cache in fp16.
-#
-# **Predict.** fp32 and bf16 are priced by the cost model, with the weights at the rate chapter 0 found this
+# its 8-bit embedding doubling as the LM head); llama.cpp keeps its cache in fp16. What chapter 0 measured of this
+# machine, before anything is timed here:
+
+# %%
+kernel_rates = {}  # chapter 0's matrix-vector rate of this model, per dtype it measured
+for dt in ("fp32", "bf16"):
+    try:
+        kernel_rates[dt] = ceilings.weight_rate(model_name, dt, threads)
+    except (ValueError, KeyError):  # chapter 0 did not measure it
+        pass
+show(f"{model_name}'s weights are **{shape.weight_bytes / 2**20:,.0f} MiB** in fp32 (half that in a 16-bit dtype, "
+     "about a quarter in int8; the Q4_1 file's 4-bit tensors hold a weight in 5 bits with their blocks' scales). On "
+     f"{threads} thread{'s' * (threads > 1)} chapter 0 measured the streaming read at "
+     f"**{ceilings.stream_bandwidth('fp32', threads) / 1e9:.1f} GB/s**" + (
+         "; this model's matrix-vector products stream their weights at " + " and ".join(
+             f"**{r / 1e9:.1f} GB/s** in {dt}" for dt, r in kernel_rates.items()) if kernel_rates else "") + ".")
+
+# %% [markdown] tags=["predict"]
+# **Predict first.** If a step's time were its bytes over the streaming read, how many milliseconds would the fp32,
+# bf16, int8 and Q4_1 steps each take at the shortest of `contexts`? Which precision do you expect to be the
+# fastest on this machine, and do you expect llama.cpp's 4-bit step to come close to its bytes at the read?
+
+# %% [markdown]
+# The book's prices: fp32 and bf16 are priced by the cost model, with the weights at the rate chapter 0 found this
 # model's matrix-vector products stream them. Chapter 0 has no int8 kernel, so int8's matrices are timed alone
 # here, every one of them on one row, with everything else priced as fp32's step (attention, the growing cache,
-# dispatch). For llama.cpp the book has no kernel rate, only the floor: its bytes at chapter 0's streaming read.
-# How close does it come to that floor here, and what stops it?
+# dispatch). For llama.cpp the book has no kernel rate, only the floor: its bytes at chapter 0's streaming read;
+# how close it comes to that floor here, and what stops it, its claims below say.
 
 # %%
 def matrices_alone(model, rows: int = 1) -> timing.Timing:
@@ -581,8 +602,17 @@ prose.table(quality)
 #
 # Grouped-query attention stores keys and values for fewer heads than it queries (chapter 3's table: SmolLM2 has 3
 # KV heads for 9 query heads). What that buys shows at long contexts, where the cache is a real share of a step's
-# bytes. Here is the arithmetic, for GPT-2 small (multi-head), SmolLM2 as it is, and SmolLM2 as if it kept a KV
-# head per query head:
+# bytes.
+#
+# **Predict first.** A cached token holds a key and a value for every layer and KV head: 2 x layers x KV heads x
+# head size x bytes per value (SmolLM2: 30 layers, 3 KV heads of 64 values, 4 bytes each in fp32). At the longest
+# of `contexts`, what share of the fp32 step's bytes do you expect the cache to be: a few per cent, or most? And
+# about how many milliseconds longer do you expect the fp32 step to take there than at the shortest, if attention
+# reads the extra cache and the growing cache copies it at every step, at the rates printed in section 1?
+
+# %% [markdown]
+# The arithmetic, for GPT-2 small (multi-head), SmolLM2 as it is, and SmolLM2 as if it kept a KV head per query
+# head:
 
 # %%
 gpt2, real = (machine.MODELS[m][0].with_dtype("fp32") for m in ("gpt2-small", "smollm2-135m"))
@@ -653,7 +683,7 @@ if g3 is not None and not g3.empty:
          f"token). As multi-head, SmolLM2 would store {mha.kv_bytes_per_token / real.kv_bytes_per_token:.0f} times the "
          "bytes a token.")
 
-# %% [markdown] tags=["predict"]
+# %% [markdown]
 # ### A quantized cache: memory or time?
 #
 # transformers' `QuantizedCache` with its fp8 backend stores keys and values in one byte each. Read how it serves
@@ -661,6 +691,11 @@ if g3 is not None and not g3.empty:
 
 # %%
 display(prose.source(Fp8QuantizedLayer.update, Fp8QuantizedLayer._dequantize))
+
+# %% [markdown] tags=["predict"]
+# **Predict first.** The fp8 cache stores one byte a value where the fp32 cache stores four, and the code above is
+# all it does at a step. At the longest of `contexts`, do you expect a step over it to take less time than over
+# the fp32 cache, the same, or more, and by about how many milliseconds?
 
 # %% [markdown]
 # It appends the new position to the fp8 tensors (a copy, as the growing fp32 cache does, but of one byte a
@@ -723,7 +758,7 @@ show(register.decide("fp8_cache_saves_memory_not_time", verdict, predicted=f"+{p
                      stored=stored, long=long, extra=extra.text(".1f", "ms"), why=why))
 fp8_runs.assign(extra_ms=(fp8_runs.median_s - fp8_runs.dynamic_s) * 1e3).round(4)
 
-# %% [markdown] tags=["predict"]
+# %% [markdown]
 # ## 3. More tokens per pass: speculative decoding by prompt lookup
 #
 # A task that quotes its input lets a step guess: prompt lookup (transformers' `prompt_lookup_num_tokens`) finds the
@@ -744,6 +779,12 @@ if short_passes is not None and not short_passes.empty:
         + " a one-token pass. " + ("That is this chapter's model; " if m2 == model_name else
                                    f"That is {m2}, not {model_name}; ")
         + "the threshold below comes from this chapter's own passes, timed over a cache after the runs.")
+
+# %% [markdown] tags=["predict"]
+# **Predict first.** The task asks the model to repeat the passage word for word, so most of prompt lookup's
+# guesses should match. With `k` guesses a pass (`lookup_tokens`), a pass gains at most `k + 1` tokens and costs
+# what a pass over `k + 1` positions costs (chapter 2's short passes, above). Do you expect prompt lookup to run
+# faster than plain greedy decoding here, and by about how many times?
 
 # %%
 task_ids = chat_ids(f"{passage}\n\n{instruction}", 48)
@@ -897,14 +938,31 @@ show(register.decide("speculation_is_greedy", claims.NOT_HELD if differ else cla
                                             default=0))))
 spec.round(3)
 
-# %% [markdown] tags=["predict"]
+# %% [markdown]
 # ## 4. Less to issue: a preallocated cache and a compiled step
 #
 # Chapter 0 priced issuing a SmolLM2 step (its operations with the matrices and attention hollowed out): that is
 # the dispatch term of every prediction above. `torch.compile` traces the step once and replaces the operations
 # with a few generated kernels; over transformers' preallocated cache (`StaticCache`, every shape fixed) the traced
-# step is reused at every position. **Predict:** the compiled step costs the eager static step's prediction less
-# its dispatch; on a GPU, compiling with CUDA graphs (`mode="reduce-overhead"`) removes the launches as well.
+# step is reused at every position. Chapter 0's price of the eager step, and of the dispatch inside it:
+
+# %%
+if "fp32" in cost:
+    issue_price = cost["fp32"].decode(contexts[0] + steps // 2)
+    show(f"At {contexts[0]} cached tokens the cost model prices the eager fp32 step (growing cache) at "
+         f"**{prose.ms(issue_price.best)}**, of which issuing its operations (dispatch) is "
+         f"**{prose.ms(issue_price.term('dispatch').best)}**.")
+else:
+    print("chapter 0 has no price for this configuration: " + unpriced.get("fp32", "fp32 is not run"))
+
+# %% [markdown] tags=["predict"]
+# **Predict first.** Compiling removes the operations' issuing, not the matrix products. How many milliseconds a
+# step do you expect the compiled step to save over the eager step on the same static cache, and what share of
+# the step is that?
+
+# %% [markdown]
+# The book's prediction: the compiled step costs the eager static step's prediction less its dispatch; on a GPU,
+# compiling with CUDA graphs (`mode="reduce-overhead"`) removes the launches as well.
 
 # %%
 c0 = contexts[0]
@@ -1186,24 +1244,6 @@ if cheapest != lead and not top.path.startswith("eager fp32") and words <= prose
 opening.write(" ".join(filter(None, found)))
 
 # %% [markdown]
-# ## Key terms
-#
-# [Decode](glossary.md#decode), [Kernel rate](glossary.md#kernel-rate), [Dispatch](glossary.md#dispatch), [KV cache](glossary.md#kv-cache), [Regimes](glossary.md#regimes). Each links to the book's glossary, which says how the book measures it.
-
-# %% [markdown]
-# ## Evidence in this chapter
-#
-# Each claim this chapter made, what was predicted, what this run measured, the verdict, and the data it came
-# from. A verdict is decided on the 95 % interval of the median over runs (`lib.claims` says how): *held* when
-# all of the interval agrees with the prediction, *did not hold* when none of it does, *not resolved* when it
-# straddles the line. `data/08_cheaper_decode/claims.csv` holds the same rows, and the book's status page counts them.
-
-# %%
-results.table(register.frame(), "claims")
-display(prose.table(register.evidence()))
-print(register.summary())
-
-# %% [markdown]
 # ## What these numbers do not show
 #
 # * **One small model.** SmolLM2-135M's weights are half a gigabyte in fp32: a 7B model's step is bytes even more
@@ -1263,11 +1303,119 @@ print(register.summary())
 # ## Try it
 #
 # * Set `threads = 1`: which path loses most, and does llama.cpp still get close to the read?
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+_mid = c0 + steps // 2
+if threads == 1:
+    _text = "This run already used one thread, so nothing changes: its tables are the answer."
+else:
+    _loses = {}  # each priced PyTorch step's time on one thread over its time on this run's threads
+    for _p in [_q for _q in torch_paths if _q in cost]:
+        try:
+            _cm1 = costmodel.CostModel(ceilings, model_name, shape.with_dtype(_p), _p, 1)
+            _loses[_p] = _cm1.decode(_mid).best / cost[_p].decode(_mid).best
+        except ValueError:  # chapter 0 has no one-thread ceilings for it
+            pass
+    _read1 = ceilings.stream_bandwidth("fp32", 1)
+    _text = ((f"The cost model prices the PyTorch steps on one thread at "
+              f"{', '.join(f'{_q} {_x:.2f}x' for _q, _x in _loses.items())} their time on {threads}; one thread streams "
+              f"memory at {_read1 / 1e9:.1f} GB/s against {read / 1e9:.1f} GB/s, so a step that only read its bytes "
+              f"would lose {read / _read1:.2f}x. ") if _loses else
+             "Chapter 0 has no one-thread price for the PyTorch steps here. ")
+    if llama_one:
+        _t1 = float(np.median([_r["median_s"] for _r in llama_one]))
+        _loss = _t1 * 1e3 / spread[("q4_1", contexts[0])].mid
+        _of1 = step_bytes("q4_1", _mid) / _t1 / _read1
+        _most = max(_loses, key=_loses.get) if _loses else None
+        _text += (f"llama.cpp was timed on one thread in this run: its step took {_loss:.2f}x as long as on {threads}, "
+                  + ("" if not _most else "more than any PyTorch step is priced to lose, so expect it to lose most, "
+                     if _loss > _loses[_most] else f"less than {_most} is priced to lose, so expect {_most} to lose most, ")
+                  + f"and it read {_of1:.0%} of one thread's streaming read: "
+                  + (f"at or above the {close_to_read:.0%} this chapter counts as close." if _of1 >= close_to_read else
+                     f"still short of the {close_to_read:.0%} this chapter counts as close, its cores' arithmetic "
+                     "setting its time."))
+    else:
+        _text += (f"llama.cpp was not timed on one thread here ({llama_why if not use_llama else 'one thread only'}): "
+                  "if its step waits on its cores, it should lose most, nearly the ratio of its threads; if on "
+                  f"memory, no more than the read's {read / _read1:.2f}x.")
+display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</details>"))
+
+# %% [markdown]
 # * Raise `contexts` to `[32, 4000]`: where does the cache's share of the bytes start to matter?
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+_short, _long = 32, 4000  # the exercise's contexts
+_kv, _w = shape.kv_bytes_per_token, shape.weight_bytes
+_share = _kv * _long / (_kv * _long + _w)
+_text = (f"At {_long:,} cached tokens {model_name}'s fp32 cache is {_kv * _long / 2**20:,.0f} MiB, {_share:.0%} of a "
+         f"step's bytes beside its {_w / 2**20:,.0f} MiB of weights. It passes a tenth of the bytes at about "
+         f"{_w / _kv / 9:,.0f} tokens and equals the weights only at {_w / _kv:,.0f}.")
+try:
+    _a, _b = (cost["fp32"].decode(_c + steps // 2).best for _c in (_short, _long))
+    _bytes = (_w + _kv * _long) / (_w + _kv * _short)
+    _text += (f" The cost model puts the fp32 step at {prose.ms(_b)} there against {prose.ms(_a)} at {_short}, "
+              f"{_b / _a:.2f}x, for {_bytes:.2f}x the bytes: " + (
+                  "more than the bytes alone, as the growing cache is also copied at every step (the cache-growth "
+                  "claim prices both)." if _b / _a > _bytes else "no more than the bytes, as part of each step "
+                  "(issuing its operations) does not grow with the cache."))
+except (KeyError, ValueError):  # fp32 not priced here, or chapter 0 did not measure caches that long
+    _text += " This run cannot price a step that long; the cache-growth claim says how well the shorter one was priced."
+display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</details>"))
+
+# %% [markdown]
 # * Change `instruction` to "Summarise the passage in one sentence.": what happens to the acceptance length?
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+_k = int(spec.loc[spec.speedup.idxmax()].guesses)
+_row = spec.set_index("guesses").loc[_k]
+_check = pass_cost.get(_k + 1, math.nan) / pass_cost[1] if 1 in pass_cost else math.nan
+display(Markdown(
+    "<details><summary>What to expect</summary>\n\n"
+    f"Quoting the passage, prompt lookup with k = {_k} gained {_row.acceptance_length:.2f} tokens a pass here and ran "
+    f"{_row.speedup:.2f}x plain decoding. A one-sentence summary repeats few runs of the passage's tokens, so the "
+    "acceptance length should fall toward one token a pass. Where the last tokens match nothing earlier, no guess "
+    "is made and the pass is a plain one (the speed-up falls toward 1x); where guesses are made and rejected, a pass "
+    + (f"costs {_check:.2f}x a one-position pass" if _check == _check else "over the guesses costs more than a "
+       "one-position pass") + " for one token, so it can fall below 1x. "
+    + ("The answer stays plain greedy decoding's, as it did here." if register.verdict("speculation_is_greedy")
+       == claims.HELD else "Its answer may again differ from plain decoding's where two logits nearly tie, as here.")
+    + "\n</details>"))
+
+# %% [markdown]
 # * Serve the Q4_1 file to chapter 7: start `llama_cpp.server` (the command below) and run chapter 7 with
 #   `base_url = "http://127.0.0.1:8000"`.
 
+# %% tags=["answer"] jupyter={"source_hidden": true}
+_llama = side[side.path == "llama.cpp, Q4_1"]
+display(Markdown(
+    "<details><summary>What to expect</summary>\n\n"
+    "Chapter 7 says in one line that the server's model is the Q4_1 file, which the book does not count as the fp32 "
+    "model it runs in-process, so nothing of it is set beside the in-process path. "
+    + (f"Its gaps between tokens should be about llama.cpp's TPOT in this chapter's side-by-side table "
+       f"({_llama.tpot_ms.iloc[0]:.1f} ms) plus what the HTTP path adds to each token. " if len(_llama) else
+       f"llama.cpp did not run here ({llama_why}), so this run has no TPOT to compare its gaps with. ")
+    + "Its server runs one request at a time, so expect total tokens per second to stay flat as users are added, "
+      "goodput to fall once arrivals outpace one request at a time, and the stall to read *queued*."
+    "\n</details>"))
+
 # %%
 print(server_command(smollm2_gguf() if model_name == "smollm2-135m" else "<a .gguf file>", threads=threads))
+
+# %% [markdown]
+# ## Key terms
+#
+# [Decode](glossary.md#decode), [Kernel rate](glossary.md#kernel-rate), [Dispatch](glossary.md#dispatch), [KV cache](glossary.md#kv-cache), [Regimes](glossary.md#regimes). Each links to the book's glossary, which says how the book measures it.
+
+# %% [markdown]
+# ## Evidence in this chapter
+#
+# Each claim this chapter made, what was predicted, what this run measured, the verdict, and the data it came
+# from. A verdict is decided on the 95 % interval of the median over runs (`lib.claims` says how): *held* when
+# all of the interval agrees with the prediction, *did not hold* when none of it does, *not resolved* when it
+# straddles the line. `data/08_cheaper_decode/claims.csv` holds the same rows, and the book's status page counts them.
+
+# %%
+results.table(register.frame(), "claims")
+display(prose.table(register.evidence()))
+print(register.summary())
 results.finish()  # the run is whole: its tables and figures replace the last run's together

@@ -93,7 +93,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
-from IPython.display import display
+from IPython.display import Markdown, display
 from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
 from lib import (claims, client, costmodel, machine, metrics, objectives, phases, prose, replay, reuse, schedule,
@@ -142,15 +142,33 @@ pd.Series(describe_environment(cpu, torch.float32, MODEL)).to_frame("this run")
 # %%
 opening = prose.Opening()
 
-# %% [markdown] tags=["predict"]
+# %% [markdown]
 # ## 1. Reuse: a shared system prompt, prefilled once
 #
 # Every request below is a chat whose system message is the same `prefix_tokens`-token text and whose user
 # message is a short question of its own. Prefilling the whole prompt costs the cost model's prefill of all its
 # tokens. With the prefix's cache kept, a request prefills only its own tokens, attending over the cached ones,
-# plus a copy of the kept cache (so that it stays as it was for the next request). **Predict** the saving: the
-# prefix's part of the prefill, less the suffix's extra attention over it and the copy. The in-process recipe,
-# timed:
+# plus a copy of the kept cache (so that it stays as it was for the next request). What chapter 0's ceilings
+# say of this machine, before anything is timed here:
+
+# %%
+if cost is not None:
+    copy_gbs = ceilings.stream_bandwidth("fp32", n_threads, "copy") / 1e9 if n_threads in ceilings.threads("fp32") else None
+    show(f"On {n_threads} thread{'s' * (n_threads != 1)} the cost model prices a cold prefill of {prefix_tokens} tokens "
+         f"at **{prose.ms(cost.prefill(prefix_tokens).best)}**; a token's fp32 cache holds "
+         f"{MODELS[MODEL][0].with_dtype('fp32').kv_bytes_per_token / 1024:.0f} KiB"
+         + (f", which chapter 0 copies at **{copy_gbs:.1f} GB/s**." if copy_gbs else "."))
+else:
+    print(f"chapter 0 measured no ceilings for {MODEL} on {n_threads} threads: nothing here is priced")
+
+# %% [markdown] tags=["predict"]
+# **Predict first.** A request that reuses the prefix still prefills its own question (a few dozen tokens) over
+# the cached ones, and first copies the kept cache (read once and written once). How many milliseconds sooner do
+# you expect its first token to come than a cold request's?
+
+# %% [markdown]
+# The book's prediction: the saving is the prefix's part of the prefill, less the suffix's extra attention over it
+# and the copy. The in-process recipe, timed:
 
 # %%
 display(prose.source(reuse.first_token_reusing))
@@ -264,13 +282,20 @@ show(register.decide(
 #
 # An engine keeps the cache of every prompt it served, in blocks, and a new prompt that starts with the same
 # tokens reuses the matching **whole** blocks (vLLM's automatic prefix caching; `transformers serve`'s
-# continuous batching shares pages the same way). **Predict:** a prefix shorter than one block is never
-# reused, and of a longer one only its whole blocks are; vLLM's own counters
-# (`vllm:prefix_cache_hits`, in tokens) should count exactly that. Each engine gets three groups of requests,
-# taking turns: **unique** (every system prompt starts with its own request number, so nothing can be reused:
-# the prefix cache in effect off, without a second engine start), **shared** (the long system prompt, served
-# once before), and **short** (the short system prompt, served once before). Every request asks for two tokens;
-# TTFT is what changes.
+# continuous batching shares pages the same way). vLLM's CPU build keeps blocks of 128 tokens and counts the
+# tokens it reuses (`vllm:prefix_cache_hits`).
+#
+# **Predict first.** The long system prompt's requests share the number of tokens the table of prompts above
+# counts, the short one's far fewer. How many tokens do you expect vLLM's counter to count as reused for a request
+# of each, and which of the two do you expect to reach its first token sooner than a prompt with nothing to reuse?
+
+# %% [markdown]
+# The book's prediction: a prefix shorter than one block is never reused, and of a longer one only its whole blocks
+# are; vLLM's own counters should count exactly that. Each engine gets three groups of requests, taking turns:
+# **unique** (every system prompt starts with its own request number, so nothing can be reused: the prefix cache
+# in effect off, without a second engine start), **shared** (the long system prompt, served once before), and
+# **short** (the short system prompt, served once before). Every request asks for two tokens; TTFT is what
+# changes.
 
 # %%
 vllm_missing = vllm_unavailable()
@@ -470,8 +495,26 @@ show(register.decide("engine_reuse_saves_its_blocks_prefill", claims.every(decid
 #   thread each (`lib.separation`). The prefill worker prefills B and chooses its first token, then writes B's
 #   cache into shared memory; the decode worker reads it between two of A's steps.
 #
-# **Predict:** with two workers, A's gaps are one-core decode steps (slower than with both cores, but never
-# holding B's prefill), except the one that holds the hand-over, priced by the cache's bytes over chapter 0's
+# What chapter 0 measured of one core and of all of them:
+
+# %%
+try:
+    show(f"On one thread and on {n_threads}: square matrix products at **{ceilings.square_flops('fp32', 1) / 1e9:.0f}** "
+         f"and **{ceilings.square_flops('fp32', n_threads) / 1e9:.0f} GFLOP/s**, the streaming read at "
+         f"**{ceilings.stream_bandwidth('fp32', 1) / 1e9:.1f}** and **{ceilings.stream_bandwidth('fp32', n_threads) / 1e9:.1f}"
+         " GB/s** (chapter 0).")
+except ValueError as error:  # chapter 0 did not measure one of these thread counts
+    print(f"chapter 0 has no rate for one of these thread counts: {error}")
+
+# %% [markdown] tags=["predict"]
+# **Predict first.** A long prefill is limited by arithmetic (chapter 2), a decode step by reading the weights
+# (chapter 3). With two workers on a core each, do you expect A's worst gap to be longer or shorter than with one
+# worker unchunked, and about how many times longer do you expect B to wait for its first token than with one
+# worker on all cores?
+
+# %% [markdown]
+# The book's prediction: with two workers, A's gaps are one-core decode steps (slower than with both cores, but
+# never holding B's prefill), except the one that holds the hand-over, priced by the cache's bytes over chapter 0's
 # copy rate; B's TTFT is its prefill on one core. The decode worker's loop:
 
 # %%
@@ -794,7 +837,8 @@ show(separation_verdict())
 # **Takeaway: judge separation on both requests: A's worst gap against one worker's, chunked or not, and B's
 # TTFT on the prefill worker's share of the machine, plus the cache's trip; the findings above say which way
 # each went on this machine.**
-#
+
+# %% [markdown] tags=["predict"]
 # ## 3. The queue, predicted: chapter 7's arrivals replayed
 #
 # Chapter 7 sent `arrivals` requests at random (Poisson) times to each engine at several rates and kept every
@@ -803,8 +847,15 @@ show(separation_verdict())
 # `lib.metrics`. Two schedulers: **first-come** (one request at a time, to its last token) and **token
 # budget** (continuous batching: every running request decodes a token each step, and prompts fill the rest of
 # the step's budget, chunked where they do not fit), with each engine's budget from chapter 7's run.
-# **Predict** that the token-budget replay, not the first-come one, matches what the engines did (both batch
-# continuously).
+#
+# **Predict first.** Chapter 7's closed loop found each engine's total tokens per second rising with its users
+# (its batching claims), and its arrivals table gives the median TTFT it measured at each rate. Which replay do
+# you expect to come closer to the engines' median TTFT at the highest rate, first-come or token budget, and do
+# you expect the first-come replay's TTFT there to be above or below what was measured?
+
+# %% [markdown]
+# The book's prediction: the token-budget replay, not the first-come one, matches what the engines did (both
+# batch continuously).
 
 # %%
 display(prose.source(replay.replay))
@@ -1170,10 +1221,96 @@ else:
 #   http://127.0.0.1:30001 --port 8000`), and set `base_url = "http://127.0.0.1:8000"`. vLLM's disaggregated
 #   prefill does the same with a KV connector on each instance (`--kv-transfer-config`) and the proxy of its
 #   examples.
+#
+# <details><summary>What to expect</summary>
+#
+# The deployment must serve SmolLM2 (`--model-path HuggingFaceTB/SmolLM2-135M-Instruct`): another model stops the
+# chapter at its first cell that asks, in one line naming what it serves. No local engine starts, so the reuse
+# table has one engine, `server`; SGLang reports no `vllm:prefix_cache_hits` and no block size, so the whole-block
+# claim reads *not measured*, while the TTFT that a shared prefix saves is still measured. The stall at the end
+# runs against the deployment (`deployment_stall.csv`): with the phases separated, A's worst gap should stay near
+# its median gap and B's TTFT include the cache's transfer; a worst gap near B's whole prefill would show both
+# phases on one worker. Sections 2 and 3 still run on this machine, as here.
+# </details>
+#
 # * Set `prefix_tokens = 127` and `129`: where does vLLM's hit counter jump?
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+_over = shared - prefix_tokens  # the chat template's tokens the prompts share beyond the system text
+_v = reuse_table[(reuse_table.engine == "vLLM") & reuse_table.block_tokens.notna()]
+_block = int(_v.block_tokens.iloc[0]) if len(_v) else 128  # vLLM's CPU block where it did not run here
+_hit = {_n: reuse.reusable_tokens(_n + _over, _block) for _n in (127, 129)}
+_jump = max(_block - _over, 1)  # the first prefix_tokens whose shared tokens fill a block
+display(Markdown(
+    "<details><summary>What to expect</summary>\n\n"
+    f"The prompts share {_over} tokens of the chat template beyond the system text ({shared} shared for "
+    f"`prefix_tokens = {prefix_tokens}` here), so 127 and 129 give about {127 + _over} and {129 + _over} shared "
+    f"tokens. With blocks of {_block} tokens" + ("" if len(_v) else " (vLLM's CPU default; vLLM did not run here)")
+    + f", its counter should count {_hit[127]} and {_hit[129]} tokens a request"
+    + (": it does not jump between the two. " if _hit[127] == _hit[129] else ". ")
+    + f"The jump from nothing to one block comes where the shared tokens first fill a block, at about "
+      f"`prefix_tokens = {_jump}`, not at {_block} itself; a counter that jumps between 127 and 129 would show "
+      "vLLM counting the system text alone."
+    "\n</details>"))
+
+# %% [markdown]
 # * Set `chunk = 128`: does one worker's chunking come closer to two workers' flat stream?
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+_size = 128  # the exercise's chunk
+_ch5 = one_run("05_interference", ["interference"])
+_row5 = None if _ch5[0]["interference"] is None or _ch5[1].get("model_name") != separation_model else \
+    _ch5[0]["interference"].set_index("chunk_tokens").reindex([_size]).dropna(how="all")
+if best_chunk == _size:
+    _text = "This run already used chunks of 128 tokens: the separation table above is the answer."
+else:
+    _text = f"Chunks of {_size} put {'more' if _size > best_chunk else 'less'} of B's prompt in each of A's steps than this run's {best_chunk}. "
+    if all_cores is not None:
+        _price = {_n: (all_cores.decode(context).best + all_cores.prefill(_n, past=max(b_prompt_len - _n, 0)).best)
+                  * 1e3 for _n in (_size, best_chunk)}  # A's worst step: a decode beside B's last piece
+        _now, _flat = gaps.iloc[1], gaps.get(two, np.nan)
+        _then = _now * _price[_size] / _price[best_chunk]
+        _text += (f"The cost model prices A's worst step at about {prose.ms(_price[_size] / 1e3)} with such pieces "
+                  f"against {prose.ms(_price[best_chunk] / 1e3)} with this run's, so A's worst gap "
+                  f"({prose.ms(_now / 1e3)} measured at chunk {best_chunk}) should go to roughly {prose.ms(_then / 1e3)}"
+                  + (f", against {prose.ms(_flat / 1e3)} with two workers: "
+                     + ("closer to" if abs(_then - _flat) < abs(_now - _flat) else "further from")
+                     + " their flat stream. " if have_two else ". "))
+    _text += (f"B's prefill then takes {-(-b_prompt_len // _size)} steps instead of {-(-b_prompt_len // best_chunk)}, "
+              f"so its first token should come {'sooner' if _size > best_chunk else 'later'}: chapter 5's trade.")
+    if _row5 is not None and len(_row5):
+        _text += (f" Chapter 5 measured that size ({separation_model}): A's worst gap {_row5.a_worst_gap_ms.iloc[0]:.0f} "
+                  f"ms, B's TTFT {_row5.b_ttft_ms.iloc[0]:,.0f} ms.")
+display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</details>"))
+
+# %% [markdown]
 # * Run chapter 7 with `threads = 1` and then this chapter: does the replay, priced on one core, come closer to
 #   vLLM's latencies?
+
+# %% tags=["answer"] jupyter={"source_hidden": true}
+if replay_missing:
+    _text = (f"Nothing was replayed here ({replay_missing}), so this run cannot say. With chapter 7 on one thread the "
+             "replay prices every engine's steps on one core; it comes closer only if the engines' latencies move "
+             "by a different factor than the cost model's price.")
+else:
+    _said = []
+    for _name in [_n for _n in ("vLLM", "transformers serve") if _n in pooled_of]:
+        _c = engine_threads(_name, ch7_threads)
+        _ratio = pooled_of[_name][0].mid
+        if _c == 1:
+            _said.append(f"{_name} was already priced on one core here (chapter 7 ran on {ch7_threads} "
+                         f"thread{'s' * (ch7_threads != 1)}), so its replay should not move, and its measured "
+                         f"latencies ({_ratio:.2f}x the replay's) only as much as the engine's own threads change")
+        else:
+            _m1, _mc = cost_model(MODEL, 1), cost_model(MODEL, _c)
+            _ctx = int(ch7_requests.prompt_tokens.median()) + int(ch7_params.get("load_tokens", 16)) // 2
+            _f = _m1.decode(_ctx).best / _mc.decode(_ctx).best if _m1 and _mc else np.nan
+            _said.append(f"{_name} was priced on {_c} cores here; on one its steps cost about {_f:.2f}x as much, "
+                         f"so the replay comes closer (from {_ratio:.2f}x) only if its measured latencies grow by "
+                         "a different factor")
+    _text = ("; ".join(_said) + ". A ratio that moves toward 1x would show the threads, not the scheduler, "
+             "behind the miss.") if _said else "No engine's replay was decided here, so there is nothing to compare."
+display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</details>"))
 
 # %%
 claims.invariant(not any(e.running for e in live.values()), "an engine is still running after the chapter")

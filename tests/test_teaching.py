@@ -157,6 +157,51 @@ def test_every_committed_chapter_opens_with_a_paragraph_of_at_most_the_limit(not
     assert prose.opening_words(text) <= prose.OPENING_WORDS, text
 
 
+@pytest.mark.parametrize("notebook", sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")), ids=lambda p: p.stem)
+def test_every_try_it_exercise_has_one_hidden_answer_and_a_computed_one_printed_it(notebook):
+    found = teaching.exercises(notebook)
+    assert found, "a chapter ends with Try it exercises"
+    for exercise in found:
+        assert exercise.answers == 1, exercise.text
+        for printed in exercise.computed:
+            assert "<details>" in printed and "</details>" in printed, exercise.text
+
+
+@pytest.mark.parametrize("source", sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py")), ids=lambda p: p.stem)
+def test_every_predict_first_step_asks_the_student_a_question_before_the_book_answers(source):
+    """A step tagged ``predict`` asks for a number or a direction (a ``**Predict first.**`` paragraph ending in a
+    question); the student copy puts the student's cell right after it, so the book's own prediction, in the
+    cells that follow, comes after the student's. At most six steps a chapter (its teaching questions)."""
+    import jupytext
+    from lib.make import student
+
+    notebook = jupytext.read(source)
+    steps = [c for c in notebook.cells if student.PREDICT_TAG in c.metadata.get("tags", [])]
+    assert 1 <= len(steps) <= 6
+    for cell in steps:
+        assert cell.cell_type == "markdown", cell.source[:80]
+        asked = cell.source.split("**Predict first.**", 1)
+        assert len(asked) == 2, cell.source[:120]
+        assert "?" in asked[1], asked[1][:200]
+
+
+def test_a_try_it_answer_belongs_to_the_bullet_above_it_typed_or_computed(tmp_path):
+    from nbformat import v4
+
+    typed = "<details><summary>What to expect</summary>\n\nIt falls.\n</details>"
+    cells = [v4.new_markdown_cell("## Check yourself\n\n1. Q?\n\n" + typed),
+             v4.new_markdown_cell("## Try it\n\n* Set `a = 1`: what\n  happens?\n\n" + typed + "\n\n* Set `b = 2`."),
+             v4.new_code_cell("show_answer()", metadata={"tags": ["answer"]},
+                              outputs=[v4.new_output("display_data", {"text/markdown": typed})]),
+             v4.new_markdown_cell("* Set `c = 3`.\n\n## Key terms\n\n* not an exercise")]
+    path = tmp_path / "x.ipynb"
+    nbformat.write(v4.new_notebook(cells=cells), path)
+    found = teaching.exercises(path)
+    assert [e.text for e in found] == ["Set `a = 1`: what happens?", "Set `b = 2`.", "Set `c = 3`."]
+    assert [(len(e.typed), len(e.computed)) for e in found] == [(1, 0), (0, 1), (0, 0)]
+    assert "It falls." in found[1].computed[0]
+
+
 def test_every_session_plan_names_sections_and_questions_the_chapters_have_and_fits_its_minutes():
     notebooks = {p.stem: p for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")}
     quick, how = teaching.quiet_quick_times(ROOT)

@@ -3,14 +3,16 @@
 ``build/student/NN_chapter.ipynb`` is the chapter from its py:percent source with
 
 * no outputs (the student's run makes them);
-* the "Check yourself" answers removed: every ``<details>...</details>`` block in the prose becomes a line
+* the "Check yourself" answers and the "Try it" outcomes ("What to expect") removed: every
+  ``<details>...</details>`` block in the prose becomes a line
   that asks for the student's answer, and so does every cell tagged ``answer`` (an answer a chapter must
   compute, so it cannot sit in the prose: the question stays in the markdown before it, the cell displays
   the answer in a ``<details>`` block). :func:`answers_left` finds any answer a copy still holds, typed or
   computed (a code cell that writes a ``<details>`` block), and ``make student`` refuses to write such a copy;
 * a **predict first** step before each measurement the chapter marks: a markdown cell asking for a
   prediction and a code cell, ``my_prediction = ...``, where the student writes it before the cells that
-  measure run.
+  measure run, and before the book's own prediction (the tagged cell asks, with what to predict from; the
+  book's answer is in the cells after it).
 
 ``build/teacher/NN_chapter.ipynb`` is the same with the answers kept (an answer cell's code collapsed, as in
 ``make lab``'s copies).
@@ -140,6 +142,62 @@ def answers_left(notebook) -> list[str]:
     return found
 
 
+#: Calls an answer cell must not make: the ones that declare or decide a claim, write a result or the opening (a
+#: student copy, which leaves the cell out, would then decide or write less than the book). Reading a verdict
+#: (``register.verdict``) is allowed.
+_WRITES = {"register": {"claim", "decide"}, "results": None, "opening": None}
+
+
+def _code_text(cell) -> str:
+    return "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!")))
+
+
+def answer_leaks(notebook) -> list[str]:
+    """Where leaving out a chapter's answer cells (as the student copy does) would change what the rest of it
+    computes, one line each: a name an answer cell binds or changes (``x = ...``, ``x[k] = ...``, ``x.a = ...``,
+    ``import x``, ``def x``) that a later code cell reads, or a call on the chapter's register or results. Read
+    from the code, not run; an empty list: none."""
+    import ast
+
+    cells = [c for c in notebook.cells if c.cell_type == "code"]
+    found = []
+    for i, cell in enumerate(cells):
+        if not is_answer(cell):
+            continue
+        tree = ast.parse(_code_text(cell))
+        bound: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                bound.add(node.id)
+            elif isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.ctx, ast.Store):
+                base = node
+                while isinstance(base, (ast.Attribute, ast.Subscript)):
+                    base = base.value
+                if isinstance(base, ast.Name):
+                    bound.add(base.id)
+            elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                bound.add(node.name)
+            elif isinstance(node, ast.alias):
+                bound.add((node.asname or node.name).split(".")[0])
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                  and isinstance(node.func.value, ast.Name) and node.func.value.id in _WRITES
+                  and (_WRITES[node.func.value.id] is None or node.func.attr in _WRITES[node.func.value.id])):
+                found.append(f"answer cell {i + 1} calls {node.func.value.id}.{node.func.attr}")
+        # names local to a function or comprehension in the cell are not the chapter's
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
+                                 ast.GeneratorExp)):
+                for inner in ast.walk(node):
+                    if isinstance(inner, ast.Name) and isinstance(inner.ctx, ast.Store):
+                        bound.discard(inner.id)
+                if isinstance(node, ast.FunctionDef):
+                    bound.add(node.name)
+        later = {n.id for c in cells[i + 1:] if not is_answer(c)
+                 for n in ast.walk(ast.parse(_code_text(c))) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        found += [f"answer cell {i + 1} binds {name!r}, which a later cell reads" for name in sorted(bound & later)]
+    return found
+
+
 def clean(notebook) -> None:
     """Clear outputs, execution counts and run metadata; name the book's kernel and its language."""
     for cell in notebook.cells:
@@ -197,6 +255,10 @@ def build(root: Path = REPO_ROOT, student_dir: Path = STUDENT_DIR, teacher_dir: 
     left = [f"{source.stem}: {where}" for source, student, _ in copied for where in answers_left(student)]
     if left:
         raise ValueError("a student copy would still hold an answer: " + "; ".join(left))
+    leaks = [f"{source.stem}: {where}" for source in sources for where in answer_leaks(jupytext.read(source))]
+    if leaks:
+        raise ValueError("a student copy, without its answer cells, would compute something else: "
+                         + "; ".join(leaks) + " (give the answer cell's names a leading underscore of their own)")
     written = []
     for folder, who, answers in ((student_dir, "student", ' and without the "Check yourself" answers'),
                                  (teacher_dir, "teacher", "; the answers are kept")):

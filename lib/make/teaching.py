@@ -184,6 +184,55 @@ def key_terms(notebook_path: Path) -> list[tuple[str, str]]:
     return []
 
 
+TRY_IT = "Try it"
+"""The heading (``## Try it``) of a chapter's exercises: each a top-level bullet, followed by its
+expected outcome hidden in a ``<details>`` block, typed in the prose or written by a code cell tagged ``answer``
+(an outcome that depends on the machine, computed from this run)."""
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One "Try it" exercise: its text, and its hidden answers (``typed``: in the prose; ``computed``: answer cells,
+    with what they printed in an executed chapter, ``""`` where they did not run)."""
+
+    text: str
+    typed: tuple[str, ...] = ()
+    computed: tuple[str, ...] = ()
+
+    @property
+    def answers(self) -> int:
+        return len(self.typed) + len(self.computed)
+
+
+def exercises(notebook_path: Path) -> list[Exercise]:
+    """A chapter's "Try it" exercises with their answers, in order (:data:`TRY_IT`)."""
+    from lib.make.student import is_answer
+
+    found: list[dict] = []
+    inside = False
+    for cell in _cells(notebook_path):
+        if cell.cell_type == "markdown":
+            # an answer belongs to the last bullet before it in the cell
+            pieces = re.split(r"(<details>.*?</details>)", cell.source, flags=re.S | re.I)
+            for piece in pieces:
+                if re.match(r"<details>", piece, flags=re.I):
+                    if inside and found:
+                        found[-1]["typed"].append(piece)
+                    continue
+                for line in piece.splitlines():
+                    if line.startswith("## "):
+                        inside = line[3:].strip() == TRY_IT
+                    elif inside and line.startswith("* "):
+                        found.append({"text": line[2:].strip(), "typed": [], "computed": []})
+                    elif inside and found and line.startswith("  ") and line.strip() and not found[-1]["typed"]:
+                        found[-1]["text"] += " " + line.strip()
+        elif inside and found and is_answer(cell):
+            printed = "".join(o.get("data", {}).get("text/markdown", "") + o.get("text", "")
+                              for o in cell.get("outputs", []))
+            found[-1]["computed"].append(printed)
+    return [Exercise(f["text"], tuple(f["typed"]), tuple(f["computed"])) for f in found]
+
+
 def opening(notebook_path: Path) -> str:
     """The paragraph an executed chapter opens with (markdown): the first output of the first code cell under its
     :data:`FOUND` heading (``""`` if it has none)."""
@@ -554,8 +603,9 @@ def _failures(root: Path) -> str:
 
 HANDING_OUT = ("<ul>"
                "<li><code>make student</code> writes <code>build/student/</code>: every chapter without outputs and "
-               "without the \"Check yourself\" answers (typed ones and computed ones), with a cell for the "
-               "student's prediction before each measurement; <code>build/teacher/</code> keeps the answers. "
+               "without the \"Check yourself\" answers and the \"Try it\" outcomes (typed ones and ones computed "
+               "from the run), with a cell for the student's prediction after each \"Predict first\" question, "
+               "before the book's own prediction; <code>build/teacher/</code> keeps the answers. "
                "<code>make lab</code> opens JupyterLab on <code>build/</code>, so both folders are in its file "
                "browser.</li>"
                "<li>A student's own runs never change the book: <code>make lab</code> opens their copies in "
