@@ -66,7 +66,7 @@ import numpy as np
 from lib import metrics
 
 __all__ = ["Event", "Trace", "Unreachable", "RequestFailed", "WrongModel", "http_get", "check_reachable",
-           "served_model", "served_models", "same_model", "require_model", "scrape_metrics", "stream_chat",
+           "served_model", "served_models", "same_model", "require_model", "scrape_metrics", "scrape_counted", "stream_chat",
            "close_idle", "require_ok", "failures", "closed_loop", "poisson_offsets", "open_loop",
            "CONNECT_TIMEOUT_S", "FIRST_BYTE_TIMEOUT_S", "STALL_TIMEOUT_S", "REQUEST_TIMEOUT_S"]
 
@@ -244,6 +244,31 @@ def scrape_metrics(base_url: str) -> dict[str, float]:
         except ValueError:
             continue
     return values
+
+
+def scrape_counted(base_url: str, metric: str, *, count: float | None = None, timeout_s: float = 5.0,
+                   poll_s: float = 0.2) -> dict[str, float]:
+    """:func:`scrape_metrics` once the server's histogram ``metric`` has counted what it will: its ``_count`` equal
+    to ``count`` where given, else the same in two scrapes ``poll_s`` apart. A server may record a request's
+    observations after the client has its tokens (vLLM's front end records them in the loop that also hands the
+    tokens out), so a scrape right after the last token can miss the last request, and a scrape right after a
+    warm-up can miss the warm-up, which then lands in the next difference (chapter 7's build 13: a server mean
+    TTFT of 871 ms against the client's 183, the warm-up's in place of a timed request's). Waits at most ``timeout_s`` seconds;
+    returns the last scrape either way (the caller compares the counts), at once where the histogram is absent."""
+    key = f"{metric}_count"
+    deadline = time.monotonic() + timeout_s
+    last = scrape_metrics(base_url)
+    if key not in last:  # a server without this histogram (or without /metrics) has nothing to wait for
+        return last
+    while time.monotonic() < deadline:
+        if count is not None and last.get(key) == count:
+            return last
+        time.sleep(poll_s)
+        now = scrape_metrics(base_url)
+        if count is None and now.get(key) == last.get(key):
+            return now
+        last = now
+    return last
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -98,8 +98,9 @@ opening = prose.Opening()
 # %% [markdown] tags=["predict"]
 # ## Predict first
 #
-# **Predict first.** Nothing is measured yet: the table above says only which device this is, its cores and (on a
-# CPU) its flags. A streaming read moves each byte of an array once; a matrix-vector product reads every weight
+# **Predict first.** Below this point nothing has been measured yet: the table above says only which device this
+# is, its cores and (on a CPU) its flags (the paragraph at the very top holds this run's answers; a student copy
+# shows it only once the chapter has run). A streaming read moves each byte of an array once; a matrix-vector product reads every weight
 # once and does two FLOPs per weight. Write down your guesses for this machine:
 #
 # 1. Does the model's matrix-vector product read its weights as fast as a plain streaming read does, or slower?

@@ -603,12 +603,16 @@ if _other in model.ceilings.dtypes():
     _rate = {d: model.ceilings.weight_rate(model_name, d, model.threads) / 1e9 for d in (dtype, _other)}
     _f = {d: model.ceilings.matrix_rate(model_name, d, model.threads, T) / 1e9 for d in (dtype, _other)}
     _bytes = shape.with_dtype(_other).bytes_per_param / shape.bytes_per_param
+    _issue = dec_pred.term("dispatch").best / _alt.decode(C).term("dispatch").best
     _speed = (f"The cost model, on chapter 0's {_other} ceilings, makes the prefill **{_pre_x:.2f}x** as fast as in "
               f"{dtype} and a decode step **{_step_x:.2f}x** as fast. The prefill's matrices run at F({T}) = "
               f"{_f[_other]:.0f} GFLOP/s in {_other} against {_f[dtype]:.0f} in {dtype}; a decode step reads "
               f"{_bytes:g} times the weight bytes, {'but' if _rate[_other] < _rate[dtype] else 'and'} chapter 0's "
               f"matrix-vector products streamed {_other} at {_rate[_other]:.1f} GB/s against {_rate[dtype]:.1f}, so its "
-              f"weights' read goes {_rate[_other] / _rate[dtype] / _bytes:.2f}x as fast. So "
+              f"weights' read goes {_rate[_other] / _rate[dtype] / _bytes:.2f}x as fast"
+              + (f", and issuing the step's operations (its dispatch) is priced {_issue:.2f}x as fast, which is where "
+                 f"the step's change comes from" if abs(_issue - 1) > abs(_rate[_other] / _rate[dtype] / _bytes - 1)
+                 else "") + ". So "
               + ("the prefill" if _pre_x > _step_x else "the decode step") + " gains more. ")
 else:
     _speed = f"Chapter 0 did not measure {_other} here: run it with that dtype first, since this chapter prices nothing without it. "
@@ -633,8 +637,10 @@ _text = ("This answer had a single token, so it has no TPOT: ask for a longer an
          (f"At these objectives goodput is already {good:.0%}. " if good < 1 else "")
          + (f"{count(_others, 'run')} miss{'es' * (_others == 1)} the other objectives whatever `tpot_slo_ms` is, so "
             "goodput cannot reach 100 per cent here. " if _others else
-            f"Goodput stays at 100 per cent while `tpot_slo_ms` is at least {_need:.1f} ms, and drops once it is set "
-            "lower")
+            (f"Goodput is 100 per cent while `tpot_slo_ms` is at least {_need:.1f} ms (loosen it to that first), and "
+             "drops once it is set lower" if good < 1 else
+             f"Goodput stays at 100 per cent while `tpot_slo_ms` is at least {_need:.1f} ms, and drops once it is set "
+             "lower"))
          + ("" if _others else
             (f": first on the worst gap, not on TPOT, since the worst-gap objective follows at "
              f"{objectives.WORST_GAP_FACTOR:g} times the TPOT one and run {run_table.run[run_table.worst_gap_ms.idxmax()]}'s "

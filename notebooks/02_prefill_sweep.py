@@ -1169,7 +1169,8 @@ show(register.decide("floor_shorter_than_reference_gpu",
 #   and the knee (chapter 6).
 # * **One sequence at a time.** A server batches prefills; here each pass carries one prompt.
 # * **Random weights and random tokens.** Timing does not depend on them; nothing here says anything about
-#   text. Attention is computed by PyTorch's default kernel, not a fused one.
+#   text. Attention is PyTorch's `scaled_dot_product_attention`, with whichever kernel it picks on this device
+#   (the profiler's table above names it).
 # * **Parts timed alone.** Chapter 0 timed each part with the caches and the cores to itself; inside a pass they
 #   share both, which is why a prediction is a range (the tolerance), not an exact time.
 # * **A shared machine.** Other programs' interference is in the runs; each claim is decided on the 95 % interval
@@ -1300,7 +1301,7 @@ else:
         index="run", columns=["dtype", "threads"], values="time_ms").dropna(subset=[(main_dt, fewest), main])
     _gain = Spread.of(_pair[(main_dt, fewest)] / _pair[main])  # as `threads_speed_long_prompt` takes it
     _floor_x = _slow.iloc[0].floor_ms / fm.floor_ms
-    _issue = [cost[(main_dt, k)].prefill(1).term("dispatch").best for k in (fewest, most)]
+    _gemv_x = ceilings.weight_rate(model_name, main_dt, most) / ceilings.weight_rate(model_name, main_dt, fewest)
     _end = [int(f.flat_until_tokens) for f in (_slow.iloc[0], fm)]
     _has = [f"a floor to {tokens(e)}" if e > mine.prompt_tokens.min() else "no floor" for e in _end]
     _ends = f"{_has[0]} on either" if _has[0] == _has[1] else f"{_has[0]} on {fewest} and {_has[1]} on {most}"
@@ -1315,8 +1316,9 @@ else:
              f"fast (from {_slow.iloc[0].floor_ms:.1f} ms to {fm.floor_ms:.1f} ms, with {_ends})"
              + ((": less than the long prompt, as" if _floor_x < _gain.mid else ": not less than the long prompt, "
                  "although")
-                + f" issuing the pass, priced at {prose.ms(_issue[0])} on {fewest} and {prose.ms(_issue[1])} on "
-                f"{most}, shares out over threads less than arithmetic does." if min(_floor_x, _gain.mid) >= 1 else
+                + f" its matrices read the weights one row at a time, which chapter 0's one-row rate says gain "
+                f"{_gemv_x:.2f}x from {fewest} thread{'s' * (fewest > 1)} to {most}, while the long prompt's pass is "
+                f"arithmetic at many rows (priced {_priced:.2f}x)." if min(_floor_x, _gain.mid) >= 1 else
                 "; with times like these, this run cannot tell how a pass's work shares out over threads.")
              + " With four threads, if the book's explanation holds, "
              "the longest prompt gains what chapter 0's `F(T)` at each count says (under the threads' ratio wherever "

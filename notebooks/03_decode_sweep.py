@@ -612,8 +612,8 @@ for dt, n in growth_configs:
     missed = grew.mid * 1e3 - model_growth * 1e3  # the growth the cost model does not have, unprofiled (ms)
     priced_growth = {t: (cost[(dt, n)].decode(c1 + mid).term(t).best - cost[(dt, n)].decode(c0 + mid).term(t).best) * 1e3
                      for t in ("attention", "cache copy")}
-    why_grew = (f"One layer down, both caches at both contexts under the profiler, in turn, {profiled_runs} times: "
-                f"from {c0} to {c1} tokens the growing cache's attention grew {grew_inside.dynamic['attention']:+.1f} ms "
+    why_grew = (f"{label(dt, n)}, one layer down (both caches at both contexts under the profiler, in turn, "
+                f"{profiled_runs} times): from {c0} to {c1} tokens the growing cache's attention grew {grew_inside.dynamic['attention']:+.1f} ms "
                 f"and its copy {grew_inside.dynamic['cache copy']:+.1f} ms (the cost model adds "
                 f"{priced_growth['attention']:+.1f} and {priced_growth['cache copy']:+.1f}), and the rest of the step, "
                 f"which the cost model prices the same at every context, grew {rest_grew['dynamic']:+.1f} ms (the "
@@ -621,12 +621,12 @@ for dt, n in growth_configs:
                 f"{grew_inside.dynamic['dispatch']:+.1f}); with the preallocated cache, which copies nothing, the rest "
                 f"grew {rest_grew['static']:+.1f} ms. "
                 + ("So a longer cache slows the step's other work too, copy or no copy: that is what the cost model "
-                   "misses, " if rest_grew["static"] > 0.5 * max(rest_grew["dynamic"], 0.5) > 0.25 else
+                   "misses: " if rest_grew["static"] > 0.5 * max(rest_grew["dynamic"], 0.5) > 0.25 else
                    "So the rest grows with the copy (allocating the growing cache's new tensors every step), not with "
-                   "the context: that is what the cost model misses, " if rest_grew["dynamic"] > 0.5 else
+                   "the context: that is what the cost model misses: " if rest_grew["dynamic"] > 0.5 else
                    "So the step's other work hardly grows under the profiler, and the difference lies in the cache's "
-                   "own operators, ")
-                + f"{missed:+.1f} ms of the growth unprofiled.")
+                   "own operators: ")
+                + f"the {missed:.1f} ms by which the step, timed without the profiler, grew beyond its price.")
     priced_dyn, priced_stat = (cost[(dt, n)].decode(c1 + steps // 2, cache=k, max_len=c1 + steps,
                                                     fresh_pages=faults[(dt, n, c1)] if k == "dynamic" else None)
                                for k in ("dynamic", "static"))
@@ -744,16 +744,17 @@ else:
 # %% [markdown]
 # ## One layer down: the step furthest from its prediction
 #
-# The profiler splits the step furthest from the cost model (the one whose ratio's interval lies highest: furthest
-# beyond doubt, not the one a single slow run pushed up) into its operators and sorts them into the model's terms
-# (`lib.profiling`); the part that took more than the model gave it is what the model missed. The profiler's own
+# The profiler splits the step furthest from the cost model (the one whose ratio's interval lies furthest from 1,
+# above or below: furthest beyond doubt, not the one a single slow run pushed) into its operators and sorts them
+# into the model's terms (`lib.profiling`); the part furthest from what the model gave it is what the model
+# missed. The profiler's own
 # cost per operator call is measured too, and taken off each part's profiled time (a part of many small calls
 # reads long under it by their number times that cost). The step is profiled `profiled_runs` times, so each part
 # has an interval. Parts whose predicted time is under ten times the profiler's own cost for them are too short
 # to compare.
 
 # %%
-worst_key = max(ratio, key=lambda k: ratio[k].low)
+worst_key = max(ratio, key=lambda k: max(np.log(ratio[k].low), -np.log(ratio[k].high)))  # furthest from 1, either way
 w_dt, w_n, w_c = worst_key
 w_model = models[w_dt]
 with use_threads(w_n), torch.inference_mode():

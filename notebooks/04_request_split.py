@@ -412,9 +412,11 @@ show(register.decide("tpot_growth_is_cache_work", ((claims.within(slope_spread, 
                      evidence=f"parts timed at contexts {c_low:.0f} and {c_high:.0f}, medians of 7 repeats; {dtype}, {where}",
                      shares=shares, cache_slope=cache_slope, slope=slope_spread.text(".1f", "ms") if lines else "",
                      beyond=(f"The line grows {slope - cache_slope:.1f} ms per 1,000 tokens more than the two parts "
-                             "timed alone: work that grows with the context inside a real step and that neither "
-                             "the parts timed alone nor the cost model price. This chapter does not take it further "
-                             "apart; chapter 3 profiles its worst step one layer down." if lines and
+                             "timed alone: work that grows with the context inside a real step and that the parts "
+                             f"timed alone do not price (the cost model, at {model_slope:.2f} ms per 1,000 tokens, "
+                             f"leaves {max(slope - model_slope, 0):.1f} of it unpriced). This chapter does not take it further "
+                             "apart; chapter 3 profiles both its caches' steps at a short and a long context, one layer "
+                             "down, and says which parts of the step grew." if lines and
                              slope > cache_slope else
                              "The parts alone grow faster than the line: timed alone they miss the overlap a real "
                              "step gives them." if lines else ""),

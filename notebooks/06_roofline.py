@@ -1460,7 +1460,8 @@ def opening_text(missed_line: str) -> str:
 n_missed = ("One" if len(missed) == 1 else str(len(missed))) + (" more" if also else "")
 opening.write(opening_text(missed_line),  # too long (a long machine name, many misses): the misses by count only
               opening_text(f"{n_missed} claim{'s' * (len(missed) > 1)} did not hold (the table below names "
-                           f"{'it' if len(missed) == 1 else 'them'}). " if missed else ""))
+                           f"{'it' if len(missed) == 1 else 'them'}). " if missed else ""),
+              opening_text(""))  # shorter still: the evidence table at the end names the misses
 
 # %% [markdown]
 # ## Key terms

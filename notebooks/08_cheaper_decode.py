@@ -537,9 +537,11 @@ if llama_one:
                          predicted=f"more than the read's {read_gain:.2f}x", measured=gain.text(".2f", "x"),
                          evidence="llama_threads_runs.csv; data/00_machine (read at 1 and all threads)",
                          threads=threads, gain=gain.text(".2f", "x"), read_gain=read_gain, reference=reference,
-                         cause=(f", so this test cannot tell the two apart here; yet the step moved only {q4_read:.0%} of "
-                                "the streaming read, so it is not waiting on memory: its cores' arithmetic (unpacking "
-                                "4-bit blocks, the dot products) sets its time" if q4_read < close_to_read else
+                         cause=(f", so this test cannot tell the two apart here; the step moved {q4_read:.0%} of the "
+                                "streaming read in the sweep, which points away from memory (towards its cores' "
+                                "arithmetic: unpacking 4-bit blocks, the dot products), but the side-by-side below "
+                                "times the same file again and is the better guide; this run leaves the cause "
+                                "undecided" if q4_read < close_to_read else
                                 ": its kernels wait on memory")))
 else:
     show(register.decide("llama_bound_by_its_cores", None, why=(

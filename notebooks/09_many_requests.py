@@ -1272,7 +1272,8 @@ else:
         _then = _now * _price[_size] / _price[best_chunk]
         _text += (f"The cost model prices A's worst step at about {prose.ms(_price[_size] / 1e3)} with such pieces "
                   f"against {prose.ms(_price[best_chunk] / 1e3)} with this run's, so A's worst gap "
-                  f"({prose.ms(_now / 1e3)} measured at chunk {best_chunk}) should go to roughly {prose.ms(_then / 1e3)}"
+                  f"({prose.ms(_now / 1e3)} measured at chunk {best_chunk}), scaled by the ratio of the two prices, should go "
+                  f"to roughly {prose.ms(_then / 1e3)}"
                   + (f", against {prose.ms(_flat / 1e3)} with two workers: "
                      + ("closer to" if abs(_then - _flat) < abs(_now - _flat) else "further from")
                      + " their flat stream. " if have_two else ". "))

@@ -318,3 +318,41 @@ def test_which_models_a_server_serves_and_refusing_another(server, monkeypatch):
     monkeypatch.setattr(FakeServer, "models", [""])
     with pytest.raises(client.Unreachable, match="not all names"):
         client.served_models(server)
+
+
+def test_a_scrape_waits_until_the_histogram_has_counted_the_requests_and_no_longer():
+    """A server that records a request's TTFT a moment after its stream ends (as vLLM's front end can): the
+    scrape after the runs waits for the count it expects; one without the histogram returns at once."""
+    import http.server
+    import threading
+    import time
+
+    scrapes = []
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            scrapes.append(1)
+            late = len(scrapes) >= 3  # the last request's observation arrives by the third scrape
+            body = (f"# TYPE vllm:time_to_first_token_seconds histogram\n"
+                    f"vllm:time_to_first_token_seconds_count{{model_name=\"m\"}} {4 if late else 3}.0\n"
+                    f"vllm:time_to_first_token_seconds_sum{{model_name=\"m\"}} {0.4 if late else 0.3}\n").encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        metric = "vllm:time_to_first_token_seconds"
+        assert client.scrape_metrics(url)[f"{metric}_count"] == 3  # too early
+        assert client.scrape_counted(url, metric, count=4, timeout_s=10)[f"{metric}_count"] == 4
+        assert client.scrape_counted(url, metric, count=9, timeout_s=0.5)[f"{metric}_count"] == 4  # bounded
+        began = time.monotonic()
+        assert client.scrape_counted(url, "vllm:absent", count=1, timeout_s=10) and time.monotonic() - began < 2
+    finally:
+        httpd.shutdown()
