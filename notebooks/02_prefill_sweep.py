@@ -218,13 +218,14 @@ display(prose.source(costmodel.CostModel.prefill, costmodel.CostModel._matrix_te
 # of rows, `F(M)`; at this chapter's prompt lengths (GFLOP/s):
 
 # %%
+show(f"A pass counts as on the floor while it costs within **{margin:.0%}** of a 1-token pass (the parameter `margin`).")
 (f_rates / 1e9).rename_axis("rows").to_frame(f"F(M), {label(*main)}").T.round(1)
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** A pass reads the blocks' weights once, and its arithmetic takes `T` times one token's FLOPs at
 # `F(T)` (both printed above); the LM head (the last position only) adds the same to every length, attention and
-# issuing the pass grow slowly with it. Up to what prompt length does a prefill cost within `margin` of a 1-token
-# pass, and at what length does its time per token stop falling?
+# issuing the pass grow slowly with it. Up to what prompt length does a prefill cost within the margin just
+# printed of a 1-token pass, and at what length does its time per token stop falling?
 
 # %%
 predicted = pd.DataFrame([dict(dtype=dt, threads=n, prompt_tokens=p, **{f"{t.name.replace(' ', '_')}_ms": t.best * 1e3
@@ -875,12 +876,19 @@ for claim, at in (("half_long_prompt", max), ("half_short_prompt", min)):
 # Where a pass and its prediction disagree, the profiler says which operators took the time (`lib.profiling`:
 # each operator's own time under `torch.profiler`, sorted into the cost model's terms, and what no operator
 # holds, which is Python issuing the next one). Here it takes apart the pass furthest from its prediction, of
-# every configuration: the one whose ratio's interval lies highest (furthest beyond doubt, not the one a single
-# slow run pushed up); the profiler's own cost makes the profiled pass a little longer than the sweep's. The pass
-# is profiled `profiled_runs` times, so the share of the excess a part holds has an interval.
+# every configuration: the one whose ratio's interval lies furthest from 1, above or below (furthest beyond doubt,
+# not the one a single slow run pushed out); the profiler's own cost makes the profiled pass a little longer than
+# the sweep's. The pass is profiled `profiled_runs` times, so the share of the miss a part holds has an interval.
 
 # %%
-worst_key = max(ratio, key=lambda k: ratio[k].low)
+def beyond_doubt(r: Spread) -> tuple[float, float]:
+    """How far a ratio's interval lies from 1, either way, on a log scale (0 when it holds 1), then its median's."""
+    return max(np.log(r.low), -np.log(r.high), 0.0), abs(np.log(r.mid))
+
+
+worst_key = max(ratio, key=lambda k: beyond_doubt(ratio[k]))
+sign = 1.0 if ratio[worst_key].mid >= 1 else -1.0  # a pass over its price: its excess; under it: its shortfall
+miss = "excess" if sign > 0 else "shortfall"
 worst_row = \
     sweep[(sweep.dtype == worst_key[0]) & (sweep.threads == worst_key[1]) & (sweep.prompt_tokens == worst_key[2])].iloc[0]
 w_cfg, w_tokens = (worst_row["dtype"], int(worst_row.threads)), int(worst_row.prompt_tokens)
@@ -893,7 +901,8 @@ tables = [profiling.beside_prediction(o, pass_price[worst_key]) for o in profile
 ops = profiled[0]
 apart = tables[0].set_index("term").assign(  # each part's median over the profiled runs
     profiled_ms=pd.concat([t.set_index("term").profiled_ms for t in tables], axis=1).median(axis=1))
-apart = apart.assign(excess_ms=apart.profiled_ms - apart.predicted_ms).sort_values("excess_ms", ascending=False).reset_index()
+apart = apart.assign(excess_ms=apart.profiled_ms - apart.predicted_ms)
+apart = apart.assign(miss_ms=apart.excess_ms * sign).sort_values("miss_ms", ascending=False).reset_index()
 results.table(ops, "worst_pass_operators")
 results.table(apart, "worst_pass_parts")
 display(ops.head(8).round(3))
@@ -904,19 +913,20 @@ register.claim(
     "worst_pass_taken_apart",
     "In the pass furthest from its prediction, one part of the cost model holds most of the time beyond it.",
     held="the pass of {config} at {n} took {ratio:.2f}x its prediction; under the profiler **{part}** took "
-         "{profiled} against the {given} the cost model gave it, {share:.0%} of the excess: one part holds most of it. "
+         "{profiled} against the {given} the cost model gave it, {share:.0%} of the {miss}: one part holds most of it. "
          "Its largest operator is `{op}` ({op_ms}).{note}",
-    not_held="the pass of {config} at {n} took {ratio:.2f}x its prediction, and its excess is spread over the parts "
+    not_held="the pass of {config} at {n} took {ratio:.2f}x its prediction, and its {miss} is spread over the parts "
              "(the largest, {part}, holds {share:.0%} of it): no one part explains it.",
     unresolved="the pass of {config} at {n} took {ratio:.2f}x its prediction; under the profiler {part}, the part "
-               "furthest over its price, holds {share_span} of the excess over the profiled runs: against more "
+               "furthest {beyond} its price, holds {share_span} of the {miss} over the profiled runs: against more "
                "than half, {lean}.")
 
 
 def share_of(table: pd.DataFrame, term: str) -> float:
-    """The part ``term``'s share of the pass's excess (the positive excesses summed), in one profiled run."""
-    excess = table[table.excess_ms > 0]
-    return max(float(table.set_index("term").excess_ms[term]), 0.0) / max(excess.excess_ms.sum(), 1e-9)
+    """The part ``term``'s share of the pass's miss (the parts' misses in its direction summed), in one profiled
+    run."""
+    parts = table.set_index("term").excess_ms * sign
+    return max(float(parts[term]), 0.0) / max(parts[parts > 0].sum(), 1e-9)
 
 
 top_part = apart.iloc[0]
@@ -926,24 +936,36 @@ in_part = ops[ops.term == top_part.term].iloc[0]
 note = (" The cost model prices no copies inside a pass: here a copy made inside the LM head's batched product of "
         "the strided last position (transformers' `logits_to_keep` slice) copies the head's weight at every pass."
         if top_part.term == "copies" and (ops.operator == "aten::bmm").any() else "")
-show(register.decide("worst_pass_taken_apart", claims.at_least(shares, 0.5), predicted="one part holds most of the excess",
+show(register.decide("worst_pass_taken_apart", claims.at_least(shares, 0.5), predicted=f"one part holds most of the {miss}",
                      measured=f"{top_part.term}: {shares.text('.0%')} over {profiled_runs} profiled runs",
                      evidence="worst_pass_parts.csv, torch.profiler",
                      config=label(*w_cfg), n=tokens(w_tokens), ratio=worst_row.over_predicted, part=top_part.term,
                      profiled=prose.ms(top_part.profiled_ms / 1e3), given=prose.ms(top_part.predicted_ms / 1e3),
                      share=share, op=in_part.operator, op_ms=prose.ms(in_part.self_ms / 1e3), note=note,
-                     lean=lean(shares, 0.5, np.inf, ".0%"), share_span=shares.text(".0%")))
+                     lean=lean(shares, 0.5, np.inf, ".0%"), share_span=shares.text(".0%"), miss=miss,
+                     beyond="over" if sign > 0 else "under"))
 
-# %% [markdown] tags=["predict"]
+# %% [markdown]
 # ## Computing less of the output
 #
 # A prefill only needs the logits of the last position, to choose the first token. Computing them for every
-# position runs the LM head `T` times instead of once.
-#
-# **Predict first.** The LM head is the model's widest matrix (`d_model x vocab`: 768 x 50,257 in GPT-2 small,
-# about 39M weights beside the blocks' 85M), and with every position's logits it runs `T` rows instead of one.
-# The blocks' FLOPs per token and their rate `F(T)` are printed above. At the longest of `logits_prompts`, what
-# fraction of the pass does computing the last position's logits only save, and how many milliseconds?
+# position runs the LM head `T` times instead of once. The head's size, and chapter 0's rates for the blocks and
+# the head at this section's prompt lengths:
+
+# %%
+head_weights = base_shape.d_model * base_shape.vocab
+show(f"The LM head is {base_shape.d_model:,} x {base_shape.vocab:,}: **{head_weights / 1e6:.3g}M weights**, beside the "
+     f"blocks' {shape_main.layers * shape_main.block_params / 1e6:.3g}M; one token does "
+     f"{2 * head_weights / 1e6:.3g} MFLOP in it and {flops_per_token / 1e6:.3g} MFLOP in the blocks. This section's "
+     f"prompts: {', '.join(tokens(p) for p in logits_prompts)}.")
+pd.DataFrame({"blocks_gflop_s": {p: ceilings.matrix_rate(model_name, main_dt, most, p) / 1e9 for p in logits_prompts},
+              "head_ms": {p: ceilings.matrices(model_name, main_dt, most, "head", p).best * 1e3
+                          for p in [1, *logits_prompts]}}).rename_axis("rows").round(2)
+
+# %% [markdown] tags=["predict"]
+# **Predict first.** With every position's logits the head runs `T` rows instead of one (its time at each number of
+# rows is in the table just above). At the longest of these prompts, how many milliseconds do the extra rows add,
+# and what fraction of the all-position pass does computing the last position's logits only save?
 
 # %% [markdown]
 # The FLOP count predicts the fraction saved (`lib.roofline.last_logits_saving`, the source chapter's prediction);

@@ -187,7 +187,8 @@ plt.show()
 #
 # **Predict first.** Each term of that price is chapter 0's fastest call of its kernel, timed alone; a request runs
 # them back to back from Python and reads every token back to the host. Will the measured TTFT and TPOT (the
-# table above) come out above their prices or below them, and by what ratio, as a geometric mean over the pairs?
+# table above) come out above their prices or below them? Which of the two should lie further from its price,
+# and why?
 
 # %% [markdown]
 # The cost model's price for each pair, beside the measured medians; the claim allows the tolerance for a time
@@ -497,11 +498,18 @@ show(register.decide("more_prefill_heavy_than_reference", claims.verdict_of(clos
                                        f"against {r.prefill_share_pct:.0f} %" for r, v in zip(beside.itertuples(), heavier)
                                        if v != claims.HELD)))
 
-# %% [markdown] tags=["predict"]
+# %% [markdown]
 # ## Workload archetypes
 #
-# Three shapes of traffic, each a prompt and an output length (the `archetypes` parameter, at the top).
-#
+# Three shapes of traffic, each a prompt and an output length (the `archetypes` parameter, at the top), and the
+# TPOT line of the section above:
+
+# %%
+show(f"The TPOT line: **{tpot_at_0:.1f} ms** a step at no context, plus **{slope:.2f} ms** for every 1,000 tokens "
+     "of context.")
+pd.DataFrame(archetypes, index=["prompt_tokens", "output_tokens"]).T.rename_axis("workload")
+
+# %% [markdown] tags=["predict"]
 # **Predict first.** From the grid's TTFT at each prompt length and the TPOT line of the sections above, how many
 # milliseconds should each archetype take end to end, and which of them spend more than half their time in
 # prefill?

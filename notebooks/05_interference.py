@@ -175,13 +175,16 @@ floor_reach = (f"it found no floor: a {after_floor.iloc[0]}-token pass already t
                f"{pass_at[after_floor.iloc[0]] / floor2.floor_ms:.1f} times as long, beyond {floor2.margin:.0%} more"
                if no_floor and len(after_floor) else
                f"its time stayed within {floor2.margin:.0%} of that up to {tokens(floor2.flat_until_tokens)}")
+show(f"B's prompt is **{tokens(b_prompt_len)}**; the chunk sizes tried are {', '.join(map(str, chunk_sizes))}; a "
+     f"smaller chunk pays off if it cuts A's worst gap by more than **{stops_helping:.0%}** (the parameter "
+     "`stops_helping`). Chapter 2's passes (ms):")
 section2[["prompt_tokens", "time_ms", "time_ms_low", "time_ms_high"]].set_index("prompt_tokens").T.round(1)
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** Take one of A's decode steps as about chapter 2's 1-token pass, and a chunk of `c` tokens as
 # about chapter 2's pass of `c` tokens (both in the table just above). Unchunked, about how many milliseconds is
 # A's worst gap? And halving the chunk from `b_prompt_len` tokens down, at which chunk size does a step down first
-# cut that worst gap by `stops_helping` or less: where would you put the best chunk size?
+# cut that worst gap by the fraction just printed or less: where would you put the best chunk size?
 
 
 # %%
@@ -647,12 +650,17 @@ display(Markdown(
     f"eight typers on a 2-core CPU with a 1,024-token newcomer: a normal gap of {typers['normal']:.0f} ms, a worst gap "
     f"of {typers['unchunked_worst']:,.0f} ms unchunked and {typers['chunk128_worst']:.0f} ms with 128-token chunks."))
 
-# %% [markdown] tags=["predict"]
+# %% [markdown]
 # ## Extension: several streams decoding at once
 #
 # With `k` A streams decoding as one batch, every A step reads `k` caches but the same weights once; B's chunks
 # still interleave with A's steps.
-#
+
+# %%
+show(f"This section runs **k = {', '.join(map(str, stream_counts))}** streams (the parameter `stream_counts`), "
+     f"B's chunks at {', '.join(map(str, stream_chunks))} tokens.")
+
+# %% [markdown] tags=["predict"]
 # **Predict first.** One stream's decode step is printed above (A's decode step at the context B arrives at), and
 # one stream's unchunked stall is the worst gap in the interference table above. With `k = max(stream_counts)`
 # streams, how many times one stream's step will each stream's step take: `k` times, or fewer? And unchunked, how

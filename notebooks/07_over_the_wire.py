@@ -408,17 +408,22 @@ for r in engine_rows.itertuples():
                               "its cache's bookkeeping, a Python server thread beside the model's) and its threads "
                               "(*Threads*, below), which this chapter does not take apart."))
 
-# %% [markdown] tags=["predict"]
+# %% [markdown]
 # ## Load: many users at once
 #
 # Each level of the **closed loop** below keeps `c` users busy: each sends its next request when the last one
 # ends. The first level, one user alone, also sets this chapter's objectives under load: `slo_scale` times that
 # user's median TTFT and TPOT on the same engine (DistServe's "SLO scale"), since whether a server is overloaded
 # depends on how fast this machine runs it.
-#
+
+# %%
+show(f"The levels: **{', '.join(map(str, concurrency))} users** at once (the parameter `concurrency`); the objectives "
+     f"are {slo_scale:g} times one user's median TTFT and TPOT.")
+
+# %% [markdown] tags=["predict"]
 # **Predict first.** Chapter 3 found that one decode step of `B` sequences reads the weights once for all of
 # them, and an engine with continuous batching puts every active request into each step; the one-request table
-# above gives each engine's gap for one user alone. From one user to the most in `concurrency`, by how many
+# above gives each engine's gap for one user alone. From one user to the most in the levels just printed, by how many
 # times do you expect the total tokens per second to rise, and does each user's TPOT rise by more or by less
 # than the number of users?
 
@@ -733,10 +738,14 @@ show(" ".join(f"**{name}**: the same requests are quoted from **{min(p.values())
 # model's price of a prefill of each budget's piece, in-process on this machine (chapter 0's ceilings):
 
 # %%
-show(f"On {torch.get_num_threads()} threads the cost model prices a prefill of " + ", ".join(
-    f"{n:,} tokens at **{priced.prefill(n).best * 1e3:,.0f} ms**"
-    for n in sorted({min(b, stall_prompt_tokens) for b in [tf_batch_tokens, *vllm_budgets]} | {stall_prompt_tokens}))
-     + "; vLLM's CPU build keeps one core for its scheduler process and computes on the rest.")
+vllm_cores = max(torch.get_num_threads() - 1, 1)  # vLLM's CPU build keeps one core for its scheduler process
+on_vllm_cores = costmodel.CostModel(ceilings, MODEL, machine.MODELS[MODEL][0].with_dtype("fp32"), "fp32", vllm_cores)
+piece_sizes = sorted({min(b, stall_prompt_tokens) for b in [tf_batch_tokens, *vllm_budgets]} | {stall_prompt_tokens})
+show(f"B's prompt is about **{stall_prompt_tokens:,} tokens**; vLLM's budgets are {', '.join(f'{b:,}' for b in vllm_budgets)} "
+     f"tokens, `transformers serve`'s {tf_batch_tokens:,}. On {torch.get_num_threads()} threads the cost model prices "
+     "a prefill of " + ", ".join(f"{n:,} tokens at **{priced.prefill(n).best * 1e3:,.0f} ms**" for n in piece_sizes)
+     + f"; vLLM's CPU build keeps one core for its scheduler process and computes on {vllm_cores}, where the same "
+       "prefills are priced at " + ", ".join(f"**{on_vllm_cores.prefill(n).best * 1e3:,.0f} ms**" for n in piece_sizes) + ".")
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** A's ordinary gap through each engine is in the one-request table above, and a step that

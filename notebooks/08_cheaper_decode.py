@@ -607,10 +607,11 @@ prose.table(quality)
 # bytes.
 #
 # **Predict first.** A cached token holds a key and a value for every layer and KV head: 2 x layers x KV heads x
-# head size x bytes per value (SmolLM2: 30 layers, 3 KV heads of 64 values, 4 bytes each in fp32). At the longest
-# of `contexts`, what share of the fp32 step's bytes do you expect the cache to be: a few per cent, or most? And
-# about how many milliseconds longer do you expect the fp32 step to take there than at the shortest, if attention
-# reads the extra cache and the growing cache copies it at every step, at the rates printed in section 1?
+# head size x bytes per value (SmolLM2: 30 layers, 3 KV heads of 64 values, 4 bytes each in fp32; its fp32 weights
+# are in section 1's table). Section 1's table also gives the cache's share of a step at the sweep's contexts as
+# SmolLM2 is. If SmolLM2 kept a KV head for each of its 9 query heads instead, how many kilobytes would a cached
+# token hold, what share of the fp32 step's bytes would the cache be at the sweep's longest context, and after how
+# many tokens of context would the cache hold as many bytes as the weights?
 
 # %% [markdown]
 # The arithmetic, for GPT-2 small (multi-head), SmolLM2 as it is, and SmolLM2 as if it kept a KV head per query

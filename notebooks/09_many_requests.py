@@ -287,7 +287,9 @@ show(register.decide(
 #
 # **Predict first.** The long system prompt's requests share the number of tokens the table of prompts above
 # counts, the short one's far fewer. How many tokens do you expect vLLM's counter to count as reused for a request
-# of each, and which of the two do you expect to reach its first token sooner than a prompt with nothing to reuse?
+# of each? And against a prompt of the same length with nothing to reuse (the long system prompt behind its own
+# request number), about how many milliseconds sooner should a request with the long prompt cached reach its first
+# token?
 
 # %% [markdown]
 # The book's prediction: a prefix shorter than one block is never reused, and of a longer one only its whole blocks
@@ -805,21 +807,23 @@ def separation_verdict() -> str:
     """Which way won on A's worst gap and on B's TTFT, two workers against each one-worker way, from ``sep``."""
     if not have_two:
         return f"Two workers did not run here ({sep_missing}), so the arrangements are not compared."
-    def than(a: float, b: float) -> str:
-        return "about the same" if abs(a - b) <= 0.05 * b else "a shorter" if a < b else "a longer"
+    def than(col: str, w: str) -> str:
+        """Two workers against way ``w`` on column ``col``, decided on the runs' intervals, not the medians."""
+        a, b = spread(two, col), spread(w, col)
+        return "a shorter" if a.high < b.low else "a longer" if a.low > b.high else "about the same"
 
-    said = [f"against **{w}**, two workers gave A {than(gaps[two], gaps[w])} worst gap ({gaps[two]:,.0f} against "
-            f"{gaps[w]:,.0f} ms) and B {than(ttfts[two], ttfts[w])} wait ({ttfts[two]:,.0f} against {ttfts[w]:,.0f} ms)"
+    said = [f"against **{w}**, two workers gave A {than('a_worst_gap_ms', w)} worst gap ({gaps[two]:,.0f} against "
+            f"{gaps[w]:,.0f} ms) and B {than('b_ttft_ms', w)} wait ({ttfts[two]:,.0f} against {ttfts[w]:,.0f} ms)"
             for w, _ in settings]
-    won = [w for w, _ in settings if gaps[two] < gaps[w] and ttfts[two] < ttfts[w]]
-    lost = [w for w, _ in settings if gaps[two] > gaps[w] and ttfts[two] > ttfts[w]]
+    won = [w for w, _ in settings if than("a_worst_gap_ms", w) == than("b_ttft_ms", w) == "a shorter"]
+    lost = [w for w, _ in settings if than("a_worst_gap_ms", w) == than("b_ttft_ms", w) == "a longer"]
     split = [w for w, _ in settings if w not in won and w not in lost]
     def ways(which: list[str]) -> str:
         return "both one-worker ways" if len(which) == len(settings) else f"**{which[0]}**"
 
     outcome = "; ".join(([f"two workers beat {ways(won)} on both measures"] if won else [])
                         + ([f"{ways(lost)} beat two workers on both"] if lost else [])
-                        + ([f"against {ways(split)} each won one measure, one request's gain the other's wait"]
+                        + ([f"against {ways(split)} neither way was ahead on both measures beyond the runs' spread"]
                            if split else []))
     turns = f"B's prompt whole inside one of A's steps, or in {-(-b_prompt_len // best_chunk)} pieces between them"
     cores = (f"all three ways ran on the same {n_threads} cores, so what differs is how the two requests share them "
@@ -1324,9 +1328,18 @@ def sooner(s: Spread, bold: bool = False) -> str:
 
 
 by_replay = {claims.HELD: "as replayed", claims.NOT_HELD: "off the replay", claims.UNRESOLVED: "too close to call"}
-waits = ["longer" if ttfts.get(two, 0) > ttfts[w] else "less" for w, _ in settings]  # the newcomer's, against each
-newcomer = (f"{waits[0]} than with one worker, chunked or not" if len(set(waits)) == 1 else
-            f"{waits[0]} than unchunked but {waits[1]} than chunked")
+waits = [("longer" if spread(two, "b_ttft_ms").low > spread(w, "b_ttft_ms").high else "less"
+          if spread(two, "b_ttft_ms").high < spread(w, "b_ttft_ms").low else "about as long")
+         for w, _ in settings] if have_two else []  # the newcomer's wait against each way, on the runs' intervals
+
+
+def against_way(word: str, what: str) -> str:
+    """``"longer than <what>"``, ``"less than <what>"`` or ``"about as long as <what>"``."""
+    return f"about as long as {what}" if word == "about as long" else f"{word} than {what}"
+
+
+newcomer = (against_way(waits[0], "with one worker, chunked or not") if len(set(waits)) == 1 else
+            f"{against_way(waits[0], 'unchunked')} but {against_way(waits[1], 'chunked')}") if waits else ""
 flatter = {claims.HELD: "separating the phases kept the stream flattest, the newcomer waiting " + newcomer,
            claims.NOT_HELD: "separating the phases did not keep the stream flatter here",
            claims.UNRESOLVED: "whether separating the phases keeps the stream flatter is too close to call here"}
