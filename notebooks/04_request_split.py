@@ -200,7 +200,8 @@ register.claim(
     "The pairs' TTFT and TPOT take what the cost model predicts, within the tolerance for a time predicted from "
     "measured ceilings (the geometric mean of the pairs' ratios to their predictions, each of TTFT and TPOT).",
     held="TTFT took **{ttft}** the cost model's prediction and TPOT **{tpot}** its own (geometric means over {n} "
-         "pairs), both within the tolerance of {tol:g}x{worst}.",
+         "pairs), both within their tolerance (TTFT {ttft_band}, TPOT {tpot_band}: the tolerance of {tol:g}x around "
+         "the prediction's own range){worst}.",
     not_held="TTFT took **{ttft}** the cost model's prediction and TPOT **{tpot}** its own (geometric means over {n} "
              "pairs): not both within the tolerance of {tol:g}x{worst}.",
     unresolved="TTFT took **{ttft}** the cost model's prediction and TPOT **{tpot}** its own (geometric means over {n} "
@@ -227,7 +228,9 @@ each_r = {k: {claims.HELD: f"{k.upper()} ({pooled_r[k].text('.2f', 'x')}) lies w
                                  f"({edge_r[k]})"}[v] for k, v in where_r.items()}  # each of TTFT and TPOT, told
 worst_text = "; the furthest: " + ", ".join(f"{k.upper()} at {w[0][0]} in / {w[0][1]} out ({w[1].mid:.2f}x)"
                                             for k, w in worst_r.items())
-show(register.decide("requests_as_predicted", verdict, predicted=f"within {claims.PREDICTED_TIME:g}x",
+show(register.decide("requests_as_predicted", verdict,
+                     predicted=f"TTFT within {edge_r['ttft']}, TPOT within {edge_r['tpot']}",
+                     ttft_band=edge_r["ttft"], tpot_band=edge_r["tpot"],
                      measured=f"TTFT {pooled_r['ttft'].text('.2f', 'x')}, TPOT {pooled_r['tpot'].text('.2f', 'x')}",
                      evidence=f"requests.csv, {runs} runs per pair", ttft=pooled_r["ttft"].text(".2f", "x"),
                      tpot=pooled_r["tpot"].text(".2f", "x"), n=len(split), worst=worst_text, tol=claims.PREDICTED_TIME,
@@ -505,8 +508,8 @@ show(register.decide("more_prefill_heavy_than_reference", claims.verdict_of(clos
 # TPOT line of the section above:
 
 # %%
-show(f"The TPOT line: **{tpot_at_0:.1f} ms** a step at no context, plus **{slope:.2f} ms** for every 1,000 tokens "
-     "of context.")
+show(f"The TPOT line: **{tpot_at_0:.1f} ms** a step at no context (the median of the runs' own lines), plus "
+     f"**{slope:.2f} ms** for every 1,000 tokens of context (Theil and Sen's slope over every request).")
 pd.DataFrame(archetypes, index=["prompt_tokens", "output_tokens"]).T.rename_axis("workload")
 
 # %% [markdown] tags=["predict"]
@@ -678,7 +681,7 @@ per_pair.round(2)
 #
 # A GPU's prefill runs at a high FLOP rate, and a short one costs about what a decode step does (both mostly the
 # cost of launching the same operations); a CPU pays for every FLOP of the prefill, while its decode step costs
-# roughly the weights' bytes over bandwidth.
+# roughly the weights' bytes at its matrix-vector kernel's rate (chapter 3), which grows with no prompt token.
 # </details>
 #
 # ## Try it

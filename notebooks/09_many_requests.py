@@ -277,14 +277,24 @@ show(register.decide(
                     f"reused path {warm.mid / ((warm_p.best + copy_s) * 1e3):.2f}x its own (copy and prefill over the "
                     "cached prefix), so the saving is off by whichever of the two strays further from 1.")))
 
-# %% [markdown] tags=["predict"]
+# %% [markdown]
 # ### The engines' prefix caches
 #
 # An engine keeps the cache of every prompt it served, in blocks, and a new prompt that starts with the same
 # tokens reuses the matching **whole** blocks (vLLM's automatic prefix caching; `transformers serve`'s
 # continuous batching shares pages the same way). vLLM's CPU build keeps blocks of 128 tokens and counts the
-# tokens it reuses (`vllm:prefix_cache_hits`).
-#
+# tokens it reuses (`vllm:prefix_cache_hits`). What the cost model prices a cold prefill of the long prompt at, on
+# the cores each engine computes on:
+
+# %%
+long_prompt = int(prompts[0].shape[1])
+show("; ".join(f"{name} computes on {engine_threads(name, n_threads)} of this machine's {n_threads} cores, where a "
+               f"{long_prompt}-token prefill is priced at "
+               f"**{prose.ms(cost_model(MODEL, engine_threads(name, n_threads)).prefill(long_prompt).best)}**"
+               for name in ("transformers serve", "vLLM") if cost_model(MODEL, engine_threads(name, n_threads)))
+     or f"chapter 0 measured no ceilings for {MODEL} on the engines' cores: nothing here is priced")
+
+# %% [markdown] tags=["predict"]
 # **Predict first.** The long system prompt's requests share the number of tokens the table of prompts above
 # counts, the short one's far fewer. How many tokens do you expect vLLM's counter to count as reused for a request
 # of each? And against a prompt of the same length with nothing to reuse (the long system prompt behind its own
@@ -515,8 +525,8 @@ except ValueError as error:  # chapter 0 did not measure one of these thread cou
 # worker on all cores?
 
 # %% [markdown]
-# The book's prediction: with two workers, A's gaps are one-core decode steps (slower than with both cores, but
-# never holding B's prefill), except the one that holds the hand-over, priced by the cache's bytes over chapter 0's
+# The book's prediction: with two workers, A's gaps are one-core decode steps (priced in the table below, beside
+# the steps on both cores; never holding B's prefill), except the one that holds the hand-over, priced by the cache's bytes over chapter 0's
 # copy rate; B's TTFT is its prefill on one core. The decode worker's loop:
 
 # %%
@@ -812,9 +822,14 @@ def separation_verdict() -> str:
         a, b = spread(two, col), spread(w, col)
         return "a shorter" if a.high < b.low else "a longer" if a.low > b.high else "about the same"
 
-    said = [f"against **{w}**, two workers gave A {than('a_worst_gap_ms', w)} worst gap ({gaps[two]:,.0f} against "
-            f"{gaps[w]:,.0f} ms) and B {than('b_ttft_ms', w)} wait ({ttfts[two]:,.0f} against {ttfts[w]:,.0f} ms)"
-            for w, _ in settings]
+    def told(col: str, w: str, noun: str) -> str:
+        word = than(col, w)
+        return (f"{word} {noun}" if word != "about the same" else
+                f"a {noun} not told apart from it (the runs overlap)")
+
+    said = [f"against **{w}**, two workers gave A {told('a_worst_gap_ms', w, 'worst gap')} ({gaps[two]:,.0f} against "
+            f"{gaps[w]:,.0f} ms, medians) and B {told('b_ttft_ms', w, 'wait')} ({ttfts[two]:,.0f} against "
+            f"{ttfts[w]:,.0f} ms)" for w, _ in settings]
     won = [w for w, _ in settings if than("a_worst_gap_ms", w) == than("b_ttft_ms", w) == "a shorter"]
     lost = [w for w, _ in settings if than("a_worst_gap_ms", w) == than("b_ttft_ms", w) == "a longer"]
     split = [w for w, _ in settings if w not in won and w not in lost]
@@ -1329,18 +1344,20 @@ def sooner(s: Spread, bold: bool = False) -> str:
 
 by_replay = {claims.HELD: "as replayed", claims.NOT_HELD: "off the replay", claims.UNRESOLVED: "too close to call"}
 waits = [("longer" if spread(two, "b_ttft_ms").low > spread(w, "b_ttft_ms").high else "less"
-          if spread(two, "b_ttft_ms").high < spread(w, "b_ttft_ms").low else "about as long")
+          if spread(two, "b_ttft_ms").high < spread(w, "b_ttft_ms").low else "not told apart")
          for w, _ in settings] if have_two else []  # the newcomer's wait against each way, on the runs' intervals
 
 
-def against_way(word: str, what: str) -> str:
-    """``"longer than <what>"``, ``"less than <what>"`` or ``"about as long as <what>"``."""
-    return f"about as long as {what}" if word == "about as long" else f"{word} than {what}"
+def against_way(word: str, what: str, whose: str) -> str:
+    """The newcomer's wait against one way (``what``; ``whose``, its wait): longer, less, or not told apart."""
+    return f"with a wait the runs do not tell apart from {whose}" if word == "not told apart" else f"waiting {word} than {what}"
 
 
-newcomer = (against_way(waits[0], "with one worker, chunked or not") if len(set(waits)) == 1 else
-            f"{against_way(waits[0], 'unchunked')} but {against_way(waits[1], 'chunked')}") if waits else ""
-flatter = {claims.HELD: "separating the phases kept the stream flattest, the newcomer waiting " + newcomer,
+newcomer = (against_way(waits[0], "with one worker, chunked or not", "one worker's, chunked or not")
+            if len(set(waits)) == 1 else
+            f"{against_way(waits[0], 'unchunked', 'the unchunked wait')} but "
+            f"{against_way(waits[1], 'chunked', 'the chunked wait')}") if waits else ""
+flatter = {claims.HELD: "separating the phases kept the stream flattest, the newcomer " + newcomer,
            claims.NOT_HELD: "separating the phases did not keep the stream flatter here",
            claims.UNRESOLVED: "whether separating the phases keeps the stream flatter is too close to call here"}
 priced_at = f"{predicted_saving.mid * 1e3:.0f} ms" if predicted_saving else ""  # as the claim's prediction reads
@@ -1370,13 +1387,17 @@ vllm_shared = reuse_table[(reuse_table.engine == "vLLM") & (reuse_table.group ==
 if "vLLM" in gains and len(vllm_shared) and vllm_shared.hit_tokens.iloc[0] < shared:  # vLLM reused only whole blocks
     v_row, v_cores = vllm_shared.iloc[0], engine_threads("vLLM", n_threads)
     v_cold = reuse_table[(reuse_table.engine == "vLLM") & (reuse_table.group == "unique")].ttft_ms.iloc[0]
+    more = gains["vLLM"].low > saving.high  # more beyond both intervals; "less" the same way; else about as much
+    less = gains["vLLM"].high < saving.low
     show(f"vLLM reused {v_row.hit_tokens:.0f} of the {shared} shared tokens (its whole blocks of "
          f"{v_row.block_tokens:.0f}), and saved " + (
              f"more than the in-process run did for all {shared}: it computes on {v_cores} of this machine's "
              f"{n_threads} cores, so each token costs it more (a cold first token took it {v_cold:.0f} ms, against "
-             f"{cold.mid:.0f} ms in-process)." if gains["vLLM"].mid > saving.mid and v_cores < n_threads and v_cold > cold.mid else
-             f"{'more' if gains['vLLM'].mid > saving.mid else 'less'} than the in-process run did for all {shared} "
-             f"(a cold first token took it {v_cold:.0f} ms, against {cold.mid:.0f} ms in-process)."))
+             f"{cold.mid:.0f} ms in-process)." if more and v_cores < n_threads and v_cold > cold.mid else
+             f"{'more' if more else 'less' if less else 'about as much (the two intervals overlap)'} "
+             f"{'as' if not (more or less) else 'than'} the in-process run did for all {shared} "
+             f"({gains['vLLM'].text('.0f', 'ms')} against {saving.text('.0f', 'ms')}; a cold first token took it "
+             f"{v_cold:.0f} ms, against {cold.mid:.0f} ms in-process)."))
 
 # %% [markdown]
 # ## Key terms
