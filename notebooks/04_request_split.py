@@ -242,7 +242,7 @@ split[["prompt_tokens", "output_tokens", "ttft_ms", "predicted_ttft_ms", "tpot_m
 #
 # **Predict first.** A prefill of `T` prompt tokens does about `2 x parameters x T` FLOPs in its matrices
 # (attention's part grows as `T x T`, small at these lengths) and reads every weight once. If TTFT were all
-# arithmetic at one rate, by what factor would it grow each time the prompt doubles: 1x, 2x or 4x? Would a fixed
+# arithmetic at one rate, would it stay the same, double or quadruple each time the prompt doubles? Would a fixed
 # cost per pass, paid at every prompt length, pull the fitted exponent above 1 or below it?
 
 # %% [markdown]
