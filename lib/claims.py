@@ -449,7 +449,7 @@ class Claims:
     def decide(self, claim: str, verdict: str | None, *, predicted: str = "", measured: str = "",
                evidence: str = "", **values) -> str:
         """Record the ``verdict`` (``None``: not measured) of a declared claim and return the sentence for it
-        (markdown, its first letter capitalised), which the chapter shows as a finding in its body: the verdict
+        (markdown, its first letter capitalised unless its first word is a name such as ``bf16`` or ``vLLM``), which the chapter shows as a finding in its body: the verdict
         itself is shown only in the evidence table at the chapter's end (:meth:`evidence`). ``values`` fill the
         sentence's placeholders."""
         if claim not in self.declared:
@@ -469,7 +469,9 @@ class Claims:
         if verdict == NOT_MEASURED:  # the sentence gives the reason only: the statement says what was not measured
             return d.statement + (" This run did not measure it." if template == _NOT_MEASURED
                                   else f" This run did not measure it: {text}")
-        return text[:1].upper() + text[1:]
+        first = re.match(r"[\w-]*", text).group()
+        keep = any(c.isdigit() for c in first) or first[1:] != first[1:].lower()  # a name: "bf16", "gpt2-small", "vLLM"
+        return text if keep else text[:1].upper() + text[1:]
 
     def frame(self) -> pd.DataFrame:
         """The register as a DataFrame with the columns of ``claims.csv``: every declared claim, in the order

@@ -811,6 +811,11 @@ class Ceilings:
         median = _interpolate(t.rows.to_numpy(float), t.median_s.to_numpy(float), rows)
         return KernelTime(best, median, f"{kernel} of {model} at {rows:g} rows")
 
+    def rows_measured(self, model: str, dtype: str, threads: int, kernel: str) -> list[int]:
+        """The row counts chapter 0 timed the model's ``blocks`` or ``head`` at (:meth:`matrices` interpolates
+        between them)."""
+        return sorted(int(r) for r in self._rows(dtype, threads, kernel, model).rows)
+
     def matrix_faults(self, model: str, dtype: str, threads: int, kernel: str, rows: float) -> float:
         """The page faults one call of the model's ``blocks`` or ``head`` took at ``rows`` rows in chapter 0 (its
         output, where the allocator mapped it afresh), interpolated between the rows measured: already inside

@@ -218,14 +218,20 @@ display(prose.source(costmodel.CostModel.prefill, costmodel.CostModel._matrix_te
 # of rows, `F(M)`; at this chapter's prompt lengths (GFLOP/s):
 
 # %%
-show(f"A pass counts as on the floor while it costs within **{margin:.0%}** of a 1-token pass (the parameter `margin`).")
+head_1 = ceilings.matrices(model_name, main_dt, most, "head", 1).best  # seconds, the LM head at one row
+dispatch_1 = ceilings.dispatch(model_name, main_dt, most, "prefill", 1).best  # seconds, issuing a 1-token pass
+show(f"A pass counts as on the floor while it costs within **{margin:.0%}** of a 1-token pass (the parameter `margin`). "
+     f"Chapter 0 timed the LM head at one row at **{prose.ms(head_1)}** and issuing a 1-token pass (its small "
+     f"operations, matrices hollowed out) at **{prose.ms(dispatch_1)}**; the blocks' weights stream at one row in "
+     f"{prose.ms(ceilings.matrices(model_name, main_dt, most, 'blocks', 1).best)}.")
 (f_rates / 1e9).rename_axis("rows").to_frame(f"F(M), {label(*main)}").T.round(1)
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** A pass reads the blocks' weights once, and its arithmetic takes `T` times one token's FLOPs at
 # `F(T)` (both printed above); the LM head (the last position only) adds the same to every length, attention and
 # issuing the pass grow slowly with it. Up to what prompt length does a prefill cost within the margin just
-# printed of a 1-token pass, and at what length does its time per token stop falling?
+# printed of a 1-token pass, and at what length does its time per token stop falling (come within that margin of
+# the lowest time per token of any length)?
 
 # %%
 predicted = pd.DataFrame([dict(dtype=dt, threads=n, prompt_tokens=p, **{f"{t.name.replace(' ', '_')}_ms": t.best * 1e3
@@ -338,7 +344,7 @@ again = claims.settle(measure_again, lambda: not straddlers(), budget_s=settle_s
 paced["after it"] = machine.pace(ceilings, model_name, main_dt, most, device)
 machine.release_pace()
 results.table(runs_table[["run", *keys, "passes", "time_ms", "faults", "priced_ms", "ratio", "status"]], "prefill_runs")
-print(f"{before} of {len(ratio)} points straddled their band after {runs} runs; {again} more run(s) of those "
+print(f"{before} of {len(ratio)} points straddled their band after {runs} runs; {again} more run{'s' * (again != 1)} of those "
       f"(budget {settle_s:g} s) left {len(straddlers())}")
 
 # %% [markdown]
@@ -954,18 +960,26 @@ show(register.decide("worst_pass_taken_apart", claims.at_least(shares, 0.5), pre
 
 # %%
 head_weights = base_shape.d_model * base_shape.vocab
+head_rows_measured = ceilings.rows_measured(model_name, main_dt, most, "head")
 show(f"The LM head is {base_shape.d_model:,} x {base_shape.vocab:,}: **{head_weights / 1e6:.3g}M weights**, beside the "
      f"blocks' {shape_main.layers * shape_main.block_params / 1e6:.3g}M; one token does "
      f"{2 * head_weights / 1e6:.3g} MFLOP in it and {flops_per_token / 1e6:.3g} MFLOP in the blocks. This section's "
-     f"prompts: {', '.join(tokens(p) for p in logits_prompts)}.")
-pd.DataFrame({"blocks_gflop_s": {p: ceilings.matrix_rate(model_name, main_dt, most, p) / 1e9 for p in logits_prompts},
-              "head_ms": {p: ceilings.matrices(model_name, main_dt, most, "head", p).best * 1e3
-                          for p in [1, *logits_prompts]}}).rename_axis("rows").round(2)
+     f"prompts: {', '.join(tokens(p) for p in logits_prompts)}. Chapter 0 timed the head at "
+     f"{', '.join(f'{r:g}' for r in head_rows_measured)} rows (in the table, a length between those is interpolated); "
+     f"the pass is this chapter's sweep above, logits at the last position only ({label(*main)}):")
+pass_here = sweep[(sweep.dtype == main_dt) & (sweep.threads == most)].set_index("prompt_tokens").time_ms
+pd.DataFrame({"pass, last position (ms)": {p: pass_here.get(p, np.nan) for p in logits_prompts},
+              "head at 1 row (ms)": ceilings.matrices(model_name, main_dt, most, "head", 1).best * 1e3,
+              "head at T rows (ms)": {p: ceilings.matrices(model_name, main_dt, most, "head", p).best * 1e3
+                                      for p in logits_prompts},
+              "head interpolated": {p: p not in head_rows_measured for p in logits_prompts}}
+             ).rename_axis("prompt tokens T").round(2)
 
 # %% [markdown] tags=["predict"]
-# **Predict first.** With every position's logits the head runs `T` rows instead of one (its time at each number of
-# rows is in the table just above). At the longest of these prompts, how many milliseconds do the extra rows add,
-# and what fraction of the all-position pass does computing the last position's logits only save?
+# **Predict first.** With every position's logits the head runs `T` rows instead of one (its time at both is in
+# the table just above). At the longest of these prompts, how many milliseconds do the extra rows add, and what
+# fraction of the all-position pass (the last-position pass plus those milliseconds) does computing the last
+# position's logits only save?
 
 # %% [markdown]
 # The FLOP count predicts the fraction saved (`lib.roofline.last_logits_saving`, the source chapter's prediction);

@@ -307,7 +307,7 @@ before = len(straddlers())
 again = claims.settle(measure_again, lambda: not straddlers(), budget_s=settle_s, max_runs=20)
 paced["after it"] = machine.pace(ceilings, model_name, *main, device)
 machine.release_pace()
-print(f"{before} of {len(ratio)} points straddled their band after {runs} runs; {again} more run(s) of those "
+print(f"{before} of {len(ratio)} points straddled their band after {runs} runs; {again} more run{'s' * (again != 1)} of those "
       f"(budget {settle_s:g} s) left {len(straddlers())}")
 static_runs = pd.concat(static_rows, ignore_index=True)
 results.table(decode_runs, "decode_runs")
@@ -886,11 +886,18 @@ show(f"This run ({label('fp32', int(ours.threads.iloc[0]))}): "
 #
 # Decode `B` sequences at once and the step still reads every weight once, now shared by `B` tokens, but it
 # reads (and, if the cache grows, copies) `B` caches, and its matrices run with `B` rows: at the rate `F(B)`
-# chapter 0 measured for that many rows. The bytes a step reads at context `batch_context`, for each batch:
+# chapter 0 measured for that many rows. The bytes a step reads at context `batch_context`, for each batch, and
+# chapter 0's rates for the memory a growing cache copies into (the copy's destination is fresh memory each step,
+# mapped by the operating system a page at a time):
 
 # %%
 batch_inputs = pd.DataFrame(dict(batch=batches, weights_mb=shape.weight_bytes / 1e6,
                                  caches_mb=[b * batch_context * shape.kv_bytes_per_token / 1e6 for b in batches]))
+fault_ms_per_mb = ceilings.fault_cost(*main) * ceilings.faults_per_byte(*main) * 1e6 * 1e3
+show(f"Chapter 0 ({label(*main)}): the streaming read **{ceilings.stream_bandwidth(*main) / 1e9:.1f} GB/s**, the copy "
+     f"**{ceilings.stream_bandwidth(*main, 'copy') / 1e9:.1f} GB/s**, and mapping fresh memory **{fault_ms_per_mb:.2f} ms "
+     f"per MB** (page faults, on top of the copy), at batch 1 the matrix-vector rate of the weights "
+     f"**{ceilings.weight_rate(model_name, *main) / 1e9:.1f} GB/s**.")
 batch_inputs.round(1)
 
 # %% [markdown] tags=["predict"]
@@ -1467,7 +1474,7 @@ _four = ("" if on_gpu else
          " Listed alone, `[(\"fp32\", 4)]` has no second thread count, so the gain reads *not measured*." if most == 4 else
          f" Listed alone, `[(\"fp32\", 4)]` has no second thread count, and the chapter reads its first configuration "
          f"(fp32 on all {most} threads) throughout: keep `(\"fp32\", {most})` beside it." if 4 in _measured else
-         f" Chapter 0 measured fp32 at {' and '.join(map(str, _measured))} thread(s) on this machine, so a 4-thread "
+         f" Chapter 0 measured fp32 at {' and '.join(map(str, _measured))} thread{'s' * (_measured != [1])} on this machine, so a 4-thread "
          f"configuration stops this chapter in its first cells, the cost model naming chapter 0's missing run: run "
          f"chapter 0 with 4 threads first, on a machine with at least 4 cores.")
 if on_gpu or len(_fp32) < 2:

@@ -370,9 +370,10 @@ show(register.decide("tpot_follows_cache_bytes", (claims.within(slope_spread, mo
 #   (`scaled_dot_product_attention`), which reads the cache once.
 #
 # **Predict first.** The concatenation reads the cache and writes it again, and attention reads it once. From the
-# cache's bytes per 1,000 tokens and chapter 0's rates (both in the table above), how many milliseconds per 1,000
-# tokens of context should the two add together? Will their sum, timed alone, reach the TPOT slope measured
-# above, or fall short of it?
+# cache's bytes per 1,000 tokens and chapter 0's streaming read and copy (the table at the start of the section
+# above; the copy's rate counts every byte read and every byte written), how many milliseconds per 1,000 tokens of
+# context should the two add together? Will their sum, timed alone, reach the TPOT slope measured above, or fall
+# short of it?
 
 # %% [markdown]
 # If these two are what TPOT's growth is made of, the growth of their timed sum per 1,000 tokens of context

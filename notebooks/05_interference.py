@@ -184,7 +184,11 @@ section2[["prompt_tokens", "time_ms", "time_ms_low", "time_ms_high"]].set_index(
 # **Predict first.** Take one of A's decode steps as about chapter 2's 1-token pass, and a chunk of `c` tokens as
 # about chapter 2's pass of `c` tokens (both in the table just above). Unchunked, about how many milliseconds is
 # A's worst gap? And halving the chunk from `b_prompt_len` tokens down, at which chunk size does a step down first
-# cut that worst gap by the fraction just printed or less: where would you put the best chunk size?
+# cut that worst gap by the fraction just printed or less: where would you put the best chunk size? (The book's
+# own prediction below refines both inputs: it times A's step at the context B arrives at, and prices each chunk
+# with the cost model, which adds the attention over the tokens already cached that a fresh pass of `c` tokens
+# does not do. Your estimate from chapter 2's passes should land near it for the first chunk and below it for the
+# last.)
 
 
 # %%

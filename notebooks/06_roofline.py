@@ -616,10 +616,15 @@ claims.invariant(fixed_ops + per_layer * reference_shape.layers == ops_ref,
                  f"a {reference_shape.layers}-layer GPT-2 step should issue the {ops_ref} operations chapter 0 counted")
 short_c, long_c = size_contexts
 rate = {dt: ceilings.weight_rate(reference_model, dt, threads) for dt in size_dtypes}
+block_rate, head_rate = (ceilings.matrices(reference_model, "fp32", threads, k, 1) for k in ("blocks", "head"))
+block_rate, head_rate = (reference_shape.with_dtype("fp32").block_params * reference_shape.layers * 4 / block_rate.best,
+                         reference_shape.d_model * reference_shape.vocab * 4 / head_rate.best)  # bytes/s at one row
 per_operation = ceilings.dispatch(reference_model, "fp32", threads).best / ops_ref  # seconds, between weight streams
 show(f"Chapter 0 ({where}, fp32): between {reference_model}'s weight streams, one issued operation costs "
      f"**{per_operation * 1e6:.1f} us**; a GPT-2 step issues {fixed_ops:.0f} operations outside its blocks and "
-     f"{per_layer:.0f} per layer. Its matrix-vector products stream fp32 weights at **{rate['fp32'] / 1e9:.1f} GB/s**. "
+     f"{per_layer:.0f} per layer. Its matrix-vector products stream fp32 weights at **{rate['fp32'] / 1e9:.1f} GB/s** "
+     f"(the blocks at {block_rate / 1e9:.1f}, the LM head at {head_rate / 1e9:.1f}; each size's blocks and head are "
+     "priced at their own). "
      "The sizes (layers, fp32 weights): " + ", ".join(f"{n} ({gpt2_sizes.SIZES[n].layers}, "
                                                        f"{gpt2_sizes.SIZES[n].weight_bytes / 1e6:,.1f} MB)"
                                                        for n in size_names) + ".")
@@ -627,7 +632,7 @@ show(f"Chapter 0 ({where}, fp32): between {reference_model}'s weight streams, on
 # %% [markdown] tags=["predict"]
 # **Predict first.** From chapter 0's figures just printed: how many megabytes of fp32 weights should a 12-layer
 # GPT-2 have before its weights take as long as its floor (its operations at their cost each)? Which of the sizes
-# should then sit on the floor, and how many times GPT-2 small's step should GPT-2 XL's take?
+# should then sit on the floor, and how many times GPT-2 small's step should GPT-2 large's take?
 
 # %%
 def size_price(name: str, dt: str, context: int) -> costmodel.Prediction:
@@ -785,7 +790,7 @@ built.round(2)
 
 # %%
 ran = list(built["size"])
-prices_xl = (size_plan.set_index("size").step_ms.get("gpt2-xl", np.nan)
+prices_large = (size_plan.set_index("size").step_ms.get("gpt2-large", np.nan)
              / size_plan.set_index("size").step_ms.get("gpt2-small", np.nan))
 
 
@@ -815,12 +820,12 @@ for name in ran:
                          f"predicted_{low16}_over_fp32": pr[f"{low16}_over_fp32"]} if low16 in size_dtypes else {})))
 by_size = pd.DataFrame(rows)
 results.table(by_size, "size_decode")
-if {"gpt2-small", "gpt2-xl"} <= set(ran):
+if {"gpt2-small", "gpt2-large"} <= set(ran):
     b = by_size.set_index("size")
-    show(f"The prediction asked for: GPT-2 XL's step was priced at **{prices_xl:.1f}x** GPT-2 small's and took "
-         f"**{b.step_ms['gpt2-xl'] / b.step_ms['gpt2-small']:.1f}x**, for "
-         f"{b.weight_mb['gpt2-xl'] / b.weight_mb['gpt2-small']:.1f}x the weight bytes: less than the bytes' ratio by "
-         "the floor's share of the smaller step.")
+    show(f"The prediction asked for: GPT-2 large's step was priced at **{prices_large:.1f}x** GPT-2 small's and took "
+         f"**{b.step_ms['gpt2-large'] / b.step_ms['gpt2-small']:.1f}x**, for "
+         f"{b.weight_mb['gpt2-large'] / b.weight_mb['gpt2-small']:.1f}x the weight bytes: less than the bytes' ratio "
+         "by the floor's share of the smaller step.")
 by_size.round(3)
 
 # %%

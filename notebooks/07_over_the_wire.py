@@ -64,6 +64,7 @@ resamples = 1000            # bootstrap resamples for goodput's interval
 start_timeout_s = 1200      # a first vLLM start compiles for minutes
 
 # %%
+import json
 import os
 import re
 
@@ -181,6 +182,17 @@ show(f"The question is **{prompt_ids.shape[1]} tokens** in the chat template, th
      f"{torch.get_num_threads()} threads the cost model prices its prefill at "
      f"**{priced.prefill(prompt_ids.shape[1]).best * 1e3:.0f} ms** and one decode step at "
      f"**{priced.decode(prompt_ids.shape[1]).best * 1e3:.0f} ms**.")
+# the scale of an engine's own work, timed here in-process: the template per request, one token's event per token
+template_t = timing.measure(lambda: lm.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True),
+                            cpu, warmup=2, repeats=20)
+event = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": MODEL,
+         "choices": [{"index": 0, "delta": {"content": " blue"}, "finish_reason": None}]}
+event_t = timing.measure(lambda: f"data: {json.dumps(event)}\n\n".encode(), cpu, warmup=10, repeats=200)
+detok_t = timing.measure(lambda: lm.tokenizer.decode(prompt_ids[0, -1:]), cpu, warmup=10, repeats=200)
+show(f"For scale, timed here: applying the chat template and tokenising the question takes "
+     f"**{template_t.low_ms:.2f} ms** (once a request); detokenising one token {detok_t.low_ms * 1e3:.0f} us and "
+     f"encoding its server-sent event as JSON {event_t.low_ms * 1e3:.0f} us (once a token). The HTTP exchange, the "
+     "scheduler and the socket are not timed here.")
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** What an engine adds (the HTTP request, the template, the scheduler, writing each token to

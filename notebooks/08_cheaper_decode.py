@@ -705,6 +705,10 @@ if g3 is not None and not g3.empty:
 
 # %%
 display(prose.source(Fp8QuantizedLayer.update, Fp8QuantizedLayer._dequantize))
+show(f"At {long:,} cached tokens the fp32 cache holds **{long * shape.kv_bytes_per_token / 1e6:.1f} MB** (an fp8 one "
+     f"a quarter of that). Chapter 0's streaming copy moves **{ceilings.stream_bandwidth('fp32', threads, 'copy') / 1e9:.1f}"
+     f" GB/s** (every byte read and every byte written counted), its streaming read "
+     f"{ceilings.stream_bandwidth('fp32', threads) / 1e9:.1f} GB/s.")
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** The fp8 cache stores one byte a value where the fp32 cache stores four, and the code above is

@@ -248,6 +248,18 @@ def test_within_a_predicted_spread():
     assert claims.within(Spread(0.5, 0.6, 0.7), predicted, 1.25) == NOT_HELD
 
 
+def test_a_finding_starts_with_a_capital_unless_it_starts_with_a_name():
+    def sentence(who: str) -> str:
+        r = Claims()
+        r.claim("x", "X holds.", held="{who} took 1.5x its prediction.", not_held="no")
+        return r.decide("x", HELD, who=who)
+
+    assert sentence("the step") == "The step took 1.5x its prediction."
+    assert sentence("bf16, 2 threads") == "bf16, 2 threads took 1.5x its prediction."
+    assert sentence("vLLM") == "vLLM took 1.5x its prediction."
+    assert sentence("gpt2-large") == "gpt2-large took 1.5x its prediction."
+
+
 def test_a_finding_says_how_it_stood_against_its_prediction():
     r = Claims()
     for c in "abcd":
