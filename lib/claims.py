@@ -63,7 +63,7 @@ import pandas as pd
 
 __all__ = ["HELD", "NOT_HELD", "UNRESOLVED", "NOT_MEASURED", "VERDICTS", "EVIDENCE_COLUMNS", "CONFIDENCE", "PREDICTED_TIME",
            "PREDICTED_RATIO", "PREDICTED_LENGTH", "ACROSS_MACHINES", "NOISE", "HARNESS", "DATASHEET", "median_interval", "Spread", "Claim",
-           "Claims", "InvariantBroken", "invariant", "within", "at_most", "at_least", "below", "every", "some",
+           "Claims", "InvariantBroken", "invariant", "within", "allowed", "at_most", "at_least", "below", "every", "some",
            "tally", "geomean", "geomean_of", "extreme", "outside", "trend", "theil_sen", "settle", "leaning", "ranges_overlap",
            "verdict_of"]
 
@@ -214,8 +214,15 @@ def within(measured: Spread | float, predicted: Spread | float, factor: float) -
     _finite("within", factor)
     if factor < 1 or m.low <= 0 or p.low <= 0:
         raise ValueError(f"within needs positive values and factor >= 1, got {m}, {p}, {factor}")
-    lo, hi = p.low / factor, p.high * factor
+    lo, hi = allowed(p, factor)
     return verdict_of(lo <= m.low and m.high <= hi, m.high < lo or m.low > hi)
+
+
+def allowed(predicted: Spread | float, factor: float) -> tuple[float, float]:
+    """The range :func:`within` allows a measurement around ``predicted`` (same units): its low over ``factor``
+    to its high times ``factor``, for a page or an evidence table to print beside the verdict."""
+    p = _spread(predicted)
+    return p.low / factor, p.high * factor
 
 
 def at_most(measured: Spread | float, limit: float) -> str:

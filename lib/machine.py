@@ -636,9 +636,11 @@ def measure_ceilings(device: torch.device, dtypes: Sequence[str] = ("fp32",), th
                     for model in [*models, *models_one_stream]:
                         few = head_rows if model in models_one_stream else rows  # chapters 1, 7 and 9 need fewer
                         measured += matrices(model, device, dtype, step, base, few, head_rows, slow=not support)
-                        if quick:
+                        if quick:  # a one-stream model's dispatch as in a full run: one stream, a growing cache
                             measured += attention(model, device, dtype, step, base, attention_rows, ((1, 16), (4, 64)))
-                            measured += dispatch(model, device, dtype, step, base, prompts=(1, 16), batches=(1, 4))
+                            measured += dispatch(model, device, dtype, step, base, prompts=(1, 16),
+                                                 **({"batches": (1,), "caches": ("decode",)}
+                                                    if model in models_one_stream else {"batches": (1, 4)}))
                         elif model in models_one_stream:  # chapters 1, 7 and 9 price one stream's passes
                             measured += attention(model, device, dtype, step, base, attention_rows,
                                                   contexts=((1, 16), (1, 1024)))

@@ -179,8 +179,8 @@ ax_t.step(np.r_[0, times_ms], np.r_[0, np.arange(1, len(times_ms) + 1)], where="
 ax_t.plot(times_ms, np.arange(1, len(times_ms) + 1), "o", ms=3, color="tab:blue")
 ax_t.set_ylabel("tokens received")
 ax_t.legend(loc="upper left")
-gaps_over_runs = [r.median_gap for r in per_run if r.median_gap]
-gap_text = (f"then one arrives every {np.median(gaps_over_runs) * 1e3:.0f} ms" if gaps_over_runs else
+tpots_over_runs = [r.tpot for r in per_run if r.tpot]  # TPOT, as the opening paragraph gives it
+gap_text = (f"then one arrives every {np.median(tpots_over_runs) * 1e3:.1f} ms (TPOT)" if tpots_over_runs else
             "and it is the only one")
 ax_t.set_title(f"The first token waits {np.median([r.ttft for r in per_run]) * 1e3:.0f} ms for prefill; {gap_text} "
                f"(medians of {count(runs, 'run')}; the median run drawn)", fontsize=10)

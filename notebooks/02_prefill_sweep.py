@@ -641,12 +641,12 @@ register.claim(
     "straight_line_fits",
     "A straight line misses the measured prefill times by about what it misses the cost model's curve by (the two "
     "worst misses within the tolerance for a ratio).",
-    held="a line misses the measured points by up to {worst:.0%} and the cost model's curve by up to {model:.0%}: the "
+    held="a line misses the measured points by up to {worst} and the cost model's curve by up to {model:.0%}: the "
          "bend is the kernels' (F(M) climbs with the rows), not noise. The line's 'fixed cost' is {fixed}, beside the "
          "measured 1-token pass ({floor}); this chapter reads the floor and the knee off the points.",
-    not_held="a line misses the measured points by up to {worst:.0%} and the cost model's curve by up to {model:.0%}: "
+    not_held="a line misses the measured points by up to {worst} and the cost model's curve by up to {model:.0%}: "
              "the measured curve bends {bends} than the model's, by more than the tolerance for a ratio.",
-    unresolved="a line misses the measured points by up to {worst:.0%} and the cost model's curve by up to "
+    unresolved="a line misses the measured points by up to {worst} and the cost model's curve by up to "
                "{model:.0%}: against the model's worst miss, give or take the tolerance for a ratio, {lean}.")
 worst = [float(np.abs(sweeps.fit_floor(mine.prompt_tokens, mine[c] / 1e3).predict(mine.prompt_tokens) * 1e3 / mine[c]
                       - 1).max()) for c in ("time_ms_low", "time_ms", "time_ms_high")]
@@ -654,10 +654,10 @@ model_worst = float(np.abs(model_line.predict(mine.prompt_tokens) * 1e3 / mine.p
 show(register.decide("straight_line_fits", claims.within(Spread.of(worst), model_worst, claims.PREDICTED_RATIO),
                      predicted=f"worst residual {model_worst:.0%} (the model's curve)",
                      measured=f"worst residual {Spread.of(worst).text('.0%')}", evidence=f"{label(*main)}, lib.sweeps.fit_floor",
-                     worst=max(worst), model=model_worst, fixed=prose.ms(line.fixed_s),
+                     worst=Spread.of(worst).text(".0%"), model=model_worst, fixed=prose.ms(line.fixed_s),
                      lean=lean(Spread.of(worst), model_worst / claims.PREDICTED_RATIO,
                                model_worst * claims.PREDICTED_RATIO, ".0%"),
-                     bends="less" if max(worst) < model_worst else "more",
+                     bends="less" if Spread.of(worst).mid < model_worst else "more",
                      floor=prose.span(fm.floor_ms_low, fm.floor_ms_high, ".1f", "ms")))
 
 # %% [markdown]
@@ -759,7 +759,7 @@ with use_threads(most):
         matrix_runs.append(max(on_matrix.self_ms.sum() - per_call_ms * on_matrix.calls.sum(), 1e-6) / 1e3)
 rest, matrix_in_pass = Spread.of(rest_runs), Spread.of(matrix_runs)
 show(register.decide("rest_is_launch_floor", claims.within(rest, issue_, claims.PREDICTED_TIME),
-                     predicted=f"{prose.ms(issue_.low)} to {prose.ms(issue_.high)}", measured=(rest * 1e3).text(".1f", "ms"),
+                     predicted=prose.span(issue_.low * 1e3, issue_.high * 1e3, ".1f", "ms"), measured=(rest * 1e3).text(".1f", "ms"),
                      evidence=f"{label(*main)}, 1 token, torch.profiler, {profiled_runs} runs",
                      rest=(rest * 1e3).text(".1f", "ms"), dispatch=prose.span(issue_.low * 1e3, issue_.high * 1e3, ".1f", "ms"),
                      lean=lean(rest * 1e3, issue_.low * 1e3 / claims.PREDICTED_TIME,
@@ -884,7 +884,8 @@ for claim, at in (("half_long_prompt", max), ("half_short_prompt", min)):
 # holds, which is Python issuing the next one). Here it takes apart the pass furthest from its prediction, of
 # every configuration: the one whose ratio's interval lies furthest from 1, above or below (furthest beyond doubt,
 # not the one a single slow run pushed out); the profiler's own cost makes the profiled pass a little longer than
-# the sweep's. The pass is profiled `profiled_runs` times, so the share of the miss a part holds has an interval.
+# the sweep's. The pass is profiled `profiled_runs` times, so the share of the miss a part holds has an interval;
+# the operators' table gives each operator's median over those runs.
 
 # %%
 def beyond_doubt(r: Spread) -> tuple[float, float]:
@@ -904,7 +905,8 @@ with use_threads(w_cfg[1]):
     profiled = [profiling.operators(lambda: phases.prefill(models[w_cfg[0]], w_ids), passes=1 if long_pass else 2,
                                     warmup=0 if long_pass and i else 1, device=device) for i in range(profiled_runs)]
 tables = [profiling.beside_prediction(o, pass_price[worst_key]) for o in profiled]
-ops = profiled[0]
+ops = (pd.concat(profiled).groupby(["operator", "term"], as_index=False)  # each operator's median over the runs
+       .median(numeric_only=True).sort_values("self_ms", ascending=False).reset_index(drop=True))
 apart = tables[0].set_index("term").assign(  # each part's median over the profiled runs
     profiled_ms=pd.concat([t.set_index("term").profiled_ms for t in tables], axis=1).median(axis=1))
 apart = apart.assign(excess_ms=apart.profiled_ms - apart.predicted_ms)

@@ -147,9 +147,9 @@ def paid_off(size: int, costs: bool = False) -> str:
 # * A's worst gap = `a` + the costliest chunk that A waits behind;
 # * B's TTFT = `k x a` + the sum of every chunk's cost.
 #
-# Shrinking the chunk shortens A's stall only while a shorter pass is a quicker pass. Chapter 2 found where a
-# pass stops getting quicker as the prompt shrinks (its floor): below it, a smaller chunk buys A little and
-# costs B one more floor per chunk. The **predicted best chunk size** is the smallest size whose step down
+# Shrinking the chunk shortens A's stall only while a shorter pass is a quicker pass. Chapter 2 measured how far
+# a pass's cost stays flat as the prompt shrinks (its floor, where the machine has one): below it, a smaller chunk
+# buys A little and costs B one more floor per chunk. The **predicted best chunk size** is the smallest size whose step down
 # from the next larger one still cuts the predicted worst gap by more than `stops_helping`; below it, chunking
 # stops paying off. Chapter 2's passes on this machine, in milliseconds by prompt length:
 
@@ -539,7 +539,9 @@ chunk_verdicts = {c: claims.within(Spread.of(v), Spread(1.0, 1.0, median_over_be
 pooled_chunk = claims.geomean_of(Spread.of(v) for v in per_size)
 show(register.decide("chunk_cost_as_predicted", claims.within(pooled_chunk, Spread(1.0, 1.0, claims.geomean(
                          median_over_best.values())), claims.PREDICTED_TIME),
-                     predicted=f"measured / predicted within {claims.PREDICTED_TIME:g}x", measured=pooled_chunk.text(".2f", "x"),
+                     predicted="measured / predicted within " + prose.span(*claims.allowed(Spread(
+                         1.0, 1.0, claims.geomean(median_over_best.values())), claims.PREDICTED_TIME), ".2f", "x"),
+                     measured=pooled_chunk.text(".2f", "x"),
                      evidence=f"medians over chunks, per run; first chunk (no prefix) / chapter 2's pass: {spread(first_ratio)}; "
                               f"last / first full chunk: {spread(growth)} measured, {spread(growth_model)} by the cost model",
                      ratio=spread(cost_ratio), small=sizes[-1], large=sizes[0], first=spread(first_ratio),
@@ -576,7 +578,7 @@ display(Markdown(
      if on_floor > smallest_c else
      f"The next size up from the smallest chunk run ({tokens(smallest_c)}, {prose.ms(alone[smallest_c] / 1e3)}) already cost "
      f"{alone.iloc[1] / alone[smallest_c]:.2f} times as much, beyond the margin: no chunk cost stayed within it in the "
-     "sizes run, so every size tried was a clearly quicker pass than the one above it. ")
+     "sizes run: by chapter 2's rule these chunks had no floor. ")
     + (f"Measured by A's worst gap, chunking stopped paying off at the step down to {tokens(stop)}."
        if stop else "Measured by A's worst gap, every step down still paid.")))
 
@@ -792,8 +794,8 @@ mean_words = (f"its mean gap was {mean_x:.1f} times its median" if mean_x >= cla
               "its mean gap barely left its median")
 hidden = {claims.HELD: f"{mean_words}, its worst {worst_x:.0f} times", claims.NOT_HELD: "too little to set it apart from the mean",
           claims.UNRESOLVED: f"too near {hides:g} times to say whether the worst gap tells more than the mean"}
-answer = {claims.HELD: "chunked prefill bounds a stream's stall, and the smaller the chunk, the later the newcomer's "
-                       "first token.",
+answer = {claims.HELD: "chunked prefill bounds a stream's stall, and pays for it with a later first token for the "
+                       "newcomer.",
           claims.NOT_HELD: "here chunked prefill bounded A's stall without delaying B's first token.",
           claims.UNRESOLVED: "chunked prefill bounded A's stall; whether it delays B is too close to call here."}
 told = (

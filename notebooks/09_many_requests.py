@@ -268,7 +268,9 @@ verdict = claims.within(saving / 1e3, predicted_saving, claims.PREDICTED_TIME) i
     claims.NOT_HELD if predicted_saving else None)
 show(register.decide(
     "reuse_saves_the_prefix_prefill", verdict,
-    predicted=f"{predicted_saving.mid * 1e3:.0f} ms" if predicted_saving else "", measured=f"{saving.mid:.0f} ms",
+    predicted=(f"{predicted_saving.mid * 1e3:.0f} ms (allowed "
+               + prose.span(*(x * 1e3 for x in claims.allowed(predicted_saving, claims.PREDICTED_TIME)), ".0f", "ms)")
+               if predicted_saving else ""), measured=f"{saving.mid:.0f} ms",
     evidence=f"{questions} questions x {runs} run{'s' * (runs != 1)}; {shared} shared tokens, about {suffix} of each "
              f"request's own; {n_threads} thread{'s' * (n_threads != 1)}",
     saving_ms=prose.span(shown.low, shown.high, ".0f", "ms"), sooner="sooner" if saving.mid >= 0 else "later",

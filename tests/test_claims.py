@@ -246,6 +246,8 @@ def test_within_a_predicted_spread():
     assert claims.within(Spread(1.3, 1.4, 1.45), 1.0, 1.25) == NOT_HELD          # the fastest alone: too slow
     assert claims.within(Spread(1.4, 1.5, 1.6), predicted, 1.25) == UNRESOLVED
     assert claims.within(Spread(0.5, 0.6, 0.7), predicted, 1.25) == NOT_HELD
+    assert claims.allowed(predicted, 1.25) == pytest.approx((1.0 / 1.25, 1.2 * 1.25))  # what within allowed here
+    assert claims.allowed(2.0, 1.25) == pytest.approx((1.6, 2.5))
 
 
 def test_a_finding_starts_with_a_capital_unless_it_starts_with_a_name():
