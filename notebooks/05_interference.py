@@ -187,8 +187,7 @@ section2[["prompt_tokens", "time_ms", "time_ms_low", "time_ms_high"]].set_index(
 # cut that worst gap by the fraction just printed or less: where would you put the best chunk size? (The book's
 # own prediction below refines both inputs: it times A's step at the context B arrives at, and prices each chunk
 # with the cost model, which adds the attention over the tokens already cached that a fresh pass of `c` tokens
-# does not do. Your estimate from chapter 2's passes should land near it for the first chunk and below it for the
-# last.)
+# does not do. The line after it says how far its chunks' prices lie from chapter 2's passes on this machine.)
 
 
 # %%
@@ -261,6 +260,10 @@ if added:
 predicted.round(3)
 
 # %%
+fresh_over_pass = [chunk_ms(0, min(c, b_prompt_len)) / pass_ms(min(c, b_prompt_len)) for c in sizes]
+_smallest = min(sizes)
+_last = schedule.chunk_schedule(b_prompt_len, _smallest)[-1]
+last_over_first = chunk_ms(*_last) / chunk_ms(0, _last[1] - _last[0])
 display(Markdown(
     f"Chapter 2 measured a 1-token pass at **{prose.span(floor2.floor_ms_low, floor2.floor_ms_high, '.1f', 'ms')}**; "
     f"{floor_reach}, and its time per token stopped "
@@ -269,7 +272,11 @@ display(Markdown(
     f"{predicted.predicted_a_worst_gap_ms.min():,.0f} ms, and the **predicted best chunk size is {best_pred} tokens**"
     + (f": going down to {stop_pred} tokens would give "
        f"{cut_words(predicted.set_index('chunk_tokens').predicted_worst_gap_cut[stop_pred])}." if stop_pred else
-       ": every step down still pays, to a single token.")))
+       ": every step down still pays, to a single token.")
+    + f" Against the estimate from chapter 2's passes: the cost model prices a first chunk (nothing cached yet) at "
+      f"{prose.span(min(fresh_over_pass), max(fresh_over_pass), '.2f')}x chapter 2's measured pass of its length "
+      f"over these sizes, and the last chunk at {_smallest} tokens a chunk ({tokens(_last[1] - _last[0])}, after "
+      f"{tokens(_last[0])} cached) at {last_over_first:.2f}x a first chunk of its length."))
 
 # %% [markdown]
 # ## The experiment
@@ -325,7 +332,7 @@ stall = prose.span(unchunked.a_worst_gap_ms_low, unchunked.a_worst_gap_ms_high, 
 mean_x = unchunked.a_tpot_ms / unchunked.a_median_gap_ms      # how far the mean moved off the stream's pace
 worst_x = unchunked.a_worst_gap_ms / unchunked.a_median_gap_ms  # how far the worst gap moved
 mean_moved = (f"the mean shows the stall too, {mean_x:.1f} times the median gap, but the worst gap is {worst_x:.0f} "
-              f"times it: the mean understates the stall {worst_x / mean_x:.0f}-fold" if mean_x >= claims.PREDICTED_TIME
+              f"times it: the mean understates the stall {worst_x / mean_x:.1f}-fold" if mean_x >= claims.PREDICTED_TIME
               else f"the mean sits only {mean_x - 1:.0%} above the median gap while the worst gap is {worst_x:.0f} times "
                    "it: the mean hides the stall")
 register.claim(
@@ -476,7 +483,8 @@ register.claim(
     "smaller_chunks_delay_b",
     "Smaller chunks delay B: in each run, the slope of log TTFT against log chunk size is negative.",
     held="B's TTFT rose from {first:,.0f} ms unchunked to {last:,.0f} ms with {size}-token chunks: more chunks mean more "
-         "passes, each with its floor, and one more of A's steps before each.",
+         "passes, each issuing all of the model's operations and reading all of its weights again, and one more of A's "
+         "steps before each.",
     not_held="in this run smaller chunks did not delay B: TTFT (ms) {all} (the fitted exponent, run by run, {slope}).",
     unresolved="B's TTFT (ms) went {all} as chunks shrank, but the fitted exponent of TTFT in chunk size, run by run "
                "({slope}), reaches zero: this run cannot tell whether smaller chunks delay B (its median is {lean}).")
@@ -522,14 +530,14 @@ register.claim(
     "chunk_cost_as_predicted",
     "Chunks cost what the cost model prices them at (their pass, their attention to the prefix and the cache's copy), "
     "within the tolerance for a predicted time (the geometric mean over the chunk sizes).",
-    held="a chunk cost **{pooled}** its prediction over the sizes from {small} to {large} tokens ({ratio} size by size); "
+    held="a chunk cost **{pooled}** its prediction over the sizes from {small} to {large} tokens ({ratio} size by size, {trend}); "
          "the first chunk of a run, with no prefix, cost {first} times chapter 2's pass of the same length.",
     not_held="a chunk cost **{pooled}** its prediction over the sizes, outside the tolerance for a predicted time "
-             "({ratio} size by size; sizes wholly outside it: {off}). The first chunk of a run, with no prefix, "
+             "({ratio} size by size, {trend}; sizes wholly outside it: {off}). The first chunk of a run, with no prefix, "
              "cost {first} times chapter 2's pass of the same length; from the first to the last full chunk the "
              "cost grew {growth}x, where the cost model predicts {growth_model}x.",
     unresolved="a chunk cost **{pooled}** its prediction over the sizes, an interval that crosses the edge of the "
-               "tolerance for a predicted time ({ratio} size by size), so this run cannot call it (its median is "
+               "tolerance for a predicted time ({ratio} size by size, {trend}), so this run cannot call it (its median is "
                "{lean}); the first chunk of a run, with no prefix, cost {first} times chapter 2's pass of the same "
                "length.")
 per_size = full.groupby(["chunk_tokens", "run"]).ratio.median().groupby("chunk_tokens").agg(list)
@@ -545,6 +553,9 @@ show(register.decide("chunk_cost_as_predicted", claims.within(pooled_chunk, Spre
                      evidence=f"medians over chunks, per run; first chunk (no prefix) / chapter 2's pass: {spread(first_ratio)}; "
                               f"last / first full chunk: {spread(growth)} measured, {spread(growth_model)} by the cost model",
                      ratio=spread(cost_ratio), small=sizes[-1], large=sizes[0], first=spread(first_ratio),
+                     trend=(lambda r: f"{r[r.index.max()]:.2f}x at {r.index.max():,} tokens and "
+                                      f"{r[r.index.min()]:.2f}x at {r.index.min():,}")(
+                         costs.set_index("chunk_tokens").chunk_over_predicted),
                      pooled=pooled_chunk.text(".2f", "x"),
                      off=", ".join(f"{c} tokens" for c, v in chunk_verdicts.items() if v == claims.NOT_HELD) or "none",
                      growth=spread(growth), growth_model=spread(growth_model),
@@ -650,7 +661,7 @@ display(Markdown(
     f"By the same rule (a step down pays if it cuts the worst gap by more than {stops_helping:.0%}), the reference "
     f"GPU's chunking paid off down to **{gpu_best} tokens** on the worst gap; here {paid_off(best)}. By chapter 2's rule, the "
     f"reference GPU's fp32 prefill stayed within {floor2.margin:.0%} of its 1-token pass up to "
-    f"{gpu_floor.flat_until_tokens} tokens; by chapter 2's table this machine's "
+    f"{gpu_floor.flat_until_tokens} tokens; by chapter 2's table this machine's prefill "
     + ("has no floor" if no_floor else f"did up to {tokens(floor2.flat_until_tokens)}")
     + f": on a floor a smaller chunk is no quicker a pass. The Word Factory's "
     f"eight typers on a 2-core CPU with a 1,024-token newcomer: a normal gap of {typers['normal']:.0f} ms, a worst gap "
@@ -926,9 +937,12 @@ display(Markdown(
     f"to pay, {'not' if _limit > stops_helping else 'instead of'} {stops_helping:.0%}, so the best size can only move "
     f"to {'larger' if _limit > stops_helping else 'smaller'} chunks: the cost model's best {_moves(best_pred, _pred)}, "
     f"and the measured medians' {_moves(best, _meas)} (run by run: {', '.join(map(str, _each))}). "
+    + ("" if all(_e == _meas for _e in _each) else
+       "A run taken alone can stop at another size than the medians do: its worst gaps are noisier than their "
+       "median, so a step down can miss the cut by chance; the medians are the ones to read. ")
     + ("The measurement follows the prediction. " if _pred == _meas else
-       f"The measured best lies {'within' if _apart <= claims.PREDICTED_LENGTH else 'more than'} a step of the grid "
-       "from the predicted one. ")
+       f"The measured best lies {'one step' if _apart <= claims.PREDICTED_LENGTH else 'more than a step'} of the "
+       "grid from the predicted one. ")
     + (f"At {_meas} tokens A's worst gap was {by_size.a_worst_gap_ms[_meas]:,.0f} ms and B's TTFT "
        f"{by_size.b_ttft_ms[_meas]:,.0f} ms, against {by_size.a_worst_gap_ms[best]:,.0f} ms and "
        f"{by_size.b_ttft_ms[best]:,.0f} ms at {best}: the stricter rule trades A's stall for B's first token."

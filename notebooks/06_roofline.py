@@ -822,10 +822,14 @@ by_size = pd.DataFrame(rows)
 results.table(by_size, "size_decode")
 if {"gpt2-small", "gpt2-large"} <= set(ran):
     b = by_size.set_index("size")
+    _bytes_x = b.weight_mb['gpt2-large'] / b.weight_mb['gpt2-small']
+    _rate = {n: b.weight_mb[n] / b.weights_ms[n] for n in ("gpt2-small", "gpt2-large")}  # priced GB/s
     show(f"The prediction asked for: GPT-2 large's step was priced at **{prices_large:.1f}x** GPT-2 small's and took "
-         f"**{b.step_ms['gpt2-large'] / b.step_ms['gpt2-small']:.1f}x**, for "
-         f"{b.weight_mb['gpt2-large'] / b.weight_mb['gpt2-small']:.1f}x the weight bytes: less than the bytes' ratio "
-         "by the floor's share of the smaller step.")
+         f"**{b.step_ms['gpt2-large'] / b.step_ms['gpt2-small']:.1f}x**, for {_bytes_x:.1f}x the weight bytes. "
+         f"Two things set the price apart from the bytes' ratio: the floor, {b.floor_ms['gpt2-small']:.1f} ms of "
+         f"small's {b.predicted_ms['gpt2-small']:.1f} ms priced step and {b.floor_ms['gpt2-large']:.1f} ms of "
+         f"large's {b.predicted_ms['gpt2-large']:.1f} ms, and the weights' rates, which chapter 0 measured per "
+         f"matrix shape: {_rate['gpt2-small']:.1f} GB/s for small's and {_rate['gpt2-large']:.1f} GB/s for large's.")
 by_size.round(3)
 
 # %%
@@ -1057,13 +1061,14 @@ why_floor = (f"Issued alone, the {ops_alone[0]} operations of a 12-layer step to
              f"({ops_alone[1]:.1f} us each: the interpreter, the dispatcher and a small kernel); between GPT-2 small's "
              f"weight streams, **{floor12 * 1e3:.1f} ms** ({floor12 / ops_alone[0] * 1e6:.1f} us each). The 12-layer models paid "
              + ", ".join(f"{paid[n]:.1f} ms ({size_plan.set_index('size').weight_mb[n]:,.0f} MB)" for n in twelve_sizes)
-             + (f": on this machine the floor a step paid rose from {paid[twelve_sizes[0]]:.1f} to "
-                f"{paid[twelve_sizes[-1]]:.1f} ms across the widths, against chapter 0's {alone_ms:.1f} alone and "
+             + (f": on this machine the floor a step paid ranged from {min(paid.values()):.1f} ms "
+                f"({min(paid, key=paid.get)}) to {max(paid.values()):.1f} ms ({max(paid, key=paid.get)}) across the "
+                f"widths, against chapter 0's {alone_ms:.1f} alone and "
                 f"{floor12 * 1e3:.1f} between streams. Two causes fit it and this run does not separate them: the bytes "
                 "streamed between the small operations may evict their data, and the weights may stream slower than "
                 + (f"priced (the fitted line's {1 / slopes.mid:.1f} GB/s against {rate['fp32'] / 1e9:.1f}); " if slopes else "priced; ")
-                + "either way a line with one floor fits such steps only roughly" if paid[twelve_sizes[0]] * claims.PREDICTED_TIME
-                < paid[twelve_sizes[-1]] else ": within the tolerance of one floor across the widths")
+                + "either way a line with one floor fits such steps only roughly" if min(paid.values()) * claims.PREDICTED_TIME
+                < max(paid.values()) else ": within the tolerance of one floor across the widths")
              + ("; the measured transition lies below the predicted one." if len(series) >= 2 and
                 transition.mid < predicted_transition / 1e6 else ".") if twelve_sizes else "")
 why_dtype = ""
@@ -1105,9 +1110,9 @@ if growth_rows:
                       + "; ".join(f"{r.size} grew {'more' if r.measured_4_over_1 > r.priced_4_over_1 else 'less'}"
                                   for r in miss.itertuples()) if len(agree) and len(miss) else
                       " All missed their price" if len(miss) else "")
-                   + (f", {reference_model} among them, whose price is chapter 0's own kernels unscaled: the miss lies "
-                      "between those kernels timed alone and the same kernels inside a pass, and this run does not take "
-                      "it apart." if reference_model in set(miss["size"]) else "." if len(miss) else "")
+                   + (f"; {reference_model}'s price is chapter 0's own kernels unscaled, so its miss lies between "
+                      "those kernels timed alone and the same kernels inside a pass, and this run does not take it "
+                      "apart." if reference_model in set(miss["size"]) else "." if len(miss) else "")
                    + " A floor's length is read where a pass first exceeds 1.25x the one-token pass (off the medians "
                      "and off both ends of their intervals): a growth near that margin, measured or priced, moves the "
                      "length by a grid step or more.")

@@ -307,7 +307,10 @@ if "int8" in models:
     display(profiled.head(8).round(3))
     r8, r32 = alone_table.set_index("precision").gb_s[["int8", "fp32"]]
     show(f"Timed alone, that kernel streams int8's {weight_bytes['int8'] / 2**20:.3g} MiB at **{r8:.1f} GB/s**, against "
-         f"fp32's matrix-vector products at {r32:.1f} GB/s: " + (
+         f"fp32's matrix-vector products at {r32:.1f} GB/s timed the same way" + (
+             f" (chapter 0's {kernel_rates['fp32'] / 1e9:.1f} GB/s is the fastest call of its fused blocks; this "
+             "is the median over one module call per matrix, each issued on its own)" if "fp32" in kernel_rates else "")
+         + ": " + (
              f"a quarter of the bytes at {r8 / r32:.0%} of fp32's rate, so int8 weights make this machine's step slower, "
              "not faster." if r8 * 4 < r32 else "it keeps enough of fp32's rate for the smaller weights to pay."))
 else:
@@ -1352,8 +1355,13 @@ else:
                      if _loss > _loses[_most] else f"less than {_most} is priced to lose, so expect {_most} to lose most, ")
                   + f"and it read {_of1:.0%} of one thread's streaming read: "
                   + (f"at or above the {close_to_read:.0%} this chapter counts as close." if _of1 >= close_to_read else
-                     f"still short of the {close_to_read:.0%} this chapter counts as close, its cores' arithmetic "
-                     "setting its time."))
+                     f"still short of the {close_to_read:.0%} this chapter counts as close, "
+                     + {claims.HELD: "its cores' arithmetic setting its time (as the second thread's gain above "
+                                     "showed).",
+                        claims.NOT_HELD: "though the second thread's gain above did not show its cores setting its "
+                                         "time."}.get(register.verdict("llama_bound_by_its_cores"),
+                                                      "and this run's second-thread test above left undecided "
+                                                      "whether its cores or memory set its time.")))
     else:
         _text += (f"llama.cpp was not timed on one thread here ({llama_why if not use_llama else 'one thread only'}): "
                   "if its step waits on its cores, it should lose most, nearly the ratio of its threads; if on "

@@ -155,14 +155,16 @@ opening = prose.Opening()
 if cost is not None:
     copy_gbs = ceilings.stream_bandwidth("fp32", n_threads, "copy") / 1e9 if n_threads in ceilings.threads("fp32") else None
     show(f"On {n_threads} thread{'s' * (n_threads != 1)} the cost model prices a cold prefill of {prefix_tokens} tokens "
-         f"at **{prose.ms(cost.prefill(prefix_tokens).best)}**; a token's fp32 cache holds "
+         f"at **{prose.ms(cost.prefill(prefix_tokens).best)}**, and a 15-token question after those tokens at "
+         f"**{prose.ms(cost.prefill(15, past=prefix_tokens).best)}**; a token's fp32 cache holds "
          f"{MODELS[MODEL][0].with_dtype('fp32').kv_bytes_per_token / 1024:.0f} KiB"
          + (f", which chapter 0 copies at **{copy_gbs:.1f} GB/s**." if copy_gbs else "."))
 else:
     print(f"chapter 0 measured no ceilings for {MODEL} on {n_threads} threads: nothing here is priced")
 
 # %% [markdown] tags=["predict"]
-# **Predict first.** A request that reuses the prefix still prefills its own question (a few dozen tokens) over
+# **Predict first.** A request that reuses the prefix still prefills its own question (about 15 tokens with the
+# chat template's markers) over
 # the cached ones, and first copies the kept cache (read once and written once). How many milliseconds sooner do
 # you expect its first token to come than a cold request's?
 
@@ -704,8 +706,9 @@ if alone_1t is not None and len(alone_1t) and have_two:
                        f"weights on the other core, B's prefill took about {b_prefill:,.0f} ms (its TTFT less the "
                        f"hand-over): {b_prefill / alone_b:.2f}x, "
                        + ("about its time alone: sharing the memory bus and the last-level cache with a neighbour cost it "
-                          "little." if 1 / 1.1 <= b_prefill / alone_b <= 1.1 else "the price of sharing the memory bus "
-                          "and the last-level cache with a neighbour." if b_prefill > alone_b else
+                          "little." if 1 / 1.1 <= b_prefill / alone_b <= 1.1 else "slower than alone, as sharing the "
+                          "memory bus and the last-level cache with a neighbour would make it (this run does not time "
+                          "that sharing apart)." if b_prefill > alone_b else
                           "less than alone, so chapter 2's pass and this one differ by more than the neighbour."))
 show(register.decide("newcomer_pays_for_one_core",
                      claims.within(spread(two, "b_ttft_ms"), sep.set_index("way").predicted_b_ttft_ms[two], claims.PREDICTED_TIME)
@@ -1222,7 +1225,8 @@ else:
 # <details><summary>Answer</summary>
 #
 # Its prefill runs on one core instead of both: a prefill is compute-bound, so on one core of two it should take
-# nearly twice as long (plus the cache's hand-over to the decode worker). The findings above say what it took.
+# up to twice as long, less where a second thread did not halve a pass (chapter 2's threads sweep), plus the
+# cache's hand-over to the decode worker. The findings above say what it took.
 # </details>
 #
 # 3. The replay is right at low arrival rates and wrong at high ones. Which part of it would you suspect first?
