@@ -447,7 +447,7 @@ plt.show()
 # %% [markdown] tags=["predict"]
 # **Takeaway: TPOT is a mean and hides a stall; the worst gap (or a high percentile of ITL) shows it.**
 #
-# ## TTFT is prefill plus a choice, not prefill plus a decode step
+# ## What TTFT adds to the prefill: a choice, or a decode step?
 #
 # A common shorthand, and the defect a source chapter records in its own first draft, says TTFT is the
 # prefill time plus one decode step. But the prefill's last position already is the first token's

@@ -186,9 +186,9 @@ plt.show()
 # (the prompt plus the tokens decoded before it).
 #
 # **Predict first.** Each term of that price is chapter 0's fastest call of its kernel, timed alone; a request runs
-# them back to back from Python and reads every token back to the host. Will the measured TTFT and TPOT (the
-# table above) come out above their prices or below them? Which of the two should lie further from its price,
-# and why?
+# them back to back from Python and reads every token back to the host, once per pass, whether the pass is a long
+# prefill or a short decode step. Will the measured TTFT and TPOT (the table above) come out above their prices or
+# below them? Which of the two should lie further from its price, in proportion, and why?
 
 # %% [markdown]
 # The cost model's price for each pair, beside the measured medians; the claim allows the tolerance for a time
@@ -290,12 +290,15 @@ tpot_inputs = pd.Series({"weights (MB)": shape.weight_bytes / 1e6, "cache per to
 tpot_inputs.round(2).to_frame(f"{lm.name}, {dtype}")
 
 # %% [markdown] tags=["predict"]
-# **Predict first.** The shortest prompts' TPOT is in the grid's table above. If every byte a step reads cost what
-# the weights' bytes cost, how many milliseconds would each further 1,000 tokens of context add to TPOT? A growing
-# cache is also copied at every step (chapter 3): should the measured slope then lie above that figure, or below it?
+# **Predict first.** The shortest prompts' TPOT is in the grid's table above. Suppose a step's time were all
+# reading, and each byte of the cache took as long as a byte of the weights takes in those shortest steps (their
+# TPOT over the weights' megabytes, both above): how many milliseconds would each further 1,000 tokens of context
+# add to TPOT? A growing cache is also copied at every step (chapter 3): should the measured slope then lie above
+# that figure, or below it?
 
 # %% [markdown]
-# If every byte cost the same, TPOT would grow with the context in proportion to the bytes a step reads
+# If every byte cost what a weight byte does in the shortest steps, TPOT would grow with the context in proportion
+# to the bytes a step reads
 # (`lib.roofline.decode_cost`). The cost model prices the cache's part at its own kernels: attention's read, and
 # the copy a growing cache makes at every step (chapter 3).
 #

@@ -594,7 +594,7 @@ display(Markdown(
        if stop else "Measured by A's worst gap, every step down still paid.")))
 
 # %% [markdown] tags=["predict"]
-# ## Chunking changes the schedule, not the answer
+# ## Does chunking change the answer?
 #
 # B's last-position logits after a chunked prefill are set against the unchunked run's: both prefill the same
 # prompt, in pieces or in one pass. `eps` is the dtype's relative rounding step, `torch.finfo(dtype).eps`.

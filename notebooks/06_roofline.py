@@ -341,12 +341,24 @@ show(f"This machine ({where}, {points_dtype}) streams **{read / 1e9:.1f} GB/s** 
      f"**{prose.tokens(here_ridge_tokens)}** by the two roofs, against {crossover} for Llama-3-8B on the {gpu.name}."
      + ("" if ceilings.hardware_support(points_dtype) else
      f" This device has no {points_dtype} matrix instructions: its rates are a slow fallback kernel's."))
+ch2_model = prefill.model.iloc[0]  # the model chapter 2 ran
+try:
+    f_rows = [n for n in sorted(prefill.prompt_tokens.unique())
+              if n <= max(ceilings.rows_measured(ch2_model, points_dtype, threads, "blocks"))]
+    show(f"The cost model prices a pass's matrices at the larger of their bytes at the rate one row streams "
+         f"{ch2_model}'s weights (**{ceilings.weight_rate(ch2_model, points_dtype, threads) / 1e9:.1f} GB/s**) and "
+         f"their FLOPs (2 per weight per row) at `F(rows)`, the rate its block matrices reach with that many rows: "
+         + ", ".join(f"{ceilings.matrix_rate(ch2_model, points_dtype, threads, n) / 1e9:.0f} GFLOP/s at {n}"
+                     for n in f_rows) + " (chapter 0).")
+except (ValueError, IndexError) as error:  # chapter 0 did not time this model's matrices at these threads
+    print(f"chapter 0 has no matrix rates for {ch2_model} here: {error}")
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** Each pass's FLOPs and bytes come from `lib.roofline` (the x axis: intensity) and its predicted
-# time from the cost model (`lib.costmodel`), term by term. This machine's textbook ridge, and the prompt length a
-# prefill needs to reach it, are printed just above. A decode step at batch 1 does two FLOPs per weight it reads
-# (four bytes each in fp32, two in a 16-bit dtype): how many times below the ridge does it sit, and is its largest
+# time from the cost model (`lib.costmodel`), term by term. This machine's textbook ridge, the prompt length a
+# prefill needs to reach it, and the rates the cost model prices a pass's matrices at are printed just above. A
+# decode step at batch 1 does two FLOPs per weight it reads (four bytes each in fp32, two in a 16-bit dtype): how
+# many times below the ridge does it sit, and is its largest
 # term the weights' bytes, the matrices' FLOPs or issuing its operations? And from which of chapter 2's prompt
 # lengths on do you expect a prefill's largest term to be its matrices' FLOPs?
 
@@ -1147,7 +1159,8 @@ show(f"The example mixture: **E = {moe_experts}** experts per layer, **k = {moe_
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** With the `E` and `k` just printed, at batch 1, what fraction of the experts' weights does a
-# step read? At batch 16? Split over 4 devices, is a batch-1 step 4 times quicker, and what stops it?
+# step read? At batch 16? Split over 4 devices, how many times quicker than on one do you expect a batch-1 step to
+# be, once each layer's two all-reduces are paid?
 
 # %%
 example = machine.MODELS[model_name][0].with_dtype(points_dtype)  # the shape chapter 2 ran, in the points' dtype

@@ -192,7 +192,9 @@ detok_t = timing.measure(lambda: lm.tokenizer.decode(prompt_ids[0, -1:]), cpu, w
 show(f"For scale, timed here: applying the chat template and tokenising the question takes "
      f"**{template_t.low_ms:.2f} ms** (once a request); detokenising one token {detok_t.low_ms * 1e3:.0f} us and "
      f"encoding its server-sent event as JSON {event_t.low_ms * 1e3:.0f} us (once a token). The HTTP exchange, the "
-     "scheduler and the socket are not timed here.")
+     "scheduler and the socket are not timed here. The book's tolerance for a predicted time "
+     f"(`lib.claims.PREDICTED_TIME`) is **{claims.PREDICTED_TIME:g}x** either way: a gap counts as the in-process one "
+     f"between {1 / claims.PREDICTED_TIME:.2f} and {claims.PREDICTED_TIME:.2f} times it.")
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** What an engine adds (the HTTP request, the template, the scheduler, writing each token to
@@ -431,8 +433,15 @@ for r in engine_rows.itertuples():
 # depends on how fast this machine runs it.
 
 # %%
+load_prompt = [{"role": "user", "content": "Write a long story about a lighthouse keeper and a storm."}]
+load_context = lm.tokenizer.apply_chat_template(load_prompt, add_generation_prompt=True, return_tensors="pt",
+                                               return_dict=True)["input_ids"].shape[1] + load_tokens // 2
+step_of = {b: priced.decode(load_context, batch=b).best for b in sorted({1, max(concurrency)})}
 show(f"The levels: **{', '.join(map(str, concurrency))} users** at once (the parameter `concurrency`); the objectives "
-     f"are {slo_scale:g} times one user's median TTFT and TPOT.")
+     f"are {slo_scale:g} times one user's median TTFT and TPOT. Each request asks for {load_tokens} tokens; halfway "
+     f"through, at {load_context} tokens of context, the cost model prices one in-process decode step on "
+     f"{torch.get_num_threads()} threads at " + " and ".join(
+         f"**{t * 1e3:.0f} ms** for {b} sequence{'s' * (b > 1)}" for b, t in step_of.items()) + ".")
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** Chapter 3 found that one decode step of `B` sequences reads the weights once for all of
@@ -447,7 +456,6 @@ show(f"The levels: **{', '.join(map(str, concurrency))} users** at once (the par
 # TPOT should rise too, but more slowly than the number of users.
 
 # %%
-load_prompt = [{"role": "user", "content": "Write a long story about a lighthouse keeper and a storm."}]
 sweep_rows, sweep_traces, goals = [], {}, {}
 levels = sorted(set(concurrency) | {1})  # one user alone first: it sets the objectives
 for name in urls:
@@ -543,7 +551,7 @@ for name, g in sweep.groupby("engine", sort=False):
                          gain=gain_interval.text(".1f", "x") if gain_interval else "",
                          tpot0=first.tpot_ms, tpot1=last.tpot_ms, tps0=first.tokens_per_s, tps1=last.tokens_per_s))
 
-# %% [markdown] tags=["predict"]
+# %% [markdown]
 # ## Random arrivals and the load at which goodput collapses
 #
 # Real users do not wait for each other: requests arrive at random. An **open loop** sends requests at the
@@ -552,8 +560,16 @@ for name, g in sweep.groupby("engine", sort=False):
 # closed loop), so the sweep brackets that capacity on any machine, and its objectives are the ones set from one
 # user alone. Goodput here is the fraction of requests that met the objectives, with a 95 % bootstrap interval
 # over requests (a failed request meets none).
-#
-# **Predict first.** The closed loop's table above gives each engine's capacity and the objectives. At an
+
+# %%
+show("Each engine's capacity, its most requests per second in the closed loop: " + "; ".join(
+    f"{r.engine} **{r.requests_per_s:.2f} requests/s** ({r.concurrency} users), with a median TTFT of "
+    f"{r.ttft_ms:.0f} ms against its objective of {goals[r.engine].ttft_ms:.0f} ms and a median TPOT of "
+    f"{r.tpot_ms:.0f} ms against {goals[r.engine].tpot_ms:.0f} ms"
+    for r in sweep.loc[sweep.groupby("engine", sort=False).requests_per_s.idxmax()].itertuples()) + ".")
+
+# %% [markdown] tags=["predict"]
+# **Predict first.** The line above gives each engine's capacity and where it stood against the objectives. At an
 # arrival rate equal to that capacity, and at twice it, what fraction of requests do you expect to meet both
 # objectives: about all of them, about half, or almost none?
 

@@ -806,7 +806,7 @@ if short_passes is not None and not short_passes.empty:
 # **Predict first.** The task asks the model to repeat the passage word for word, so most of prompt lookup's
 # guesses should match. With `k` guesses a pass (`lookup_tokens`, printed just above), a pass gains at most `k + 1` tokens and costs
 # what a pass over `k + 1` positions costs (chapter 2's short passes, above). Do you expect prompt lookup to run
-# faster than plain greedy decoding here, and by about how many times?
+# faster than plain greedy decoding here, and by about how many times, at each `k`?
 
 # %%
 task_ids = chat_ids(f"{passage}\n\n{instruction}", 48)
@@ -970,11 +970,20 @@ spec.round(3)
 # step is reused at every position. Chapter 0's price of the eager step, and of the dispatch inside it:
 
 # %%
+c0 = contexts[0]
+static_len = max(c0 + steps, question_ids.shape[1] + side_tokens) + 8  # the preallocated cache's positions
 if "fp32" in cost:
-    issue_price = cost["fp32"].decode(contexts[0] + steps // 2)
-    show(f"At {contexts[0]} cached tokens the cost model prices the eager fp32 step (growing cache) at "
-         f"**{prose.ms(issue_price.best)}**, of which issuing its operations (dispatch) is "
-         f"**{prose.ms(issue_price.term('dispatch').best)}**.")
+    issue_price = cost["fp32"].decode(c0 + steps // 2)
+    try:
+        static_price = cost["fp32"].decode(c0 + steps // 2, cache="static", max_len=static_len)
+        on_static = (f"; over a preallocated cache of {static_len} positions (the compiled step's) at "
+                     f"**{prose.ms(static_price.best)}**, of which dispatch is "
+                     f"**{prose.ms(static_price.term('dispatch').best)}**")
+    except ValueError:  # chapter 0 timed no static step for this model
+        on_static = "; chapter 0 timed no preallocated-cache step for this model, so that one is not priced here"
+    show(f"At {c0 + steps // 2} cached tokens (halfway through the {steps} timed steps from {c0}) the cost model prices "
+         f"the eager fp32 step over a growing cache at **{prose.ms(issue_price.best)}**, of which issuing its "
+         f"operations (dispatch) is **{prose.ms(issue_price.term('dispatch').best)}**{on_static}.")
 else:
     print("chapter 0 has no price for this configuration: " + unpriced.get("fp32", "fp32 is not run"))
 
@@ -988,8 +997,6 @@ else:
 # compiling with CUDA graphs (`mode="reduce-overhead"`) removes the launches as well.
 
 # %%
-c0 = contexts[0]
-static_len = max(c0 + steps, question_ids.shape[1] + side_tokens) + 8
 mode = "reduce-overhead" if on_gpu else "default"
 issue_rows, compile_s = [], math.nan
 kv_issue, first_issue = kept["fp32"][c0]

@@ -303,7 +303,7 @@ show("; ".join(f"{name} computes on {engine_threads(name, n_threads)} of this ma
 # counts, the short one's far fewer. How many tokens do you expect vLLM's counter to count as reused for a request
 # of each? And against a prompt of the same length with nothing to reuse (the long system prompt behind its own
 # request number), about how many milliseconds sooner should a request with the long prompt cached reach its first
-# token?
+# token through each engine?
 
 # %% [markdown]
 # The book's prediction: a prefix shorter than one block is never reused, and of a longer one only its whole blocks
@@ -862,7 +862,7 @@ show(separation_verdict())
 # TTFT on the prefill worker's share of the machine, plus the cache's trip; the findings above say which way
 # each went on this machine.**
 
-# %% [markdown] tags=["predict"]
+# %% [markdown]
 # ## 3. The queue, predicted: chapter 7's arrivals replayed
 #
 # Chapter 7 sent `arrivals` requests at random (Poisson) times to each engine at several rates and kept every
@@ -871,9 +871,18 @@ show(separation_verdict())
 # `lib.metrics`. Two schedulers: **first-come** (one request at a time, to its last token) and **token
 # budget** (continuous batching: every running request decodes a token each step, and prompts fill the rest of
 # the step's budget, chunked where they do not fit), with each engine's budget from chapter 7's run.
-#
+
+# %%
+ch7, ch7_params = one_run("07_over_the_wire", ["poisson_requests", "poisson_arrivals", "concurrency_sweep", "objectives"])
+ch7_requests, ch7_rates, sweep = ch7["poisson_requests"], ch7["poisson_arrivals"], ch7["concurrency_sweep"]
+show("chapter 7 has no arrivals here (run `python -m lib.make.book 07_over_the_wire`)" if ch7_rates is None else
+     "Chapter 7 measured these median TTFTs at its arrival rates: " + "; ".join(
+         f"{name}: " + ", ".join(f"{r.ttft_ms:,.0f} ms at {r.rate_per_s:g}/s" for r in g.itertuples())
+         for name, g in ch7_rates.groupby("engine", sort=False)) + ".")
+
+# %% [markdown] tags=["predict"]
 # **Predict first.** Chapter 7's closed loop found each engine's total tokens per second rising with its users
-# (its batching claims), and its arrivals table gives the median TTFT it measured at each rate. Which replay do
+# (its batching claims), and the line above gives the median TTFT it measured at each rate. Which replay do
 # you expect to come closer to the engines' median TTFT at the highest rate, first-come or token budget, and do
 # you expect the first-come replay's TTFT there to be above or below what was measured?
 
@@ -888,8 +897,6 @@ display(prose.source(replay.replay))
 # The replay of every engine and rate chapter 7 measured:
 
 # %%
-ch7, ch7_params = one_run("07_over_the_wire", ["poisson_requests", "poisson_arrivals", "concurrency_sweep", "objectives"])
-ch7_requests, ch7_rates, sweep = ch7["poisson_requests"], ch7["poisson_arrivals"], ch7["concurrency_sweep"]
 ch7_threads = ch7_params.get("threads") or n_threads
 engine_costs = {name: cost_model(MODEL, engine_threads(name, ch7_threads)) for name in ("transformers serve", "vLLM")}
 engine_cost = engine_costs["transformers serve"]
