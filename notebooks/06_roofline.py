@@ -146,8 +146,8 @@ else:
 # ### Where prefill turns compute-bound, and why its throughput then falls
 #
 # A weight matmul over `S` rows does `2 S` FLOPs per weight and reads each weight once (two bytes in BF16), so its
-# intensity is about `S`: prefill should leave the memory roof near a prompt as long as the ridge point is in FLOP
-# per byte. Past it, speed is the FLOP rate over the FLOPs per token, and that cost grows: every token does
+# intensity is about `S`: prefill should leave the memory roof at a prompt of about as many tokens as the ridge
+# point's FLOP per byte. Past it, speed is the FLOP rate over the FLOPs per token, and that cost grows: every token does
 # `2 x weights` FLOPs of matmul plus attention over the tokens before it (`roofline.prefill_attention_flops`).
 
 # %%
@@ -195,8 +195,8 @@ results.figure(fig, "course_roofline")
 plt.show()
 
 # %% [markdown]
-# **Takeaway: prefill's intensity grows with the prompt and crosses the ridge near a prompt as long as the ridge
-# point; decode's stays near one FLOP per byte, so at batch 1 it is memory-bound and owns most of a request's time.**
+# **Takeaway: prefill's intensity grows with the prompt and crosses the ridge at a prompt of about as many tokens as
+# the ridge's FLOP per byte; decode's stays near one FLOP per byte, so at batch 1 it is memory-bound and owns most of a request's time.**
 #
 # ## Try it, answered: another GPU and a bigger model
 #
@@ -349,18 +349,22 @@ try:
          f"{ch2_model}'s weights (**{ceilings.weight_rate(ch2_model, points_dtype, threads) / 1e9:.1f} GB/s**) and "
          f"their FLOPs (2 per weight per row) at `F(rows)`, the rate its block matrices reach with that many rows: "
          + ", ".join(f"{ceilings.matrix_rate(ch2_model, points_dtype, threads, n) / 1e9:.0f} GFLOP/s at {n}"
-                     for n in f_rows) + " (chapter 0).")
+                     for n in f_rows) + " (chapter 0). Issuing a decode step's operations (its **dispatch** term, "
+         f"the step with its matrices and attention hollowed out) costs "
+         f"**{prose.ms(ceilings.dispatch(ch2_model, points_dtype, threads).best)}** between its weights' streams.")
 except (ValueError, IndexError) as error:  # chapter 0 did not time this model's matrices at these threads
     print(f"chapter 0 has no matrix rates for {ch2_model} here: {error}")
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** Each pass's FLOPs and bytes come from `lib.roofline` (the x axis: intensity) and its predicted
 # time from the cost model (`lib.costmodel`), term by term. This machine's textbook ridge, the prompt length a
-# prefill needs to reach it, and the rates the cost model prices a pass's matrices at are printed just above. A
-# decode step at batch 1 does two FLOPs per weight it reads (four bytes each in fp32, two in a 16-bit dtype): how
-# many times below the ridge does it sit, and is its largest
-# term the weights' bytes, the matrices' FLOPs or issuing its operations? And from which of chapter 2's prompt
-# lengths on do you expect a prefill's largest term to be its matrices' FLOPs?
+# prefill needs to reach it, the rates the cost model prices a pass's matrices at and the cost of issuing a decode
+# step's operations are printed just above. A decode step at batch 1 does two FLOPs per weight it reads (four bytes
+# each in fp32, two in a 16-bit dtype): how many times below the ridge does it sit, and which of the cost model's
+# terms is its largest (the table's `largest_term`: the block matrices, the LM head, attention over the cache, or
+# dispatch, issuing its operations)? And from which of chapter 2's prompt lengths on do you expect a prefill's block
+# matrices to be priced at their FLOPs rather than their bytes (the table's `predicted`, the largest term's limit:
+# compute-bound)?
 
 # %% [markdown]
 # The label is the one rule's (`lib.regime`: the largest term's limit), read against the roofline drawn below in
@@ -420,7 +424,7 @@ results.table(points, "measured_on_roofline")
 warning = regime.check_floors(placed, ceilings.strict)
 if warning:
     show(warning)
-points[["series", "tokens", "batch", "intensity_flop_per_byte", "predicted_ms", "largest_term", "measured_ms",
+points[["series", "tokens", "batch", "intensity_flop_per_byte", "predicted_ms", "largest_term", "predicted", "measured_ms",
         "measured_over_predicted", "regime"]].round(3)
 
 # %%
@@ -512,11 +516,17 @@ if len(g):
     show("Batched decode, step by step: " + "; ".join(
         f"batch {r.batch}: {what.get(r.largest_term, r.largest_term)} {r.largest_share:.0%} of the priced step, then "
         f"{what.get(r.second_term, r.second_term)} {r.second_share:.0%} (**{r.regime}**)" for r in g.itertuples())
-        + (". The label follows the largest term, and each term grows with the batch at its own pace (the matrices' "
-           "at the rate F(rows) reaches with more rows, the caches' in proportion to the sequences), so which one is "
-           "largest changes: a change of label here is a change of term, not noise. Where two terms of different limits "
-           "are within "
+        + (". Where a step ran within its price the label follows its largest term, and each term grows with the "
+           "batch at its own pace (the matrices' at the rate F(rows) reaches with more rows, the caches' in proportion "
+           "to the sequences), so which one is largest changes: such a change of label is a change of term, not "
+           "noise. Where two terms of different limits are within "
            f"{claims.PREDICTED_TIME:g}x of each other the label says mixed rather than pick one by noise."
+           + "".join(f" Batch {r.batch}'s *{r.regime}* is not a change of term: the step took "
+                     f"{r.measured_over_predicted:.2f}x its price, "
+                     + (f"more than the {regime.REGIME_SLACK:g}x the rule allows" if r.measured_over_predicted > 1 else
+                        "less than its largest term alone")
+                     + f", while its largest priced term was {what.get(r.largest_term, r.largest_term)}."
+                     for r in g[~g.explained.astype(bool)].itertuples())
            if g.regime.nunique() > 1 else ": one label at every batch."))
 
 # %% [markdown]
@@ -590,15 +600,16 @@ else:
 # square product; a pass's largest term in the cost model names what sets its time, and the pass's measured place
 # under the roofs says how far it is from it.**
 #
-# ## Where the floor gives way to the bytes: GPT-2 from two layers to XL
+# ## Where the floor gives way to the bytes: GPT-2 from two layers up
 #
 # The source chapter's headline finding was that GPT-2 small on its GPU sat in neither textbook regime: a decode
 # step took the same time whatever the context and whatever the precision (its times are printed below the
 # prediction), which it attributed to issuing the step's few hundred operations (inferred there, not isolated).
 # It argued, by arithmetic only, that a model with far more weight bytes would leave that floor and follow them.
-# This machine can measure the transition: GPT-2's architecture at nine sizes (`lib.sizes`), with seeded random
-# weights (a step's time does not depend on their values): the book's two-layer `tiny-gpt2`, 12-layer models 128
-# to 512 wide (GPT-2 small's depth, so its floor, with fewer bytes), and GPT-2 small, medium, large and XL.
+# This machine can measure the transition: GPT-2's architecture at the sizes `sizes` lists (`lib.sizes`), with
+# seeded random weights (a step's time does not depend on their values): the book's two-layer `tiny-gpt2`, 12-layer
+# models 128 to 512 wide (GPT-2 small's depth, so its floor, with fewer bytes), and GPT-2 small, medium, large and
+# XL, as many of them as the memory and the budget allow (the plan below says which ran).
 #
 # Each size is priced before it is built, from what chapter 0 measured on `reference_model` (GPT-2 small in a
 # full build). Its **floor** = the operations its step issues x chapter 0's cost of the reference's step per
@@ -743,6 +754,10 @@ for i in plan.index[plan.status == "run"]:
     plan.loc[i, "runs"], left = 3 + extra, left - extra * plan.run_s[i]
 plan["predicted_s"] = (plan.build_s + plan.runs * plan.run_s + plan.prefill_s).where(plan.status == "run", 0.0)
 results.table(plan, "size_plan")
+skipped = plan[plan.status != "run"]
+show(f"**{(plan.status == 'run').sum()} of the {len(plan)} sizes run**"
+     + (", smallest first; skipped: " + "; ".join(f"{r.size} ({r.status.removeprefix('skipped: ')})"
+                                                   for r in skipped.itertuples()) + "." if len(skipped) else "."))
 plan.round(2)
 
 # %%
@@ -992,6 +1007,20 @@ why = (f"{worst} took {ratios[worst].mid:.2f}x its price; its floor is {prices.f
 show(register.decide("size_steps_as_priced", claims.within(pooled, 1.0, claims.PREDICTED_TIME),
                      predicted="1.00x", measured=pooled.text(".2f", "x"), evidence=f"{len(ran)} sizes, fp32, context "
                      f"{short_c}, {where}", n=len(ran), ratio=pooled.text(".2f", "x"), count=count, why=why))
+quick_ = by_size[by_size.step_ms_high < by_size.weights_ms]  # the whole step faster than its weights alone, as priced
+if len(quick_):
+    show(f"{', '.join(quick_['size'])} ran faster than {'its' if len(quick_) == 1 else 'their'} weights alone take at "
+         "the priced rate: " + "; ".join(
+             f"{r.size} {r.step_ms:.1f} ms (at most {r.step_ms_high:.1f}) against {r.weights_ms:.1f} ms for its "
+             f"weights, which therefore streamed at **{r.implied_gb_s:.1f} GB/s** at least, against "
+             f"{r.weight_mb / r.weights_ms:.1f} priced" for r in quick_.itertuples())
+         + f". By the one rule, a step below its floor means a ceiling is wrong: the rate chapter 0 measured on "
+         f"{reference_model}'s matrices understates what these larger matrices stream at. "
+         + (f"It does not mean they beat memory: the streaming read is "
+            f"{ceilings.stream_bandwidth('fp32', threads) / 1e9:.1f} GB/s."
+            if quick_.implied_gb_s.max() < ceilings.stream_bandwidth("fp32", threads) / 1e9 else
+            f"They were faster even than chapter 0's streaming read, "
+            f"{ceilings.stream_bandwidth('fp32', threads) / 1e9:.1f} GB/s: that ceiling understates the machine too."))
 
 if len(series) >= 2:
     target = predicted_transition / 1e6
@@ -1069,20 +1098,37 @@ twelve_sizes = [n for n in ran if gpt2_sizes.SIZES[n].layers == 12]
 paid = {n: by_size.set_index("size").step_ms[n] - size_plan.set_index("size").weights_ms[n] for n in twelve_sizes}
 ops_alone = ceilings.operations(reference_model, "fp32", threads)
 alone_ms = ops_alone[0] * ops_alone[1] / 1e3
+mb_of = size_plan.set_index("size").weight_mb
+narrow, wide = (twelve_sizes[0], twelve_sizes[-1]) if twelve_sizes else (None, None)
+moved = None if narrow is None else ("grew" if paid[wide] > claims.PREDICTED_TIME * max(paid[narrow], 0) else
+                                     "fell" if paid[wide] * claims.PREDICTED_TIME < paid[narrow] else "stayed")
+faster = slopes is not None and 1 / slopes.mid > rate["fp32"] / 1e9  # the fitted line streams faster than priced
 why_floor = (f"Issued alone, the {ops_alone[0]} operations of a 12-layer step took **{alone_ms:.1f} ms** in chapter 0 "
              f"({ops_alone[1]:.1f} us each: the interpreter, the dispatcher and a small kernel); between GPT-2 small's "
              f"weight streams, **{floor12 * 1e3:.1f} ms** ({floor12 / ops_alone[0] * 1e6:.1f} us each). The 12-layer models paid "
-             + ", ".join(f"{paid[n]:.1f} ms ({size_plan.set_index('size').weight_mb[n]:,.0f} MB)" for n in twelve_sizes)
+             + ", ".join(f"{paid[n]:.1f} ms ({mb_of[n]:,.0f} MB)" for n in twelve_sizes)
              + (f": on this machine the floor a step paid ranged from {min(paid.values()):.1f} ms "
                 f"({min(paid, key=paid.get)}) to {max(paid.values()):.1f} ms ({max(paid, key=paid.get)}) across the "
-                f"widths, against chapter 0's {alone_ms:.1f} alone and "
-                f"{floor12 * 1e3:.1f} between streams. Two causes fit it and this run does not separate them: the bytes "
-                "streamed between the small operations may evict their data, and the weights may stream slower than "
-                + (f"priced (the fitted line's {1 / slopes.mid:.1f} GB/s against {rate['fp32'] / 1e9:.1f}); " if slopes else "priced; ")
-                + "either way a line with one floor fits such steps only roughly" if min(paid.values()) * claims.PREDICTED_TIME
+                f"widths, against chapter 0's {alone_ms:.1f} alone and {floor12 * 1e3:.1f} between streams, and it "
+                + {"grew": "grew with the bytes streamed", "fell": "fell as the bytes streamed grew",
+                   "stayed": "stayed within the tolerance of one floor as the bytes streamed grew"}[moved]
+                + f" ({paid[narrow]:.1f} ms at {mb_of[narrow]:,.0f} MB, {paid[wide]:.1f} ms at "
+                f"{mb_of[wide]:,.0f} MB). Two causes can move such a floor, and this run does not separate them: the "
+                "bytes streamed between the small operations may evict their data (which would raise the floor with "
+                "the bytes), and the weights may stream at another rate than priced"
+                + (f" (the fitted line's {1 / slopes.mid:.1f} GB/s against {rate['fp32'] / 1e9:.1f}, which "
+                   f"{'lowers' if faster else 'raises'} the floor a wider model seems to pay)" if slopes is not None else "")
+                + "; either way a line with one floor fits such steps only roughly" if min(paid.values()) * claims.PREDICTED_TIME
                 < max(paid.values()) else ": within the tolerance of one floor across the widths")
              + ("; the measured transition lies below the predicted one." if len(series) >= 2 and
-                transition.mid < predicted_transition / 1e6 else ".") if twelve_sizes else "")
+                transition.mid < predicted_transition / 1e6 else ".")
+             + "".join(f" {n}'s floor is below zero: its step ({by_size.set_index('size').step_ms[n]:.1f} ms) took less "
+                       f"than its weights alone at the priced rate ({size_plan.set_index('size').weights_ms[n]:.1f} ms), "
+                       f"so that rate ({mb_of[n] / size_plan.set_index('size').weights_ms[n]:.1f} GB/s) understates "
+                       f"what this size's weights streamed at, by "
+                       f"{size_plan.set_index('size').weights_ms[n] / by_size.set_index('size').step_ms[n] - 1:.1%} "
+                       "at least; it does not mean the step paid no floor."
+                       for n in twelve_sizes if paid[n] < 0) if twelve_sizes else "")
 why_dtype = ""
 if profiled:
     prof = pd.concat(profiled, ignore_index=True)
@@ -1133,14 +1179,16 @@ show(why_floor + why_dtype + why_prefill)
 # %% [markdown]
 # **Takeaway: before expecting fewer bytes to speed up a decode step, set its weights' time at the kernel's rate
 # beside its floor, and measure where the two meet: the transition depends on the machine (its cost per operation,
-# its rate) and, on a CPU, on the model too, since the floor a step pays can grow with the bytes streamed between
-# its small operations. The claims above say whether this run's steps followed their price on each side.**
+# its rate) and, on a CPU, on the model too, since both are measured on one model's matrices and need not carry over
+# to another size's (the paragraph above says how far they carried here). The claims above say whether this run's
+# steps followed their price on each side.**
 
 # %% [markdown]
 # ## Two designs priced with the same calculator: a mixture of experts, and tensor parallelism
 #
-# Neither runs on this machine, but both are arithmetic with `lib.roofline` at this machine's rates from chapter 0
-# (the streaming read and the square product's peak above). The example model is an **assumption**: the page's
+# Neither runs on this machine, but both are arithmetic: `lib.roofline` counts their FLOPs and bytes, and they are
+# priced as this page prices a decode step, its floor plus its bytes at the kernel's rate, from chapter 0's
+# measurements (printed below). The example model is an **assumption**: the page's
 # model (the shape chapter 2 ran) with its feed-forward network turned into `moe_experts` experts of the same
 # size, `moe_active` of them per token, tokens routed uniformly and independently.
 #
@@ -1148,28 +1196,50 @@ show(why_floor + why_dtype + why_prefill)
 #   active experts' weights. A batch routes each of its tokens to its own experts, so the step reads every expert at
 #   least one token chose: on average `E x (1 - (1 - k/E)^B)` of the `E` per layer at batch `B`.
 # * **Tensor parallelism** over `N` devices: each device holds and reads `1/N` of every weight matrix and of the
-#   caches (the heads are split), so decode's byte term divides by `N`; but every layer then adds two all-reduces
+#   caches (the heads are split), so decode's byte term divides by `N`, but not its floor (every device issues every
+#   layer's operations); and every layer then adds two all-reduces
 #   of the batch's activations (after attention and after the feed-forward network), which cost a latency and the
 #   bytes over the link. This machine has no link to measure, so the link is an **assumption** too: chapter 0's
 #   streaming copy for its bandwidth, and chapter 0's cost of issuing one operation for each all-reduce's latency.
 
 # %%
-show(f"The example mixture: **E = {moe_experts}** experts per layer, **k = {moe_active}** active per token (the "
-     "parameters `moe_experts` and `moe_active`).")
-
-# %% [markdown] tags=["predict"]
-# **Predict first.** With the `E` and `k` just printed, at batch 1, what fraction of the experts' weights does a
-# step read? At batch 16? Split over 4 devices, how many times quicker than on one do you expect a batch-1 step to
-# be, once each layer's two all-reduces are paid?
-
-# %%
 example = machine.MODELS[model_name][0].with_dtype(points_dtype)  # the shape chapter 2 ran, in the points' dtype
-here = roofline.Hardware("this machine", peak, read, "chapter 0: square product, streaming read")
+kernel_rate = ceilings.weight_rate(model_name, points_dtype, threads)  # its matrix-vector products, bytes/s
+link = ceilings.stream_bandwidth(points_dtype, threads, "copy")  # the assumed link: chapter 0's streaming copy
+latency = ops_alone[1] / 1e6  # the assumed all-reduce latency: chapter 0's cost of one issued operation, seconds
 expert = (3 if example.gated_ffn else 2) * example.d_model * example.d_ff  # one expert's weights, per layer
 shared = example.matmul_params - example.layers * expert  # attention matrices and LM head: read at every step
 moe_context = size_contexts[-1]
 
 
+def priced_step(cost: roofline.Cost, devices: int = 1) -> dict:
+    """A decode step priced as this page prices one, on each of `devices` holding 1/N of its weights and caches: its
+    floor (chapter 0's dispatch of the page's model at that batch, which every device pays whole, since each issues
+    every layer's operations) plus its share of the bytes at the rate the model's matrix-vector products stream, or
+    of its FLOPs at the square product's peak where those take longer; milliseconds, and the limit of the second."""
+    floor = ceilings.dispatch(model_name, points_dtype, threads, "decode", cost.tokens).best  # tokens: sequences
+    nbytes, flops = cost.bytes / devices / kernel_rate, cost.flops / devices / peak
+    return dict(floor_ms=floor * 1e3, bytes_ms=max(nbytes, flops) * 1e3, limit="memory" if nbytes >= flops else "compute")
+
+
+alone_step = priced_step(roofline.decode_cost(example, 1, moe_context))
+show(f"The example mixture: **E = {moe_experts}** experts per layer, **k = {moe_active}** active per token (the "
+     f"parameters `moe_experts` and `moe_active`). Both designs are priced as this page prices a decode step: its "
+     f"floor, chapter 0's dispatch of {model_name} (**{prose.ms(alone_step['floor_ms'] / 1e3)}** at batch 1), plus "
+     f"its bytes, weights and caches, at the rate its matrix-vector products stream (**{kernel_rate / 1e9:.1f} "
+     f"GB/s**), or its FLOPs at the square product's {peak / 1e9:.0f} GFLOP/s where those take longer. The dense "
+     f"{example.name} at batch 1 and context {moe_context} on one device: "
+     f"**{prose.ms((alone_step['floor_ms'] + alone_step['bytes_ms']) / 1e3)}**, {prose.ms(alone_step['bytes_ms'] / 1e3)} "
+     f"of them its bytes. The assumed link: **{link / 1e9:.1f} GB/s** (chapter 0's "
+     f"streaming copy) and **{latency * 1e6:.1f} us** of latency per all-reduce (chapter 0's cost of issuing one "
+     f"operation alone), two all-reduces in each of its {example.layers} layers.")
+
+# %% [markdown] tags=["predict"]
+# **Predict first.** With the `E` and `k` just printed, at batch 1, what fraction of the experts' weights does a
+# step read? At batch 16? Split over 4 devices, how many times quicker than on one do you expect the batch-1 step
+# just priced to be, once each layer's two all-reduces are paid?
+
+# %%
 def moe_step(batch: int) -> tuple[roofline.Cost, float]:
     """One decode step of the example mixture at `batch` sequences of `moe_context` tokens, and the experts it reads
     per layer on average (routing uniform and independent): a `roofline.Cost`, FLOPs and bytes."""
@@ -1181,8 +1251,13 @@ def moe_step(batch: int) -> tuple[roofline.Cost, float]:
 
 
 # %%
-moe = pd.DataFrame([dict(batch=b, experts_read=e, step_mb=c.bytes / 1e6, step_ms=roofline.bound(here, c).time * 1e3,
-                         limit=roofline.bound(here, c).limit) for b in moe_batches for c, e in [moe_step(b)]])
+rows = []
+for b in moe_batches:
+    cost, experts_read = moe_step(b)
+    price = priced_step(cost)
+    rows.append(dict(batch=b, experts_read=experts_read, step_mb=cost.bytes / 1e6, **price,
+                     step_ms=price["floor_ms"] + price["bytes_ms"]))
+moe = pd.DataFrame(rows)
 moe["ms_per_token"] = moe.step_ms / moe.batch
 all_read = (shared + example.layers * moe_experts * expert) * example.bytes_per_param  # every expert's weights
 active_only = (shared + example.layers * moe_active * expert) * example.bytes_per_param
@@ -1193,7 +1268,8 @@ display(Markdown(
     f"The example: {example.name}'s shape with {moe_experts} experts of {expert * example.layers * example.bytes_per_param / 1e6:,.0f} MB "
     f"each (all layers), {moe_active} active: {all_read / 1e6:,.0f} MB of weights in all, of which one token uses "
     f"{active_only / 1e6:,.0f} MB. At batch {int(first_.batch)} a step reads **{first_.experts_read:.1f} of {moe_experts}** experts per "
-    f"layer, {first_.step_mb:,.0f} MB: **{first_.step_ms:.1f} ms** at {read / 1e9:.1f} GB/s ({first_.limit}-bound). "
+    f"layer, {first_.step_mb:,.0f} MB: **{first_.step_ms:.1f} ms**, its floor {first_.floor_ms:.1f} ms plus "
+    f"{first_.bytes_ms:.1f} ms at {kernel_rate / 1e9:.1f} GB/s ({first_.limit}-bound). "
     f"At batch {int(last_.batch)} it reads {last_.experts_read:.1f} of {moe_experts}, {last_.step_mb:,.0f} MB, "
     f"{last_.step_ms:.1f} ms ({last_.limit}-bound), "
     + (f"nearly every expert from batch {int(most.batch.iloc[0])} on (90 % or more): " if len(most) else
@@ -1207,43 +1283,45 @@ moe.round(2).set_index("batch")
 # Tensor parallelism, for the page's own (dense) model at batch 1, over `tp_devices` devices:
 
 # %%
-link = ceilings.stream_bandwidth(points_dtype, threads, "copy")  # the assumed link: chapter 0's streaming copy
-latency = ops_alone[1] / 1e6  # the assumed all-reduce latency: chapter 0's cost of one issued operation, seconds
-
-
 def tp_step(devices: int, batch: int = 1) -> dict:
-    """A decode step of the page's model split over `devices` (weights and caches 1/N each), and the two all-reduces
-    per layer it adds (ring: each device sends 2(N-1)/N of the activations), in milliseconds."""
-    whole = roofline.decode_cost(example, batch, moe_context)
-    each = roofline.bound(here, roofline.Cost("decode", whole.flops / devices, whole.bytes / devices, batch)).time
+    """A decode step of the page's model split over `devices` (weights and caches 1/N each, the floor whole on every
+    device), and the two all-reduces per layer it adds (ring: each device sends 2(N-1)/N of the activations), in
+    milliseconds."""
+    each = priced_step(roofline.decode_cost(example, batch, moe_context), devices)
     moved = 2 * (devices - 1) / devices * batch * example.d_model * example.bytes_per_param
     comm = 0.0 if devices == 1 else 2 * example.layers * (latency + moved / link)
-    return dict(devices=devices, per_device_ms=each * 1e3, communication_ms=comm * 1e3, step_ms=(each + comm) * 1e3)
+    return dict(devices=devices, floor_ms=each["floor_ms"], bytes_ms=each["bytes_ms"], communication_ms=comm * 1e3,
+                step_ms=each["floor_ms"] + each["bytes_ms"] + comm * 1e3)
 
 
 tp = pd.DataFrame([tp_step(n) for n in tp_devices])
 tp["speedup"] = tp.step_ms.iloc[0] / tp.step_ms
+tp["floor_share"] = tp.floor_ms / tp.step_ms
 tp["communication_share"] = tp.communication_ms / tp.step_ms
 results.table(tp, "tensor_parallel_decode")
 one_, top_ = tp.iloc[0], tp.iloc[-1]
 best_n = tp.loc[tp.step_ms.idxmin()]
 display(Markdown(
-    f"{example.name} at batch 1, context {moe_context}: on {int(one_.devices)} device{'s' if one_.devices > 1 else ''} a step's "
-    f"bytes take **{one_.per_device_ms:.1f} ms**; on {int(top_.devices)} each device's share takes "
-    f"{top_.per_device_ms:.2f} ms, {one_.per_device_ms / top_.per_device_ms:.0f} times less, while the "
-    f"{2 * example.layers} all-reduces add **{top_.communication_ms:.2f} ms** (at the assumed "
-    f"{latency * 1e6:.1f} us and {link / 1e9:.1f} GB/s each): the step is {top_.speedup:.1f} times quicker, not "
-    f"{top_.devices / one_.devices:.0f}, with communication {top_.communication_share:.0%} of it. "
+    f"{example.name} at batch 1, context {moe_context}: on {int(one_.devices)} device{'s' if one_.devices > 1 else ''} a "
+    f"step is priced at **{prose.ms(one_.step_ms / 1e3)}**, its floor {prose.ms(one_.floor_ms / 1e3)} plus its bytes "
+    f"{prose.ms(one_.bytes_ms / 1e3)}; on {int(top_.devices)} each device's share of the bytes takes "
+    f"{prose.ms(top_.bytes_ms / 1e3)}, "
+    f"{one_.bytes_ms / top_.bytes_ms:.0f} times less, but each device still issues every layer's operations, so the "
+    f"floor stays {prose.ms(top_.floor_ms / 1e3)}, and the {2 * example.layers} all-reduces add **{top_.communication_ms:.2f} ms** "
+    f"(at the assumed {latency * 1e6:.1f} us and {link / 1e9:.1f} GB/s each): the step is **{top_.speedup:.1f} times "
+    f"quicker**, not {top_.devices / one_.devices:.0f}, with the floor {top_.floor_share:.0%} of it and communication "
+    f"{top_.communication_share:.0%}. "
     + (f"The quickest split here is {int(best_n.devices)} devices: past it the all-reduces cost more than the bytes "
        "they save." if best_n.devices < top_.devices else
-       "The most devices tried is the quickest split here; the bytes divide by N, the all-reduces do not.")))
+       "The most devices tried is the quickest split here; the bytes divide by N, the floor and the all-reduces do "
+       "not.")))
 tp.round(3).set_index("devices")
 
 # %% [markdown]
 # **Takeaway: a mixture of experts makes a single sequence's decode read only its active experts, but a batch reads
 # the union of its tokens' experts, so its bytes per step grow with the batch until every expert is read; tensor
-# parallelism divides decode's bytes by the devices and adds a fixed cost per layer that does not divide, so the
-# gain shrinks as the bytes per device do.**
+# parallelism divides decode's bytes by the devices but not its floor, and adds a cost per layer that does not
+# divide either, so the gain shrinks as the bytes per device do.**
 
 # %% [markdown]
 # ## What these numbers do not show
@@ -1251,8 +1329,17 @@ tp.round(3).set_index("devices")
 # * **Real kernels on the course's GPUs**: the tables are lower bounds from datasheet peaks, without activations,
 #   launches, communication or the runtime's share of memory.
 # * **Other dtypes and thread counts**: this page places one of each (`dtype`, `threads`).
-# * **Models past GPT-2 XL**: the size sweep stops at 1.6 billion parameters (6.2 GB in fp32); a 7B model's step
-#   would sit further along the same bytes' line, and its floor would be a smaller share still.
+
+# %%
+largest = gpt2_sizes.SIZES[ran[-1]]  # the largest size the sweep ran (they run smallest first)
+show(f"* **Models past {ran[-1]}**: the size sweep ran {len(ran)} of {len(plan)} sizes and stops at "
+     + (f"{largest.matmul_params / 1e9:.2g} billion" if largest.matmul_params >= 1e9 else
+        f"{largest.matmul_params / 1e6:,.0f} million") + f" parameters ({largest.weight_bytes / 1e9:.1f} GB in fp32)"
+     + "".join(f"; it skipped {r.size}: {r.status.removeprefix('skipped: ')}" for r in skipped.itertuples())
+     + ". A larger model's step would sit further along its bytes' line, and its floor would be a smaller share "
+       "still.")
+
+# %% [markdown]
 # * **One moment**: chapter 0's ceilings and chapters 2 and 3's times were measured minutes apart, under whatever else
 #   the machine was doing; compare regimes, not third digits.
 #

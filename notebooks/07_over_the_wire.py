@@ -61,6 +61,7 @@ tpot_slo_ms = None
 slo_scale = 3.0             # objectives under load: this many times one user's TTFT and TPOT (lib.objectives)
 collapse_below = 0.5        # goodput "collapses" where its interval's top falls below this fraction
 resamples = 1000            # bootstrap resamples for goodput's interval
+bench_rounds = 3            # rounds of `runs` requests each from vllm bench serve and from the book's client, alternating
 start_timeout_s = 1200      # a first vLLM start compiles for minutes
 
 # %%
@@ -91,16 +92,26 @@ P = params.check(globals(), {  # every count and time bounded: at its maximum, w
     "tpot_slo_ms": params.number(above=0, max=60_000, allow_none=True),
     "slo_scale": params.number(above=1, max=100),
     "collapse_below": params.number(above=0, max=1), "resamples": params.integer(min=10, max=100_000, quick=200),
+    "bench_rounds": params.integer(min=0, max=5, quick=0),
     "start_timeout_s": params.number(above=0, max=1800),
 }, quick=quick, chapter="07_over_the_wire")
 if base_url is not None and not re.fullmatch(r"http://[A-Za-z0-9.\-\[\]:]+(/\S*)?", base_url.strip()):
     raise ValueError(f"parameter base_url={base_url!r} is not valid; expected an http:// address such as "
                      f"http://127.0.0.1:8000, or None")
+if arrival_rates and min(arrival_rates) < arrivals / arrivals_budget_s:
+    raise ValueError(f"parameter arrival_rates={arrival_rates!r}: at {min(arrival_rates):g} requests/s, {arrivals} "
+                     f"arrivals take about {arrivals / min(arrival_rates):,.0f} s, past arrivals_budget_s="
+                     f"{arrivals_budget_s:g}; use rates of at least {arrivals / arrivals_budget_s:.3g} per second, "
+                     f"fewer arrivals or a larger arrivals_budget_s")
 if stall_arrival >= stall_tokens:
     raise ValueError(f"B must arrive while A streams: stall_arrival ({stall_arrival}) must be below stall_tokens "
                      f"({stall_tokens})")
 
 # %%
+import pathlib
+import subprocess
+import tempfile
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -110,8 +121,9 @@ from IPython.display import Markdown, display
 from lib import claims, client, conventions, costmodel, machine, metrics, objectives, phases, prose, timing
 from lib.claims import Spread
 from lib.device import describe_environment
-from lib.engines import transformers_engine, vllm_engine, vllm_unavailable
+from lib.engines import transformers_engine, vllm_engine, vllm_python, vllm_unavailable
 from lib.models import SMOLLM2_VERSION, cache_dir, load_model
+from lib.progress import progress
 from lib.prose import show
 from lib.results import Results, load_table
 from lib.stall import stall_case, stall_experiment
@@ -376,7 +388,7 @@ for r in engine_rows.itertuples():
         not_held="through {path}, TTFT was **{span}**, {saved:.0f} ms shorter than the in-process {base_span}, beyond "
                  "both ranges: the engine reached its first token sooner than the plain model call.{inside}",
         unresolved="through {path}, TTFT was {span} against the in-process {base_span}: the ranges overlap, so "
-                   "whatever the engine adds to TTFT is smaller than this run's noise.",
+                   "this run cannot tell what the engine adds to TTFT from its runs' spread.",
         not_measured="the server serves another model than the in-process path: nothing is compared.")
     show(register.decide(f"engine_adds_to_ttft_{tag}", claims.below(spread_of(base, "ttft_ms"), spread_of(r, "ttft_ms"))
                          if same_model else None,
@@ -531,9 +543,10 @@ for name, g in sweep.groupby("engine", sort=False):
     register.claim(
         claim, f"{name}: the most concurrent users get more total tokens per second than the fewest (the interval of "
                "the gain, from the requests' end-to-end times, above one).",
-        held="from {first_n} to {last_n} concurrent users, the total output tokens per second rose **{gain}** "
-             "({tps0:.1f} to {tps1:.1f} tokens/s) while each user's median TPOT went from {tpot0:.0f} to "
-             "**{tpot1:.0f} ms**: the batch shares each step's reading of the weights.",
+        held="from {first_n} to {last_n} concurrent users, the total output tokens per second rose **{gain}** (from "
+             "the requests' end-to-end times; {tps0:.1f} to {tps1:.1f} tokens/s counted over each level) while each "
+             "user's median TPOT went from {tpot0:.0f} to **{tpot1:.0f} ms**, as one reading of the weights shared "
+             "by a batch's step predicts (chapter 3).",
         not_held="from {first_n} to {last_n} concurrent users, the total output tokens per second did not rise: it "
                  "went from {tps0:.1f} to {tps1:.1f} tokens/s ({gain}) and each user's median TPOT from {tpot0:.0f} "
                  "to {tpot1:.0f} ms: on this machine a larger batch costs about its size in time (a step already "
@@ -616,7 +629,8 @@ for name in urls:
                          for t, at in zip(traces, offsets)]
         good, low, high = conventions.bootstrap_fraction([conventions.meets(t, goals[name].ttft_s, goals[name].tpot_s)
                                                           for t in traces], resamples, seed=seed)
-        poisson_rows.append(dict(engine=name, rate_per_s=rate, requests=len(traces),
+        poisson_rows.append(dict(engine=name, rate_per_s=rate, realized_per_s=(len(offsets) - 1) / offsets[-1],
+                                 requests=len(traces),
                                  failures=str(client.failures(traces)),
                                  ttft_ms=np.median([m.ttft for m in ok]) * 1e3 if ok else np.nan,
                                  ttft_p90_ms=np.percentile([m.ttft for m in ok], 90) * 1e3 if ok else np.nan,
@@ -628,7 +642,29 @@ for name in urls:
                                  goodput=good, goodput_low=low, goodput_high=high))
 poisson = pd.DataFrame(poisson_rows)
 results.table(poisson, "poisson_arrivals")
-_ = results.table(pd.DataFrame(request_rows), "poisson_requests")  # every request, for chapter 9's replay
+per_request = pd.DataFrame(request_rows)
+results.table(per_request, "poisson_requests")  # every request, for chapter 9's replay
+
+
+def in_flight(name: str, rate: float) -> float:
+    """Requests in flight on average at one engine and rate (Little's law): their summed time from arrival to last
+    token over the span from the first arrival to the last token."""
+    g = per_request[(per_request.engine == name) & (per_request.rate_per_s == rate) & per_request.ok]
+    ends = g.offset_s + (g.ttft_ms + g.tpot_ms.fillna(0) * (g.output_tokens - 1)) / 1e3
+    return float((ends - g.offset_s).sum() / (ends.max() - g.offset_s.min()))
+
+
+at_capacity = {name: min(rates_of[name], key=lambda r: abs(np.log(r / float(sweep[sweep.engine == name].requests_per_s.max()))))
+               for name in urls}
+show(f"Every rate replays one seeded pattern of {arrivals} arrivals, scaled: its requests came at "
+     f"{float((poisson.realized_per_s / poisson.rate_per_s).median()):.2f} times the nominal rate "
+     "(`realized_per_s`), as a Poisson sample of that size may; the rates here are the nominal ones. At the rate "
+     "nearest its capacity, " + "; ".join(
+         f"{name} had **{in_flight(name, r):.1f} requests** in flight on average (their summed time over the run's "
+         f"span) against the closed loop's {int(sweep[sweep.engine == name].concurrency.max())}"
+         for name, r in at_capacity.items())
+     + ": arrivals at a closed loop's throughput do not keep as many requests in the engine, so its goodput there "
+       "need not be the closed loop's.")
 poisson.round(2)
 
 # %%
@@ -757,6 +793,119 @@ show(" ".join(f"**{name}**: the same requests are quoted from **{min(p.values())
        "definition with the number.")
 
 # %% [markdown]
+# ### The book's client beside vLLM's own benchmark
+#
+# The scores above are the book's traces scored by each tool's definitions. Whether the book's client times
+# what a real benchmark client times is a measurement of its own: the same request (the question above, its
+# `max_new_tokens` tokens, greedy, `ignore_eos`) goes to the same vLLM server from `vllm bench serve` (vLLM's
+# benchmark, run from `.venv-vllm`) and from the book's client, one request at a time, in alternating rounds of
+# `runs` requests, so a slow spell of the machine lands on both. The book's traces are scored twice: by vLLM's
+# benchmark's definitions (its clock stops at the first event with a choice, and TPOT runs from there to the last
+# one), which tests the book's clock against vLLM's, and by the book's own. The two clients agree if, round by
+# round, they differ by no more than each differs from itself between rounds.
+
+
+# %%
+def bench_round(folder, i: int) -> list[dict]:
+    """One round of ``vllm bench serve`` against the vLLM server: ``runs`` requests of the question, one at a time;
+    each request's TTFT, TPOT, mean ITL and end-to-end latency (ms) as vLLM's benchmark computes them."""
+    prompts = folder / "prompt.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": question}) + "\n" for _ in range(runs)))
+    name = f"round{i}.json"
+    argv = [str(vllm_python().parent / "vllm"), "bench", "serve", "--backend", "openai-chat",
+            "--endpoint", "/v1/chat/completions", "--base-url", urls["vLLM"], "--model", model_ids["vLLM"],
+            "--tokenizer", str(model_dir), "--dataset-name", "custom", "--dataset-path", str(prompts),
+            "--skip-chat-template", "--custom-output-len", str(max_new_tokens), "--ignore-eos", "--temperature", "0",
+            "--num-prompts", str(runs), "--max-concurrency", "1", "--request-rate", "inf", "--disable-tqdm",
+            "--save-result", "--save-detailed", "--result-dir", str(folder), "--result-filename", name]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]
+        raise RuntimeError(f"vllm bench serve failed in round {i} (exit {done.returncode}): {last}")
+    r = json.loads((folder / name).read_text())
+    if r["failed"]:
+        raise RuntimeError(f"vllm bench serve: {r['failed']} of {runs} requests failed in round {i}: {r['errors']}")
+    return [dict(tool="vllm bench serve", round=i, request=j, output_tokens=n, ttft_ms=ttft * 1e3,
+                 tpot_ms=(lat - ttft) / (n - 1) * 1e3, itl_ms=np.mean(itl) * 1e3, e2e_ms=lat * 1e3)
+            for j, (ttft, itl, lat, n) in enumerate(zip(r["ttfts"], r["itls"], r["latencies"], r["output_lens"]))]
+
+
+def book_round(i: int) -> list[dict]:
+    """One round of the book's client: the same ``runs`` requests to the same server, scored by ``lib.metrics``."""
+    traces = [send("vLLM", chat, max_new_tokens, request_id=200_000 + 100 * i + j, fixed=True) for j in range(runs)]
+    for trace in traces:
+        client.require_ok(trace, f"vLLM at {urls['vLLM']}", f"the book's round {i} beside vllm bench serve")
+    rows = []
+    for j, t in enumerate(traces):
+        m = t.metrics()
+        first = next(e.time for e in t.events if e.choices) - t.sent  # where vLLM's benchmark stops its TTFT clock
+        rows.append(dict(tool="book's client", round=i, request=j, output_tokens=m.n_tokens, ttft_ms=first * 1e3,
+                         tpot_ms=(m.e2e - first) / (m.n_tokens - 1) * 1e3, itl_ms=np.mean(m.gaps) * 1e3,
+                         e2e_ms=m.e2e * 1e3, book_ttft_ms=m.ttft * 1e3, book_tpot_ms=m.tpot * 1e3))
+    return rows
+
+
+BENCHED = ("ttft_ms", "tpot_ms", "e2e_ms")  # what the claim compares; ITL is shown beside them
+bench_missing = ("bench_rounds is 0" if not bench_rounds else None) or (
+    None if "vLLM" in live else "vLLM is not among the engines this run started")
+bench_rows = []
+if bench_missing is None:
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            for i in progress(range(bench_rounds), desc="book's client and vllm bench serve, round by round"):
+                bench_rows += book_round(i) + bench_round(pathlib.Path(folder), i)
+        except (RuntimeError, subprocess.TimeoutExpired) as error:  # the cross-check is lost, not the chapter
+            bench_missing, bench_rows = str(error), []
+            print(bench_missing)
+bench = pd.DataFrame(bench_rows)
+if len(bench):
+    results.table(bench, "beside_vllm_bench")
+    rounds = bench.groupby(["tool", "round"])[list(BENCHED) + ["itl_ms", "output_tokens"]].median()
+    bench_summary = bench.groupby("tool", sort=False)[["output_tokens", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms",
+                                                        "book_ttft_ms", "book_tpot_ms"]].median()
+    display(bench_summary.round(1))
+
+# %%
+register.claim(
+    "client_agrees_with_vllm_bench",
+    "On the same vLLM server and request, scored by vLLM's benchmark's definitions, the book's client and vllm "
+    "bench serve give the same median TTFT, TPOT and end-to-end latency: round by round, they differ by no more "
+    "than each differs from itself between rounds.",
+    held="Scored alike, the book's client and `vllm bench serve` agreed on the same requests: {pairs}, within the "
+         "{noise} each client's own rounds differed by. {own}",
+    not_held="Scored alike, the book's client and `vllm bench serve` did not agree: {pairs}, beyond the {noise} each "
+             "client's own rounds differed by. {own}",
+    unresolved="Scored alike, the book's client and `vllm bench serve` came out at {pairs}; against the {noise} each "
+               "client's own rounds differed by, these rounds cannot tell whether the two agree. {own}",
+    not_measured="vllm bench serve was not run ({why}).")
+if bench_missing:
+    show(register.decide("client_agrees_with_vllm_bench", None, why=bench_missing))
+else:
+    ratio, noise, verdicts = {}, {}, []
+    for col in BENCHED:
+        by_round = rounds[col].unstack("tool")
+        ratio[col] = Spread.of(by_round["book's client"] / by_round["vllm bench serve"])
+        noise[col] = max(float(by_round[t].max() / by_round[t].min()) for t in by_round.columns)
+        verdicts.append(claims.within(ratio[col], 1.0, noise[col]))
+    label = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "end-to-end"}
+    book_tool, bench_tool = "book's client", "vllm bench serve"
+    pairs = "; ".join(f"{label[c]} {bench_summary.loc[book_tool, c]:,.1f} against "
+                      f"{bench_summary.loc[bench_tool, c]:,.1f} ms ({ratio[c].mid:.3f}x, rounds "
+                      f"{ratio[c].low:.3f}-{ratio[c].high:.3f}x)" for c in BENCHED)
+    show(register.decide("client_agrees_with_vllm_bench", claims.every(verdicts),
+                         predicted="the same within each tool's own round-to-round spread",
+                         measured="; ".join(f"{label[c]} {ratio[c].mid:.3f}x ({ratio[c].low:.3f}-{ratio[c].high:.3f}), "
+                                            f"allowed {1 / noise[c]:.3f}-{noise[c]:.3f}" for c in BENCHED),
+                         evidence=f"{bench_rounds} alternating rounds of {runs} requests each, one at a time, "
+                                  f"{max_new_tokens} tokens with ignore_eos; beside_vllm_bench.csv",
+                         pairs=pairs, noise=", ".join(f"{noise[c]:.3f}x ({label[c]})" for c in BENCHED),
+                         own=f"By the book's own definitions its TTFT was {bench_summary.loc[book_tool, 'book_ttft_ms']:,.1f} "
+                             f"ms and its TPOT {bench_summary.loc[book_tool, 'book_tpot_ms']:,.1f} ms: the first "
+                             "token, not the first event, ends its TTFT."))
+
+
+# %% [markdown]
 # ## Chapter 5's stall, inside a real scheduler
 #
 # Stream A decodes; after its `stall_arrival`-th token arrives, request B sends a prompt of
@@ -770,7 +919,7 @@ show(" ".join(f"**{name}**: the same requests are quoted from **{min(p.values())
 # model's price of a prefill of each budget's piece, in-process on this machine (chapter 0's ceilings):
 
 # %%
-vllm_cores = max(torch.get_num_threads() - 1, 1)  # vLLM's CPU build keeps one core for its scheduler process
+vllm_cores = max(torch.get_num_threads() - 1, 1)  # vLLM's CPU build keeps one core for its server and scheduler
 on_vllm_cores = costmodel.CostModel(ceilings, MODEL, machine.MODELS[MODEL][0].with_dtype("fp32"), "fp32", vllm_cores)
 filler = lm.tokenizer("The quick brown fox jumps over the lazy dog. " * (stall_prompt_tokens // 5 + 10),
                       add_special_tokens=False).input_ids
@@ -783,7 +932,7 @@ piece_sizes = sorted({min(b, b_len) for b in [tf_batch_tokens, *vllm_budgets]} |
 show(f"B's prompt is **{b_len:,} tokens** ({stall_prompt_tokens:,} of text in the chat template); vLLM's budgets are "
      f"{', '.join(f'{b:,}' for b in vllm_budgets)} tokens, `transformers serve`'s {tf_batch_tokens:,}. On {torch.get_num_threads()} threads the cost model prices "
      "a prefill of " + ", ".join(f"{n:,} tokens at **{priced.prefill(n).best * 1e3:,.0f} ms**" for n in piece_sizes)
-     + f"; vLLM's CPU build keeps one core for its scheduler process and computes on {vllm_cores}, where the same "
+     + f"; vLLM's CPU build keeps one core for its server and scheduler processes and computes on {vllm_cores}, where the same "
        "prefills are priced at " + ", ".join(f"**{on_vllm_cores.prefill(n).best * 1e3:,.0f} ms**" for n in piece_sizes) + ".")
 
 # %% [markdown] tags=["predict"]
@@ -1065,13 +1214,13 @@ show("\n".join(lines))
 #   where a decode step is memory-bound far longer and batching pays much more; the shapes, not the sizes, carry
 #   over.
 # * **Loopback only.** No real network: a deployment adds its round trip to TTFT and may buffer a stream.
-# * **Threads.** vLLM's CPU build keeps one core for its HTTP server (`VLLM_CPU_NUM_OF_RESERVED_CPU`) and
-#   computes on the rest, one pinned thread per core; the in-process path and `transformers serve` run
-#   `threads` free-running threads (all cores by default). On a machine busy with other work, threads that wait
-#   for each other lose far more than one pinned thread does, so the paths can differ by more than their
-#   kernels: re-run with `threads = 1` to compare them like for like.
-# * **Few requests per point.** Goodput's intervals are wide with a dozen requests; the seeded arrivals make a
-#   run repeatable, not representative.
+# * **Threads.** vLLM's CPU build keeps one core for its server and scheduler processes
+#   (`VLLM_CPU_NUM_OF_RESERVED_CPU`) and computes on the rest, one pinned thread per core; the in-process path
+#   and `transformers serve` run `threads` free-running threads (all cores by default). Threads that wait for
+#   each other can lose more than one pinned thread does, so the paths can differ by more than their kernels;
+#   this chapter does not time that apart: re-run with `threads = 1` to compare them like for like.
+# * **Few requests per point.** Goodput's intervals are wide with `arrivals` requests per rate (24 as shipped);
+#   the seeded arrivals make a run repeatable, not representative.
 # * **Greedy decoding, one prompt per experiment.** Sampling and long contexts are not exercised; prefix
 #   caching across different prompts is chapter 9's.
 # * **`ignore_eos`**: vLLM is asked to produce exactly the requested tokens; transformers serve ignores the
@@ -1312,7 +1461,15 @@ batched = by_engine(lambda n: {claims.HELD: "batching raised throughput",
                                claims.UNRESOLVED: "batching's gain was unclear",
                                }.get(of("batching_raises_throughput", n), ""), "batching's verdicts differed by engine")
 nil_at_first = {n: poisson[poisson.engine == n].goodput.iloc[0] == 0 for n in urls}  # below the objectives from the start
-loaded = by_engine(lambda n: {claims.HELD: "goodput fell once arrivals outpaced the engine",
+def fell_at(name: str) -> str:
+    """Where engine ``name``'s goodput collapsed, as a multiple of its closed loop's capacity (nominal rates)."""
+    if name not in collapsed.index:
+        return "goodput fell by the highest arrival rate"
+    return (f"goodput collapsed from {collapsed[name] / float(sweep[sweep.engine == name].requests_per_s.max()):.0f} "
+            "times the closed loop's capacity")
+
+
+loaded = by_engine(lambda n: {claims.HELD: fell_at(n),
                               claims.NOT_HELD: "goodput was already nil at the lowest arrival rate" if nil_at_first[n]
                               else "goodput did not fall at the top arrival rate",
                               claims.UNRESOLVED: "goodput's change was unclear",

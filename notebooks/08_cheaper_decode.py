@@ -202,8 +202,11 @@ for dt in ("fp32", "bf16"):
         kernel_rates[dt] = ceilings.weight_rate(model_name, dt, threads)
     except (ValueError, KeyError):  # chapter 0 did not measure it
         pass
+gguf = smollm2_gguf() if use_llama else None
 show(f"{model_name}'s weights are **{shape.weight_bytes / 2**20:,.0f} MiB** in fp32 (half that in a 16-bit dtype, "
-     "about a quarter in int8; the Q4_1 file's 4-bit tensors hold a weight in 5 bits with their blocks' scales). On "
+     "about a quarter in int8; the Q4_1 file's 4-bit tensors hold a weight in 5 bits with their blocks' scales)"
+     + (f"; a llama.cpp step reads the Q4_1 file's **{quantize.gguf_step_bytes(gguf) / 2**20:,.0f} MiB**" if gguf
+        else "") + f". The sweep's contexts (`contexts`): {' and '.join(f'{c:,}' for c in contexts)} cached tokens. On "
      f"{threads} thread{'s' * (threads > 1)} chapter 0 measured the streaming read at "
      f"**{ceilings.stream_bandwidth('fp32', threads) / 1e9:.1f} GB/s**" + (
          "; this model's matrix-vector products stream their weights at " + " and ".join(
@@ -241,7 +244,6 @@ claims.invariant(abs(weight_bytes["fp32"] - shape.weight_bytes) <= 0.01 * shape.
                  f"formula ({shape.weight_bytes:,.0f}) by more than their biases")
 cache_value_bytes = {p: (4 if p == "int8" else shape.with_dtype(p).bytes_per_param) for p in torch_paths}
 if use_llama:
-    gguf = smollm2_gguf()
     weight_bytes["q4_1"], cache_value_bytes["q4_1"] = quantize.gguf_step_bytes(gguf), 2
     show("The GGUF file's tensors by storage type: " + ", ".join(
         f"{kind} {n / 2**20:.1f} MiB" for kind, n in quantize.gguf_tensor_types(gguf).items()) + ".")
@@ -512,23 +514,27 @@ else:
     show(register.decide("llama_close_to_the_read", None, why=llama_why))
 
 # %% [markdown]
-# What stops it? If llama.cpp's step waited on memory, a second thread would speed it up no more than a second
-# thread speeds up chapter 0's streaming read. If it waits on the cores (unpacking 4-bit blocks, the dot products),
-# a second thread would nearly halve it. Both runs took turns above, at the short context.
+# What stops it? A step waiting on memory gains from more threads no more than chapter 0's streaming read does; a
+# step whose arithmetic (unpacking 4-bit blocks, the dot products) splits evenly over two threads nearly halves. So
+# a gain above the read's rules memory out. A gain at or below it is what memory would give, and also what work
+# that does not split evenly would give: the fraction of the read the step reached (above) tells those two apart.
+# Both runs took turns above, at the short context.
 
 # %%
 register.claim(
     "llama_bound_by_its_cores",
-    "llama.cpp's step is limited by its cores, not by memory: a second thread speeds it up by more than it speeds "
-    "up chapter 0's streaming read.",
+    "All threads speed llama.cpp's step up, against one, by more than they speed up chapter 0's streaming read, "
+    "which a step waiting on memory cannot do.",
     held="on {threads} threads llama.cpp's step ran {gain} faster than on one, more than the {read_gain:.2f}x chapter "
-         "0's streaming read gains: its kernels wait on arithmetic, so on this machine they cannot reach the read. "
-         "Published figures show the fraction falling where a chip has more bandwidth for its cores: {reference}.",
+         "0's streaming read gains: memory does not set its time, its cores' arithmetic does, so on this machine it "
+         "cannot reach the read. Published figures show the fraction falling where a chip has more bandwidth for its "
+         "cores: {reference}.",
     not_held="on {threads} threads llama.cpp's step ran {gain} faster than on one, no more than the {read_gain:.2f}x "
-             "chapter 0's streaming read gains{cause}. Published figures for comparison: {reference}.",
+             "chapter 0's streaming read gains: a gain that memory could explain. {cause} Published "
+             "figures for comparison: {reference}.",
     unresolved="on {threads} threads llama.cpp's step ran {gain} faster than on one, against the {read_gain:.2f}x "
-               "chapter 0's streaming read gains: too close to tell whether its kernels wait on arithmetic or on "
-               "memory. Published figures for comparison: {reference}.",
+               "chapter 0's streaming read gains: too close to tell whether it gains more than a step waiting on "
+               "memory could. Published figures for comparison: {reference}.",
     not_measured="{why}.")
 apple = load_reference("llama_cpp_apple_bandwidth")
 reference = ", ".join(f"{r.processor} {r.llama_cpp_gb_s:g} of {r.physical_gb_s:g} GB/s "
@@ -545,12 +551,12 @@ if llama_one:
                          predicted=f"more than the read's {read_gain:.2f}x", measured=gain.text(".2f", "x"),
                          evidence="llama_threads_runs.csv; data/00_machine (read at 1 and all threads)",
                          threads=threads, gain=gain.text(".2f", "x"), read_gain=read_gain, reference=reference,
-                         cause=(f", so this test cannot tell the two apart here; the step moved {q4_read:.0%} of the "
-                                "streaming read in the sweep, which points away from memory (towards its cores' "
-                                "arithmetic: unpacking 4-bit blocks, the dot products), but the side-by-side below "
-                                "times the same file again and is the better guide; this run leaves the cause "
-                                "undecided" if q4_read < close_to_read else
-                                ": its kernels wait on memory")))
+                         cause=(f"It also moved {q4_read:.0%} of the read in the sweep, at least the "
+                                f"{close_to_read:.0%} counted close: memory sets its time." if q4_read >= close_to_read
+                                else f"But it moved only {q4_read:.0%} of the read in the sweep, below the "
+                                f"{close_to_read:.0%} counted close, so the read is not what holds it back: its "
+                                f"work did not split evenly over the threads ({gain.mid:.2f}x, where an even split "
+                                f"gives nearly {threads}x), for a reason this test does not show.")))
 else:
     show(register.decide("llama_bound_by_its_cores", None, why=(
         llama_why if not use_llama else "this run has one thread, so there is no second to add")))
@@ -677,15 +683,23 @@ show(register.decide("cache_growth_follows_its_bytes", verdict, predicted=f"{pre
                          growth, predicted_growth / claims.PREDICTED_TIME, predicted_growth * claims.PREDICTED_TIME)))
 alone_parts = {c: sweeps.cache_costs(shape, 1, c + steps // 2, device) for c in (contexts[0], long)}
 alone_growth = sum(alone_parts[long][k].median - alone_parts[contexts[0]][k].median for k in ("attention", "concatenation")) * 1e3
-parts_verdict = claims.within(growth, alone_growth, claims.PREDICTED_TIME) if alone_growth > 0 and growth.low > 0 \
-    else claims.UNRESOLVED
+priced_parts = sum(cost["fp32"].decode(long + steps // 2).term(t).best - cost["fp32"].decode(contexts[0] + steps // 2)
+                   .term(t).best for t in ("attention", "cache copy")) * 1e3 if "fp32" in cost else math.nan
+inside = growth.low <= alone_growth <= growth.high  # the parts alone against the step's growth
+priced_right = (claims.within(alone_growth, priced_parts, claims.PREDICTED_TIME) == claims.HELD
+                if alone_growth > 0 and priced_parts > 0 else None)  # the cost model's price of the same parts
+parts_price = "" if priced_right is None else (
+    f" The cost model prices the same parts' growth at {priced_parts:.2f} ms, {priced_parts / alone_growth:.2f}x what "
+    f"they cost alone: " + (f"within the {claims.PREDICTED_TIME:g}x tolerance." if priced_right else
+                            f"outside the {claims.PREDICTED_TIME:g}x tolerance, so what is off is its price of these "
+                            "parts (chapter 0's rates for attention and the concatenation at these sizes)"
+                            + (", not the step around them." if inside else ", and the step around them.")))
 show(f"One layer down: attention and the growing cache's copy, timed alone on caches of these sizes "
-     f"(`lib.sweeps.cache_costs`), cost **{alone_growth:.2f} ms** more at {long} tokens than at {contexts[0]}: " + {
-         claims.HELD: "the parts account for the growth, so the cost model's rates for the cache are what is off, not "
-                      "the step around them.",
-         claims.NOT_HELD: "the parts alone do not account for the growth either; the rest is in the step around them.",
-         claims.UNRESOLVED: "this run's spread of the growth straddles what they cost, so it cannot tell where the "
-                            "difference is."}[parts_verdict])
+     f"(`lib.sweeps.cache_costs`), cost **{alone_growth:.2f} ms** more at {long} tokens than at {contexts[0]}, "
+     + (f"inside the interval of the step's growth, {growth.text('.2f', 'ms')}: the parts account for it." if inside
+        else f"{'below' if alone_growth < growth.low else 'above'} the interval of the step's growth, "
+        f"{growth.text('.2f', 'ms')}: the step around them {'adds' if alone_growth < growth.low else 'takes away'} the "
+        "rest.") + parts_price)
 g3 = None if ch3 is None else ch3[(ch3.dtype == "fp32") & ch3.comparison.str.startswith("context ")]
 if g3 is not None and not g3.empty:
     g3 = g3[g3.threads == (threads if threads in set(g3.threads) else g3.threads.max())]
@@ -757,10 +771,17 @@ if extra.low > 0:
 else:
     verdict = claims.UNRESOLVED if extra.high > 0 else claims.NOT_HELD
 repriced = values * quantize.cache_traffic("fp8", 4) / widen_rate * 1e3 - values * quantize.cache_traffic("dynamic", 4) / copy_rate * 1e3
+repriced_fits = claims.within(extra, repriced, claims.PREDICTED_TIME) if extra.low > 0 and repriced > 0 else None
+part = ("the larger part" if repriced > extra.mid / 2 else "a part") + (
+    " of the cost, priced above what the step lost" if repriced > extra.mid else " of the cost, not all of it")
 why = (f"One layer down: widening one layer's fp8 keys to fp32 and scaling them, timed alone, moves "
        f"{widen_rate / 1e9:.1f} GB/s against the copy's {copy_rate / 1e9:.1f}: "
-       + (f"the conversion from fp8 is the slow part, not the bytes; priced at that rate, the extra is "
-          f"{repriced:.1f} ms against the {extra.mid:.1f} ms measured." if widen_rate < copy_rate / claims.PREDICTED_TIME
+       + (f"the conversion from fp8 is the slow part, not the bytes. Priced at that rate, the extra is "
+          f"{repriced:.1f} ms, {repriced / extra.mid:.2f}x the {extra.text('.1f', 'ms')} measured, " + {
+              claims.HELD: f"within the {claims.PREDICTED_TIME:g}x tolerance: the conversion accounts for it.",
+              claims.NOT_HELD: f"outside the {claims.PREDICTED_TIME:g}x tolerance: the conversion is {part}.",
+              claims.UNRESOLVED: f"at the edge of the {claims.PREDICTED_TIME:g}x tolerance: the conversion is "
+                                 f"{part}."}.get(repriced_fits, "") if widen_rate < copy_rate / claims.PREDICTED_TIME
           else "the conversion keeps the copy's rate, so the rest is elsewhere in the step."))
 register.claim(
     "fp8_cache_is_no_faster",
@@ -801,17 +822,26 @@ if short_passes is not None and not short_passes.empty:
                                    f"That is {m2}, not {model_name}; ")
         + "the threshold below comes from this chapter's own passes, timed over a cache after the runs. "
         + f"Prompt lookup here checks k = {', '.join(map(str, lookup_tokens))} guesses a pass (`lookup_tokens`).")
+task_ids = chat_ids(f"{passage}\n\n{instruction}", 48)
+if tokenizer is None:  # a model without a tokenizer: a prompt that repeats itself, so lookup finds matches
+    task_ids = torch.cat([task_ids, task_ids[:, :12]], dim=1)
+mid = task_ids.shape[1] + spec_tokens // 2  # the runs' middle context
+if "fp32" in cost:  # a pass over n positions: the decode step with its matrices at n rows (chapter 0's, interpolated)
+    step_price = cost["fp32"].decode(mid).best
+    pass_price = {k: step_price + sum(cost["fp32"].kernel(m, k + 1).best - cost["fp32"].kernel(m, 1).best
+                                      for m in ("blocks", "head")) for k in lookup_tokens}
+    show(f"The cost model's price of {model_name}'s own checking passes, over a cache of {mid} tokens (the runs' "
+         "middle), as the decode step with its matrices (blocks and LM head) at that many rows: " + "; ".join(
+             f"k = {k}: {k + 1} positions cost **{t / step_price:.2f}x** a one-position pass"
+             for k, t in pass_price.items()) + ".")
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** The task asks the model to repeat the passage word for word, so most of prompt lookup's
 # guesses should match. With `k` guesses a pass (`lookup_tokens`, printed just above), a pass gains at most `k + 1` tokens and costs
-# what a pass over `k + 1` positions costs (chapter 2's short passes, above). Do you expect prompt lookup to run
-# faster than plain greedy decoding here, and by about how many times, at each `k`?
+# what a pass over `k + 1` positions costs (the cost model's price of this model's passes, just above). Do you
+# expect prompt lookup to run faster than plain greedy decoding here, and by about how many times, at each `k`?
 
 # %%
-task_ids = chat_ids(f"{passage}\n\n{instruction}", 48)
-if tokenizer is None:  # a model without a tokenizer: a prompt that repeats itself, so lookup finds matches
-    task_ids = torch.cat([task_ids, task_ids[:, :12]], dim=1)
 phases.check_fits(fp32, task_ids.shape[1] + max(lookup_tokens) + 1, spec_tokens)
 settings = [0] + lookup_tokens
 spec_rows, outputs, pass_log = [], {}, {}
@@ -849,7 +879,6 @@ _ = results.table(spec_runs, "speculative_runs")  # the path it returns is not f
 # %%
 lengths_seen = sorted({n for ls in pass_log.values() for n in ls[1:]})
 firsts = sorted({ls[0] for ls in pass_log.values()})
-mid = task_ids.shape[1] + spec_tokens // 2
 kv_mid, _ = sweeps.prefilled(fp32, None, mid, 0)
 samples = {n: [] for n in lengths_seen + firsts}
 for _ in range(max(runs, 3) + 1):
@@ -967,25 +996,7 @@ spec.round(3)
 # Chapter 0 priced issuing a SmolLM2 step (its operations with the matrices and attention hollowed out): that is
 # the dispatch term of every prediction above. `torch.compile` traces the step once and replaces the operations
 # with a few generated kernels; over transformers' preallocated cache (`StaticCache`, every shape fixed) the traced
-# step is reused at every position. Chapter 0's price of the eager step, and of the dispatch inside it:
-
-# %%
-c0 = contexts[0]
-static_len = max(c0 + steps, question_ids.shape[1] + side_tokens) + 8  # the preallocated cache's positions
-if "fp32" in cost:
-    issue_price = cost["fp32"].decode(c0 + steps // 2)
-    try:
-        static_price = cost["fp32"].decode(c0 + steps // 2, cache="static", max_len=static_len)
-        on_static = (f"; over a preallocated cache of {static_len} positions (the compiled step's) at "
-                     f"**{prose.ms(static_price.best)}**, of which dispatch is "
-                     f"**{prose.ms(static_price.term('dispatch').best)}**")
-    except ValueError:  # chapter 0 timed no static step for this model
-        on_static = "; chapter 0 timed no preallocated-cache step for this model, so that one is not priced here"
-    show(f"At {c0 + steps // 2} cached tokens (halfway through the {steps} timed steps from {c0}) the cost model prices "
-         f"the eager fp32 step over a growing cache at **{prose.ms(issue_price.best)}**, of which issuing its "
-         f"operations (dispatch) is **{prose.ms(issue_price.term('dispatch').best)}**{on_static}.")
-else:
-    print("chapter 0 has no price for this configuration: " + unpriced.get("fp32", "fp32 is not run"))
+# step is reused at every position.
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** Compiling removes the operations' issuing, not the matrix products. How many milliseconds a
@@ -994,7 +1005,42 @@ else:
 
 # %% [markdown]
 # The book's prediction: the compiled step costs the eager static step's prediction less its dispatch; on a GPU,
-# compiling with CUDA graphs (`mode="reduce-overhead"`) removes the launches as well.
+# compiling with CUDA graphs (`mode="reduce-overhead"`) removes the launches as well. Chapter 0's price of the
+# eager step, and of the dispatch inside it:
+
+# %%
+c0 = contexts[0]
+static_len = max(c0 + steps, question_ids.shape[1] + side_tokens) + 8  # the preallocated cache's positions
+
+
+def static_prediction(context: int) -> Prediction:
+    """The eager static step at ``context``: chapter 0's static dispatch where it timed one for this model, else
+    the growing cache's (the same operations, bar the cache's)."""
+    try:
+        return cost["fp32"].decode(context, cache="static", max_len=static_len)
+    except ValueError:
+        p = cost["fp32"].decode(context)
+        masked = ceilings.attention_decode(model_name, "fp32", threads, static_len * shape.kv_bytes_per_token, masked=True)
+        return Prediction("decode", 1, 1, context, tuple(
+            Term("attention", masked.best, masked.median, "memory", "every preallocated position, masked")
+            if t.name == "attention" else t for t in p.terms if t.name != "cache copy"))
+
+
+if "fp32" in cost:
+    issue_price, static_price = cost["fp32"].decode(c0 + steps // 2), static_prediction(c0 + steps // 2)
+    try:
+        cost["fp32"].decode(c0, cache="static", max_len=static_len)
+        priced_as = ""
+    except ValueError:  # chapter 0 timed no static step for this model: static_prediction's stand-in
+        priced_as = (" (chapter 0 timed no preallocated-cache step for this model, so the book prices it as the "
+                     "growing cache's step with attention over every preallocated position, masked, and no copy)")
+    show(f"At {c0 + steps // 2} cached tokens (halfway through the {steps} timed steps from {c0}) the cost model prices "
+         f"the eager fp32 step over a growing cache at **{prose.ms(issue_price.best)}**, of which issuing its "
+         f"operations (dispatch) is **{prose.ms(issue_price.term('dispatch').best)}**; over a preallocated cache of "
+         f"{static_len} positions (the compiled step's) at **{prose.ms(static_price.best)}**{priced_as}, of which "
+         f"dispatch is **{prose.ms(static_price.term('dispatch').best)}**.")
+else:
+    print("chapter 0 has no price for this configuration: " + unpriced.get("fp32", "fp32 is not run"))
 
 # %%
 mode = "reduce-overhead" if on_gpu else "default"
@@ -1027,22 +1073,8 @@ for run in progress(range(1, runs + 1), desc="issuing runs"):
 issue_runs = pd.DataFrame(issue_rows)
 results.table(issue_runs, "issuing_runs")
 
-
-def static_prediction(context: int) -> Prediction:
-    """The eager static step at ``context``: chapter 0's static dispatch where it timed one for this model, else
-    the growing cache's (the same operations, bar the cache's)."""
-    try:
-        return cost["fp32"].decode(context, cache="static", max_len=static_len)
-    except ValueError:
-        p = cost["fp32"].decode(context)
-        masked = ceilings.attention_decode(model_name, "fp32", threads, static_len * shape.kv_bytes_per_token, masked=True)
-        return Prediction("decode", 1, 1, context, tuple(
-            Term("attention", masked.best, masked.median, "memory", "every preallocated position, masked")
-            if t.name == "attention" else t for t in p.terms if t.name != "cache copy"))
-
-
 if "fp32" in cost:
-    ps = static_prediction(c0 + steps // 2)
+    ps = static_price  # the eager static step's price, above
     dispatch = ps.term("dispatch")
     issue_pred = {"eager, growing cache": cost["fp32"].decode(c0 + steps // 2).best * 1e3,
                   "eager, static cache": ps.best * 1e3, "compiled, static cache": (ps.best - dispatch.best) * 1e3}
@@ -1118,7 +1150,7 @@ if compiled is not None:
     display(parts.round(2))
 
 # %% [markdown]
-# ## 5. Side by side: one prompt, every path, one run
+# ## 5. Side by side: one prompt, every path, the same runs
 #
 # Chapter 1's question, `side_tokens` greedy tokens, on each path in turn for `runs` runs: the book's eager fp32
 # loop, the PyTorch path that ran fastest against it run by run (a narrower precision in the sweep, or the

@@ -132,3 +132,20 @@ def test_a_growing_cache_is_copied_at_chapter_0s_concatenation_of_caches_that_si
     assert step.term("cache copy").median == pytest.approx(2 * 512 * kv / 4e9, rel=1e-6)
     assert "concatenation" in step.term("cache copy").how
     assert model().decode(512).term("cache copy").best == pytest.approx(2 * 512 * kv / synthetic.COPY)  # none: copy
+
+
+
+def test_a_batch_step_measured_at_one_sequence_only_widens_as_a_prefill_not_in_proportion():
+    """Chapter 0 times some models' decode dispatch at one sequence only; a step of 8 issues the same operations,
+    so its dispatch is the one-sequence step's plus a prefill's growth from 1 to 8 rows (chapter 7's price of 8
+    users' step once came out at 8 times one sequence's dispatch)."""
+    t = synthetic.table()
+    dispatch = t.kernel == "dispatch"
+    t = t[~(dispatch & (t.pass_kind == "decode") & (t.rows > 1))].copy()
+    t.loc[(t.kernel == "dispatch") & (t.pass_kind == "prefill") & (t.rows == 64), ["best_s", "median_s"]] = [6e-3, 6.6e-3]
+    c = Ceilings(t, "cpu")
+    wide = c.dispatch("gpt2-small", "fp32", 2, "prefill", 8).best - c.dispatch("gpt2-small", "fp32", 2, "prefill", 1).best
+    assert wide > 0
+    assert c.dispatch("gpt2-small", "fp32", 2, "decode", 8).best == pytest.approx(synthetic.DISPATCH["decode"] + wide)
+    assert c.dispatch("gpt2-small", "fp32", 2, "decode", 8).best < 2 * synthetic.DISPATCH["decode"]  # not 8 times
+    assert c.dispatch("gpt2-small", "fp32", 2, "decode", 1).best == synthetic.DISPATCH["decode"]

@@ -310,7 +310,7 @@ SESSIONS: tuple[Session, ...] = (
             (("05_interference", (FOUND, "The trade-off, and where chunking stops paying off")),
              ("06_roofline", (FOUND, "This machine's roofline")),
              ("07_over_the_wire", (FOUND, "Two latencies, two problems")),
-             ("08_cheaper_decode", (FOUND, "5. Side by side: one prompt, every path, one run")),
+             ("08_cheaper_decode", (FOUND, "5. Side by side: one prompt, every path, the same runs")),
              ("09_many_requests", (FOUND, "2. Separation in miniature: a prefill worker and a decode worker, one core each"))),
             "What one user's 1,000-token prompt does to another user's stream of tokens, and which of three levers "
             "makes a decode step cheaper on a CPU: half the bytes per weight, a compiled step, or guessing tokens "
