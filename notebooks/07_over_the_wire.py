@@ -1461,12 +1461,20 @@ batched = by_engine(lambda n: {claims.HELD: "batching raised throughput",
                                claims.UNRESOLVED: "batching's gain was unclear",
                                }.get(of("batching_raises_throughput", n), ""), "batching's verdicts differed by engine")
 nil_at_first = {n: poisson[poisson.engine == n].goodput.iloc[0] == 0 for n in urls}  # below the objectives from the start
+def times_capacity(name: str) -> float:
+    """The arrival rate from which engine ``name``'s goodput collapsed, over its closed loop's capacity (nominal)."""
+    return collapsed[name] / float(sweep[sweep.engine == name].requests_per_s.max())
+
+
 def fell_at(name: str) -> str:
-    """Where engine ``name``'s goodput collapsed, as a multiple of its closed loop's capacity (nominal rates)."""
-    if name not in collapsed.index:
+    """Where goodput fell, in words the same for every engine whose goodput claim held: the multiples of capacity
+    at which each collapsed (a range when they differ), or by the highest rate."""
+    held = [n for n in urls if of("goodput_falls_with_load", n) == claims.HELD]
+    if not held or not all(n in collapsed.index for n in held):
         return "goodput fell by the highest arrival rate"
-    return (f"goodput collapsed from {collapsed[name] / float(sweep[sweep.engine == name].requests_per_s.max()):.0f} "
-            "times the closed loop's capacity")
+    low, high = min(times_capacity(n) for n in held), max(times_capacity(n) for n in held)
+    return ("goodput collapsed at " + (f"{low:.0f}" if round(low) == round(high) else f"{low:.0f} to {high:.0f}")
+            + " times the closed loop's capacity")
 
 
 loaded = by_engine(lambda n: {claims.HELD: fell_at(n),
