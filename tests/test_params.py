@@ -4,7 +4,7 @@ shrinks and says so, and 0 kept as a value (issue 13, items 3 and 5)."""
 import pytest
 import torch
 
-from lib import params
+from lib import params, paths
 from lib.models import KNOWN_MODELS
 
 SPEC = {
@@ -164,3 +164,23 @@ def test_lists_with_a_size_and_an_order():
         params.check({"lengths": [16]}, rule)
     with pytest.raises(ValueError, match=r"4 item\(s\) given"):
         params.check({"lengths": [1, 2, 3, 4]}, rule)
+
+
+def _chapter_7_checks(**changes) -> None:
+    """Chapter 7's parameter and check cells, run as a reader's edit of the parameters would run them."""
+    source = (paths.REPO_ROOT / "notebooks" / "07_over_the_wire.py").read_text()
+    cells = source[:source.index("# %%\nimport pathlib")]
+    namespace = {"__name__": "chapter"}
+    exec(compile(cells, "07_over_the_wire.py", "exec"), namespace)  # the shipped values first
+    namespace.update(changes)
+    checks = cells[cells.index("# %%\nimport json"):]
+    exec(compile(checks, "07_over_the_wire.py", "exec"), namespace)
+
+
+def test_chapter_7_refuses_arrival_rates_its_budget_cannot_wait_for():
+    """Issue 30: arrival_rates=[0.001] was accepted and the open loop slept past 1,020 s; now one line says the
+    slowest rate the budget allows."""
+    _chapter_7_checks(arrival_rates=[1.0, 2.0])  # fast enough: 24 arrivals in about 24 s of the 60
+    with pytest.raises(ValueError, match=r"arrival_rates=\[0\.001\]: at 0\.001 requests/s, 24 arrivals take about "
+                                         r"24,000 s, past arrivals_budget_s=60; use rates of at least 0\.4 per second"):
+        _chapter_7_checks(arrival_rates=[0.001])
