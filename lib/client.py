@@ -67,7 +67,7 @@ from lib import metrics
 
 __all__ = ["Event", "Trace", "Unreachable", "RequestFailed", "WrongModel", "http_get", "check_reachable",
            "served_model", "served_models", "same_model", "require_model", "scrape_metrics", "scrape_counted", "stream_chat",
-           "close_idle", "require_ok", "failures", "closed_loop", "poisson_offsets", "open_loop",
+           "close_idle", "require_ok", "failures", "TooSlow", "ServerBudget", "closed_loop", "poisson_offsets", "open_loop",
            "CONNECT_TIMEOUT_S", "FIRST_BYTE_TIMEOUT_S", "STALL_TIMEOUT_S", "REQUEST_TIMEOUT_S"]
 
 #: Seconds to open a TCP connection: loopback or a LAN answers in milliseconds.
@@ -89,6 +89,11 @@ class Unreachable(ConnectionError):
 class RequestFailed(RuntimeError):
     """A request that had to succeed (a warm-up) failed; the message is one line naming the server and what
     it did."""
+
+
+class TooSlow(RuntimeError):
+    """A server too slow for a chapter's budget (:class:`ServerBudget`); the message is one line naming it,
+    how slow it was, and which parameters would make the chapter fit."""
 
 
 class WrongModel(ValueError):
@@ -615,6 +620,8 @@ def stream_chat(base_url: str, model: str, messages: list[dict], max_tokens: int
             return result(None)
     except (socket.timeout, TimeoutError):
         return result(timed_out())
+    except TooSlow:  # raised by on_event (ServerBudget.watch): the chapter stops, the request with it
+        raise
     except Exception as error:  # every failure becomes a counted, failed trace
         if watchdog.fired:
             return result(timed_out())
@@ -663,6 +670,125 @@ def failures(traces: Sequence[Trace]) -> dict[str, int]:
         if not t.ok:
             counts[t.error_kind] = counts.get(t.error_kind, 0) + 1
     return counts
+
+
+class ServerBudget:
+    """The seconds a chapter may wait on one server's requests, so that a slow server stops the chapter
+    within its budget, in one line saying what was slow (:class:`TooSlow`), instead of keeping it silent for
+    many minutes. Thread-safe: concurrent requests share it.
+
+    The budget counts the server's **busy time**: the wall-clock seconds during which at least one request to
+    it is in flight (a closed loop of 8 users counts its wall time once, not 8 times); the chapter's own work
+    between requests does not count. ``seconds``: the budget; ``server``: how the message names the server;
+    ``param``: the chapter parameter that sets the budget; ``fewer``: the parameters that make the chapter's
+    requests fewer or shorter. Use:
+
+    * ``timeout_s()``: the bound for the next request (what is left, at most :data:`REQUEST_TIMEOUT_S`);
+      :class:`TooSlow` when nothing is left.
+    * ``check(trace)``: ``trace``, after noting its pace (TTFT, seconds between tokens); :class:`TooSlow` when
+      the budget ran out while it was in flight.
+    * ``watch(requests, tokens)``: an ``on_event`` for :func:`stream_chat` that raises :class:`TooSlow` as soon
+      as the pace this request shows makes its own remaining tokens plus ``requests`` more requests of
+      ``tokens`` tokens in all, one after another, need more than is left: a lower bound, since a chapter
+      cannot send those requests faster than one chain of them.
+    * ``request()``: a context manager around a request, which counts its busy time.
+
+    Introduced in section 7.
+    """
+
+    def __init__(self, seconds: float, server: str, param: str, fewer: str):
+        if not seconds > 0:
+            raise ValueError(f"{param}={seconds!r} is not a number of seconds above 0")
+        self.seconds, self.server, self.param, self.fewer = float(seconds), server, param, fewer
+        self._lock = threading.Lock()
+        self._busy = 0.0  # seconds of busy time already ended
+        self._in_flight = 0
+        self._since = 0.0  # when the current busy stretch began (monotonic)
+        self.ttft_s = 0.0  # the slowest TTFT and seconds between tokens seen so far
+        self.gap_s = 0.0
+
+    def busy_s(self) -> float:
+        """Seconds of busy time so far, the stretch in progress included."""
+        with self._lock:
+            return self._busy + (time.monotonic() - self._since if self._in_flight else 0.0)
+
+    def left_s(self) -> float:
+        """Seconds of the budget left (negative once it is spent)."""
+        return self.seconds - self.busy_s()
+
+    def _pace(self) -> str:
+        return (f"up to {self.ttft_s:,.1f} s to the first token and {self.gap_s:,.2f} s between tokens"
+                if self.ttft_s or self.gap_s else "no token yet")
+
+    def _advice(self) -> str:
+        return f"make its requests fewer or shorter ({self.fewer}) or raise {self.param}"
+
+    def timeout_s(self) -> float:
+        left = self.left_s()
+        if left <= 0:
+            raise TooSlow(f"{self.server} is too slow for this chapter: its requests used all of {self.param}="
+                          f"{self.seconds:g} s ({self._pace()}); {self._advice()}")
+        return min(REQUEST_TIMEOUT_S, left)
+
+    def request(self) -> "_InFlight":
+        return _InFlight(self)
+
+    def _note(self, ttft_s: float | None, gap_s: float | None) -> None:
+        with self._lock:
+            self.ttft_s = max(self.ttft_s, ttft_s or 0.0)
+            self.gap_s = max(self.gap_s, gap_s or 0.0)
+
+    def check(self, trace: Trace) -> Trace:
+        if trace.chunk_times:
+            gaps = np.diff(trace.chunk_times)
+            self._note(trace.chunk_times[0] - trace.sent, float(np.median(gaps)) if len(gaps) else None)
+        if not trace.ok and self.left_s() <= 0:
+            self.timeout_s()  # raises TooSlow
+        return trace
+
+    def watch(self, requests: int, tokens: int, max_tokens: int) -> Callable[[Event], None]:
+        """``on_event`` for a request of ``max_tokens`` tokens followed by ``requests`` requests of ``tokens``
+        tokens in all (see the class docstring)."""
+        started = time.perf_counter()
+        seen: list[float] = []
+
+        def on_event(event: Event) -> None:
+            if not event.choices or event.is_role_chunk or event.is_bare_finish:
+                return
+            seen.append(event.time)
+            ttft = seen[0] - started
+            gap = (seen[-1] - seen[0]) / (len(seen) - 1) if len(seen) > 1 else 0.0
+            self._note(ttft, gap or None)
+            need = (max_tokens - len(seen)) * gap + requests * ttft + max(tokens - requests, 0) * gap
+            left = self.left_s()
+            if len(seen) > 1 and need > left:
+                raise TooSlow(f"{self.server} is too slow for this chapter: its first request took {ttft:,.1f} s to "
+                              f"the first token and {gap:,.2f} s between tokens; at that pace the chapter's "
+                              f"{requests} further requests ({tokens:,} tokens) need at least {need:,.0f} s one "
+                              f"after another, and {max(left, 0):,.0f} s of {self.param}={self.seconds:g} s are "
+                              f"left; {self._advice()}")
+        return on_event
+
+
+class _InFlight:
+    """One request's share of a :class:`ServerBudget`'s busy time (its ``request()``)."""
+
+    def __init__(self, budget: ServerBudget):
+        self.budget = budget
+
+    def __enter__(self) -> None:
+        b = self.budget
+        with b._lock:
+            if not b._in_flight:
+                b._since = time.monotonic()
+            b._in_flight += 1
+
+    def __exit__(self, *exc) -> None:
+        b = self.budget
+        with b._lock:
+            b._in_flight -= 1
+            if not b._in_flight:
+                b._busy += time.monotonic() - b._since
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -63,6 +63,7 @@ collapse_below = 0.5        # goodput "collapses" where its interval's top falls
 resamples = 1000            # bootstrap resamples for goodput's interval
 bench_rounds = 3            # rounds of `runs` requests each from vllm bench serve and from the book's client, alternating
 start_timeout_s = 1200      # a first vLLM start compiles for minutes
+server_budget_s = 900.0     # seconds of requests any one server may keep the chapter waiting (lib.client.ServerBudget)
 
 # %%
 import json
@@ -94,6 +95,7 @@ P = params.check(globals(), {  # every count and time bounded: at its maximum, w
     "collapse_below": params.number(above=0, max=1), "resamples": params.integer(min=10, max=100_000, quick=200),
     "bench_rounds": params.integer(min=0, max=5, quick=0),
     "start_timeout_s": params.number(above=0, max=1800),
+    "server_budget_s": params.number(min=10, max=7200, quick=120),
 }, quick=quick, chapter="07_over_the_wire")
 if base_url is not None and not re.fullmatch(r"http://[A-Za-z0-9.\-\[\]:]+(/\S*)?", base_url.strip()):
     raise ValueError(f"parameter base_url={base_url!r} is not valid; expected an http:// address such as "
@@ -264,17 +266,35 @@ def fixed_length(name: str) -> dict | None:
     return {"ignore_eos": True} if name == "vLLM" else None
 
 
+# every server's requests share one budget: a server too slow for it stops the chapter in one line
+FEWER = "runs, max_new_tokens, concurrency, requests_per_user, load_tokens, arrivals, stall_tokens"
+budgets = {name: client.ServerBudget(server_budget_s, f"{name} at {urls[name]}", "server_budget_s", FEWER)
+           for name in urls}
+n_rates = len(arrival_rates or rate_fractions)
+ahead = dict(  # what the chapter sends after the first warm-up, at the least one after another
+    requests=runs + len(concurrency) * requests_per_user + n_rates + runs,
+    tokens=runs * max_new_tokens + (len(concurrency) * requests_per_user + n_rates) * load_tokens + runs * stall_tokens)
+
+
 def send(name: str, messages, tokens: int, fixed: bool = False, **kw) -> client.Trace:
-    """One streamed request to engine ``name``, greedy. ``fixed``: ask vLLM for exactly ``tokens`` tokens
-    (``ignore_eos``; transformers serve refuses the field, so its replies may end sooner)."""
-    return client.stream_chat(urls[name], model_ids[name], messages, tokens, extra=fixed_length(name) if fixed else None,
-                               **kw)
+    """One streamed request to engine ``name``, greedy, bounded by the server's budget. ``fixed``: ask vLLM
+    for exactly ``tokens`` tokens (``ignore_eos``; transformers serve refuses the field, so its replies may end
+    sooner)."""
+    budget = budgets[name]
+    timeout_s = budget.timeout_s()
+    with budget.request():
+        trace = client.stream_chat(urls[name], model_ids[name], messages, tokens, timeout_s=timeout_s,
+                                   extra=fixed_length(name) if fixed else None, **kw)
+    return budget.check(trace)
 
 
-def warm_up(name: str, messages, tokens: int, fixed: bool = False) -> None:
+def warm_up(name: str, messages, tokens: int, fixed: bool = False, first: bool = False) -> None:
     """One request that must succeed before anything is timed: a server that cannot answer it stops the
-    chapter here, in one line naming it and what it did (every wait is bounded: `lib.client`)."""
-    client.require_ok(send(name, messages, tokens, fixed=fixed), f"{name} at {urls[name]}", "the warm-up request")
+    chapter here, in one line naming it and what it did (every wait is bounded: `lib.client`). The ``first``
+    warm-up also stops the chapter as soon as its pace shows the rest cannot fit the server's budget."""
+    watch = budgets[name].watch(ahead["requests"], ahead["tokens"], tokens) if first else None
+    client.require_ok(send(name, messages, tokens, fixed=fixed, on_event=watch), f"{name} at {urls[name]}",
+                      "the warm-up request")
 
 
 TTFT_METRIC = "vllm:time_to_first_token_seconds"  # the server's own TTFT histogram
@@ -286,7 +306,7 @@ def counted(name: str) -> float:
 
 for name in urls:
     idle = counted(name)
-    warm_up(name, chat, max_new_tokens)
+    warm_up(name, chat, max_new_tokens, first=True)
     # once the warm-up has been counted, the server counts the same runs as the client
     server_before[name] = client.scrape_counted(urls[name], TTFT_METRIC, count=idle + 1)
     traces = [send(name, chat, max_new_tokens, request_id=i) for i in range(runs)]
@@ -969,8 +989,11 @@ def stall_once(name: str, budget, run: int) -> dict:
     """Chapter 5's experiment once against engine ``name``; A's gaps before and across B's arrival. B's prompt
     starts with the engine, budget and run, so no run can reuse a cache an earlier one left."""
     b_run = [{"role": "user", "content": f"Request {run} to {name} at {budget}. {long_text}"}]
-    a, b = stall_experiment(urls[name], model_ids[name], a_chat, stall_tokens, b_run, stall_arrival,
-                            extra=fixed_length(name))
+    timeout_s = budgets[name].timeout_s()
+    with budgets[name].request():
+        a, b = stall_experiment(urls[name], model_ids[name], a_chat, stall_tokens, b_run, stall_arrival,
+                                extra=fixed_length(name), timeout_s=timeout_s)
+    budgets[name].check(a), budgets[name].check(b)
     if not (a.ok and b.ok):
         return dict(engine=name, budget_tokens=budget, error=a.error or b.error)
     m, case = a.metrics(), stall_case(a, b, factor=elevated_factor)
@@ -1007,6 +1030,7 @@ for name, budget in settings:
         model_dir, max_num_batched_tokens=budget, threads=threads, start_timeout_s=start_timeout_s).start()
     try:
         urls["vLLM"], model_ids["vLLM"] = engine.base_url, client.served_model(engine.base_url)
+        budgets["vLLM"].server = f"vLLM at {engine.base_url}"
         warm_up("vLLM", chat, 4)
         stall_rows += [stall_once("vLLM", budget, run) for run in range(runs)]
     finally:

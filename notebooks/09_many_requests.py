@@ -55,6 +55,7 @@ chunk = None                    # one worker's chunk; None: chapter 5's measured
 separation_runs = 3
 threads = None                  # compute threads of the in-process paths and engines; None: torch's default
 start_timeout_s = 1200          # a first vLLM start compiles for minutes
+server_budget_s = 900.0         # seconds of requests any one server may keep the chapter waiting (lib.client.ServerBudget)
 
 # %%
 import os
@@ -76,6 +77,7 @@ P = params.check(globals(), {
     "separation_runs": params.integer(min=1, max=10, quick=1),
     "threads": params.integer(min=1, max=os.cpu_count() or 1, allow_none=True),
     "start_timeout_s": params.number(above=0, max=1800),
+    "server_budget_s": params.number(min=10, max=7200, quick=120),
 }, quick=quick, chapter="09_many_requests")
 if base_url is not None and not re.fullmatch(r"http://[A-Za-z0-9.\-\[\]:]+(/\S*)?", base_url.strip()):
     raise ValueError(f"parameter base_url={base_url!r} is not valid; expected an http:// address such as "
@@ -349,7 +351,10 @@ def hits(before: dict, after: dict) -> float:
     return after[key] - before.get(key, 0.0) if key in after else np.nan
 
 
-engine_rows, live = [], {}
+FEWER = "questions, prefix_tokens, a_tokens, b_prompt_len"
+ahead = dict(requests=1 + 3 * questions + 2 * bool(base_url),  # after the first warm-up, one after another
+             tokens=2 * (1 + 3 * questions) + (a_tokens + 1) * bool(base_url))
+engine_rows, live, budgets = [], {}, {}
 try:
     for name, make in wanted.items():
         if make is None:
@@ -360,16 +365,22 @@ try:
         model_id = client.served_model(url)
         extra = {"ignore_eos": True} if name == "vLLM" else None
         block = block_size(url, name)
+        # the server's requests share one budget: a server too slow for it stops the chapter in one line
+        budgets[name] = client.ServerBudget(server_budget_s, f"{name} at {url}", "server_budget_s", FEWER)
 
         def ask(messages, label: str, q: int) -> dict:
             before = client.scrape_metrics(url)
-            trace = client.require_ok(client.stream_chat(url, model_id, messages, 2, extra=extra),
-                                      f"{name} at {url}", f"a {label} request")
+            budget = budgets[name]
+            timeout_s = budget.timeout_s()
+            watch = budget.watch(ahead["requests"], ahead["tokens"], 2) if label == "first warm-up" else None
+            with budget.request():
+                trace = client.stream_chat(url, model_id, messages, 2, extra=extra, timeout_s=timeout_s, on_event=watch)
+            trace = client.require_ok(budget.check(trace), f"{name} at {url}", f"a {label} request")
             return dict(engine=name, group=label, question=q, prompt_tokens=trace.prompt_tokens,
                         ttft_ms=trace.metrics().ttft * 1e3, hit_tokens=hits(before, client.scrape_metrics(url)),
                         block_tokens=block)
 
-        ask(chat(system_text, "Hello."), "warm-up", -1), ask(chat(short_text, "Hello."), "warm-up", -1)
+        ask(chat(system_text, "Hello."), "first warm-up", -1), ask(chat(short_text, "Hello."), "warm-up", -1)
         for q, question in enumerate(asked):
             engine_rows.append(ask(chat(f"Request {q} to {name}. " + system_text, question), "unique", q))
             engine_rows.append(ask(chat(system_text, question), "shared", q))
@@ -1186,8 +1197,11 @@ if base_url:
     filler_b = lm.tokenizer("The quick brown fox jumps over the lazy dog. " * (b_prompt_len // 5 + 10),
                             add_special_tokens=False).input_ids
     b_chat = [{"role": "user", "content": "Request to the deployment. " + lm.tokenizer.decode(filler_b[:b_prompt_len])}]
-    a, b = stall_experiment(base_url, client.served_model(base_url), [{"role": "user", "content": "Tell a long story."}],
-                            a_tokens, b_chat, arrival_step)
+    timeout_s = budgets["server"].timeout_s()
+    with budgets["server"].request():
+        a, b = stall_experiment(base_url, client.served_model(base_url), [{"role": "user", "content": "Tell a long story."}],
+                                a_tokens, b_chat, arrival_step, timeout_s=timeout_s)
+    budgets["server"].check(a), budgets["server"].check(b)
     deployment = pd.DataFrame([dict(a_worst_gap_ms=a.metrics().worst_gap * 1e3, a_median_gap_ms=a.metrics().median_gap * 1e3,
                                     b_ttft_ms=b.metrics().ttft * 1e3)]) if a.ok and b.ok else pd.DataFrame([dict(error=a.error or b.error)])
     results.table(deployment, "deployment_stall")

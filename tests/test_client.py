@@ -356,3 +356,67 @@ def test_a_scrape_waits_until_the_histogram_has_counted_the_requests_and_no_long
         assert client.scrape_counted(url, "vllm:absent", count=1, timeout_s=10) and time.monotonic() - began < 2
     finally:
         httpd.shutdown()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# ServerBudget: a slow server stops a chapter within its budget, in one line (issue 30 item 3)
+# ----------------------------------------------------------------------------------------------------------
+
+def _budget(seconds):
+    return client.ServerBudget(seconds, "the server at X", "server_budget_s", "runs, max_new_tokens")
+
+
+def test_a_budget_counts_busy_time_once_however_many_requests_overlap(monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr(client.time, "monotonic", lambda: now[0])
+    budget = _budget(10)
+    a, b = budget.request(), budget.request()
+    a.__enter__()
+    now[0] = 1.0
+    b.__enter__()  # A and B in flight together from 1 s to 3 s: counted once
+    now[0] = 3.0
+    a.__exit__(None, None, None)
+    now[0] = 4.0
+    b.__exit__(None, None, None)
+    now[0] = 9.0  # the chapter's own work between requests is not the server's time
+    assert budget.busy_s() == pytest.approx(4.0)
+    assert budget.timeout_s() == pytest.approx(6.0)
+    with budget.request():
+        now[0] = 16.0
+    with pytest.raises(client.TooSlow, match=r"^the server at X is too slow for this chapter: its requests used all "
+                                             r"of server_budget_s=10 s \(no token yet\); make its requests fewer or "
+                                             r"shorter \(runs, max_new_tokens\) or raise server_budget_s$"):
+        budget.timeout_s()
+
+
+def test_a_request_that_runs_out_of_the_budget_stops_the_chapter(server):
+    budget = _budget(0.3)  # 200 tokens 0.05 s apart take 10 s: the request's bound is the budget's 0.3 s
+    with budget.request():
+        trace = client.stream_chat(server, "long", [], 200, timeout_s=budget.timeout_s())
+    assert trace.error_kind == "timeout"
+    with pytest.raises(client.TooSlow, match="used all of server_budget_s=0.3 s"):
+        budget.check(trace)
+
+
+def test_the_first_request_s_pace_stops_the_chapter_before_the_rest_is_sent(server, monkeypatch):
+    """A server 0.5 s between tokens: 20 more requests of 200 tokens need at least 100 s, past a 30 s budget,
+    so the chapter stops at the first request's second token, not after it (a slower machine only raises the
+    estimate)."""
+    monkeypatch.setattr(FakeServer, "gap_s", 0.5)
+    budget = _budget(30)
+    started = time.perf_counter()
+    with pytest.raises(client.TooSlow, match=r"its first request took [\d.]+ s to the first token and [\d.]+ s "
+                                             r"between tokens; at that pace the chapter's 20 further requests "
+                                             r"\(200 tokens\) need at least \d+ s one after another"):
+        with budget.request():
+            client.stream_chat(server, "long", [], 200, timeout_s=budget.timeout_s(),
+                               on_event=budget.watch(20, 200, 200))
+    assert time.perf_counter() - started < 30  # it did not wait for the 200 tokens (100 s)
+
+
+def test_a_server_fast_enough_for_the_budget_is_not_stopped(server):
+    budget = _budget(600)
+    with budget.request():
+        trace = client.stream_chat(server, "ok", [], 5, timeout_s=budget.timeout_s(), on_event=budget.watch(2, 10, 5))
+    assert budget.check(trace).ok
+    assert budget.gap_s > 0 and budget.ttft_s > 0

@@ -486,3 +486,38 @@ def test_an_interrupted_hand_swap_makes_publishing_refuse_until_recovered(tmp_pa
     outputs.recover(root, log=lambda _: None)
     assert outputs.unfinished(root) == []
     assert pd.read_csv(root / "data" / "02_demo" / "sweep.csv").tokens.tolist() == [1]
+
+
+# ------------------------------------------------------------------------------------------------------
+# 3. Every wait bounded: a slow server stops a chapter within its budget, in one line
+# ------------------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chapter", ["07_over_the_wire", "09_many_requests"])
+def test_a_chapter_against_a_server_3_s_between_tokens_stops_at_its_first_request(chapter, tmp_path, monkeypatch):
+    """Issue 30: a server with 10 s between tokens kept a quick run silent past 5 minutes. At 3 s a token, the
+    first warm-up's second token shows that the chapter's requests cannot fit its 120 s quick budget: the
+    chapter stops there, in one line naming the server, its pace and the parameters to change."""
+    import jupytext
+    import nbformat
+    import papermill
+    from fake_openai import FakeServer, serve_in_thread
+
+    monkeypatch.setattr(FakeServer, "gap_s", 3.0)
+    monkeypatch.setattr(FakeServer, "models", ["SmolLM2-135M-Instruct"])  # the model the chapters run
+    monkeypatch.setenv(paths.OUTPUT_ROOT_ENV, str(tmp_path))
+    source = jupytext.read(paths.REPO_ROOT / "notebooks" / f"{chapter}.py")
+    source.metadata["kernelspec"] = {"name": book.kernel()[0], "display_name": book.kernel()[1], "language": "python"}
+    nbformat.write(source, tmp_path / "in.ipynb")
+    base, httpd = serve_in_thread()
+    try:
+        with pytest.raises(papermill.PapermillExecutionError) as failed:
+            papermill.execute_notebook(str(tmp_path / "in.ipynb"), str(tmp_path / "out.ipynb"),
+                                       parameters={"quick": True, "base_url": base}, kernel_name=book.kernel()[0],
+                                       cwd=str(paths.REPO_ROOT / "notebooks"), progress_bar=False)
+    finally:
+        httpd.shutdown()
+    error = failed.value
+    assert error.ename == "TooSlow", (error.ename, error.evalue)
+    assert error.evalue.startswith(f"server at {base} is too slow for this chapter: its first request took ")
+    assert "server_budget_s=120 s are left; make its requests fewer or shorter (" in error.evalue
