@@ -220,16 +220,21 @@ display(prose.source(costmodel.CostModel.prefill, costmodel.CostModel._matrix_te
 # %%
 head_1 = ceilings.matrices(model_name, main_dt, most, "head", 1).best  # seconds, the LM head at one row
 dispatch_1 = ceilings.dispatch(model_name, main_dt, most, "prefill", 1).best  # seconds, issuing a 1-token pass
+longest = max(prompts)
+dispatch_long = ceilings.dispatch(model_name, main_dt, most, "prefill", longest).best
+attention_1, attention_long = (ceilings.attention_prefill(model_name, main_dt, most, t).best for t in (1, longest))
 show(f"A pass counts as on the floor while it costs within **{margin:.0%}** of a 1-token pass (the parameter `margin`). "
      f"Chapter 0 timed the LM head at one row at **{prose.ms(head_1)}** and issuing a 1-token pass (its small "
      f"operations, matrices hollowed out) at **{prose.ms(dispatch_1)}**; the blocks' weights stream at one row in "
-     f"{prose.ms(ceilings.matrices(model_name, main_dt, most, 'blocks', 1).best)}.")
+     f"{prose.ms(ceilings.matrices(model_name, main_dt, most, 'blocks', 1).best)}. Issuing the pass grows to "
+     f"{prose.ms(dispatch_long)} at {tokens(longest)}, and causal attention (every layer) from "
+     f"{prose.ms(attention_1)} at 1 token to {prose.ms(attention_long)} at {tokens(longest)}.")
 (f_rates / 1e9).rename_axis("rows").to_frame(f"F(M), {label(*main)}").T.round(1)
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** A pass reads the blocks' weights once, and its arithmetic takes `T` times one token's FLOPs at
 # `F(T)` (both printed above); the LM head (the last position only) adds the same to every length, attention and
-# issuing the pass grow slowly with it. Up to what prompt length does a prefill cost within the margin just
+# issuing the pass grow with it as just printed. Up to what prompt length does a prefill cost within the margin just
 # printed of a 1-token pass, and at what length does its time per token stop falling (come within that margin of
 # the lowest time per token of any length)?
 

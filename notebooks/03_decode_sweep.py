@@ -891,20 +891,26 @@ show(f"This run ({label('fp32', int(ours.threads.iloc[0]))}): "
 # mapped by the operating system a page at a time):
 
 # %%
-batch_inputs = pd.DataFrame(dict(batch=batches, weights_mb=shape.weight_bytes / 1e6,
-                                 caches_mb=[b * batch_context * shape.kv_bytes_per_token / 1e6 for b in batches]))
+batch_inputs = pd.DataFrame(dict(
+    batch=batches, weights_mb=shape.weight_bytes / 1e6,
+    caches_mb=[b * batch_context * shape.kv_bytes_per_token / 1e6 for b in batches],
+    # chapter 0's times for the weights' products at B rows (blocks and LM head) and for issuing a step of B
+    matrices_ms=[sum(ceilings.matrices(model_name, *main, k, b).best for k in ("blocks", "head")) * 1e3 for b in batches],
+    dispatch_ms=[ceilings.dispatch(model_name, *main, "decode", b).best * 1e3 for b in batches]))
 fault_ms_per_mb = ceilings.fault_cost(*main) * ceilings.faults_per_byte(*main) * 1e6 * 1e3
 show(f"Chapter 0 ({label(*main)}): the streaming read **{ceilings.stream_bandwidth(*main) / 1e9:.1f} GB/s**, the copy "
      f"**{ceilings.stream_bandwidth(*main, 'copy') / 1e9:.1f} GB/s**, and mapping fresh memory **{fault_ms_per_mb:.2f} ms "
      f"per MB** (page faults, on top of the copy), at batch 1 the matrix-vector rate of the weights "
-     f"**{ceilings.weight_rate(model_name, *main) / 1e9:.1f} GB/s**.")
+     f"**{ceilings.weight_rate(model_name, *main) / 1e9:.1f} GB/s**. Each sequence's cache holds `batch_context` = "
+     f"{batch_context} tokens. In the table, `matrices_ms` is chapter 0's time for the weights' products at `batch` "
+     "rows (blocks and LM head) and `dispatch_ms` its time for issuing a step of that many sequences:")
 batch_inputs.round(1)
 
 # %% [markdown] tags=["predict"]
-# ### Predict first
-#
 # **Predict first.** Batch 1 is one sequence's step, as in the sweep above. In a batch the weights' bytes stay the
-# same while the caches' grow with it (the table above), and a growing cache is also copied at every step. At the
+# same while the caches' grow with it, and a growing cache is also copied at every step (the table above gives the
+# products' time at `batch` rows, the caches' sizes and the time to issue a step; the line above it the rates of
+# the streaming read, the copy and fresh memory). At the
 # largest batch, how many times batch 1's tokens per second should the machine give with a growing cache, and how
 # many with a preallocated one: close to the batch, or far less?
 

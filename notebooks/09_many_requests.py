@@ -288,17 +288,28 @@ show(register.decide(
 #
 # An engine keeps the cache of every prompt it served, in blocks, and a new prompt that starts with the same
 # tokens reuses the matching **whole** blocks (vLLM's automatic prefix caching; `transformers serve`'s
-# continuous batching shares pages the same way). vLLM's CPU build keeps blocks of 128 tokens and counts the
-# tokens it reuses (`vllm:prefix_cache_hits`). What the cost model prices a cold prefill of the long prompt at, on
-# the cores each engine computes on:
+# continuous batching shares pages the same way). vLLM counts the tokens it reuses (`vllm:prefix_cache_hits`).
+# Each engine's block, and what the cost model prices a cold prefill at, on the cores each engine computes on,
+# for each whole number of its blocks and for the long prompt:
 
 # %%
 long_prompt = int(prompts[0].shape[1])
-show("; ".join(f"{name} computes on {engine_threads(name, n_threads)} of this machine's {n_threads} cores, where a "
-               f"{long_prompt}-token prefill is priced at "
-               f"**{prose.ms(cost_model(MODEL, engine_threads(name, n_threads)).prefill(long_prompt).best)}**"
+stated_block = {"transformers serve": ContinuousBatchingConfig().page_size, "vLLM": 128}  # each engine's default
+
+
+def priced_at_blocks(name: str) -> str:
+    """A cold prefill's price on engine ``name``'s cores at each whole number of its blocks, and at the long prompt."""
+    model, block = cost_model(MODEL, engine_threads(name, n_threads)), stated_block[name]
+    lengths = [*range(block, long_prompt, block), long_prompt]
+    return ", ".join(f"{t} tokens {prose.ms(model.prefill(t).best)}" for t in lengths)
+
+
+show("; ".join(f"{name} computes on {engine_threads(name, n_threads)} of this machine's {n_threads} cores and keeps "
+               f"its cache in blocks of {stated_block[name]} tokens (its default); a cold prefill there is priced at "
+               f"{priced_at_blocks(name)}"
                for name in ("transformers serve", "vLLM") if cost_model(MODEL, engine_threads(name, n_threads)))
-     or f"chapter 0 measured no ceilings for {MODEL} on the engines' cores: nothing here is priced")
+     + "." if any(cost_model(MODEL, engine_threads(n, n_threads)) for n in ("transformers serve", "vLLM")) else
+     f"chapter 0 measured no ceilings for {MODEL} on the engines' cores: nothing here is priced")
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** The long system prompt's requests share the number of tokens the table of prompts above

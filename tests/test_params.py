@@ -169,7 +169,7 @@ def test_lists_with_a_size_and_an_order():
 def _chapter_7_checks(**changes) -> None:
     """Chapter 7's parameter and check cells, run as a reader's edit of the parameters would run them."""
     source = (paths.REPO_ROOT / "notebooks" / "07_over_the_wire.py").read_text()
-    cells = source[:source.index("# %%\nimport pathlib")]
+    cells = source[:source.index("# %%\nimport http.server")]
     namespace = {"__name__": "chapter"}
     exec(compile(cells, "07_over_the_wire.py", "exec"), namespace)  # the shipped values first
     namespace.update(changes)
