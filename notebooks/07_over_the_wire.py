@@ -291,7 +291,7 @@ def fixed_length(name: str) -> dict | None:
 
 # every server's requests share one budget: a server too slow for it stops the chapter in one line
 FEWER = "runs, max_new_tokens, concurrency, requests_per_user, load_tokens, arrivals, stall_tokens"
-budgets = {name: client.ServerBudget(server_budget_s, f"{name} at {urls[name]}", "server_budget_s", FEWER)
+server_budgets = {name: client.ServerBudget(server_budget_s, f"{name} at {urls[name]}", "server_budget_s", FEWER)
            for name in urls}
 n_rates = len(arrival_rates or rate_fractions)
 ahead = dict(  # what the chapter sends after the first warm-up, at the least one after another
@@ -303,7 +303,7 @@ def send(name: str, messages, tokens: int, fixed: bool = False, **kw) -> client.
     """One streamed request to engine ``name``, greedy, bounded by the server's budget. ``fixed``: ask vLLM
     for exactly ``tokens`` tokens (``ignore_eos``; transformers serve refuses the field, so its replies may end
     sooner)."""
-    budget = budgets[name]
+    budget = server_budgets[name]
     timeout_s = budget.timeout_s()
     with budget.request():
         trace = client.stream_chat(urls[name], model_ids[name], messages, tokens, timeout_s=timeout_s,
@@ -315,7 +315,7 @@ def warm_up(name: str, messages, tokens: int, fixed: bool = False, first: bool =
     """One request that must succeed before anything is timed: a server that cannot answer it stops the
     chapter here, in one line naming it and what it did (every wait is bounded: `lib.client`). The ``first``
     warm-up also stops the chapter as soon as its pace shows the rest cannot fit the server's budget."""
-    watch = budgets[name].watch(ahead["requests"], ahead["tokens"], tokens) if first else None
+    watch = server_budgets[name].watch(ahead["requests"], ahead["tokens"], tokens) if first else None
     client.require_ok(send(name, messages, tokens, fixed=fixed, on_event=watch), f"{name} at {urls[name]}",
                       "the warm-up request")
 
@@ -1012,11 +1012,11 @@ def stall_once(name: str, budget, run: int) -> dict:
     """Chapter 5's experiment once against engine ``name``; A's gaps before and across B's arrival. B's prompt
     starts with the engine, budget and run, so no run can reuse a cache an earlier one left."""
     b_run = [{"role": "user", "content": f"Request {run} to {name} at {budget}. {long_text}"}]
-    timeout_s = budgets[name].timeout_s()
-    with budgets[name].request():
+    timeout_s = server_budgets[name].timeout_s()
+    with server_budgets[name].request():
         a, b = stall_experiment(urls[name], model_ids[name], a_chat, stall_tokens, b_run, stall_arrival,
                                 extra=fixed_length(name), timeout_s=timeout_s)
-    budgets[name].check(a), budgets[name].check(b)
+    server_budgets[name].check(a), server_budgets[name].check(b)
     if not (a.ok and b.ok):
         return dict(engine=name, budget_tokens=budget, error=a.error or b.error)
     m, case = a.metrics(), stall_case(a, b, factor=elevated_factor)
@@ -1053,7 +1053,7 @@ for name, budget in settings:
         model_dir, max_num_batched_tokens=budget, threads=threads, start_timeout_s=start_timeout_s).start()
     try:
         urls["vLLM"], model_ids["vLLM"] = engine.base_url, client.served_model(engine.base_url)
-        budgets["vLLM"].server = f"vLLM at {engine.base_url}"
+        server_budgets["vLLM"].server = f"vLLM at {engine.base_url}"
         warm_up("vLLM", chat, 4)
         stall_rows += [stall_once("vLLM", budget, run) for run in range(runs)]
     finally:

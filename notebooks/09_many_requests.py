@@ -365,7 +365,7 @@ def hits(before: dict, after: dict) -> float:
 FEWER = "questions, prefix_tokens, a_tokens, b_prompt_len"
 ahead = dict(requests=1 + 3 * questions + 2 * bool(base_url),  # after the first warm-up, one after another
              tokens=2 * (1 + 3 * questions) + (a_tokens + 1) * bool(base_url))
-engine_rows, live, budgets = [], {}, {}
+engine_rows, live, server_budgets = [], {}, {}
 try:
     for name, make in wanted.items():
         if make is None:
@@ -377,11 +377,11 @@ try:
         extra = {"ignore_eos": True} if name == "vLLM" else None
         block = block_size(url, name)
         # the server's requests share one budget: a server too slow for it stops the chapter in one line
-        budgets[name] = client.ServerBudget(server_budget_s, f"{name} at {url}", "server_budget_s", FEWER)
+        server_budgets[name] = client.ServerBudget(server_budget_s, f"{name} at {url}", "server_budget_s", FEWER)
 
         def ask(messages, label: str, q: int) -> dict:
             before = client.scrape_metrics(url)
-            budget = budgets[name]
+            budget = server_budgets[name]
             timeout_s = budget.timeout_s()
             watch = budget.watch(ahead["requests"], ahead["tokens"], 2) if label == "first warm-up" else None
             with budget.request():
@@ -1208,11 +1208,11 @@ if base_url:
     filler_b = lm.tokenizer("The quick brown fox jumps over the lazy dog. " * (b_prompt_len // 5 + 10),
                             add_special_tokens=False).input_ids
     b_chat = [{"role": "user", "content": "Request to the deployment. " + lm.tokenizer.decode(filler_b[:b_prompt_len])}]
-    timeout_s = budgets["server"].timeout_s()
-    with budgets["server"].request():
+    timeout_s = server_budgets["server"].timeout_s()
+    with server_budgets["server"].request():
         a, b = stall_experiment(base_url, client.served_model(base_url), [{"role": "user", "content": "Tell a long story."}],
                                 a_tokens, b_chat, arrival_step, timeout_s=timeout_s)
-    budgets["server"].check(a), budgets["server"].check(b)
+    server_budgets["server"].check(a), server_budgets["server"].check(b)
     deployment = pd.DataFrame([dict(a_worst_gap_ms=a.metrics().worst_gap * 1e3, a_median_gap_ms=a.metrics().median_gap * 1e3,
                                     b_ttft_ms=b.metrics().ttft * 1e3)]) if a.ok and b.ok else pd.DataFrame([dict(error=a.error or b.error)])
     results.table(deployment, "deployment_stall")

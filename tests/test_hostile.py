@@ -492,18 +492,15 @@ def test_an_interrupted_hand_swap_makes_publishing_refuse_until_recovered(tmp_pa
 # 3. Every wait bounded: a slow server stops a chapter within its budget, in one line
 # ------------------------------------------------------------------------------------------------------
 
-@pytest.mark.slow
-@pytest.mark.parametrize("chapter", ["07_over_the_wire", "09_many_requests"])
-def test_a_chapter_against_a_server_3_s_between_tokens_stops_at_its_first_request(chapter, tmp_path, monkeypatch):
-    """Issue 30: a server with 10 s between tokens kept a quick run silent past 5 minutes. At 3 s a token, the
-    first warm-up's second token shows that the chapter's requests cannot fit its 120 s quick budget: the
-    chapter stops there, in one line naming the server, its pace and the parameters to change."""
+def _run_against_fake_server(chapter: str, tmp_path: Path, monkeypatch, gap_s: float) -> Path:
+    """Run ``chapter`` in quick mode with ``base_url`` at a fake SmolLM2 server ``gap_s`` between tokens; return
+    the executed notebook (papermill's error propagates)."""
     import jupytext
     import nbformat
     import papermill
     from fake_openai import FakeServer, serve_in_thread
 
-    monkeypatch.setattr(FakeServer, "gap_s", 3.0)
+    monkeypatch.setattr(FakeServer, "gap_s", gap_s)
     monkeypatch.setattr(FakeServer, "models", ["SmolLM2-135M-Instruct"])  # the model the chapters run
     monkeypatch.setenv(paths.OUTPUT_ROOT_ENV, str(tmp_path))
     source = jupytext.read(paths.REPO_ROOT / "notebooks" / f"{chapter}.py")
@@ -511,13 +508,36 @@ def test_a_chapter_against_a_server_3_s_between_tokens_stops_at_its_first_reques
     nbformat.write(source, tmp_path / "in.ipynb")
     base, httpd = serve_in_thread()
     try:
-        with pytest.raises(papermill.PapermillExecutionError) as failed:
-            papermill.execute_notebook(str(tmp_path / "in.ipynb"), str(tmp_path / "out.ipynb"),
-                                       parameters={"quick": True, "base_url": base}, kernel_name=book.kernel()[0],
-                                       cwd=str(paths.REPO_ROOT / "notebooks"), progress_bar=False)
+        papermill.execute_notebook(str(tmp_path / "in.ipynb"), str(tmp_path / "out.ipynb"),
+                                   parameters={"quick": True, "base_url": base}, kernel_name=book.kernel()[0],
+                                   cwd=str(paths.REPO_ROOT / "notebooks"), progress_bar=False)
     finally:
         httpd.shutdown()
+    return tmp_path / "out.ipynb"
+
+
+@pytest.mark.slow
+def test_chapter_7_against_a_server_3_s_between_tokens_stops_at_its_first_request(tmp_path, monkeypatch):
+    """Issue 30: a server with 10 s between tokens kept a quick run silent past 5 minutes. At 3 s a token, the
+    first warm-up's second token shows that the chapter's requests cannot fit its 120 s quick budget: the
+    chapter stops there, in one line naming the server, its pace and the parameters to change."""
+    import papermill
+
+    with pytest.raises(papermill.PapermillExecutionError) as failed:
+        _run_against_fake_server("07_over_the_wire", tmp_path, monkeypatch, gap_s=3.0)
     error = failed.value
     assert error.ename == "TooSlow", (error.ename, error.evalue)
-    assert error.evalue.startswith(f"server at {base} is too slow for this chapter: its first request took ")
+    assert "server at http://127.0.0.1:" in error.evalue and " is too slow for this chapter: its first request " \
+        "took " in error.evalue
     assert "server_budget_s=120 s are left; make its requests fewer or shorter (" in error.evalue
+
+
+@pytest.mark.slow
+def test_chapter_9_measures_a_deployment_at_base_url_to_its_last_cell(tmp_path, monkeypatch):
+    """The hostile pass after d3d7a80: chapter 9 with any base_url failed at the deployment's stall (a later
+    cell had rebound the servers' budgets to the engines' token budgets). Against a fake SmolLM2 server it runs
+    to its end and tables the deployment's stall."""
+    _run_against_fake_server("09_many_requests", tmp_path, monkeypatch, gap_s=0.05)
+    stall = pd.read_csv(tmp_path / "data" / "09_many_requests" / "deployment_stall.csv")
+    assert "error" not in stall.columns, stall.to_dict("records")
+    assert stall.b_ttft_ms.iloc[0] > 0
