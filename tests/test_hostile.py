@@ -541,3 +541,20 @@ def test_chapter_9_measures_a_deployment_at_base_url_to_its_last_cell(tmp_path, 
     stall = pd.read_csv(tmp_path / "data" / "09_many_requests" / "deployment_stall.csv")
     assert "error" not in stall.columns, stall.to_dict("records")
     assert stall.b_ttft_ms.iloc[0] > 0
+
+
+def test_make_clean_during_a_hand_run_deletes_nothing_and_names_the_run(tmp_path, capsys):
+    """The hostile pass after d3d7a80: make clean during a hand run deleted the run's staging folder, and the run
+    then swapped in a chapter folder missing two of the tables its provenance lists. make clean's first step now
+    refuses while any run holds a chapter's lock, under the book, build/quick/ or build/scratch/."""
+    from lib.runs import ChapterLock
+
+    hand_run = ChapterLock(tmp_path / "build" / "quick", "03_decode_sweep", "a hand run").acquire()
+    try:
+        assert book.main(["--recover", "--root", str(tmp_path)]) == 3
+        said = capsys.readouterr().out
+        assert said.startswith("FAILED: 03_decode_sweep: refused: another run of this chapter is writing its outputs ")
+        assert "(a hand run, pid " in said and said.rstrip().endswith("make clean deleted nothing")
+    finally:
+        hand_run.release()
+    assert book.main(["--recover", "--root", str(tmp_path)]) == 0  # the run ended: make clean goes on

@@ -462,7 +462,13 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with build_lock(args.root):
                 roots = (args.root, args.root / "build" / "quick", args.root / "build" / "scratch")
+                for root in roots:  # a hand run writing into build/ would lose the files it has not swapped in
+                    for held in sorted((root / "build" / "locks").glob("*.lock")):
+                        ChapterLock(root, held.stem, "make clean").acquire().release()
                 unsettled = [side for root in roots for stem in recover(root) for side in side_copies(root, stem)]
+        except RunBusy as error:
+            print(f"FAILED: {error}; make clean deleted nothing")
+            return 3
         except (BuildBusy, HalfReplaced) as error:
             print(f"FAILED: {error}")
             return 3
