@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from lib.make import classroom, teaching
+from lib.paths import REPO_ROOT as ROOT
 
 RUNS = sorted(p for p in classroom.EXAMPLE_RUNS.glob("*") if p.is_dir())
 
@@ -282,3 +283,17 @@ def test_chapter_0_s_ceilings_are_preferred_when_a_run_has_them(tmp_path):
     assert comparison.matmul_gflop_s.iloc[0] == 150.0
     sources = pd.read_csv(tmp_path / "class" / "sources.csv").set_index("metric")
     assert sources.loc["bandwidth_gb_s", "source"].startswith("00_machine/ceilings.csv")
+
+
+def test_chapter_0_s_ceilings_as_it_writes_them_now_give_the_bandwidth_and_flop_rate(tmp_path):
+    """The hostile pass after d3d7a80: chapter 0 writes ``gb_s`` and ``gflop_s`` (kernels ``read`` and
+    ``square_matmul``), and the comparison looked for ``bandwidth_gb_s`` and ``matmul``: every current run's
+    bandwidth and FLOP rate showed as not measured. The committed chapter 0's table, as a run's, gives both."""
+    run = tmp_path / "current"
+    shutil.copytree(RUNS[0], run)
+    shutil.copy(ROOT / "data" / "00_machine" / "ceilings.csv", run / "data" / "00_machine" / "ceilings.csv")
+    table = pd.read_csv(run / "data" / "00_machine" / "ceilings.csv")
+    main = table[(table.dtype == "fp32") & (table.threads == table.threads.max())]
+    comparison = classroom.gather([run], tmp_path / "class")
+    assert comparison.bandwidth_gb_s.iloc[0] == pytest.approx(main[main.kernel == "read"].gb_s.max())
+    assert comparison.matmul_gflop_s.iloc[0] == pytest.approx(main[main.kernel == "square_matmul"].gflop_s.max())
