@@ -36,7 +36,8 @@ import torch
 from lib.device import describe_environment
 from lib.params import Parameters
 from lib.paths import OUTPUT_ROOT_ENV, REPO_ROOT, WRITE_COMMITTED_ENV, output_root
-from lib.runs import ChapterLock, RunBusy, file_record, new_staging, settle, swap_in, table_problem
+from lib.runs import (PROVENANCE, ChapterLock, RunBusy, file_record, listed_files, new_staging, read_provenance,
+                      settle, swap_in, table_problem)
 
 
 class CorruptTable(ValueError):
@@ -245,12 +246,21 @@ def load_table(section: str, name: str, quick: bool = False) -> pd.DataFrame | N
     The table is checked against its ``provenance.json`` first: :class:`CorruptTable` (one line naming the
     file and the command that restores it) for a table its run did not write, one that is cut short or
     changed since (its size or SHA-256 is not the recorded one), one with other rows than recorded, a
-    symbolic link, or one that does not parse."""
+    symbolic link, or one that does not parse; and for a table its run's provenance lists that is missing,
+    or one with no provenance beside it (no run says it wrote it), rather than falling back to the committed
+    table of another run."""
     candidates = list(dict.fromkeys([output_root(quick), REPO_ROOT]))
     for root in candidates:
         path = root / "data" / section / f"{name}.csv"
         if not (path.exists() or path.is_symlink()):
+            record, _ = read_provenance(path.parent)
+            if record is not None and path.name in (listed_files(record, "data", section) or ()):
+                raise CorruptTable(f"{path}: refused: missing, though its run's {PROVENANCE} lists it; restore it "
+                                   f"with: {_restore_command(root, section)}")
             continue
+        if not (path.parent / PROVENANCE).exists() and not (path.parent / PROVENANCE).is_symlink():
+            raise CorruptTable(f"{path}: refused: no {PROVENANCE} beside it, so no run of the book says it wrote "
+                               f"it; restore it with: {_restore_command(root, section)}")
         problem, rows = table_problem(path)
         frame = None
         if problem is None:

@@ -283,6 +283,11 @@ def _listed(record: dict, kind: str, stem: str) -> tuple[set[str] | None, dict]:
              and isinstance(v, dict)})
 
 
+def listed_files(record: dict, kind: str, stem: str) -> set[str] | None:
+    """The names of the files in ``kind/stem/`` that a provenance record lists (``None``: it lists none)."""
+    return _listed(record, kind, stem)[0]
+
+
 def _ignored(name: str) -> bool:
     return name.startswith(".") and name.endswith(".tmp")  # an atomic write a killed run left half done
 

@@ -93,9 +93,35 @@ def test_load_table_reads_this_runs_tree_first(monkeypatch, tmp_path):
     for root, value in [(tmp_path, 1), (tmp_path / "build" / "scratch", 2)]:
         (root / "data" / "02_x").mkdir(parents=True)
         (root / "data" / "02_x" / "t.csv").write_text(f"a\n{value}\n")
+        (root / "data" / "02_x" / "provenance.json").write_text('{"files": ["data/02_x/t.csv"]}')
     assert results.load_table("02_x", "t")["a"].tolist() == [2]
     monkeypatch.setenv(results.OUTPUT_ROOT_ENV, str(tmp_path / "staging"))
     assert results.load_table("02_x", "t")["a"].tolist() == [1]
+
+
+def test_load_table_never_falls_back_to_another_run_s_table(monkeypatch, tmp_path):
+    """The hostile pass after d3d7a80: a quick run's table deleted (its provenance still listing it), or its
+    provenance deleted, and a later chapter read the committed full run's table, or the quick one unchecked,
+    as if it were the quick run's. Both are refused in one line naming the file and the command that restores it."""
+    monkeypatch.setattr(paths, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(results, "REPO_ROOT", tmp_path)
+    monkeypatch.delenv(results.WRITE_COMMITTED_ENV, raising=False)
+    quick = tmp_path / "build" / "quick"
+    monkeypatch.setenv(results.OUTPUT_ROOT_ENV, str(quick))
+    for root in (tmp_path, quick):
+        (root / "data" / "02_x").mkdir(parents=True)
+        (root / "data" / "02_x" / "t.csv").write_text("a\n1\n")
+        (root / "data" / "02_x" / "provenance.json").write_text('{"files": ["data/02_x/t.csv"]}')
+    assert results.load_table("02_x", "t", quick=True)["a"].tolist() == [1]
+    (quick / "data" / "02_x" / "t.csv").unlink()
+    with pytest.raises(results.CorruptTable, match=r"t\.csv: refused: missing, though its run's provenance\.json "
+                                                   r"lists it; restore it with: "):
+        results.load_table("02_x", "t", quick=True)
+    (quick / "data" / "02_x" / "t.csv").write_text("a\n1\n")
+    (quick / "data" / "02_x" / "provenance.json").unlink()
+    with pytest.raises(results.CorruptTable, match=r"t\.csv: refused: no provenance\.json beside it"):
+        results.load_table("02_x", "t", quick=True)
+    assert results.load_table("02_x", "other", quick=True) is None  # a table no run wrote: none
 
 
 def test_bad_section_name():
