@@ -182,3 +182,27 @@ def test_the_glossary_is_copied_beside_the_chapters_that_link_it(tmp_path):
     (tmp_path / "notebooks" / "glossary.md").write_text("# Glossary\n\n## Floor\n\nNewer.\n")
     lab.prepare(tmp_path, log=lambda *_: None)
     assert (copies / "glossary.md").read_text().endswith("Newer.\n"), "the glossary is the book's, never the reader's"
+
+
+@pytest.mark.parametrize("record", ["deleted", "{garbage", '{"08_y": 5}'])
+def test_a_lost_copy_record_never_calls_an_unsaved_copy_the_reader_s(tmp_path, record):
+    """The hostile pass after d3d7a80: with .copies.json deleted or unreadable, every chapter got "kept your copy
+    ... (you saved it); the book's chapter has changed since", both halves false, on every later run; an entry
+    that is not an object was a traceback. A copy equal to the book's own is recognised and recorded again; one
+    that differs is kept, and the line says the record was lost, not that the reader saved it."""
+    (tmp_path / "notebooks").mkdir()
+    for stem in ("08_y", "09_x"):
+        (tmp_path / "notebooks" / f"{stem}.py").write_text(f'# %% [markdown]\n# # {stem}\n\n# %% tags=["parameters"]\nquick = False\n')
+    copies = lab.prepare(tmp_path, log=lambda _: None)
+    mine = (copies / "09_x.py").read_text().replace("quick = False", "quick = True")
+    (copies / "09_x.py").write_text(mine)
+    state = copies / lab.STATE
+    state.unlink() if record == "deleted" else state.write_text(record)
+    said = []
+    lab.prepare(tmp_path, log=said.append)
+    assert (copies / "09_x.py").read_text() == mine
+    assert len(said) == 1 and said[0].startswith("lab: kept your copies of 09_x: they differ from the book's"), said
+    assert "you saved it" not in said[0]
+    said.clear()
+    lab.prepare(tmp_path, log=said.append)  # 08_y is recorded again as the book's; 09_x is still said, once
+    assert len(said) == 1 and "09_x" in said[0] and "08_y" not in said[0], said

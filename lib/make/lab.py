@@ -34,6 +34,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -66,6 +67,22 @@ def _digest(*paths: Path) -> str:
     for path in paths:
         digest.update(path.read_bytes() if path.exists() else b"\0missing")
     return digest.hexdigest()
+
+
+def _same_pair(a: Path, b: Path, py_name: str, nb_name: str) -> bool:
+    """Whether folders ``a`` and ``b`` hold the same working pair: the same text, and notebooks alike but for
+    their cells' random ids."""
+    def cells(folder: Path) -> object:
+        try:
+            notebook = json.loads((folder / nb_name).read_text())
+        except (OSError, ValueError):
+            return None
+        for cell in notebook.get("cells", []) if isinstance(notebook, dict) else []:
+            if isinstance(cell, dict):
+                cell.pop("id", None)
+        return notebook
+
+    return _digest(a / py_name) == _digest(b / py_name) and cells(a) == cells(b)
 
 
 def collapse_answers(notebook) -> int:
@@ -143,15 +160,26 @@ def _prepare(root: Path, folder: Path, log) -> Path:
     try:
         state = json.loads(state_path.read_text())
     except (OSError, ValueError):
-        state = {}
-    made, updated, kept = [], [], []
+        state = None
+    lost = not isinstance(state, dict)  # no record (deleted, cut short, not an object): which copies were saved?
+    state = {k: v for k, v in state.items() if isinstance(v, dict)} if isinstance(state, dict) else {}
+    made, updated, kept, unknown = [], [], [], []
     for source in sorted((root / "notebooks").glob("[0-9][0-9]_*.py")):
         executed = source.with_suffix(".ipynb")
         py_copy, nb_copy = folder / source.name, folder / executed.name
         book = _digest(source, executed)
-        record = state.get(source.stem, {})
+        record = state.get(source.stem)
         if not py_copy.exists() and not nb_copy.exists():
             made.append(source.stem)
+        elif record is None:  # no record of this copy: the book's own copy, or the reader's work?
+            with tempfile.TemporaryDirectory() as fresh:
+                _write_pair(source, executed, Path(fresh))
+                if not _same_pair(Path(fresh), folder, source.name, executed.name):
+                    unknown.append(source.stem)  # it differs from the book's: kept, as the reader's
+                    continue
+            state[source.stem] = {"book": book, "copy": _digest(py_copy, nb_copy)}  # the book's, as it is now
+            _write_state(state_path, state)
+            continue
         elif record.get("copy") == _digest(py_copy, nb_copy):  # the reader has not saved it
             if record.get("book") == book:
                 continue
@@ -175,6 +203,11 @@ def _prepare(root: Path, folder: Path, log) -> Path:
     for stem in kept:
         log(f"lab: kept your copy of {stem} (you saved it); the book's chapter has changed since. To get the "
             f"new one, move your {shown}/{stem}.py and .ipynb away and run make lab again")
+    if unknown:
+        log(f"lab: kept your copies of {', '.join(unknown)}: they differ from the book's chapters, and "
+            f"{shown}/{STATE} " + ("was missing or unreadable" if lost else "had no record of them")
+            + ", so nothing says whether you changed them or the book did. To get the book's, move your copies "
+            f"away and run make lab again")
     return folder
 
 
