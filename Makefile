@@ -74,7 +74,7 @@ student: $(STAMP)
 	$(BIN)/python -m lib.make.student
 
 class-zip: $(STAMP)
-	$(BIN)/python -m lib.make.classroom pack $(if $(QUICK),--root build/quick,) $(if $(NAME),--name $(NAME),)
+	$(BIN)/python -m lib.make.classroom pack $(if $(QUICK),--root build/quick,) $(if $(NAME),--name "$(NAME)",)
 
 class: $(STAMP)
 	$(BIN)/python -m lib.make.classroom gather $(DIRS)

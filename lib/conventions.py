@@ -89,7 +89,9 @@ def _row(trace: Trace, convention: str, count_tokens: Callable[[str], int] | Non
     if convention == "vllm":
         timed = [e.time for e in trace.events if e.choices]
         usage = next((e.usage for e in trace.events if e.usage and not e.choices), None)
-        n = usage["completion_tokens"] if usage else (count_tokens(trace.text) if count_tokens else 1)
+        n = usage.get("completion_tokens") if usage else None
+        if not (isinstance(n, int) and not isinstance(n, bool) and n >= 0):  # none, or not a count: as without usage
+            n = count_tokens(trace.text) if count_tokens else 1
         ttft, latency = timed[0] - trace.sent, timed[-1] - trace.sent
         return dict(ttft=ttft, itl=list(np.diff(timed)), tpot=(latency - ttft) / (n - 1) if n > 1 else nan,
                     e2e=latency, n=n)

@@ -59,6 +59,16 @@ def test_vllm_reads_usage_only_from_a_chunk_without_choices():
     assert conventions.per_request([t2], "vllm").iloc[0].n == 4
 
 
+def test_vllm_scores_a_usage_count_that_is_not_a_number_as_no_usage():
+    """The hostile pass after d3d7a80: a server that sent completion_tokens as the text "5" made chapter 7's
+    scoring fail with a TypeError; the count is not used (the client flags it too: Trace.usage_problem)."""
+    t = _trace(chunks=((10.5, "ab"), (10.9, "cd")))
+    usage = Event(11.0, False, None, usage={"prompt_tokens": 3, "completion_tokens": "5"})
+    t = Trace(t.request_id, t.sent, t.end, (*[e for e in t.events if not e.usage], usage))
+    row = conventions.per_request([t], "vllm", count_tokens=lambda s: len(s)).iloc[0]
+    assert row.n == 4 and row.tpot == pytest.approx((10.901 - 10.5) / 3)  # to the finish chunk, over 3 gaps
+
+
 def test_guidellm_llmperf_genai_perf_definitions():
     t = _trace(chunks=((10.5, "a"), (10.6, "b"), (10.7, "c"), (11.0, "d")))   # 4 tokens, TTFT 0.5
     g = conventions.per_request([t], "guidellm").iloc[0]
