@@ -1140,8 +1140,11 @@ register.claim(
              "setting: {off}. What the traces show: {sentences}",
     unresolved="at some setting, A's worst gap was too close to one ordinary gap plus the cost model's prefill of one "
                "piece of B, with the {tol:g}x tolerance, to call: {off}.",
-    not_measured="in no setting was A still streaming when B arrived, so the stall was not measured: {all_sentences}")
-show(register.decide("stall_is_one_piece", claims.every(ok) if tested else None,
+    not_measured="{why}")
+show(register.decide("stall_is_one_piece", claims.every(ok) if tested and same_model else None,
+                     why="the server serves another model than the one the cost model prices: its stall is shown "
+                         "above, not decided" if not same_model else "in no setting was A still streaming when B "
+                         "arrived, so the stall was not measured: " + " ".join(stall_sentence(r) for r in stall.itertuples()),
                      predicted=", ".join(f"{r.engine} at budget {r.budget_tokens:.0f}: {r.predicted_worst_gap_ms:.0f} ms"
                                          for r in stall.itertuples()),
                      measured=", ".join(f"{r.engine} at budget {r.budget_tokens:.0f}: {r.a_worst_gap_ms:.0f} ms ({r.case.replace('_', ' ')})"
@@ -1155,8 +1158,7 @@ show(register.decide("stall_is_one_piece", claims.every(ok) if tested else None,
                                    f"{r.predicted_worst_gap_ms:.0f} ms predicted (the same piece timed in-process, "
                                    f"plus an ordinary gap: {r.in_process_worst_gap_ms:.0f} ms)"
                                    for r, v in zip(tested, ok) if v != claims.HELD), tol=claims.PREDICTED_TIME,
-                     sentences=" ".join(stall_sentence(r) for r, v in zip(tested, ok) if v != claims.HELD),
-                     all_sentences=" ".join(stall_sentence(r) for r in stall.itertuples())))
+                     sentences=" ".join(stall_sentence(r) for r, v in zip(tested, ok) if v != claims.HELD)))
 
 # %% [markdown]
 # And in vLLM, the trade across its budgets:
