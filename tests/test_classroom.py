@@ -53,8 +53,9 @@ def test_a_number_comes_from_the_run_s_own_table(tmp_path):
 def test_claims_held_are_counted_per_machine(tmp_path):
     run = tmp_path / "with-claims"
     shutil.copytree(RUNS[0], run)
-    extra = run / "data" / "09_extra"  # a chapter of three claims beside the run's own
+    extra = run / "data" / "09_many_requests"  # a chapter of three claims beside the run's own
     extra.mkdir()
+    (extra / "provenance.json").write_text('{"files": ["data/09_many_requests/claims.csv"]}')
     pd.DataFrame({"claim": ["a", "b", "c"], "statement": ["", "", ""], "predicted": [1, 2, 3],
                   "measured": [1, 5, None], "verdict": ["held", "did not hold", "not measured"],
                   "evidence": ["", "", ""]}).to_csv(extra / "claims.csv", index=False)
@@ -200,10 +201,11 @@ def test_csv_cells_are_spreadsheet_safe_and_numbers_stay_numbers(tmp_path):
     for prov in (run / "data").glob("*/provenance.json"):
         record = json.loads(prov.read_text())
         prov.write_text(json.dumps({**record, "device_name": "@SUM(A1:A9)", "torch": "+cmd|' /C calc'!A0"}))
-    extra = run / "data" / "09_extra"
+    extra = run / "data" / "09_many_requests"
     extra.mkdir()
-    pd.DataFrame({"claim": ["=1+2", "-2+3", "\tx", "plain"], "verdict": ["held", "-1", "held", "held"]}).to_csv(
-        extra / "claims.csv", index=False)
+    (extra / "provenance.json").write_text('{"files": ["data/09_many_requests/claims.csv"]}')
+    pd.DataFrame({"claim": ["=1+2", "-2+3", "\tx", "plain"], "verdict": ["held", "did not hold", "held", "held"]}
+                 ).to_csv(extra / "claims.csv", index=False)
     classroom.gather([run, RUNS[1]], tmp_path / "class")
     text = {name: (tmp_path / "class" / name).read_text() for name in ("comparison.csv", "sources.csv", "claims.csv")}
     comparison = pd.read_csv(tmp_path / "class" / "comparison.csv")
@@ -211,7 +213,8 @@ def test_csv_cells_are_spreadsheet_safe_and_numbers_stay_numbers(tmp_path):
     assert "'+cmd|' /C calc'!A0" in text["comparison.csv"]
     claims = pd.read_csv(tmp_path / "class" / "claims.csv")
     assert "'=HYPERLINK(x)" in claims.columns and {"'=1+2", "'-2+3", "'\tx", "plain"} <= set(claims.claim)
-    assert (claims.set_index("claim").loc["'-2+3", "'=HYPERLINK(x)"]) in (-1, "-1")  # a number stays a number
+    assert claims.set_index("claim").loc["'-2+3", "'=HYPERLINK(x)"] == "did not hold"
+    assert pd.api.types.is_numeric_dtype(comparison.ttft_ms)  # a number stays a number
     for name, body in text.items():
         frame = pd.read_csv(io.StringIO(body))
         for row in [list(frame.columns), *frame.itertuples(index=False)]:

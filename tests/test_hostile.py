@@ -369,10 +369,16 @@ def test_the_same_run_sent_twice_is_flagged(tmp_path):
     ("cpus-huge", "cpu_count is 1e+300 (a JSON float)"),
     ("quick-text", "quick is 'yes' (a JSON str); a run of the book writes a bool"),
     ("name-huge", "device_name is 100,000 characters long"),
-    ("claims-10000", "claims.csv: 10,000 claims, more than the 200"),
+    ("claims-10000", "claims.csv: 10,000 claims, more than the 50"),
     ("claim-twice", "claims.csv: claim 'c' is recorded twice"),
     ("timings-twice", "timings.csv: chapter '00_machine' is timed twice"),
     ("folder-symlink", "a symbolic link in the run"),
+    # the hostile pass after d3d7a80
+    ("commit-junk", "git_commit is 'not-a-commit'; a run of the book writes a commit's hex digits there"),
+    ("date-junk", "date is 'yesterday'; a run of the book writes an ISO date"),
+    ("claims-200", "claims.csv: 200 claims, more than the 50"),
+    ("no-verdict", "claims.csv: no verdict column"),
+    ("verdict-odd", "claims.csv: verdict 'HELD (trust me)' is not one of the book's (held, did not hold, "),
 ])
 def test_a_run_that_is_not_what_the_book_writes_is_one_line_naming_the_file(tmp_path, capsys, case, said):
     run = tmp_path / "student"
@@ -380,13 +386,19 @@ def test_a_run_that_is_not_what_the_book_writes_is_one_line_naming_the_file(tmp_
     prov = run / "data" / "00_machine" / "provenance.json"
     record = json.loads(prov.read_text())
     claims = run / "data" / "01_two_phases" / "claims.csv"
-    if case.startswith(("threads", "cpus", "quick", "name")):
+    if case.startswith(("threads", "cpus", "quick", "name", "commit", "date")):
         key, value = {"threads-text": ("torch_threads", "lots"), "threads-bool": ("torch_threads", True),
                       "cpus-huge": ("cpu_count", 1e300), "quick-text": ("quick", "yes"),
-                      "name-huge": ("device_name", "x" * 100_000)}[case]
+                      "name-huge": ("device_name", "x" * 100_000), "commit-junk": ("git_commit", "not-a-commit"),
+                      "date-junk": ("date", "yesterday")}[case]
         prov.write_text(json.dumps({**record, key: value}))
-    elif case == "claims-10000":
-        pd.DataFrame({"claim": [f"c{i}" for i in range(10_000)], "verdict": "held"}).to_csv(claims, index=False)
+    elif case in ("claims-10000", "claims-200"):
+        n = int(case.split("-")[1])
+        pd.DataFrame({"claim": [f"c{i}" for i in range(n)], "verdict": "held"}).to_csv(claims, index=False)
+    elif case == "no-verdict":
+        pd.DataFrame({"claim": ["c"], "measured": [1]}).to_csv(claims, index=False)
+    elif case == "verdict-odd":
+        pd.DataFrame({"claim": ["c"], "verdict": ["HELD (trust me)"]}).to_csv(claims, index=False)
     elif case == "claim-twice":
         pd.DataFrame({"claim": ["c", "c"], "verdict": ["held", "held"]}).to_csv(claims, index=False)
     elif case == "timings-twice":
@@ -398,6 +410,40 @@ def test_a_run_that_is_not_what_the_book_writes_is_one_line_naming_the_file(tmp_
     assert classroom.main(["gather", str(run), "--out", str(tmp_path / "out")]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"lib.make.classroom: {run}") and said in lines[0], lines
+
+
+@pytest.mark.parametrize("case, said", [
+    ("no-provenance", "02_prefill_sweep: left out: no provenance.json, so nothing says which run wrote its tables"),
+    ("made-up", "99_fake: left out: no chapter of the book is named 99_fake"),
+])
+def test_a_chapter_no_run_of_the_book_wrote_is_left_out(tmp_path, case, said):
+    """The hostile pass after d3d7a80: a chapter without provenance (its tables used as measured) and a made-up
+    chapter (its claims counted) are left out, each with one flag."""
+    run = tmp_path / "student"
+    shutil.copytree(EXAMPLES[0], run)
+    if case == "no-provenance":
+        (run / "data" / "02_prefill_sweep" / "provenance.json").unlink()
+    else:
+        shutil.copytree(run / "data" / "01_two_phases", run / "data" / "99_fake")
+    lines = []
+    comparison = classroom.gather([run], tmp_path / "class", log=lines.append)
+    assert said in comparison["flags"].iloc[0] and len(lines) == 1, lines
+    if case == "no-provenance":
+        assert pd.isna(comparison.prefill_tokens_per_s.iloc[0])
+    else:
+        base = classroom.gather([EXAMPLES[0]], tmp_path / "base")
+        assert comparison.claims_recorded.iloc[0] == base.claims_recorded.iloc[0]
+
+
+def test_a_zip_holding_a_file_twice_is_refused(tmp_path):
+    """The hostile pass after d3d7a80: the second copy of a file named twice in a zip silently won."""
+    with zipfile.ZipFile(tmp_path / "twice.zip", "w") as z:
+        z.writestr("data/00_machine/ceilings.csv", "kernel,gb_s\nread,35.2\n")
+        with pytest.warns(UserWarning, match="Duplicate name"):
+            z.writestr("data/00_machine/ceilings.csv", "kernel,gb_s\nread,45000\n")
+    (tmp_path / "scratch").mkdir()
+    with pytest.raises(classroom.BadRun, match=r"twice\.zip: holds 'data/00_machine/ceilings\.csv' more than once"):
+        classroom.load_run(tmp_path / "twice.zip", tmp_path / "scratch")
 
 
 def test_a_chapter_holding_another_run_s_table_is_left_out_of_the_comparison(tmp_path):

@@ -72,6 +72,7 @@ from pathlib import Path
 import pandas as pd
 from filelock import FileLock, Timeout
 
+from lib.claims import VERDICTS
 from lib.make.outputs import check_finished
 from lib.paths import REPO_ROOT
 from lib.runs import folder_problem
@@ -88,14 +89,25 @@ ZIP_LIMITS = {"bytes": 64 * 2**20, "files": 2000, "depth": 6}
 about 1 MiB in about 150 files, ``data/<chapter>/<table>.csv`` 3 deep."""
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
-MAX_CLAIMS = 200
-"""The most claims one chapter's ``claims.csv`` may hold (a chapter of the book records about a dozen)."""
+MAX_CLAIMS = 50
+"""The most claims one chapter's ``claims.csv`` may hold (a chapter of the book records at most about 20)."""
+
+BOOK_CHAPTERS = frozenset([p.stem for p in (REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.py")]
+                          + ["00_machine", "01_two_phases", "02_prefill_sweep", "03_decode_sweep", "04_request_split",
+                             "05_interference", "06_roofline", "07_over_the_wire", "08_cheaper_decode",
+                             "09_many_requests"])
+"""The chapters a run of the book can hold (this checkout's, and the ten it has had since chapter 0)."""
 
 PROVENANCE_FIELDS: dict[str, tuple] = {
     "section": (str,), "device": (str,), "device_name": (str,), "torch": (str,), "git_commit": (str,),
     "model": (str,), "date": (str,), "quick": (bool,), "torch_threads": (int, 1, 100_000),
     "cpu_count": (int, 1, 100_000), "wall_time_s": (float, 0.0, 1e6), "files": (list,),
 }
+PROVENANCE_PATTERNS: dict[str, tuple[re.Pattern, str]] = {
+    "git_commit": (re.compile(r"[0-9a-f]{7,40}(\+dirty| \(.*\))?|unknown|none"), "a commit's hex digits"),
+    "date": (re.compile(r"\d{4}-\d\d-\d\d([ T][0-9:.+\-Z]*)?"), "an ISO date (2026-12-04T21:50:00)"),
+}
+"""What a text field of the provenance looks like when a run of the book wrote it."""
 """The provenance fields a class comparison reads, with their type (and for a number, its lowest and highest
 plausible value); a text field holds at most :data:`TEXT_MAX` characters."""
 TEXT_MAX = 300
@@ -299,6 +311,11 @@ def _unpack(path: Path, folder: Path) -> None:
         if not any(not m.is_dir() for m in members):
             raise BadRun(f"{path}: an empty zip (no files inside)")
         files = [m for m in members if not m.is_dir()]
+        names = [m.filename.replace("\\", "/") for m in files]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise BadRun(f"{path}: holds {twice[0]!r} more than once; which copy is the run's? make class-zip "
+                         f"writes each file once")
         if len(files) > ZIP_LIMITS["files"]:
             raise BadRun(f"{path}: holds {len(files):,} files, more than the {ZIP_LIMITS['files']:,} a run may have")
         declared = sum(m.file_size for m in files)
@@ -369,7 +386,11 @@ def load_run(path: Path, scratch: Path) -> Run:
         run.timings = _timings(timings_path, run._shown(timings_path))
     for chapter in run.chapters():
         prov = data / chapter / "provenance.json"
-        if not prov.is_file():
+        problem = (f"no chapter of the book is named {chapter}" if chapter not in BOOK_CHAPTERS else
+                   None if prov.is_file() else "no provenance.json, so nothing says which run wrote its tables")
+        if problem:  # none of its numbers or claims is used
+            run.excluded[chapter] = problem
+            run.flags.append(f"{run._shown(data / chapter)}: left out: {problem}")
             continue
         try:
             record = json.loads(prov.read_text())
@@ -428,12 +449,22 @@ def _check_provenance(record: dict, shown: str) -> None:
                          f"{TEXT_MAX}")
         if kind is list and key == "files" and not all(isinstance(f, str) for f in value):
             raise BadRun(f"{shown}: files is not a list of file names")
+        pattern = PROVENANCE_PATTERNS.get(key)
+        if pattern and not pattern[0].fullmatch(value):
+            raise BadRun(f"{shown}: {key} is {_text(value)[:60]!r}; a run of the book writes {pattern[1]} there")
 
 
 def _check_claims(frame: pd.DataFrame, shown: str) -> None:
     """:class:`BadRun` for a ``claims.csv`` of more than :data:`MAX_CLAIMS` claims, or naming a claim twice."""
     if len(frame) > MAX_CLAIMS:
         raise BadRun(f"{shown}: {len(frame):,} claims, more than the {MAX_CLAIMS} a chapter of the book records")
+    if not {"claim", "verdict"} <= set(frame.columns):
+        raise BadRun(f"{shown}: no {' and no '.join(sorted({'claim', 'verdict'} - set(frame.columns)))} column; a "
+                     f"chapter's claims.csv names each claim and its verdict")
+    odd = frame.verdict[~frame.verdict.isin(VERDICTS)]
+    if len(odd):
+        raise BadRun(f"{shown}: verdict {_text(str(odd.iloc[0]))[:60]!r} is not one of the book's "
+                     f"({', '.join(VERDICTS)})")
     if "claim" in frame.columns:
         twice = frame.claim[frame.claim.duplicated()]
         if len(twice):
