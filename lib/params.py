@@ -189,11 +189,14 @@ def dtype(*, allow_none=False) -> Rule:
 def listof(item: Rule, *, allow_none=False, quick: list | None = None, min_items: int = 1,
            max_items: int | None = None, ascending: bool = False) -> Rule:
     """A list of ``min_items`` to ``max_items`` distinct items, each passing ``item``; a string is parsed as a
-    list. A repeated item is refused (it would measure the same point twice and make a curve's steps
+    list (``[1, 2]``, ``1,2``, or names left unquoted as a shell passes them, ``[vllm, transformers]``). A repeated item is refused (it would measure the same point twice and make a curve's steps
     ambiguous). ``ascending``: the checked list is sorted (a sweep's order)."""
     def convert(v):
         if isinstance(v, str):
-            parsed = _literal(v) if v.strip()[:1] in "[(" else [_literal(p) for p in v.split(",")]
+            text_ = v.strip()
+            parsed = _literal(text_) if text_[:1] in "[(" else [_literal(p) for p in text_.split(",")]
+            if isinstance(parsed, str) and text_[:1] + text_[-1:] in ("[]", "()"):  # [vllm]: names left unquoted
+                parsed = [_literal(p) for p in text_[1:-1].split(",") if p.strip()]
             v = parsed if isinstance(parsed, (list, tuple)) else [parsed]
         elif not isinstance(v, (list, tuple)):
             v = [v]  # a single value, as papermill -p gives for "16"

@@ -66,7 +66,14 @@ def _archetypes(value):
     value = ast.literal_eval(value) if isinstance(value, str) else value  # papermill -p passes a string
     if not isinstance(value, dict) or not value or not all(isinstance(k, str) and k for k in value):
         raise ValueError
-    return {name: token_pair.convert(p) for name, p in value.items()}
+    checked = {}
+    for name, pair in value.items():
+        try:
+            checked[name] = token_pair.convert(pair)
+        except ValueError:  # say which workload, and what its pair must be
+            raise ValueError(f"{name!r}: {pair!r} is not a (prompt tokens, output tokens) pair of whole numbers from 1 "
+                             f"to 1024") from None
+    return checked
 
 
 P = params.check(globals(), {
@@ -75,7 +82,8 @@ P = params.check(globals(), {
     "pairs": params.listof(token_pair, quick=[(16, 8), (128, 8), (512, 4), (1000, 2)], min_items=2, max_items=40),
     "runs": params.integer(min=1, max=10, quick=2),
     "ttft_slo_ms": params.number(above=0, allow_none=True), "tpot_slo_ms": params.number(above=0, allow_none=True),
-    "archetypes": params.Rule("a non-empty dict of name: (prompt tokens, output tokens)", _archetypes,
+    "archetypes": params.Rule("a non-empty dict of name: (prompt tokens, output tokens), each from 1 to 1024",
+                              _archetypes,
                               quick={"chat": (100, 30), "retrieval-augmented answer": (900, 6),
                                      "agent tool loop": (700, 3)}),
 }, quick=quick, chapter="04_request_split")

@@ -200,7 +200,7 @@ def test_csv_cells_are_spreadsheet_safe_and_numbers_stay_numbers(tmp_path):
     shutil.copytree(RUNS[0], run)
     for prov in (run / "data").glob("*/provenance.json"):
         record = json.loads(prov.read_text())
-        prov.write_text(json.dumps({**record, "device_name": "@SUM(A1:A9)", "torch": "+cmd|' /C calc'!A0"}))
+        prov.write_text(json.dumps({**record, "device_name": "@SUM(A1:A9)", "device": "+cmd|' /C calc'!A0"}))
     extra = run / "data" / "09_many_requests"
     extra.mkdir()
     (extra / "provenance.json").write_text('{"files": ["data/09_many_requests/claims.csv"]}')

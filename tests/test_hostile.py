@@ -327,6 +327,9 @@ ABSURD = {
         r, "02_prefill_sweep", "prefill_sweep", lambda f: f.__setitem__(
             "tokens_per_s", f.tokens_per_s.astype(object).where(f.index != 1, "fast"))),
         "tokens_per_s holds text ('fast' in row 3) among its numbers"),
+    "text-column": ("ttft_ms", lambda r: _edit(r, "01_two_phases", "request_metrics",
+                                               lambda f: f.__setitem__("ttft_ms", "fast")),
+                    "ttft_ms holds text only ('fast' in row 2), where a run of the book writes numbers"),
     "book-time": ("book_run_s", lambda r: (r / "timings.csv").write_text(
         (r / "timings.csv").read_text().replace("35.57", "1e300")), "add up to 1e+300, implausible"),
 }
@@ -379,6 +382,7 @@ def test_the_same_run_sent_twice_is_flagged(tmp_path):
     ("claims-200", "claims.csv: 200 claims, more than the 50"),
     ("no-verdict", "claims.csv: no verdict column"),
     ("verdict-odd", "claims.csv: verdict 'HELD (trust me)' is not one of the book's (held, did not hold, "),
+    ("torch-junk", "torch is 'latest'; a run of the book writes a torch version (2.13.0+cpu) there"),
 ])
 def test_a_run_that_is_not_what_the_book_writes_is_one_line_naming_the_file(tmp_path, capsys, case, said):
     run = tmp_path / "student"
@@ -386,11 +390,11 @@ def test_a_run_that_is_not_what_the_book_writes_is_one_line_naming_the_file(tmp_
     prov = run / "data" / "00_machine" / "provenance.json"
     record = json.loads(prov.read_text())
     claims = run / "data" / "01_two_phases" / "claims.csv"
-    if case.startswith(("threads", "cpus", "quick", "name", "commit", "date")):
+    if case.startswith(("threads", "cpus", "quick", "name", "commit", "date", "torch")):
         key, value = {"threads-text": ("torch_threads", "lots"), "threads-bool": ("torch_threads", True),
                       "cpus-huge": ("cpu_count", 1e300), "quick-text": ("quick", "yes"),
                       "name-huge": ("device_name", "x" * 100_000), "commit-junk": ("git_commit", "not-a-commit"),
-                      "date-junk": ("date", "yesterday")}[case]
+                      "date-junk": ("date", "yesterday"), "torch-junk": ("torch", "latest")}[case]
         prov.write_text(json.dumps({**record, key: value}))
     elif case in ("claims-10000", "claims-200"):
         n = int(case.split("-")[1])
@@ -410,6 +414,20 @@ def test_a_run_that_is_not_what_the_book_writes_is_one_line_naming_the_file(tmp_
     assert classroom.main(["gather", str(run), "--out", str(tmp_path / "out")]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"lib.make.classroom: {run}") and said in lines[0], lines
+
+
+def test_a_run_on_another_torch_is_flagged(tmp_path):
+    """The hostile pass after d3d7a80: torch "99.99" was shown like the book's own."""
+    run = tmp_path / "student"
+    shutil.copytree(EXAMPLES[0], run)
+    for prov in (run / "data").glob("*/provenance.json"):
+        prov.write_text(json.dumps({**json.loads(prov.read_text()), "torch": "99.99"}))
+    lines = []
+    comparison = classroom.gather([run, EXAMPLES[1]], tmp_path / "class", log=lines.append)
+    said = f"torch: 99.99 is not the torch {classroom.TORCH_PIN} this book pins (pyproject.toml)"
+    flags = comparison["flags"]
+    assert comparison["flagged"].iloc[0] == "torch" and said in flags.iloc[0], flags.iloc[0]
+    assert flags.iloc[1] == "" and len(lines) == 1 and said in lines[0]
 
 
 @pytest.mark.parametrize("case, said", [

@@ -70,6 +70,9 @@ def test_dtype_lists_from_strings():
     assert params.check(ns(dtypes="fp32,bf16"), SPEC).dtypes == ["fp32", "bf16"]
     assert params.check(ns(dtypes="['fp16']"), SPEC).dtypes == ["fp16"]
     assert params.check(ns(dtypes="fp32"), SPEC).dtypes == ["fp32"]
+    # names left unquoted, as `papermill -p dtypes [fp32, bf16]` passes them (the hostile pass after d3d7a80)
+    assert params.check(ns(dtypes="[fp32, bf16]"), SPEC).dtypes == ["fp32", "bf16"]
+    assert params.check(ns(dtypes="[bf16]"), SPEC).dtypes == ["bf16"]
 
 
 def test_zero_is_a_value_not_the_default():
@@ -184,3 +187,22 @@ def test_chapter_7_refuses_arrival_rates_its_budget_cannot_wait_for():
     with pytest.raises(ValueError, match=r"arrival_rates=\[0\.001\]: at 0\.001 requests/s, 24 arrivals take about "
                                          r"24,000 s, past arrivals_budget_s=60; use rates of at least 0\.4 per second"):
         _chapter_7_checks(arrival_rates=[0.001])
+
+
+def _chapter_4_checks(**changes) -> None:
+    """Chapter 4's parameter and check cells, run as a reader's edit of the parameters would run them."""
+    source = (paths.REPO_ROOT / "notebooks" / "04_request_split.py").read_text()
+    cells = source[:source.index("# %% [markdown]\n# The model, checked against every pair")]
+    namespace = {"__name__": "chapter"}
+    params_cell = cells[:cells.index("# %%\nimport ast")]
+    exec(compile(params_cell, "04_request_split.py", "exec"), namespace)  # the shipped values first
+    namespace.update(changes)
+    exec(compile(cells[cells.index("# %%\nimport ast"):], "04_request_split.py", "exec"), namespace)
+
+
+def test_chapter_4_names_the_workload_whose_lengths_are_wrong():
+    """The hostile pass after d3d7a80: archetypes with a zero length got only "expected a non-empty dict"."""
+    _chapter_4_checks()  # the shipped values pass
+    with pytest.raises(ValueError, match=r"\('chat': \(100, 0\) is not a \(prompt tokens, output tokens\) pair of "
+                                         r"whole numbers from 1 to 1024\); expected a non-empty dict"):
+        _chapter_4_checks(archetypes={"chat": (100, 0)})

@@ -106,6 +106,7 @@ PROVENANCE_FIELDS: dict[str, tuple] = {
 PROVENANCE_PATTERNS: dict[str, tuple[re.Pattern, str]] = {
     "git_commit": (re.compile(r"[0-9a-f]{7,40}(\+dirty| \(.*\))?|unknown|none"), "a commit's hex digits"),
     "date": (re.compile(r"\d{4}-\d\d-\d\d([ T][0-9:.+\-Z]*)?"), "an ISO date (2026-12-04T21:50:00)"),
+    "torch": (re.compile(r"\d{1,3}\.\d{1,3}(\.\d{1,3})?([.+\-]?[0-9A-Za-z.]+)?"), "a torch version (2.13.0+cpu)"),
 }
 """What a text field of the provenance looks like when a run of the book wrote it."""
 """The provenance fields a class comparison reads, with their type (and for a number, its lowest and highest
@@ -126,6 +127,10 @@ PLAUSIBLE: dict[str, tuple[float, float, str]] = {
 }
 """For each number the comparison shows: (above, at most, unit and why); a value outside, or not finite, is
 flagged instead of shown."""
+
+
+TORCH_PIN = re.search(r'"torch==([^"]+)"', (REPO_ROOT / "pyproject.toml").read_text()).group(1)
+"""The torch this book pins (``pyproject.toml``): a run on another is flagged, its numbers from another build."""
 
 
 class BadRun(ValueError):
@@ -487,7 +492,9 @@ def run_digest(run: Run) -> str:
 
 def _numeric(frame: pd.DataFrame, pattern: str) -> tuple[str | None, str | None]:
     """(the first column whose name matches ``pattern``, case-insensitive, that holds numbers; what is wrong
-    when that column also holds a text cell, naming the cell). A column of text only is not a number's."""
+    when that column also holds a text cell, naming the cell). A column of text only is no number's: where no
+    matching column holds a number, the first of text is returned with what is wrong with it."""
+    all_text = None
     for column in frame.columns:
         if not re.search(pattern, str(column), re.IGNORECASE):
             continue
@@ -498,6 +505,11 @@ def _numeric(frame: pd.DataFrame, pattern: str) -> tuple[str | None, str | None]
         if values.notna().any() and len(text):
             return column, (f"{column} holds text ({_text(str(text.iloc[0]))[:40]!r} in row {int(text.index[0]) + 2}) "
                             f"among its numbers")
+        if len(text) and all_text is None:
+            all_text = (column, f"{column} holds text only ({_text(str(text.iloc[0]))[:40]!r} in row "
+                                f"{int(text.index[0]) + 2}), where a run of the book writes numbers")
+    if all_text:
+        return all_text
     return None, None
 
 
@@ -644,6 +656,11 @@ def _compare_one(run: Run) -> tuple[dict, list[dict], pd.DataFrame]:
         if source.startswith("flagged: "):
             flagged.append(column)
             run.flags.append(f"{run.source or run.data}: {column}: {source.removeprefix('flagged: ')}")
+    torch_version = row.get("torch")
+    if torch_version is not None and str(torch_version).split("+")[0] != TORCH_PIN:
+        flagged.append("torch")
+        run.flags.append(f"{run.source or run.data}: torch: {torch_version} is not the torch {TORCH_PIN} this book pins "
+                         f"(pyproject.toml), so its numbers came from another build of the library")
     found = claims(run)
     row["claims_held"] = int((found.verdict == "held").sum())
     row["claims_recorded"] = len(found)
