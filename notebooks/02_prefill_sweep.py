@@ -215,7 +215,8 @@ display(prose.source(costmodel.CostModel.prefill, costmodel.CostModel._matrix_te
 
 # %% [markdown]
 # The balance point took the matrices' fastest rate for every prompt. Chapter 0 measured their rate at each number
-# of rows, `F(M)`; at this chapter's prompt lengths (GFLOP/s):
+# of rows, `F(M)`, and timed causal attention and the pass's issuing at each length; at this chapter's prompt
+# lengths:
 
 # %%
 head_1 = ceilings.matrices(model_name, main_dt, most, "head", 1).best  # seconds, the LM head at one row
@@ -229,12 +230,15 @@ show(f"A pass counts as on the floor while it costs within **{margin:.0%}** of a
      f"{prose.ms(ceilings.matrices(model_name, main_dt, most, 'blocks', 1).best)}. Issuing the pass grows to "
      f"{prose.ms(dispatch_long)} at {tokens(longest)}, and causal attention (every layer) from "
      f"{prose.ms(attention_1)} at 1 token to {prose.ms(attention_long)} at {tokens(longest)}.")
-(f_rates / 1e9).rename_axis("rows").to_frame(f"F(M), {label(*main)}").T.round(1)
+pd.DataFrame({"F(M), GFLOP/s": f_rates / 1e9,
+              "attention (ms)": {p: ceilings.attention_prefill(model_name, main_dt, most, p).best * 1e3 for p in prompts},
+              "issuing the pass (ms)": {p: ceilings.dispatch(model_name, main_dt, most, "prefill", p).best * 1e3
+                                        for p in prompts}}).rename_axis(f"rows, {label(*main)}").T.round(2)
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** A pass reads the blocks' weights once, and its arithmetic takes `T` times one token's FLOPs at
 # `F(T)` (both printed above); the LM head (the last position only) adds the same to every length, attention and
-# issuing the pass grow with it as just printed. Up to what prompt length does a prefill cost within the margin just
+# issuing the pass grow with it as the table gives at each length. Up to what prompt length does a prefill cost within the margin just
 # printed of a 1-token pass, and at what length does its time per token stop falling (come within that margin of
 # the lowest time per token of any length)?
 
@@ -973,9 +977,11 @@ show(f"The LM head is {base_shape.d_model:,} x {base_shape.vocab:,}: **{head_wei
      f"{2 * head_weights / 1e6:.3g} MFLOP in it and {flops_per_token / 1e6:.3g} MFLOP in the blocks. This section's "
      f"prompts: {', '.join(tokens(p) for p in logits_prompts)}. Chapter 0 timed the head at "
      f"{', '.join(f'{r:g}' for r in head_rows_measured)} rows (in the table, a length between those is interpolated); "
-     f"the pass is this chapter's sweep above, logits at the last position only ({label(*main)}):")
+     f"the pass is this chapter's sweep above, logits at the last position only, beside its price by the cost model "
+     f"({label(*main)}):")
 pass_here = sweep[(sweep.dtype == main_dt) & (sweep.threads == most)].set_index("prompt_tokens").time_ms
 pd.DataFrame({"pass, last position (ms)": {p: pass_here.get(p, np.nan) for p in logits_prompts},
+              "its price (ms)": {p: cost[main].prefill(p).best * 1e3 for p in logits_prompts},
               "head at 1 row (ms)": ceilings.matrices(model_name, main_dt, most, "head", 1).best * 1e3,
               "head at T rows (ms)": {p: ceilings.matrices(model_name, main_dt, most, "head", p).best * 1e3
                                       for p in logits_prompts},
@@ -986,7 +992,8 @@ pd.DataFrame({"pass, last position (ms)": {p: pass_here.get(p, np.nan) for p in 
 # **Predict first.** With every position's logits the head runs `T` rows instead of one (its time at both is in
 # the table just above). At the longest of these prompts, how many milliseconds do the extra rows add, and what
 # fraction of the all-position pass (the last-position pass plus those milliseconds) does computing the last
-# position's logits only save?
+# position's logits only save? (The book prices the fraction on the cost model's pass, the table's `its price`;
+# on the measured pass it comes out a little different.)
 
 # %% [markdown]
 # The FLOP count predicts the fraction saved (`lib.roofline.last_logits_saving`, the source chapter's prediction);

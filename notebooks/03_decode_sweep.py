@@ -150,19 +150,44 @@ opening = prose.Opening()
 # rates for each configuration:
 
 # %%
+mid_first = contexts[0] + steps // 2  # the shortest context's step, priced at the middle of its run
+
+
+def cache_read_gb_s(dt: str, n: int, tokens_: int) -> float:
+    """Chapter 0's rate for attention's read of a cache of ``tokens_`` tokens (GB/s)."""
+    nbytes = shape.with_dtype(dt).kv_bytes_per_token * tokens_
+    return nbytes / ceilings.attention_decode(model_name, dt, n, nbytes).best / 1e9
+
+
+def cache_copy_gb_s(dt: str, n: int, tokens_: int) -> float:
+    """Chapter 0's rate for a growing cache's copy of ``tokens_`` tokens, its bytes read and written (GB/s); its
+    streaming copy where chapter 0 timed no concatenation of this model's caches."""
+    nbytes = shape.with_dtype(dt).kv_bytes_per_token * tokens_
+    c = ceilings.cache_concatenation(model_name, dt, n, nbytes)
+    return 2 * nbytes / c.best / 1e9 if c is not None else ceilings.stream_bandwidth(dt, n, "copy") / 1e9
+
+
 step_inputs = pd.DataFrame([dict(configuration=label(dt, n), weights_mb=shape.with_dtype(dt).weight_bytes / 1e6,
                                  cache_kb_per_token=shape.with_dtype(dt).kv_bytes_per_token / 1e3,
                                  matrix_vector_gb_s=ceilings.weight_rate(model_name, dt, n) / 1e9,
+                                 cache_read_gb_s=cache_read_gb_s(dt, n, mid_first),
+                                 cache_copy_gb_s=cache_copy_gb_s(dt, n, mid_first),
                                  streaming_read_gb_s=ceilings.stream_bandwidth(dt, n) / 1e9,
                                  dispatch_ms=ceilings.dispatch(model_name, dt, n, "decode").best * 1e3)
                             for dt, n in configs])
+show(f"The shortest context is {contexts[0]} tokens and a run takes `steps` = {steps} steps, so its step is priced at "
+     f"**{mid_first} cached tokens**. In the table, `cache_read_gb_s` is chapter 0's rate for attention reading a cache "
+     "that size, and `cache_copy_gb_s` its rate for copying it into a longer one (read once and written once, every "
+     "step of a growing cache):")
 step_inputs.round(2)
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** From the table above: a step reads every weight once and its cache (`cache_kb_per_token` times
-# the context), its matrix-vector products stream the weights at `matrix_vector_gb_s`, and issuing the step costs
-# `dispatch_ms` beside them. For the first configuration at the shortest context, which part is largest, and how
-# many milliseconds should a step take? Is that close to its bytes at the streaming read, or well above them?
+# the cached tokens just printed), its matrix-vector products stream the weights at `matrix_vector_gb_s`,
+# attention reads the cache at `cache_read_gb_s` and the copy moves it twice at `cache_copy_gb_s`, and issuing the
+# step costs `dispatch_ms` beside them. For the
+# first configuration at the shortest context, which part is largest, and how many milliseconds should a step
+# take? Is that close to its bytes at the streaming read, or well above them?
 
 # %% [markdown]
 # The cost model's price, term by term, for every configuration and context, with the streaming floor beside it:
@@ -368,16 +393,14 @@ plt.show()
 display(prose.source(regime.regime))
 register.claim(
     "decode_memory_bound",
-    "Every decode step of the first configuration is memory-bound by the one regime rule (both ends of every "
-    "point's interval).",
-    held="at every context the step is memory-bound by the regime rule ({labels}): its largest term is {largest}, and "
-         "the step took {floor} its streaming floor (its bytes at the streaming read's {read:.1f} GB/s). The rule's "
-         "\"memory\" is the weights' bytes at the kernel's rate; where that rate lies well below the streaming read, "
-         "the table above calls the step bound by the kernel's rate, the name the roofline literature would use.",
-    not_held="no step is memory-bound by the regime rule: the steps are {labels}, so the weights' read is not what "
-             "sets their time.",
-    unresolved="the steps are {labels}, and an end of some point's interval falls under another label: this run "
-               "cannot tell whether every step is memory-bound.")
+    "Every decode step of the first configuration is set by reading its weights: the one regime rule labels it "
+    "memory-bound, its largest term the weights' bytes at the kernel's rate (both ends of every point's interval).",
+    held="at every context the step's time is its weights' read: the regime rule's label is memory-bound ({labels}), "
+         "its largest term {largest}, and the step took {floor} its streaming floor (its bytes at the streaming "
+         "read's {read:.1f} GB/s). {named}",
+    not_held="at no context is the weights' read what sets the step: the regime rule labels the steps {labels}.",
+    unresolved="the regime rule labels the steps {labels}, and an end of some point's interval falls under another "
+               "label: this run cannot tell whether the weights' read sets every step.")
 mine_labels = [labels[(*main, c)] for c in contexts]
 ends = [regime.regime(Spread.at(x), step_price[(*main, c)]).label for c in contexts
         for x in (spread[(*main, c)].low, spread[(*main, c)].high)]
@@ -386,12 +409,22 @@ weights_top = set(tops) <= {"block matrices", "LM head"}  # the weights, at the 
 largest = (f"the weights, read at the model's matrix-vector rate ({ceilings.weight_rate(model_name, *main) / 1e9:.1f} "
            f"GB/s)" if weights_top else " and ".join(tops))
 floor_span = prose.span(mine.over_streaming_floor.min(), mine.over_streaming_floor.max(), ".1f", "x")
+table_names = list(dict.fromkeys(mine.regime))  # the decode table's labels, by the rule and then by the parts
+if table_names == ["memory-bound"]:
+    named = "The table above names them the same: near enough their streaming floor to be bandwidth-bound."
+elif set(table_names) <= {"memory-bound", "bound by the kernel's rate"}:
+    named = ("The table above names these steps \"bound by the kernel's rate\" where they lie well above their "
+             "streaming floor: the same weights' read, named for what keeps it under the streaming read (the "
+             "glossary's Regimes).")
+else:
+    named = (f"The table above names these steps by their largest part ({', '.join(table_names)}) where they lie well "
+             "above their streaming floor (the glossary's Regimes).")
 show(register.decide("decode_memory_bound", claims.verdict_of(all(e == "memory-bound" for e in ends),
                                                               all(e != "memory-bound" for e in ends)),
                      predicted="memory-bound at every context", measured=", ".join(dict.fromkeys(r.label for r in mine_labels)),
-                     evidence=f"decode_sweep.csv, {label(*main)}", largest=largest, floor=floor_span,
+                     evidence=f"decode_sweep.csv, {label(*main)}", largest=largest, floor=floor_span, named=named,
                      read=ceilings.stream_bandwidth(*main) / 1e9,
-                     labels=", ".join(f"context {c}: {r.label}, {r.ratio:.2f}x its price"
+                     labels=", ".join(f"context {c}: {r.label} at {r.ratio:.2f}x its price"
                                       for c, r in zip(contexts, mine_labels))))
 
 
@@ -891,19 +924,35 @@ show(f"This run ({label('fp32', int(ours.threads.iloc[0]))}): "
 # mapped by the operating system a page at a time):
 
 # %%
+kv_mid = batch_context + batch_steps // 2  # each sequence's cache at the middle of the run, as it is priced
+read_of = {b: b * kv_mid * shape.kv_bytes_per_token for b in batches}  # bytes attention reads, growing cache
+read_static = {b: b * (batch_context + batch_steps) * shape.kv_bytes_per_token for b in batches}  # every position
+layer_tensor_mb = {b: b * (kv_mid + 1) * shape.kv_bytes_per_token / (2 * shape.layers) / 2**20 for b in batches}
 batch_inputs = pd.DataFrame(dict(
     batch=batches, weights_mb=shape.weight_bytes / 1e6,
     caches_mb=[b * batch_context * shape.kv_bytes_per_token / 1e6 for b in batches],
     # chapter 0's times for the weights' products at B rows (blocks and LM head) and for issuing a step of B
     matrices_ms=[sum(ceilings.matrices(model_name, *main, k, b).best for k in ("blocks", "head")) * 1e3 for b in batches],
-    dispatch_ms=[ceilings.dispatch(model_name, *main, "decode", b).best * 1e3 for b in batches]))
+    cache_read_gb_s=[read_of[b] / ceilings.attention_decode(model_name, *main, read_of[b]).best / 1e9 for b in batches],
+    masked_read_gb_s=[read_static[b] / ceilings.attention_decode(model_name, *main, read_static[b], masked=True).best
+                      / 1e9 for b in batches],
+    layer_tensor_mib=[layer_tensor_mb[b] for b in batches],
+    dispatch_ms=[ceilings.dispatch(model_name, *main, "decode", b).best * 1e3 for b in batches],
+    dispatch_static_ms=[ceilings.dispatch(model_name, *main, "decode_static", b).best * 1e3 for b in batches]))
+fresh_from = next((b for b in batches if layer_tensor_mb[b] * 2**20 >= costmodel.FRESH_PAGES_BYTES), None)
 fault_ms_per_mb = ceilings.fault_cost(*main) * ceilings.faults_per_byte(*main) * 1e6 * 1e3
 show(f"Chapter 0 ({label(*main)}): the streaming read **{ceilings.stream_bandwidth(*main) / 1e9:.1f} GB/s**, the copy "
      f"**{ceilings.stream_bandwidth(*main, 'copy') / 1e9:.1f} GB/s**, and mapping fresh memory **{fault_ms_per_mb:.2f} ms "
      f"per MB** (page faults, on top of the copy), at batch 1 the matrix-vector rate of the weights "
      f"**{ceilings.weight_rate(model_name, *main) / 1e9:.1f} GB/s**. Each sequence's cache holds `batch_context` = "
-     f"{batch_context} tokens. In the table, `matrices_ms` is chapter 0's time for the weights' products at `batch` "
-     "rows (blocks and LM head) and `dispatch_ms` its time for issuing a step of that many sequences:")
+     f"{batch_context} tokens, and a step is priced at the middle of its run, {kv_mid} tokens. In the table, "
+     "`matrices_ms` is chapter 0's time for the weights' products at `batch` rows (blocks and LM head); "
+     "`cache_read_gb_s` its rate for attention reading the batch's caches, and `masked_read_gb_s` for reading every "
+     f"position of a preallocated cache of {batch_context + batch_steps} (masked); `dispatch_ms` and "
+     "`dispatch_static_ms` its times for issuing a step of that many sequences over each cache. A growing cache's "
+     f"new key or value tensor of one layer (`layer_tensor_mib`) gets fresh pages from the operating system once it "
+     f"is {costmodel.FRESH_PAGES_BYTES >> 20} MiB or more (the allocator's threshold for mapping memory afresh): "
+     + (f"here from batch {fresh_from}." if fresh_from else "at none of these batches."))
 batch_inputs.round(1)
 
 # %% [markdown] tags=["predict"]

@@ -150,35 +150,9 @@ opening = prose.Opening()
 # Every request below is a chat whose system message is the same `prefix_tokens`-token text and whose user
 # message is a short question of its own. Prefilling the whole prompt costs the cost model's prefill of all its
 # tokens. With the prefix's cache kept, a request prefills only its own tokens, attending over the cached ones,
-# plus a copy of the kept cache (so that it stays as it was for the next request). What chapter 0's ceilings
-# say of this machine, before anything is timed here:
-
-# %%
-if cost is not None:
-    copy_gbs = ceilings.stream_bandwidth("fp32", n_threads, "copy") / 1e9 if n_threads in ceilings.threads("fp32") else None
-    show(f"On {n_threads} thread{'s' * (n_threads != 1)} the cost model prices a cold prefill of {prefix_tokens} tokens "
-         f"at **{prose.ms(cost.prefill(prefix_tokens).best)}**, and a 15-token question after those tokens at "
-         f"**{prose.ms(cost.prefill(15, past=prefix_tokens).best)}**; a token's fp32 cache holds "
-         f"{MODELS[MODEL][0].with_dtype('fp32').kv_bytes_per_token / 1024:.0f} KiB"
-         + (f", which chapter 0 copies at **{copy_gbs:.1f} GB/s**." if copy_gbs else "."))
-else:
-    print(f"chapter 0 measured no ceilings for {MODEL} on {n_threads} threads: nothing here is priced")
-
-# %% [markdown] tags=["predict"]
-# **Predict first.** A request that reuses the prefix still prefills its own question (about 15 tokens with the
-# chat template's markers) over
-# the cached ones, and first copies the kept cache (read once and written once). How many milliseconds sooner do
-# you expect its first token to come than a cold request's?
-
-# %% [markdown]
-# The book's prediction: the saving is the prefix's part of the prefill, less the suffix's extra attention over it
-# and the copy. The in-process recipe, timed:
-
-# %%
-display(prose.source(reuse.first_token_reusing))
-
-# %% [markdown]
-# The prompts: a system text cut to exactly `prefix_tokens` tokens (and a short one of `short_prefix_tokens`),
+# plus a copy of the kept cache (so that it stays as it was for the next request).
+#
+# The prompts first: a system text cut to exactly `prefix_tokens` tokens (and a short one of `short_prefix_tokens`),
 # with the chat template around it; the tokens the requests share are counted from their token ids.
 
 # %%
@@ -211,6 +185,34 @@ short_shared = min(reuse.shared_prefix(short_prompts[0][0].tolist(), p[0].tolist
 pd.DataFrame([dict(prompt="long system prompt", shared_tokens=shared, prompt_tokens=[p.shape[1] for p in prompts]),
               dict(prompt="short system prompt", shared_tokens=short_shared,
                    prompt_tokens=[p.shape[1] for p in short_prompts])])
+
+# %% [markdown]
+# What chapter 0's ceilings say of this machine, before anything is timed here:
+
+# %%
+if cost is not None:
+    copy_gbs = ceilings.stream_bandwidth("fp32", n_threads, "copy") / 1e9 if n_threads in ceilings.threads("fp32") else None
+    own = int(np.median([p.shape[1] for p in prompts])) - shared  # a request's own tokens, after the shared ones
+    show(f"On {n_threads} thread{'s' * (n_threads != 1)} the cost model prices a cold prefill of a whole prompt "
+         f"({shared + own} tokens) at **{prose.ms(cost.prefill(shared + own).best)}**, and a request's own {own} tokens "
+         f"after the {shared} shared ones at **{prose.ms(cost.prefill(own, past=shared).best)}**; a token's fp32 cache holds "
+         f"{MODELS[MODEL][0].with_dtype('fp32').kv_bytes_per_token / 1024:.0f} KiB"
+         + (f", which chapter 0 copies at **{copy_gbs:.1f} GB/s**." if copy_gbs else "."))
+else:
+    print(f"chapter 0 measured no ceilings for {MODEL} on {n_threads} threads: nothing here is priced")
+
+# %% [markdown] tags=["predict"]
+# **Predict first.** A request that reuses the prefix still prefills its own question (its own tokens, with the
+# chat template's markers, just priced) over the cached ones, and first copies the kept cache of the shared tokens
+# (read once and written once). How many milliseconds sooner do
+# you expect its first token to come than a cold request's?
+
+# %% [markdown]
+# The book's prediction: the saving is the prefix's part of the prefill, less the suffix's extra attention over it
+# and the copy. The in-process recipe, timed:
+
+# %%
+display(prose.source(reuse.first_token_reusing))
 
 # %% [markdown]
 # Each request's first token, cold (its whole prompt prefilled) and reusing the prefix's cache, taking turns
@@ -272,8 +274,10 @@ verdict = claims.within(saving / 1e3, predicted_saving, claims.PREDICTED_TIME) i
     claims.NOT_HELD if predicted_saving else None)
 show(register.decide(
     "reuse_saves_the_prefix_prefill", verdict,
-    predicted=(f"{predicted_saving.mid * 1e3:.0f} ms (allowed "
-               + prose.span(*(x * 1e3 for x in claims.allowed(predicted_saving, claims.PREDICTED_TIME)), ".0f", "ms)")
+    predicted=(f"{predicted_saving.low * 1e3:.0f} ms ({predicted_saving.high * 1e3:.0f} at chapter 0's median calls; "
+               "allowed " + prose.span(*(x * 1e3 for x in claims.allowed(predicted_saving, claims.PREDICTED_TIME)),
+                                        ".0f", "ms")
+               + f", the fastest calls' price over the tolerance of {claims.PREDICTED_TIME:g} to the median calls' times it)"
                if predicted_saving else ""), measured=f"{saving.mid:.0f} ms",
     evidence=f"{questions} questions x {runs} run{'s' * (runs != 1)}; {shared} shared tokens, about {suffix} of each "
              f"request's own; {n_threads} thread{'s' * (n_threads != 1)}",
@@ -289,8 +293,9 @@ show(register.decide(
 # An engine keeps the cache of every prompt it served, in blocks, and a new prompt that starts with the same
 # tokens reuses the matching **whole** blocks (vLLM's automatic prefix caching; `transformers serve`'s
 # continuous batching shares pages the same way). vLLM counts the tokens it reuses (`vllm:prefix_cache_hits`).
-# Each engine's block, and what the cost model prices a cold prefill at, on the cores each engine computes on,
-# for each whole number of its blocks and for the long prompt:
+# Each engine's block, and what the cost model prices the long prompt's prefill at on the cores each engine
+# computes on: cold, and with each whole number of its blocks already cached (the rest prefilled, attending over
+# them):
 
 # %%
 long_prompt = int(prompts[0].shape[1])
@@ -298,15 +303,17 @@ stated_block = {"transformers serve": ContinuousBatchingConfig().page_size, "vLL
 
 
 def priced_at_blocks(name: str) -> str:
-    """A cold prefill's price on engine ``name``'s cores at each whole number of its blocks, and at the long prompt."""
+    """The long prompt's prefill on engine ``name``'s cores, cold and after each whole number of its blocks."""
     model, block = cost_model(MODEL, engine_threads(name, n_threads)), stated_block[name]
-    lengths = [*range(block, long_prompt, block), long_prompt]
-    return ", ".join(f"{t} tokens {prose.ms(model.prefill(t).best)}" for t in lengths)
+    after = [f"after {k} cached, the other {long_prompt - k} tokens {prose.ms(model.prefill(long_prompt - k, past=k).best)}"
+             for k in range(block, long_prompt, block)]
+    return ", ".join([f"cold {prose.ms(model.prefill(long_prompt).best)}", *after])
 
 
-show("; ".join(f"{name} computes on {engine_threads(name, n_threads)} of this machine's {n_threads} cores and keeps "
-               f"its cache in blocks of {stated_block[name]} tokens (its default); a cold prefill there is priced at "
-               f"{priced_at_blocks(name)}"
+show(f"The long prompt is {long_prompt} tokens, of which {shared} are shared. "
+     + "; ".join(f"{name} computes on {engine_threads(name, n_threads)} of this machine's {n_threads} cores and keeps "
+               f"its cache in blocks of {stated_block[name]} tokens (its default); its prefill of the long prompt "
+               f"there is priced {priced_at_blocks(name)}"
                for name in ("transformers serve", "vLLM") if cost_model(MODEL, engine_threads(name, n_threads)))
      + "." if any(cost_model(MODEL, engine_threads(n, n_threads)) for n in ("transformers serve", "vLLM")) else
      f"chapter 0 measured no ceilings for {MODEL} on the engines' cores: nothing here is priced")
@@ -905,9 +912,40 @@ show("chapter 7 has no arrivals here (run `python -m lib.make.book 07_over_the_w
          f"{name}: " + ", ".join(f"{r.ttft_ms:,.0f} ms at {r.rate_per_s:g}/s" for r in g.itertuples())
          for name, g in ch7_rates.groupby("engine", sort=False)) + ".")
 
+# %%
+def served_alone(name: str) -> str | None:
+    """One of chapter 7's typical requests served alone by the cost model on engine ``name``'s cores, and the
+    busiest rate's arrivals against it (None where chapter 0 did not measure those cores or chapter 7 kept no
+    traces)."""
+    m = cost_model(MODEL, engine_threads(name, ch7_params.get("threads") or n_threads))
+    if m is None or ch7_requests is None:
+        return None
+    mine_ = ch7_requests[(ch7_requests.engine == name) & ch7_requests.ok]
+    if not len(mine_):
+        return None
+    prompt, out = int(mine_.prompt_tokens.median()), int(mine_.output_tokens.median())
+    prefill_s = replay.priced_step(m, replay.Step(((prompt, 0),))).best
+    step_s = replay.priced_step(m, replay.Step(contexts=(prompt + out // 2,))).best
+    alone_s = prefill_s + (out - 1) * step_s
+    budget = {"transformers serve": ch7_params.get("tf_batch_tokens", 512),
+              "vLLM": (ch7_params.get("vllm_budgets") or [2048])[0]}.get(name)
+    top = mine_.rate_per_s.max()
+    return (f"{name}" + (f" (a token budget of {budget} per step)" if budget else "")
+            + f": a request of {prompt} prompt tokens and {out} output "
+            f"tokens is priced at {prose.ms(prefill_s)} of prefill and {prose.ms(step_s)} a decode step, "
+            f"**{prose.ms(alone_s)}** served alone; at {top:g} arrivals a second, one after another would need "
+            f"**{top * alone_s:.1f} seconds of serving per second**")
+
+
+if ch7_rates is not None:
+    alone_lines = [x for x in (served_alone(n) for n in ch7_rates.engine.unique()) if x]
+    show("Priced by the cost model on each engine's cores: " + "; ".join(alone_lines) + "."
+         if alone_lines else "chapter 0 measured no ceilings for the engines' cores: nothing here is priced")
+
 # %% [markdown] tags=["predict"]
 # **Predict first.** Chapter 7's closed loop found each engine's total tokens per second rising with its users
-# (its batching claims), and the line above gives the median TTFT it measured at each rate. Which replay do
+# (its batching claims), and the line above gives the median TTFT it measured at each rate, with what one request
+# costs served alone and what the busiest rate would ask of a server that served them one after another. Which replay do
 # you expect to come closer to the engines' median TTFT at the highest rate, first-come or token budget, and do
 # you expect the first-come replay's TTFT there to be above or below what was measured?
 
