@@ -976,6 +976,8 @@ def load_ceilings(device: torch.device, quick: bool = False) -> Ceilings:
     """The ceilings chapter 0 measured in this build on ``device``, checked (:func:`check_ceilings`). Raises
     ``FileNotFoundError`` with the one command to run when chapter 0 has not been built, and ``ValueError`` in one
     line when it measured another device (a chapter run by hand with ``device="cpu"`` on a GPU machine, say).
+    A quick run reads a quick chapter 0's ceilings, else the committed run's (they hold the quick model's rows
+    too), and prices from them leniently (``strict=False``).
 
     Introduced in section 0; read by every later chapter.
     """
@@ -985,7 +987,7 @@ def load_ceilings(device: torch.device, quick: bool = False) -> Ceilings:
     from lib.paths import REPO_ROOT, output_root
     from lib.results import load_table  # results imports device; keep this module's import light
 
-    table = load_table(MACHINE_SECTION, "ceilings", quick=quick)
+    table = load_table(MACHINE_SECTION, "ceilings", quick=quick, committed_too=True)  # rows for the quick model too
     if table is None:
         raise FileNotFoundError(
             f"this chapter reads the machine's ceilings from chapter 0: run `python -m lib.make.book "

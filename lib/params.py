@@ -111,7 +111,9 @@ def number(*, min: float | None = None, max: float | None = None, above: float |
         if (min is not None and v < min) or (max is not None and v > max) or (above is not None and v <= above):
             raise ValueError
         return v
-    expected = _range("a number", min, max) + (f" above {above}" if above is not None else "")
+    bounds = [f"above {above}" if above is not None else "", f">= {min}" if min is not None else "",
+              f"<= {max}" if max is not None else ""]
+    expected = f"a number {' and '.join(b for b in bounds if b)}".strip()
     return Rule(expected, convert, allow_none, quick, shrink=lambda v, q: v if v <= q else q)
 
 
@@ -207,8 +209,8 @@ def listof(item: Rule, *, allow_none=False, quick: list | None = None, min_items
         if repeated:
             raise ValueError(f"{', '.join(repeated)} repeated")
         return sorted(out) if ascending else out
-    count = (f"{min_items} to {max_items}" if max_items is not None else f"at least {min_items}") \
-        if (min_items, max_items) != (1, None) else "one or more"
+    count = {(1, None): "one or more", (0, None): "zero or more"}.get(
+        (min_items, max_items), f"{min_items} to {max_items}" if max_items is not None else f"at least {min_items}")
     return Rule(f"a list of {count} distinct items (like [1, 2] or '1,2'), each {item.expected}", convert,
                 allow_none, quick, is_list=True, shrink=lambda v, q: v[:len(q)])
 

@@ -238,10 +238,13 @@ def _restore_command(root: Path, section: str) -> str:
     return f"run chapter {section} again by hand, or delete {root / 'data' / section}/ to read the book's own"
 
 
-def load_table(section: str, name: str, quick: bool = False) -> pd.DataFrame | None:
+def load_table(section: str, name: str, quick: bool = False, *, committed_too: bool | None = None
+               ) -> pd.DataFrame | None:
     """Read another section's committed table ``data/<section>/<name>.csv``, or ``None`` if that section
     has not been run. The tree this run writes to (quick, scratch or staging) is tried first, so a hand run
-    reads the hand runs before it. Introduced in section 5.
+    reads the hand runs before it; a quick run reads only the quick runs (``None`` where that section has no
+    quick run: the committed tables are of other models and sizes), unless ``committed_too`` (chapter 0's
+    ceilings, which the committed run measured for the quick model too). Introduced in section 5.
 
     The table is checked against its ``provenance.json`` first: :class:`CorruptTable` (one line naming the
     file and the command that restores it) for a table its run did not write, one that is cut short or
@@ -249,7 +252,8 @@ def load_table(section: str, name: str, quick: bool = False) -> pd.DataFrame | N
     symbolic link, or one that does not parse; and for a table its run's provenance lists that is missing,
     or one with no provenance beside it (no run says it wrote it), rather than falling back to the committed
     table of another run."""
-    candidates = list(dict.fromkeys([output_root(quick), REPO_ROOT]))
+    committed_too = not quick if committed_too is None else committed_too
+    candidates = list(dict.fromkeys([output_root(quick)] + ([REPO_ROOT] if committed_too else [])))
     for root in candidates:
         path = root / "data" / section / f"{name}.csv"
         if not (path.exists() or path.is_symlink()):

@@ -1041,7 +1041,7 @@ per_run_extra = Spread.of(pairs.groupby("run").extra_ms.sum() / 1e3)  # every le
 predicted_total = saving.predicted_extra_ms.sum() / 1e3
 texts = [f"{tokens(r.prompt_tokens)}: {r.extra_ms:.1f} ms against {r.predicted_extra_ms:.1f} "
          f"(saving {r.saving:.0%})" for r in saving.itertuples()]
-far_off = max(saving.itertuples(), key=lambda r: abs(np.log(max(r.extra_ms, 1e-3) / r.predicted_extra_ms)))
+far_off = max(saving.itertuples(), key=lambda r: abs(np.log(max(r.extra_ms, 1e-3) / max(r.predicted_extra_ms, 1e-3))))
 show(register.decide("last_logits_saving_as_predicted",
                      claims.within(per_run_extra, predicted_total, claims.PREDICTED_TIME) if per_run_extra.low > 0 else
                      claims.NOT_HELD if per_run_extra.high <= 0 else claims.UNRESOLVED,

@@ -405,6 +405,22 @@ def test_a_chapter_reruns_when_the_data_it_reads_changes(demo):
     assert "executed" in logs[-1], "02_reader reads 01_demo's data, which changed"
 
 
+def test_a_quick_run_runs_first_the_quick_chapters_it_reads_that_are_missing(demo):
+    """The hostile pass of 2026-12-05: a quick chapter 5 with no quick chapter 2 read the committed full run's
+    GPT-2 prices for its tiny model. Now a quick run reads only quick runs, and --quick runs what it reads first."""
+    root, source = demo
+    reader = root / "notebooks" / "02_reader.py"
+    reader.write_text('# %% tags=["parameters"]\nquick = False\n\n# %%\nfrom lib.results import load_table\n'
+                      'assert load_table("01_demo", "v", quick=quick) is not None\n')
+    logs = []
+    assert book.build(quick=True, only=["02"], root=root, log=logs.append) == 0, logs
+    assert "02_reader reads 01_demo, which has no quick run in build/quick/: running it first" in logs
+    assert [line.split(":")[0] for line in logs if ": quick run in " in line] == ["01_demo", "02_reader"]
+    logs.clear()
+    assert book.build(quick=True, only=["02"], root=root, log=logs.append) == 0
+    assert [line.split(":")[0] for line in logs if ": quick run in " in line] == ["02_reader"], "01_demo's is there"
+
+
 # ------------------------------------------------------------------------------------------------------
 # The build trusts only what it wrote (issue 20, item 2)
 # ------------------------------------------------------------------------------------------------------

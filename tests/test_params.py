@@ -169,6 +169,15 @@ def test_lists_with_a_size_and_an_order():
         params.check({"lengths": [1, 2, 3, 4]}, rule)
 
 
+def test_bounds_and_sizes_read_as_a_reader_would_say_them():
+    """The hostile pass of 2026-12-05: 'a number <= 64 above 0' and 'a list of at least 0 distinct items'."""
+    rules = {"rate": params.number(above=0, max=64), "engines": params.listof(params.choice(["a", "b"]), min_items=0)}
+    with pytest.raises(ValueError, match=r"rate=-1 is not valid; expected a number above 0 and <= 64$"):
+        params.check({"rate": -1, "engines": []}, rules)
+    with pytest.raises(ValueError, match=r"expected a list of zero or more distinct items"):
+        params.check({"rate": 1, "engines": ["c"]}, rules)
+
+
 def _chapter_7_checks(**changes) -> None:
     """Chapter 7's parameter and check cells, run as a reader's edit of the parameters would run them."""
     source = (paths.REPO_ROOT / "notebooks" / "07_over_the_wire.py").read_text()

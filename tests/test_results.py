@@ -1,4 +1,5 @@
 import json
+import shutil
 
 import matplotlib
 import pandas as pd
@@ -122,6 +123,9 @@ def test_load_table_never_falls_back_to_another_run_s_table(monkeypatch, tmp_pat
     with pytest.raises(results.CorruptTable, match=r"t\.csv: refused: no provenance\.json beside it"):
         results.load_table("02_x", "t", quick=True)
     assert results.load_table("02_x", "other", quick=True) is None  # a table no run wrote: none
+    shutil.rmtree(quick / "data" / "02_x")  # no quick run of that chapter at all: the full run's table is not it
+    assert results.load_table("02_x", "t", quick=True) is None
+    assert results.load_table("02_x", "t")["a"].tolist() == [1], "a full hand run still reads the committed one"
 
 
 def test_bad_section_name():

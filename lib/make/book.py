@@ -57,10 +57,11 @@ import papermill
 
 from lib.make.outputs import (BuildBusy, HalfReplaced, Terminated, build_lock, commit, journal_dir,
                               raise_on_sigterm, recover, side_copies)
-from lib.make.staleness import HASH_KEY, input_hash, output_hashes, run_environment, sources, stale_reason
+from lib.make.staleness import (HASH_KEY, input_hash, output_hashes, run_environment, sources, stale_reason,
+                                upstream_chapters)
 from lib.params import parameter_values
 from lib.paths import OUTPUT_ROOT_ENV, REPO_ROOT
-from lib.runs import ChapterLock, RunBusy
+from lib.runs import PROVENANCE, ChapterLock, RunBusy
 
 #: The book's named kernel (``make env`` installs it into .venv); plain ``python3`` where it is missing.
 KERNEL_NAME, KERNEL_DISPLAY = "prefill-decode", "Prefill and Decode (.venv)"
@@ -397,6 +398,20 @@ def claims_held(root: Path, stem: str) -> str:
     return tally(pd.read_csv(path).verdict.tolist())
 
 
+def _with_missing_upstream(chosen: list[Path], available: list[Path], root: Path, log) -> list[Path]:
+    """``chosen`` and, before them, every chapter they read whose quick run is missing from ``build/quick/``
+    (a quick run reads only quick runs: the committed book measured other models and sizes)."""
+    wanted, quick_data = set(chosen), root / "build" / "quick" / "data"
+    for source in reversed(available):  # a later chapter's upstream may need its own upstream
+        if source not in wanted:
+            continue
+        for other in upstream_chapters(source, available):
+            if other not in wanted and not (quick_data / other.stem / PROVENANCE).exists():
+                log(f"{source.stem} reads {other.stem}, which has no quick run in build/quick/: running it first")
+                wanted.add(other)
+    return [s for s in available if s in wanted]
+
+
 def build(*, quick: bool = False, device: str | None = None, only: list[str] | None = None,
           force: bool = False, root: Path = REPO_ROOT, log=print) -> int:
     """Build the book (or the quick book) whose notebooks are in ``root/notebooks``; return 0 on
@@ -407,6 +422,8 @@ def build(*, quick: bool = False, device: str | None = None, only: list[str] | N
     if only and not chosen:
         log(f"no notebook matches {only}; notebooks are: {', '.join(s.stem for s in available)}")
         return 2
+    if quick:
+        chosen = _with_missing_upstream(chosen, available, root, log)
     try:
         with build_lock(root):
             try:

@@ -48,13 +48,18 @@ def upstream_data(source: Path) -> list[Path]:
     machine's ceilings (``machine.load_ceilings``), and each published reference run under
     ``data/reference/`` whose name its source names (as in ``load_reference("ch09_facts")``)."""
     root = source.parent.parent
-    text = source.read_text()
     files = []
-    for other in sources(source.parent):
-        named = other.stem in text or (other.stem == MACHINE_SECTION and "load_ceilings" in text)
-        if other != source and named:
-            files += sorted(p for p in (root / "data" / other.stem).glob("*") if p.name != "provenance.json")
-    return files + sorted(p for p in (root / "data" / "reference").glob("*") if p.stem in text)
+    for other in upstream_chapters(source):
+        files += sorted(p for p in (root / "data" / other.stem).glob("*") if p.name != "provenance.json")
+    return files + sorted(p for p in (root / "data" / "reference").glob("*") if p.stem in source.read_text())
+
+
+def upstream_chapters(source: Path, available: list[Path] | None = None) -> list[Path]:
+    """The other chapters whose tables a notebook reads (of ``available``, default: the notebooks beside it):
+    each whose stem its source names, and chapter 0 when it reads the machine's ceilings."""
+    text = source.read_text()
+    return [other for other in (sources(source.parent) if available is None else available)
+            if other != source and (other.stem in text or (other.stem == MACHINE_SECTION and "load_ceilings" in text))]
 
 
 def probe_environment(device: str | None) -> dict:
