@@ -21,7 +21,8 @@ that does the work (:mod:`lib.machine`), not at a textbook peak:
   the sizes freed before). So a prediction made before measuring counts the faults of the large tensors only,
   and a pass whose faults were counted (:func:`lib.timing.page_faults`, ``fresh_pages``) is priced with those.
 * **dispatch**: issuing the pass's operations and running its small kernels (norms, activations, residual adds),
-  measured on the same model with its matrices and attention hollowed out.
+  measured on the same model with its matrices and attention hollowed out; a decode step's at its cache's size,
+  since the rest of a step grows with its cache (:meth:`lib.machine.Ceilings.rest_growth`).
 
 :class:`CostModel` returns a :class:`Prediction` with every term, so a page can show where a pass's time goes;
 :func:`lib.regime.regime` labels a measured pass from it. Every term is priced twice: at the ceilings' fastest
@@ -221,8 +222,10 @@ class CostModel:
             terms.append(self._copy(moved, "the cache read and written into a longer one"))
             expected = self._fresh_pages(batch * (context + 1) * s.kv_bytes_per_token / (2 * s.layers), 2 * s.layers)
         terms += self._faults(expected, fresh_pages, c.matrix_faults(*args, "head", batch))
-        d = c.dispatch(*args, "decode" if cache == "dynamic" else "decode_static", batch)
-        terms.append(Term("dispatch", d.best, d.median, "launch", "the same step, its matrices and attention hollowed out"))
+        d = c.dispatch(*args, "decode" if cache == "dynamic" else "decode_static", batch,
+                       positions=context if cache == "dynamic" else max_len)
+        terms.append(Term("dispatch", d.best, d.median, "launch", "the same step, its matrices and attention hollowed "
+                          "out, at this cache's size"))
         return Prediction("decode", batch, batch, context, tuple(terms))
 
     def kernel(self, kernel: str, rows: int) -> KernelTime:

@@ -7,7 +7,7 @@ every rate that sum needs, once, with simple code (:func:`measure_ceilings`), an
 ceiling never drifts between chapters built minutes apart. For each dtype and thread count:
 
 * **Streaming** (``read``, ``read_max``, ``copy``, ``fresh_copy``, ``triad``), the way STREAM measures it: arrays
-  far larger than any cache, bytes counted per kernel (write-allocate traffic not counted, as in STREAM). The
+  at least four times the last-level cache (:func:`budget`), bytes counted per kernel (write-allocate traffic not counted, as in STREAM). The
   read is a sum; ``read_max`` cross-checks it with a kernel that does almost no arithmetic (a running maximum);
   ``fresh_copy`` copies into newly allocated memory, as a cache that grows by concatenation does.
 * **The model's matrices in its own layout** (``blocks`` and ``head``, per model and number of rows): GPT-2's
@@ -67,7 +67,7 @@ from lib.timing import PAGE_BYTES, Timing, page_faults, synchronize
 if TYPE_CHECKING:
     from lib.claims import Spread
 
-__all__ = ["Pace", "pace", "pace_table", "pace_claim", "release_pace", "Budget", "budget", "hardware_support", "MODELS", "ROWS", "HEAD_ROWS", "ATTENTION_ROWS", "STREAM_KERNELS", "measure_ceilings",
+__all__ = ["last_level_cache_bytes", "Pace", "pace", "pace_table", "pace_claim", "release_pace", "Budget", "budget", "hardware_support", "MODELS", "ROWS", "HEAD_ROWS", "ATTENTION_ROWS", "STREAM_KERNELS", "measure_ceilings",
            "Ceilings", "KernelTime", "load_ceilings", "check_ceilings", "CorruptCeilings", "count_operations"]
 
 #: The models chapter 0 can measure: their shape and how their layers call their matrices.
@@ -82,6 +82,10 @@ ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 HEAD_ROWS = (1, 4, 16, 64, 256)
 ATTENTION_ROWS = (1, 4, 16, 64, 256, 1024)
 QUICK_ROWS = (1, 4, 16)
+#: The longer caches (sequences, cached tokens) a decode step's dispatch is timed from beside 16 tokens, where
+#: chapters 3 and 4 decode one stream from up to 1,000 tokens and chapter 3 batches 16 and 64 at 512
+#: (:meth:`Ceilings.rest_growth`); a batch measured from 16 tokens only is timed from 16 only.
+LONG_CACHES = ((1, 1000), (16, 512), (64, 512))
 STREAM_KERNELS = ("read", "read_max", "copy", "fresh_copy", "triad")
 #: The most a pass of a memory system can stream, in bytes/s: a table above it was not measured here.
 _FASTEST_MEMORY = 20e12
@@ -128,18 +132,35 @@ class Budget:
     warm_up: bool = True
 
 
+def last_level_cache_bytes() -> int | None:
+    """This host's last-level CPU cache in bytes (the largest level Linux's ``/sys`` lists for CPU 0; on a virtual
+    machine, the host socket's, shared), or ``None`` where it does not say."""
+    from pathlib import Path
+
+    sizes = {}
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            level, size = (index / "level").read_text().strip(), (index / "size").read_text().strip()
+            sizes[int(level)] = int(size.rstrip("KMG")) * {"K": 2**10, "M": 2**20, "G": 2**30}.get(size[-1], 1)
+        except (OSError, ValueError):
+            continue
+    return sizes[max(sizes)] if sizes else None
+
+
 def budget(device: torch.device, quick: bool = False) -> Budget:
-    """Measurement sizes for ``device``: arrays of 256 MiB on a CPU and 1 GiB on a GPU (far past any cache),
-    three rounds of 0.06 s per ceiling with 2 to 3 repeats each (6 to 9 samples: with two rounds' 4 to 6, the
-    fastest call of the noisiest small kernels moved by up to a half between two quiet builds); quick mode
-    shrinks both, in one round.
+    """Measurement sizes for ``device``: streamed arrays of 1 GiB on a GPU and, on a CPU, of 256 MiB or four times
+    its last-level cache, whichever is larger (STREAM's rule: a host with a 480 MiB cache held a 256 MiB array
+    between calls); three rounds of 0.06 s per ceiling with 2 to 3 repeats each (6 to 9 samples: with two rounds'
+    4 to 6, the fastest call of the noisiest small kernels moved by up to a half between two quiet builds); quick
+    mode shrinks both, in one round.
 
     Used by :func:`measure_ceilings`; section 0.
     """
     if quick:
         return Budget(seconds=0.08, min_repeats=3, max_repeats=5, stream_bytes=32 << 20)
+    cache = last_level_cache_bytes() or 0
     return Budget(seconds=0.06, min_repeats=2, max_repeats=3, rounds=3,
-                  stream_bytes=(1 << 30) if device.type == "cuda" else (256 << 20))
+                  stream_bytes=(1 << 30) if device.type == "cuda" else max(256 << 20, 4 * cache))
 
 
 def hardware_support(device: torch.device, dtype: torch.dtype) -> bool:
@@ -189,13 +210,32 @@ def _faulting(fn: Callable[[], object], device: torch.device) -> tuple[float, in
     return seconds, page_faults() - before
 
 
-def _timed(fn: Callable[[], object], device: torch.device, plan: Budget) -> Timing:
+def _timed(fn: Callable[[], object], device: torch.device, plan: Budget,
+           before: Callable[[], object] | None = None) -> Timing:
     """Time ``min_repeats`` to ``max_repeats`` calls of ``fn`` within ``plan.seconds``; the first call sets the
-    number, and is a warm-up (``plan.warm_up``) or the first sample. Each sample's page faults are counted."""
-    first = _faulting(fn, device)
+    number, and is a warm-up (``plan.warm_up``) or the first sample. Each sample's page faults are counted.
+    ``before``, when given, runs before every call, untimed (:func:`_flush`: the caches emptied as a pass empties
+    them)."""
+    def call() -> tuple[float, int]:
+        if before is not None:
+            before()
+        return _faulting(fn, device)
+
+    first = call()
     calls = [] if plan.warm_up else [first]
-    calls += [_faulting(fn, device) for _ in range(_repeats(first[0], plan) - len(calls))]
+    calls += [call() for _ in range(_repeats(first[0], plan) - len(calls))]
     return Timing.of([c[0] for c in calls], [c[1] for c in calls])
+
+
+def _flush(model: str, device: torch.device, dtype: torch.dtype) -> Callable[[], object]:
+    """A read of as many bytes as ``model``'s weights in ``dtype`` (an array of its own, kept): what passes
+    between two uses of one layer's cache in a decode step, which streams every weight once. Run before a cache
+    kernel is timed, it leaves the CPU's caches as a step leaves them, on a CPU whose last-level cache would
+    otherwise hold a small KV cache from one call to the next."""
+    shape, _ = MODELS[model]
+    n = max(1, int(shape.with_dtype(dtype).weight_bytes) // dtype.itemsize)
+    weights = _kept(("flush", model, n), lambda: random_values(n, dtype=dtype, device=device))
+    return lambda: torch.amax(weights)
 
 
 def _row(base: dict, kernel: str, t: Timing, *, model: str = "", rows: int = 0, bytes_: float = math.nan,
@@ -342,10 +382,12 @@ def matrices(model: str, device: torch.device, dtype: torch.dtype, plan: Budget,
     """The model's block matrices and its LM head at each number of ``rows``, in its own layout: one row per
     (``blocks`` or ``head``, rows). Each call is priced for the whole model: where all layers (or the whole head)
     would take too long for the budget, a part is timed and scaled by the FLOPs it left out (``measured_fraction``).
-    Up to 16 rows every layer is timed, so the weights stream from memory as in a pass (a part small enough to
-    stay in the caches would not), unless the kernel is ``slow`` (no hardware instructions: its time is its
-    arithmetic). A row count that would not fit the budget even on a sixty-fourth of the work is recorded as
-    skipped, with the reason.""" 
+    Up to 16 rows every layer is timed, so the weights stream from memory as in a pass, unless the kernel is
+    ``slow`` (no hardware instructions: its time is its arithmetic); a part of the layers is timed after a read of
+    the whole model's weights' bytes (:func:`_flush`), since a part small enough to stay in the caches between
+    calls would not stream (on a host with a 480 MiB last-level cache, two layers of twelve ran 1.5 times as fast
+    as all twelve). A row count that would not fit the budget even on a sixty-fourth of the work is recorded as
+    skipped, with the reason."""
     shape, layout = MODELS[model]
     out = []
     widths = {shape.d_model, shape.d_ff}
@@ -369,7 +411,7 @@ def matrices(model: str, device: torch.device, dtype: torch.dtype, plan: Budget,
                 layers = max(1, round(shape.layers * part))
                 run = _kept(("blocks", model, layers), lambda: model_matrices(shape, layout, device, dtype, layers))
                 scale = shape.layers / layers
-                t = _timed(lambda: run(x), device, plan)
+                t = _timed(lambda: run(x), device, plan, None if scale == 1 else _flush(model, device, dtype))
             else:
                 vocab = max(64, round(shape.vocab * part))
                 head = _kept(("head", model), lambda: random_values(shape.vocab, shape.d_model, scale=shape.d_model ** -0.5,
@@ -395,8 +437,10 @@ def attention(model: str, device: torch.device, dtype: torch.dtype, plan: Budget
     position, as ``DynamicCache`` does, into memory already mapped so that page faults stay out of it; bytes: read
     and written). A prefill is timed on
     one layer and priced for all (its inputs are activations, written just before); a decode over a separate cache
-    per layer, as a step reads them, on as many layers as fit in ``plan.stream_bytes`` (already far past any
-    cache, so each layer's read comes from memory) and priced for all."""
+    per layer, as a step reads them, on as many layers as fit in ``plan.stream_bytes``, priced for all. Each decode
+    call and each concatenation is timed after a read of as many bytes as the model's weights (:func:`_flush`,
+    untimed), as a step reaches a layer's cache after streaming its weights: on a host whose last-level cache holds
+    a small KV cache, timing it warm priced attention at 38 GB/s where the step's own read ran near 22."""
     shape, _ = MODELS[model]
     h, kvh, hd, layers = shape.heads, shape.kv_heads, shape.head_dim, shape.layers
     gqa = {"enable_gqa": True} if h != kvh else {}
@@ -407,6 +451,7 @@ def attention(model: str, device: torch.device, dtype: torch.dtype, plan: Budget
         t = _timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa), device, plan)
         out.append(_row(base, "attention_prefill", t, model=model, rows=t_len, scale=layers,
                         flops=layers * 2 * shape.d_model * t_len * t_len, note="one layer timed, priced for all"))
+    flush = _flush(model, device, dtype)
     for batch, context in contexts:
         q = torch.randn(batch, h, 1, hd, dtype=dtype, device=device)
         layer_bytes = 2 * batch * kvh * context * hd * dtype.itemsize
@@ -420,7 +465,7 @@ def attention(model: str, device: torch.device, dtype: torch.dtype, plan: Budget
                 for k, v in zip(caches[0::2], caches[1::2]):
                     F.scaled_dot_product_attention(q, k, v, **extra, **gqa)
 
-            out.append(_row(base, kernel, _timed(run, device, plan), model=model, rows=batch, context=context,
+            out.append(_row(base, kernel, _timed(run, device, plan, flush), model=model, rows=batch, context=context,
                             bytes_=layers * layer_bytes, flops=batch * layers * 4 * shape.d_model * context,
                             scale=layers / timed,
                             note="" if timed == layers else f"{timed} of {layers} layers timed, priced for all"))
@@ -433,7 +478,7 @@ def attention(model: str, device: torch.device, dtype: torch.dtype, plan: Budget
             for old_, new_ in zip(caches, longer):
                 torch.cat([old_, new], dim=-2, out=new_)
 
-        out.append(_row(base, "cache_concatenation", _timed(grow, device, plan), model=model, rows=batch,
+        out.append(_row(base, "cache_concatenation", _timed(grow, device, plan, flush), model=model, rows=batch,
                         context=context, bytes_=2 * layers * layer_bytes, scale=layers / timed,
                         note="into memory already mapped" + ("" if timed == layers else
                                                              f"; {timed} of {layers} layers timed, priced for all")))
@@ -515,9 +560,25 @@ def count_operations(fn: Callable[[], object]) -> int:
     return counter.calls
 
 
+def _filled_cache(module: torch.nn.Module, model: str, batch: int, context: int, dtype: torch.dtype,
+                  device: torch.device):
+    """A growing cache of ``context`` positions for each of ``batch`` sequences, every layer, its values written
+    (ones: a step's cost depends on the cache's shape, and a page never written would be read from the one
+    shared page of zeros). Built directly: the prefill that would fill it costs far more than the steps timed."""
+    from lib import phases
+
+    shape, _ = MODELS[model]
+    cache = phases.new_cache(module)
+    for layer in range(shape.layers):
+        k, v = (torch.ones(batch, shape.kv_heads, context, shape.head_dim, dtype=dtype, device=device) for _ in range(2))
+        cache.update(k, v, layer)
+    return cache
+
+
 def dispatch(model: str, device: torch.device, dtype: torch.dtype, plan: Budget, base: dict, steps: int = 4,
              prompts: Sequence[int] = (1, 64, 256), batches: Sequence[int] = (1, 16, 64),
-             caches: Sequence[str] = ("decode", "decode_static")) -> list[dict]:
+             caches: Sequence[str] = ("decode", "decode_static"),
+             long_caches: Sequence[tuple[int, int]] = ()) -> list[dict]:
     """The cost of a pass beyond its matrices and attention: the model at its own size, :func:`hollowed`, so it
     issues every operation and runs its small kernels at its own width, with each product still reading its
     weights (``setting="between weight streams"``, as in a real pass, whose weights flush the caches the
@@ -526,9 +587,13 @@ def dispatch(model: str, device: torch.device, dtype: torch.dtype, plan: Budget,
     is not proportional to the tokens below a few hundred; past the longest it is priced in proportion) and a
     decode step
     (:func:`lib.phases.decode`, token read back included) of each of ``batches`` sequences over a growing cache
-    (``"decode"``) and over a preallocated one (``"decode_static"``), as ``caches`` lists, at context 16; one row each
-    (``pass_kind``, ``rows``: tokens or sequences), with the operations the pass issues (``operations``) and the
-    cost of one (``us_per_operation``). A one-token prefill and a one-sequence step are also timed hollowed
+    (``"decode"``) and over a preallocated one (``"decode_static"``), as ``caches`` lists, at context 16, and again
+    between weight streams at each ``(batch, context)`` of ``long_caches``: the rest of a step grows with its cache
+    (a growing cache's new tensors take memory the next weights' reads and small kernels then miss, a
+    preallocated one's mask grows), which :meth:`Ceilings.dispatch` prices from these rows. One row each
+    (``pass_kind``; ``rows``: tokens or sequences; ``context``: the positions a step attends over, a preallocated
+    cache's whole length), with the operations the pass issues (``operations``) and the cost of one
+    (``us_per_operation``). A one-token prefill and a one-sequence step are also timed hollowed
     without the reads (``setting="alone"``): the pure cost of issuing the operations. A decode step's time is the
     median of ``steps`` steps in a run. Between weight streams the ceiling is the fastest pass less the fastest read,
     and the median the paired differences' (:func:`_summarised`)."""
@@ -553,9 +618,9 @@ def dispatch(model: str, device: torch.device, dtype: torch.dtype, plan: Budget,
             passes.append(time_pass())
         return dict(t=Timing.of(passes), reads=reads if streams else None)
 
-    def steps_of(cache, token) -> Callable[[], float]:
+    def steps_of(cache, token, context: int) -> Callable[[], float]:
         def run() -> float:
-            phases.truncate_cache(cache, 16)
+            phases.truncate_cache(cache, context)
             return float(np.median(phases.decode(module, token, cache, steps).step_times))
         return run
 
@@ -572,18 +637,24 @@ def dispatch(model: str, device: torch.device, dtype: torch.dtype, plan: Budget,
                 timed = less_reads(lambda: _clocked(lambda: phases.prefill(module, ids), device), repeats, streams)
                 out.append(_row(base, "dispatch", **timed, model=model, rows=t_len, pass_kind="prefill", operations=ops,
                                 setting=setting, note=less.lstrip(", ")))
-            for name, b in kinds:
-                _, cache = phases.prefill(module, torch.zeros(b, 16, dtype=torch.long, device=device))
+            longer = [(kind, b, c) for kind in caches for b, c in long_caches if b in batches] if streams else []
+            for name, b, context in [(kind, b, 16) for kind, b in kinds] + longer:
+                cache = phases.prefill(module, torch.zeros(b, context, dtype=torch.long, device=device))[1] \
+                    if context == 16 else _filled_cache(module, model, b, context, dtype, device)
+                positions = context
                 if name == "decode_static":
-                    cache = phases.static_cache(module, cache, 16 + 2 * steps)
+                    positions = context + 2 * steps
+                    cache = phases.static_cache(module, cache, positions)
                 token = torch.zeros(b, 1, dtype=torch.long, device=device)
                 ops = _kept(("operations", model, name, b, streams), lambda: count_operations(lambda: phases.decode(module, token, cache, 1)))
-                run = steps_of(cache, token)
+                phases.truncate_cache(cache, context)
+                run = steps_of(cache, token, context)
                 if plan.warm_up:
                     run()
                 out.append(_row(base, "dispatch", **less_reads(run, plan.min_repeats, streams), model=model, rows=b,
-                                pass_kind=name, operations=ops, setting=setting,
-                                note=f"median of {steps} steps a run{less}"))
+                                pass_kind=name, operations=ops, setting=setting, context=positions,
+                                note=f"median of {steps} steps a run from {context} cached tokens{less}"))
+                del cache
     return out
 
 
@@ -639,15 +710,17 @@ def measure_ceilings(device: torch.device, dtypes: Sequence[str] = ("fp32",), th
                         if quick:  # a one-stream model's dispatch as in a full run: one stream, a growing cache
                             measured += attention(model, device, dtype, step, base, attention_rows, ((1, 16), (4, 64)))
                             measured += dispatch(model, device, dtype, step, base, prompts=(1, 16),
+                                                 long_caches=((1, 64),),
                                                  **({"batches": (1,), "caches": ("decode",)}
                                                     if model in models_one_stream else {"batches": (1, 4)}))
                         elif model in models_one_stream:  # chapters 1, 7 and 9 price one stream's passes
                             measured += attention(model, device, dtype, step, base, attention_rows,
                                                   contexts=((1, 16), (1, 1024)))
-                            measured += dispatch(model, device, dtype, step, base, batches=(1,), caches=("decode",))
+                            measured += dispatch(model, device, dtype, step, base, batches=(1,), caches=("decode",),
+                                                 long_caches=LONG_CACHES[:1])
                         else:  # the chapters batch decode steps at the most threads; fewer points elsewhere
                             measured += attention(model, device, dtype, step, base, attention_rows)
-                            measured += dispatch(model, device, dtype, step, base,
+                            measured += dispatch(model, device, dtype, step, base, long_caches=LONG_CACHES,
                                                  **({} if n == max(threads) else {"batches": (1, 16)}))
                 took[n] += time.perf_counter() - started
         out += _merged(measured)
@@ -870,19 +943,77 @@ class Ceilings:
         return KernelTime(_interpolate(xs, t.best_s.to_numpy(float), cache_bytes),
                           _interpolate(xs, t.median_s.to_numpy(float), cache_bytes), "cache_concatenation")
 
-    def dispatch(self, model: str, dtype: str, threads: int, pass_kind: str = "decode", rows: float = 1) -> KernelTime:
+    def _dispatch_rows(self, model: str, dtype: str, threads: int, pass_kind: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """The hollowed passes between weight streams: those from the shortest cache measured at each size (a
+        prefill's, a decode step's from 16 cached tokens) and those from a longer cache."""
+        t = self._rows(dtype, threads, "dispatch", model, pass_kind=pass_kind, setting="between weight streams")
+        if "context" not in t or t.context.isna().all():
+            return t, t.iloc[:0]
+        short = t.context.isna() | (t.context == t.groupby("rows").context.transform("min"))
+        return t[short], t[~short]
+
+    def rest_growth(self, model: str, dtype: str, threads: int, pass_kind: str, rows: float,
+                    positions: float) -> KernelTime | None:
+        """How much longer the rest of a decode step (all but its matrices and attention) takes with ``rows``
+        sequences attending over ``positions`` each (a growing cache's context, a preallocated cache's whole
+        length) than from the shortest cache chapter 0 measured (16 tokens): its hollowed step at a longer cache
+        less at the short one, and for a growing cache (``pass_kind="decode"``) less the growth of the
+        concatenation timed alone (the cost model prices that copy on its own). Linear in the cache's bytes beyond
+        the short cache, through zero, between the sizes measured, in proportion past the largest; never below
+        zero. ``None`` where chapter 0 measured no longer cache (an older table)."""
+        short, long_ = self._dispatch_rows(model, dtype, threads, pass_kind)
+        if long_.empty:
+            return None
+        kv = MODELS[model][0].with_dtype(dtype).kv_bytes_per_token
+        base = short.set_index("rows")
+        points = []
+        for r in long_.itertuples():
+            if r.rows not in base.index:
+                continue
+            b = base.loc[r.rows]
+            grown = [r.best_s - b.best_s, r.median_s - b.median_s]
+            copy = [self.cache_concatenation(model, dtype, threads, r.rows * c * kv) for c in (r.context, b.context)]
+            if pass_kind == "decode" and None not in copy:
+                grown = [grown[0] - (copy[0].best - copy[1].best), grown[1] - (copy[0].median - copy[1].median)]
+            best = max(grown[0], 0.0)
+            points.append((r.rows * (r.context - b.context) * kv, best, max(grown[1], best)))
+        if not points:
+            return None
+        points.sort()
+        extra = rows * (positions - short.context.min()) * kv
+        if extra <= 0:
+            return KernelTime(0.0, 0.0, f"the rest of a {pass_kind} step at {positions:g} positions")
+        xs, best, median = (np.array([0.0] + [p[i] for p in points]) for i in range(3))
+        scale = max(extra / xs[-1], 1.0)  # past the largest cache measured: in proportion to its bytes
+        at = min(extra, xs[-1])
+        return KernelTime(float(np.interp(at, xs, best)) * scale, float(np.interp(at, xs, median)) * scale,
+                          f"the rest of a {pass_kind} step grown to {positions:g} positions")
+
+    def dispatch(self, model: str, dtype: str, threads: int, pass_kind: str = "decode", rows: float = 1,
+                 positions: float | None = None) -> KernelTime:
         """One pass beyond its matrices and attention (``prefill`` of ``rows`` tokens, ``decode`` of ``rows``
         sequences, or ``decode_static``): the hollowed model's pass between its weights' reads, interpolated over
         the sizes measured (and in proportion to the size beyond the largest). A decode step measured at one
-        sequence only is priced for more as that step plus a prefill's growth from one row to as many."""
-        t = self._rows(dtype, threads, "dispatch", model, pass_kind=pass_kind, setting="between weight streams")
+        sequence only is priced for more as that step plus a prefill's growth from one row to as many. With
+        ``positions`` (a decode step's cache, per sequence), plus what the rest of the step grows to that cache
+        from the shortest measured (:meth:`rest_growth`)."""
+        short = self._short_dispatch(model, dtype, threads, pass_kind, rows)
+        growth = None if positions is None or pass_kind == "prefill" else \
+            self.rest_growth(model, dtype, threads, pass_kind, rows, positions)
+        if growth is None:
+            return short
+        return KernelTime(short.best + growth.best, short.median + growth.median,
+                          f"{short.source}, grown to a cache of {positions:g} positions")
+
+    def _short_dispatch(self, model: str, dtype: str, threads: int, pass_kind: str, rows: float) -> KernelTime:
+        t, _ = self._dispatch_rows(model, dtype, threads, pass_kind)
         xs = t.rows.to_numpy(float)
         if pass_kind != "prefill" and len(xs) == 1 and rows > xs[0]:
             # A step measured at one sequence only. An eager step of more issues the same operations, so it is
             # not that step in proportion; its small kernels widen as a prefill's do over as many rows.
             one = KernelTime(float(t.best_s.iloc[0]), float(t.median_s.iloc[0]), f"the rest of a {pass_kind} pass")
             try:
-                wide, narrow = (self.dispatch(model, dtype, threads, "prefill", n) for n in (rows, xs[0]))
+                wide, narrow = (self._short_dispatch(model, dtype, threads, "prefill", n) for n in (rows, xs[0]))
             except ValueError:  # no prefill measured either: the same operations, held
                 return one
             return KernelTime(one.best + max(wide.best - narrow.best, 0.0),

@@ -19,7 +19,7 @@ import warnings
 
 import pandas as pd
 
-__all__ = ["ms", "tokens", "span", "source", "table", "show", "machine", "Opening", "OpeningTooLong", "opening_words",
+__all__ = ["ms", "tokens", "count", "span", "source", "table", "show", "machine", "Opening", "OpeningTooLong", "opening_words",
            "OPENING_PENDING", "OPENING_WORDS"]
 
 
@@ -32,6 +32,13 @@ def ms(seconds: float) -> str:
 def tokens(n: int) -> str:
     """``"1 token"``, ``"1,024 tokens"``."""
     return f"{int(n):,} token{'s' if int(n) != 1 else ''}"
+
+
+def count(n: int, noun: str) -> str:
+    """``"one setting"``, ``"two settings"``, ``"12 settings"``: a count in words up to ten, with its noun."""
+    words = ["no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
+    n = int(n)
+    return f"{words[n] if 0 <= n <= 10 else f'{n:,}'} {noun}{'s' if n != 1 else ''}"
 
 
 def span(low: float, high: float, fmt: str = ".1f", unit: str = "") -> str:

@@ -150,15 +150,23 @@ def _scaled(shape: ModelShape, reference: ModelShape) -> tuple[float, float, flo
 
 
 def _dispatch(ceilings: Ceilings, name: str, reference: str, ops: int, ops_reference: int, dtype: str, threads: int,
-              kind: str, rows: int) -> Term:
+              kind: str, rows: int, cache_bytes: float | None = None) -> Term:
+    """Issuing the pass; a decode step's at its cache of ``cache_bytes`` (its rest grows with the cache's bytes,
+    :meth:`lib.machine.Ceilings.rest_growth`, read at the cache of the same bytes)."""
     own = name == reference or (name in MODELS and name in set(ceilings.table.model.dropna()))
+    measured = name if own else reference
+    positions = None if cache_bytes is None else \
+        cache_bytes / MODELS[measured][0].with_dtype(dtype).kv_bytes_per_token
     if own:
-        d = ceilings.dispatch(name, dtype, threads, kind, rows)
+        d = ceilings.dispatch(name, dtype, threads, kind, rows, positions=positions)
         return Term("dispatch", d.best, d.median, "launch", f"chapter 0's own measurement of {name}")
     d = ceilings.dispatch(reference, dtype, threads, kind, rows)
+    grown = ceilings.rest_growth(reference, dtype, threads, kind, rows, positions) if positions else None
     k = ops / ops_reference
-    return Term("dispatch", d.best * k, d.median * k, "launch",
-                f"{reference}'s, scaled by the operations issued ({ops:,} against {ops_reference:,})")
+    g = (0.0, 0.0) if grown is None else (grown.best, grown.median)
+    return Term("dispatch", d.best * k + g[0], d.median * k + g[1], "launch",
+                f"{reference}'s, scaled by the operations issued ({ops:,} against {ops_reference:,})"
+                + (", and grown with its cache's bytes" if grown is not None else ""))
 
 
 def price_decode(ceilings: Ceilings, name: str, reference: str, ops: int, ops_reference: int, dtype: str,
@@ -184,7 +192,7 @@ def price_decode(ceilings: Ceilings, name: str, reference: str, ops: int, ops_re
         terms.append(Term("cache copy", 2 * cache_bytes / rate, 2 * cache_bytes / rate, "memory", "chapter 0's copy"))
     else:
         terms.append(Term("cache copy", copy.best, copy.median, "memory", "chapter 0's concatenation of that size"))
-    terms.append(_dispatch(ceilings, name, reference, ops, ops_reference, dtype, threads, "decode", 1))
+    terms.append(_dispatch(ceilings, name, reference, ops, ops_reference, dtype, threads, "decode", 1, cache_bytes))
     return Prediction("decode", 1, 1, context, tuple(terms))
 
 

@@ -21,14 +21,17 @@
 #
 # * [**streaming**](glossary.md#streaming-read), as STREAM measures it: a read (a sum), a second read that does
 #   almost no arithmetic (a running maximum), a copy, a copy into freshly allocated memory (what a growing cache
-#   does) and a triad, over arrays far larger than any cache;
+#   does) and a triad, over arrays at least four times the CPU's last-level cache (STREAM's rule), so that they
+#   stream from memory;
 # * **the model's own matrices, in its own layout**: GPT-2's layers call `addmm` on `[in, out]` weights, a Llama's
 #   (SmolLM2's) call `F.linear` on `[out, in]`; at one row (a decode step) this is the rate the weights stream at,
 #   and at `M` rows it is [`F(M)`](glossary.md#matrix-rate-fm), the FLOP rate those shapes reach with `M` rows;
-# * **attention** over a prompt and over a cache, with the model's heads;
+# * **attention** over a prompt and over a cache, with the model's heads (a cache read after as many bytes as the
+#   model's weights have streamed past it, as in a decode step);
 # * [**dispatch**](glossary.md#dispatch): a pass of the same model with its matrix products and attention hollowed
 #   out (each returns zeros), so it issues every operation and runs its small kernels at the model's width and does
-#   nothing else, with its operations counted;
+#   nothing else, with its operations counted; a decode step's also from a longer cache, since the rest of a step
+#   grows with its cache;
 # * **the square product**, the peak a textbook roofline uses.
 #
 # Every chapter reads this chapter's table (`lib.machine.load_ceilings`), so a ceiling cannot drift between
@@ -62,18 +65,6 @@ from lib.prose import show
 from lib.results import Results
 
 
-def machine_l3_bytes():
-    """This host's last-level (L3) cache in bytes, from Linux's /sys (None where it does not say)."""
-    from pathlib import Path
-    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
-        try:
-            if (index / "level").read_text().strip() == "3":
-                size = (index / "size").read_text().strip()
-                return int(size.rstrip("KMG")) * {"K": 2**10, "M": 2**20, "G": 2**30}.get(size[-1], 1)
-        except (OSError, ValueError):
-            return None
-    return None
-
 P = params.check(globals(), {
     "device": params.device(),
     "dtypes": params.dtype_list(),
@@ -95,12 +86,23 @@ pd.Series({**describe_environment(device), "thread counts measured": threads}).t
 # %%
 opening = prose.Opening()
 
+# %% [markdown]
+# What the kernels below will read: each model's weights, and (on a CPU) how much of them the processor's
+# largest cache could hold between two calls.
+
+# %%
+_llc = machine.last_level_cache_bytes() if not on_gpu else None
+show("Weights (the matrices a pass multiplies by), " + ", ".join(
+    f"{m}: **{MODELS[m][0].with_dtype('fp32').weight_bytes / 2**20:,.0f} MiB** in fp32" for m in [*models, *models_one_stream])
+     + ("." if _llc is None else f"; this CPU's last-level cache: **{_llc / 2**20:,.0f} MiB** (shared with the "
+        "host's other cores where this is a virtual machine)."))
+
 # %% [markdown] tags=["predict"]
 # ## Predict first
 #
-# **Predict first.** Below this point nothing has been measured yet: the table above says only which device this
-# is, its cores and (on a CPU) its flags (the paragraph at the very top holds this run's answers; a student copy
-# shows it only once the chapter has run). A streaming read moves each byte of an array once; a matrix-vector product reads every weight
+# **Predict first.** Below this point nothing has been measured yet: the tables above say only which device this
+# is, its cores and (on a CPU) its flags and caches, and what the models weigh (the paragraph at the very top holds
+# this run's answers; a student copy shows it only once the chapter has run). A streaming read moves each byte of an array once; a matrix-vector product reads every weight
 # once and does two FLOPs per weight. Write down your guesses for this machine:
 #
 # 1. Does the model's matrix-vector product read its weights as fast as a plain streaming read does, or slower?
@@ -123,8 +125,9 @@ opening = prose.Opening()
 # least (a host whose own speed drifts between two builds moves every ceiling alike, and the chapters' times
 # with them, so the chapters compare a measured time with its price from the same build). The median of the same repeats is kept beside it, and `spread` (median over fastest, less one)
 # says how noisy the machine was. A product that would not fit its budget is timed on part of the model
-# (`measured_fraction`) and scaled; up to 16 rows every layer is timed, so the weights stream from memory as in
-# a pass. The streaming kernels and the model's matrices, as they are timed:
+# (`measured_fraction`) and scaled, each call after a read of as many bytes as the whole model's weights, so that
+# its part does not sit in the caches between calls; up to 16 rows every layer is timed, so the weights stream
+# from memory as in a pass. The streaming kernels and the model's matrices, as they are timed:
 
 # %%
 display(prose.source(machine.stream, machine.fresh_memory, machine.model_matrices))
@@ -235,13 +238,13 @@ gemv_1, read_1 = (ceilings.weight_rate(model, "fp32", 1) / 1e9, ceilings.stream_
     if one else (0, 0)
 short = gemv[model] < rates["read"]  # a miss the usual way; above the read, as if a cache held the weights
 weights_mb = (MODELS[model][0].layers * MODELS[model][0].block_params + MODELS[model][0].lm_head_params) * 4 / 1e6
-l3 = machine_l3_bytes()
+l3 = machine.last_level_cache_bytes()
 cache_note = "" if l3 is None else (
-    f" (this host's L3 cache is {l3 / 2**20:,.0f} MiB, "
-    + (f"larger than the {weights_mb:,.0f} MB of fp32 weights, which can therefore stay in it between calls)"
+    f" (this host's last-level cache is {l3 / 2**20:,.0f} MiB, "
+    + (f"more than the {weights_mb * 1e6 / 2**20:,.0f} MiB of fp32 weights, which can therefore stay in it between calls)"
        if l3 >= weights_mb * 1e6 else
-       f"{l3 / (weights_mb * 1e6):.0%} of the {weights_mb:,.0f} MB of fp32 weights, so part of them can stay in it "
-       "between calls)"))
+       f"{l3 / (weights_mb * 1e6):.0%} of the {weights_mb * 1e6 / 2**20:,.0f} MiB of fp32 weights, so part of them can "
+       "stay in it between calls)"))
 compare = (f"while a streaming read reaches {rates['read']:.1f} GB/s, {rates['read'] / gemv[model]:.2f} times as much"
            if short else f"and a streaming read {rates['read']:.1f} GB/s: the kernels reached "
            f"{gemv[model] / rates['read']:.2f}x the streaming read")
@@ -392,7 +395,10 @@ show(register.decide("two_rows_cost_no_more", claims.at_most(measured_ratio, cla
 # uses the caches. **Between weight streams** is the same pass with every product still reading its weights,
 # less the reads' own time: what the same operations cost inside a real pass, whose weights flush the caches
 # the interpreter and the small kernels work from. The cost model prices a pass's dispatch at the second,
-# between weight streams. The square product runs at the
+# between weight streams. A decode step is timed that way from 16 cached tokens and again from longer caches
+# (`lib.machine.LONG_CACHES`): the difference, less what a growing cache's own copy grows when it is timed alone
+# (the cost model prices that copy apart), is how much the rest of a step grows with its cache, and the cost model
+# adds it to a step's dispatch at its cache's size. The square product runs at the
 # arithmetic units' rate only where the hardware has instructions for the dtype; without them its "rate" is a
 # slow kernel's (from the CPU's flags or the GPU's compute capability).
 
@@ -402,14 +408,19 @@ issue = ok[ok.kernel == "dispatch"][["model", "dtype", "threads", "pass_kind", "
 display(issue.drop(columns="best_s").round(2))
 ops, us_alone = ceilings.operations(model, "fp32", most, "decode")
 shortest = ceilings.dispatch(model, "fp32", most, "decode").best
-ops_between = int(issue[(issue.model == model) & (issue.dtype == "fp32") & (issue.threads == most)
-                        & (issue.pass_kind == "decode") & (issue.rows == 1)
-                        & (issue.setting == "between weight streams")].operations.iloc[0])
-us_between = shortest / ops_between * 1e6
+us_between = shortest / ops * 1e6  # the step's own operations (between weight streams, each product's read adds one)
 show(f"A decode step of {model} in fp32 on {where}, fastest calls: alone, each of its {ops:,} operations costs "
-     f"{us_alone:.1f} us; between weight streams, each of {ops_between:,} costs {us_between:.1f} us, "
+     f"{us_alone:.1f} us; between weight streams, {us_between:.1f} us each, "
      f"{us_between / us_alone:.1f} times as much, and the whole step {prose.ms(shortest)}. The cost model uses the "
      "second.")
+grown = {kind: ceilings.rest_growth(model, "fp32", most, kind, 1, 1000 + extra)
+         for kind, extra in (("decode", 0), ("decode_static", 8))}
+if all(g is not None for g in grown.values()):
+    show(f"From a cache of 1,000 tokens instead of 16, the rest of {model}'s step (fp32, {most} threads) takes "
+         f"**{prose.ms(grown['decode'].best)}** longer with a growing cache, beyond that cache's own copy timed alone, "
+         f"and **{prose.ms(grown['decode_static'].best)}** longer with a preallocated one: work outside the matrices "
+         "and attention that grows with the cache, which the cost model adds to a step's dispatch (chapter 3 takes "
+         "it apart under the profiler).")
 peaks = ok[ok.kernel == "square_matmul"][["dtype", "threads", "note", "gflop_s", "spread", "hardware_support"]]
 display(peaks.assign(limited_by=["the arithmetic units" if s else "a slow kernel (no hardware instructions)"
                                  for s in peaks.hardware_support]).round(2))

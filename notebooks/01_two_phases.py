@@ -246,8 +246,9 @@ show(f"{lm.name} in {dtype} on {where}: `T` = {T} prompt tokens; F({T}) = **{f_p
 # chapter 6 states), a prefill does `T` times the weight arithmetic of a decode step but reads each weight
 # once, just as a decode step does. If moving the weights were the whole cost, a prompt token would be `T`
 # times cheaper than a decoded one; if arithmetic at one rate were the whole cost, no cheaper at all. Here the
-# prompt's matrices run at `F(T)` and a decode step's at `F(1)`, both printed just above. How many times as much as
-# a prompt token does a decoded token cost on this machine?
+# prompt's matrices run at `F(T)` and a decode step's at `F(1)`, both printed just above. From those two rates
+# alone, before you divide the trace's times: how many times as much as a prompt token does a decoded token cost
+# on this machine? (Then check your figure against the TTFT and the gaps measured above.)
 
 # %% [markdown]
 # The book's prediction: a prompt token costs less than a decoded token, and the cost model (`lib.costmodel`, on
@@ -444,7 +445,7 @@ ax.legend()
 results.figure(fig, "same_tpot_different_stall")
 plt.show()
 
-# %% [markdown] tags=["predict"]
+# %% [markdown]
 # **Takeaway: TPOT is a mean and hides a stall; the worst gap (or a high percentile of ITL) shows it.**
 #
 # ## What TTFT adds to the prefill: a choice, or a decode step?
@@ -452,13 +453,21 @@ plt.show()
 # A common shorthand, and the defect a source chapter records in its own first draft, says TTFT is the
 # prefill time plus one decode step. But the prefill's last position already is the first token's
 # distribution: TTFT is the prefill plus choosing (here: an `argmax` and reading the id back). Adding a
-# decode step counts a pass that produces the *second* token.
-#
-# **Predict first.** Choosing is one `argmax` over the vocabulary (the LM head's output width in the table of
-# shapes above) and one read-back of the chosen id; a decode step, a whole pass over every weight, took the
-# `measured_ms` printed for it in the table of the two phases above. What fraction of a decode step does choosing
-# the first token cost? And does a full pass over the prompt without any cache choose the same first token as the
-# cached prefill?
+# decode step counts a pass that produces the *second* token. What choosing reads, at chapter 0's rates:
+
+# %%
+logit_bytes = shape.vocab * torch_dtype.itemsize
+read_gb_s = ceilings.stream_bandwidth(dtype, torch.get_num_threads()) / 1e9
+show(f"The argmax reads one row of **{shape.vocab:,} logits** ({logit_bytes / 1e3:,.0f} KB in {dtype}): at chapter 0's "
+     f"streaming read of {read_gb_s:.1f} GB/s that is **{logit_bytes / (read_gb_s * 1e9) * 1e6:.1f} us**; issuing one "
+     f"operation costs about {ceilings.operations(model_name, dtype, torch.get_num_threads())[1]:.1f} us (chapter 0, "
+     "alone), and reading the chosen id back to the host is one more.")
+
+# %% [markdown] tags=["predict"]
+# **Predict first.** Choosing is that `argmax` and one read-back of the chosen id; a decode step, a whole pass over
+# every weight, took the `measured_ms` printed for it in the table of the two phases above. What fraction of a
+# decode step does choosing the first token cost? And does a full pass over the prompt without any cache choose the
+# same first token as the cached prefill?
 
 # %% [markdown]
 # The book's prediction: choosing should cost well under a tenth of a decode step, and the uncached pass should

@@ -45,7 +45,8 @@ prompts = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 dtypes = None               # None: fp32 and bf16 on a CPU, fp32 and fp16 on CUDA
 threads = None              # CPU thread counts; None: all cores and one (ignored on CUDA)
 runs = 9                    # runs of the sweep, interleaved; a point is the median of its runs (nine: see lib.claims)
-long_runs = 5               # runs of a point predicted to take longer than long_s (an expensive point gets fewer)
+long_runs = 9               # runs of a point predicted to take longer than long_s: nine too, since three claims rest
+                            # on the longest prompt, and with five runs one slow one left them all unresolved
 long_s = 0.25
 settle_s = 6.0              # at most this long re-measuring the points whose interval straddles their prediction
 tries_s = 0.05              # within a run, a pass is repeated until its passes add up to this; the run keeps its fastest
@@ -267,8 +268,9 @@ first[["block_matrices_ms", "LM_head_ms", "attention_ms", "dispatch_ms", "predic
 # Every configuration runs the list of prompts `runs` times, interleaved (all configurations once, then again),
 # so that a slow spell of a shared machine does not land on one configuration only. The first run warms up every
 # point and skips (and lists) a point the cost model predicts would exceed the budget. A point predicted to take
-# longer than `long_s` runs only `long_runs` times: its interval is then the range of those runs, since the 95 %
-# interval of a median needs nine runs to leave out the slowest (`lib.claims`); the cheap points run every time.
+# longer than `long_s` runs `long_runs` times (nine here, as many as the others: the 95 % interval of a median needs
+# nine runs to leave out the slowest, `lib.claims`, and three claims rest on the longest prompt); with fewer, its
+# interval is the range of its runs.
 # Within a run a short pass is repeated until its passes add up to `tries_s` (at most five) and the run keeps the
 # fastest: a shared machine's interruptions only ever make a pass slower, and chapter 0's ceilings are fastest
 # calls too. Each pass's page faults are counted, and the cost model prices those it took at chapter 0's cost per
@@ -551,13 +553,15 @@ show(register.decide("floor_flat_as_predicted", floor_verdict,
 # %% [markdown]
 # Back to the balance point: it assumed that the matrices reach their fastest rate however few rows they have.
 # Chapter 0 measured their rate at each row count, `F(M)`. Beside it, the time their arithmetic takes at that
-# rate and at the fastest one, and the time their weights take to read:
+# rate and at the fastest one, and the time the one-row product takes to read their weights (chapter 0's blocks at
+# one row):
 
 # %%
 by_rows = pd.DataFrame({"rows": f_rates.index, "F_gflop_s": f_rates.to_numpy() / 1e9,
                         "arithmetic_at_F_ms": f_rates.index * flops_per_token / f_rates.to_numpy() * 1e3,
                         "arithmetic_at_fastest_ms": f_rates.index * flops_per_token / f_many * 1e3,
-                        "weight_read_ms": block_bytes / read_bw * 1e3}).set_index("rows")
+                        "weight_read_ms": ceilings.matrices(model_name, main_dt, most, "blocks", 1).best * 1e3
+                        }).set_index("rows")  # the one-row product: the weights read at the kernel's own rate
 off = next((int(p) for p in sorted(mine.prompt_tokens) if p > flats.mid), None)  # the first length off the floor
 if off is None:
     gives = f"It never leaves the floor up to {tokens(flats.mid)}, the longest prompt here."
@@ -570,7 +574,7 @@ else:
              f"{at_off.F_gflop_s * 1e9 / f_many:.0%} of the {f_many / 1e9:.0f} GFLOP/s of many rows, so the matrices' "
              f"arithmetic takes {at_off.arithmetic_at_F_ms:.3g} ms instead of {at_off.arithmetic_at_fastest_ms:.3g} ms, "
              f"{'more' if at_off.arithmetic_at_F_ms > at_off.weight_read_ms else 'less'} than the "
-             f"{at_off.weight_read_ms:.3g} ms their weights take to read.")
+             f"{at_off.weight_read_ms:.3g} ms the one-row product takes to read their weights.")
 show(f"By the balance point a pass should cost about the same up to **{balance_tokens:.0f} tokens**; measured, it "
      f"stays within {margin:.0%} of the 1-token pass " + (f"up to **{tokens(flats.mid)}**. " if floored[1] else
                                                          f"only at {tokens(first_tok)}: it has no floor. ") + gives)
@@ -580,8 +584,8 @@ by_rows[by_rows.index <= max(off or 0, 2 * balance_tokens)].round(1)
 register.claim(
     "knee_as_predicted",
     "Time per token stops falling where the cost model's does (within one step of the sweep's grid).",
-    held="time per token comes within {margin:.0%} of its lowest ({best:.2f} ms a token) at **{knee}**, within one "
-         "step of the sweep's grid of the cost model's {pknee}{beyond}.",
+    held="time per token comes within {margin:.0%} of its lowest ({best:.2f} ms a token) at **{knee}**, where the "
+         "cost model puts it at {pknee} (within one step of the sweep's grid){beyond}.",
     not_held="time per token comes within {margin:.0%} of its lowest ({best:.2f} ms a token) at **{knee}**, more than "
              "one step of the sweep's grid from the cost model's {pknee}{beyond}.",
     unresolved="time per token comes within {margin:.0%} of its lowest ({best:.2f} ms a token) at **{knee}** (its "
@@ -1225,7 +1229,8 @@ show(register.decide("floor_shorter_than_reference_gpu",
 #   share both, which is why a prediction is a range (the tolerance), not an exact time.
 # * **A shared machine.** Other programs' interference is in the runs; each claim is decided on the 95 % interval
 #   of the median of its runs, which one interrupted run cannot stretch, and says "not resolved" only when that
-#   interval straddles the prediction. The longest prompts have fewer runs, and their interval is their range.
+#   interval straddles the prediction. A point given fewer than nine runs (`long_runs`) has its range as its
+#   interval, which one slow run does stretch.
 
 # %%
 first_len, said = int(mine.prompt_tokens.min()), register.verdict  # said(claim): its verdict
@@ -1358,17 +1363,21 @@ else:
     _priced = cost[(main_dt, fewest)].prefill(_n).best / cost[main].prefill(_n).best
     _text = (f"Here {most} threads against {fewest} made the pass of {tokens(_n)} **{_gain.text('.2f', 'x')}** as fast "
              f"(the cost model: {_priced:.2f}x), "
-             + (("close to" if _gain.mid >= 0.9 * most / fewest else "short of") + f" the {most / fewest:g}x of the "
+             + (("close to" if _gain.low >= 0.9 * most / fewest else "short of" if _gain.high < 0.9 * most / fewest
+                 else f"near, though its interval reaches down to {_gain.low:.2f}x,") + f" the {most / fewest:g}x of the "
                 "threads." if _gain.mid >= 1 else
                 "slower, not faster: splitting this little work, or sharing the cores with another program, cost more "
                 "than the threads saved.")
              + f" The 1-token pass, the floor's height, went {_floor_x:.2f}x as "
              f"fast (from {_slow.iloc[0].floor_ms:.1f} ms to {fm.floor_ms:.1f} ms, with {_ends})"
-             + ((": less than the long prompt, as" if _floor_x < _gain.mid else ": not less than the long prompt, "
-                 "although")
+             + ((": less than the long prompt" if _floor_x < _gain.mid else ": not less than the long prompt")
+                + (", as" if (_floor_x < _gain.mid) == (_gemv_x < _priced) else ", although")
                 + f" its matrices read the weights one row at a time, which chapter 0's one-row rate says gain "
-                f"{_gemv_x:.2f}x from {fewest} thread{'s' * (fewest > 1)} to {most}, while the long prompt's pass is "
-                f"arithmetic at many rows (priced {_priced:.2f}x)." if min(_floor_x, _gain.mid) >= 1 else
+                f"{_gemv_x:.2f}x from {fewest} thread{'s' * (fewest > 1)} to {most}, against the {_priced:.2f}x priced "
+                "for the long prompt's arithmetic at many rows"
+                + ("." if (_floor_x < _gain.mid) == (_gemv_x < _priced) else
+                   ": the 1-token pass's other parts (the head, dispatch) set its gain, not the products' rates.")
+                if min(_floor_x, _gain.mid) >= 1 else
                 "; with times like these, this run cannot tell how a pass's work shares out over threads.")
              + " With four threads, if the book's explanation holds, "
              "the longest prompt gains what chapter 0's `F(T)` at each count says (under the threads' ratio wherever "

@@ -144,10 +144,10 @@ requests["context_tokens"] = requests.prompt_tokens + requests.output_tokens / 2
 _ = results.table(requests, "requests")  # the path it returns is not for the page
 
 # %% [markdown]
-# One row per pair: the median run, and its interval (`lib.timing.median_range`; with the grid's few runs, their
+# One row per pair: the median run's end-to-end time, and its interval (`lib.timing.median_range`; with the grid's few runs, their
 # lowest and highest). A claim over the grid is decided on one quantity about the whole grid (the geometric mean of
 # the pairs' ratios to their predictions, or a slope fitted run by run), which one slow request moves by its share
-# only.
+# only. Each request's TTFT and TPOT are shown in the sections below, after the question each answers.
 
 # %%
 grid = requests[requests.workload == "grid"]
@@ -162,90 +162,8 @@ split["predicted_tpot_median_ms"] = [np.mean([cost.decode(p + i).median for i in
 split["predicted_tpot_ms"] = [np.mean([cost.decode(p + i).best for i in range(1, o)]) * 1e3 if o > 1 else np.nan
                               for p, o in zip(split.prompt_tokens, split.output_tokens)]
 results.table(split, "request_split")
-split.drop(columns=[c for c in split.columns if c.startswith("predicted_")]).round(3)  # the prices: with their claim
-
-# %%
-fig, ax = plt.subplots(figsize=(10, 4.5))
-labels = [f"{p} in\n{o} out" for p, o in zip(split.prompt_tokens, split.output_tokens)]
-ax.bar(labels, split.ttft_ms, color="tab:orange", label="prefill and first token (TTFT)")
-ax.bar(labels, split.e2e_ms - split.ttft_ms, bottom=split.ttft_ms, color="tab:blue", label="decode (the other tokens)")
-ax.errorbar(range(len(split)), split.e2e_ms, fmt="none", color="black", lw=1, capsize=3,
-            yerr=[split.e2e_ms - split.e2e_ms_low, split.e2e_ms_high - split.e2e_ms],
-            label="end-to-end, lowest to highest run")
-for x, (total, share) in enumerate(zip(split.e2e_ms, split.prefill_share)):
-    ax.text(x, total, f"{share:.0%}", ha="center", va="bottom", fontsize=8)
-ax.set_yscale("log")
-ax.set_ylabel("end-to-end time (ms), median run")
-decoding = split[split.output_tokens > 1]  # a 1-token reply has no decode: all prefill by construction
-decoding = decoding if len(decoding) else split
-longest = decoding.loc[decoding.prefill_share.idxmax()]
-shortest = decoding.loc[decoding.prefill_share.idxmin()]
-ax.set_title(f"Prefill's share (labels) runs from {shortest.prefill_share:.0%} ({shortest.prompt_tokens:.0f} in, "
-             f"{shortest.output_tokens:.0f} out) to {longest.prefill_share:.0%} ({longest.prompt_tokens:.0f} in, "
-             f"{longest.output_tokens:.0f} out)" + (", a 1-token reply aside" if len(decoding) < len(split) else ""))
-ax.legend(fontsize=8)
-fig.tight_layout()
-results.figure(fig, "request_split")
-plt.show()
-
-# %% [markdown] tags=["predict"]
-# ## Each request, predicted
-#
-# The cost model (`lib.costmodel`, on chapter 0's ceilings) prices a request as the book's loop runs it: TTFT is a
-# prefill of the prompt with last-position logits, TPOT the mean of its decode steps, each at its own context
-# (the prompt plus the tokens decoded before it).
-#
-# **Predict first.** Each term of that price is chapter 0's fastest call of its kernel, timed alone; a request runs
-# them back to back from Python and reads every token back to the host, once per pass, whether the pass is a long
-# prefill or a short decode step. Will the measured TTFT and TPOT (the table above) come out above their prices or
-# below them? Which of the two should lie further from its price, in proportion, and why?
-
-# %% [markdown]
-# The cost model's price for each pair, beside the measured medians; the claim allows the tolerance for a time
-# predicted from measured ceilings.
-
-# %%
-register.claim(
-    "requests_as_predicted",
-    "The pairs' TTFT and TPOT take what the cost model predicts, within the tolerance for a time predicted from "
-    "measured ceilings (the geometric mean of the pairs' ratios to their predictions, each of TTFT and TPOT).",
-    held="TTFT took **{ttft}** the cost model's prediction and TPOT **{tpot}** its own (geometric means over {n} "
-         "pairs), both within their tolerance (TTFT {ttft_band}, TPOT {tpot_band}: the tolerance of {tol:g}x around "
-         "the prediction's own range){worst}.",
-    not_held="TTFT took **{ttft}** the cost model's prediction and TPOT **{tpot}** its own (geometric means over {n} "
-             "pairs): not both within the tolerance of {tol:g}x{worst}.",
-    unresolved="TTFT took **{ttft}** the cost model's prediction and TPOT **{tpot}** its own (geometric means over {n} "
-               "pairs): {each}, so this run cannot decide{worst}.")
-by_pair = grid.merge(split[["prompt_tokens", "output_tokens", "predicted_ttft_ms", "predicted_ttft_median_ms",
-                            "predicted_tpot_ms", "predicted_tpot_median_ms"]], on=["prompt_tokens", "output_tokens"])
-by_pair = by_pair.assign(ttft_x=by_pair.ttft_ms / by_pair.predicted_ttft_ms, tpot_x=by_pair.tpot_ms / by_pair.predicted_tpot_ms)
-pooled_r, band_r, worst_r = {}, {}, {}
-for name in ("ttft", "tpot"):
-    per_pair_x = {k: Spread.of(g[f"{name}_x"].dropna()) for k, g in by_pair.groupby(["prompt_tokens", "output_tokens"])
-                  if g[f"{name}_x"].notna().any()}
-    pooled_r[name] = claims.geomean_of(per_pair_x.values())
-    band_r[name] = claims.geomean((split[f"predicted_{name}_median_ms"] / split[f"predicted_{name}_ms"]).dropna())
-    worst_r[name] = max(per_pair_x, key=lambda k: abs(np.log(per_pair_x[k].mid)))
-    worst_r[name] = (worst_r[name], per_pair_x[worst_r[name]])
-verdict = claims.every(claims.within(pooled_r[k], Spread(1.0, 1.0, band_r[k]), claims.PREDICTED_TIME) for k in pooled_r)
-where_r = {k: claims.within(pooled_r[k], Spread(1.0, 1.0, band_r[k]), claims.PREDICTED_TIME) for k in pooled_r}
-edge_r = {k: f"{1 / claims.PREDICTED_TIME:.2f}x to {band_r[k] * claims.PREDICTED_TIME:.2f}x" for k in pooled_r}
-each_r = {k: {claims.HELD: f"{k.upper()} ({pooled_r[k].text('.2f', 'x')}) lies wholly within its tolerance "
-                           f"({edge_r[k]})",
-              claims.NOT_HELD: f"{k.upper()} ({pooled_r[k].text('.2f', 'x')}) lies wholly outside its tolerance "
-                               f"({edge_r[k]})",
-              claims.UNRESOLVED: f"{k.upper()} ({pooled_r[k].text('.2f', 'x')}) straddles an edge of its tolerance "
-                                 f"({edge_r[k]})"}[v] for k, v in where_r.items()}  # each of TTFT and TPOT, told
-worst_text = "; the furthest: " + ", ".join(f"{k.upper()} at {w[0][0]} in / {w[0][1]} out ({w[1].mid:.2f}x)"
-                                            for k, w in worst_r.items())
-show(register.decide("requests_as_predicted", verdict,
-                     predicted=f"TTFT within {edge_r['ttft']}, TPOT within {edge_r['tpot']}",
-                     ttft_band=edge_r["ttft"], tpot_band=edge_r["tpot"],
-                     measured=f"TTFT {pooled_r['ttft'].text('.2f', 'x')}, TPOT {pooled_r['tpot'].text('.2f', 'x')}",
-                     evidence=f"requests.csv, {runs} runs per pair", ttft=pooled_r["ttft"].text(".2f", "x"),
-                     tpot=pooled_r["tpot"].text(".2f", "x"), n=len(split), worst=worst_text, tol=claims.PREDICTED_TIME,
-                     each="; ".join(each_r.values())))
-split[["prompt_tokens", "output_tokens", "ttft_ms", "predicted_ttft_ms", "tpot_ms", "predicted_tpot_ms"]].round(1)
+split[["prompt_tokens", "output_tokens", "e2e_ms", "e2e_ms_low", "e2e_ms_high", "prefill_share", "decode_share",
+       "goodput"]].round(3)  # TTFT and TPOT: in the sections that ask about them first
 
 # %% [markdown] tags=["predict"]
 # ## TTFT and the prompt
@@ -293,14 +211,17 @@ show(register.decide("ttft_rises_with_prompt", (claims.verdict_of(rise.low > 0, 
 # chapter 0's rates for reading and copying memory:
 
 # %%
-tpot_inputs = pd.Series({"weights (MB)": shape.weight_bytes / 1e6, "cache per token (KB)": shape.kv_bytes_per_token / 1e3,
+shortest_pair = split.dropna(subset=["tpot_ms"]).sort_values(["prompt_tokens", "output_tokens"]).iloc[0]
+tpot_inputs = pd.Series({f"TPOT at {shortest_pair.prompt_tokens:.0f} in, {shortest_pair.output_tokens:.0f} out (ms)":
+                         shortest_pair.tpot_ms,
+                         "weights (MB)": shape.weight_bytes / 1e6, "cache per token (KB)": shape.kv_bytes_per_token / 1e3,
                          "cache per 1,000 tokens (MB)": shape.kv_bytes_per_token * 1e3 / 1e6,
                          "streaming read (GB/s)": cost.ceilings.stream_bandwidth(dtype, cost.threads) / 1e9,
                          "streaming copy (GB/s)": cost.ceilings.stream_bandwidth(dtype, cost.threads, "copy") / 1e9})
 tpot_inputs.round(2).to_frame(f"{lm.name}, {dtype}")
 
 # %% [markdown] tags=["predict"]
-# **Predict first.** The shortest prompts' TPOT is in the grid's table above. Suppose a step's time were all
+# **Predict first.** The shortest prompt's TPOT is in the table above. Suppose a step's time were all
 # reading, and each byte of the cache took as long as a byte of the weights takes in those shortest steps (their
 # TPOT over the weights' megabytes, both above): how many milliseconds would each further 1,000 tokens of context
 # add to TPOT? A growing cache is also copied at every step (chapter 3): should the measured slope then lie above
@@ -366,8 +287,91 @@ show(register.decide("tpot_follows_cache_bytes", (claims.within(slope_spread, mo
                      ratio=slope / model_slope if lines else np.nan,
                      lean=("within the tolerance" if lines and 1 / claims.PREDICTED_TIME <= slope / model_slope
                            <= claims.PREDICTED_TIME else "outside the tolerance"),
-                     why="The next section times the two parts that grow with the cache alone, here, to see whether "
-                         "they account for the growth."))
+                     why="The section *What grows with the cache*, below, times the two parts that grow with the "
+                         "cache alone, here, to see whether they account for the growth."))
+
+# %% [markdown] tags=["predict"]
+# ## Each request, predicted
+#
+# The cost model (`lib.costmodel`, on chapter 0's ceilings) prices a request as the book's loop runs it: TTFT is a
+# prefill of the prompt with last-position logits, TPOT the mean of its decode steps, each at its own context
+# (the prompt plus the tokens decoded before it).
+#
+# **Predict first.** Each term of that price is chapter 0's fastest call of its kernel, timed alone; a request runs
+# them back to back from Python and reads every token back to the host, once per pass, whether the pass is a long
+# prefill or a short decode step. Will the measured TTFT and TPOT (their medians are in the sections above) come
+# out above their prices or below them? Which of the two should lie further from its price, in proportion, and why?
+
+# %% [markdown]
+# The cost model's price for each pair, beside the measured medians; the claim allows the tolerance for a time
+# predicted from measured ceilings.
+
+# %%
+register.claim(
+    "requests_as_predicted",
+    "The pairs' TTFT and TPOT take what the cost model predicts, within the tolerance for a time predicted from "
+    "measured ceilings (the geometric mean of the pairs' ratios to their predictions, each of TTFT and TPOT).",
+    held="TTFT took **{ttft}** the cost model's prediction and TPOT **{tpot}** its own (geometric means over {n} "
+         "pairs), both within their tolerance (TTFT {ttft_band}, TPOT {tpot_band}: the tolerance of {tol:g}x around "
+         "the prediction's own range){worst}.",
+    not_held="TTFT took **{ttft}** the cost model's prediction and TPOT **{tpot}** its own (geometric means over {n} "
+             "pairs): not both within the tolerance of {tol:g}x{worst}.",
+    unresolved="TTFT took **{ttft}** the cost model's prediction and TPOT **{tpot}** its own (geometric means over {n} "
+               "pairs): {each}, so this run cannot decide{worst}.")
+by_pair = grid.merge(split[["prompt_tokens", "output_tokens", "predicted_ttft_ms", "predicted_ttft_median_ms",
+                            "predicted_tpot_ms", "predicted_tpot_median_ms"]], on=["prompt_tokens", "output_tokens"])
+by_pair = by_pair.assign(ttft_x=by_pair.ttft_ms / by_pair.predicted_ttft_ms, tpot_x=by_pair.tpot_ms / by_pair.predicted_tpot_ms)
+pooled_r, band_r, worst_r = {}, {}, {}
+for name in ("ttft", "tpot"):
+    per_pair_x = {k: Spread.of(g[f"{name}_x"].dropna()) for k, g in by_pair.groupby(["prompt_tokens", "output_tokens"])
+                  if g[f"{name}_x"].notna().any()}
+    pooled_r[name] = claims.geomean_of(per_pair_x.values())
+    band_r[name] = claims.geomean((split[f"predicted_{name}_median_ms"] / split[f"predicted_{name}_ms"]).dropna())
+    worst_r[name] = max(per_pair_x, key=lambda k: abs(np.log(per_pair_x[k].mid)))
+    worst_r[name] = (worst_r[name], per_pair_x[worst_r[name]])
+verdict = claims.every(claims.within(pooled_r[k], Spread(1.0, 1.0, band_r[k]), claims.PREDICTED_TIME) for k in pooled_r)
+where_r = {k: claims.within(pooled_r[k], Spread(1.0, 1.0, band_r[k]), claims.PREDICTED_TIME) for k in pooled_r}
+edge_r = {k: f"{1 / claims.PREDICTED_TIME:.2f}x to {band_r[k] * claims.PREDICTED_TIME:.2f}x" for k in pooled_r}
+each_r = {k: {claims.HELD: f"{k.upper()} ({pooled_r[k].text('.2f', 'x')}) lies wholly within its tolerance "
+                           f"({edge_r[k]})",
+              claims.NOT_HELD: f"{k.upper()} ({pooled_r[k].text('.2f', 'x')}) lies wholly outside its tolerance "
+                               f"({edge_r[k]})",
+              claims.UNRESOLVED: f"{k.upper()} ({pooled_r[k].text('.2f', 'x')}) straddles an edge of its tolerance "
+                                 f"({edge_r[k]})"}[v] for k, v in where_r.items()}  # each of TTFT and TPOT, told
+worst_text = "; the furthest: " + ", ".join(f"{k.upper()} at {w[0][0]} in / {w[0][1]} out ({w[1].mid:.2f}x)"
+                                            for k, w in worst_r.items())
+show(register.decide("requests_as_predicted", verdict,
+                     predicted=f"TTFT within {edge_r['ttft']}, TPOT within {edge_r['tpot']}",
+                     ttft_band=edge_r["ttft"], tpot_band=edge_r["tpot"],
+                     measured=f"TTFT {pooled_r['ttft'].text('.2f', 'x')}, TPOT {pooled_r['tpot'].text('.2f', 'x')}",
+                     evidence=f"requests.csv, {runs} runs per pair", ttft=pooled_r["ttft"].text(".2f", "x"),
+                     tpot=pooled_r["tpot"].text(".2f", "x"), n=len(split), worst=worst_text, tol=claims.PREDICTED_TIME,
+                     each="; ".join(each_r.values())))
+split[["prompt_tokens", "output_tokens", "ttft_ms", "predicted_ttft_ms", "tpot_ms", "predicted_tpot_ms"]].round(1)
+
+# %%
+fig, ax = plt.subplots(figsize=(10, 4.5))
+labels = [f"{p} in\n{o} out" for p, o in zip(split.prompt_tokens, split.output_tokens)]
+ax.bar(labels, split.ttft_ms, color="tab:orange", label="prefill and first token (TTFT)")
+ax.bar(labels, split.e2e_ms - split.ttft_ms, bottom=split.ttft_ms, color="tab:blue", label="decode (the other tokens)")
+ax.errorbar(range(len(split)), split.e2e_ms, fmt="none", color="black", lw=1, capsize=3,
+            yerr=[split.e2e_ms - split.e2e_ms_low, split.e2e_ms_high - split.e2e_ms],
+            label="end-to-end, lowest to highest run")
+for x, (total, share) in enumerate(zip(split.e2e_ms, split.prefill_share)):
+    ax.text(x, total, f"{share:.0%}", ha="center", va="bottom", fontsize=8)
+ax.set_yscale("log")
+ax.set_ylabel("end-to-end time (ms), median run")
+decoding = split[split.output_tokens > 1]  # a 1-token reply has no decode: all prefill by construction
+decoding = decoding if len(decoding) else split
+longest = decoding.loc[decoding.prefill_share.idxmax()]
+shortest = decoding.loc[decoding.prefill_share.idxmin()]
+ax.set_title(f"Prefill's share (labels) runs from {shortest.prefill_share:.0%} ({shortest.prompt_tokens:.0f} in, "
+             f"{shortest.output_tokens:.0f} out) to {longest.prefill_share:.0%} ({longest.prompt_tokens:.0f} in, "
+             f"{longest.output_tokens:.0f} out)" + (", a 1-token reply aside" if len(decoding) < len(split) else ""))
+ax.legend(fontsize=8)
+fig.tight_layout()
+results.figure(fig, "request_split")
+plt.show()
 
 # %% [markdown] tags=["predict"]
 # ## What grows with the cache
@@ -554,8 +558,8 @@ arch["predicted_phase"] = np.where(arch.predicted_prefill_share > 0.5, "prefill"
 arch["measured_phase"] = np.where(arch.prefill_share > 0.5, "prefill", "decode")
 arch["e2e_measured_over_predicted"] = arch.e2e_ms / arch.predicted_e2e_ms
 results.table(arch, "archetypes")
-show("The TTFT line's residuals over the grid: "
-     f"{prose.span(residual.min() * 100, residual.max() * 100, '+.0f', '%')} of the measured TTFT.")
+show("The TTFT line's residuals over the grid run from "
+     f"{residual.min() * 100:+.0f} % to {residual.max() * 100:+.0f} % of the measured TTFT.")
 arch.round(2)
 
 # %%
@@ -734,7 +738,8 @@ display(Markdown(
     f"<details><summary>What to expect</summary>\n\nA TPOT objective of {_reader_s * 1e3:.0f} ms is "
     f"{'looser' if _reader_s >= goals.tpot_s else 'tighter'} than this run's {goals.tpot_ms:.0f} ms. The slowest "
     f"pair's median TPOT here is {split.tpot_ms.max():.0f} ms and {_slow} of the {len(_grid)} grid requests decode "
-    f"slower than a reader reads, so goodput becomes **{_good:.0%}** (it was {good:.0%}). "
+    f"slower than a reader reads, so goodput " + (f"becomes **{_good:.0%}** (it was {good:.0%}). " if _good != good
+                                                  else f"stays **{_good:.0%}**. ")
     + (f"{_late} request{'s' if _late > 1 else ''} still miss{'' if _late > 1 else 'es'} TTFT (over "
        f"{goals.ttft_ms:.0f} ms): no TPOT objective moves {'them' if _late > 1 else 'it'}, only a cheaper prefill does."
        if _late else "No request misses TTFT either.")

@@ -376,8 +376,8 @@ show(register.decide("crowded_median_gap", claims.every(agree), predicted=listed
                      evidence=f"A decodes {a_tokens} tokens, B arrives after {arrival_step}; median gaps (ms): "
                               + ", ".join(f"{c}: {g:.0f}" for c, g in zip(summary.chunk_tokens, summary.a_median_gap_ms)),
                      where=(f"at chunk {listed(measured_mask)}, B's prefill is spread over so many of A's gaps that even A's "
-                            "*median* gap includes a chunk: the stall is no longer one event but the stream's normal pace, "
-                            "where predicted." if any(measured_mask) else
+                            "*median* gap includes a chunk: the stall is no longer one event but the stream's normal pace "
+                            "(predicted at chunk " + (listed(crowded_pred) or "none") + ")." if any(measured_mask) else
                             "no chunk size here spread B's prefill over half of A's gaps, as predicted."),
                      measured_sizes=listed(measured_mask), predicted_sizes=listed(crowded_pred), limit=limit))
 
@@ -567,8 +567,9 @@ show(f"A's worst gap ran {spread(summary.a_worst_gap_over_predicted)} times its 
      f"{spread(costs.costliest_over_median_chunk)} times the run's median chunk.")
 
 # %% [markdown]
-# **Where chunking stops helping.** A chunk is a pass, and a pass has a [floor](glossary.md#floor): below some
-# length a shorter pass is hardly quicker. Chapter 2's rule (`lib.sweeps.floor_and_knee`, with its margin), applied
+# **Where chunking stops helping.** A chunk is a pass, and every pass costs some time however short it is (its
+# dispatch and one read of the weights; on a machine with a [floor](glossary.md#floor), all of its cost below some
+# length): a smaller chunk is then quicker by less than its share of the tokens. Chapter 2's rule (`lib.sweeps.floor_and_knee`, with its margin), applied
 # to the chunks this run timed (each run's first chunk, which has no prefix), measured from the smallest chunk
 # tried rather than from a 1-token pass: up to the largest size whose cost stays within that margin of the smallest
 # chunk's, a smaller chunk barely shortens A's stall, and each extra chunk is one more pass before B's first token.
@@ -679,8 +680,15 @@ display(Markdown(
 # still interleave with A's steps.
 
 # %%
+_k = max(stream_counts)
+_one, _many = cost.decode(context + 5), cost.decode(context + 5, batch=_k)
+_weights = lambda p: p.term("block matrices").best + p.term("LM head").best  # noqa: E731  the shared weights' products
+_per_stream = lambda p: p.term("attention").best + p.term("cache copy").best + p.term("page faults").best  # noqa: E731
 show(f"This section runs **k = {', '.join(map(str, stream_counts))}** streams (the parameter `stream_counts`), "
-     f"B's chunks at {', '.join(map(str, stream_chunks))} tokens.")
+     f"B's chunks at {', '.join(map(str, stream_chunks))} tokens. Chapter 0's parts of a step at context {context + 5}: "
+     f"the weights' products take **{prose.ms(_weights(_one))}** at one row and **{prose.ms(_weights(_many))}** at "
+     f"{_k} rows (the same weights, read once); each stream's own cache (its read and its copy) "
+     f"**{prose.ms(_per_stream(_one))}**; issuing the step **{prose.ms(_one.term('dispatch').best)}** for one stream.")
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** One stream's decode step is printed above (A's decode step at the context B arrives at), and
@@ -843,8 +851,8 @@ opening.write(told, told.replace(f" ({foreseen})", "").replace(f", its median ga
 #
 # <details><summary>Answer</summary>
 #
-# Each chunk is a pass that pays the pass's floor again, and B waits for one A step before each chunk: `n` chunks
-# cost `n` floors and `n` A steps.
+# Each chunk is a pass that pays again what any pass costs however short (issuing its operations, reading the
+# weights once), and B waits for one A step before each chunk: `n` chunks cost `n` of those and `n` A steps.
 # </details>
 #
 # 3. How would you choose a chunk size for a new machine?

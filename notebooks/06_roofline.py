@@ -335,10 +335,15 @@ peak = ceilings.square_flops(points_dtype, threads)
 here_hw = roofline.Hardware("this machine", flops=peak, bandwidth=read, source="chapter 0")
 here_ridge_tokens = roofline.prefill_crossover(machine.MODELS[reference_model][0].with_dtype(points_dtype), here_hw,
                                                logits="last")  # prompt tokens a pass needs to reach the ridge here
+_f_model = max(ceilings.matrix_rate(reference_model, points_dtype, threads, r)
+               for r in ceilings.rows_measured(reference_model, points_dtype, threads, "blocks"))
+model_balance_tokens = _f_model / read * machine.MODELS[reference_model][0].with_dtype(points_dtype).bytes_per_param / 2
 show(f"This machine ({where}, {points_dtype}) streams **{read / 1e9:.1f} GB/s** (chapter 0's streaming {bandwidth_kernel}) and multiplies "
      f"large matrices at **{peak / 1e9:.1f} GFLOP/s**: the textbook ridge is **{peak / read:.1f} FLOP/byte**, against "
      f"{gpu.ridge:.0f} for the {gpu.name} in BF16. A {reference_model} prefill in {points_dtype} reaches it here at "
-     f"**{prose.tokens(here_ridge_tokens)}** by the two roofs, against {crossover} for Llama-3-8B on the {gpu.name}."
+     f"**{prose.tokens(here_ridge_tokens)}** by the two roofs, against {crossover} for Llama-3-8B on the {gpu.name}"
+     f" (chapter 2's balance point, which takes the model's own matrices' fastest rate in place of the square "
+     f"product's, puts it at {model_balance_tokens:.0f})."
      + ("" if ceilings.hardware_support(points_dtype) else
      f" This device has no {points_dtype} matrix instructions: its rates are a slow fallback kernel's."))
 ch2_model = prefill.model.iloc[0]  # the model chapter 2 ran
@@ -351,7 +356,10 @@ try:
          + ", ".join(f"{ceilings.matrix_rate(ch2_model, points_dtype, threads, n) / 1e9:.0f} GFLOP/s at {n}"
                      for n in f_rows) + " (chapter 0). Issuing a decode step's operations (its **dispatch** term, "
          f"the step with its matrices and attention hollowed out) costs "
-         f"**{prose.ms(ceilings.dispatch(ch2_model, points_dtype, threads).best)}** between its weights' streams.")
+         f"**{prose.ms(ceilings.dispatch(ch2_model, points_dtype, threads).best)}** between its weights' streams. "
+         f"{ch2_model}'s weights: **{machine.MODELS[ch2_model][0].with_dtype(points_dtype).weight_bytes / 1e6:,.0f} MB** "
+         f"in {points_dtype}, its blocks' **{machine.MODELS[ch2_model][0].layers * machine.MODELS[ch2_model][0].block_params / 1e6:,.0f} "
+         f"million** of them doing 2 FLOPs each per row.")
 except (ValueError, IndexError) as error:  # chapter 0 did not time this model's matrices at these threads
     print(f"chapter 0 has no matrix rates for {ch2_model} here: {error}")
 
@@ -502,7 +510,8 @@ for series, g in points.groupby("series", sort=False):
     show(register.decide(claim, claims.at_most(highest, 1.0), predicted="at most the roof",
                          measured=f"at most {highest.text('.0%')} of it", evidence=f"{len(g)} {series} passes, "
                          f"{points_dtype}, {where}", series=series, listed=listed, top=highest.text(".0%"),
-                         closest=(f"batch {int(near.batch)}" if near.batch > 1 else f"{int(near.tokens):,} tokens")))
+                         closest=(f"batch {int(near.batch)}" if near.batch > 1 else
+                                  f"{int(near.tokens):,} token{'s' * (int(near.tokens) != 1)}")))
 
 # %% [markdown]
 # Why batched decode's label changes from one batch to the next: the largest term of each step, and the one after it.
@@ -579,7 +588,8 @@ entry = next((hw for hw in roofline.HARDWARE.values() if not math.isnan(hw.flops
 comparable = entry is not None and points_dtype != "fp32"
 register.claim(
     "gpu_near_its_datasheet",
-    "A GPU's measured ceilings are within the tolerance for a datasheet of its datasheet peaks.",
+    "On a GPU, the measured bandwidth and FLOP rate each lie within the tolerance for a datasheet of the GPU's "
+    "datasheet peaks.",
     held="{reached}: both within the tolerance for a datasheet.",
     not_held="{reached}, outside the tolerance for a datasheet: a kernel, a clock or the table entry is off.",
     not_measured=(f"{name} has no entry in the hardware table ({', '.join(table_gpus)}): there is no datasheet to set it "
@@ -938,8 +948,8 @@ register.claim(
          "they take as long as the floor at **{measured}** of weights, within a factor of two of the {predicted} "
          "predicted.",
     not_held="a line through the 12-layer steps, one per run index, has a floor of {floor} and streams the weights at {rate}: "
-             "the transition lies at **{measured}** of weights, more than a factor of two from the {predicted} "
-             "predicted.",
+             "the transition lies at **{measured}** of weights, {factor} the {predicted} predicted, beyond the "
+             "factor of two allowed.",
     unresolved="a line through the 12-layer steps, one per run index, has a floor of {floor} and streams the weights at {rate}: "
                "they take as long as the floor at **{measured}** of weights against {predicted} predicted; the "
                "tolerance is a factor of two and the interval crosses its edge, so this run cannot call it: {lean}. "
@@ -1030,7 +1040,8 @@ if len(series) >= 2:
                          measured=transition.text(",.0f", "MB"), evidence=f"{len(series)} 12-layer sizes, {len(fits)} "
                          f"runs, fp32, context {short_c}", floor=floors.text(".1f", "ms") + f" (predicted {floor12 * 1e3:.1f})",
                          rate=f"{1 / slopes.mid:.1f} GB/s (predicted {rate['fp32'] / 1e9:.1f})",
-                         lean=lean_words(transition, target, claims.PREDICTED_LENGTH)))
+                         lean=lean_words(transition, target, claims.PREDICTED_LENGTH),
+                         factor=f"{transition.mid / target:.2g}x"))
 else:
     transition = None
     show(register.decide("floor_gives_way_where_predicted", None))
@@ -1556,7 +1567,8 @@ as_priced = {claims.HELD: "within the tolerance", claims.NOT_HELD: "outside the 
 fell = register.verdict("floor_gives_way_where_predicted")
 met = None if transition is None else (f"**{transition.text(',.0f', 'MB')}**, " + {
     claims.HELD: f"within a factor of two of the {predicted_transition / 1e6:,.0f} MB predicted",
-    claims.NOT_HELD: f"more than a factor of two from the {predicted_transition / 1e6:,.0f} MB predicted",
+    claims.NOT_HELD: f"{transition.mid / (predicted_transition / 1e6):.2g}x the {predicted_transition / 1e6:,.0f} MB "
+                     "predicted, beyond the factor of two allowed",
     claims.UNRESOLVED: f"{transition.mid / (predicted_transition / 1e6):.2f}x the {predicted_transition / 1e6:,.0f} MB "
                        "predicted, a median leaning away from it (not resolved)"}[fell])
 under = all(register.verdict(f"{x.replace(' ', '_')}_under_the_roof") == claims.HELD for x in roof_reach)

@@ -388,7 +388,7 @@ reported = own.dropna(subset=["server_ttft_ms"])
 register.claim(
     "client_ttft_covers_server_ttft", "The client's mean TTFT is at least the engine's own reported TTFT.",
     held="the client's mean TTFT was at least the engine's own ({pairs}), so the part outside the server (the "
-         "connection, the request's parsing before the server's clock starts, the wire back) was {outside} of TTFT.",
+         "connection, the request's parsing before the server's clock starts, the wire back) took {outside} of TTFT.",
     not_held="the server's own mean TTFT exceeds the client's for the same requests: the two spans do not nest as "
              "assumed (the server records a first token after sending it, or the client stamps its send late), so "
              "this run cannot split TTFT into inside and outside the server.",
@@ -400,7 +400,7 @@ show(register.decide("client_ttft_covers_server_ttft",
                                         for r in reported.itertuples()),
                      evidence=f"server histograms' sum and count before and after the {runs} runs the client timed "
                               "(warm-up excluded)",
-                     outside=", ".join(f"{r.path} **{r.outside_server_ms:.1f} ms**" for r in reported.itertuples()),
+                     outside=", ".join(f"**{r.outside_server_ms:.1f} ms** through {r.path}" for r in reported.itertuples()),
                      pairs=", ".join(f"{r.path} {r.client_ttft_ms:.0f} ms against its own {r.server_ttft_ms:.0f} ms"
                                      for r in reported.itertuples())))
 own.round(1).rename(columns={"client_ttft_ms": "mean client_ttft_ms", "server_ttft_ms": "mean server_ttft_ms"})
@@ -416,9 +416,31 @@ engine_rows = paths.iloc[1:]
 same_prompt = bool((engine_rows.prompt_tokens == base.prompt_tokens).all())
 spread_of = lambda r, c: Spread(getattr(r, f"{c}_low"), getattr(r, c), getattr(r, f"{c}_high"))  # noqa: E731
 server = own.set_index("path")
+in_process_threads = torch.get_num_threads()
+engine_cores = {r.path: max(in_process_threads - 1, 1) if r.path == "vLLM" else in_process_threads
+                for r in engine_rows.itertuples()}  # vLLM's CPU build keeps one core for its server and scheduler
+priced_on = {n: costmodel.CostModel(ceilings, MODEL, machine.MODELS[MODEL][0].with_dtype("fp32"), "fp32", n)
+             for n in {in_process_threads, *engine_cores.values()}}
+
+
+def on_cores(path: str, price) -> float:
+    """How many times the in-process price ``price(cost model)`` the engine's cores make it (1 where they are the
+    in-process path's threads)."""
+    return price(priced_on[engine_cores[path]]) / price(priced_on[in_process_threads])
+
+
 for r in engine_rows.itertuples():
     tag = r.path.split()[0].lower()
     prefill_ms = server.server_prefill_ms.get(r.path, np.nan)
+    cores = engine_cores[r.path]
+    prefill_x = on_cores(r.path, lambda m: m.prefill(int(base.prompt_tokens)).best)
+    where_added = (f"the prefill on the {cores} core{'s' * (cores > 1)} {r.path} computes on, which the cost model "
+                   f"prices at {prefill_x:.2f}x the in-process one on {in_process_threads} threads "
+                   f"({prefill_x * base.ttft_ms:.0f} ms at the in-process TTFT's rate"
+                   + (f"; the engine's own histogram puts its prefill at {prefill_ms:.0f} ms" if np.isfinite(prefill_ms)
+                      else "") + "), and what the HTTP path, the template and the scheduler add"
+                   if cores < in_process_threads else
+                   "what the HTTP path, the template and tokenisation, and the scheduler cost before the first token")
     inside = (f" The engine's own histogram puts its prefill at {prefill_ms:.0f} ms, against the whole in-process TTFT "
               f"of {base.ttft_ms:.0f} ms: its kernels run the same prefill faster than the plain model call, by more "
               "than the HTTP path costs." if np.isfinite(prefill_ms) and prefill_ms < base.ttft_ms else
@@ -426,8 +448,7 @@ for r in engine_rows.itertuples():
     register.claim(
         f"engine_adds_to_ttft_{tag}", f"Through {r.path}, TTFT is longer than in-process, beyond both paths' intervals.",
         held="through {path}, TTFT was **{span}**, {added:.0f} ms longer than the in-process {base_span}, beyond "
-             "both ranges: what the HTTP path, the template and tokenisation, and the scheduler cost before the first "
-             "token.",
+             "both ranges: {where_added}.",
         not_held="through {path}, TTFT was **{span}**, {saved:.0f} ms shorter than the in-process {base_span}, beyond "
                  "both ranges: the engine reached its first token sooner than the plain model call.{inside}",
         unresolved="through {path}, TTFT was {span} against the in-process {base_span}: the ranges overlap, so "
@@ -440,7 +461,7 @@ for r in engine_rows.itertuples():
                                   f"{r.prompt_tokens:.0f} as {r.path} counted it",
                          base_span=spread_of(base, "ttft_ms").text(".0f", "ms"), path=r.path,
                          span=spread_of(r, "ttft_ms").text(".0f", "ms"), added=r.ttft_added_ms,
-                         saved=-r.ttft_added_ms, inside=inside))
+                         saved=-r.ttft_added_ms, inside=inside, where_added=where_added))
 if not same_prompt:
     print("The engines counted a different prompt length than the in-process chat template: their templates differ.")
 
@@ -448,28 +469,38 @@ if not same_prompt:
 # The gaps between tokens, each engine against the in-process path:
 
 # %%
+gap_ratio_of = {}  # each engine's median gap over the in-process one on the cores it computes on
 for r in engine_rows.itertuples():
     tag = r.path.split()[0].lower()
-    gap_ratio = spread_of(r, "median_gap_ms") / spread_of(base, "median_gap_ms")  # not paired: the widest ratio
+    cores = engine_cores[r.path]
+    step_x = on_cores(r.path, lambda m: m.decode(int(base.prompt_tokens + base.output_tokens // 2)).best)
+    expected_gap = spread_of(base, "median_gap_ms") * step_x  # the in-process gap, on the engine's cores
+    gap_ratio = gap_ratio_of[r.path] = spread_of(r, "median_gap_ms") / expected_gap  # not paired: the widest ratio
+    on_its_cores = ("" if cores == in_process_threads else
+                    f", scaled to the {cores} core{'s' * (cores > 1)} the engine computes on ({step_x:.2f}x: the cost "
+                    f"model's step there over on {in_process_threads} threads)")
     register.claim(
         f"engine_gaps_close_to_in_process_{tag}",
-        f"Through {r.path}, the median gap between tokens is the in-process one, within the tolerance for a predicted "
-        "time (their ratio's interval).",
-        held="through {path}, the median gap between tokens was {gap:.0f} ms against {base_gap:.0f} ms in-process "
-             "({ratio}), within the allowed {allowed}: the per-token work of serving (detokenising, one server-sent "
-             "event) is small beside the forward pass.",
+        f"Through {r.path}, the median gap between tokens is the in-process one on the cores the engine computes on "
+        "(the cost model's step on those cores over on the in-process threads, times the in-process gap), within the "
+        "tolerance for a predicted time (their ratio's interval).",
+        held="through {path}, the median gap between tokens was {gap:.0f} ms against {base_gap:.0f} ms in-process"
+             "{on_its_cores} ({ratio}), within the allowed {allowed}: the per-token work of serving (detokenising, one "
+             "server-sent event) is small beside the forward pass.",
         not_held="through {path}, the median gap between tokens was **{gap:.0f} ms** against {base_gap:.0f} ms "
-                 "in-process, {ratio} the in-process gap, outside the allowed {allowed}. {why}",
+                 "in-process{on_its_cores}: {ratio} that, outside the allowed {allowed}. {why}",
         unresolved="through {path}, the median gap between tokens was {gap:.0f} ms against {base_gap:.0f} ms "
-                   "in-process ({ratio}): the ratio's interval reaches past an end of the allowed {allowed}, so this run cannot "
-                   "tell whether each token through the engine is {direction} than in-process beyond the tolerance.",
+                   "in-process{on_its_cores} ({ratio}): the ratio's interval reaches past an end of the allowed "
+                   "{allowed}, so this run cannot tell whether each token through the engine is {direction} than "
+                   "in-process beyond the tolerance.",
         not_measured="the server serves another model than the in-process path: nothing is compared.")
     show(register.decide(f"engine_gaps_close_to_in_process_{tag}", claims.within(gap_ratio, 1.0, claims.PREDICTED_TIME)
                          if same_model else None,
-                         predicted=f"{base.median_gap_ms:.0f} ms (in-process), within {claims.PREDICTED_TIME:g}x",
+                         predicted=f"{expected_gap.mid:.0f} ms (in-process on {cores} core{'s' * (cores > 1)}), within "
+                                   f"{claims.PREDICTED_TIME:g}x",
                          measured=f"{r.median_gap_ms:.0f} ms ({gap_ratio.text('.2f', 'x')})",
-                         evidence=f"{runs} runs per path; in-process on {torch.get_num_threads()} threads",
-                         path=r.path, ratio=gap_ratio.text(".2f", "x"), gap=r.median_gap_ms,
+                         evidence=f"{runs} runs per path; in-process on {in_process_threads} threads, the engine on {cores}",
+                         path=r.path, ratio=gap_ratio.text(".2f", "x"), gap=r.median_gap_ms, on_its_cores=on_its_cores,
                          base_gap=base.median_gap_ms, tol=claims.PREDICTED_TIME,
                          direction="quicker" if gap_ratio.mid < 1 else "slower",
                          allowed=f"{1 / claims.PREDICTED_TIME:.2f}–{claims.PREDICTED_TIME:.2f}x of the in-process gap",
@@ -1138,7 +1169,7 @@ register.claim(
          "piece of the newcomer's prompt, as chapter 5's loop did.",
     not_held="A's worst gap was not one ordinary gap plus the cost model's prefill of one piece of B at every "
              "setting: {off}. What the traces show: {sentences}",
-    unresolved="at some setting, A's worst gap was too close to one ordinary gap plus the cost model's prefill of one "
+    unresolved="at {n_off}, A's worst gap was too close to one ordinary gap plus the cost model's prefill of one "
                "piece of B, with the {tol:g}x tolerance, to call: {off}.",
     not_measured="{why}")
 show(register.decide("stall_is_one_piece", claims.every(ok) if tested and same_model else None,
@@ -1158,6 +1189,7 @@ show(register.decide("stall_is_one_piece", claims.every(ok) if tested and same_m
                                    f"{r.predicted_worst_gap_ms:.0f} ms predicted (the same piece timed in-process, "
                                    f"plus an ordinary gap: {r.in_process_worst_gap_ms:.0f} ms)"
                                    for r, v in zip(tested, ok) if v != claims.HELD), tol=claims.PREDICTED_TIME,
+                     n_off=prose.count(sum(v != claims.HELD for v in ok), "setting") if tested else "",
                      sentences=" ".join(stall_sentence(r) for r, v in zip(tested, ok) if v != claims.HELD)))
 
 # %% [markdown]
@@ -1451,7 +1483,8 @@ else:
         _c = cores_of.get(_r.path, _n)
         _moves = _one.decode(_ctx).best / costs[_c].decode(_ctx).best if _c in costs else _slow
         _now, _then = _r.median_gap_ms / base.median_gap_ms, _r.median_gap_ms * _moves / (base.median_gap_ms * _slow)
-        _said.append(f"{_r.path} (on {_c} core{'s' * (_c != 1)} here) from {_now:.2f}x to about {_then:.2f}x")
+        _said.append(f"{_r.path} (on {_c} core{'s' * (_c != 1)} here) " + (f"from {_now:.2f}x to about {_then:.2f}x"
+                     if f"{_now:.2f}" != f"{_then:.2f}" else f"stays at about {_now:.2f}x"))
     _text = (f"On one thread the cost model prices a decode step {_slow:.2f}x its price on {_n}, so the in-process gap "
              f"({base.median_gap_ms:,.0f} ms here) should {'rise' if _slow >= 1 else 'fall'} to about "
              f"{base.median_gap_ms * _slow:,.0f} ms, and each "
@@ -1506,7 +1539,7 @@ def each(say) -> str:
     return by_engine(say, " and ".join(f"{say(n)} through {called(n)}" for n in urls if say(n)))
 
 
-ratio_of = {r.path: spread_of(r, "median_gap_ms") / spread_of(base, "median_gap_ms") for r in engine_rows.itertuples()}
+ratio_of = gap_ratio_of  # on the cores each engine computes on, as its claim decided
 lone = (f"its first token {each(soon)} and the tokens after it {each(fast)}"
         if all(soon(n) and fast(n) for n in urls) else "")
 batched = by_engine(lambda n: {claims.HELD: "batching raised throughput",
@@ -1563,7 +1596,9 @@ rose = "rose" if all(of("batching_raises_throughput", n) == claims.HELD for n in
 opening.write(
     f"On this machine ({prose.machine(cpu, 'fp32')}), one request's first token came after "
     f"{', '.join(first_tokens[:-1])} and {first_tokens[-1]} ({runs}-run medians). "
-    + (f"Gaps between tokens were {ratios} the in-process {base.median_gap_ms:,.0f} ms. " if same_model else "")
+    + ((f"Gaps between tokens were {ratios} what the in-process {base.median_gap_ms:,.0f} ms becomes on the cores each "
+        "engine computes on. " if set(engine_cores.values()) != {in_process_threads} else
+        f"Gaps between tokens were {ratios} the in-process {base.median_gap_ms:,.0f} ms. ") if same_model else "")
     + (f"From {levels[0]} to {levels[-1]} users, throughput {rose} {gains_text}. " if gains_text else "")
     + froze + (f"So {answer}." if answer else ""))
 

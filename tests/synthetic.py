@@ -11,9 +11,16 @@ WEIGHT_RATE, PEAK, ATTENTION_RATE, CACHE_RATE, COPY, FRESH_COPY = 10e9, 100e9, 5
 DISPATCH = {"prefill": 3e-3, "decode": 2e-3, "decode_static": 1.5e-3}
 
 
+#: With ``long_caches``: the hollowed step from a longer cache takes this long beyond its step from 16 tokens, per
+#: GB of cache beyond 16 tokens (a growing cache: on top of its concatenation, which copies at ``COPY``).
+REST_GROWTH_S_PER_GB = {"decode": 4e-3, "decode_static": 1e-3}
+
+
 def table(model: str = "gpt2-small", dtype: str = "fp32", threads: int = 2, spread: float = 0.1,
-          hardware: bool = True) -> pd.DataFrame:
-    """A ceilings table for ``model`` with the rates above; ``best_s`` at the rate, the median ``spread`` slower."""
+          hardware: bool = True, long_caches: bool = False) -> pd.DataFrame:
+    """A ceilings table for ``model`` with the rates above; ``best_s`` at the rate, the median ``spread`` slower.
+    ``long_caches``: with a growing cache's concatenation and the hollowed steps from a cache of (1, 1000) and
+    (16, 512) (:data:`REST_GROWTH_S_PER_GB`)."""
     shape, _ = MODELS[model]
     size = 4 if dtype == "fp32" else 2
     base = dict(device="cpu", device_name="synthetic", dtype=dtype, threads=threads, hardware_support=hardware,
@@ -42,11 +49,33 @@ def table(model: str = "gpt2-small", dtype: str = "fp32", threads: int = 2, spre
             nbytes = b * c * shape.with_dtype(dtype).kv_bytes_per_token
             add(kernel, nbytes / CACHE_RATE, model=model, rows=b, context=c, bytes_per_call=nbytes,
                 flops_per_call=float("nan"))
+    kv = shape.with_dtype(dtype).kv_bytes_per_token
+    if long_caches:
+        for b, c in ((1, 16), (1, 1024), (16, 512)):
+            add("cache_concatenation", 2 * b * c * kv / COPY, model=model, rows=b, context=c,
+                bytes_per_call=2 * b * c * kv, flops_per_call=float("nan"))
     for kind, seconds in DISPATCH.items():
         for setting, sizes in (("between weight streams", (1, 64)), ("alone", (1,))):
             for rows_ in sizes:
+                extra = dict(context=16 if kind == "decode" else 24) if long_caches and kind != "prefill" else {}
                 add("dispatch", seconds, model=model, rows=rows_, pass_kind=kind, operations=500, setting=setting,
-                    us_per_operation=seconds / 500 * 1e6, bytes_per_call=float("nan"), flops_per_call=float("nan"))
+                    us_per_operation=seconds / 500 * 1e6, bytes_per_call=float("nan"), flops_per_call=float("nan"),
+                    **extra)
+        if long_caches and kind != "prefill":
+            short_at = 16 if kind == "decode" else 24
+            for b, c in ((1, 1000), (16, 512)):
+                positions = c if kind == "decode" else c + 8
+                grown = REST_GROWTH_S_PER_GB[kind] * b * (positions - short_at) * kv / 1e9
+                if kind == "decode":  # the hollowed step still concatenates its cache
+                    grown += 2 * b * (positions - short_at) * kv / COPY
+                add("dispatch", seconds + grown, model=model, rows=b, pass_kind=kind, operations=500,
+                    setting="between weight streams", context=positions, bytes_per_call=float("nan"),
+                    flops_per_call=float("nan"))
+    if long_caches:  # a batch measured from 16 tokens too
+        for kind in ("decode", "decode_static"):
+            add("dispatch", DISPATCH[kind], model=model, rows=16, pass_kind=kind, operations=500,
+                setting="between weight streams", context=16 if kind == "decode" else 24,
+                bytes_per_call=float("nan"), flops_per_call=float("nan"))
     return pd.DataFrame(rows)
 
 

@@ -57,6 +57,12 @@ def test_measure_ceilings_quick_has_every_kernel_and_consistent_rates():
     ops, us = c.operations("tiny-gpt2", "fp32", 1)
     assert ops > 50 and us > 0
     assert c.weight_rate("tiny-gpt2", "fp32", 1) > 0
+    steps = ok[(ok.kernel == "dispatch") & (ok.pass_kind == "decode") & (ok.setting == "between weight streams")]
+    assert sorted(zip(steps.rows, steps.context)) == [(1, 16), (1, 64), (4, 16)], "a step from a longer cache too"
+    grown = c.rest_growth("tiny-gpt2", "fp32", 1, "decode", 1, 64)
+    assert grown is not None and grown.best >= 0
+    assert c.dispatch("tiny-gpt2", "fp32", 1, "decode", positions=64).best == pytest.approx(
+        c.dispatch("tiny-gpt2", "fp32", 1, "decode").best + grown.best)
     with pytest.raises(ValueError, match=r"measured no read in bf16 at 1 thread\(s\) on cpu"):
         c.stream_bandwidth("bf16", 1)
     with pytest.raises(ValueError, match="measured no read in fp32 at 2 thread"):
@@ -203,3 +209,28 @@ def test_pace_times_chapter_0s_kernel_and_its_claim_can_fail_both_ways():
     register = claims.Claims()
     machine.pace_claim(register, {"before": same, "after": same}, "the sweep")
     assert register.frame().verdict.tolist() == [claims.HELD]
+
+
+def test_a_cache_kernel_is_timed_after_the_weights_stream_past_it(monkeypatch):
+    """On a host with a 480 MiB last-level cache, chapter 0 timed attention over a 75 MB cache that the cache held
+    between calls (38 GB/s against a streaming read of 24): each call now follows a read of the model's weights'
+    bytes, untimed, as a step's does."""
+    calls = []
+    timing_ = machine._timed(lambda: calls.append("kernel"), CPU, machine.budget(CPU, quick=True),
+                             before=lambda: calls.append("flush"))
+    assert calls[0::2] == ["flush"] * (len(calls) // 2) and calls[1::2] == ["kernel"] * (len(calls) // 2)
+    assert len(timing_.samples) == len(calls) // 2 - 1, "the first call warms up"
+    flush = machine._flush("tiny-gpt2", CPU, torch.float32)
+    flush()
+    fp32_bytes = machine.MODELS["tiny-gpt2"][0].with_dtype("fp32").weight_bytes
+    kept = [v for k, v in machine._KEPT.items() if k[:2] == ("flush", "tiny-gpt2")]
+    assert [v.numel() * 4 for v in kept] == [pytest.approx(fp32_bytes, abs=4)], "as many bytes as its weights"
+
+
+def test_streamed_arrays_are_four_times_the_last_level_cache(monkeypatch):
+    monkeypatch.setattr(machine, "last_level_cache_bytes", lambda: 480 << 20)
+    assert machine.budget(CPU).stream_bytes == 4 * (480 << 20)
+    monkeypatch.setattr(machine, "last_level_cache_bytes", lambda: 32 << 20)
+    assert machine.budget(CPU).stream_bytes == 256 << 20, "never below 256 MiB"
+    monkeypatch.setattr(machine, "last_level_cache_bytes", lambda: None)
+    assert machine.budget(CPU).stream_bytes == 256 << 20

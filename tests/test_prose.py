@@ -16,6 +16,11 @@ def test_ms_and_tokens():
     assert prose.tokens(1) == "1 token" and prose.tokens(1024) == "1,024 tokens"
 
 
+def test_count_in_words():
+    assert [prose.count(n, "setting") for n in (0, 1, 2, 11)] == ["no settings", "one setting", "two settings",
+                                                                  "11 settings"]
+
+
 def test_table_is_whole_escaped_and_renders_bold():
     long = "x" * 300
     html = prose.table(pd.DataFrame({"claim": ["a"], "measured": [f"**166 ms** <script>{long}"]})).data
