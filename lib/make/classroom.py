@@ -55,6 +55,7 @@ ones its ``gather.json`` records (:func:`gathered_problem`).
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import hashlib
 import io
 import json
@@ -65,6 +66,7 @@ import shutil
 import stat
 import sys
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,7 +77,7 @@ from filelock import FileLock, Timeout
 from lib.claims import VERDICTS
 from lib.make.outputs import check_finished
 from lib.paths import REPO_ROOT
-from lib.runs import folder_problem
+from lib.runs import folder_problem, read_provenance
 
 CLASS_DIR = REPO_ROOT / "build" / "class"
 EXAMPLE_RUNS = REPO_ROOT / "data" / "classroom" / "runs"
@@ -127,6 +129,12 @@ PLAUSIBLE: dict[str, tuple[float, float, str]] = {
 }
 """For each number the comparison shows: (above, at most, unit and why); a value outside, or not finite, is
 flagged instead of shown."""
+ON_A_CPU: dict[str, tuple[float, str]] = {
+    "bandwidth_gb_s": (2e3, "GB/s on a CPU: at most 2,000, above any CPU's memory (a socket with 12 channels of "
+                            "DDR5 streams about 600, one with on-package HBM about 1,000)"),
+    "matmul_gflop_s": (1e5, "GFLOP/s on a CPU: at most 100,000, above any CPU's peak"),
+}
+"""A tighter ceiling for a number measured on a CPU (the run's provenance says ``device`` is ``cpu``)."""
 
 
 TORCH_PIN = re.search(r'"torch==([^"]+)"', (REPO_ROOT / "pyproject.toml").read_text()).group(1)
@@ -208,6 +216,53 @@ def _chapter_files(chapter: Path) -> list[Path]:
     return sorted(p for p in found if p.is_file() and not p.is_symlink())
 
 
+def _committed_run(root: Path) -> str | None:
+    """Where ``root`` is the book's own checkout and its ``data/`` is exactly as committed (no chapter re-run
+    here), the committed run's machine and date, in a few words; else ``None``."""
+    import subprocess
+
+    if Path(root).resolve() != REPO_ROOT.resolve():
+        return None
+    try:
+        changed = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "data"], capture_output=True,
+                                 text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if changed.returncode != 0 or changed.stdout.strip():
+        return None
+    records = [read_provenance(p)[0] for p in sorted((root / "data").glob("[0-9][0-9]_*")) if p.is_dir()]
+    records = [r for r in records if isinstance(r, dict)]
+    if not records:
+        return None
+    return f"measured on {records[0].get('device_name', 'another machine')}, {str(records[0].get('date', ''))[:10]}"
+
+
+def _snapshot(chapter: Path, tries: int = 5) -> tuple[dict[str, bytes] | None, str | None]:
+    """The chapter's files as bytes, read at one moment, and ``None``; or ``None`` and why the chapter cannot be
+    sent. The bytes read are checked as a whole, copied apart, against the provenance read with them
+    (:func:`lib.runs.folder_problem`): a run of the chapter that finished while they were read leaves two runs'
+    files, and they are read again, up to ``tries`` times."""
+    problem = folder_problem(chapter)
+    if problem:
+        return None, problem
+    for _ in range(tries):
+        try:
+            files = {p.relative_to(chapter).as_posix(): p.read_bytes() for p in _chapter_files(chapter)}
+        except OSError as error:  # a file replaced between listing and reading it
+            problem = f"{_first_line(error)} while it was read"
+        else:
+            with tempfile.TemporaryDirectory() as tmp:
+                copy = Path(tmp) / chapter.name
+                for name, content in files.items():
+                    (copy / name).parent.mkdir(parents=True, exist_ok=True)
+                    (copy / name).write_bytes(content)
+                problem = folder_problem(copy)
+            if problem is None:
+                return files, None
+        time.sleep(0.2)
+    return None, f"{problem} (a run of it was finishing while it was read: pack again once it has)"
+
+
 def pack(root: Path, out: Path, log=_stderr) -> Path:
     """Zip a run's ``data/`` (not ``data/reference``) and ``timings.csv`` into ``out``; return ``out``.
 
@@ -218,14 +273,18 @@ def pack(root: Path, out: Path, log=_stderr) -> Path:
     temporary name, renamed into place, under a lock on ``out`` (a second pack of the same zip waits)."""
     check_finished(root, "make class-zip")
     data = root / "data"
+    committed = _committed_run(root)
+    if committed:
+        raise ValueError(f"{data} holds the book's committed run ({committed}), not a run of this machine: after "
+                         "make quick, send make class-zip QUICK=1; after make book, make class-zip packs your run")
     if data.is_symlink():
         raise ValueError(f"{data} is a symbolic link; make class-zip packs a run's own folder, never a link's target")
     chapters = sorted(p for p in data.glob("[0-9][0-9]_*") if p.is_dir() or p.is_symlink()) if data.is_dir() else []
     if not chapters:
         raise ValueError(f"{data} holds no chapter results (data/NN_name/); run make book or make quick first")
-    packed, left_out = [], []
+    packed, left_out, snapshots = [], [], {}
     for chapter in chapters:
-        problem = folder_problem(chapter)
+        snapshots[chapter], problem = _snapshot(chapter)
         if problem:
             left_out.append(f"left {chapter.name} out of the zip: {problem}; run the chapter again to send it")
         else:
@@ -243,9 +302,9 @@ def pack(root: Path, out: Path, log=_stderr) -> Path:
             os.close(fd)
             try:
                 with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-                    for chapter in packed:
-                        for path in _chapter_files(chapter):
-                            archive.write(path, f"data/{chapter.name}/{path.relative_to(chapter).as_posix()}")
+                    for chapter in packed:  # the bytes checked, not the folder as it is now
+                        for name, content in sorted(snapshots[chapter].items()):
+                            archive.writestr(f"data/{chapter.name}/{name}", content)
                     archive.writestr("timings.csv", spreadsheet_safe(times).to_csv(index=False))
                 os.chmod(tmp, 0o644)
                 os.replace(tmp, out)
@@ -265,11 +324,19 @@ def pack(root: Path, out: Path, log=_stderr) -> Path:
 
 
 def _find_data(folder: Path) -> Path | None:
-    """The ``data/`` folder of a run: ``folder/data``, ``folder`` itself, or one level down."""
-    for candidate in (folder / "data", folder, *sorted(p / "data" for p in folder.iterdir() if p.is_dir())):
-        if candidate.is_dir() and any(CHAPTER.match(p.name) for p in candidate.iterdir() if p.is_dir()):
+    """The ``data/`` folder of a run: ``folder/data``, ``folder`` itself, or one level down. :class:`BadRun` for a
+    folder that holds several runs one level down (each is gathered on its own, not the first of them)."""
+    def is_run(candidate: Path) -> bool:
+        return candidate.is_dir() and any(CHAPTER.match(p.name) for p in candidate.iterdir() if p.is_dir())
+
+    for candidate in (folder / "data", folder):
+        if is_run(candidate):
             return candidate
-    return None
+    below = [p / "data" for p in sorted(folder.iterdir()) if p.is_dir() and is_run(p / "data")]
+    if len(below) > 1:
+        raise BadRun(f"{_text(str(folder))}: holds {len(below)} runs ({', '.join(_text(p.parent.name) for p in below[:4])}"
+                     f"{' ...' if len(below) > 4 else ''}); give each folder or zip to make class on its own")
+    return below[0] if below else None
 
 
 def _read_table(path: Path, shown: str) -> pd.DataFrame:
@@ -411,6 +478,13 @@ def load_run(path: Path, scratch: Path) -> Run:
             run.flags.append(f"{run._shown(data / chapter)}: left out: {problem}")
             continue
         run.provenance[chapter] = record
+    if run.timings is not None:  # a time for a chapter this run does not hold, or holds unusable, is not its book's
+        absent = sorted(set(run.timings.chapter) - set(run.provenance) - set(run.excluded))  # those left out: flagged
+        if absent:
+            run.flags.append(f"{run._shown(timings_path)}: left out of the book's time: "
+                             f"{', '.join(_text(str(c)) for c in absent[:4])}{' ...' if len(absent) > 4 else ''} (no "
+                             "results of that chapter in this run)")
+        run.timings = run.timings[run.timings.chapter.isin(list(run.provenance))]
     for chapter in run.chapters():
         claims_path = data / chapter / "claims.csv"
         if claims_path.is_file():
@@ -457,6 +531,13 @@ def _check_provenance(record: dict, shown: str) -> None:
         pattern = PROVENANCE_PATTERNS.get(key)
         if pattern and not pattern[0].fullmatch(value):
             raise BadRun(f"{shown}: {key} is {_text(value)[:60]!r}; a run of the book writes {pattern[1]} there")
+    threads, cores = record.get("torch_threads"), record.get("cpu_count")
+    if isinstance(threads, int) and isinstance(cores, int) and not isinstance(threads, bool) and 0 < cores < threads:
+        raise BadRun(f"{shown}: torch_threads is {threads} on a machine whose cpu_count is {cores}; a run of the book "
+                     "uses at most the cores it has")
+    date = record.get("date")
+    if isinstance(date, str) and date[:10] > (_dt.date.today() + _dt.timedelta(days=1)).isoformat():
+        raise BadRun(f"{shown}: date is {_text(date)[:30]!r}, after today; a run of the book writes the day it ran")
 
 
 def _check_claims(frame: pd.DataFrame, shown: str) -> None:
@@ -523,9 +604,13 @@ def _main_rows(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def _plausible(metric: str, values: pd.Series) -> str | None:
-    """What is implausible in ``values`` for ``metric`` (:data:`PLAUSIBLE`), naming the first value; ``None``."""
+def _plausible(metric: str, values: pd.Series, on_cpu: bool = False) -> str | None:
+    """What is implausible in ``values`` for ``metric`` (:data:`PLAUSIBLE`; on a CPU, :data:`ON_A_CPU` where it
+    has the metric), naming the first value; ``None``."""
     low, high, why = PLAUSIBLE[metric]
+    if on_cpu and metric in ON_A_CPU and any(math.isfinite(v) and low < v <= high and v > ON_A_CPU[metric][0]
+                                             for v in values):
+        high, why = ON_A_CPU[metric]  # within any machine's bounds, beyond any CPU's
     for index, value in values.items():
         if not (math.isfinite(value) and low < value <= high):
             return f"{value:g} in row {int(index) + 2} is implausible ({why})" if math.isfinite(value) else \
@@ -554,7 +639,8 @@ def _from_tables(run: Run, candidates: list[tuple], metric: str | None = None) -
         if rows.empty:
             continue
         if metric in PLAUSIBLE:
-            problem = _plausible(metric, rows[column].astype(float) * scale)
+            on_cpu = str((run.provenance.get(chapter) or {}).get("device", "")).startswith("cpu")
+            problem = _plausible(metric, rows[column].astype(float) * scale, on_cpu)
             if problem:
                 return None, f"flagged: {chapter}/{table}.csv: {column}: {problem}"
         value = float(getattr(rows[column], how)()) * scale
@@ -774,7 +860,14 @@ def gather(paths: list[Path], out: Path = CLASS_DIR, log=None) -> pd.DataFrame:
     scratch = Path(tempfile.mkdtemp(prefix="class-", dir=out))
     try:
         runs, seen = [], {}
-        for path in paths:
+        for i, path in enumerate(paths):
+            if not Path(path).exists():  # make splits DIRS at spaces: a name with one arrives in pieces
+                joined = next((" ".join(map(str, paths[i:j])) for j in range(i + 2, len(paths) + 1)
+                               if Path(" ".join(map(str, paths[i:j]))).exists()), None)
+                if joined:
+                    raise BadRun(f"{path}: no such file or folder, but {joined!r} is: a name with a space reaches "
+                                 f"make class in pieces; rename it, or run python -m lib.make.classroom gather "
+                                 f"\"{joined}\"")
             run = load_run(Path(path), scratch)
             count = seen[run.name] = seen.get(run.name, 0) + 1
             if count > 1:

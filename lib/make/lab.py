@@ -157,6 +157,10 @@ def _write_state(path: Path, state: dict) -> None:
 
 def _prepare(root: Path, folder: Path, log) -> Path:
     state_path = folder / STATE
+    if state_path.exists() and not state_path.is_file():
+        raise RuntimeError(f"lab: {state_path} is not a file but a {'link' if state_path.is_symlink() else 'folder'}, "
+                           "where make lab keeps its record of which copies you saved; move it away (your copies "
+                           "are not in it) and run make lab again")
     try:
         state = json.loads(state_path.read_text())
     except (OSError, ValueError):
