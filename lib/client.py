@@ -171,7 +171,10 @@ def check_reachable(base_url: str, timeout_s: float = 5.0) -> None:
     except (OSError, http.client.HTTPException) as error:
         raise Unreachable(f"cannot reach {base_url}: {_describe(error)}") from None
     if status != 200:
-        raise Unreachable(f"{base_url} answered HTTP {status} to GET /v1/models; is it an OpenAI-compatible server?")
+        hint = (f" base_url is the server's root, without /v1 (the book adds it): try "
+                f"{base_url.rstrip('/').removesuffix('/v1')}" if base_url.rstrip("/").endswith("/v1") else
+                " is it an OpenAI-compatible server?")
+        raise Unreachable(f"{base_url} answered HTTP {status} to GET {base_url.rstrip('/')}/v1/models;{hint}")
 
 
 def served_models(base_url: str, timeout_s: float = 5.0) -> tuple[str, ...]:

@@ -38,15 +38,14 @@ from typing import Literal
 
 import pandas as pd
 
-from lib.machine import Ceilings, KernelTime
+from lib.machine import FRESH_PAGES_BYTES, Ceilings, KernelTime
 from lib.shapes import ModelShape
 
 __all__ = ["Term", "Prediction", "CostModel", "FRESH_PAGES_BYTES"]
 
-#: A tensor at least this large gets fresh pages from the allocator each time it is made (glibc's largest
-#: mmap threshold on 64-bit Linux), so each of its pages faults once: a prediction made before measuring counts
-#: these. A smaller tensor may get fresh pages too, or reuse freed ones: only counting tells.
-FRESH_PAGES_BYTES = 32 << 20
+# FRESH_PAGES_BYTES (lib.machine): a tensor at least this large gets fresh pages each time it is made, so a
+# prediction made before measuring counts their faults. A smaller tensor may get fresh pages too, or reuse freed
+# ones: only counting tells.
 
 
 @dataclass(frozen=True)

@@ -171,7 +171,7 @@ class Engine:
         return self
 
     def _wait_healthy(self, started: float) -> None:
-        deadline = started + self.start_timeout_s
+        deadline, said = started + self.start_timeout_s, 0
         while True:
             code = self._proc.poll()
             if code is not None:
@@ -183,10 +183,16 @@ class Engine:
                     return
             except (OSError, http.client.HTTPException):  # not listening yet, or not speaking HTTP yet
                 pass
+            waited = time.monotonic() - started
             if time.monotonic() > deadline:
-                raise EngineFailed(f"{self.name} was not healthy after {self.start_timeout_s:.0f} s "
-                                   f"(GET {self.health_path} on port {self.port}). End of its log "
-                                   f"({self.log_path}):\n{self.log_tail()}")
+                tail = self.log_tail()
+                raise EngineFailed(f"{self.name} was not healthy after {self.start_timeout_s:.0f} s (the parameter "
+                                   f"start_timeout_s; GET {self.health_path} on port {self.port}). End of its log "
+                                   f"({self.log_path}):\n{tail if tail.strip() else '(empty: it wrote nothing)'}")
+            if waited >= said + 30:  # a long start shows that it is still waited for, and for how long at most
+                said = int(waited // 30) * 30
+                print(f"{self.name}: not answering GET {self.health_path} yet after {said} s (start_timeout_s = "
+                      f"{self.start_timeout_s:.0f})", flush=True)
             time.sleep(0.25)
 
     def stop(self) -> None:

@@ -82,10 +82,13 @@ ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 HEAD_ROWS = (1, 4, 16, 64, 256)
 ATTENTION_ROWS = (1, 4, 16, 64, 256, 1024)
 QUICK_ROWS = (1, 4, 16)
+#: A tensor at least this large gets fresh pages from the allocator each time it is made (glibc's largest mmap
+#: threshold on 64-bit Linux), so each of its pages faults once (:mod:`lib.costmodel` counts these before measuring).
+FRESH_PAGES_BYTES = 32 << 20
 #: The longer caches (sequences, cached tokens) a decode step's dispatch is timed from beside 16 tokens, where
-#: chapters 3 and 4 decode one stream from up to 1,000 tokens and chapter 3 batches 16 and 64 at 512
+#: chapters 3 and 4 decode one stream from up to 1,000 tokens and chapter 3 batches 16 at 512
 #: (:meth:`Ceilings.rest_growth`); a batch measured from 16 tokens only is timed from 16 only.
-LONG_CACHES = ((1, 1000), (16, 512), (64, 512))
+LONG_CACHES = ((1, 1000), (16, 512))  # batch 64 in proportion past 16: timing its 2.4 GB steps cost 2 minutes
 STREAM_KERNELS = ("read", "read_max", "copy", "fresh_copy", "triad")
 #: The most a pass of a memory system can stream, in bytes/s: a table above it was not measured here.
 _FASTEST_MEMORY = 20e12
@@ -437,10 +440,11 @@ def attention(model: str, device: torch.device, dtype: torch.dtype, plan: Budget
     position, as ``DynamicCache`` does, into memory already mapped so that page faults stay out of it; bytes: read
     and written). A prefill is timed on
     one layer and priced for all (its inputs are activations, written just before); a decode over a separate cache
-    per layer, as a step reads them, on as many layers as fit in ``plan.stream_bytes``, priced for all. Each decode
-    call and each concatenation is timed after a read of as many bytes as the model's weights (:func:`_flush`,
-    untimed), as a step reaches a layer's cache after streaming its weights: on a host whose last-level cache holds
-    a small KV cache, timing it warm priced attention at 38 GB/s where the step's own read ran near 22."""
+    per layer, as a step reads them, on as many layers as fit in ``plan.stream_bytes``, priced for all. The masked
+    decode and the concatenation are timed after a read of as many bytes as the model's weights (:func:`_flush`,
+    untimed), as a step reaches a cache it last touched a step ago, after streaming its weights: on a host whose
+    last-level cache holds a small KV cache, timing them warm priced them well under what the step paid. A growing
+    cache's attention is timed warm: it reads the tensor its concatenation has just written."""
     shape, _ = MODELS[model]
     h, kvh, hd, layers = shape.heads, shape.kv_heads, shape.head_dim, shape.layers
     gqa = {"enable_gqa": True} if h != kvh else {}
@@ -451,11 +455,12 @@ def attention(model: str, device: torch.device, dtype: torch.dtype, plan: Budget
         t = _timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa), device, plan)
         out.append(_row(base, "attention_prefill", t, model=model, rows=t_len, scale=layers,
                         flops=layers * 2 * shape.d_model * t_len * t_len, note="one layer timed, priced for all"))
-    flush = _flush(model, device, dtype)
     for batch, context in contexts:
         q = torch.randn(batch, h, 1, hd, dtype=dtype, device=device)
         layer_bytes = 2 * batch * kvh * context * hd * dtype.itemsize
         timed = max(1, min(layers, plan.stream_bytes // layer_bytes))  # caches far past the CPU's, not more
+        # caches that a last-level cache could hold between calls are flushed before each; larger ones need not be
+        flush = _flush(model, device, dtype) if timed * layer_bytes * 2 < plan.stream_bytes else None
         caches = _kept(("caches", model, batch, context), lambda: [
             random_values(batch, kvh, context, hd, dtype=dtype, device=device) for _ in range(2 * timed)])
 
@@ -465,7 +470,10 @@ def attention(model: str, device: torch.device, dtype: torch.dtype, plan: Budget
                 for k, v in zip(caches[0::2], caches[1::2]):
                     F.scaled_dot_product_attention(q, k, v, **extra, **gqa)
 
-            out.append(_row(base, kernel, _timed(run, device, plan, flush), model=model, rows=batch, context=context,
+            # A growing cache's attention reads the tensor its concatenation has just written (warm); a preallocated
+            # cache's was last touched a step ago, before the weights streamed past it (cold).
+            out.append(_row(base, kernel, _timed(run, device, plan, flush if extra else None), model=model, rows=batch,
+                            context=context,
                             bytes_=layers * layer_bytes, flops=batch * layers * 4 * shape.d_model * context,
                             scale=layers / timed,
                             note="" if timed == layers else f"{timed} of {layers} layers timed, priced for all"))
@@ -958,13 +966,15 @@ class Ceilings:
         sequences attending over ``positions`` each (a growing cache's context, a preallocated cache's whole
         length) than from the shortest cache chapter 0 measured (16 tokens): its hollowed step at a longer cache
         less at the short one, and for a growing cache (``pass_kind="decode"``) less the growth of the
-        concatenation timed alone (the cost model prices that copy on its own). Linear in the cache's bytes beyond
+        concatenation timed alone and the page faults of its new tensors where they are large enough to be mapped
+        afresh (the cost model prices both on their own). Linear in the cache's bytes beyond
         the short cache, through zero, between the sizes measured, in proportion past the largest; never below
         zero. ``None`` where chapter 0 measured no longer cache (an older table)."""
         short, long_ = self._dispatch_rows(model, dtype, threads, pass_kind)
         if long_.empty:
             return None
-        kv = MODELS[model][0].with_dtype(dtype).kv_bytes_per_token
+        shape = MODELS[model][0]
+        kv = shape.with_dtype(dtype).kv_bytes_per_token
         base = short.set_index("rows")
         points = []
         for r in long_.itertuples():
@@ -975,6 +985,11 @@ class Ceilings:
             copy = [self.cache_concatenation(model, dtype, threads, r.rows * c * kv) for c in (r.context, b.context)]
             if pass_kind == "decode" and None not in copy:
                 grown = [grown[0] - (copy[0].best - copy[1].best), grown[1] - (copy[0].median - copy[1].median)]
+            if pass_kind == "decode" and not self.device.startswith("cuda"):  # its new tensors' page faults, which
+                layer_bytes = r.rows * r.context * kv / (2 * shape.layers)  # the cost model prices on their own
+                faults = 2 * shape.layers * layer_bytes * self.faults_per_byte(dtype, threads) \
+                    if layer_bytes >= FRESH_PAGES_BYTES else 0.0
+                grown = [g - faults * self.fault_cost(dtype, threads) for g in grown]
             best = max(grown[0], 0.0)
             points.append((r.rows * (r.context - b.context) * kv, best, max(grown[1], best)))
         if not points:
@@ -1135,4 +1150,8 @@ def load_ceilings(device: torch.device, quick: bool = False) -> Ceilings:
         record = {}
     here = machine_identity(device)
     same = all(record.get(k) == v for k, v in here.items()) and not record.get("quick", False)
+    if quick and root != output_root(quick):  # said once per run: every price below comes from another run
+        print(f"chapter 0 has no quick run here, so this quick run prices from the book's committed ceilings "
+              f"(measured on {record.get('device_name', 'another machine')}"
+              f"{'' if same else ', not this machine'}); `python -m lib.make.book --quick 00` measures this one's")
     return Ceilings(mine.reset_index(drop=True), str(device), strict=same and not quick)

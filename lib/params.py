@@ -267,6 +267,9 @@ def check(namespace: dict, spec: dict[str, Rule], *, quick: bool = False, chapte
     """Check every parameter in ``spec`` against ``namespace`` (a chapter's ``globals()``), apply quick
     mode, write the checked values back into ``namespace`` and return them as :class:`Parameters` (pass it
     to :class:`lib.results.Results`, which records it in ``provenance.json``)."""
+    if not isinstance(quick, bool):  # papermill's -r passes text: "False" would be true
+        raise ValueError(f"parameter quick={quick!r} is not valid; expected True or False (papermill -p quick True, "
+                         "not -r, which passes the text)")
     shipped = defaults(chapter) if chapter else {}
     values, given, changes, reader_set = {}, {}, [], []
     for name, rule in spec.items():

@@ -119,6 +119,7 @@ class Results:
         if not section or "/" in section or section.startswith("."):
             raise ValueError(f"section must be a plain name such as '01_two_phases', got {section!r}")
         self.section = section
+        _PINNED.clear()  # a new run of a chapter reads the earlier chapters' latest runs afresh
         self.quick = quick
         self.root = Path(root) if root is not None else output_root(quick)
         self.staged = (root is None and not os.environ.get(OUTPUT_ROOT_ENV)) if staged is None else bool(staged)
@@ -238,6 +239,10 @@ def _restore_command(root: Path, section: str) -> str:
     return f"run chapter {section} again by hand, or delete {root / 'data' / section}/ to read the book's own"
 
 
+#: For each (tree, section) this run has read a table of: the run that wrote it (its provenance's ``run_id``).
+_PINNED: dict[tuple[str, str], str] = {}
+
+
 def load_table(section: str, name: str, quick: bool = False, *, committed_too: bool | None = None
                ) -> pd.DataFrame | None:
     """Read another section's committed table ``data/<section>/<name>.csv``, or ``None`` if that section
@@ -276,6 +281,13 @@ def load_table(section: str, name: str, quick: bool = False, *, committed_too: b
             problem = f"{name}.csv has {len(frame)} rows where its run wrote {rows}"
         if problem:
             raise CorruptTable(f"{path}: refused: {problem}; restore it with: {_restore_command(root, section)}")
+        record, _ = read_provenance(path.parent)
+        writer = str((record or {}).get("run_id", ""))
+        first = _PINNED.setdefault((str(root), section), writer)
+        if writer and first and writer != first:  # another run replaced the chapter between two of this run's reads
+            raise CorruptTable(f"{path}: refused: chapter {section} was replaced by another run while this one read "
+                               f"its tables (first run {first}, now {writer}), so they would mix two runs; run this "
+                               "chapter again")
         return frame
     return None
 

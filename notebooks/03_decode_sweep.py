@@ -52,6 +52,8 @@ batch_context = 512
 batch_steps = 6
 
 # %%
+import os
+
 from lib import params
 from lib.machine import MODELS
 
@@ -66,7 +68,8 @@ P = params.check(globals(), {
     "batch_runs": params.integer(min=1, max=30, quick=2),
     "profiled_runs": params.integer(min=1, max=20, quick=2),
     "paired_steps": params.integer(min=9, max=500, quick=9),
-    "configs": params.listof(params.tuple_of(params.dtype(), params.integer(min=1, allow_none=True)), allow_none=True),
+    "configs": params.listof(params.tuple_of(params.dtype(), params.integer(min=1, max=os.cpu_count() or 1,
+                                                                            allow_none=True)), allow_none=True),
     "batches": params.int_list(min=1, max=256, quick=[1, 4], min_items=2, ascending=True),
     "batch_context": params.integer(min=1, max=1000, quick=64),
     "batch_steps": params.integer(min=2, max=64, quick=3),

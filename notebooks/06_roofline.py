@@ -771,6 +771,10 @@ show(f"**{(plan.status == 'run').sum()} of the {len(plan)} sizes run**"
 plan.round(2)
 
 # %%
+if not (plan.status == "run").any():
+    raise ValueError("every size of `sizes` was skipped (" + "; ".join(f"{r.size}: {r.status.removeprefix('skipped: ')}"
+                                                             for r in plan.itertuples())
+                     + "): give `sizes` smaller models or `size_budget_s` more seconds")
 size_rows, prefill_rows, built, profiled = [], [], [], []
 first_twelve = next((n for n in plan[plan.status == "run"]["size"] if gpt2_sizes.SIZES[n].layers == 12), None)
 sweep_started = time.perf_counter()

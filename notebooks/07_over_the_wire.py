@@ -94,7 +94,7 @@ P = params.check(globals(), {  # every count and time bounded: at its maximum, w
     "slo_scale": params.number(above=1, max=100),
     "collapse_below": params.number(above=0, max=1), "resamples": params.integer(min=10, max=100_000, quick=200),
     "bench_rounds": params.integer(min=0, max=5, quick=0),
-    "start_timeout_s": params.number(above=0, max=1800),
+    "start_timeout_s": params.number(above=0, max=1800, quick=300),
     "server_budget_s": params.number(min=10, max=7200, quick=120),
 }, quick=quick, chapter="07_over_the_wire")
 if base_url is not None and not re.fullmatch(r"http://[A-Za-z0-9.\-\[\]:]+(/\S*)?", base_url.strip()):
@@ -338,6 +338,11 @@ for name in urls:
     if bad:
         raise RuntimeError(f"{name} at {urls[name]}: requests failed ({bad}): {[t.error for t in traces if t.error]}")
     replies[name] = traces[0].text
+    short = [t.n_tokens for t in traces if t.n_tokens < 2]
+    if short:
+        raise RuntimeError(f"{name} at {urls[name]}: answered {short[0]} token{'s' * (short[0] != 1)} to a request for "
+                           f"up to {max_new_tokens}; this chapter times the gaps between tokens, which need two or "
+                           "more (a server that stops at once, or ignores max_tokens, cannot be measured here)")
     rows += [dict(path=name, run=i + 1, prompt_tokens=t.prompt_tokens if not t.usage_problem else np.nan,
                   output_tokens=t.n_tokens, ttft_ms=m.ttft * 1e3, tpot_ms=m.tpot * 1e3, median_gap_ms=m.median_gap * 1e3,
                   connect_ms=t.connect_s * 1e3 if t.connect_s is not None else np.nan, usage_problem=t.usage_problem)

@@ -59,6 +59,8 @@ side_tokens = 32                # tokens of chapter 1's answer each path decodes
 close_to_read = 0.7             # a kernel "gets close to the machine's limit" above this fraction of the read
 
 # %%
+import os
+
 from lib import params
 
 PRECISIONS = ("fp32", "bf16", "fp16", "int8", "q4_1")
@@ -66,7 +68,7 @@ P = params.check(globals(), {
     "device": params.device(),
     "model_name": params.choice(["gpt2-small", "tiny-gpt2", "smollm2-135m"], quick="tiny-gpt2"),
     "precisions": params.listof(params.choice(PRECISIONS), quick=["fp32", "bf16", "int8"]),
-    "threads": params.integer(min=1, allow_none=True),
+    "threads": params.integer(min=1, max=os.cpu_count() or 1, allow_none=True),
     "contexts": params.int_list(min=1, max=4000, quick=[16, 96], min_items=2, ascending=True),
     "steps": params.integer(min=2, max=256, quick=4),
     "sweep_runs": params.integer(min=1, max=30, quick=2),

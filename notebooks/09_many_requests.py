@@ -76,7 +76,7 @@ P = params.check(globals(), {
     "chunk": params.integer(min=1, max=1000, allow_none=True),
     "separation_runs": params.integer(min=1, max=10, quick=1),
     "threads": params.integer(min=1, max=os.cpu_count() or 1, allow_none=True),
-    "start_timeout_s": params.number(above=0, max=1800),
+    "start_timeout_s": params.number(above=0, max=1800, quick=300),
     "server_budget_s": params.number(min=10, max=7200, quick=120),
 }, quick=quick, chapter="09_many_requests")
 if base_url is not None and not re.fullmatch(r"http://[A-Za-z0-9.\-\[\]:]+(/\S*)?", base_url.strip()):

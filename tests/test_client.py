@@ -420,3 +420,11 @@ def test_a_server_fast_enough_for_the_budget_is_not_stopped(server):
         trace = client.stream_chat(server, "ok", [], 5, timeout_s=budget.timeout_s(), on_event=budget.watch(2, 10, 5))
     assert budget.check(trace).ok
     assert budget.gap_s > 0 and budget.ttft_s > 0
+
+
+def test_a_base_url_ending_in_v1_is_told_to_drop_it(monkeypatch):
+    """The hostile pass after bbc6bbe: base_url http://host/v1 asked for /v1/v1/models and was told only that the
+    server might not be OpenAI-compatible."""
+    monkeypatch.setattr(client, "http_get", lambda url, timeout_s: (404, b""))
+    with pytest.raises(client.Unreachable, match=r"without /v1 \(the book adds it\): try http://127.0.0.1:9$"):
+        client.check_reachable("http://127.0.0.1:9/v1")

@@ -726,3 +726,24 @@ def test_make_lab_s_record_that_is_a_folder_is_one_line(tmp_path):
     (folder / lab.STATE).mkdir(parents=True)
     with pytest.raises(RuntimeError, match=r"is not a file but a folder, where make lab keeps its record"):
         lab._prepare(paths.REPO_ROOT, folder, print)
+
+
+def test_a_chapter_never_reads_two_runs_of_an_earlier_one(hand):
+    """Harmful: chapter 6 read three tables of one run of chapter 3 and two of the next, which finished between its
+    reads, and said nothing. A run now pins the run it first read of each chapter and refuses a table of another."""
+    def run_of(value):  # chapter 3 run by another process, as make quick or a second kernel runs it
+        code = ("import pandas as pd\nfrom lib import results\n"
+                f"r = results.Results('03_x', root={str(hand / 'build' / 'quick')!r}, quick=True, staged=True)\n"
+                f"r.table(pd.DataFrame({{'v': [{value}]}}), 'a')\nr.table(pd.DataFrame({{'v': [{value}]}}), 'b')\n"
+                "r.finish()\n")
+        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, timeout=120)
+
+    run_of(1)
+    results.Results("06_y", root=hand / "build" / "quick" / "elsewhere", quick=True)  # a new run: nothing pinned
+    assert results.load_table("03_x", "a", quick=True)["v"].tolist() == [1]
+    run_of(2)  # chapter 3 finishes again between two reads
+    with pytest.raises(results.CorruptTable, match=r"chapter 03_x was replaced by another run while this one read its "
+                                                   r"tables .*; run this chapter again"):
+        results.load_table("03_x", "b", quick=True)
+    results.Results("06_y", root=hand / "build" / "quick" / "elsewhere", quick=True)  # run again: reads the new run
+    assert results.load_table("03_x", "b", quick=True)["v"].tolist() == [2]

@@ -215,3 +215,11 @@ def test_chapter_4_names_the_workload_whose_lengths_are_wrong():
     with pytest.raises(ValueError, match=r"\('chat': \(100, 0\) is not a \(prompt tokens, output tokens\) pair of "
                                          r"whole numbers from 1 to 1024\); expected a non-empty dict"):
         _chapter_4_checks(archetypes={"chat": (100, 0)})
+
+
+@pytest.mark.parametrize("quick", ["False", 1, None])
+def test_quick_must_be_true_or_false(quick):
+    """The hostile pass after bbc6bbe: papermill -r quick False passed the text 'False', which ran quick mode and
+    wrote "quick": "False" into the provenance a teacher's gather then refused."""
+    with pytest.raises(ValueError, match=r"parameter quick=.* is not valid; expected True or False"):
+        params.check({"n": 1}, {"n": params.integer(min=1)}, quick=quick)
