@@ -494,6 +494,11 @@ def close_idle() -> None:
 _STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 
 
+#: The most tokens a chat template adds to a prompt's own (its role markers and system text): a usage report of more
+#: prompt tokens than the request's bytes and these is not a count of this request.
+PROMPT_TEMPLATE_TOKENS = 512
+
+
 def stream_chat(base_url: str, model: str, messages: list[dict], max_tokens: int, *, request_id: int = 0,
                 timeout_s: float = REQUEST_TIMEOUT_S, extra: dict | None = None, scheduled: float | None = None,
                 label: str = "", on_event: Callable[[Event], None] | None = None,
@@ -534,6 +539,9 @@ def stream_chat(base_url: str, model: str, messages: list[dict], max_tokens: int
             bad = [f"{key} {usage.get(key)!r}" for key, value in counted if usage.get(key) is not None and value is None]
             if bad:
                 note = f"the server's usage counts {', '.join(bad)}: not a whole number of at least 0"
+            elif prompt is not None and prompt > len(payload) + PROMPT_TEMPLATE_TOKENS:
+                note = (f"the server counted {prompt:,} prompt tokens for a request of {len(payload):,} bytes: a token "
+                        "is at least a byte of text, beside the chat template's few")
         return Trace(request_id, sent, ended or time.perf_counter(), tuple(events), prompt, output, error, scheduled,
                      label, connect_s, max_tokens, note)
 

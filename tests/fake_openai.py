@@ -11,9 +11,9 @@ line). As ``ok`` but: ``vllm`` streams as vLLM does (the role chunk with empty c
 has empty content, the finish reason on the last token's chunk, the usage in a chunk of its own);
 ``empty_first`` gives the first token an empty-content chunk; ``close`` answers ``Connection: close`` with no
 chunked framing (the body ends when the connection does) and ``http10`` answers as an HTTP/1.0 server;
-``usage_short`` counts 2 completion tokens for 5 chunks, ``usage_text`` counts them as the text ``"5"`` and
-``usage_over`` counts 999 for any request. Otherwise the last choice carries the finish reason and nothing else
-(as ``transformers serve``'s does), and the usage comes in a chunk of its own. ``GET /health`` and
+``usage_short`` counts 2 completion tokens for 5 chunks, ``usage_text`` counts them as the text ``"5"``,
+``usage_over`` counts 999 for any request and ``usage_prompt_huge`` a trillion prompt tokens. Otherwise the last
+choice carries the finish reason and nothing else (as ``transformers serve``'s does), and the usage comes in a chunk of its own. ``GET /health`` and
 ``GET /v1/models`` answer 200 (the models :attr:`FakeServer.models`); :attr:`FakeServer.connections` counts the
 connections accepted. Run as a program, ``--chat MODE`` gives every chat request that behaviour whatever model it names (a server whose ``/v1/models`` answers and whose chat
 requests never do: ``--chat silent``). Not a test file: the test files import it.
@@ -115,6 +115,8 @@ class FakeServer(BaseHTTPRequestHandler):
         usage = {"prompt_tokens": 7, "completion_tokens": len(tokens), "total_tokens": 7 + len(tokens)}
         usage["completion_tokens"] = {"usage_short": 2, "usage_text": "5", "usage_over": 999}.get(
             mode, usage["completion_tokens"])
+        if mode == "usage_prompt_huge":
+            usage["prompt_tokens"] = 10 ** 12
         if mode in ("vllm", "empty_first"):  # one token's chunk has empty content (a special token, half a character)
             tokens = ["", *TOKENS[1:]] if mode == "empty_first" else [TOKENS[0], "", *TOKENS[2:]]
             usage["completion_tokens"] = len(tokens)

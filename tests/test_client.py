@@ -230,6 +230,7 @@ def test_tokens_are_spread_over_chunks_only_when_the_usage_counts_more():
     ("usage_short", "the server counted 2 completion tokens and streamed 5 token chunks"),
     ("usage_text", "usage counts completion_tokens '5': not a whole number of at least 0"),
     ("usage_over", "counted 999 completion tokens for a request of at most 5"),
+    ("usage_prompt_huge", "counted 1,000,000,000,000 prompt tokens for a request of"),
 ])
 def test_usage_that_contradicts_the_stream_is_flagged_and_not_used(server, mode, said):
     trace = _ask(server, mode)
