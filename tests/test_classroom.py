@@ -56,7 +56,8 @@ def test_claims_held_are_counted_per_machine(tmp_path):
     extra = run / "data" / "09_many_requests"  # a chapter of three claims beside the run's own
     extra.mkdir()
     (extra / "provenance.json").write_text('{"files": ["data/09_many_requests/claims.csv"]}')
-    pd.DataFrame({"claim": ["a", "b", "c"], "statement": ["", "", ""], "predicted": [1, 2, 3],
+    a, b, c = "reuse_saves_the_prefix_prefill", "engine_reuses_whole_blocks", "handover_costs_its_bytes"
+    pd.DataFrame({"claim": [a, b, c], "statement": ["", "", ""], "predicted": [1, 2, 3],
                   "measured": [1, 5, None], "verdict": ["held", "did not hold", "not measured"],
                   "evidence": ["", "", ""]}).to_csv(extra / "claims.csv", index=False)
     comparison = classroom.gather([run, RUNS[1]], tmp_path / "class")
@@ -64,8 +65,8 @@ def test_claims_held_are_counted_per_machine(tmp_path):
     assert comparison.claims_held.iloc[0] == base.claims_held.iloc[0] + 1
     assert comparison.claims_recorded.iloc[0] == base.claims_recorded.iloc[0] + 3
     claims = pd.read_csv(tmp_path / "class" / "claims.csv")
-    assert {"a", "b", "c"} <= set(claims.claim) and "with-claims" in claims.columns
-    assert claims.set_index("claim").loc["b", "with-claims"] == "did not hold"
+    assert {a, b, c} <= set(claims.claim) and "with-claims" in claims.columns
+    assert claims.set_index("claim").loc[b, "with-claims"] == "did not hold"
 
 
 def test_a_missing_table_is_left_empty_and_said_so(tmp_path):
@@ -204,7 +205,8 @@ def test_csv_cells_are_spreadsheet_safe_and_numbers_stay_numbers(tmp_path):
     extra = run / "data" / "09_many_requests"
     extra.mkdir()
     (extra / "provenance.json").write_text('{"files": ["data/09_many_requests/claims.csv"]}')
-    pd.DataFrame({"claim": ["=1+2", "-2+3", "\tx", "plain"], "verdict": ["held", "did not hold", "held", "held"]}
+    plain = "reuse_saves_the_prefix_prefill"  # a claim of the book; the others no chapter decides (left out, flagged)
+    pd.DataFrame({"claim": ["=1+2", "-2+3", "\tx", plain], "verdict": ["held", "did not hold", "held", "held"]}
                  ).to_csv(extra / "claims.csv", index=False)
     classroom.gather([run, RUNS[1]], tmp_path / "class")
     text = {name: (tmp_path / "class" / name).read_text() for name in ("comparison.csv", "sources.csv", "claims.csv")}
@@ -212,8 +214,9 @@ def test_csv_cells_are_spreadsheet_safe_and_numbers_stay_numbers(tmp_path):
     assert comparison.run.iloc[0] == "'=HYPERLINK(x)" and "'@SUM(A1:A9)" in text["comparison.csv"]
     assert "'+cmd|' /C calc'!A0" in text["comparison.csv"]
     claims = pd.read_csv(tmp_path / "class" / "claims.csv")
-    assert "'=HYPERLINK(x)" in claims.columns and {"'=1+2", "'-2+3", "'\tx", "plain"} <= set(claims.claim)
-    assert claims.set_index("claim").loc["'-2+3", "'=HYPERLINK(x)"] == "did not hold"
+    assert "'=HYPERLINK(x)" in claims.columns and plain in set(claims.claim)
+    assert not {"=1+2", "'=1+2", "-2+3", "'-2+3"} & set(claims.claim)
+    assert "3 claim(s) no chapter of the book decides" in comparison["flags"].iloc[0]
     assert pd.api.types.is_numeric_dtype(comparison.ttft_ms)  # a number stays a number
     for name, body in text.items():
         frame = pd.read_csv(io.StringIO(body))

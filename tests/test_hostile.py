@@ -453,6 +453,25 @@ def test_a_chapter_no_run_of_the_book_wrote_is_left_out(tmp_path, case, said):
         assert comparison.claims_recorded.iloc[0] == base.claims_recorded.iloc[0]
 
 
+def test_a_claim_no_chapter_of_the_book_decides_is_left_out_and_flagged(tmp_path):
+    """The hostile pass after bbc6bbe (S11): a claims.csv with a made-up claim held was counted and shown as the
+    book's."""
+    run = tmp_path / "student"
+    shutil.copytree(EXAMPLES[0], run)
+    path = run / "data" / "01_two_phases" / "claims.csv"
+    frame = pd.read_csv(path)
+    pd.concat([frame, pd.DataFrame({"claim": ["gpu_beats_every_cpu"], "verdict": ["held"]})]).to_csv(path, index=False)
+    lines = []
+    comparison = classroom.gather([run], tmp_path / "class", log=lines.append)
+    said = "claims.csv: left out: 1 claim(s) no chapter of the book decides ('gpu_beats_every_cpu')"
+    assert said in comparison["flags"].iloc[0] and len(lines) == 1 and said in lines[0], lines
+    base = classroom.gather([EXAMPLES[0]], tmp_path / "base")
+    assert comparison.claims_held.iloc[0] == base.claims_held.iloc[0]
+    gathered = pd.read_csv(tmp_path / "class" / "claims.csv")
+    assert "gpu_beats_every_cpu" not in set(gathered.claim)
+    assert classroom.book_claims("07_over_the_wire").fullmatch("engine_adds_to_ttft_vllm")  # an f-string's id
+
+
 def test_a_zip_holding_a_file_twice_is_refused(tmp_path):
     """The hostile pass after d3d7a80: the second copy of a file named twice in a zip silently won."""
     with zipfile.ZipFile(tmp_path / "twice.zip", "w") as z:
@@ -562,16 +581,18 @@ def test_an_interrupted_hand_swap_makes_publishing_refuse_until_recovered(tmp_pa
 # 3. Every wait bounded: a slow server stops a chapter within its budget, in one line
 # ------------------------------------------------------------------------------------------------------
 
-def _run_against_fake_server(chapter: str, tmp_path: Path, monkeypatch, gap_s: float) -> Path:
-    """Run ``chapter`` in quick mode with ``base_url`` at a fake SmolLM2 server ``gap_s`` between tokens; return
-    the executed notebook (papermill's error propagates)."""
+def _run_against_fake_server(chapter: str, tmp_path: Path, monkeypatch, gap_s: float,
+                             model: str = "SmolLM2-135M-Instruct") -> Path:
+    """Run ``chapter`` in quick mode with ``base_url`` at a fake server of ``model`` (SmolLM2, the model the
+    chapters run, unless told) ``gap_s`` between tokens; return the executed notebook (papermill's error
+    propagates)."""
     import jupytext
     import nbformat
     import papermill
     from fake_openai import FakeServer, serve_in_thread
 
     monkeypatch.setattr(FakeServer, "gap_s", gap_s)
-    monkeypatch.setattr(FakeServer, "models", ["SmolLM2-135M-Instruct"])  # the model the chapters run
+    monkeypatch.setattr(FakeServer, "models", [model])
     monkeypatch.setenv(paths.OUTPUT_ROOT_ENV, str(tmp_path))
     source = jupytext.read(paths.REPO_ROOT / "notebooks" / f"{chapter}.py")
     source.metadata["kernelspec"] = {"name": book.kernel()[0], "display_name": book.kernel()[1], "language": "python"}
@@ -600,6 +621,19 @@ def test_chapter_7_against_a_server_3_s_between_tokens_stops_at_its_first_reques
     assert "server at http://127.0.0.1:" in error.evalue and " is too slow for this chapter: its first request " \
         "took " in error.evalue
     assert "server_budget_s=120 s are left; make its requests fewer or shorter (" in error.evalue
+
+
+@pytest.mark.slow
+def test_chapter_9_refuses_a_deployment_of_another_model_in_one_line(tmp_path, monkeypatch):
+    """The hostile pass after bbc6bbe (S5): chapter 9 replayed and priced a deployment of another model as if it
+    were SmolLM2, though its page says another model stops the chapter."""
+    import papermill
+
+    with pytest.raises(papermill.PapermillExecutionError) as failed:
+        _run_against_fake_server("09_many_requests", tmp_path, monkeypatch, gap_s=0.0, model="Qwen2-0.5B")
+    error = failed.value
+    assert error.ename == "WrongModel", (error.ename, error.evalue)
+    assert " serves 'Qwen2-0.5B', not 'smollm2' or " in error.evalue and "\n" not in error.evalue
 
 
 @pytest.mark.slow

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import functools
 import hashlib
 import io
 import json
@@ -156,6 +157,7 @@ class Run:
     source: Path | None = None  # what the teacher named: the zip or folder
     excluded: dict[str, str] = field(default_factory=dict)  # chapter: why its tables are not used
     flags: list[str] = field(default_factory=list)  # what was not believed, one line each
+    unknown_claims: dict[str, set[str]] = field(default_factory=dict)  # chapter: claims no chapter of the book decides
 
     def table(self, chapter: str, name: str) -> pd.DataFrame | None:
         """``data/<chapter>/<name>.csv``, ``None`` when the run has no such table (or its chapter was left
@@ -488,8 +490,36 @@ def load_run(path: Path, scratch: Path) -> Run:
     for chapter in run.chapters():
         claims_path = data / chapter / "claims.csv"
         if claims_path.is_file():
-            _check_claims(_read_table(claims_path, run._shown(claims_path)), run._shown(claims_path))
+            frame = _read_table(claims_path, run._shown(claims_path))
+            _check_claims(frame, run._shown(claims_path))
+            unknown = sorted({_text(str(c)) for c in frame.claim if not book_claims(chapter).fullmatch(str(c))})
+            if unknown:  # a claim the book never decides is not counted nor shown as the book's
+                run.unknown_claims[chapter] = set(unknown)
+                run.flags.append(f"{run._shown(claims_path)}: left out: {len(unknown)} claim(s) no chapter of the "
+                                 f"book decides ({', '.join(repr(c[:40]) for c in unknown[:3])}"
+                                 f"{' ...' if len(unknown) > 3 else ''})")
     return run
+
+
+@functools.lru_cache(maxsize=None)
+def book_claims(chapter: str) -> re.Pattern:
+    """The claim ids a run of ``chapter`` can record: those of the book's committed run and example runs (made by
+    earlier versions of the book, some under names since changed), and every id its source
+    (or the library) decides, an f-string's ``{...}`` standing for any snake_case part (``engine_adds_to_ttft_{tag}``)."""
+    names: set[str] = set()
+    for committed in [REPO_ROOT / "data" / chapter / "claims.csv", *EXAMPLE_RUNS.glob(f"*/data/{chapter}/claims.csv")]:
+        names |= {re.escape(str(c)) for c in pd.read_csv(committed).claim}
+    sources = [REPO_ROOT / "notebooks" / f"{chapter}.py", *sorted((REPO_ROOT / "lib").glob("*.py"))]
+    for source in sources:
+        if source.is_file():
+            names |= {_pattern_of(literal) for literal in re.findall(r'decide\(\s*f?"([^"]+)"', source.read_text())}
+    return re.compile("|".join(sorted(names)) or "(?!)")
+
+
+def _pattern_of(literal: str) -> str:
+    """A ``decide`` literal as a pattern: its text as is, each ``{...}`` any snake_case part."""
+    parts = re.split(r"\{[^}]*\}", literal)
+    return "[a-z0-9_]+".join(re.escape(part) for part in parts)
 
 
 def _walk(folder: Path):
@@ -683,6 +713,7 @@ def claims(run: Run) -> pd.DataFrame:
     for chapter in run.chapters():
         frame = run.table(chapter, "claims")
         if frame is not None and {"claim", "verdict"} <= set(frame.columns):
+            frame = frame[~frame.claim.astype(str).map(_text).isin(run.unknown_claims.get(chapter, set()))]
             frames.append(frame.assign(chapter=chapter)[["chapter", "claim", "verdict"]])
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["chapter", "claim", "verdict"])
 
