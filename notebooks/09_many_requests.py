@@ -116,6 +116,7 @@ n_threads = torch.get_num_threads()
 cpu = torch.device("cpu")
 lm = load_model(MODEL, cpu, torch.float32)
 model_dir = cache_dir() / f"smollm2-135m-instruct-{SMOLLM2_VERSION}"
+served_names = ["smollm2", MODEL, "SmolLM2-135M-Instruct", str(model_dir)]  # what a deployment may call SmolLM2
 ceilings = machine.load_ceilings(cpu, quick=quick)
 results = Results("09_many_requests", params=P, quick=quick, device=cpu, dtype=torch.float32, model=MODEL)
 register = claims.Claims()
@@ -136,6 +137,17 @@ def engine_threads(name: str, n: int) -> int:
 
 
 cost = cost_model(MODEL, n_threads)
+
+
+def pace_now() -> machine.Pace | None:
+    """The machine's speed now against chapter 0's (``lib.machine.pace``), or None where chapter 0 has no row."""
+    try:
+        return machine.pace(ceilings, MODEL, "fp32", n_threads, cpu)
+    except ValueError:
+        return None
+
+
+paced = {"before the first experiment": pace_now()}
 pd.Series(describe_environment(cpu, torch.float32, MODEL)).to_frame("this run")
 
 # %% [markdown]
@@ -388,7 +400,9 @@ try:
         else:
             live[name] = make().start()
             url = live[name].base_url
-        model_id = client.served_model(url)
+        # a deployment of another model stops the chapter here, in one line naming what it serves: its reuse and
+        # stall could not be set beside SmolLM2's prices
+        model_id = client.require_model(url, served_names) if make is None else client.served_model(url)
         extra = {"ignore_eos": True} if name == "vLLM" else None
         block = block_size(url, name)
         # the server's requests share one budget: a server too slow for it stops the chapter in one line
@@ -1256,6 +1270,20 @@ results.figure(fig, "replay")
 plt.show()
 
 # %% [markdown]
+# Every price in this chapter is made of chapter 0's ceilings, measured minutes or an hour before. The same
+# one-row matrices chapter 0 timed, timed again before the first experiment and after the replay
+# (`lib.machine.pace`), say whether the machine itself ran at another speed meanwhile:
+
+# %%
+paced["after the replay"] = pace_now()
+machine.release_pace()
+paced = {when: p for when, p in paced.items() if p is not None}
+if paced:
+    show(machine.pace_claim(register, paced, "this chapter's experiments"))
+else:
+    print("chapter 0 has no one-row matrices of this model at these threads: the machine's pace is not checked")
+
+# %% [markdown]
 # **Takeaway: to predict a scheduler's queue, replay its arrivals with every step priced; where the replay
 # misses, price the steps at the engine's own one-user costs to tell a wrong price of a pass from the rest, and
 # read the requests one by one to find which of them took the time.**
@@ -1275,7 +1303,7 @@ if base_url:
     b_chat = [{"role": "user", "content": "Request to the deployment. " + lm.tokenizer.decode(filler_b[:b_prompt_len])}]
     timeout_s = server_budgets["server"].timeout_s()
     with server_budgets["server"].request():
-        a, b = stall_experiment(base_url, client.served_model(base_url), [{"role": "user", "content": "Tell a long story."}],
+        a, b = stall_experiment(base_url, client.require_model(base_url, served_names), [{"role": "user", "content": "Tell a long story."}],
                                 a_tokens, b_chat, arrival_step, timeout_s=timeout_s)
     server_budgets["server"].check(a), server_budgets["server"].check(b)
     deployment = pd.DataFrame([dict(a_worst_gap_ms=a.metrics().worst_gap * 1e3, a_median_gap_ms=a.metrics().median_gap * 1e3,
