@@ -51,7 +51,7 @@ quick: model
 	$(BIN)/python -m lib.make.book --quick $(if $(DEVICE),--device $(DEVICE),)
 
 test: model
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 # labconfig/ (jupytext's default-viewer setting: a chapter's .py opens as a notebook) goes into the venv
 # beside the book's kernel (installed by env), so nothing is written to the reader's home folder and deleting .venv removes them.

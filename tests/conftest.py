@@ -23,7 +23,14 @@ def smollm2():
     return load_model("smollm2-135m", "cpu", torch.float32)
 
 
+#: The modules that take longest, run first: ``make test`` runs the suite on two workers, a module on one
+#: (``pytest -n 2 --dist loadfile``), and the chapters in quick mode (one module, in order) would otherwise start
+#: last and leave the other worker idle.
+FIRST = ("test_notebooks.py", "test_lab.py", "test_hostile.py", "test_build.py")
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: FIRST.index(item.path.name) if item.path.name in FIRST else len(FIRST))  # stable
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
