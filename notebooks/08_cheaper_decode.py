@@ -125,6 +125,17 @@ on_gpu = device.type == "cuda"
 threads = threads or max(thread_counts(device))
 torch.set_num_threads(threads)
 ceilings = machine.load_ceilings(device, quick=quick)  # chapter 0's one measurement of this machine
+
+
+def pace_now() -> machine.Pace | None:
+    """The machine's speed now against chapter 0's (``lib.machine.pace``), or None where chapter 0 has no row."""
+    try:
+        return machine.pace(ceilings, model_name, "fp32", threads, device)
+    except ValueError:
+        return None
+
+
+paced = {"before the first path": pace_now()}
 fp32 = load_model(model_name, device, torch.float32)
 shape = ModelShape.from_config(fp32.config, name=model_name).with_dtype("fp32")
 models, skipped = {"fp32": fp32}, {}
@@ -1326,6 +1337,20 @@ words = len(re.findall(r"[\w.,–%+-]+", re.sub(r"[*`]", "", " ".join(found + [s
 if cheapest != lead and not top.path.startswith("eager fp32") and words <= prose.OPENING_WORDS:
     found.append(side_found)  # the side-by-side table, where it adds to the levers and the paragraph has room
 opening.write(" ".join(filter(None, found)))
+
+# %% [markdown]
+# Every price in this chapter is made of chapter 0's ceilings. The same one-row matrices chapter 0 timed, timed
+# again before the first path and after the last (`lib.machine.pace`), say whether the machine itself ran at
+# another speed meanwhile:
+
+# %%
+paced["after the last"] = pace_now()
+machine.release_pace()
+paced = {when: p for when, p in paced.items() if p is not None}
+if paced:
+    show(machine.pace_claim(register, paced, "this chapter's paths"))
+else:
+    print("chapter 0 has no one-row matrices of this model at these threads: the machine's pace is not checked")
 
 # %% [markdown]
 # ## What these numbers do not show
