@@ -1112,6 +1112,22 @@ def pace_claim(register, paced: dict[str, Pace], what: str) -> str:
                            measured=moments, evidence="pace.csv", moments=moments, drift=drift)
 
 
+def pace_note(paced: dict[str, Pace]) -> str:
+    """The sentence a chapter's opening adds when the machine's pace (:func:`pace`, at the moments of ``paced``)
+    was outside the tolerance every price is held to at some moment, as :func:`pace_claim` decides it: how far,
+    and which way the chapter's prices miss for it. Empty when the pace held or was not measured."""
+    from lib import claims
+
+    outside = [p.ratio.mid for p in paced.values()
+               if claims.within(p.ratio, 1.0, claims.PREDICTED_TIME) == claims.NOT_HELD]
+    if not outside:
+        return ""
+    low, high = min(outside), max(outside)
+    times = f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}x to {high:.2f}x"
+    return (f"Meanwhile the model's matrices at one row took {times} the time chapter 0 measured, so every price "
+            f"here, made of chapter 0's ceilings, was about that much too {'low' if high > 1 else 'high'}.")
+
+
 def release_pace() -> None:
     """Drop the weights :func:`pace` keeps between its calls."""
     for key in [k for k in _KEPT if isinstance(k, tuple) and k and k[0] == "pace"]:

@@ -133,15 +133,18 @@ class Opening:
         self.text = ""
         self._handle = display(Markdown(OPENING_PENDING), display_id=True)
 
-    def write(self, *tellings: str) -> None:
+    def write(self, *tellings: str, after: str = "") -> None:
         """Show the first of ``tellings`` (markdown, the longest telling first) that fits :data:`OPENING_WORDS`
-        words as the opening paragraph. When none fits, the last is shown all the same, with a warning: which
-        telling fits depends on the verdicts this run reached, and a reader's run must not fail over a
-        sentence's length; the committed book is held to the limit by its tests."""
+        words as the opening paragraph; ``after`` (a sentence such as :func:`lib.machine.pace_note`'s) ends
+        each telling where one with it fits, else is left out. When none fits, the last is shown all the same,
+        with a warning: which telling fits depends on the verdicts this run reached, and a reader's run must not
+        fail over a sentence's length; the committed book is held to the limit by its tests."""
         from IPython.display import Markdown
 
         if not tellings:
             raise ValueError("an opening needs at least one telling")
+        if after:
+            tellings = tuple(f"{t.rstrip()} {after}" for t in tellings) + tellings
         text = next((t for t in tellings if opening_words(t) <= OPENING_WORDS), tellings[-1])
         if (words := opening_words(text)) > OPENING_WORDS:
             warnings.warn(f"the opening paragraph has {words} words; it is a paragraph of at most {OPENING_WORDS}",

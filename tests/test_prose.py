@@ -67,3 +67,7 @@ def test_an_opening_is_a_paragraph():
     assert prose.opening_words("A step takes **12.3 ms** at `gpt2`, +8.6 %.") == 9
     opening.write("On this machine a step takes 12.3 ms (11.0–13.1).")
     assert opening.text.startswith("On this machine")
+    opening.write("Short.", after="The machine ran slower.")  # a sentence after, where it fits
+    assert opening.text == "Short. The machine ran slower."
+    opening.write(" ".join(["long"] * 138), after="The machine ran slower.")  # else left out
+    assert opening.text.endswith("long long") and "slower" not in opening.text
