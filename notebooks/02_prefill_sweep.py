@@ -1283,8 +1283,7 @@ opening.write(
     f"at {n_top:,} tokens the pass {bound.get(said('longest_prompt_compute_bound'), 'was not classed')}. "
     + (f"So every prompt here, up to {tokens(n_top)}, costs one token's pass."
        if never else "So here every token a prompt adds costs time." if not floored[1] else
-       f"So a prompt here costs one token's pass up to {tokens(flats.mid)}, then more with each token."),
-    after=machine.pace_note(paced))  # why the prices missed, when the machine itself ran at another speed
+       f"So a prompt here costs one token's pass up to {tokens(flats.mid)}, then more with each token."))
 
 # %% [markdown]
 # ## Takeaways

@@ -1483,8 +1483,7 @@ opening.write(opening_start + kernel_note + ". " + narrow_text + batch_text + to
               opening_start + rule + ". " + narrow_text + batch_text + worst_first,
               opening_start + rule + ". " + narrow_text + batch_text + named_all,
               opening_start + rule + ". " + narrow_text + counted,
-              opening_start + rule + ".",
-              after=machine.pace_note(paced))  # why the prices missed, when the machine itself ran at another speed
+              opening_start + rule + ".")
 
 # %% [markdown]
 # ## What these numbers do not show

@@ -1278,20 +1278,6 @@ if worker:
     worker.close()
 
 # %% [markdown]
-# Every price in this chapter is made of chapter 0's ceilings. The same one-row matrices chapter 0 timed, timed
-# again before the first path and after the last (`lib.machine.pace`), say whether the machine itself ran at
-# another speed meanwhile:
-
-# %%
-paced["after the last"] = pace_now()
-machine.release_pace()
-paced = {when: p for when, p in paced.items() if p is not None}
-if paced:
-    show(machine.pace_claim(register, paced, "this chapter's paths"))
-else:
-    print("chapter 0 has no one-row matrices of this model at these threads: the machine's pace is not checked")
-
-# %% [markdown]
 # The paragraph at the top of this chapter, written from the findings above:
 
 # %%
@@ -1350,7 +1336,21 @@ side_found = f"On chapter 1's question, {cheapest} was fastest: {top.speedup_ove
 words = len(re.findall(r"[\w.,–%+-]+", re.sub(r"[*`]", "", " ".join(found + [side_found]))))  # prose.Opening's count
 if cheapest != lead and not top.path.startswith("eager fp32") and words <= prose.OPENING_WORDS:
     found.append(side_found)  # the side-by-side table, where it adds to the levers and the paragraph has room
-opening.write(" ".join(filter(None, found)), after=machine.pace_note(paced))  # why the prices missed, if they did
+opening.write(" ".join(filter(None, found)))
+
+# %% [markdown]
+# Every price in this chapter is made of chapter 0's ceilings. The same one-row matrices chapter 0 timed, timed
+# again before the first path and after the last (`lib.machine.pace`), say whether the machine itself ran at
+# another speed meanwhile:
+
+# %%
+paced["after the last"] = pace_now()
+machine.release_pace()
+paced = {when: p for when, p in paced.items() if p is not None}
+if paced:
+    show(machine.pace_claim(register, paced, "this chapter's paths"))
+else:
+    print("chapter 0 has no one-row matrices of this model at these threads: the machine's pace is not checked")
 
 # %% [markdown]
 # ## What these numbers do not show

@@ -1515,7 +1515,7 @@ if pooled_of:
 v_flat = register.verdict("two_workers_keep_the_stream_flat")
 text += ("So cache what requests share" if saving.low > 0 else "So reusing a shared prefix saved no sure time here")
 text += f", and {flatter[v_flat]}" if v_flat in flatter else ""
-opening.write(text + ".", after=machine.pace_note(paced))  # why the prices missed, when the machine's speed moved
+opening.write(text + ".")
 vllm_shared = reuse_table[(reuse_table.engine == "vLLM") & (reuse_table.group == "shared")]
 if "vLLM" in gains and len(vllm_shared) and vllm_shared.hit_tokens.iloc[0] < shared:  # vLLM reused only whole blocks
     v_row, v_cores = vllm_shared.iloc[0], engine_threads("vLLM", n_threads)
