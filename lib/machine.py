@@ -1106,7 +1106,9 @@ def pace_claim(register, paced: dict[str, Pace], what: str) -> str:
         held="against chapter 0's median call, the model's matrices at one row took {moments}: within the tolerance "
              "every price here is held to.{drift}",
         not_held="against chapter 0's median call, the model's matrices at one row took {moments}: the machine ran at "
-                 "another speed than chapter 0 measured, and every price of this chapter is off by about as much.")
+                 "another speed than chapter 0 measured, and a price made of chapter 0's ceilings is off by about as "
+                 "much on that account alone; a miss far larger than that, or a ratio of two times taken together, "
+                 "has another cause.")
     verdict = claims.every(claims.within(p.ratio, 1.0, claims.PREDICTED_TIME) for p in paced.values())
     return register.decide("machine_kept_its_pace", verdict, predicted=f"within {claims.PREDICTED_TIME:g}x of 1",
                            measured=moments, evidence="pace.csv", moments=moments, drift=drift)
@@ -1124,8 +1126,8 @@ def pace_note(paced: dict[str, Pace]) -> str:
         return ""
     low, high = min(outside), max(outside)
     times = f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}x to {high:.2f}x"
-    return (f"Meanwhile the model's matrices at one row took {times} the time chapter 0 measured, so every price "
-            f"here, made of chapter 0's ceilings, was about that much too {'low' if high > 1 else 'high'}.")
+    return (f"Meanwhile the model's matrices at one row took {times} the time chapter 0 measured, so the prices "
+            f"here, made of chapter 0's ceilings, ran about that much too {'low' if high > 1 else 'high'}.")
 
 
 def release_pace() -> None:

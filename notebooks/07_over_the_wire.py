@@ -192,6 +192,18 @@ chat = [{"role": "user", "content": question}]
 prompt_ids = lm.tokenizer.apply_chat_template(chat, add_generation_prompt=True, return_tensors="pt",
                                               return_dict=True)["input_ids"]
 ceilings = machine.load_ceilings(cpu, quick=quick)  # chapter 0's one measurement of this machine
+
+
+def pace_now() -> machine.Pace | None:
+    """The machine's speed now against chapter 0's (``lib.machine.pace``), or None where chapter 0 has no row."""
+    try:
+        return machine.pace(ceilings, MODEL, "fp32", torch.get_num_threads(), cpu)
+    except ValueError:
+        return None
+
+
+paced = {"before the engines": pace_now()}
+machine.release_pace()
 priced = costmodel.CostModel(ceilings, MODEL, machine.MODELS[MODEL][0].with_dtype("fp32"), "fp32",
                              torch.get_num_threads())  # the in-process path's threads
 show(f"The question is **{prompt_ids.shape[1]} tokens** in the chat template, the reply up to {max_new_tokens}. On "
@@ -1501,12 +1513,23 @@ else:
 display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</details>"))
 
 # %% [markdown]
-# The engines stop here, and the paragraph at the top of the chapter is written from the findings above:
+# The engines stop here. Every price in this chapter is made of chapter 0's ceilings: the same one-row matrices
+# chapter 0 timed, timed again before the engines started and now (`lib.machine.pace`), say whether the machine
+# itself ran at another speed meanwhile. Then the paragraph at the top of the chapter is written from the
+# findings above:
 
 # %%
 for engine in live.values():
     engine.stop()
 claims.invariant(not any(e.running for e in live.values()), "an engine is still running after the chapter")
+paced["after them"] = pace_now()
+machine.release_pace()
+paced = {when: p for when, p in paced.items() if p is not None}
+if paced:
+    show(machine.pace_claim(register, paced, "this chapter's requests"))
+    results.table(machine.pace_table(paced), "pace")  # the claim's evidence; kept, not shown
+else:
+    print("chapter 0 has no one-row matrices of this model at these threads: the machine's pace is not checked")
 
 
 # %%
@@ -1546,6 +1569,8 @@ def each(say) -> str:
 
 ratio_of = gap_ratio_of  # on the cores each engine computes on, as its claim decided
 lone = (f"its first token {each(soon)} and the tokens after it {each(fast)}"
+        + (", each against in-process on the cores the engine computes on"
+           if set(engine_cores.values()) != {in_process_threads} else "")
         if all(soon(n) and fast(n) for n in urls) else "")
 batched = by_engine(lambda n: {claims.HELD: "batching raised throughput",
                                claims.NOT_HELD: "batching did not raise throughput",
@@ -1612,7 +1637,7 @@ so = f"So {answer}." if answer else ""
 # (the evidence table keeps both).
 opening.write(first + gaps + users + froze(chunked) + so,
               first + gaps + users + froze("") + so,
-              first + gaps + froze("") + so)
+              first + gaps + froze("") + so, after=machine.pace_note(paced))
 
 # %% [markdown]
 # ## Key terms

@@ -1278,6 +1278,21 @@ if worker:
     worker.close()
 
 # %% [markdown]
+# Every price in this chapter is made of chapter 0's ceilings. The same one-row matrices chapter 0 timed, timed
+# again before the first path and after the last (`lib.machine.pace`), say whether the machine itself ran at
+# another speed meanwhile:
+
+# %%
+paced["after the last"] = pace_now()
+machine.release_pace()
+paced = {when: p for when, p in paced.items() if p is not None}
+if paced:
+    show(machine.pace_claim(register, paced, "this chapter's paths"))
+    results.table(machine.pace_table(paced), "pace")  # the claim's evidence; kept, not shown
+else:
+    print("chapter 0 has no one-row matrices of this model at these threads: the machine's pace is not checked")
+
+# %% [markdown]
 # The paragraph at the top of this chapter, written from the findings above:
 
 # %%
@@ -1323,7 +1338,7 @@ best_k = spec.loc[spec.speedup.idxmax()]
 k_verdict = pairs[best_k.guesses][0]  # this k's own verdict; the claim's is every k's
 found.append("Prompt lookup's speed-up was " + {
     claims.HELD: "as its passes predicted", claims.NOT_HELD: f"not the {best_k.predicted_speedup:.2f}x its passes "
-    "predicted", claims.UNRESOLVED: f"near the {best_k.predicted_speedup:.2f}x its passes predicted"}[k_verdict]
+    "predicted", claims.UNRESOLVED: f"too close to the {best_k.predicted_speedup:.2f}x its passes predicted to call"}[k_verdict]
     + (" (not every k's was)" if v("speculation_as_predicted") != k_verdict else ""))
 issued = v("compiled_step_loses_its_dispatch")  # saved and dispatch exist only where it was decided
 found[-1] += ("; compiling saved the dispatch chapter 0 priced." if issued == claims.HELD else
@@ -1336,21 +1351,7 @@ side_found = f"On chapter 1's question, {cheapest} was fastest: {top.speedup_ove
 words = len(re.findall(r"[\w.,–%+-]+", re.sub(r"[*`]", "", " ".join(found + [side_found]))))  # prose.Opening's count
 if cheapest != lead and not top.path.startswith("eager fp32") and words <= prose.OPENING_WORDS:
     found.append(side_found)  # the side-by-side table, where it adds to the levers and the paragraph has room
-opening.write(" ".join(filter(None, found)))
-
-# %% [markdown]
-# Every price in this chapter is made of chapter 0's ceilings. The same one-row matrices chapter 0 timed, timed
-# again before the first path and after the last (`lib.machine.pace`), say whether the machine itself ran at
-# another speed meanwhile:
-
-# %%
-paced["after the last"] = pace_now()
-machine.release_pace()
-paced = {when: p for when, p in paced.items() if p is not None}
-if paced:
-    show(machine.pace_claim(register, paced, "this chapter's paths"))
-else:
-    print("chapter 0 has no one-row matrices of this model at these threads: the machine's pace is not checked")
+opening.write(" ".join(filter(None, found)), after=machine.pace_note(paced))  # why the prices missed, if they did
 
 # %% [markdown]
 # ## What these numbers do not show
