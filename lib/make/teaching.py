@@ -321,12 +321,28 @@ SESSIONS: tuple[Session, ...] = (
 exists, every question too)."""
 
 
+def runs_of(stems: list[str], sources: Path = REPO_ROOT / "notebooks") -> list[str]:
+    """The chapters a quick run of ``stems`` runs on a machine with no quick run yet, in reading order: ``stems``
+    and every chapter they read, and those chapters' own (``lib.make.book`` runs a missing one first)."""
+    from lib.make.staleness import upstream_chapters
+
+    wanted, todo = set(stems), list(stems)
+    while todo:
+        source = sources / f"{todo.pop()}.py"
+        for other in upstream_chapters(source) if source.is_file() else []:
+            if other.stem not in wanted:
+                wanted.add(other.stem)
+                todo.append(other.stem)
+    return sorted(wanted)
+
+
 def session_minutes(session: Session, notebooks: dict[str, Path], quick_s: dict[str, float]) -> dict[str, float]:
     """A session's minutes, part by part: ``start`` and ``discuss`` (:data:`START_MIN`, :data:`DISCUSS_MIN`),
-    ``run`` (the chapters' measured quick runs, one after another; a chapter without one counts 0 and is named by
-    :func:`_plan_html`), ``read`` (:func:`page` of the sections read) and ``total``."""
+    ``run`` (the measured quick runs of the chapters read and of those they read (:func:`runs_of`), one after
+    another; a chapter without one counts 0 and is named by :func:`_plan_html`), ``read`` (:func:`page` of the
+    sections read) and ``total``."""
     read = sum(page(notebooks[stem], sections).minutes for stem, sections in session.read)
-    run = sum(quick_s.get(stem, 0.0) for stem, _ in session.read) / 60
+    run = sum(quick_s.get(stem, 0.0) for stem in runs_of([stem for stem, _ in session.read])) / 60
     parts = {"start": float(START_MIN), "run": run, "read": read, "discuss": float(DISCUSS_MIN)}
     return parts | {"total": sum(parts.values())}
 
@@ -334,12 +350,16 @@ def session_minutes(session: Session, notebooks: dict[str, Path], quick_s: dict[
 def _plan_html(session: Session, notebooks: dict[str, Path], quick_s: dict[str, float]) -> str:
     minutes = session_minutes(session, notebooks, quick_s)
     stems = [stem for stem, _ in session.read]
+    ran = runs_of(stems)  # with the chapters they read, which a fresh machine runs first
+    before = [s for s in ran if s not in stems]
     reading = "; ".join(f"<b>{_escape(stem)}</b> " + ("whole" if sections is None else
                                                      ", ".join(f"“{_escape(h)}”" for h in sections))
                         + f" ({page(notebooks[stem], sections).minutes:.0f} min)" for stem, sections in session.read)
-    unmeasured = [s for s in stems if s not in quick_s]
-    run = (f"<code>.venv/bin/python -m lib.make.book --quick {' '.join(stems)}</code>: "
-           + " + ".join(f"{quick_s[s]:.0f} s" for s in stems if s in quick_s) + f" = {minutes['run']:.1f} min"
+    unmeasured = [s for s in ran if s not in quick_s]
+    run = (f"<code>.venv/bin/python -m lib.make.book --quick {' '.join(stems)}</code>"
+           + (f" (on a machine without their quick runs it runs {', '.join(before)} first: "
+              f"{'they are' if len(before) > 1 else 'it is'} read)" if before else "") + ": "
+           + " + ".join(f"{quick_s[s]:.0f} s" for s in ran if s in quick_s) + f" = {minutes['run']:.1f} min"
            + (f" ({', '.join(unmeasured)}: no quick run measured, counted as 0)" if unmeasured else ""))
     questions = "".join(f"<li>{_escape(stem)}, question {n}: {_escape(_plain(check_questions(notebooks[stem])[n]))}</li>"
                         for stem, n in session.discuss)
@@ -350,7 +370,11 @@ def _plan_html(session: Session, notebooks: dict[str, Path], quick_s: dict[str, 
             f"<li><b>Start</b> ({START_MIN} min): <code>make lab</code>, then run the chapters in quick mode, "
             f"{run}, while the students read the objectives.</li>"
             f"<li><b>Predict on paper first</b>, before any output is on screen: {_escape(session.predict)}</li>"
-            f"<li><b>Read in class</b> ({minutes['read']:.0f} min): {reading}.</li>"
+            f"<li><b>Read in class</b> ({minutes['read']:.0f} min at reading pace; about "
+            f"{2 * minutes['read']:.0f} at study pace, the predictions written down: set what does not fit as "
+            f"reading before the session): {reading}. Quick mode runs the tiny GPT-2 where the book runs a larger "
+            "model (in chapters 2-6, 8 and 9): the students' runs show their machine's ceilings and the code at work, "
+            "and their predictions about the larger model are checked against the book's pages.</li>"
             f"<li><b>Discuss</b> ({DISCUSS_MIN} min): the predictions against what was measured, and "
             f"<ul>{questions}</ul></li>"
             "<li><b>Collect</b>: each student runs <code>make class-zip QUICK=1</code> and hands in the zip; "
