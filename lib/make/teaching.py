@@ -352,13 +352,14 @@ def _plan_html(session: Session, notebooks: dict[str, Path], quick_s: dict[str, 
     stems = [stem for stem, _ in session.read]
     ran = runs_of(stems)  # with the chapters they read, which a fresh machine runs first
     before = [s for s in ran if s not in stems]
+    swapped = [s for s in stems if 'quick="tiny-gpt2"' in (REPO_ROOT / "notebooks" / f"{s}.py").read_text()]
     reading = "; ".join(f"<b>{_escape(stem)}</b> " + ("whole" if sections is None else
                                                      ", ".join(f"“{_escape(h)}”" for h in sections))
                         + f" ({page(notebooks[stem], sections).minutes:.0f} min)" for stem, sections in session.read)
     unmeasured = [s for s in ran if s not in quick_s]
     run = (f"<code>.venv/bin/python -m lib.make.book --quick {' '.join(stems)}</code>"
-           + (f" (on a machine without their quick runs it runs {', '.join(before)} first: "
-              f"{'they are' if len(before) > 1 else 'it is'} read)" if before else "") + ": "
+           + (f" (it runs {', '.join(before)} first, which {'they read' if len(stems) > 1 else 'it reads'}, on a "
+              f"machine with no quick run of {'them' if len(before) > 1 else 'it'} yet)" if before else "") + ": "
            + " + ".join(f"{quick_s[s]:.0f} s" for s in ran if s in quick_s) + f" = {minutes['run']:.1f} min"
            + (f" ({', '.join(unmeasured)}: no quick run measured, counted as 0)" if unmeasured else ""))
     questions = "".join(f"<li>{_escape(stem)}, question {n}: {_escape(_plain(check_questions(notebooks[stem])[n]))}</li>"
@@ -372,9 +373,10 @@ def _plan_html(session: Session, notebooks: dict[str, Path], quick_s: dict[str, 
             f"<li><b>Predict on paper first</b>, before any output is on screen: {_escape(session.predict)}</li>"
             f"<li><b>Read in class</b> ({minutes['read']:.0f} min at reading pace; about "
             f"{2 * minutes['read']:.0f} at study pace, the predictions written down: set what does not fit as "
-            f"reading before the session): {reading}. Quick mode runs the tiny GPT-2 where the book runs a larger "
-            "model (in chapters 2-6, 8 and 9): the students' runs show their machine's ceilings and the code at work, "
-            "and their predictions about the larger model are checked against the book's pages.</li>"
+            f"reading before the session): {reading}."
+            + (f" Quick mode runs the tiny GPT-2 where the book runs a larger model ({', '.join(swapped)}): the "
+               "students' runs show their machine's ceilings and the code at work, and their predictions about the "
+               "larger model are checked against the book's pages." if swapped else "") + "</li>"
             f"<li><b>Discuss</b> ({DISCUSS_MIN} min): the predictions against what was measured, and "
             f"<ul>{questions}</ul></li>"
             "<li><b>Collect</b>: each student runs <code>make class-zip QUICK=1</code> and hands in the zip; "
