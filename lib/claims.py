@@ -184,9 +184,11 @@ class Spread:
         return self + (-other)
 
     def text(self, fmt: str = ".1f", unit: str = "") -> str:
-        """``"mid (low-high) unit"``, or one number when the ends print alike."""
+        """``"mid unit (low-high)"``, or one number when the ends print alike; a factor's ``"x"`` is written
+        against its number (``"1.08x (1.02–1.15)"``)."""
         lo, mid, hi = (format(v, fmt) for v in (self.low, self.mid, self.high))
-        return (f"{mid} {unit}" if lo == hi else f"{mid} {unit} ({lo}–{hi})").replace("  ", " ").strip()
+        value = f"{mid}{unit}" if unit == "x" else f"{mid} {unit}".strip()
+        return value if lo == hi else f"{value} ({lo}–{hi})"
 
 
 def _spread(value) -> Spread:

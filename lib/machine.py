@@ -1136,6 +1136,47 @@ def release_pace() -> None:
         del _KEPT[key]
 
 
+@dataclass
+class Pacer:
+    """A chapter's watch on the machine's speed: :meth:`check` times :func:`pace` at a moment (before its
+    measurements, after them), :meth:`claim` decides ``machine_kept_its_pace`` on every moment and writes its
+    evidence, ``pace.csv``, and :meth:`note` is the sentence the chapter's opening adds when the pace did not
+    hold. Where chapter 0 has no one-row matrices of ``model`` at these ``threads`` (a quick chapter 0 of another
+    model), nothing is timed and the claim is not made."""
+
+    ceilings: "Ceilings"
+    model: str
+    dtype: str
+    threads: int
+    device: torch.device
+    moments: dict[str, Pace] = dataclasses.field(default_factory=dict)
+
+    def check(self, when: str) -> Pace | None:
+        """Time the pace now, as the moment ``when`` ("before the sweep"); its weights are dropped after."""
+        try:
+            self.ceilings._rows(self.dtype, self.threads, "blocks", self.model, rows=1)
+        except ValueError:  # chapter 0 has no such row
+            return None
+        try:
+            self.moments[when] = pace(self.ceilings, self.model, self.dtype, self.threads, self.device)
+        finally:
+            release_pace()
+        return self.moments[when]
+
+    def claim(self, register, results, what: str) -> str:
+        """Decide ``machine_kept_its_pace`` in ``register`` for the moments checked, while ``what`` ran ("the
+        sweep"), and write ``pace.csv`` through the chapter's ``results``; the sentence to show."""
+        if not self.moments:
+            return (f"Chapter 0 has no one-row matrices of {self.model} at {self.threads} thread"
+                    f"{'s' * (self.threads != 1)}: the machine's pace is not checked.")
+        results.table(pace_table(self.moments), "pace")  # the claim's evidence; kept, not shown
+        return pace_claim(register, self.moments, what)
+
+    def note(self) -> str:
+        """The opening's sentence when the pace did not hold (:func:`pace_note`), else empty."""
+        return pace_note(self.moments)
+
+
 def load_ceilings(device: torch.device, quick: bool = False) -> Ceilings:
     """The ceilings chapter 0 measured in this build on ``device``, checked (:func:`check_ceilings`). Raises
     ``FileNotFoundError`` with the one command to run when chapter 0 has not been built, and ``ValueError`` in one

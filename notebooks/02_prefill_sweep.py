@@ -298,7 +298,8 @@ def sweep_run(run: int, only: set | None = None) -> None:
         passes.append(table.assign(run=run, dtype=dt, threads=n, time_ms=table.low_s * 1e3))
 
 
-paced = {"before the sweep": machine.pace(ceilings, model_name, main_dt, most, device)}  # the machine's speed now
+pacer = machine.Pacer(ceilings, model_name, main_dt, most, device)  # the machine's speed, watched
+pacer.check("before the sweep")
 for run in progress(range(1, runs + 1), desc="sweep runs"):
     sweep_run(run)
 skipped = [f"{label(*c)} at {tokens(p)}" for c in configs for p in prompts if p not in kept[c]]
@@ -352,8 +353,7 @@ runs_table = priced(pd.concat(passes, ignore_index=True))
 spread, ratio = point_spreads(runs_table)
 before = len(straddlers())
 again = claims.settle(measure_again, lambda: not straddlers(), budget_s=settle_s, max_runs=20)
-paced["after it"] = machine.pace(ceilings, model_name, main_dt, most, device)
-machine.release_pace()
+pacer.check("after it")
 results.table(runs_table[["run", *keys, "passes", "time_ms", "faults", "priced_ms", "ratio", "status"]], "prefill_runs")
 print(f"{before} of {len(ratio)} points straddled their band after {runs} runs; {again} more run{'s' * (again != 1)} of those "
       f"(budget {settle_s:g} s) left {len(straddlers())}")
@@ -438,12 +438,12 @@ show(as_predicted("passes_as_predicted", "The prefills of the first configuratio
 # %% [markdown]
 # Every price above is made of chapter 0's ceilings, measured minutes earlier. A shared machine's speed drifts
 # (another tenant, the clock), so the chapter timed the kernel the price of a 1-token pass rests on, the model's
-# matrices at one row, the way chapter 0 did, once before the sweep and once after it (`lib.machine.pace`, ten calls
-# each). If the machine ran that kernel at another speed, every price of this chapter is off by about as much.
+# matrices at one row, the way chapter 0 did, once before the sweep and once after it (`lib.machine.Pacer`, nine
+# calls each). If the machine ran that kernel at another speed, a price made of chapter 0's ceilings is off by about
+# as much on that account alone.
 
 # %%
-show(machine.pace_claim(register, paced, "the sweep"))
-pace_path = results.table(machine.pace_table(paced), "pace")  # kept, not shown: a path of the build machine
+show(pacer.claim(register, results, "the sweep"))
 
 # %% [markdown]
 # The same test for the other configurations: the one rule is the same, the kernels are not.
@@ -1283,7 +1283,8 @@ opening.write(
     f"at {n_top:,} tokens the pass {bound.get(said('longest_prompt_compute_bound'), 'was not classed')}. "
     + (f"So every prompt here, up to {tokens(n_top)}, costs one token's pass."
        if never else "So here every token a prompt adds costs time." if not floored[1] else
-       f"So a prompt here costs one token's pass up to {tokens(flats.mid)}, then more with each token."))
+       f"So a prompt here costs one token's pass up to {tokens(flats.mid)}, then more with each token."),
+    after=pacer.note())  # why the prices missed, when the machine itself ran at another speed
 
 # %% [markdown]
 # ## Takeaways

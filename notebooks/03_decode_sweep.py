@@ -326,15 +326,15 @@ def measure_again() -> None:
     spread, ratio = spreads()
 
 
-paced = {"before the sweep": machine.pace(ceilings, model_name, *main, device)}  # the machine's speed now
+pacer = machine.Pacer(ceilings, model_name, *main, device)  # the machine's speed, watched
+pacer.check("before the sweep")
 for run in progress(range(1, runs + 1), desc="decode runs"):
     decode_run(run)
 decode_runs = priced_runs()
 spread, ratio = spreads()
 before = len(straddlers())
 again = claims.settle(measure_again, lambda: not straddlers(), budget_s=settle_s, max_runs=20)
-paced["after it"] = machine.pace(ceilings, model_name, *main, device)
-machine.release_pace()
+pacer.check("after it")
 print(f"{before} of {len(ratio)} points straddled their band after {runs} runs; {again} more run{'s' * (again != 1)} of those "
       f"(budget {settle_s:g} s) left {len(straddlers())}")
 static_runs = pd.concat(static_rows, ignore_index=True)
@@ -497,12 +497,11 @@ show(register.decide("decode_as_predicted", claims.within(pooled, Spread(1.0, 1.
 # %% [markdown]
 # These prices are made of chapter 0's ceilings, measured minutes earlier, and a shared machine's speed drifts. The
 # chapter timed the kernel a step spends most of its time in, the model's matrices at one row, the way chapter 0
-# did, before the sweep and after it (`lib.machine.pace`): if the machine ran it at another speed, every price
-# above is off by about as much.
+# did, before the sweep and after it (`lib.machine.Pacer`): if the machine ran it at another speed, a price above
+# is off by about as much on that account alone.
 
 # %%
-show(machine.pace_claim(register, paced, "the sweep"))
-pace_path = results.table(machine.pace_table(paced), "pace")  # kept, not shown: a path of the build machine
+show(pacer.claim(register, results, "the sweep"))
 
 # %% [markdown]
 # ### What limits a narrower dtype
@@ -1483,7 +1482,8 @@ opening.write(opening_start + kernel_note + ". " + narrow_text + batch_text + to
               opening_start + rule + ". " + narrow_text + batch_text + worst_first,
               opening_start + rule + ". " + narrow_text + batch_text + named_all,
               opening_start + rule + ". " + narrow_text + counted,
-              opening_start + rule + ".")
+              opening_start + rule + ".",
+              after=pacer.note())  # why the prices missed, when the machine itself ran at another speed
 
 # %% [markdown]
 # ## What these numbers do not show

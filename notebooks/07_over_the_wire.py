@@ -192,18 +192,8 @@ chat = [{"role": "user", "content": question}]
 prompt_ids = lm.tokenizer.apply_chat_template(chat, add_generation_prompt=True, return_tensors="pt",
                                               return_dict=True)["input_ids"]
 ceilings = machine.load_ceilings(cpu, quick=quick)  # chapter 0's one measurement of this machine
-
-
-def pace_now() -> machine.Pace | None:
-    """The machine's speed now against chapter 0's (``lib.machine.pace``), or None where chapter 0 has no row."""
-    try:
-        return machine.pace(ceilings, MODEL, "fp32", torch.get_num_threads(), cpu)
-    except ValueError:
-        return None
-
-
-paced = {"before the engines": pace_now()}
-machine.release_pace()
+pacer = machine.Pacer(ceilings, MODEL, "fp32", torch.get_num_threads(), cpu)  # the machine's speed, watched
+pacer.check("before the engines")
 priced = costmodel.CostModel(ceilings, MODEL, machine.MODELS[MODEL][0].with_dtype("fp32"), "fp32",
                              torch.get_num_threads())  # the in-process path's threads
 show(f"The question is **{prompt_ids.shape[1]} tokens** in the chat template, the reply up to {max_new_tokens}. On "
@@ -1522,14 +1512,8 @@ display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</deta
 for engine in live.values():
     engine.stop()
 claims.invariant(not any(e.running for e in live.values()), "an engine is still running after the chapter")
-paced["after them"] = pace_now()
-machine.release_pace()
-paced = {when: p for when, p in paced.items() if p is not None}
-if paced:
-    show(machine.pace_claim(register, paced, "this chapter's requests"))
-    results.table(machine.pace_table(paced), "pace")  # the claim's evidence; kept, not shown
-else:
-    print("chapter 0 has no one-row matrices of this model at these threads: the machine's pace is not checked")
+pacer.check("after them")
+show(pacer.claim(register, results, "this chapter's requests"))
 
 
 # %%
@@ -1637,7 +1621,7 @@ so = f"So {answer}." if answer else ""
 # (the evidence table keeps both).
 opening.write(first + gaps + users + froze(chunked) + so,
               first + gaps + users + froze("") + so,
-              first + gaps + froze("") + so, after=machine.pace_note(paced))
+              first + gaps + froze("") + so, after=pacer.note())
 
 # %% [markdown]
 # ## Key terms

@@ -125,17 +125,8 @@ on_gpu = device.type == "cuda"
 threads = threads or max(thread_counts(device))
 torch.set_num_threads(threads)
 ceilings = machine.load_ceilings(device, quick=quick)  # chapter 0's one measurement of this machine
-
-
-def pace_now() -> machine.Pace | None:
-    """The machine's speed now against chapter 0's (``lib.machine.pace``), or None where chapter 0 has no row."""
-    try:
-        return machine.pace(ceilings, model_name, "fp32", threads, device)
-    except ValueError:
-        return None
-
-
-paced = {"before the first path": pace_now()}
+pacer = machine.Pacer(ceilings, model_name, "fp32", threads, device)  # the machine's speed, watched
+pacer.check("before the first path")
 fp32 = load_model(model_name, device, torch.float32)
 shape = ModelShape.from_config(fp32.config, name=model_name).with_dtype("fp32")
 models, skipped = {"fp32": fp32}, {}
@@ -1283,14 +1274,8 @@ if worker:
 # another speed meanwhile:
 
 # %%
-paced["after the last"] = pace_now()
-machine.release_pace()
-paced = {when: p for when, p in paced.items() if p is not None}
-if paced:
-    show(machine.pace_claim(register, paced, "this chapter's paths"))
-    results.table(machine.pace_table(paced), "pace")  # the claim's evidence; kept, not shown
-else:
-    print("chapter 0 has no one-row matrices of this model at these threads: the machine's pace is not checked")
+pacer.check("after the last")
+show(pacer.claim(register, results, "this chapter's paths"))
 
 # %% [markdown]
 # The paragraph at the top of this chapter, written from the findings above:
@@ -1351,7 +1336,7 @@ side_found = f"On chapter 1's question, {cheapest} was fastest: {top.speedup_ove
 words = len(re.findall(r"[\w.,–%+-]+", re.sub(r"[*`]", "", " ".join(found + [side_found]))))  # prose.Opening's count
 if cheapest != lead and not top.path.startswith("eager fp32") and words <= prose.OPENING_WORDS:
     found.append(side_found)  # the side-by-side table, where it adds to the levers and the paragraph has room
-opening.write(" ".join(filter(None, found)), after=machine.pace_note(paced))  # why the prices missed, if they did
+opening.write(" ".join(filter(None, found)), after=pacer.note())  # why the prices missed, if they did
 
 # %% [markdown]
 # ## What these numbers do not show

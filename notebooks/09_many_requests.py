@@ -137,17 +137,8 @@ def engine_threads(name: str, n: int) -> int:
 
 
 cost = cost_model(MODEL, n_threads)
-
-
-def pace_now() -> machine.Pace | None:
-    """The machine's speed now against chapter 0's (``lib.machine.pace``), or None where chapter 0 has no row."""
-    try:
-        return machine.pace(ceilings, MODEL, "fp32", n_threads, cpu)
-    except ValueError:
-        return None
-
-
-paced = {"before the first experiment": pace_now()}
+pacer = machine.Pacer(ceilings, MODEL, "fp32", n_threads, cpu)  # the machine's speed, watched
+pacer.check("before the first experiment")
 pd.Series(describe_environment(cpu, torch.float32, MODEL)).to_frame("this run")
 
 # %% [markdown]
@@ -1280,14 +1271,8 @@ plt.show()
 # (`lib.machine.pace`), say whether the machine itself ran at another speed meanwhile:
 
 # %%
-paced["after the replay"] = pace_now()
-machine.release_pace()
-paced = {when: p for when, p in paced.items() if p is not None}
-if paced:
-    show(machine.pace_claim(register, paced, "this chapter's experiments"))
-    results.table(machine.pace_table(paced), "pace")  # the claim's evidence; kept, not shown
-else:
-    print("chapter 0 has no one-row matrices of this model at these threads: the machine's pace is not checked")
+pacer.check("after the replay")
+show(pacer.claim(register, results, "this chapter's experiments"))
 
 # %% [markdown]
 # **Takeaway: to predict a scheduler's queue, replay its arrivals with every step priced; where the replay
@@ -1391,24 +1376,27 @@ else:
 # phases on one worker. Sections 2 and 3 still run on this machine, as here.
 # </details>
 #
-# * Set `prefix_tokens = 127` and `129`: where does vLLM's hit counter jump?
+# * Set `prefix_tokens = 115`, then `125`: does vLLM's hit counter jump between the two, and why there and not
+#   at its block size?
 
 # %% tags=["answer"] jupyter={"source_hidden": true}
 _over = shared - prefix_tokens  # the chat template's tokens the prompts share beyond the system text
 _v = reuse_table[(reuse_table.engine == "vLLM") & reuse_table.block_tokens.notna()]
 _block = int(_v.block_tokens.iloc[0]) if len(_v) else 128  # vLLM's CPU block where it did not run here
-_hit = {_n: reuse.reusable_tokens(_n + _over, _block) for _n in (127, 129)}
+_tries = (115, 125)  # the exercise's two prefixes
+_hit = {_n: reuse.reusable_tokens(_n + _over, _block) for _n in _tries}
 _jump = max(_block - _over, 1)  # the first prefix_tokens whose shared tokens fill a block
 display(Markdown(
     "<details><summary>What to expect</summary>\n\n"
     f"The prompts share {_over} tokens of the chat template beyond the system text ({shared} shared for "
-    f"`prefix_tokens = {prefix_tokens}` here), so 127 and 129 give about {127 + _over} and {129 + _over} shared "
+    f"`prefix_tokens = {prefix_tokens}` here), so {_tries[0]} and {_tries[1]} give about {_tries[0] + _over} and "
+    f"{_tries[1] + _over} shared "
     f"tokens. With blocks of {_block} tokens" + ("" if len(_v) else " (vLLM's CPU default; vLLM did not run here)")
-    + f", its counter should count {_hit[127]} and {_hit[129]} tokens a request"
-    + (": it does not jump between the two. " if _hit[127] == _hit[129] else ". ")
+    + f", its counter should count {_hit[_tries[0]]} and {_hit[_tries[1]]} tokens a request"
+    + (": it does not jump between the two. " if _hit[_tries[0]] == _hit[_tries[1]] else ". ")
     + f"The jump from nothing to one block comes where the shared tokens first fill a block, at about "
-      f"`prefix_tokens = {_jump}`, not at {_block} itself; a counter that jumps between 127 and 129 would show "
-      "vLLM counting the system text alone."
+      f"`prefix_tokens = {_jump}`, not at {_block} itself: vLLM hashes the prompt's tokens, template included, not "
+      f"the system text alone; a counter that jumped only past `prefix_tokens = {_block}` would say otherwise."
     "\n</details>"))
 
 # %% [markdown]
@@ -1521,7 +1509,7 @@ if pooled_of:
 v_flat = register.verdict("two_workers_keep_the_stream_flat")
 text += ("So cache what requests share" if saving.low > 0 else "So reusing a shared prefix saved no sure time here")
 text += f", and {flatter[v_flat]}" if v_flat in flatter else ""
-opening.write(text + ".", after=machine.pace_note(paced))  # why the prices missed, when the machine's speed moved
+opening.write(text + ".", after=pacer.note())  # why the prices missed, when the machine's speed moved
 vllm_shared = reuse_table[(reuse_table.engine == "vLLM") & (reuse_table.group == "shared")]
 if "vLLM" in gains and len(vllm_shared) and vllm_shared.hit_tokens.iloc[0] < shared:  # vLLM reused only whole blocks
     v_row, v_cores = vllm_shared.iloc[0], engine_threads("vLLM", n_threads)

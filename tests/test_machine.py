@@ -218,6 +218,35 @@ def test_pace_times_chapter_0s_kernel_and_its_claim_can_fail_both_ways():
     assert machine.pace_note({"before": same, "after": fast}).endswith("too high.")
 
 
+def test_a_pacer_checks_its_moments_claims_on_them_and_writes_its_evidence():
+    """The chapters' one watch on the machine's speed: two moments timed, one claim on both, ``pace.csv`` written
+    through the chapter's results; a model chapter 0 did not time at one row is neither timed nor claimed."""
+    from lib import claims
+    table = machine.measure_ceilings(CPU, ("fp32",), (1,), models=("tiny-gpt2",), quick=True, log=lambda _: None)
+    slow_chapter_0 = table.assign(median_s=table.median_s * 1000, best_s=table.best_s * 1000)  # now 1000x faster
+
+    class Written:
+        def __init__(self):
+            self.tables = {}
+
+        def table(self, frame, name):
+            self.tables[name] = frame
+
+    pacer, results, register = machine.Pacer(machine.Ceilings(slow_chapter_0, "cpu"), "tiny-gpt2", "fp32", 1, CPU), \
+        Written(), claims.Claims()
+    assert pacer.check("before the sweep") is not None and pacer.check("after it") is not None
+    assert not [k for k in machine._KEPT if isinstance(k, tuple) and k[0] == "pace"]  # its weights dropped
+    sentence = pacer.claim(register, results, "the sweep")
+    assert register.frame().verdict.tolist() == [claims.NOT_HELD] and "before the sweep" in sentence
+    assert results.tables["pace"].when.tolist() == ["before the sweep", "after it"]
+    assert pacer.note().endswith("too high.")  # 1000 times faster than chapter 0: the prices ran too high
+    absent, results, register = machine.Pacer(machine.Ceilings(table, "cpu"), "gpt2-small", "fp32", 1, CPU), \
+        Written(), claims.Claims()
+    assert absent.check("before the sweep") is None and absent.moments == {}
+    assert "not checked" in absent.claim(register, results, "the sweep") and register.frame().empty
+    assert results.tables == {} and absent.note() == ""
+
+
 def test_a_cache_kernel_is_timed_after_the_weights_stream_past_it(monkeypatch):
     """On a host with a 480 MiB last-level cache, chapter 0 timed attention over a 75 MB cache that the cache held
     between calls (38 GB/s against a streaming read of 24): each call now follows a read of the model's weights'
