@@ -102,13 +102,16 @@ show("Weights (the matrices a pass multiplies by), " + ", ".join(
 #
 # **Predict first.** Below this point nothing has been measured yet: the tables above say only which device this
 # is, its cores and (on a CPU) its flags and caches, and what the models weigh (the paragraph at the very top holds
-# this run's answers; a student copy shows it only once the chapter has run). A streaming read moves each byte of an array once; a matrix-vector product reads every weight
-# once and does two FLOPs per weight. Write down your guesses for this machine:
+# this run's answers; a student copy shows it only once the chapter has run). A streaming read moves each byte of
+# an array once; a matrix-vector product reads every weight once and does two FLOPs per weight. Write down your
+# guesses for this machine:
 #
 # 1. Does the model's matrix-vector product read its weights as fast as a plain streaming read does, or slower?
-# 2. A product with **two** rows reads the same weights as one with one row. Does it take longer, and how many
-#    times as long?
-# 3. Does a second thread speed up a streaming read, and a matrix-vector product, and by about how much?
+# 2. A product with **two** rows reads the same weights as one with one row, and does twice the FLOPs. If reading
+#    the weights is what takes the time, how many times as long does it take? And if the FLOPs are?
+# 3. The table above gives this machine's cores. If each core could stream from memory on its own, how much would
+#    a second thread speed up a streaming read? If the memory can serve only so many bytes a second, whoever asks,
+#    how much? Which do you expect, and is a matrix-vector product, which reads its weights the same way, different?
 
 # %% [markdown]
 # The claims below test each guess against this run's data.
@@ -536,7 +539,8 @@ opening.write(
 #
 # ## Try it
 #
-# * Set `threads = [1]` and re-run chapter 3: which of its steps move?
+# * Set `threads = [1]` and re-run this chapter, then chapter 3 with `configs = [("fp32", 1)]` (chapter 0 now
+#   measures one thread only, and chapter 3 prices only what chapter 0 measured): which of its steps move?
 
 # %% tags=["answer"] jupyter={"source_hidden": true}
 if on_gpu:
@@ -547,9 +551,7 @@ elif not one:
              "3 reads: none of its steps or prices should move beyond the spread of their runs.")
 else:
     _bytes = MODELS[model][0].with_dtype("fp32").weight_bytes  # the weights a decode step reads
-    _text = (f"With its default `configs` chapter 3 stops in its first cells: it prices fp32 on all {most} threads, "
-             "which the new table no longer holds, and its message names the missing row. Given "
-             "`configs = [(\"fp32\", 1)]` it runs, and nothing should move beyond the spread of its runs: its measured "
+    _text = ("Nothing should move beyond the spread of its runs: its measured "
              "steps never read chapter 0, and their prices come from the same one-thread rows as before. Chapter 3 "
              "already runs one thread beside all of them, and that is where one thread's cost shows: here "
              f"{model}'s weights streamed at {gemv_1:.1f} GB/s on one thread and {gemv[model]:.1f} GB/s on {most}, so "

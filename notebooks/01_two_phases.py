@@ -564,16 +564,17 @@ show(register.decide("first_token_from_prefill", claims.HELD if uncached_first =
 #
 # ## Try it
 #
-# * Ask a question that needs a long answer (raise `max_new_tokens`): how do the phase shares move?
+# * Ask for a long answer: end `question` with "Answer in five paragraphs." and set `max_new_tokens = 400`.
+#   How do the phase shares move?
 
 # %% tags=["answer"] jupyter={"source_hidden": true}
 _longer = 4 * m.n_tokens  # an answer four times this one
 _step = model.decode(T + _longer // 2).best  # a step half-way through it
 _share = (_longer - 1) * _step / ((_longer - 1) * _step + pre_pred.best)
-_stopped = (f"This answer ended by itself after {prose.tokens(m.n_tokens)}, under the {max_new_tokens} allowed, so "
-            "raising `max_new_tokens` alone changes nothing here: the question must ask for more (\"in three "
-            "paragraphs\"). " if m.n_tokens < max_new_tokens else
-            f"This answer was cut off at the {max_new_tokens} tokens allowed, so raising `max_new_tokens` lets it run on. ")
+_stopped = (f"This answer ended by itself after {prose.tokens(m.n_tokens)}, under the {max_new_tokens} allowed: "
+            "raising `max_new_tokens` alone would change nothing, which is why the question must ask for more. "
+            if m.n_tokens < max_new_tokens else
+            f"This answer was cut off at the {max_new_tokens} tokens allowed; the new limit lets it run on. ")
 display(Markdown(
     f"<details><summary>What to expect</summary>\n\n{_stopped}The prefill is paid once, so decode's share grows "
     f"toward the whole request: for an answer of {prose.tokens(_longer)} the cost model gives decode {_share:.0%}, "

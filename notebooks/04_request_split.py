@@ -297,10 +297,11 @@ show(register.decide("tpot_follows_cache_bytes", (claims.within(slope_spread, mo
 # prefill of the prompt with last-position logits, TPOT the mean of its decode steps, each at its own context
 # (the prompt plus the tokens decoded before it).
 #
-# **Predict first.** Each term of that price is chapter 0's fastest call of its kernel, timed alone; a request runs
-# them back to back from Python and reads every token back to the host, once per pass, whether the pass is a long
-# prefill or a short decode step. Will the measured TTFT and TPOT (their medians are in the sections above) come
-# out above their prices or below them? Which of the two should lie further from its price, in proportion, and why?
+# **Predict first.** Each term of that price is chapter 0's fastest call of its kernel, timed alone. A request runs
+# them back to back from Python and pays, once per pass and whatever the pass computes, for what no term prices:
+# the loop's own Python around the pass and the token read back to the host. Will the measured TTFT and TPOT come
+# out above their prices or below them? Compare the sizes of their medians in the sections above: which of the two
+# should lie further from its price, in proportion, and why?
 
 # %% [markdown]
 # The cost model's price for each pair, beside the measured medians; the claim allows the tolerance for a time
@@ -704,21 +705,22 @@ per_pair.round(2)
 #
 # ## Try it
 #
-# * Add `(1000, 200)` to `pairs`: at what output length does decode overtake prefill for a 1,000-token prompt?
+# * Add `(800, 200)` to `pairs`: at what output length does decode overtake prefill for an 800-token prompt?
 
 # %% tags=["answer"] jupyter={"source_hidden": true}
-_p, _o = 1000, 200  # the exercise's pair
+_p, _o = 800, 200  # the exercise's pair
 _room = lm.max_positions - _p  # the output tokens that fit after such a prompt
-_fits = (f"`(1000, 200)` fits {lm.name}'s {lm.max_positions} positions" if _o <= _room else
-         f"`(1000, 200)` needs {_p + _o} positions and {lm.name} has {lm.max_positions}, so the chapter refuses the "
+_fits = (f"`({_p}, {_o})` fits {lm.name}'s {lm.max_positions} positions" if _o <= _room else
+         f"`({_p}, {_o})` needs {_p + _o} positions and {lm.name} has {lm.max_positions}, so the chapter refuses the "
          f"grid before any work (`phases.check_fits` names what fits: at most {_room} output tokens)")
 if lines:
     _ttft = float(ttft_by_prompt.ttft_ms[_p]) if _p in ttft_by_prompt.index else float(np.polyval(ttft_line, _p))
     _cross = next(o for o in range(2, 100_000) if (o - 1) * (tpot_at_0 + slope * (_p + o / 2) / 1e3) > _ttft)
-    _text = (f"{_fits}. From the grid, a {_p:,}-token prompt's TTFT is {_ttft:.0f} ms and each later token costs about "
-             f"{tpot_at_0 + slope * _p / 1e3:.0f} ms (the TPOT line), so decode overtakes prefill at about **{_cross}** "
-             "output tokens" + (f": more than fit after the prompt, so with {lm.name} a {_p:,}-token request stays a "
-                                f"prefill job on this machine." if _cross > _room else
+    _text = (f"{_fits}. From the grid, a prompt of {_p:,} tokens has a TTFT of {_ttft:.0f} ms and each later token "
+             f"costs about {tpot_at_0 + slope * _p / 1e3:.0f} ms (the TPOT line), so decode overtakes prefill at about "
+             f"**{_cross}** output tokens"
+             + (f": more than fit after the prompt, so with {lm.name} a request with a prompt of {_p:,} tokens stays "
+                "a prefill job on this machine." if _cross > _room else
                                 ": a pair with more output tokens than that spends over half its time decoding."))
 else:
     _text = (f"{_fits}. This grid has one context length, so there is no TPOT line to find the crossing with: add "
