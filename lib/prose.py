@@ -42,10 +42,11 @@ def count(n: int, noun: str) -> str:
 
 
 def span(low: float, high: float, fmt: str = ".1f", unit: str = "") -> str:
-    """``"low–high unit"`` for a range, or one number when both ends print the same."""
+    """``"low–high unit"`` for a range, or one number when both ends print the same; a factor's ``"x"`` is
+    written against its number (``"1.23–1.38x"``)."""
     a, b = format(low, fmt), format(high, fmt)
     text = a if a == b else f"{a}–{b}"
-    return f"{text} {unit}".rstrip()
+    return f"{text}{unit}" if unit == "x" else f"{text} {unit}".rstrip()
 
 
 def source(*functions) -> "object":

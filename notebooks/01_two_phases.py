@@ -675,10 +675,10 @@ opening.write(
     f"On this machine ({prose.machine(device, dtype)}), {lm.name} answered a {T}-token question with "
     f"{prose.tokens(m.n_tokens)}. Medians over {count(runs, 'run')}: the first token "
     f"came after {ranged('ttft_ms')}, then one every {ranged('tpot_ms', '.1f')}; the answer was complete after "
-    f"{ranged('e2e_ms')}. The longest gap, {longest:.0f} ms (run {run_table.run[worst]}, token {worst_at}"
-    + (f", over the {goals.worst_gap_ms:.0f} ms objective), " if longest > goals.worst_gap_ms else "), ")
-    + ("was one run's slow spell. " if alone and runs > 1 else
-       "recurred across runs. " if not alone else "came in the only run. ")
+    f"{ranged('e2e_ms')}. A run's longest gap was {run_table.worst_gap_ms.median():.0f} ms at the median, "
+    f"{longest:.0f} ms at most (run {run_table.run[worst]}, token {worst_at}"
+    + (f", over the {goals.worst_gap_ms:.0f} ms objective" if longest > goals.worst_gap_ms else "")
+    + ("; one run's slow spell). " if alone and runs > 1 else "). ")
     + (f"A decoded token cost **{cheaper.mid:.1f}x** as much as a prompt token, "
        f"{cheaper_outcome.get(register.verdict('prompt_token_cheaper'), 'not measured')}: prefill pushes {T} "
        f"tokens through each weight it reads, decode one. " if cheaper else "")

@@ -1257,9 +1257,9 @@ matrices = {claims.HELD: f"take **{lo:.0%} to {hi:.0%}** of each pass up to {tok
 rest_side = claims.leaning(rest * 1e3, issue_.low * 1e3 / claims.PREDICTED_TIME, issue_.high * 1e3 * claims.PREDICTED_TIME)
 rest_is = {claims.HELD: f"matches, within {claims.PREDICTED_TIME:g}x, {issued}",
            claims.NOT_HELD: f"is {'more' if rest.mid > issue_.high else 'less'} than {issued}",
-           claims.UNRESOLVED: f"is unresolved against {issued} (median "
-                              + ("matching)" if rest_side == "on the held side" else
-                                 f"{'under' if rest.mid < issue_.low else 'over'})")}
+           claims.UNRESOLVED: f"is unresolved against {issued} (its median "
+                              + ("matching it)" if rest_side == "on the held side" else
+                                 f"{'under' if rest.mid < issue_.low else 'over'} it)")}
 bound = {claims.HELD: "is compute-bound", claims.NOT_HELD: f"is {top_row.regime}, not compute-bound",
          claims.UNRESOLVED: "may be compute-bound"}
 knee_text = f"time per token stopped falling at **{tokens(knees.mid)}**" + ("" if fm.knee_confirmed else " or later")
@@ -1282,7 +1282,7 @@ opening.write(
     f"{rest_is.get(said('rest_is_launch_floor'), 'was not profiled')}; "
     f"at {n_top:,} tokens the pass {bound.get(said('longest_prompt_compute_bound'), 'was not classed')}. "
     + (f"So every prompt here, up to {tokens(n_top)}, costs one token's pass."
-       if never else "So here every token a prompt adds costs time." if not floored[1] else
+       if never else f"So here even {tokens(few_rows)} cost more than one token's pass." if not floored[1] else
        f"So a prompt here costs one token's pass up to {tokens(flats.mid)}, then more with each token."),
     after=pacer.note())  # why the prices missed, when the machine itself ran at another speed
 
@@ -1299,7 +1299,8 @@ opening.write(
 #   what the rest is, the findings above say.
 # * Before calling a floor a fixed cost, time its parts: the matrices alone, and the cost of issuing the pass.
 # * A 16-bit dtype helps only as much as the kernels that run it: check the hardware, then the data.
-# * When a prediction fails, profile the pass: the operator that holds the excess says what the model missed.
+# * When a prediction fails, profile the pass: the operator that holds the excess, where one does, says what the
+#   model missed; where the excess spreads over every part, the price's rates, not one term, are off.
 #
 # ## Check yourself
 #

@@ -1445,7 +1445,11 @@ narrow_text = ""
 if narrow:
     mids = [m.mid for m, _ in pairs]
     spans = [prose.span(min(x), max(x), ".2f", "x") for x in (mids, [p_ for _, p_ in pairs])]
-    way = "slower" if min(mids) > 1 else "faster" if max(mids) < 1 else "faster at some contexts, slower at others"
+    above, below = any(m.low > 1 for m, _ in pairs), any(m.high < 1 for m, _ in pairs)  # beyond each run's interval
+    level = not all(m.low > 1 or m.high < 1 for m, _ in pairs)  # some context's interval holds 1x
+    way = ("faster at some contexts, slower at others" if above and below else
+           ("slower" if above else "faster" if below else "level with fp32")
+           + (" at some contexts, level at others" if level and (above or below) else ""))
     narrow_text = (f"{nc[0]} decode was **{way}**: its kernel streams {rates[0]:.1f} GB/s against fp32's "
                    f"{rates[1]:.1f}, its step **{spans[0]}** fp32's") + {
         claims.HELD: f", within the tolerance of the {spans[1]} predicted. ",

@@ -298,10 +298,11 @@ show(register.decide("tpot_follows_cache_bytes", (claims.within(slope_spread, mo
 # (the prompt plus the tokens decoded before it).
 #
 # **Predict first.** Each term of that price is chapter 0's fastest call of its kernel, timed alone. A request runs
-# them back to back from Python and pays, once per pass and whatever the pass computes, for what no term prices:
-# the loop's own Python around the pass and the token read back to the host. Will the measured TTFT and TPOT come
-# out above their prices or below them? Compare the sizes of their medians in the sections above: which of the two
-# should lie further from its price, in proportion, and why?
+# them back to back from Python, and pays for what no term prices: the loop's own Python around each pass (reading
+# the token back costs microseconds, chapter 0 measured) and kernels that run one after another rather than each
+# alone, once per pass whatever the pass computes. Will the measured TTFT and TPOT come out above their prices or
+# below them? Compare the sizes of their medians in the sections above: which of the two should lie further from
+# its price, in proportion, and why?
 
 # %% [markdown]
 # The cost model's price for each pair, beside the measured medians; the claim allows the tolerance for a time
@@ -773,6 +774,7 @@ if _alt is None or not lines:
              "has no TPOT line), so this run cannot price it.")
 else:
     _alt_slope = (_alt.decode(int(c_high)).best - _alt.decode(int(c_low)).best) * 1e6 / (c_high - c_low)
+    _by_bytes = model_slope * shape.with_dtype(_other).bytes_per_param / shape.bytes_per_param  # the bytes alone
     _text = (f"In {_other} {_bytes} in this run's {dtype}. The cost model, on chapter 0's {_other} kernels, prices "
              f"TPOT's slope at {_alt_slope:.2g} ms per 1,000 tokens against {model_slope:.2g} in {dtype} "
              f"({_alt_slope / model_slope:.2f}x, where the bytes alone give "
@@ -781,10 +783,13 @@ else:
              f"follows not the bytes but {_other}'s matrix-vector kernel "
              f"({cost.ceilings.weight_rate(model_name, _other, cost.threads) / 1e9:.1f} GB/s against "
              f"{cost.ceilings.weight_rate(model_name, dtype, cost.threads) / 1e9:.1f}), so the cache's share moves with "
-             f"both. A measured slope in {_other} near {_alt_slope:.2g} rather than the bytes' "
-             f"{model_slope * shape.with_dtype(_other).bytes_per_param / shape.bytes_per_param:.2g} would say "
-             f"{_other}'s kernels, not the bytes, set the growth; `tpot_follows_cache_bytes` is decided against the "
-             "cost model's price, so it would hold on such a slope.")
+             "both." + (
+                 f" A measured slope in {_other} near {_alt_slope:.2g} rather than the bytes' "
+                 f"{_by_bytes:.2g} would say {_other}'s kernels, not the bytes, set the growth; "
+                 "`tpot_follows_cache_bytes` is decided against the cost model's price, so it would hold on such a slope."
+                 if not claims.PREDICTED_TIME ** -1 <= _alt_slope / _by_bytes <= claims.PREDICTED_TIME else
+                 f" Here the two give the same slope within the tolerance ({_alt_slope:.2g} against {_by_bytes:.2g} ms "
+                 f"per 1,000 tokens), so a measured slope in {_other} could not tell its kernels from its bytes."))
 display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</details>"))
 
 # %%

@@ -484,8 +484,8 @@ register.claim(
     "smaller_chunks_delay_b",
     "Smaller chunks delay B: in each run, the slope of log TTFT against log chunk size is negative.",
     held="B's TTFT rose from {first:,.0f} ms unchunked to {last:,.0f} ms with {size}-token chunks: more chunks mean more "
-         "passes, each issuing all of the model's operations and reading all of its weights again, and one more of A's "
-         "steps before each.",
+         "passes, each issuing all of the model's operations and reading all of its weights again, and, while A still "
+         "decodes, one more of A's steps before each.",
     not_held="in this run smaller chunks did not delay B: TTFT (ms) {all} (the fitted exponent, run by run, {slope}).",
     unresolved="B's TTFT (ms) went {all} as chunks shrank, but the fitted exponent of TTFT in chunk size, run by run "
                "({slope}), reaches zero: this run cannot tell whether smaller chunks delay B (its median is {lean}).")
@@ -781,7 +781,7 @@ show(register.decide("every_stream_waits_the_prefill", None if kn == k1 else cla
 # * **A simulated scheduler.** One process alternates two streams; a serving system has queues, admission
 #   control, many requests of many lengths, and a policy that decides what runs next.
 # * **One stall per run.** A stream of `a_tokens` tokens meets one newcomer; under load, newcomers keep arriving.
-# * **One machine's floor.** The best chunk size moves with the hardware and the model; that is why it is
+# * **One machine's passes.** The best chunk size moves with the hardware and the model; that is why it is
 #   predicted from chapter 2's passes rather than fixed.
 # * **No batching of B with A.** Real chunked-prefill schedulers (Sarathi-Serve, vLLM) put the chunk and the
 #   decode tokens in the same forward pass; here they alternate.
@@ -852,7 +852,8 @@ opening.write(told, told.replace(f" ({foreseen})", "").replace(f", its median ga
 # <details><summary>Answer</summary>
 #
 # Each chunk is a pass that pays again what any pass costs however short (issuing its operations, reading the
-# weights once), and B waits for one A step before each chunk: `n` chunks cost `n` of those and `n` A steps.
+# weights once), and, while A still decodes, B waits for one A step before each chunk: `n` chunks cost `n` of
+# those and up to `n` A steps.
 # </details>
 #
 # 3. How would you choose a chunk size for a new machine?
@@ -965,7 +966,7 @@ display(Markdown(
 # %% [markdown]
 # ## Key terms
 #
-# [TTFT, ITL, TPOT, worst gap, goodput](glossary.md#ttft-itl-tpot-worst-gap-goodput), [Floor](glossary.md#floor), [Prefill](glossary.md#prefill), [Decode](glossary.md#decode). Each links to the book's glossary, which says how the book measures it.
+# [TTFT, ITL, TPOT, worst gap, goodput](glossary.md#ttft-itl-tpot-worst-gap-goodput), [Floor](glossary.md#floor), [Chunked prefill](glossary.md#chunked-prefill), [Prefill](glossary.md#prefill), [Decode](glossary.md#decode). Each links to the book's glossary, which says how the book measures it.
 
 # %% [markdown]
 # ## Evidence in this chapter

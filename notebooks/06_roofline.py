@@ -228,8 +228,9 @@ display(Markdown(
     f"be **{large.decode_floor_ms:.2f} ms**, " + (
         f"with room for {large.cache_tokens_that_fit:,.0f} tokens of cache." if large.gpus_for_weights == 1 else
         f"on paper only: they need {int(large.gpus_for_weights)} GPUs before any cache (with tensor parallelism about "
-        f"{large.decode_floor_ms / large.gpus_for_weights:.1f} ms a step, plus communication). In FP8 "
-        f"({fp8.weight_bytes / 1e9:.1f} GB) they leave room for {roofline.batch_that_fits(fp8, gpu, 1):,} tokens.")
+        f"{large.decode_floor_ms / large.gpus_for_weights:.1f} ms a step, plus communication). In FP8, weights "
+        f"({fp8.weight_bytes / 1e9:.1f} GB) and cache alike, they leave room for {roofline.batch_that_fits(fp8, gpu, 1):,} "
+        "tokens.")
     + f" Llama-3-8B leaves room for {mine.cache_tokens_that_fit:,.0f} tokens."))
 
 # %% [markdown]
@@ -1364,9 +1365,9 @@ show(f"* **Models past {ran[-1]}**: the size sweep ran {len(ran)} of {len(plan)}
 #   matmul's intensity is about the number of tokens it carries, and long prompts cost more per token.
 # * Batching lifts decode toward the ridge only while the caches are small beside the weights.
 # * On a real machine, price each pass from the kernels it runs and label it with one rule before explaining it.
-# * Price a decode step as its floor plus its weights' time at the kernel's rate, and measure where the weights
-#   pass the floor on your machine (the size sweep; its findings say how well the price held here) before paying
-#   for fewer bytes.
+# * Price a decode step as its floor plus its weights' time at the kernel's rate, then test that price where it is
+#   most fragile, the size at which the weights pass the floor (the size sweep): only a transition measured where
+#   it was priced says the floor's price can be trusted before paying for fewer bytes.
 # * Halving the bytes pays only where the 16-bit kernel streams at least half as fast as fp32's: compare chapter
 #   0's two rates before choosing a 16-bit dtype for decode.
 #
@@ -1505,7 +1506,10 @@ else:
 display(Markdown(f"<details><summary>What to expect</summary>\n\n{_said}\n</details>"))
 
 # %% [markdown]
-# * Give `LLAMA3_8B` `kv_heads=32` (multi-head attention, `dataclasses.replace`): how far does the batching limit fall?
+# * Give Llama-3-8B 32 KV heads, multi-head attention (an edit of code, not a parameter: in the cell that sets
+#   `llama8`, under "The course's tables, reproduced", add `import dataclasses` and write
+#   `dataclasses.replace(shapes.LLAMA3_8B, kv_heads=32)` for `shapes.LLAMA3_8B`): how far does the batching limit
+#   fall?
 
 # %% tags=["answer"] jupyter={"source_hidden": true}
 import dataclasses as _dataclasses
@@ -1614,7 +1618,7 @@ opening.write(opening_text(missed_line),  # too long (a long machine name, many 
 # %% [markdown]
 # ## Key terms
 #
-# [Balance point](glossary.md#balance-point), [Regimes](glossary.md#regimes), [Floor](glossary.md#floor), [Dispatch](glossary.md#dispatch), [Streaming read](glossary.md#streaming-read), [Kernel rate](glossary.md#kernel-rate). Each links to the book's glossary, which says how the book measures it.
+# [Roofline and arithmetic intensity](glossary.md#roofline-and-arithmetic-intensity), [Balance point](glossary.md#balance-point), [Grouped-query attention](glossary.md#grouped-query-attention), [Regimes](glossary.md#regimes), [Floor](glossary.md#floor), [Dispatch](glossary.md#dispatch), [Streaming read](glossary.md#streaming-read), [Kernel rate](glossary.md#kernel-rate). Each links to the book's glossary, which says how the book measures it.
 
 # %% [markdown]
 # ## Evidence in this chapter

@@ -1285,9 +1285,10 @@ v, f32 = register.verdict, spread[("fp32", c0)]
 found = [f"On this machine ({prose.machine(device)}), the book's eager fp32 step took **{f32.text('.1f', 'ms')}** "
          f"at {c0} cached tokens."]
 rest = ", ".join(f"{name} {levers[name].mid:.2f}x" for name in ranked[1:3])
-found.append(f"Against it, run by run, the fastest lever was **{lead}**, {levers[lead].mid:.2f}x its speed"
+found.append(f"Each lever against the same loop without it, run by run: the fastest was **{lead}**, "
+             f"{levers[lead].mid:.2f}x"
              + (f"; then {rest}." if rest else ".") if levers[lead].low > 1 else
-             "Against it, run by run, no lever was clearly faster: " + ", ".join(
+             "Each lever against the same loop without it, run by run, none clearly faster: " + ", ".join(
                  f"{name} {levers[name].mid:.2f}x" for name in ranked[:3]) + ".")
 edge = {claims.HELD: "within the tolerance", claims.NOT_HELD: "outside the tolerance",
         claims.UNRESOLVED: "at the tolerance's edge"}
@@ -1328,15 +1329,17 @@ found.append("Prompt lookup's speed-up was " + {
 issued = v("compiled_step_loses_its_dispatch")  # saved and dispatch exist only where it was decided
 found[-1] += ("; compiling saved the dispatch chapter 0 priced." if issued == claims.HELD else
               f"; compiling saved {saved.mid:.1f} ms a step, not chapter 0's {prose.ms(dispatch.best)}."
-              if issued == claims.NOT_HELD else "; compiling's saving was too close to chapter 0's dispatch to call."
+              if issued == claims.NOT_HELD else f"; compiling saved {saved.mid:.1f} ms a step against chapter 0's "
+              f"{prose.ms(dispatch.best)}, not decided."
               if issued == claims.UNRESOLVED else ".")
 cheapest = {"llama.cpp, Q4_1": "llama.cpp on the Q4_1 file", "vLLM (CPU build, HTTP)": "vLLM's CPU build",
             "fastest PyTorch: compiled fp32": "the compiled step"}.get(top.path, top.path.removeprefix("fastest PyTorch: "))
 side_found = f"On chapter 1's question, {cheapest} was fastest: {top.speedup_over_eager_loop:.2f}x the eager loop."
 words = len(re.findall(r"[\w.,–%+-]+", re.sub(r"[*`]", "", " ".join(found + [side_found]))))  # prose.Opening's count
+tellings = [" ".join(filter(None, found))]
 if cheapest != lead and not top.path.startswith("eager fp32") and words <= prose.OPENING_WORDS:
-    found.append(side_found)  # the side-by-side table, where it adds to the levers and the paragraph has room
-opening.write(" ".join(filter(None, found)), after=pacer.note())  # why the prices missed, if they did
+    tellings.insert(0, " ".join(filter(None, found + [side_found])))  # the side-by-side table, where it adds and fits
+opening.write(*tellings, after=pacer.note())  # the pace note, if the prices missed for it, before the side-by-side
 
 # %% [markdown]
 # ## What these numbers do not show
@@ -1504,7 +1507,7 @@ print(server_command(smollm2_gguf() if model_name == "smollm2-135m" else "<a .gg
 # %% [markdown]
 # ## Key terms
 #
-# [Decode](glossary.md#decode), [Kernel rate](glossary.md#kernel-rate), [Dispatch](glossary.md#dispatch), [KV cache](glossary.md#kv-cache), [Regimes](glossary.md#regimes). Each links to the book's glossary, which says how the book measures it.
+# [Decode](glossary.md#decode), [Quantisation](glossary.md#quantisation), [Speculative decoding and prompt lookup](glossary.md#speculative-decoding-and-prompt-lookup), [Kernel rate](glossary.md#kernel-rate), [Dispatch](glossary.md#dispatch), [KV cache](glossary.md#kv-cache), [Regimes](glossary.md#regimes). Each links to the book's glossary, which says how the book measures it.
 
 # %% [markdown]
 # ## Evidence in this chapter

@@ -877,7 +877,8 @@ headlines[["system", "version", "hardware", "metric", "gain"]]
 # within both objectives across a cluster. Here every arrangement computes on one machine's cores, sharing
 # one memory bus: one worker runs both requests on all its threads, taking turns step by step, and two workers
 # run each request on a core of its own at the same time. Where one worker's threads are the same two cores,
-# the miniature compares how the requests share the cores (interference), not how many they get (capacity).
+# the miniature compares how the requests share the machine's cores (both requests on both cores, taking turns,
+# against each request on a core of its own), not how many cores the machine has.
 # Which arrangement won on which measure here:
 
 # %%
@@ -910,7 +911,8 @@ def separation_verdict() -> str:
                            if split else []))
     turns = f"B's prompt whole inside one of A's steps, or in {-(-b_prompt_len // best_chunk)} pieces between them"
     cores = (f"all three ways ran on the same {n_threads} cores, so what differs is how the two requests share them "
-             f"(one worker makes them take turns, {turns}; two workers run them side by side), not how many they get"
+             f"(one worker makes them take turns, {turns}; two workers give each request a core of its own), not how "
+             "many the machine has"
              if n_threads == 2 else
              f"one worker ran on {n_threads} thread{'s' * (n_threads != 1)}, the two workers on one core each, so the "
              "comparison mixes how many cores the requests get with how they share them")
@@ -1343,8 +1345,9 @@ else:
 # <details><summary>Answer</summary>
 #
 # Its prefill runs on one core instead of both: a long prefill's largest part is its arithmetic, so on one core of
-# two it should take up to twice as long, less where a second thread did not halve a pass (chapter 2's threads sweep), plus the
-# cache's hand-over to the decode worker. The findings above say what it took.
+# two it should take up to as many times as long as chapter 0's square products ran faster on both cores than on
+# one (the rates printed in section 2), less where a second thread did not speed a pass up that much (chapter 2's
+# threads sweep), plus the cache's hand-over to the decode worker. The findings above say what it took.
 # </details>
 #
 # 3. The replay is right at low arrival rates and wrong at high ones. Which part of it would you suspect first?
@@ -1357,7 +1360,8 @@ else:
 #
 # ## Try it
 #
-# * Measure a real disaggregated deployment: start SGLang's prefill and decode servers
+# * Measure a real disaggregated deployment (an extension: SGLang is not among the book's environments, so install
+#   it apart, on a machine it supports): start SGLang's prefill and decode servers
 #   (`python -m sglang.launch_server --model-path <model> --disaggregation-mode prefill --port 30000` and the
 #   same with `--disaggregation-mode decode --port 30001`), its router in front
 #   (`python -m sglang_router.launch_router --pd-disaggregation --prefill http://127.0.0.1:30000 --decode
@@ -1469,7 +1473,12 @@ def sooner(s: Spread, bold: bool = False) -> str:
     return (f"**{t}**" if bold else t) + (" sooner" if s.mid >= 0 else " later")
 
 
-by_replay = {claims.HELD: "as replayed", claims.NOT_HELD: "off the replay", claims.UNRESOLVED: "too close to call"}
+def by_replay(verdict: str, ratio: Spread) -> str:
+    """How the replay came out against an engine's measured latencies (their ratio, ``ratio``), as decided."""
+    inside = 1 / claims.PREDICTED_TIME <= ratio.mid <= claims.PREDICTED_TIME
+    return {claims.HELD: "as replayed", claims.NOT_HELD: "off the replay",
+            claims.UNRESOLVED: f"not decided (median {'within' if inside else 'outside'} the tolerance, interval "
+                               "across its edge)"}.get(verdict, "")
 waits = [("longer" if spread(two, "b_ttft_ms").low > spread(w, "b_ttft_ms").high else "less"
           if spread(two, "b_ttft_ms").high < spread(w, "b_ttft_ms").low else "not told apart")
          for w, _ in settings] if have_two else []  # the newcomer's wait against each way, on the runs' intervals
@@ -1502,7 +1511,7 @@ if have_two:
              f"**{spread(two, 'b_ttft_ms').text('.0f', 'ms')}** against {ttfts.iloc[0]:.0f} ms ({ttfts.iloc[1]:.0f} ms "
              "chunked). ")
 if pooled_of:
-    said = [by_replay[register.verdict(c)] for _, c in pooled_of.values()]
+    said = [by_replay(register.verdict(c), r) for r, c in pooled_of.values()]
     text += ("Chapter 7's measured latencies over the replay's: " + " and ".join(
         f"{r.text('.2f', 'x')} on {n}" + f" ({w})" * (len(set(said)) > 1)
         for (n, (r, _)), w in zip(pooled_of.items(), said)) + f", {said[0]}" * (len(set(said)) == 1) + ". ")
@@ -1529,7 +1538,7 @@ if "vLLM" in gains and len(vllm_shared) and vllm_shared.hit_tokens.iloc[0] < sha
 # %% [markdown]
 # ## Key terms
 #
-# [KV cache](glossary.md#kv-cache), [Prefill](glossary.md#prefill), [Decode](glossary.md#decode), [TTFT, ITL, TPOT, worst gap, goodput](glossary.md#ttft-itl-tpot-worst-gap-goodput). Each links to the book's glossary, which says how the book measures it.
+# [KV cache](glossary.md#kv-cache), [Prefix caching](glossary.md#prefix-caching), [Disaggregation](glossary.md#disaggregation), [Prefill](glossary.md#prefill), [Decode](glossary.md#decode), [TTFT, ITL, TPOT, worst gap, goodput](glossary.md#ttft-itl-tpot-worst-gap-goodput). Each links to the book's glossary, which says how the book measures it.
 
 # %% [markdown]
 # ## Evidence in this chapter
