@@ -1548,19 +1548,16 @@ opening.write(opening_start + kernel_note + ". " + narrow_text + batch_text + to
 #
 # ## Try it
 #
-# * Set `configs = [("fp32", 1), ("fp32", 2)]` on a machine with more cores, then `[("fp32", 4)]`: does the step
-#   follow the cost model as threads are added?
+# * On a machine with four cores or more, run chapter 0 with `threads = [1, 2, 4]`, then this chapter with
+#   `configs = [("fp32", 1), ("fp32", 2), ("fp32", 4)]`: does the step follow the cost model as threads are added?
 
 # %% tags=["answer"] jupyter={"source_hidden": true}
 _fp32 = sorted(n for dt, n in configs if dt == "fp32")
 _measured = sorted(ceilings.threads("fp32"))  # the thread counts chapter 0 measured here
-_four = ("" if on_gpu else
-         " Listed alone, `[(\"fp32\", 4)]` has no second thread count, so the gain reads *not measured*." if most == 4 else
-         f" Listed alone, `[(\"fp32\", 4)]` has no second thread count, and the chapter reads its first configuration "
-         f"(fp32 on all {most} threads) throughout: keep `(\"fp32\", {most})` beside it." if 4 in _measured else
-         f" Chapter 0 measured fp32 at {' and '.join(map(str, _measured))} thread{'s' * (_measured != [1])} on this machine, so a 4-thread "
-         f"configuration stops this chapter in its first cells, the cost model naming chapter 0's missing run: run "
-         f"chapter 0 with 4 threads first, on a machine with at least 4 cores.")
+_four = ("" if on_gpu or 4 in _measured else
+         f" Chapter 0 measured fp32 at {' and '.join(map(str, _measured))} thread{'s' * (_measured != [1])} on this "
+         "machine, so the 4-thread configuration needs chapter 0 run with 4 threads first: without it this chapter "
+         "stops in its first cells, naming chapter 0's missing run.")
 if on_gpu or len(_fp32) < 2:
     _text = ("This run had no two fp32 thread counts to compare (" + ("on a GPU the chapter gives every configuration "
              "the host's threads" if on_gpu else "one configuration of fp32") + "), so `thread_gain_follows_gemv` "
