@@ -358,6 +358,7 @@ worst = int(run_table.worst_gap_ms.idxmax())
 longest = run_table.worst_gap_ms[worst]
 worst_at = int(np.argmax(per_run[worst].gaps)) + 2 if per_run[worst].gaps else 1  # gap before this token (1-based)
 near = run_table[run_table.worst_gap_ms > longest / 2]  # runs whose own worst gap comes within half of it
+stalled = int((run_table.worst_gap_ms > 2 * run_table.median_gap_ms).sum())  # runs with a gap over twice their median
 slow_gaps = int(sum(g > 2 * per_run[worst].median_gap for g in per_run[worst].gaps))
 alone = len(near) == 1
 others = run_table.worst_gap_ms.drop(worst)
@@ -369,7 +370,9 @@ where_gap = (f"before token {worst_at} of {per_run[worst].n_tokens}; run {run_ta
                 "it is the only run" if alone else
                 f"{len(near)} of the {runs} runs had a worst gap over half of it (at tokens "
                 + ", ".join(str(int(np.argmax(per_run[i].gaps)) + 2) for i in near.index)
-                + "): it recurs across runs, so decode's steps meet it"))
+                + f"), and {stalled} of the {runs} a gap over twice their own median gap"
+                + (": a stall decode's steps meet in most runs" if 2 * stalled > runs else
+                   ": in most runs no gap stands out, so it is a slow spell of some runs, not a cost of every step")))
 display(Markdown(
     f"Medians over {count(runs, 'run')}: TTFT {ranged('ttft_ms')}, TPOT {ranged('tpot_ms', '.1f')}, worst gap "
     f"{ranged('worst_gap_ms', '.1f')}, end-to-end {ranged('e2e_ms')}. "

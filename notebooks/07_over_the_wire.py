@@ -449,6 +449,7 @@ for r in engine_rows.itertuples():
     where_added = (f"the prefill on the {cores} core{'s' * (cores > 1)} {r.path} computes on, which the cost model "
                    f"prices at {prefill_x:.2f}x the in-process one on {in_process_threads} threads "
                    f"({prefill_x * base.ttft_ms:.0f} ms at the in-process TTFT's rate"
+                   + (f", more than the whole {r.ttft_ms:.0f} ms measured" if prefill_x * base.ttft_ms > r.ttft_ms else "")
                    + (f"; the engine's own histogram puts its prefill at {prefill_ms:.0f} ms, "
                       f"{prefill_ms / (prefill_x * base.ttft_ms):.2f}x that price" if np.isfinite(prefill_ms)
                       else "") + "), and what the HTTP path, the template and the scheduler add"
@@ -517,11 +518,11 @@ for r in engine_rows.itertuples():
                          direction="quicker" if gap_ratio.mid < 1 else "slower",
                          held_why="the per-token work of serving (detokenising, one server-sent event, timed above in "
                                   "microseconds) is small beside the forward pass" if gap_ratio.low <= 1 <= gap_ratio.high
-                         else f"yet the whole interval lies {'above' if gap_ratio.low > 1 else 'below'} 1: each token "
+                         else f"yet its whole interval lies {'above' if gap_ratio.low > 1 else 'below'} 1. Each token "
                               f"took {abs(r.median_gap_ms - expected_gap.mid):.1f} ms "
                               f"{'more' if gap_ratio.low > 1 else 'less'} than in-process on those cores, far more than "
-                              "detokenising and a server-sent event cost (timed above, in microseconds): the engine's "
-                              "own loop, which this chapter does not take apart",
+                              "detokenising and a server-sent event cost (timed above, in microseconds), so the rest is "
+                              "presumably the engine's own loop, which this chapter does not take apart",
                          allowed=f"{1 / claims.PREDICTED_TIME:.2f}–{claims.PREDICTED_TIME:.2f}x of the in-process gap",
                          why="The engine's decode step is quicker than the plain model call: its own kernels, or its "
                              "compute thread pinned to a core, which this chapter does not take apart." if gap_ratio.mid < 1
@@ -1553,7 +1554,8 @@ def soon(name: str) -> str:
 
 def fast(name: str) -> str:
     """How fast the tokens after the first came through ``name`` against in-process, as its claim decided."""
-    return {claims.HELD: f"close to as fast ({ratio_of[name].mid:.2f}x, within the tolerance)",
+    return {claims.HELD: ("measurably slower, within the tolerance" if ratio_of[name].low > 1 else
+                          "measurably faster, within the tolerance" if ratio_of[name].high < 1 else "as fast"),
             claims.UNRESOLVED: f"perhaps {'faster' if ratio_of[name].mid < 1 else 'slower'}",
             claims.NOT_HELD: "slower" if ratio_of[name].mid > 1 else "faster",
             }.get(of("engine_gaps_close_to_in_process", name), "")
@@ -1587,7 +1589,7 @@ def fell_at(name: str) -> str:
         return "goodput fell by the highest arrival rate"
     low, high = min(times_capacity(n) for n in held), max(times_capacity(n) for n in held)
     return ("goodput collapsed at " + (f"{low:.0f}" if round(low) == round(high) else f"{low:.0f} to {high:.0f}")
-            + " times the closed loop's capacity (nominal rates)")
+            + " times the closed loop's capacity, in nominal rates")
 
 
 loaded = by_engine(lambda n: {claims.HELD: fell_at(n),
@@ -1630,11 +1632,12 @@ gaps = ((f"Gaps between tokens were {ratios} what the in-process {base.median_ga
          f"Gaps between tokens were {ratios} the in-process {base.median_gap_ms:,.0f} ms. ") if same_model else "")
 users = f"From {levels[0]} to {levels[-1]} users, throughput {rose} {gains_text}. " if gains_text else ""
 so = f"So {answer}." if answer else ""
-# The longest telling first; the budgets' trade, then the users' gains, give way when the paragraph runs long
+# The longest telling first; the budgets' trade, the users' gains, then the stall give way when the paragraph runs long
 # (the evidence table keeps both).
 opening.write(first + gaps + users + froze(chunked) + so,
               first + gaps + users + froze("") + so,
-              first + gaps + froze("") + so, after=pacer.note())
+              first + gaps + froze("") + so,
+              first + gaps + so, after=pacer.note())
 
 # %% [markdown]
 # ## Key terms

@@ -1285,10 +1285,11 @@ v, f32 = register.verdict, spread[("fp32", c0)]
 found = [f"On this machine ({prose.machine(device)}), the book's eager fp32 step took **{f32.text('.1f', 'ms')}** "
          f"at {c0} cached tokens."]
 rest = ", ".join(f"{name} {levers[name].mid:.2f}x" for name in ranked[1:3])
-found.append(f"Each lever against the same loop without it, run by run: the fastest was **{lead}**, "
-             f"{levers[lead].mid:.2f}x"
+found.append(f"Each lever against the eager fp32 step, run by run (prompt lookup against plain greedy decoding of "
+             f"its task): the fastest was **{lead}**, {levers[lead].mid:.2f}x"
              + (f"; then {rest}." if rest else ".") if levers[lead].low > 1 else
-             "Each lever against the same loop without it, run by run, none clearly faster: " + ", ".join(
+             "Each lever against the eager fp32 step, run by run (prompt lookup against plain greedy decoding of its "
+             "task), none clearly faster: " + ", ".join(
                  f"{name} {levers[name].mid:.2f}x" for name in ranked[:3]) + ".")
 edge = {claims.HELD: "within the tolerance", claims.NOT_HELD: "outside the tolerance",
         claims.UNRESOLVED: "at the tolerance's edge"}

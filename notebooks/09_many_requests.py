@@ -1477,8 +1477,7 @@ def by_replay(verdict: str, ratio: Spread) -> str:
     """How the replay came out against an engine's measured latencies (their ratio, ``ratio``), as decided."""
     inside = 1 / claims.PREDICTED_TIME <= ratio.mid <= claims.PREDICTED_TIME
     return {claims.HELD: "as replayed", claims.NOT_HELD: "off the replay",
-            claims.UNRESOLVED: f"not decided (median {'within' if inside else 'outside'} the tolerance, interval "
-                               "across its edge)"}.get(verdict, "")
+            claims.UNRESOLVED: f"undecided, median {'inside' if inside else 'outside'} the tolerance"}.get(verdict, "")
 waits = [("longer" if spread(two, "b_ttft_ms").low > spread(w, "b_ttft_ms").high else "less"
           if spread(two, "b_ttft_ms").high < spread(w, "b_ttft_ms").low else "not told apart")
          for w, _ in settings] if have_two else []  # the newcomer's wait against each way, on the runs' intervals
@@ -1518,7 +1517,8 @@ if pooled_of:
 v_flat = register.verdict("two_workers_keep_the_stream_flat")
 text += ("So cache what requests share" if saving.low > 0 else "So reusing a shared prefix saved no sure time here")
 text += f", and {flatter[v_flat]}" if v_flat in flatter else ""
-opening.write(text + ".", after=pacer.note())  # why the prices missed, when the machine's speed moved
+in_process_only = text.replace(f", {' and '.join(engines_saved)}", "", 1) if engines_saved else text  # shorter
+opening.write(text + ".", in_process_only + ".", after=pacer.note())  # the pace note, when the machine's speed moved
 vllm_shared = reuse_table[(reuse_table.engine == "vLLM") & (reuse_table.group == "shared")]
 if "vLLM" in gains and len(vllm_shared) and vllm_shared.hit_tokens.iloc[0] < shared:  # vLLM reused only whole blocks
     v_row, v_cores = vllm_shared.iloc[0], engine_threads("vLLM", n_threads)
