@@ -1285,11 +1285,11 @@ v, f32 = register.verdict, spread[("fp32", c0)]
 found = [f"On this machine ({prose.machine(device)}), the book's eager fp32 step took **{f32.text('.1f', 'ms')}** "
          f"at {c0} cached tokens."]
 rest = ", ".join(f"{name} {levers[name].mid:.2f}x" for name in ranked[1:3])
-found.append(f"Each lever against the eager fp32 step, run by run (prompt lookup against plain greedy decoding of "
-             f"its task): the fastest was **{lead}**, {levers[lead].mid:.2f}x"
+found.append(f"Against the eager fp32 step run by run (prompt lookup: plain greedy decoding), the fastest lever was "
+             f"**{lead}**, {levers[lead].mid:.2f}x"
              + (f"; then {rest}." if rest else ".") if levers[lead].low > 1 else
-             "Each lever against the eager fp32 step, run by run (prompt lookup against plain greedy decoding of its "
-             "task), none clearly faster: " + ", ".join(
+             "Against the eager fp32 step run by run (prompt lookup: plain greedy decoding), no lever was clearly "
+             "faster: " + ", ".join(
                  f"{name} {levers[name].mid:.2f}x" for name in ranked[:3]) + ".")
 edge = {claims.HELD: "within the tolerance", claims.NOT_HELD: "outside the tolerance",
         claims.UNRESOLVED: "at the tolerance's edge"}
@@ -1337,7 +1337,9 @@ cheapest = {"llama.cpp, Q4_1": "llama.cpp on the Q4_1 file", "vLLM (CPU build, H
             "fastest PyTorch: compiled fp32": "the compiled step"}.get(top.path, top.path.removeprefix("fastest PyTorch: "))
 side_found = f"On chapter 1's question, {cheapest} was fastest: {top.speedup_over_eager_loop:.2f}x the eager loop."
 words = len(re.findall(r"[\w.,–%+-]+", re.sub(r"[*`]", "", " ".join(found + [side_found]))))  # prose.Opening's count
-tellings = [" ".join(filter(None, found))]
+fewer = [s for s in found if not s.startswith("The fp8 cache")]  # shorter tellings: the fp8 cache, then llama.cpp,
+fewest = [s for s in fewer if not s.startswith("llama.cpp")]      # give way (the evidence table keeps both)
+tellings = [" ".join(filter(None, f)) for f in (found, fewer, fewest)]
 if cheapest != lead and not top.path.startswith("eager fp32") and words <= prose.OPENING_WORDS:
     tellings.insert(0, " ".join(filter(None, found + [side_found])))  # the side-by-side table, where it adds and fits
 opening.write(*tellings, after=pacer.note())  # the pace note, if the prices missed for it, before the side-by-side
