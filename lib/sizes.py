@@ -23,8 +23,10 @@ Introduced in chapter 6.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import replace
 
+import numpy as np
 import psutil
 import torch
 import transformers
@@ -33,10 +35,11 @@ from transformers import DynamicCache
 from lib.costmodel import Prediction, Term
 from lib.machine import MODELS, Ceilings, count_operations, hollowed
 from lib.models import LoadedModel
+from lib.timing import synchronize
 from lib.shapes import GPT2_SMALL, ModelShape
 
 __all__ = ["SIZES", "build", "random_cache", "operations", "price_decode", "price_prefill", "memory_needed",
-           "free_memory", "transition_bytes", "operations_line", "build_seconds"]
+           "free_memory", "transition_bytes", "operations_line", "build_seconds", "anchors", "operation_cost", "floor_paid"]
 
 
 def _gpt2(name: str, layers: int, width: int, vocab: int = 50257) -> ModelShape:
@@ -116,6 +119,48 @@ def operations(model: LoadedModel, context: int = 16) -> int:
         return count_operations(lambda: phases.decode(model, token, cache, 1))
 
 
+def floor_paid(model: LoadedModel, context: int, repeats: int) -> dict[str, list[float]]:
+    """One layer down from a decode step of ``model`` from ``context`` cached tokens: its operations issued
+    :func:`lib.machine.hollowed` (every matrix product and attention a zero tensor) with the caches to themselves
+    (``"alone"``), and between its own weights' streams (``"between"``: each product still reads its weights once),
+    with those reads timed alone just before (``"reads"``); ``repeats`` of each, in turn, seconds. ``between``
+    less ``reads`` is the floor the step pays as a real step pays it: what chapter 0 measured on its models, here
+    on any size."""
+    from transformers.pytorch_utils import Conv1D
+
+    from lib import phases
+
+    cache, token = random_cache(model, context)
+    weights = list({id(m.weight): m.weight for m in model.model.modules() if isinstance(m, (Conv1D, torch.nn.Linear))}
+                   .values())
+
+    def clocked(fn) -> float:
+        synchronize(model.device)
+        started = time.perf_counter()
+        fn()
+        synchronize(model.device)
+        return time.perf_counter() - started
+
+    def step() -> None:
+        phases.truncate_cache(cache, context)
+        phases.decode(model, token, cache, 1)
+
+    def reads() -> None:
+        for w in weights:
+            torch.amax(w)
+
+    out: dict[str, list[float]] = {"alone": [], "between": [], "reads": []}
+    with torch.inference_mode():
+        for setting, streams in (("alone", False), ("between", True)):
+            with hollowed(stream_weights=streams):
+                step()  # warm
+                for _ in range(repeats):
+                    if streams:
+                        out["reads"].append(clocked(reads))
+                    out[setting].append(clocked(step))
+    return out
+
+
 def build_seconds(ceilings: Ceilings, name: str, dtype: str, threads: int) -> float:
     """A prediction of :func:`build`'s time for size ``name`` (seconds): its weights written once into fresh memory,
     at chapter 0's copy rate and its cost per page fault (the allocator maps a model's tensors afresh)."""
@@ -149,10 +194,48 @@ def _scaled(shape: ModelShape, reference: ModelShape) -> tuple[float, float, flo
             shape.layers * shape.d_model / (reference.layers * reference.d_model))
 
 
+def anchors(ceilings: Ceilings, dtype: str, threads: int) -> list[tuple[str, float, int]]:
+    """The GPT-2s chapter 0 measured a step's dispatch of, smallest first: ``(model, weight bytes in dtype,
+    operations a step issues)``. Their cost per operation differs by the bytes streamed between the operations."""
+    out = []
+    for model, (shape, layout) in MODELS.items():
+        if layout != "conv1d":
+            continue
+        try:
+            ops = ceilings.operations(model, dtype, threads)[0]
+        except ValueError:  # chapter 0 did not measure it (a quick run measures one model)
+            continue
+        out.append((model, float(shape.with_dtype(dtype).weight_bytes), ops))
+    return sorted(out, key=lambda a: a[1])
+
+
+def operation_cost(ceilings: Ceilings, weight_bytes: float, dtype: str, threads: int, kind: str, rows: float,
+                   reference: str) -> tuple[float, float, str]:
+    """What one issued operation of a pass costs (seconds: fastest, median) when ``weight_bytes`` of weights stream
+    between the operations, and where that comes from. Chapter 0 timed each GPT-2 it measured hollowed between its
+    own weights' streams: the more bytes stream between two small operations, the more of their data (the
+    interpreter's, the small kernels') is evicted, so the cost per operation grows with the model's bytes
+    (``tiny-gpt2``'s 0.7 MB evict almost nothing, GPT-2 small's 494 MB nearly a whole last-level cache). Between
+    the models measured the cost is drawn on a straight line in the bytes; below the smallest and above the
+    largest it is held at theirs. With one model measured (a quick run), its cost at every size."""
+    found = anchors(ceilings, dtype, threads) or [(reference, 0.0, ceilings.operations(reference, dtype, threads)[0])]
+    per = [(b, ceilings.dispatch(m, dtype, threads, kind, rows), ops) for m, b, ops in found]
+    xs = [b for b, _, _ in per]
+    best = float(np.interp(weight_bytes, xs, [d.best / ops for _, d, ops in per]))
+    median = float(np.interp(weight_bytes, xs, [d.median / ops for _, d, ops in per]))
+    names = [m for m, _, _ in found]
+    source = (f"{names[0]}'s cost per operation" if len(names) == 1 else
+              "the cost per operation drawn between " + " and ".join(f"{m}'s ({b / 1e6:,.1f} MB)" for m, b, _ in found)
+              + f" at {weight_bytes / 1e6:,.1f} MB of weights")
+    return best, median, source
+
+
 def _dispatch(ceilings: Ceilings, name: str, reference: str, ops: int, ops_reference: int, dtype: str, threads: int,
               kind: str, rows: int, cache_bytes: float | None = None) -> Term:
-    """Issuing the pass; a decode step's at its cache of ``cache_bytes`` (its rest grows with the cache's bytes,
-    :meth:`lib.machine.Ceilings.rest_growth`, read at the cache of the same bytes)."""
+    """Issuing the pass: its ``ops`` operations at :func:`operation_cost` for its weight bytes; a decode step's at
+    its cache of ``cache_bytes`` (its rest grows with the cache's bytes, :meth:`lib.machine.Ceilings.rest_growth`,
+    read at the cache of the same bytes). ``ops_reference``: the operations the reference's step issues, checked
+    against chapter 0's count."""
     own = name == reference or (name in MODELS and name in set(ceilings.table.model.dropna()))
     measured = name if own else reference
     positions = None if cache_bytes is None else \
@@ -160,13 +243,16 @@ def _dispatch(ceilings: Ceilings, name: str, reference: str, ops: int, ops_refer
     if own:
         d = ceilings.dispatch(name, dtype, threads, kind, rows, positions=positions)
         return Term("dispatch", d.best, d.median, "launch", f"chapter 0's own measurement of {name}")
-    d = ceilings.dispatch(reference, dtype, threads, kind, rows)
+    if ops_reference != ceilings.operations(reference, dtype, threads)[0]:
+        raise ValueError(f"{reference}'s step issues {ceilings.operations(reference, dtype, threads)[0]} operations "
+                         f"in chapter 0's count, not {ops_reference}: count them as chapter 0 does (lib.sizes.operations)")
+    best, median, source = operation_cost(ceilings, SIZES[name].with_dtype(dtype).weight_bytes, dtype, threads, kind,
+                                          rows, reference)
     grown = ceilings.rest_growth(reference, dtype, threads, kind, rows, positions) if positions else None
-    k = ops / ops_reference
     g = (0.0, 0.0) if grown is None else (grown.best, grown.median)
-    return Term("dispatch", d.best * k + g[0], d.median * k + g[1], "launch",
-                f"{reference}'s, scaled by the operations issued ({ops:,} against {ops_reference:,})"
-                + (", and grown with its cache's bytes" if grown is not None else ""))
+    return Term("dispatch", best * ops + g[0], median * ops + g[1], "launch",
+                f"its {ops:,} operations at {source}"
+                + (f", and {reference}'s rest grown with its cache's bytes" if grown is not None else ""))
 
 
 def price_decode(ceilings: Ceilings, name: str, reference: str, ops: int, ops_reference: int, dtype: str,

@@ -623,9 +623,14 @@ else:
 # XL, as many of them as the memory and the budget allow (the plan below says which ran).
 #
 # Each size is priced before it is built, from what chapter 0 measured on `reference_model` (GPT-2 small in a
-# full build). Its **floor** = the operations its step issues x chapter 0's cost of the reference's step per
-# operation (every GPT-2 block issues the same operations, so their count is a line in the layers). Its
-# **weights** = their bytes / the GB/s the reference's matrix-vector products reached. A step's price is the sum,
+# full build) and on `tiny-gpt2`. Its **floor** = the operations its step issues (every GPT-2 block issues the
+# same operations, so their count is a line in the layers) x what one operation costs. On a CPU that cost is not
+# one number: chapter 0 timed each model's operations between its own weights' streams, and an operation costs
+# more when more bytes streamed past since the one before, because they evicted the data the interpreter and the
+# small kernels work from (`tiny-gpt2`'s 0.7 MB evict almost nothing, GPT-2 small's 494 MB most of the last-level
+# cache). The price draws a straight line in the weight bytes between the two models' costs per operation, and
+# holds GPT-2 small's beyond it. Its **weights** = their bytes / the GB/s the reference's matrix-vector products
+# reached. A step's price is the sum,
 # plus its cache's terms. A size is "on the floor" when its weights take at most a quarter of its floor's time
 # (they are under a fifth of the step), "past the floor" when they take at least four times as long (the floor is
 # under a fifth of the step), "between" otherwise. Where
@@ -636,8 +641,8 @@ else:
 # halved time: on some CPUs the 16-bit kernel is the slower).
 
 # %% [markdown]
-# The inputs, from chapter 0: what one issued operation costs between the weights' streams, how many a step
-# issues, and the rate the weights stream at one row; and each size's layers and weight bytes:
+# The inputs, from chapter 0: what one issued operation costs between each measured model's weight streams, how
+# many a step issues, and the rate the weights stream at one row; and each size's layers and weight bytes:
 
 # %%
 low16 = "fp16" if device.type == "cuda" else "bf16"
@@ -653,9 +658,13 @@ rate = {dt: ceilings.weight_rate(reference_model, dt, threads) for dt in size_dt
 block_rate, head_rate = (ceilings.matrices(reference_model, "fp32", threads, k, 1) for k in ("blocks", "head"))
 block_rate, head_rate = (reference_shape.with_dtype("fp32").block_params * reference_shape.layers * 4 / block_rate.best,
                          reference_shape.d_model * reference_shape.vocab * 4 / head_rate.best)  # bytes/s at one row
-per_operation = ceilings.dispatch(reference_model, "fp32", threads).best / ops_ref  # seconds, between weight streams
-show(f"Chapter 0 ({where}, fp32): between {reference_model}'s weight streams, one issued operation costs "
-     f"**{per_operation * 1e6:.1f} us**; a GPT-2 step issues {fixed_ops:.0f} operations outside its blocks and "
+anchored = gpt2_sizes.anchors(ceilings, "fp32", threads)  # the GPT-2s chapter 0 timed a step's operations of
+per_operation = {m: gpt2_sizes.operation_cost(ceilings, b, "fp32", threads, "decode", 1, reference_model)[0]
+                 for m, b, _ in anchored}  # seconds, between each one's own weight streams
+show(f"Chapter 0 ({where}, fp32): one issued operation costs "
+     + " and ".join(f"**{per_operation[m] * 1e6:.1f} us** between {m}'s weight streams ({b / 1e6:,.1f} MB)"
+                    for m, b, _ in anchored)
+     + f"; a GPT-2 step issues {fixed_ops:.0f} operations outside its blocks and "
      f"{per_layer:.0f} per layer. Its matrix-vector products stream fp32 weights at **{rate['fp32'] / 1e9:.1f} GB/s** "
      f"(the blocks at {block_rate / 1e9:.1f}, the LM head at {head_rate / 1e9:.1f}; each size's blocks and head are "
      "priced at their own). "
@@ -694,9 +703,25 @@ for name in size_names:
                      streaming_ms=s.weight_bytes / ceilings.stream_bandwidth("fp32", threads) * 1e3))
 size_plan = pd.DataFrame(rows)
 twelve = int(fixed_ops + per_layer * 12)
-floor12 = size_plan[size_plan.layers == 12].floor_ms.iloc[0] / 1e3 if (size_plan.layers == 12).any() else \
-    ceilings.dispatch(reference_model, "fp32", threads).best * twelve / ops_ref
-predicted_transition = gpt2_sizes.transition_bytes(floor12, rate["fp32"])
+
+
+def line_of(mb, ms) -> tuple[float, float]:
+    """A line through steps (ms) against their weight bytes (MB), each weighted by one over its time: (its ms at no
+    bytes, the floor it starts from; its ms per MB, one over the rate its bytes seem to stream at)."""
+    slope, intercept = np.polyfit(np.asarray(mb, float), np.asarray(ms, float), 1, w=1 / np.asarray(ms, float))
+    return float(intercept), float(slope)
+
+
+# The prediction is drawn the way the measurement will be: a line through the 12-layer steps (the reader's sizes,
+# or all of them where fewer than two are chosen), priced; where its bytes' term equals its floor lies the transition.
+priced12 = size_plan[size_plan.layers == 12]
+if len(priced12) < 2:
+    priced12 = pd.DataFrame([dict(weight_mb=gpt2_sizes.SIZES[n].weight_bytes / 1e6,
+                                  step_ms=size_price(n, "fp32", short_c).best * 1e3)
+                             for n in gpt2_sizes.SIZES if gpt2_sizes.SIZES[n].layers == 12])
+floor_pred, slope_pred = line_of(priced12.weight_mb, priced12.step_ms)  # ms, ms per MB
+predicted_transition = gpt2_sizes.transition_bytes(floor_pred / 1e3, 1e9 / slope_pred)  # bytes
+floor_range = size_plan[size_plan.layers == 12].floor_ms
 facts = load_reference("ch09_facts").set_index("fact").value
 source_steps = load_reference("ch09_decode_gpu_cpu")
 source_floor = source_steps.gpu_fp32_ms_lo.min() / 1e3
@@ -710,8 +735,13 @@ past_ratio = claims.geomean(side_ms[f"{low16}_over_fp32"][past]) if past and low
 placed = {"on the floor": "on its floor", "past the floor": "past its floor, in the textbook regime",
           "between": "between its floor and the textbook regime, which the sweep reaches further up"}
 show(f"Predicted ({where}): a GPT-2 step issues {fixed_ops:.0f} operations outside its blocks and {per_layer:.0f} per layer, "
-     f"{twelve} for 12 layers, **{prose.ms(floor12)}** at chapter 0's cost of {reference_model}'s; fp32 weights "
-     f"stream at **{rate['fp32'] / 1e9:.1f} GB/s**, so a 12-layer model's take as long as its floor at "
+     f"{twelve} for 12 layers"
+     + (f", priced at **{prose.span(floor_range.min(), floor_range.max(), '.1f')} ms** from the narrowest 12-layer "
+        "model to the widest, since wider ones stream more bytes between their operations"
+        if len(floor_range) > 1 and len(anchored) > 1 else "")
+     + f"; fp32 weights stream at **{rate['fp32'] / 1e9:.1f} GB/s**. A line through the 12-layer prices starts at "
+     f"**{floor_pred:.1f} ms** with no bytes and rises as if the bytes streamed at **{1 / slope_pred:.1f} GB/s** (the "
+     f"weights' rate, slowed by the floor's growth): its bytes' term equals its floor at "
      f"**{predicted_transition / 1e6:,.0f} MB** (GPT-2 small has {gpt2_sizes.SIZES['gpt2-small'].weight_bytes / 1e6:,.0f}). "
      f"On the floor: {', '.join(side[side == 'on the floor'].index) or 'none of the sizes'}; past it (the floor under "
      f"a fifth of the step): {', '.join(side[side == 'past the floor'].index) or 'none'}."
@@ -739,31 +769,37 @@ size_plan.round(2)
 # **The sweep, within its budget.** Before any work each size is checked against the memory free now (its
 # weights in every dtype, its caches and a quarter more) and against `size_budget_s`, with its predicted cost:
 # building its weights (written once into fresh memory, at chapter 0's copy rate and cost per page fault), three
-# runs, and its prefills. A size that does not fit is skipped and named with the reason; the budget left gives the
-# cheaper sizes more runs, up to `size_runs`. Then, one size at a time: its models are built, the operations its
-# step issues are counted (they must be the predicted ones), and each run decodes `size_steps` steps from both
-# contexts in fp32 and in the 16-bit dtype, in turn, each cache of random values (a step's cost
-# depends on the cache's shape, not its values); last, its fp32 prefills of `size_prompts` tokens.
+# runs, its prefills and its floor. A size that does not fit is skipped and named with the reason; the budget left
+# gives the cheaper sizes more runs, up to `size_runs`. Then, one size at a time: its models are built, the
+# operations its step issues are counted (they must be the predicted ones), and each run decodes `size_steps` steps
+# from both contexts in fp32 and in the 16-bit dtype, in turn, each cache of random values (a step's cost
+# depends on the cache's shape, not its values); then its fp32 prefills of `size_prompts` tokens; last, one layer
+# down, the floor its step pays: the step hollowed (every matrix product and attention a zero tensor) five times
+# with the caches to itself and five times between its own weights' streams, as chapter 0 timed its models.
 
 # %%
 free = gpt2_sizes.free_memory(device)
+floor_repeats = 5  # each size's floor, one layer down: its operations hollowed, alone and between its weights' streams
 left, plan = size_budget_s, []
 for r in size_plan.itertuples():
     build_s = sum(gpt2_sizes.build_seconds(ceilings, r.size, dt, threads) for dt in size_dtypes)
     run_s = (size_steps + 1) * sum(size_price(r.size, dt, c).best for dt in size_dtypes for c in size_contexts)
     prefill_s = 4 * sum(gpt2_sizes.price_prefill(ceilings, r.size, reference_model, r.operations, ops_ref, "fp32",
                                                  threads, t).best for t in size_prompts)
-    need, least = gpt2_sizes.memory_needed(r.size, size_dtypes, size_contexts), build_s + 3 * run_s + prefill_s
+    floor_s = floor_repeats * 2 * (r.weights_ms + r.floor_ms) / 1e3  # its floor timed alone and between its streams
+    need = gpt2_sizes.memory_needed(r.size, size_dtypes, size_contexts)
+    least = build_s + 3 * run_s + prefill_s + floor_s
     status = (f"skipped: needs {need / 1e9:.1f} GB, {free / 1e9:.1f} GB free" if need > free else
               f"skipped: predicted {least:.0f} s at least, {left:.0f} s of the budget left" if least > left else "run")
     left -= least if status == "run" else 0
-    plan.append(dict(size=r.size, memory_gb=need / 1e9, build_s=build_s, run_s=run_s, prefill_s=prefill_s, status=status))
+    plan.append(dict(size=r.size, memory_gb=need / 1e9, build_s=build_s, run_s=run_s, prefill_s=prefill_s,
+                     floor_s=floor_s, status=status))
 plan = pd.DataFrame(plan)
 plan["runs"] = 0
 for i in plan.index[plan.status == "run"]:
     extra = int(min(size_runs - 3, max(left, 0) // plan.run_s[i]))
     plan.loc[i, "runs"], left = 3 + extra, left - extra * plan.run_s[i]
-plan["predicted_s"] = (plan.build_s + plan.runs * plan.run_s + plan.prefill_s).where(plan.status == "run", 0.0)
+plan["predicted_s"] = (plan.build_s + plan.runs * plan.run_s + plan.prefill_s + plan.floor_s).where(plan.status == "run", 0.0)
 results.table(plan, "size_plan")
 skipped = plan[plan.status != "run"]
 show(f"**{(plan.status == 'run').sum()} of the {len(plan)} sizes run**"
@@ -776,7 +812,7 @@ if not (plan.status == "run").any():
     raise ValueError("every size of `sizes` was skipped (" + "; ".join(f"{r.size}: {r.status.removeprefix('skipped: ')}"
                                                              for r in plan.itertuples())
                      + "): give `sizes` smaller models or `size_budget_s` more seconds")
-size_rows, prefill_rows, built, profiled = [], [], [], []
+size_rows, prefill_rows, built, profiled, paid_rows = [], [], [], [], []
 first_twelve = next((n for n in plan[plan.status == "run"]["size"] if gpt2_sizes.SIZES[n].layers == 12), None)
 sweep_started = time.perf_counter()
 for p in progress(list(plan[plan.status == "run"].itertuples()), desc="size sweep"):  # one line in a build
@@ -794,6 +830,9 @@ for p in progress(list(plan[plan.status == "run"].itertuples()), desc="size swee
                                         warmup_steps=1, label=f"{p.size}, {dt}")
                 size_rows.append(t.assign(size=p.size, dtype=dt, run=run + 1, step_ms=t.median_s * 1e3))
         pre = sweeps.prefill_sweep(models_["fp32"], size_prompts, repeats=3, label=f"{p.size}, prefill")
+        paid = gpt2_sizes.floor_paid(models_["fp32"], short_c, floor_repeats)
+        paid_rows += [dict(size=p.size, repeat=i + 1, alone_ms=a * 1e3, between_ms=b * 1e3, reads_ms=r * 1e3,
+                           paid_ms=(b - r) * 1e3) for i, (a, b, r) in enumerate(zip(*paid.values()))]
         if p.size == first_twelve and len(size_dtypes) > 1:  # one layer down: where a 16-bit step's time goes
             for dt in size_dtypes:
                 kv, token = caches[dt][short_c]
@@ -817,6 +856,8 @@ built = pd.DataFrame(built)
 results.table(size_runs_table, "size_decode_runs")
 results.table(size_prefill, "size_prefill")
 results.table(built, "size_costs")
+floor_runs = pd.DataFrame(paid_rows)
+results.table(floor_runs, "size_floor_runs")
 fault_us = built.build_s.sum() / max(built.build_faults.sum(), 1) * 1e6
 show(f"The sweep took **{sweep_s:.0f} s** ({plan.predicted_s.sum():.0f} s predicted), "
      f"{built.build_s.sum():.0f} s of it building weights ({built.predicted_build_s.sum():.0f} s predicted, at chapter "
@@ -899,8 +940,13 @@ ax.plot(mb, mb / (ceilings.stream_bandwidth("fp32", threads) / 1e6) * 1e3, "k-",
         label=f"the weights at the streaming read, {ceilings.stream_bandwidth('fp32', threads) / 1e9:.1f} GB/s")
 span12 = size_plan[size_plan.layers == 12].weight_mb
 if len(span12):
-    ax.hlines(floor12 * 1e3, span12.min() / 1.5, span12.max() * 1.5, color="C7", ls="--", lw=1,
-              label=f"a 12-layer step's floor, {floor12 * 1e3:.1f} ms (predicted)")
+    priced_mb = np.logspace(math.log10(span12.min() / 1.5), math.log10(span12.max() * 1.5), 50)
+    ax.plot(priced_mb, floor_pred + slope_pred * priced_mb, color="C3", ls="--", lw=1,
+            label=f"the same line through the 12-layer prices: {floor_pred:.1f} ms + bytes at {1 / slope_pred:.1f} GB/s")
+ax.scatter(size_plan.weight_mb, size_plan.floor_ms, marker="v", s=18, color="C7", zorder=3, label="each size's priced floor")
+paid_median = floor_runs.groupby("size", sort=False).paid_ms.median()
+ax.scatter(size_plan.set_index("size").weight_mb[paid_median.index], paid_median, marker="x", color="C7", zorder=3,
+           label="the floor each size paid (its step hollowed, between its weights' streams; median)")
 if transition is not None:
     twelve_mb = np.logspace(math.log10(span12.min() / 1.5), math.log10(span12.max() * 1.5), 50)
     ax.plot(twelve_mb, floors.mid + slopes.mid * twelve_mb, color="C2", lw=1,
@@ -922,7 +968,7 @@ ax.axvline(predicted_transition / 1e6, color="C3", lw=0.8, alpha=0.6)
 ax.set(xscale="log", yscale="log", xlabel="fp32 weight bytes (MB)", ylabel="decode step (ms)")
 ax.set_title(f"{where}: each size's decode step against its weight bytes\n(red line: the transition predicted "
              f"at {predicted_transition / 1e6:,.0f} MB; green band: where the 12-layer steps' line puts it)", fontsize=10)
-ax.set_ylim(bottom=by_size.step_ms.min() / 3)
+ax.set_ylim(bottom=min(by_size.step_ms.min(), paid_median.clip(lower=1e-3).min()) / 3)
 ax.legend(fontsize=7, loc="upper left")
 ax.grid(True, which="both", alpha=0.2)
 results.figure(fig, "floor_to_bytes")
@@ -947,18 +993,19 @@ register.claim(
                "tolerance for a predicted time, so this run cannot call it; {count}.")
 register.claim(
     "floor_gives_way_where_predicted",
-    "The 12-layer models' steps lie on a floor plus their weights at a rate, and the weight bytes where the two are "
-    "equal (the transition) are within a grid step of the predicted ones.",
-    held="a line through the 12-layer steps, one per run index, has a floor of {floor} and streams the weights at {rate}: "
-         "they take as long as the floor at **{measured}** of weights, within a factor of two of the {predicted} "
-         "predicted.",
-    not_held="a line through the 12-layer steps, one per run index, has a floor of {floor} and streams the weights at {rate}: "
-             "the transition lies at **{measured}** of weights, {factor} the {predicted} predicted, beyond the "
-             "factor of two allowed.",
-    unresolved="a line through the 12-layer steps, one per run index, has a floor of {floor} and streams the weights at {rate}: "
-               "they take as long as the floor at **{measured}** of weights against {predicted} predicted; the "
-               "tolerance is a factor of two and the interval crosses its edge, so this run cannot call it: {lean}. "
-               "The paragraph below shows why one floor fits these models only roughly.",
+    "A line through the 12-layer models' steps against their weight bytes (a floor with no bytes, plus a cost per "
+    "byte) has its bytes' term equal to its floor (the transition) within a factor of two of where the same line "
+    "through their prices has it.",
+    held="a line through the 12-layer steps, one per run index, starts at {floor} and rises as if the bytes streamed "
+         "at {rate}: its bytes' term equals its floor at **{measured}** of weights, within a factor of two of the "
+         "{predicted} predicted.",
+    not_held="a line through the 12-layer steps, one per run index, starts at {floor} and rises as if the bytes "
+             "streamed at {rate}: the transition lies at **{measured}** of weights, {factor} the {predicted} "
+             "predicted, beyond the factor of two allowed.",
+    unresolved="a line through the 12-layer steps, one per run index, starts at {floor} and rises as if the bytes "
+               "streamed at {rate}: its bytes' term equals its floor at **{measured}** of weights against {predicted} "
+               "predicted; the tolerance is a factor of two and the interval crosses its edge, so this run cannot "
+               "call it: {lean}.",
     not_measured="fewer than two 12-layer sizes ran.")
 for where_, text, textbook in (("on_the_floor", "On the floor", "the textbook expects no change there"),
                                ("past_the_floor", "Past the floor", "the textbook expects the bytes' ratio there")):
@@ -1043,8 +1090,8 @@ if len(series) >= 2:
         claims.NOT_HELD if transition.high < target / claims.PREDICTED_LENGTH else claims.UNRESOLVED)
     show(register.decide("floor_gives_way_where_predicted", verdict, predicted=f"{target:,.0f} MB",
                          measured=transition.text(",.0f", "MB"), evidence=f"{len(series)} 12-layer sizes, {len(fits)} "
-                         f"runs, fp32, context {short_c}", floor=floors.text(".1f", "ms") + f" (predicted {floor12 * 1e3:.1f})",
-                         rate=f"{1 / slopes.mid:.1f} GB/s (predicted {rate['fp32'] / 1e9:.1f})",
+                         f"runs, fp32, context {short_c}", floor=floors.text(".1f", "ms") + f" (predicted {floor_pred:.1f})",
+                         rate=f"{1 / slopes.mid:.1f} GB/s (predicted {1 / slope_pred:.1f})",
                          lean=lean_words(transition, target, claims.PREDICTED_LENGTH),
                          factor=f"{transition.mid / target:.2g}x"))
 else:
@@ -1101,50 +1148,60 @@ show(register.decide("prefill_floor_length_as_priced", length_verdict,
                      predicted_lengths=", ".join(f"{'≥' if flat_priced[n] == longest else ''}{flat_priced[n]}" for n in flat)))
 
 # %% [markdown]
-# **Where a price can miss, one layer down.** Chapter 0 measured GPT-2 small's floor twice: its operations issued
-# alone, with the caches to themselves, and issued between its weights' streams, as in a real step, where the
-# 494 MB read between two small operations may evict the data they work from. The price uses the second. Each
-# 12-layer model's step less its weights' price is the floor it paid; the profiler shows where a 16-bit step's
-# time went on the floor; and
-# each prefill's growth from one token to four, measured and priced, shows how the price of a short prompt was
-# set:
+# **Where a price can miss, one layer down.** The sweep timed each size's floor as chapter 0 timed its models':
+# the step hollowed, with the caches to itself, and between its own weights' streams (less those streams timed
+# alone), as a real step pays it. The table below sets that floor beside its price, and the step less the floor
+# beside the weights' price; the profiler shows where a 16-bit step's time went on the floor; and each prefill's
+# growth from one token to four, measured and priced, shows how the price of a short prompt was set:
 
 # %%
 twelve_sizes = [n for n in ran if gpt2_sizes.SIZES[n].layers == 12]
-paid = {n: by_size.set_index("size").step_ms[n] - size_plan.set_index("size").weights_ms[n] for n in twelve_sizes}
 ops_alone = ceilings.operations(reference_model, "fp32", threads)
-alone_ms = ops_alone[0] * ops_alone[1] / 1e3
-mb_of = size_plan.set_index("size").weight_mb
-narrow, wide = (twelve_sizes[0], twelve_sizes[-1]) if twelve_sizes else (None, None)
-moved = None if narrow is None else ("grew" if paid[wide] > claims.PREDICTED_TIME * max(paid[narrow], 0) else
-                                     "fell" if paid[wide] * claims.PREDICTED_TIME < paid[narrow] else "stayed")
-faster = slopes is not None and 1 / slopes.mid > rate["fp32"] / 1e9  # the fitted line streams faster than priced
-why_floor = (f"Issued alone, the {ops_alone[0]} operations of a 12-layer step took **{alone_ms:.1f} ms** in chapter 0 "
-             f"({ops_alone[1]:.1f} us each: the interpreter, the dispatcher and a small kernel); between GPT-2 small's "
-             f"weight streams, **{floor12 * 1e3:.1f} ms** ({floor12 / ops_alone[0] * 1e6:.1f} us each). The 12-layer models paid "
-             + ", ".join(f"{paid[n]:.1f} ms ({mb_of[n]:,.0f} MB)" for n in twelve_sizes)
-             + (f": on this machine the floor a step paid ranged from {min(paid.values()):.1f} ms "
-                f"({min(paid, key=paid.get)}) to {max(paid.values()):.1f} ms ({max(paid, key=paid.get)}) across the "
-                f"widths, against chapter 0's {alone_ms:.1f} alone and {floor12 * 1e3:.1f} between streams, and it "
-                + {"grew": "grew with the bytes streamed", "fell": "fell as the bytes streamed grew",
-                   "stayed": "stayed within the tolerance of one floor as the bytes streamed grew"}[moved]
-                + f" ({paid[narrow]:.1f} ms at {mb_of[narrow]:,.0f} MB, {paid[wide]:.1f} ms at "
-                f"{mb_of[wide]:,.0f} MB). Two causes can move such a floor, and this run does not separate them: the "
-                "bytes streamed between the small operations may evict their data (which would raise the floor with "
-                "the bytes), and the weights may stream at another rate than priced"
-                + (f" (the fitted line's {1 / slopes.mid:.1f} GB/s against {rate['fp32'] / 1e9:.1f}, which "
-                   f"{'lowers' if faster else 'raises'} the floor a wider model seems to pay)" if slopes is not None else "")
-                + "; either way a line with one floor fits such steps only roughly" if min(paid.values()) * claims.PREDICTED_TIME
-                < max(paid.values()) else ": within the tolerance of one floor across the widths")
-             + ("; the measured transition lies below the predicted one." if len(series) >= 2 and
-                transition.mid < predicted_transition / 1e6 else ".")
-             + "".join(f" {n}'s floor is below zero: its step ({by_size.set_index('size').step_ms[n]:.1f} ms) took less "
-                       f"than its weights alone at the priced rate ({size_plan.set_index('size').weights_ms[n]:.1f} ms), "
-                       f"so that rate ({mb_of[n] / size_plan.set_index('size').weights_ms[n]:.1f} GB/s) understates "
-                       f"what this size's weights streamed at, by "
-                       f"{size_plan.set_index('size').weights_ms[n] / by_size.set_index('size').step_ms[n] - 1:.1%} "
-                       "at least; it does not mean the step paid no floor."
-                       for n in twelve_sizes if paid[n] < 0) if twelve_sizes else "")
+floor_table = (floor_runs.groupby("size", sort=False)[["alone_ms", "paid_ms"]].median()
+               .join(size_plan.set_index("size")[["weight_mb", "operations", "floor_ms", "weights_ms"]])
+               .join(by_size.set_index("size")[["step_ms"]]))
+floor_table["paid_over_priced"] = floor_table.paid_ms / floor_table.floor_ms
+floor_table["us_per_operation"] = floor_table.paid_ms / floor_table.operations * 1e3
+# the step less the floor it paid: its weights' time, and the rate they streamed at (MB/ms = GB/s)
+floor_table["weights_gb_s"] = floor_table.weight_mb / (floor_table.step_ms - floor_table.paid_ms).where(
+    floor_table.step_ms > floor_table.paid_ms)
+floor_table = floor_table.reset_index()
+results.table(floor_table, "size_floor")
+why_floor = ""
+if len(twelve_sizes) >= 2:
+    f12 = floor_table.set_index("size").loc[twelve_sizes]
+    narrow, wide = twelve_sizes[0], twelve_sizes[-1]
+    grew = f12.paid_ms[wide] > claims.PREDICTED_TIME * f12.paid_ms[narrow]
+    ratio = f12.paid_over_priced
+    as_priced = ratio.between(1 / claims.PREDICTED_TIME, claims.PREDICTED_TIME)
+    rates = f12.weights_gb_s.dropna()
+    why_floor = (
+        f"Hollowed, with the caches to itself, a 12-layer step's {twelve} operations took "
+        f"**{prose.span(f12.alone_ms.min(), f12.alone_ms.max(), '.1f')} ms** at every width, "
+        f"{f12.alone_ms.min() / twelve * 1e3:.1f} us an operation or more (chapter 0: {ops_alone[1]:.1f} us for "
+        f"{reference_model}); between their own weights' streams they "
+        f"cost **{f12.paid_ms[narrow]:.1f} ms** at {f12.weight_mb[narrow]:,.0f} MB ({narrow}) and "
+        f"**{f12.paid_ms[wide]:.1f} ms** at {f12.weight_mb[wide]:,.0f} MB ({wide}), "
+        f"{f12.us_per_operation[narrow]:.1f} to {f12.us_per_operation[wide]:.1f} us an operation. "
+        + ("The floor grew with the bytes that streamed between the operations: they evict the data the interpreter "
+           "and the small kernels work from, so on this CPU a wider model pays a higher floor, and a line through the "
+           "steps does not see one fixed floor: it starts at the floor of a model with no bytes, and the floor's "
+           "growth rides on every byte"
+           + (f", so it rises as if the weights streamed at {1 / slopes.mid:.1f} GB/s where they stream at "
+              f"{rate['fp32'] / 1e9:.1f}" if slopes is not None else "") + ". "
+           if grew else "The floor stayed within the tolerance of one number across the widths. ")
+        + (f"The price drew the floor on a straight line in the bytes between chapter 0's {' and '.join(per_operation)}, "
+           f"{prose.span(f12.floor_ms.min(), f12.floor_ms.max(), '.1f')} ms across these widths" if len(anchored) > 1 else
+           f"The price held chapter 0's cost per operation of {', '.join(per_operation)} at every width, "
+           f"{f12.floor_ms.min():.1f} ms")
+        + "; the floors paid were "
+        f"{prose.span(ratio.min(), ratio.max(), '.2f')}x their prices"
+        + (", each within the tolerance for a predicted time." if as_priced.all() else
+           f", {', '.join(ratio.index[~as_priced])} outside the tolerance for a predicted time (the straight line is "
+           "the price's assumption: the eviction need not grow in proportion to the bytes)." if len(anchored) > 1 else
+           ".")
+        + (f" The step less the floor it paid leaves its weights, which streamed at "
+           f"{prose.span(rates.min(), rates.max(), '.1f')} GB/s against the {rate['fp32'] / 1e9:.1f} priced." if len(rates) else ""))
 why_dtype = ""
 if profiled:
     prof = pd.concat(profiled, ignore_index=True)
@@ -1191,6 +1248,7 @@ if growth_rows:
                      "and off both ends of their intervals): a growth near that margin, measured or priced, moves the "
                      "length by a grid step or more.")
 show(why_floor + why_dtype + why_prefill)
+floor_table.round(3)
 
 # %% [markdown]
 # **Takeaway: before expecting fewer bytes to speed up a decode step, set its weights' time at the kernel's rate

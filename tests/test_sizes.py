@@ -1,12 +1,13 @@
 """GPT-2 at other sizes (chapter 6's sweep): the shapes, the seeded and tied models, the operations they issue,
 and their prices from a reference model's synthetic ceilings, every term computed by hand."""
 
+import pandas as pd
 import pytest
 import torch
 
 from lib import phases, sizes
 from lib.costmodel import CostModel
-from lib.machine import MODELS
+from lib.machine import MODELS, Ceilings
 from tests import synthetic
 
 CPU = torch.device("cpu")
@@ -55,7 +56,7 @@ def test_a_size_is_priced_by_its_weights_and_its_operations():
     weights = p.term("block matrices").best + p.term("LM head").best
     assert weights == pytest.approx(shape.weight_bytes / synthetic.WEIGHT_RATE)  # its bytes at the kernel's rate
     assert p.term("dispatch").best == pytest.approx(synthetic.DISPATCH["decode"] * 1100 / 500)
-    assert "scaled by the operations" in p.term("dispatch").how
+    assert "1,100 operations at gpt2-small's cost per operation" in p.term("dispatch").how
     # a prefill of many rows is its FLOPs at the reference's F(rows); of one row, its bytes
     long_ = sizes.price_prefill(c, "gpt2-medium", "gpt2-small", 1100, 500, "fp32", 2, 256)
     assert long_.term("block matrices").best == pytest.approx(2 * shape.layers * shape.block_params * 256 / synthetic.PEAK)
@@ -63,6 +64,27 @@ def test_a_size_is_priced_by_its_weights_and_its_operations():
     assert one.term("block matrices").best == pytest.approx(shape.layers * shape.block_params * 4 / synthetic.WEIGHT_RATE)
     # the transition: the weight bytes whose time at the rate equals the floor
     assert sizes.transition_bytes(2e-3, 10e9) == pytest.approx(20e6)
+
+
+def test_the_cost_per_operation_follows_the_bytes_streamed_between_the_models_measured():
+    # two GPT-2s measured: tiny-gpt2 at 1 ms a step of 500 operations, gpt2-small at 2 ms (its weights evict more)
+    tiny = synthetic.table("tiny-gpt2")
+    tiny.loc[tiny.kernel == "dispatch", ["best_s", "median_s"]] /= synthetic.DISPATCH["decode"] / 1e-3
+    c = Ceilings(pd.concat([synthetic.table(), tiny], ignore_index=True), "cpu")
+    assert [a[0] for a in sizes.anchors(c, "fp32", 2)] == ["tiny-gpt2", "gpt2-small"]
+    small, little = (MODELS[m][0].with_dtype("fp32").weight_bytes for m in ("gpt2-small", "tiny-gpt2"))
+    halfway = (small + little) / 2
+    best, _, how = sizes.operation_cost(c, halfway, "fp32", 2, "decode", 1, "gpt2-small")
+    assert best == pytest.approx((1e-3 + 2e-3) / 2 / 500)  # on the straight line between the two
+    assert "tiny-gpt2's" in how and "gpt2-small's" in how
+    assert sizes.operation_cost(c, 10 * small, "fp32", 2, "decode", 1, "gpt2-small")[0] == pytest.approx(2e-3 / 500)
+    assert sizes.operation_cost(c, 0.0, "fp32", 2, "decode", 1, "gpt2-small")[0] == pytest.approx(1e-3 / 500)
+    # a 12-layer size of fewer bytes than GPT-2 small pays less per operation; the reference its own
+    narrow = sizes.price_decode(c, "gpt2-12x256", "gpt2-small", 500, 500, "fp32", 2, 16).term("dispatch").best
+    assert 1e-3 < narrow < 2e-3
+    assert sizes.price_decode(c, "gpt2-small", "gpt2-small", 500, 500, "fp32", 2, 16).term("dispatch").best == 2e-3
+    with pytest.raises(ValueError, match="lib.sizes.operations"):
+        sizes.price_decode(c, "gpt2-12x256", "gpt2-small", 500, 499, "fp32", 2, 16)
 
 
 def test_bad_sizes_and_transitions_are_refused_with_what_would_do():
@@ -75,3 +97,12 @@ def test_bad_sizes_and_transitions_are_refused_with_what_would_do():
         sizes.random_cache(tiny, 1024)
     assert sizes.memory_needed("gpt2-xl", ["fp32", "bf16"], [16, 512]) > 1.25 * 1.5 * sizes.SIZES["gpt2-xl"].weight_bytes
     assert sizes.free_memory(CPU) > 0
+
+
+def test_the_floor_a_size_pays_is_timed_alone_and_between_its_own_weights_streams():
+    model = sizes.build("tiny-gpt2", CPU, torch.float32)
+    paid = sizes.floor_paid(model, 16, repeats=3)
+    assert {k: len(v) for k, v in paid.items()} == {"alone": 3, "between": 3, "reads": 3}
+    assert all(t > 0 for v in paid.values() for t in v)
+    with torch.inference_mode():  # the products compute again afterwards
+        assert model.model(torch.zeros(1, 1, dtype=torch.long)).logits.abs().sum() > 0
