@@ -7,15 +7,17 @@ reader's machine by sweeping the model's size in GPT-2's architecture: :data:`SI
 through 12-layer models of growing width (the floor stays, the bytes grow) to GPT-2 small, medium, large and XL.
 Their weights are random (:func:`build`): a step's time does not depend on the values.
 
-Chapter 0 measured one model's kernels (GPT-2 small in a full build); the other sizes are priced from those
-(:func:`price_decode`, :func:`price_prefill`), each term scaled by what it is proportional to:
+Chapter 0 measured the kernels of GPT-2 small and of ``tiny-gpt2`` (in a full build); the other sizes are priced
+from those (:func:`price_decode`, :func:`price_prefill`), each term scaled by what it is proportional to:
 
 * the weights at the rate GPT-2 small's own matrices run at the same number of rows, scaled by the size's weights
   (at one row: its bytes at that matrix-vector rate);
 * attention and a growing cache's copy at chapter 0's rates for the same bytes of cache;
-* dispatch (issuing the operations and running the small kernels) at chapter 0's measurement of the reference
-  model's pass, scaled by the operations the size's own step issues (counted, :func:`operations`); a model chapter
-  0 measured itself (``tiny-gpt2``) is priced at its own row.
+* dispatch (issuing the operations and running the small kernels): the operations the size's own step issues
+  (counted, :func:`operations`) at a cost per operation that grows with the weight bytes streamed between them
+  (:func:`operation_cost`, drawn between the GPT-2s chapter 0 measured).
+
+A model chapter 0 measured itself (``tiny-gpt2``) is priced from its own rows, every term.
 
 Introduced in chapter 6.
 """
@@ -230,13 +232,19 @@ def operation_cost(ceilings: Ceilings, weight_bytes: float, dtype: str, threads:
     return best, median, source
 
 
+def _own(ceilings: Ceilings, name: str, reference: str) -> bool:
+    """Whether chapter 0 measured size ``name`` itself (the reference, or a model of :data:`lib.machine.MODELS` in
+    its table): it is then priced from its own rows, unscaled."""
+    return name == reference or (name in MODELS and name in set(ceilings.table.model.dropna()))
+
+
 def _dispatch(ceilings: Ceilings, name: str, reference: str, ops: int, ops_reference: int, dtype: str, threads: int,
               kind: str, rows: int, cache_bytes: float | None = None) -> Term:
     """Issuing the pass: its ``ops`` operations at :func:`operation_cost` for its weight bytes; a decode step's at
     its cache of ``cache_bytes`` (its rest grows with the cache's bytes, :meth:`lib.machine.Ceilings.rest_growth`,
     read at the cache of the same bytes). ``ops_reference``: the operations the reference's step issues, checked
     against chapter 0's count."""
-    own = name == reference or (name in MODELS and name in set(ceilings.table.model.dropna()))
+    own = _own(ceilings, name, reference)
     measured = name if own else reference
     positions = None if cache_bytes is None else \
         cache_bytes / MODELS[measured][0].with_dtype(dtype).kv_bytes_per_token
@@ -261,12 +269,14 @@ def price_decode(ceilings: Ceilings, name: str, reference: str, ops: int, ops_re
     positions, priced from chapter 0's measurements of ``reference`` (see the module's docstring); ``ops`` and
     ``ops_reference``: the operations one step of each issues. Seconds, term by term."""
     s, r = SIZES[name].with_dtype(dtype), MODELS[reference][0]
-    blocks, head, _ = _scaled(s, r)
+    own = _own(ceilings, name, reference)
+    blocks, head, _ = (1.0, 1.0, 1.0) if own else _scaled(s, r)
     args = (reference, dtype, threads)
     terms = []
     for kernel, label, k in (("blocks", "block matrices", blocks), ("head", "LM head", head)):
-        t = ceilings.matrices(*args, kernel, 1)
+        t = ceilings.matrices(name if own else reference, dtype, threads, kernel, 1)
         terms.append(Term(label, t.best * k, t.median * k, "memory",
+                          f"chapter 0's own {kernel} of {name} at one row" if own else
                           f"its bytes at the rate {reference}'s {kernel} stream at one row"))
     cache_bytes = context * s.kv_bytes_per_token
     attention = ceilings.attention_decode(*args, cache_bytes)
@@ -289,8 +299,9 @@ def price_prefill(ceilings: Ceilings, name: str, reference: str, ops: int, ops_r
     row, its FLOPs at ``F(rows)`` beyond), scaled by the size's weights; attention at chapter 0's rate for that
     length, scaled by layers x width; dispatch at the reference's prefill of that length, scaled by operations."""
     s, r = SIZES[name].with_dtype(dtype), MODELS[reference][0]
-    blocks, head, work = _scaled(s, r)
-    args = (reference, dtype, threads)
+    own = _own(ceilings, name, reference)
+    blocks, head, work = (1.0, 1.0, 1.0) if own else _scaled(s, r)
+    args = (name if own else reference, dtype, threads)
     b, h = ceilings.matrices(*args, "blocks", tokens), ceilings.matrices(*args, "head", 1)
     a = ceilings.attention_prefill(*args, tokens)
     terms = [Term("block matrices", b.best * blocks, b.median * blocks, "memory" if tokens == 1 else "compute",

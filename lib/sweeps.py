@@ -234,7 +234,8 @@ def alternating(model: LoadedModel, a: tuple, b: tuple, pairs: int, *, block: in
 
 
 def cache_costs(shape: ModelShape, batch: int, context: int, device: torch.device | str,
-                dtype: torch.dtype = torch.float32, *, repeats: int = 3, warmup: int = 1) -> dict[str, Timing]:
+                dtype: torch.dtype = torch.float32, *, repeats: int = 3, warmup: int = 1,
+                flush_bytes: int = 0) -> dict[str, Timing]:
     """Time, alone, what one decode step does with the KV cache of ``batch`` sequences of ``context``
     positions, over every layer of ``shape``; returns ``{"attention": Timing, "concatenation": Timing}``
     in seconds per step:
@@ -242,7 +243,12 @@ def cache_costs(shape: ModelShape, batch: int, context: int, device: torch.devic
     * ``attention``: each sequence's one new query per head attends over its cache
       (``scaled_dot_product_attention``, no mask), every layer: the whole cache is read once;
     * ``concatenation``: how ``DynamicCache`` grows: every layer's keys and values are copied into new
-      tensors one position longer (so the cache grows by one position per call, as in a decode run).
+      tensors one position longer (so the cache grows by one position per call, as in a decode run). With
+      ``flush_bytes`` (the model's weight bytes, say), each call comes after a read of that many bytes of
+      another array, untimed: a step reaches a layer's cache after streaming the whole model's weights since it
+      last touched it, and on a CPU whose last-level cache would otherwise hold the cache from one call to the
+      next, the copy alone ran faster than inside a step. Attention is timed warm: in a step it reads the
+      tensors the concatenation has just written.
 
     The cache has a real one's size and layout (2 x layers tensors, written before timing), so where it
     is larger than the CPU's caches it is read from memory, as in a decode step. The tensors hold random
@@ -266,10 +272,17 @@ def cache_costs(shape: ModelShape, batch: int, context: int, device: torch.devic
         for i, t in enumerate(kv):
             kv[i] = torch.cat([t, new], dim=-2)
 
+    if flush_bytes < 0:
+        raise ValueError(f"flush_bytes cannot be negative, got {flush_bytes}")
     events = torch.device(device).type == "cuda"
+    flush = None
+    if flush_bytes:
+        other = random_values(max(1, flush_bytes // dtype.itemsize), dtype=dtype, device=device)
+        flush = lambda: torch.amax(other)  # noqa: E731
     with torch.inference_mode():
-        return {name: measure(fn, device, warmup=warmup, repeats=repeats, use_cuda_events=events)
-                for name, fn in (("attention", attention), ("concatenation", concatenation))}
+        return {"attention": measure(attention, device, warmup=warmup, repeats=repeats, use_cuda_events=events),
+                "concatenation": measure(concatenation, device, warmup=warmup, repeats=repeats,
+                                         use_cuda_events=events, before=flush)}
 
 
 def _check_cache_kind(cache: str) -> None:

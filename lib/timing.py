@@ -92,9 +92,10 @@ class Timing:
 
 
 def measure(fn: Callable[[], object], device: torch.device | str | None = None, *, warmup: int = 1,
-            repeats: int = 5, use_cuda_events: bool = False) -> Timing:
+            repeats: int = 5, use_cuda_events: bool = False, before: Callable[[], object] | None = None) -> Timing:
     """Time ``fn()`` ``repeats`` times after ``warmup`` untimed calls; return a :class:`Timing` (with each
-    sample's page faults).
+    sample's page faults). ``before``, if given, is called untimed before each call (a flush of the CPU's caches,
+    say).
 
     The device is synchronised before and after each call. On CUDA, ``use_cuda_events=True`` times
     with CUDA events instead of the host clock (device time only, no launch latency seen by the host).
@@ -109,7 +110,9 @@ def measure(fn: Callable[[], object], device: torch.device | str | None = None, 
     samples, faults = [], []
     events = use_cuda_events and device is not None and torch.device(device).type == "cuda"
     for _ in range(repeats):
-        before = page_faults()
+        if before is not None:
+            before()
+        faults_before = page_faults()
         if events:
             with torch.cuda.device(torch.device(device)):  # events record on the stream of `device`
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -123,7 +126,7 @@ def measure(fn: Callable[[], object], device: torch.device | str | None = None, 
             t0 = now(device)
             fn()
             samples.append(now(device) - t0)
-        faults.append(page_faults() - before)
+        faults.append(page_faults() - faults_before)
     return Timing.of(samples, faults)
 
 

@@ -380,7 +380,8 @@ plt.show()
 #
 # Two pieces of a decode step's work grow with the context, and each can be timed alone, at the shortest and
 # longest mean context of the grid, on tensors of the model's own shapes (`lib.sweeps.cache_costs`, the same
-# timer chapter 3 uses):
+# timer chapter 3 uses; the concatenation each time after as many bytes as the model's weights have streamed past,
+# as in a step, so that a cache small enough for the last-level cache is not timed warm):
 #
 # * **Concatenating the cache.** transformers' `DynamicCache` does not write the new position into free space:
 #   every step, for every layer, it builds a keys tensor and a values tensor one position longer
@@ -405,7 +406,8 @@ display(prose.source(sweeps.cache_costs))
 # Both parts at the grid's shortest and longest mean context:
 
 # %%
-timed = {c: sweeps.cache_costs(shape, 1, int(c), device, torch_dtype, repeats=7, warmup=2) for c in (c_low, c_high)}
+timed = {c: sweeps.cache_costs(shape, 1, int(c), device, torch_dtype, repeats=7, warmup=2,
+                               flush_bytes=int(shape.weight_bytes)) for c in (c_low, c_high)}
 parts = pd.DataFrame([dict(part=part, context_tokens=c, median_ms=t.median_ms, low_ms=t.low_ms, high_ms=t.high_ms)
                       for c, work in timed.items() for part, t in work.items()])
 per_1k = {part: (timed[c_high][part].median - timed[c_low][part].median) * 1e6 / (c_high - c_low)

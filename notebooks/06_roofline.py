@@ -636,7 +636,7 @@ else:
 # under a fifth of the step), "between" otherwise. Where
 # the two are equal lies the transition: below it the weight bytes stop setting the step, so a narrower dtype
 # should change it only by what its floor costs in that dtype, and the context only by its cache's price
-# (`tiny-gpt2`, which chapter 0 measured itself, is priced at its own floor); above it the step should
+# (`tiny-gpt2`, which chapter 0 measured itself, is priced from its own kernels); above it the step should
 # follow the bytes, and a 16-bit dtype should change it as its kernel's rate allows (a measured rate, not a
 # halved time: on some CPUs the 16-bit kernel is the slower).
 
@@ -814,6 +814,8 @@ if not (plan.status == "run").any():
                      + "): give `sizes` smaller models or `size_budget_s` more seconds")
 size_rows, prefill_rows, built, profiled, paid_rows = [], [], [], [], []
 first_twelve = next((n for n in plan[plan.status == "run"]["size"] if gpt2_sizes.SIZES[n].layers == 12), None)
+on_floor = [n for n in plan[plan.status == "run"]["size"] if size_plan.set_index("size").side[n] == "on the floor"]
+profiled_size = on_floor[-1] if on_floor else first_twelve  # where the claims on the floor are decided
 sweep_started = time.perf_counter()
 for p in progress(list(plan[plan.status == "run"].itertuples()), desc="size sweep"):  # one line in a build
     started, faults_before = time.perf_counter(), timing.page_faults()
@@ -833,7 +835,7 @@ for p in progress(list(plan[plan.status == "run"].itertuples()), desc="size swee
         paid = gpt2_sizes.floor_paid(models_["fp32"], short_c, floor_repeats)
         paid_rows += [dict(size=p.size, repeat=i + 1, alone_ms=a * 1e3, between_ms=b * 1e3, reads_ms=r * 1e3,
                            paid_ms=(b - r) * 1e3) for i, (a, b, r) in enumerate(zip(*paid.values()))]
-        if p.size == first_twelve and len(size_dtypes) > 1:  # one layer down: where a 16-bit step's time goes
+        if p.size == profiled_size and len(size_dtypes) > 1:  # one layer down: where a 16-bit step's time goes
             for dt in size_dtypes:
                 kv, token = caches[dt][short_c]
 
@@ -1157,15 +1159,13 @@ show(register.decide("prefill_floor_length_as_priced", length_verdict,
 # %%
 twelve_sizes = [n for n in ran if gpt2_sizes.SIZES[n].layers == 12]
 ops_alone = ceilings.operations(reference_model, "fp32", threads)
-floor_table = (floor_runs.groupby("size", sort=False)[["alone_ms", "paid_ms"]].median()
-               .join(size_plan.set_index("size")[["weight_mb", "operations", "floor_ms", "weights_ms"]])
-               .join(by_size.set_index("size")[["step_ms"]]))
+# as chapter 0 states a floor: the fastest pass less the fastest read, against the price's fastest
+fastest = floor_runs.groupby("size", sort=False)[["alone_ms", "between_ms", "reads_ms"]].min()
+floor_table = (pd.DataFrame({"alone_ms": fastest.alone_ms, "paid_ms": fastest.between_ms - fastest.reads_ms})
+               .join(size_plan.set_index("size")[["weight_mb", "operations", "floor_ms"]]))
 floor_table["paid_over_priced"] = floor_table.paid_ms / floor_table.floor_ms
 floor_table["us_per_operation"] = floor_table.paid_ms / floor_table.operations * 1e3
-# the step less the floor it paid: its weights' time, and the rate they streamed at (MB/ms = GB/s)
-floor_table["weights_gb_s"] = floor_table.weight_mb / (floor_table.step_ms - floor_table.paid_ms).where(
-    floor_table.step_ms > floor_table.paid_ms)
-floor_table = floor_table.reset_index()
+floor_table = floor_table.rename_axis("size").reset_index()
 results.table(floor_table, "size_floor")
 why_floor = ""
 if len(twelve_sizes) >= 2:
@@ -1174,10 +1174,10 @@ if len(twelve_sizes) >= 2:
     grew = f12.paid_ms[wide] > claims.PREDICTED_TIME * f12.paid_ms[narrow]
     ratio = f12.paid_over_priced
     as_priced = ratio.between(1 / claims.PREDICTED_TIME, claims.PREDICTED_TIME)
-    rates = f12.weights_gb_s.dropna()
     why_floor = (
         f"Hollowed, with the caches to itself, a 12-layer step's {twelve} operations took "
-        f"**{prose.span(f12.alone_ms.min(), f12.alone_ms.max(), '.1f')} ms** at every width, "
+        f"**{prose.span(f12.alone_ms.min(), f12.alone_ms.max(), '.1f')} ms** at every width (the fastest of "
+        f"{floor_repeats}), "
         f"{f12.alone_ms.min() / twelve * 1e3:.1f} us an operation or more (chapter 0: {ops_alone[1]:.1f} us for "
         f"{reference_model}); between their own weights' streams they "
         f"cost **{f12.paid_ms[narrow]:.1f} ms** at {f12.weight_mb[narrow]:,.0f} MB ({narrow}) and "
@@ -1199,9 +1199,7 @@ if len(twelve_sizes) >= 2:
         + (", each within the tolerance for a predicted time." if as_priced.all() else
            f", {', '.join(ratio.index[~as_priced])} outside the tolerance for a predicted time (the straight line is "
            "the price's assumption: the eviction need not grow in proportion to the bytes)." if len(anchored) > 1 else
-           ".")
-        + (f" The step less the floor it paid leaves its weights, which streamed at "
-           f"{prose.span(rates.min(), rates.max(), '.1f')} GB/s against the {rate['fp32'] / 1e9:.1f} priced." if len(rates) else ""))
+           "."))
 why_dtype = ""
 if profiled:
     prof = pd.concat(profiled, ignore_index=True)
@@ -1211,7 +1209,7 @@ if profiled:
     calls = prof[prof.dtype == low16].set_index("operator").calls
     top = [o for o in extra.index if o != profiling.BETWEEN][:2]
     slower = per_op[low16].sum() > per_op["fp32"].sum()
-    why_dtype = (f" One {first_twelve} step under the profiler took {per_op[low16].sum():.1f} ms in {low16} against "
+    why_dtype = (f" One {profiled_size} step under the profiler took {per_op[low16].sum():.1f} ms in {low16} against "
                  f"{per_op['fp32'].sum():.1f} ms in fp32; "
                  + ("most of the difference is " if slower else f"the {low16} step's largest extra operators are ")
                  + " and ".join(f"`{o}` (+{extra[o]:.2f} ms over {calls.get(o, 0):.0f} "

@@ -106,3 +106,14 @@ def test_the_floor_a_size_pays_is_timed_alone_and_between_its_own_weights_stream
     assert all(t > 0 for v in paid.values() for t in v)
     with torch.inference_mode():  # the products compute again afterwards
         assert model.model(torch.zeros(1, 1, dtype=torch.long)).logits.abs().sum() > 0
+
+
+def test_a_model_chapter_0_measured_itself_is_priced_from_its_own_rows():
+    tiny = synthetic.table("tiny-gpt2")
+    tiny.loc[tiny.kernel == "blocks", ["best_s", "median_s"]] = 7e-3  # its small matrices, slower than their bytes
+    c = Ceilings(pd.concat([synthetic.table(), tiny], ignore_index=True), "cpu")
+    p = sizes.price_decode(c, "tiny-gpt2", "gpt2-small", 132, 500, "fp32", 2, 16)
+    assert p.term("block matrices").best == 7e-3
+    assert "own" in p.term("block matrices").how and "own" in p.term("dispatch").how
+    assert sizes.price_prefill(c, "tiny-gpt2", "gpt2-small", 132, 500, "fp32", 2, 4).term("block matrices").best \
+        == pytest.approx(7e-3)

@@ -164,6 +164,26 @@ def test_cache_costs_time_attention_and_growth(tiny):
         sweeps.cache_costs(shape, 0, 16, tiny.device)
 
 
+def test_cache_costs_flush_before_each_concatenation_only(tiny, monkeypatch):
+    from lib.shapes import ModelShape
+
+    befores = {}
+    real = sweeps.measure
+
+    def recording(fn, device, **options):
+        befores[fn.__name__] = options.get("before")
+        return real(fn, device, **options)
+
+    monkeypatch.setattr(sweeps, "measure", recording)
+    shape = ModelShape.from_config(tiny.config, name="tiny")
+    sweeps.cache_costs(shape, 1, 8, tiny.device, repeats=1, flush_bytes=1 << 20)
+    assert befores["attention"] is None and callable(befores["concatenation"])  # attention reads what was written
+    sweeps.cache_costs(shape, 1, 8, tiny.device, repeats=1)
+    assert befores["concatenation"] is None
+    with pytest.raises(ValueError, match="flush_bytes"):
+        sweeps.cache_costs(shape, 1, 8, tiny.device, flush_bytes=-1)
+
+
 def test_cache_costs_use_cuda_events_exactly_on_a_gpu(tiny, monkeypatch):
     from lib.shapes import ModelShape
 

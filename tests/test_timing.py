@@ -68,3 +68,10 @@ def test_overhead_is_measured_and_small():
     cost = timing.overhead("cpu", repeats=20)
     assert set(cost) == {"clock", "readback"}
     assert all(0 < v < 0.01 for v in cost.values())
+
+
+def test_measure_calls_before_untimed_before_each_sample():
+    calls = []
+    t = timing.measure(lambda: calls.append("fn"), warmup=1, repeats=3, before=lambda: calls.append("before"))
+    assert calls == ["fn"] + ["before", "fn"] * 3
+    assert len(t.samples) == 3
