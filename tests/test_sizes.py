@@ -117,3 +117,19 @@ def test_a_model_chapter_0_measured_itself_is_priced_from_its_own_rows():
     assert "own" in p.term("block matrices").how and "own" in p.term("dispatch").how
     assert sizes.price_prefill(c, "tiny-gpt2", "gpt2-small", 132, 500, "fp32", 2, 4).term("block matrices").best \
         == pytest.approx(7e-3)
+
+
+def test_the_sweeps_gpu_path_on_a_cpu(monkeypatch):
+    """What chapter 6's sweep does differently on a GPU, exercised without one: the free memory is the device's,
+    the 16-bit dtype is fp16, priced from a GPU's fp16 rows, and the floor's timings synchronise the device."""
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (7e9, 80e9))
+    assert sizes.free_memory(torch.device("cuda")) == 7e9
+    gpu = Ceilings(synthetic.table(dtype="fp16").assign(device="cuda", device_name="NVIDIA H100"), "cuda")
+    p = sizes.price_decode(gpu, "gpt2-medium", "gpt2-small", 1100, 500, "fp16", 2, 16)
+    weights = p.term("block matrices").best + p.term("LM head").best
+    assert weights == pytest.approx(sizes.SIZES["gpt2-medium"].with_dtype("fp16").weight_bytes / synthetic.WEIGHT_RATE)
+    assert p.term("dispatch").best == pytest.approx(synthetic.DISPATCH["decode"] * 1100 / 500)
+    synced = []
+    monkeypatch.setattr(sizes, "synchronize", lambda device: synced.append(device))
+    sizes.floor_paid(sizes.build("tiny-gpt2", CPU, torch.float32), 8, repeats=2)
+    assert len(synced) == 2 * (2 + 2 + 2)  # before and after each timed call: alone, reads, between
