@@ -1168,6 +1168,10 @@ floor_table["us_per_operation"] = floor_table.paid_ms / floor_table.operations *
 floor_table = floor_table.rename_axis("size").reset_index()
 results.table(floor_table, "size_floor")
 why_floor = ""
+ref_bytes = machine.MODELS[reference_model][0].with_dtype("fp32").weight_bytes / 1e6
+narrower = [n for n in twelve_sizes if size_plan.set_index("size").weight_mb[n] < ref_bytes]
+if len(narrower) >= 2:  # where the reads are a small part of the hollowed pass, the difference is the floor's
+    twelve_sizes = narrower
 if len(twelve_sizes) >= 2:
     f12 = floor_table.set_index("size").loc[twelve_sizes]
     narrow, wide = twelve_sizes[0], twelve_sizes[-1]
@@ -1200,6 +1204,16 @@ if len(twelve_sizes) >= 2:
            f", {', '.join(ratio.index[~as_priced])} outside the tolerance for a predicted time (the straight line is "
            "the price's assumption: the eviction need not grow in proportion to the bytes)." if len(anchored) > 1 else
            "."))
+    if reference_model in set(floor_runs["size"]) and reference_model not in twelve_sizes:
+        r_ = floor_runs[floor_runs["size"] == reference_model]
+        ft = floor_table.set_index("size")
+        less_weights = (by_size.set_index("size").step_ms[reference_model]
+                        - size_plan.set_index("size").weights_ms[reference_model])
+        why_floor += (f" From {reference_model} up the reads are most of the hollowed pass ({r_.reads_ms.min():.1f} of "
+                      f"{r_.between_ms.min():.1f} ms for {reference_model}), so its floor is a small difference of two "
+                      f"long times: this run puts it at {ft.paid_ms[reference_model]:.1f} ms, chapter 0 at "
+                      f"{ceilings.dispatch(reference_model, 'fp32', threads).best * 1e3:.1f}, and its step less its "
+                      f"weights' price leaves {less_weights:.1f} (the table gives every size's).")
 why_dtype = ""
 if profiled:
     prof = pd.concat(profiled, ignore_index=True)
@@ -1214,10 +1228,11 @@ if profiled:
                  + ("most of the difference is " if slower else f"the {low16} step's largest extra operators are ")
                  + " and ".join(f"`{o}` (+{extra[o]:.2f} ms over {calls.get(o, 0):.0f} "
                                 f"call{'' if calls.get(o, 0) == 1 else 's'})" for o in top)
-                 + ((f": on this machine those {low16} kernels ran slower than fp32's on the same weights, though they "
-                     "read half the bytes (the profiler adds its own cost to every call: compare parts, not totals)."
-                     if slower else f", which its other operators more than made up for (this size is not the one "
-                     "the claims on the floor are decided on).") if extra[top].sum() > 0 else "."))
+                 + (f": on this machine those {low16} kernels ran slower than fp32's on the same weights, though they "
+                    "read half the bytes" + ("" if slower else f", and the profiler's other operators, its own cost "
+                                            "included, more than made up for them")
+                    + " (the profiler adds its own cost to every call, most of a step this small: compare parts, not "
+                      "totals)." if extra[top].sum() > 0 else "."))
 growth_rows = []
 for name, g in size_prefill.dropna(subset=["time_ms"]).groupby("size", sort=False):
     g = g.set_index("prompt_tokens").time_ms
