@@ -19,7 +19,7 @@ import warnings
 
 import pandas as pd
 
-__all__ = ["ms", "tokens", "count", "span", "source", "table", "show", "machine", "Opening", "OpeningTooLong", "opening_words",
+__all__ = ["ms", "tokens", "count", "span", "beside", "source", "table", "show", "machine", "Opening", "OpeningTooLong", "opening_words",
            "OPENING_PENDING", "OPENING_WORDS"]
 
 
@@ -47,6 +47,13 @@ def span(low: float, high: float, fmt: str = ".1f", unit: str = "") -> str:
     a, b = format(low, fmt), format(high, fmt)
     text = a if a == b else f"{a}–{b}"
     return f"{text}{unit}" if unit == "x" else f"{text} {unit}".rstrip()
+
+
+def beside(x: float, edge: float) -> str:
+    """A factor ``x`` printed with two decimals, or three where two would print it as ``edge`` (a tolerance it is
+    set against): ``beside(1.2534, 1.25)`` is ``"1.253"``, so "1.253x, outside the tolerance of 1.25x" reads true."""
+    two = format(x, ".2f")
+    return format(x, ".3f") if two == format(edge, ".2f") and x != edge else two
 
 
 def source(*functions) -> "object":

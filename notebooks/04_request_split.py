@@ -250,7 +250,9 @@ model_slope = (cost.decode(int(c_high)).best - cost.decode(int(c_low)).best) * 1
 predicted_growth = (roofline.decode_cost(shape, 1, int(c_high)).bytes
                     / roofline.decode_cost(shape, 1, int(c_low)).bytes - 1)
 slope = claims.theil_sen(decoded.context_tokens, decoded.tpot_ms * 1e3).mid if lines else np.nan  # ms per 1k tokens
-measured_growth = (tpot_at_0 + slope * c_high / 1e3) / (tpot_at_0 + slope * c_low / 1e3) - 1
+# the requests' own TPOTs at the shortest and the longest context (medians over their runs), not a line's ends
+measured_growth = (decoded[decoded.context_tokens == c_high].tpot_ms.median()
+                   / decoded[decoded.context_tokens == c_low].tpot_ms.median() - 1)
 tpot_table = pd.DataFrame({"run": slopes.index, "tpot_slope_ms_per_1k_tokens": slopes.values,
                            "tpot_at_context_0_ms": [lines[r][1] for r in slopes.index],
                            "bytes_predicted_slope_ms_per_1k_tokens": bytes_slope,
@@ -269,7 +271,7 @@ register.claim(
     not_held="{growth}, outside the tolerance of {tol:g}x of the cost model's {model_slope:.2f} ms per 1,000 tokens "
              "(its bytes alone: {bytes_slope:.2f}). {why}",
     unresolved="{growth}, against the cost model's {model_slope:.2f} ms per 1,000 tokens (its bytes alone: "
-               "{bytes_slope:.2f}). The median slope is {ratio:.2f}x the cost model's, {lean} of {tol:g}x, but the "
+               "{bytes_slope:.2f}). The median slope is {ratio}x the cost model's, {lean} of {tol:g}x, but the "
                "line's interval reaches past it: more runs of the grid would decide.",
     not_measured="the grid has one context length only: no slope to measure.")
 # the slope over every request of the grid at once (few runs each): Theil and Sen's, with its 95 % interval
@@ -284,7 +286,7 @@ show(register.decide("tpot_follows_cache_bytes", (claims.within(slope_spread, mo
                      measured=f"{slope_spread.text('.2f')} ms per 1k tokens (Theil-Sen)" if lines else "",
                      evidence=f"{len(decoded)} requests with 2+ tokens, {lm.name}, {dtype}, {where}", growth=growth_text,
                      bytes_slope=bytes_slope, model_slope=model_slope, tol=claims.PREDICTED_TIME,
-                     ratio=slope / model_slope if lines else np.nan,
+                     ratio=(prose.beside(slope / model_slope, claims.PREDICTED_TIME) if lines else ""),
                      lean=("within the tolerance" if lines and 1 / claims.PREDICTED_TIME <= slope / model_slope
                            <= claims.PREDICTED_TIME else "outside the tolerance"),
                      why="The section *What grows with the cache*, below, times the two parts that grow with the "
@@ -390,8 +392,8 @@ plt.show()
 #   (`scaled_dot_product_attention`), which reads the cache once.
 #
 # **Predict first.** The concatenation reads the cache and writes it again, and attention reads it once. From the
-# cache's bytes per 1,000 tokens and chapter 0's streaming read and copy (the table at the start of the section
-# above; the copy's rate counts every byte read and every byte written), how many milliseconds per 1,000 tokens of
+# cache's bytes per 1,000 tokens and chapter 0's streaming read and copy (the table at the start of *Does TPOT
+# grow with the prompt?*; the copy's rate counts every byte read and every byte written), how many milliseconds per 1,000 tokens of
 # context should the two add together? Will their sum, timed alone, reach the TPOT slope measured above, or fall
 # short of it?
 
@@ -500,10 +502,14 @@ share_of = {(r.prompt_tokens, r.output_tokens): Spread(r.prefill_share_low * 100
 heavier = [claims.below(r.prefill_share_pct, share_of[(r.prompt_tokens, r.output_tokens)]) for r in beside.itertuples()]
 closest = claims.extreme([share_of[(r.prompt_tokens, r.output_tokens)] - r.prefill_share_pct for r in beside.itertuples()],
                          largest=False) if len(beside) else None
-long_pair = beside.loc[beside.prompt_tokens.idxmax()] if len(beside) else None
-steps_text = ("" if long_pair is None else
-              f" A {long_pair.prompt_tokens:.0f}-token prefill costs **{long_pair.this_prefill_in_decode_steps:.1f}** "
-              f"decode steps here and {long_pair.reference_prefill_in_decode_steps:.1f} on the reference GPU.")
+long_pairs = beside[beside.prompt_tokens == beside.prompt_tokens.max()] if len(beside) else None
+steps_text = ("" if long_pairs is None else
+              f" A {long_pairs.prompt_tokens.iloc[0]:.0f}-token prefill costs **"
+              + prose.span(long_pairs.this_prefill_in_decode_steps.min(), long_pairs.this_prefill_in_decode_steps.max())
+              + "** decode steps here and "
+              + prose.span(long_pairs.reference_prefill_in_decode_steps.min(),
+                           long_pairs.reference_prefill_in_decode_steps.max())
+              + " on the reference GPU" + (" (over its pairs, whose decode steps differ)." if len(long_pairs) > 1 else "."))
 register.claim(
     "more_prefill_heavy_than_reference",
     "Every pair shared with the reference spends a larger share of its time in prefill here than on its GPU (the "
@@ -622,7 +628,9 @@ failing = per_pair[per_pair.goodput < 1]
 missed_ttft = int(failing.missed.str.contains("TTFT").sum())
 missed_tpot = int(failing.missed.str.contains("TPOT").sum())
 fixes = ("" if failing.empty else
-         f"Of the pairs that missed at their median, {missed_ttft} missed TTFT and {missed_tpot} TPOT. "
+         (f"Of the pairs that missed at their median, {missed_ttft} missed TTFT and {missed_tpot} TPOT. "
+          if missed_ttft or missed_tpot else "Each of them met both objectives at its median: it missed only in "
+          "its slower runs. ")
          + ("A TTFT miss is the prompt's pass: it is fixed by making prefill cheaper or shorter (a faster "
             "matrix kernel, a cached prefix), and a slower decode would not hurt it. " if missed_ttft else "")
          + ("A TPOT miss is the decode step: it is fixed by making the step cheaper (fewer bytes where the kernel "

@@ -634,7 +634,10 @@ else:
 # plus its cache's terms. A size is "on the floor" when its weights take at most a quarter of its floor's time
 # (they are under a fifth of the step), "past the floor" when they take at least four times as long (the floor is
 # under a fifth of the step), "between" otherwise. Where
-# the two are equal lies the transition: below it the weight bytes stop setting the step, so a narrower dtype
+# the two are equal lies the transition (so a size somewhat past it is still "between": its floor is more than a
+# fifth of its step). Since on a CPU the floor grows with the bytes (below), the transition is read the same way
+# from the prices and from the measured steps: a line through the 12-layer models' steps against their bytes, whose
+# bytes' term equals its time with no bytes. Below it the weight bytes stop setting the step, so a narrower dtype
 # should change it only by what its floor costs in that dtype, and the context only by its cache's price
 # (`tiny-gpt2`, which chapter 0 measured itself, is priced from its own kernels); above it the step should
 # follow the bytes, and a 16-bit dtype should change it as its kernel's rate allows (a measured rate, not a
@@ -946,9 +949,10 @@ if len(span12):
     ax.plot(priced_mb, floor_pred + slope_pred * priced_mb, color="C3", ls="--", lw=1,
             label=f"the same line through the 12-layer prices: {floor_pred:.1f} ms + bytes at {1 / slope_pred:.1f} GB/s")
 ax.scatter(size_plan.weight_mb, size_plan.floor_ms, marker="v", s=18, color="C7", zorder=3, label="each size's priced floor")
-paid_median = floor_runs.groupby("size", sort=False).paid_ms.median()
+fastest_ = floor_runs.groupby("size", sort=False)[["between_ms", "reads_ms"]].min()
+paid_median = fastest_.between_ms - fastest_.reads_ms  # as chapter 0 states a floor: fastest pass less fastest read
 ax.scatter(size_plan.set_index("size").weight_mb[paid_median.index], paid_median, marker="x", color="C7", zorder=3,
-           label="the floor each size paid (its step hollowed, between its weights' streams; median)")
+           label="the floor each size paid (its step hollowed, between its weights' streams; fastest less fastest read)")
 if transition is not None:
     twelve_mb = np.logspace(math.log10(span12.min() / 1.5), math.log10(span12.max() * 1.5), 50)
     ax.plot(twelve_mb, floors.mid + slopes.mid * twelve_mb, color="C2", lw=1,
@@ -1020,7 +1024,7 @@ for where_, text, textbook in (("on_the_floor", "On the floor", "the textbook ex
         not_held="{side} ({names}) a {low16} step took **{measured}** of fp32's time, outside the tolerance for a "
                  "ratio of the {predicted} priced{direction}.",
         unresolved="{side} ({names}) a {low16} step took **{measured}** of fp32's time, against {predicted} priced: the "
-                   "interval crosses the tolerance's edge, so this run cannot call it{direction}.",
+                   "interval crosses the tolerance's edge, so this run cannot call it ({lean}){direction}.",
         not_measured=f"no size predicted {text.lower()} ran in two dtypes.")
     register.claim(
         f"context_{where_}_as_priced",
@@ -1031,7 +1035,8 @@ for where_, text, textbook in (("on_the_floor", "On the floor", "the textbook ex
         not_held="{side} ({names}) the fp32 steps grew {growth} from context {short} to {long}: **{measured}** of the "
                  "priced growth, outside the tolerance for a ratio.",
         unresolved="{side} ({names}) the fp32 steps grew {growth} from context {short} to {long}: **{measured}** of "
-                   "the priced growth, an interval that crosses the tolerance's edge, so this run cannot call it.",
+                   "the priced growth, an interval that crosses the tolerance's edge, so this run cannot call it "
+                   "({lean}).",
         not_measured=f"no size predicted {text.lower()} ran.")
 register.claim(
     "prefill_floor_length_as_priced",
@@ -1112,7 +1117,8 @@ for where_, which in (("on_the_floor", "on the floor"), ("past_the_floor", "past
         show(register.decide(f"precision_{where_}_as_priced", claims.within(measured_, priced, claims.PREDICTED_RATIO),
                              predicted=f"{priced:.2f}x", measured=measured_.text(".2f", "x"),
                              evidence=f"{', '.join(names)}; {low16} and fp32 in the same runs, context {short_c}",
-                             side=which, names=", ".join(names), low16=low16, direction=direction))
+                             side=which, names=", ".join(names), low16=low16, direction=direction,
+                             lean=lean_words(measured_, priced, claims.PREDICTED_RATIO)))
     if not names:
         show(register.decide(f"context_{where_}_as_priced", None))
         continue
@@ -1123,7 +1129,7 @@ for where_, which in (("on_the_floor", "on the floor"), ("past_the_floor", "past
                          predicted="1.00x", measured=growth.text(".2f", "x"), evidence=f"{', '.join(names)}; fp32, "
                          f"contexts {short_c} and {long_c} in the same runs", side=which,
                          names=", ".join(names), growth=prose.span(min(grew), max(grew), ".2f") + "x", short=short_c,
-                         long=long_c))
+                         long=long_c, lean=lean_words(growth, 1.0, claims.PREDICTED_RATIO)))
 
 flat, flat_priced, off, longest = {}, {}, {}, max(size_prompts)
 for name, g in size_prefill.dropna(subset=["time_ms"]).groupby("size", sort=False):

@@ -72,3 +72,10 @@ def test_an_opening_is_a_paragraph():
     assert opening.text == "Short. The machine ran slower."
     opening.write(" ".join(["long"] * 138), after="The machine ran slower.")  # else left out
     assert opening.text.endswith("long long") and "slower" not in opening.text
+
+
+def test_a_factor_beside_its_tolerance_never_prints_as_the_tolerance():
+    assert prose.beside(1.2534, 1.25) == "1.253"
+    assert prose.beside(1.2466, 1.25) == "1.247"
+    assert prose.beside(1.25, 1.25) == "1.25"
+    assert prose.beside(1.31, 1.25) == "1.31"
