@@ -114,7 +114,8 @@ opening = prose.Opening()
 display(prose.source(phases.run_request))
 
 # %% [markdown]
-# One warm-up request, then `runs` timed ones:
+# Before it runs: the prompt's length in tokens, and the rates chapter 0 measured for this model's matrices with
+# as many rows as the prompt has, `F(T)`, and with one row, as in a decode step:
 
 # %%
 tokenizer = lm.tokenizer
@@ -124,7 +125,25 @@ prompt_ids = tokenizer.apply_chat_template(chat, add_generation_prompt=True, ret
 prompt_tokens = prompt_ids.shape[1]
 phases.check_fits(lm, prompt_tokens, max_new_tokens)
 eos = tokenizer.eos_token_id
+ceilings = machine.load_ceilings(device, quick=quick)  # chapter 0's one measurement of this machine
+f_prompt, f_step = (ceilings.matrix_rate(model_name, dtype, torch.get_num_threads(), rows) for rows in (prompt_tokens, 1))
+show(f"{lm.name} in {dtype} on {where}: the prompt is `T` = **{prose.tokens(prompt_tokens)}** with the chat template; "
+     f"F({prompt_tokens}) = **{f_prompt / 1e9:.0f} GFLOP/s**, F(1) = **{f_step / 1e9:.0f} GFLOP/s** (its weights "
+     f"streaming at {ceilings.weight_rate(model_name, dtype, torch.get_num_threads()) / 1e9:.1f} GB/s).")
 
+# %% [markdown] tags=["predict"]
+# **Predict first.** Counted in FLOPs and bytes (`lib.roofline.prefill_cost` and `decode_cost`, whose conventions
+# chapter 6 states), a prefill does `T` times the weight arithmetic of a decode step but reads each weight
+# once, just as a decode step does. If moving the weights were the whole cost, a prompt token would be `T`
+# times cheaper than a decoded one; if arithmetic at one rate were the whole cost, no cheaper at all. Here the
+# prompt's matrices run at `F(T)` and a decode step's at `F(1)`, both printed just above. From those two rates
+# alone, before the request runs: how many times as much as a prompt token will a decoded token cost on this
+# machine? (The trace below measures it; *The shapes of the two phases* gives the book's own prediction.)
+
+# %% [markdown]
+# One warm-up request, then `runs` timed ones:
+
+# %%
 cold = phases.run_request(lm, prompt_ids, max_new_tokens, eos_token_id=eos)
 traces = [phases.run_request(lm, prompt_ids, max_new_tokens, eos_token_id=eos) for _ in range(runs)]
 per_run = [metrics.request_metrics(t.request_time, t.token_times) for t in traces]
@@ -231,26 +250,9 @@ results.table(shape_table, "shapes")
 shape_table
 
 # %% [markdown]
-# Chapter 0 measured the rate this model's matrices reach with as many rows as the prompt has, `F(T)`, and with
-# one row, as in a decode step:
-
-# %%
-ceilings = machine.load_ceilings(device, quick=quick)  # chapter 0's one measurement of this machine
-f_prompt, f_step = (ceilings.matrix_rate(model_name, dtype, torch.get_num_threads(), rows) for rows in (T, 1))
-show(f"{lm.name} in {dtype} on {where}: `T` = {T} prompt tokens; F({T}) = **{f_prompt / 1e9:.0f} GFLOP/s**, "
-     f"F(1) = **{f_step / 1e9:.0f} GFLOP/s** (its weights streaming at "
-     f"{ceilings.weight_rate(model_name, dtype, torch.get_num_threads()) / 1e9:.1f} GB/s).")
-
-# %% [markdown] tags=["predict"]
-# **Predict first.** Counted in FLOPs and bytes (`lib.roofline.prefill_cost` and `decode_cost`, whose conventions
-# chapter 6 states), a prefill does `T` times the weight arithmetic of a decode step but reads each weight
-# once, just as a decode step does. If moving the weights were the whole cost, a prompt token would be `T`
-# times cheaper than a decoded one; if arithmetic at one rate were the whole cost, no cheaper at all. Here the
-# prompt's matrices run at `F(T)` and a decode step's at `F(1)`, both printed just above. From those two rates
-# alone, before you divide the trace's times: how many times as much as a prompt token does a decoded token cost
-# on this machine? (Then check your figure against the TTFT and the gaps measured above.)
-
-# %% [markdown]
+# So a prefill does `T` times a decode step's weight arithmetic but reads each weight once, as a decode step does:
+# a prompt token costs between `1x` and `Tx` less than a decoded one, by how much faster the prompt's matrices run
+# at `F(T)` than a step's at `F(1)` (the rates printed before the request ran, with the prediction asked there).
 # The book's prediction: a prompt token costs less than a decoded token, and the cost model (`lib.costmodel`, on
 # chapter 0's ceilings) says where between `1x` and `Tx` this machine lands: the model's matrices at `T` rows
 # run at the rate `F(T)` chapter 0 measured, a decode step's at one row, and attention and issuing the pass are

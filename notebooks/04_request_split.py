@@ -266,8 +266,9 @@ register.claim(
     "TPOT grows with the context as the cost model's decode step does (the line's slope within the tolerance for a "
     "predicted time).",
     held="{growth}, within the tolerance of {tol:g}x of the cost model's {model_slope:.2f} ms per 1,000 tokens: the "
-         "cache's read and its copy are what TPOT pays for a longer prompt (its bytes alone would give "
-         "{bytes_slope:.2f} ms per 1,000 tokens).",
+         "cache's read and its copy, and the rest of the step's growth with its cache that chapter 0 measured on the "
+         "hollowed step, are what TPOT pays for a longer prompt (its bytes alone would give {bytes_slope:.2f} ms per "
+         "1,000 tokens).",
     not_held="{growth}, outside the tolerance of {tol:g}x of the cost model's {model_slope:.2f} ms per 1,000 tokens "
              "(its bytes alone: {bytes_slope:.2f}). {why}",
     unresolved="{growth}, against the cost model's {model_slope:.2f} ms per 1,000 tokens (its bytes alone: "

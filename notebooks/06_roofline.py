@@ -1059,8 +1059,8 @@ def lean_words(m: Spread, target: float, factor: float) -> str:
         return (f"its median, {x:.2f}x the prediction, lies outside the factor of {factor:g}, and the interval is wide "
                 "enough to reach back inside")
     far = abs(math.log(x)) > math.log(factor) / 2  # nearer the tolerance's edge than the prediction
-    return (f"its median, {x:.2f}x the prediction, " + (f"leans away from it, toward the edge of the factor of "
-            f"{factor:g}," if far else f"lies inside the factor of {factor:g},") + " and the interval crosses that edge")
+    return (f"its median, {x:.2f}x the prediction, lies inside the factor of {factor:g}"
+            + (", nearer its edge than the prediction," if far else ",") + " and the interval crosses that edge")
 
 
 prices = size_plan.set_index("size")
@@ -1565,7 +1565,8 @@ if _priced:  # chapters 2 and 3 timed one thread too: label those passes by the 
 if _priced and _n:
     _said = (f"Chapters 2 and 3 timed these passes with one thread as well, so this run can label them: one thread "
              f"multiplies large matrices {peak / _peak1:.1f}x slower than {threads} threads and streams "
-             f"{read / _read1:.1f}x slower, which moves the ridge from {ridge:.1f} to {_peak1 / _read1:.1f} FLOP/byte. "
+             f"{read / _read1:.1f}x slower, which " + (f"moves the ridge from {ridge:.1f} to {_peak1 / _read1:.1f}"
+             if f"{ridge:.1f}" != f"{_peak1 / _read1:.1f}" else f"leaves the ridge at {ridge:.1f}") + " FLOP/byte. "
              + (f"{len(_changed)} of {_n} prefill and batch-1 decode passes change label: {'; '.join(_changed)}. "
                 if _changed else f"None of the {_n} prefill and batch-1 decode passes changes label. ")
              + "A label moves where one thread slows one term more than the others, so that another term becomes "
@@ -1680,8 +1681,8 @@ def opening_text(missed_line: str) -> str:
     return (f"On this machine ({this_machine}), the textbook ridge lies at **{ridge:.1f} FLOP/byte**{roofs}. "
             + (f"Across GPT-2's sizes a decode step took **{pooled.text('.2f', 'x')}** its price ({as_priced})"
                if as_priced else "")
-            + (("; a" if as_priced else "A") + f" 12-layer step left its dispatch floor once its weights reached about {met}"
-               if met is not None else "") + ". " * bool(as_priced or met is not None)
+            + (("; a" if as_priced else "A") + f" line through the 12-layer steps left its floor (its bytes' term "
+               f"passing its time with no bytes) at about {met}" if met is not None else "") + ". " * bool(as_priced or met is not None)
             + missed_line + f"By the largest priced term, a decode step {waits_on('decode', 'context')}; a prefill "
             f"{waits_on('prefill', 'prompt length')}.")
 
