@@ -133,12 +133,14 @@ show(f"{lm.name} in {dtype} on {where}: the prompt is `T` = **{prose.tokens(prom
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** Counted in FLOPs and bytes (`lib.roofline.prefill_cost` and `decode_cost`, whose conventions
-# chapter 6 states), a prefill does `T` times the weight arithmetic of a decode step but reads each weight
-# once, just as a decode step does. If moving the weights were the whole cost, a prompt token would be `T`
-# times cheaper than a decoded one; if arithmetic at one rate were the whole cost, no cheaper at all. Here the
-# prompt's matrices run at `F(T)` and a decode step's at `F(1)`, both printed just above. From those two rates
-# alone, before the request runs: how many times as much as a prompt token will a decoded token cost on this
-# machine? (The trace below measures it; *The shapes of the two phases* gives the book's own prediction.)
+# chapter 6 states), a prefill does `T` times a decode step's arithmetic in the blocks' matrices (the LM head
+# runs at the last position only, once for the whole prompt) but reads each weight once, just as a decode step
+# does. If moving the weights were the whole cost, a prompt token would be `T` times cheaper than a decoded one;
+# if arithmetic at one rate were the whole cost, only a little cheaper (the prompt's tokens share the LM head's
+# one row). Here the prompt's matrices run at `F(T)` and a decode step's at `F(1)`, both printed just above. From
+# those two rates, before the request runs: about how many times as much as a prompt token will a decoded token
+# cost on this machine? (The request below measures it; the claim after *The shapes of the two phases* gives the
+# ratio, beside the book's own prediction.)
 
 # %% [markdown]
 # One warm-up request, then `runs` timed ones:
@@ -250,10 +252,11 @@ results.table(shape_table, "shapes")
 shape_table
 
 # %% [markdown]
-# So a prefill does `T` times a decode step's weight arithmetic but reads each weight once, as a decode step does:
-# a prompt token costs between `1x` and `Tx` less than a decoded one, by how much faster the prompt's matrices run
-# at `F(T)` than a step's at `F(1)` (the rates printed before the request ran, with the prediction asked there).
-# The book's prediction: a prompt token costs less than a decoded token, and the cost model (`lib.costmodel`, on
+# So a prefill does `T` times a decode step's arithmetic in the blocks' matrices but reads each weight once, as a
+# decode step does: a prompt token costs between about `1x` and `Tx` less than a decoded one, by how much faster the
+# prompt's matrices run at `F(T)` than a step's at `F(1)` (the rates printed before the request ran, with the
+# prediction asked there), and by the rest of a pass (issuing its operations, attention, the LM head), which a
+# prefill pays once for all `T` tokens and decode once for every token. The book's prediction: a prompt token costs less than a decoded token, and the cost model (`lib.costmodel`, on
 # chapter 0's ceilings) says where between `1x` and `Tx` this machine lands: the model's matrices at `T` rows
 # run at the rate `F(T)` chapter 0 measured, a decode step's at one row, and attention and issuing the pass are
 # priced beside them.

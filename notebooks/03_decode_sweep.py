@@ -766,7 +766,7 @@ for dt, n in growth_configs:
          "at {c1} tokens the preallocated cache's step is {saved} shorter than the growing cache's (the saving per "
          "step, in pairs of the two decoded in turn), against the {model_saved} the cost model predicted (the copy, "
          "less attention over the unwritten positions): the interval reaches across the edge of the tolerance, and "
-         "its median lies {lean}.",
+         "its median lies {lean}.{why}",
          model_saved, saved)):
         register.claim(claim, statement, held=held, not_held=not_held, unresolved=unresolved)
         lean = claims.leaning(meas, pred / claims.PREDICTED_TIME, pred * claims.PREDICTED_TIME) if pred > 0 else \
