@@ -1028,15 +1028,15 @@ for where_, text, textbook in (("on_the_floor", "On the floor", "the textbook ex
         not_measured=f"no size predicted {text.lower()} ran in two dtypes.")
     register.claim(
         f"context_{where_}_as_priced",
-        f"{text}, a step grows from the short context to the long one as its cache's price says (growth over priced "
-        "growth, run by run, geometric mean over the sizes).",
-        held="{side} ({names}) the fp32 steps grew {growth} from context {short} to {long}: **{measured}** of the "
-             "priced growth, within the tolerance for a ratio.",
-        not_held="{side} ({names}) the fp32 steps grew {growth} from context {short} to {long}: **{measured}** of the "
-                 "priced growth, outside the tolerance for a ratio.",
-        unresolved="{side} ({names}) the fp32 steps grew {growth} from context {short} to {long}: **{measured}** of "
-                   "the priced growth, an interval that crosses the tolerance's edge, so this run cannot call it "
-                   "({lean}).",
+        f"{text}, a step adds the time its cache's price adds from the short context to the long one (the time added "
+        "over the priced time added, run by run, averaged over the sizes: a step that did not grow scores 0).",
+        held="{side} ({names}) the fp32 steps grew {growth} from context {short} to {long}, adding **{measured}** the "
+             "time their price adds, within the tolerance for a ratio.",
+        not_held="{side} ({names}) the fp32 steps grew {growth} from context {short} to {long}, adding **{measured}** "
+                 "the time their price adds, outside the tolerance for a ratio. {why}",
+        unresolved="{side} ({names}) the fp32 steps grew {growth} from context {short} to {long}, adding "
+                   "**{measured}** the time their price adds, an interval that crosses the tolerance's edge, so this "
+                   "run cannot call it ({lean}). {why}",
         not_measured=f"no size predicted {text.lower()} ran.")
 register.claim(
     "prefill_floor_length_as_priced",
@@ -1122,14 +1122,25 @@ for where_, which in (("on_the_floor", "on the floor"), ("past_the_floor", "past
     if not names:
         show(register.decide(f"context_{where_}_as_priced", None))
         continue
-    growth = claims.geomean_of([paired(n, ("fp32", long_c), ("fp32", short_c)) * (1 / prices.context_growth[n])
-                                for n in names])
+    # the time added, over the time the price adds, run by run: (long / short - 1) / (priced long / short - 1)
+    added = [(paired(n, ("fp32", long_c), ("fp32", short_c)) + -1.0) * (1 / (prices.context_growth[n] - 1))
+             for n in names]
+    growth = (claims.geomean_of(added) if all(a.low > 0 for a in added) else  # a run that did not grow: mean
+              Spread(*(float(np.mean([getattr(a, k) for a in added])) for k in ("low", "mid", "high"))))
     grew = [paired(n, ("fp32", long_c), ("fp32", short_c)).mid for n in names]
-    show(register.decide(f"context_{where_}_as_priced", claims.within(growth, 1.0, claims.PREDICTED_RATIO),
+    far_n = max(names, key=lambda n: abs(math.log(max(added[names.index(n)].mid, 1e-3))))
+    long_p, short_p = size_price(far_n, "fp32", long_c), size_price(far_n, "fp32", short_c)
+    adds = {t.name: (t.best - short_p.term(t.name).best) * 1e3 for t in long_p.terms}
+    step_added = step_spread(far_n, "fp32", long_c).mid - step_spread(far_n, "fp32", short_c).mid
+    why_context = (f"{far_n}'s step added {step_added:+.2f} ms, where its price adds "
+                   + ", ".join(f"{v:+.2f} ms for {k}" for k, v in adds.items() if abs(v) >= 0.005) + ".")
+    context_verdict = claims.within(growth, 1.0, claims.PREDICTED_RATIO) if growth.low > 0 else (
+        claims.NOT_HELD if growth.high < 1 / claims.PREDICTED_RATIO else claims.UNRESOLVED)  # runs that did not grow
+    show(register.decide(f"context_{where_}_as_priced", context_verdict,
                          predicted="1.00x", measured=growth.text(".2f", "x"), evidence=f"{', '.join(names)}; fp32, "
                          f"contexts {short_c} and {long_c} in the same runs", side=which,
                          names=", ".join(names), growth=prose.span(min(grew), max(grew), ".2f") + "x", short=short_c,
-                         long=long_c, lean=lean_words(growth, 1.0, claims.PREDICTED_RATIO)))
+                         long=long_c, lean=lean_words(growth, 1.0, claims.PREDICTED_RATIO), why=why_context))
 
 flat, flat_priced, off, longest = {}, {}, {}, max(size_prompts)
 for name, g in size_prefill.dropna(subset=["time_ms"]).groupby("size", sort=False):
