@@ -1028,8 +1028,9 @@ for where_, text, textbook in (("on_the_floor", "On the floor", "the textbook ex
         not_measured=f"no size predicted {text.lower()} ran in two dtypes.")
     register.claim(
         f"context_{where_}_as_priced",
-        f"{text}, a step adds the time its cache's price adds from the short context to the long one (the time added "
-        "over the priced time added, run by run, averaged over the sizes: a step that did not grow scores 0).",
+        f"{text}, a step adds the time its cache's price adds from the short context to the long one (the milliseconds "
+        "added over the milliseconds the price adds, run by run; their geometric mean over the sizes, or their mean "
+        "where a run did not grow: a step that did not grow scores 0, one that shrank below 0).",
         held="{side} ({names}) the fp32 steps grew {growth} from context {short} to {long}, adding **{measured}** the "
              "time their price adds, within the tolerance for a ratio.",
         not_held="{side} ({names}) the fp32 steps grew {growth} from context {short} to {long}, adding **{measured}** "
@@ -1122,9 +1123,9 @@ for where_, which in (("on_the_floor", "on the floor"), ("past_the_floor", "past
     if not names:
         show(register.decide(f"context_{where_}_as_priced", None))
         continue
-    # the time added, over the time the price adds, run by run: (long / short - 1) / (priced long / short - 1)
-    added = [(paired(n, ("fp32", long_c), ("fp32", short_c)) + -1.0) * (1 / (prices.context_growth[n] - 1))
-             for n in names]
+    # the milliseconds added from the short context to the long one, run by run, over the milliseconds the price adds
+    added = [Spread.paired(step_spread(n, "fp32", long_c), step_spread(n, "fp32", short_c), lambda a, b: a - b)
+             * (1 / ((size_price(n, "fp32", long_c).best - size_price(n, "fp32", short_c).best) * 1e3)) for n in names]
     growth = (claims.geomean_of(added) if all(a.low > 0 for a in added) else  # a run that did not grow: mean
               Spread(*(float(np.mean([getattr(a, k) for a in added])) for k in ("low", "mid", "high"))))
     grew = [paired(n, ("fp32", long_c), ("fp32", short_c)).mid for n in names]
