@@ -118,3 +118,27 @@ def test_static_cache_refuses_bad_sizes(tiny):
         phases.static_cache(tiny, cache, 5000)
     with pytest.raises(ValueError, match="filled"):
         phases.static_cache(tiny, phases.new_cache(tiny), 16)
+
+
+class _IgnoresCache(torch.nn.Module):
+    """A model that drops the ``cache=`` argument, as transformers before 5.24 did (it named it
+    ``past_key_values``): a pass runs, but the book's cache stays empty."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.config = inner, inner.config
+
+    def forward(self, cache=None, **kwargs):
+        return self.inner(**kwargs)
+
+
+def test_a_pass_that_leaves_the_cache_empty_is_refused(lively):
+    old = _IgnoresCache(lively)
+    prompt = random_prompt(5, lively.config.vocab_size)
+    with pytest.raises(RuntimeError, match=r"did not write its KV cache \(0 positions before a pass of 5, 0 after\).*"
+                                           r"transformers .* ignores the argument cache="):
+        phases.prefill(old, prompt)
+    _, cache = phases.prefill(lively, prompt)
+    with pytest.raises(RuntimeError, match=r"5 positions before a pass of 1, 5 after"):
+        phases.decode(old, prompt[:, -1:], cache, 3)
+    assert phases.decode(lively, prompt[:, -1:], cache, 3).token_ids  # the book's model writes it: no error
