@@ -14,6 +14,8 @@ written in place, for comparison. Everything runs under ``torch.inference_mode``
 
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass, field
 
 import torch
@@ -103,16 +105,21 @@ def new_cache(model: LoadedModel | torch.nn.Module) -> DynamicCache:
     return DynamicCache(config=_module(model).config)
 
 
-def _check_filled(cache: DynamicCache, before: int, added: int) -> None:
-    """Raise if a forward pass given ``cache`` did not write ``added`` positions into it. transformers
-    before 5.24 names the argument ``past_key_values`` and silently ignores ``cache=``: every pass would
-    then run without a cache and every decode step would see one token."""
-    if int(cache.get_seq_length()) != before + added:
+@functools.cache
+def _takes_cache(model_class: type) -> bool:
+    return "cache" in inspect.signature(model_class.forward).parameters
+
+
+def _check_cache_argument(module: torch.nn.Module) -> None:
+    """Raise unless ``module``'s forward takes the ``cache=`` argument the book passes. transformers before 5.24
+    named it ``past_key_values`` and swallowed an unknown ``cache=`` in its keyword arguments: every pass would
+    then run without the book's cache and every decode step would see one token. Checked on the class's
+    signature, once per class: no tensor is touched (chapter 0 counts the operations a pass issues)."""
+    if not _takes_cache(type(module)):
         raise RuntimeError(
-            f"the model did not write its KV cache ({before} positions before a pass of {added}, "
-            f"{cache.get_seq_length()} after): transformers {transformers.__version__} ignores the argument "
-            f"cache=, which the book passes (transformers 5.24 and later): install the book's pins with "
-            f"`pip install -c constraints.txt -e .` (make env does)")
+            f"{type(module).__name__}.forward takes no argument cache= (transformers {transformers.__version__}: "
+            f"it was past_key_values before 5.24), so the book's KV cache would stay empty: install the book's pins "
+            f"with `pip install -c constraints.txt -e .` (make env does)")
 
 
 @torch.inference_mode()
@@ -130,12 +137,10 @@ def prefill(model: LoadedModel | torch.nn.Module, input_ids: torch.Tensor, logit
         raise ValueError(f"input_ids must have shape (batch, tokens), got {tuple(input_ids.shape)}")
     module = _module(model)
     cache = new_cache(module) if cache is None else cache
-    before = cache.get_seq_length()
-    check_fits(module, before + input_ids.shape[1])
+    _check_cache_argument(module)
+    check_fits(module, cache.get_seq_length() + input_ids.shape[1])
     out = module(input_ids=input_ids, cache=cache, use_cache=True,
                  logits_to_keep=1 if logits == "last" else 0)
-    if type(cache) is DynamicCache:  # the cache every chapter starts from; others count their length their own way
-        _check_filled(cache, before, input_ids.shape[1])
     return out.logits, cache
 
 
@@ -188,8 +193,8 @@ def decode(model: LoadedModel | torch.nn.Module, last_token: torch.Tensor, cache
     check_fits(module, cache.get_seq_length() + 1, max(steps - 1, 0))
     trace = DecodeTrace(start=now(token.device))  # queued work (a prefill) finishes before the clock starts
     trace.faults.append(page_faults())
-    first = cache.get_seq_length() if type(cache) is DynamicCache else None
-    for step in range(steps):
+    _check_cache_argument(module)
+    for _ in range(steps):
         logits = module(input_ids=token, cache=cache, use_cache=True).logits
         token = logits[:, -1:].argmax(dim=-1)
         ids = token[:, 0].tolist()  # the host readback a serving loop needs before it can send
@@ -197,8 +202,6 @@ def decode(model: LoadedModel | torch.nn.Module, last_token: torch.Tensor, cache
         trace.faults.append(page_faults())
         trace.token_ids.append(ids[0])
         trace.last_token = token
-        if step == 0 and first is not None:  # after the stamp: a microsecond, in the next step's time
-            _check_filled(cache, first, 1)
         if len(ids) == 1 and ids[0] == eos_token_id:
             break
     return trace

@@ -11,7 +11,9 @@ the kernel that does the work. A measured pass is labelled by that prediction:
 * otherwise ``"<limit>-bound"`` for the largest term's limit: ``memory`` (weights or cache streamed),
   ``compute`` (matrix FLOPs at the rate the rows reach), ``slow-kernel`` (a dtype without hardware instructions),
   ``launch`` (issuing the operations) or ``page-faults`` (the operating system mapping pages the pass touches for
-  the first time).
+  the first time); except that a pass whose largest term is its FLOPs but whose arithmetic intensity lies left of
+  the balance point (given by the chapter) is ``"few-row-kernel-bound"``: the roofline says its bytes should set
+  its time, so what costs is the matrix kernel's slow rate for that few rows, not the arithmetic.
 
 Every chapter that labels a point calls :func:`regime`. Introduced in section 2; sections 3 and 6 label every
 point with it.
@@ -54,11 +56,14 @@ class Regime:
 
 
 def regime(measured: Spread | float, prediction: Prediction, *, slack: float = REGIME_SLACK,
-           floor_spread: float | None = None) -> Regime:
+           floor_spread: float | None = None, intensity: float | None = None,
+           balance: float | None = None) -> Regime:
     """Label a measured pass (seconds; a :class:`~lib.claims.Spread` over runs, or one number) by its
     :class:`~lib.costmodel.Prediction`. ``floor_spread`` is the relative spread of the ceiling the floor is priced
     at (a pass may beat the fastest call by that much before the ceiling is called wrong); by default the
-    largest term's own (its median over its fastest call).
+    largest term's own (its median over its fastest call). ``intensity`` (the pass's FLOPs over the bytes it
+    moves) and ``balance`` (the machine's FLOP rate over its bandwidth), both in FLOP/byte, given together, turn
+    "compute-bound" into "few-row-kernel-bound" for a pass left of the balance point.
 
     Introduced in section 2.
     """
@@ -67,6 +72,9 @@ def regime(measured: Spread | float, prediction: Prediction, *, slack: float = R
         raise ValueError(f"a measured time must be positive seconds, got {m}")
     if not slack >= 1:
         raise ValueError(f"slack must be at least 1, got {slack!r}")
+    if (intensity is None) != (balance is None) or any(x is not None and not x > 0 for x in (intensity, balance)):
+        raise ValueError(f"intensity and balance go together, each a positive FLOP/byte; got {intensity!r} and "
+                         f"{balance!r}")
     top = prediction.dominant
     if floor_spread is None:  # the spread of the term the floor is priced at (never the page faults: a count)
         base = max((t for t in prediction.terms if t.limit != "page faults"), key=lambda t: t.best, default=top)
@@ -77,6 +85,8 @@ def regime(measured: Spread | float, prediction: Prediction, *, slack: float = R
         label = "below its floor: a ceiling is wrong"
     elif m.mid > slack * max(prediction.median, prediction.best):
         label = "unexplained overhead"
+    elif limit == "compute" and intensity is not None and intensity < balance:
+        label = "few-row-kernel-bound"
     else:
         label = f"{limit}-bound"
     return Regime(label, top.name, limit, prediction.best, prediction.floor, ratio)

@@ -361,7 +361,9 @@ print(f"{before} of {len(ratio)} points straddled their band after {runs} runs; 
 # %% [markdown]
 # The points, with the regime of each by the one rule (`lib.regime`): within `REGIME_SLACK` of its prediction, the
 # regime of its largest term; further above, unexplained; faster than its floor, a ceiling is wrong (and the build
-# stops, since chapter 0's table would then understate this machine).
+# stops, since chapter 0's table would then understate this machine). A short pass priced at `F(T)` whose intensity
+# lies left of the balance point is [**few-row-kernel-bound**](glossary.md#regimes): by the roofline its bytes would
+# set its time, so what it pays for is the matrix kernel's slow rate at that few rows, not arithmetic.
 
 # %%
 faults = runs_table.groupby(keys, sort=False).faults.median()
@@ -372,7 +374,16 @@ sweep["tokens_per_s"] = sweep.prompt_tokens / sweep.time_ms * 1e3
 sweep["achieved_gflop_s"] = [roofline.prefill_cost(base_shape, p, logits="last").flops / (t * 1e-3) / 1e9
                              for p, t in zip(sweep.prompt_tokens, sweep.time_ms)]
 pass_price = {k: cost[k[:2]].prefill(k[2], fresh_pages=faults[k]) for k in spread}
-labels = [regime.regime(spread[k], pass_price[k]) for k in sweep[keys].itertuples(index=False)]
+def regime_of(k, measured: Spread | None = None) -> regime.Regime:
+    """The one rule's label of the pass ``k`` = (dtype, threads, tokens) (its runs, or ``measured``), told where it
+    lies against its configuration's balance point (the square product's rate over the streaming read, as chapter
+    6's ridge)."""
+    (dt, n, t), shape = k, base_shape.with_dtype(k[0])
+    return regime.regime(spread[k] if measured is None else measured, pass_price[k], intensity=roofline.prefill_cost(shape, t, logits="last").intensity,
+                         balance=ceilings.square_flops(dt, n) / ceilings.stream_bandwidth(dt, n))
+
+
+labels = [regime_of(tuple(k)) for k in sweep[keys].itertuples(index=False)]
 sweep["regime"], sweep["over_predicted"] = [g.label for g in labels], sweep.ratio
 results.table(sweep, "prefill_sweep")
 warning = regime.check_floors({f"{label(r.dtype, r.threads)} at {tokens(r.prompt_tokens)}": g
@@ -823,7 +834,7 @@ register.claim(
 top_row = longest[(longest.dtype == main_dt) & (longest.threads == most)].iloc[0]
 n_top = int(top_row.prompt_tokens)
 top_key = (main_dt, most, n_top)
-ends = [regime.regime(Spread.at(x), pass_price[top_key]).label for x in (spread[top_key].low, spread[top_key].high)]
+ends = [regime_of(top_key, Spread.at(x)).label for x in (spread[top_key].low, spread[top_key].high)]
 show(register.decide("longest_prompt_compute_bound", claims.verdict_of(all(e == "compute-bound" for e in ends),
                                                                        all(e != "compute-bound" for e in ends)),
                      predicted="compute-bound", measured=top_row.regime, evidence=f"{label(*main)}, {tokens(n_top)}",

@@ -162,8 +162,8 @@ split["predicted_tpot_median_ms"] = [np.mean([cost.decode(p + i).median for i in
 split["predicted_tpot_ms"] = [np.mean([cost.decode(p + i).best for i in range(1, o)]) * 1e3 if o > 1 else np.nan
                               for p, o in zip(split.prompt_tokens, split.output_tokens)]
 results.table(split, "request_split")
-split[["prompt_tokens", "output_tokens", "e2e_ms", "e2e_ms_low", "e2e_ms_high", "prefill_share", "decode_share",
-       "goodput"]].round(3)  # TTFT and TPOT: in the sections that ask about them first
+split[["prompt_tokens", "output_tokens", "e2e_ms", "e2e_ms_low", "e2e_ms_high",
+       "goodput"]].round(3)  # TTFT, TPOT and the phases' shares: in the sections that ask about them first
 
 # %% [markdown] tags=["predict"]
 # ## TTFT and the prompt

@@ -386,16 +386,16 @@ except (ValueError, IndexError) as error:  # chapter 0 did not time this model's
 ridge = peak / read  # the textbook ridge the figure draws, FLOP/byte
 
 
-def shown_regime(r: regime.Regime, pred: costmodel.Prediction, intensity: float) -> str:
-    """The one rule's label, read against the drawn roofline: "mixed (a and b)" where the two largest terms have
-    different limits and are within the tolerance for a predicted time of each other; "few-row-kernel-bound" where
-    the largest term is matrix FLOPs at F(rows) while the pass sits left of the ridge."""
+def shown_regime(r: regime.Regime, pred: costmodel.Prediction) -> str:
+    """The one rule's label (given the pass's intensity and the ridge, it says "few-row-kernel-bound" for matrix
+    FLOPs at F(rows) left of the ridge), read against the cost model's terms: "mixed (a and b)" where the two largest
+    terms have different limits and are within the tolerance for a predicted time of each other."""
     if not r.explained:
         return r.label
     top, second = sorted(pred.terms, key=lambda t: t.best, reverse=True)[:2]
     if top.limit != second.limit and top.best < claims.PREDICTED_TIME * second.best:
         return f"mixed ({top.name} and {second.name})"
-    return "few-row-kernel-bound" if r.limit == "compute" and intensity < ridge else r.label
+    return r.label
 
 
 rows, placed = [], {}
@@ -412,7 +412,8 @@ for series, table in (("prefill", prefill), ("decode", decode), ("batched decode
         else:
             middle = tokens + (steps_of["batch_steps"] if batch > 1 else steps_of["steps"]) // 2
             cost, pred = roofline.decode_cost(shape, batch, middle), model.decode(middle, batch=batch, fresh_pages=counted)
-        label = regime.regime(Spread(r.measured_ms_low / 1e3, r.measured_ms / 1e3, r.measured_ms_high / 1e3), pred)
+        label = regime.regime(Spread(r.measured_ms_low / 1e3, r.measured_ms / 1e3, r.measured_ms_high / 1e3), pred,
+                              intensity=cost.intensity, balance=ridge)
         placed[f"{series} at {tokens} tokens, batch {batch}"] = label
         top2 = sorted(pred.terms, key=lambda t: t.best, reverse=True)[:2]
         rows.append(dict(series=series, model=r.model, tokens=tokens, batch=batch, flops=cost.flops,
@@ -420,7 +421,7 @@ for series, table in (("prefill", prefill), ("decode", decode), ("batched decode
                          predicted_median_ms=pred.median * 1e3, largest_term=top2[0].name,
                          largest_share=top2[0].best / pred.best, second_term=top2[1].name,
                          second_share=top2[1].best / pred.best, predicted=f"{label.limit}-bound", rule_label=label.label,
-                         regime=shown_regime(label, pred, cost.intensity), explained=label.explained,
+                         regime=shown_regime(label, pred), explained=label.explained,
                          blocks_ms=pred.term("block matrices").best * 1e3,
                          blocks_one_row_ms=model.kernel("blocks", 1).best * 1e3,
                          measured_ms=r.measured_ms, measured_ms_low=r.measured_ms_low,
@@ -938,7 +939,7 @@ if len(series) >= 2:
     floors, slopes = Spread.of(f for f, _ in fits), Spread.of(s for _, s in fits)
     transition = Spread.of(max(f, 0.0) / s if s > 0 else 0.0 for f, s in fits)  # MB; no floor seen: 0
 
-fig, ax = plt.subplots(figsize=(9, 5.5))
+fig, ax = plt.subplots(figsize=(9, 9))
 mb = np.logspace(math.log10(by_size.weight_mb.min() / 2), math.log10(by_size.weight_mb.max() * 2), 200)
 ax.plot(mb, mb / (rate["fp32"] / 1e6) * 1e3, "k:", lw=1, label=f"the weights at the kernel's rate, {rate['fp32'] / 1e9:.1f} GB/s")
 ax.plot(mb, mb / (ceilings.stream_bandwidth("fp32", threads) / 1e6) * 1e3, "k-", lw=0.8, alpha=0.5,
@@ -975,8 +976,9 @@ ax.set(xscale="log", yscale="log", xlabel="fp32 weight bytes (MB)", ylabel="deco
 ax.set_title(f"{where}: each size's decode step against its weight bytes\n(red line: the transition predicted "
              f"at {predicted_transition / 1e6:,.0f} MB; green band: where the 12-layer steps' line puts it)", fontsize=10)
 ax.set_ylim(bottom=min(by_size.step_ms.min(), paid_median.clip(lower=1e-3).min()) / 3)
-ax.legend(fontsize=7, loc="upper left")
+ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1))  # below the axes: 12 entries
 ax.grid(True, which="both", alpha=0.2)
+fig.tight_layout()
 results.figure(fig, "floor_to_bytes")
 plt.show()
 
@@ -1562,12 +1564,9 @@ if _priced:  # chapters 2 and 3 timed one thread too: label those passes by the 
                             if _series == "prefill" else
                             (roofline.decode_cost(_shape, 1, _mid), _cm.decode(_mid, batch=1, fresh_pages=_f)))
             _label = regime.regime(Spread(getattr(_r, f"{_col}_low") / 1e3, getattr(_r, _col) / 1e3,
-                                          getattr(_r, f"{_col}_high") / 1e3), _pred)
-            _top, _second = sorted(_pred.terms, key=lambda t: t.best, reverse=True)[:2]
-            _shown = (_label.label if not _label.explained else f"mixed ({_top.name} and {_second.name})"
-                      if _top.limit != _second.limit and _top.best < claims.PREDICTED_TIME * _second.best else
-                      "few-row-kernel-bound" if _label.limit == "compute" and _cost.intensity < _peak1 / _read1
-                      else _label.label)  # the rule of `shown_regime`, against one thread's ridge
+                                          getattr(_r, f"{_col}_high") / 1e3), _pred,
+                                   intensity=_cost.intensity, balance=_peak1 / _read1)  # one thread's ridge
+            _shown = shown_regime(_label, _pred)
             _now = points[(points.series == _series) & (points.tokens == _tok) & (points.batch == 1)].regime
             if len(_now):
                 _n += 1

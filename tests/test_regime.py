@@ -48,3 +48,17 @@ def test_a_pass_that_took_no_page_faults_is_not_below_its_floor():
     without = big.best - big.term("page faults").best
     assert big.floor == max(t.best for t in big.terms if t.name != "page faults")
     assert not regime(without, big).label.startswith("below")
+
+
+def test_a_few_row_pass_left_of_the_balance_point_is_bound_by_its_kernel_not_its_arithmetic():
+    long_ = MODEL.prefill(1024)
+    assert long_.dominant.limit == "compute"
+    at = long_.best * 1.1
+    assert regime(at, long_, intensity=5.0, balance=12.0).label == "few-row-kernel-bound"
+    assert regime(at, long_, intensity=300.0, balance=12.0).label == "compute-bound"
+    assert regime(at, long_).label == "compute-bound"  # no balance point given: the largest term's limit
+    short = MODEL.prefill(1)
+    assert regime(short.best * 1.1, short, intensity=0.5, balance=12.0).label == "memory-bound"  # bytes, not FLOPs
+    for bad in (dict(intensity=5.0), dict(balance=12.0), dict(intensity=-1.0, balance=12.0)):
+        with pytest.raises(ValueError, match="intensity and balance go together"):
+            regime(at, long_, **bad)
