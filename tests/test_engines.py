@@ -79,7 +79,7 @@ def test_an_engine_that_accepts_connections_and_never_answers_is_not_healthy_in_
     started = time.monotonic()
     with pytest.raises(engines.EngineFailed, match="(?s)mute was not healthy after 1 s.*listening"):
         engine.start()
-    assert time.monotonic() - started < 8
+    assert time.monotonic() - started < 30  # bounded: the mute server sleeps 60 s
     assert not engine.running
 
 

@@ -98,7 +98,7 @@ def test_a_server_that_stalls_a_mid_stream_fails_the_experiment_within_its_bound
     try:
         started = time.perf_counter()
         a, b = stall.stall_experiment(server, "stall", [], 5, [], arrive_after=4)
-        assert time.perf_counter() - started < 5
+        assert time.perf_counter() - started < 15  # bounded: the stalled stream never ends by itself
         assert a.error_kind == "timeout" and "stalled" in a.error and len(a.chunk_times) == 2
         assert stall.stall_case(a, b).case == "not_measured"
     finally:

@@ -217,3 +217,16 @@ def test_make_student_refuses_a_copy_that_would_still_hold_an_answer(tmp_path):
     assert [line.split(":")[1].strip() for line in student.answers_left(kid)] == [
         "code that writes a <details> block (tag the cell 'answer')", "a <details> block in its prose",
         "tagged 'answer'"]
+
+
+def test_the_handed_out_folders_hold_the_glossary_every_chapter_links_to(tmp_path):
+    import re
+
+    student.build(student_dir=tmp_path / "student", teacher_dir=tmp_path / "teacher", log=lambda _: None)
+    for folder in ("student", "teacher"):
+        glossary = (tmp_path / folder / "glossary.md").read_text()
+        anchors = {re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")
+                   for h in re.findall(r"^#+ (.+)$", glossary, re.M)}
+        linked = {a for p in (tmp_path / folder).glob("*.ipynb") for c in nbformat.read(p, as_version=4).cells
+                  for a in re.findall(r"glossary\.md#([\w-]+)", c.source)}
+        assert linked and linked <= anchors, sorted(linked - anchors)

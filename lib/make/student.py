@@ -265,6 +265,9 @@ def build(root: Path = REPO_ROOT, student_dir: Path = STUDENT_DIR, teacher_dir: 
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         (folder / "README.md").write_text(README.format(who=who, answers=answers))
+        glossary = root / "notebooks" / "glossary.md"
+        if glossary.is_file():  # every chapter links its terms to it (glossary.md#...)
+            shutil.copy2(glossary, folder / glossary.name)
     counts = []
     for source, student, teacher in copied:
         nbformat.write(student, student_dir / f"{source.stem}.ipynb")

@@ -33,6 +33,9 @@ SECONDS_PER_TABLE_ROW = 3
 """Assumed time to read one row of a table a chapter prints (the header counts as a row)."""
 SECONDS_PER_FIGURE = 30
 """Assumed time to read one figure: its title, axes and legend against the sentence that explains it."""
+PREDICT_MIN = 3
+"""Assumed minutes for a student to write one prediction on paper (a session's question, or a chapter's "Predict
+first" step) and, once the chapter has measured it, set it beside what was measured."""
 START_MIN = 5
 """Minutes at the start of a session: opening JupyterLab (``make lab``), starting the kernel, the first cell."""
 DISCUSS_MIN = 5
@@ -54,12 +57,15 @@ def _boxed(table: str) -> str:
 class Page:
     """What a reader of an executed chapter has in front of them, counted: ``words`` of prose (the markdown and
     the prose its code prints, folded library listings left out: a reader opens them only if they want),
-    ``table_rows`` (every printed table's rows, headers included), ``figures`` and ``code_cells``."""
+    ``table_rows`` (every printed table's rows, headers included), ``figures``, ``code_cells`` and ``predictions``
+    (its "Predict first" steps, markdown cells tagged ``predict``: their minutes are counted apart, by
+    :data:`PREDICT_MIN`)."""
 
     words: int
     table_rows: int
     figures: int
     code_cells: int
+    predictions: int = 0
 
     @property
     def minutes(self) -> float:
@@ -97,7 +103,7 @@ def page(notebook_path: Path, sections: tuple[str, ...] | None = None) -> Page:
     import nbformat
 
     notebook = nbformat.read(notebook_path, as_version=4)
-    words = rows = figures = code = 0
+    words = rows = figures = code = predictions = 0
     heading = None
     for cell in notebook.cells:
         if cell.cell_type == "markdown":
@@ -106,6 +112,9 @@ def page(notebook_path: Path, sections: tuple[str, ...] | None = None) -> Page:
                     heading = line[3:].strip()
                 if sections is None or heading is None or heading in sections:
                     words += len(line.split())
+            if (sections is None or heading is None or heading in sections) and \
+                    "predict" in cell.get("metadata", {}).get("tags", []):
+                predictions += 1
             continue
         if sections is not None and heading is not None and heading not in sections:
             continue
@@ -113,7 +122,7 @@ def page(notebook_path: Path, sections: tuple[str, ...] | None = None) -> Page:
         for output in cell.get("outputs", []):
             text, r, f = _output_text(output)
             words, rows, figures = words + len(text.split()), rows + r, figures + f
-    return Page(words=words, table_rows=rows, figures=figures, code_cells=code)
+    return Page(words=words, table_rows=rows, figures=figures, code_cells=code, predictions=predictions)
 
 
 def _sections_text(notebook_path: Path) -> dict[str, str]:
@@ -282,7 +291,9 @@ class Session:
 
 FOUND = "What this run found"
 SESSIONS: tuple[Session, ...] = (
-    Session("One request, two jobs", 45, (("01_two_phases", None),),
+    Session("One request, two jobs", 45,
+            (("01_two_phases", (FOUND, "A real answer, token by token", "The shapes of the two phases",
+                                "The numbers a user feels", "What TTFT adds to the prefill: a choice, or a decode step?")),),
             "How many times more a generated token costs than a prompt token, for the same model (a decode step "
             "reads every weight for one token; the prompt's one pass reads them once for all its tokens), and "
             "whether a 30-token question spends more of its time before the first token or after it.",
@@ -292,16 +303,17 @@ SESSIONS: tuple[Session, ...] = (
                              "The matrix rate with few rows: F(M)")),
              ("02_prefill_sweep", (FOUND, "The balance point: how many tokens keep the arithmetic busy",
                                    "The floor and the knee, read from the data", "What a short pass spends its time on")),
-             ("03_decode_sweep", (FOUND, "Predict first", "The sweep", "Why the step grows with the context",
-                                  "Batched decode: shared weights, private caches"))),
+             ("03_decode_sweep", (FOUND, "Predict first", "The sweep", "Why the step grows with the context"))),
             "From the model's size (GPT-2 small: 124 million weights, 4 bytes each in fp32) and a memory that streams "
             "20 GB/s: a decode step's floor in milliseconds; and whether a 16-token prompt's pass costs more than "
             "a 1-token one, and by how much.",
             (("00_machine", 2), ("02_prefill_sweep", 1), ("03_decode_sweep", 1), ("03_decode_sweep", 2))),
     Session("The book in two sessions, 1 of 2: one request on one machine", 90,
-            (("00_machine", (FOUND, "Predict first")), ("01_two_phases", None),
+            (("00_machine", (FOUND, "Predict first")),
+             ("01_two_phases", (FOUND, "A real answer, token by token", "The shapes of the two phases",
+                                "The numbers a user feels")),
              ("02_prefill_sweep", (FOUND, "The floor and the knee, read from the data")),
-             ("03_decode_sweep", (FOUND, "Predict first", "The sweep")),
+             ("03_decode_sweep", (FOUND, "Predict first", "Why the step grows with the context")),
              ("04_request_split", (FOUND, "Goodput against stated objectives"))),
             "For a 1,000-token prompt and a 100-token answer: which phase takes longer, and which objective (TTFT "
             "at most 1 s, TPOT at most 100 ms) it is likelier to miss.",
@@ -339,11 +351,15 @@ def runs_of(stems: list[str], sources: Path = REPO_ROOT / "notebooks") -> list[s
 def session_minutes(session: Session, notebooks: dict[str, Path], quick_s: dict[str, float]) -> dict[str, float]:
     """A session's minutes, part by part: ``start`` and ``discuss`` (:data:`START_MIN`, :data:`DISCUSS_MIN`),
     ``run`` (the measured quick runs of the chapters read and of those they read (:func:`runs_of`), one after
-    another; a chapter without one counts 0 and is named by :func:`_plan_html`), ``read`` (:func:`page` of the
-    sections read) and ``total``."""
-    read = sum(page(notebooks[stem], sections).minutes for stem, sections in session.read)
+    another; a chapter without one counts 0 and is named by :func:`_plan_html`), ``predict`` (:data:`PREDICT_MIN`
+    for the session's own question and for each "Predict first" step in the sections read), ``read`` (:func:`page`
+    of the sections read) and ``total``."""
+    pages = [page(notebooks[stem], sections) for stem, sections in session.read]
+    read = sum(p.minutes for p in pages)
+    predict = PREDICT_MIN * (1 + sum(p.predictions for p in pages))
     run = sum(quick_s.get(stem, 0.0) for stem in runs_of([stem for stem, _ in session.read])) / 60
-    parts = {"start": float(START_MIN), "run": run, "read": read, "discuss": float(DISCUSS_MIN)}
+    parts = {"start": float(START_MIN), "run": run, "predict": float(predict), "read": read,
+             "discuss": float(DISCUSS_MIN)}
     return parts | {"total": sum(parts.values())}
 
 
@@ -364,26 +380,47 @@ def _plan_html(session: Session, notebooks: dict[str, Path], quick_s: dict[str, 
            + (f" ({', '.join(unmeasured)}: no quick run measured, counted as 0)" if unmeasured else ""))
     questions = "".join(f"<li>{_escape(stem)}, question {n}: {_escape(_plain(check_questions(notebooks[stem])[n]))}</li>"
                         for stem, n in session.discuss)
+    steps = sum(page(notebooks[stem], sections).predictions for stem, sections in session.read)
     over = minutes["total"] - session.minutes
     verdict = (f"{over:.0f} min over: set the reading of the last chapter as homework before the session"
                if over > 0 else f"{-over:.0f} min to spare")
     return (f"<h3>{session.minutes} minutes: {_escape(session.title)}</h3><ul>"
             f"<li><b>Start</b> ({START_MIN} min): <code>make lab</code>, then run the chapters in quick mode, "
             f"{run}, while the students read the objectives.</li>"
-            f"<li><b>Predict on paper first</b>, before any output is on screen: {_escape(session.predict)}</li>"
+            f"<li><b>Predict on paper first</b>, before any output is on screen: {_escape(session.predict)} "
+            f"Then, in the sections read, each \"Predict first\" step before the cells below it run "
+            f"({minutes['predict']:.0f} min in all: {PREDICT_MIN} min for this question and for each of the "
+            f"{steps} step{'s' if steps != 1 else ''}).</li>"
             f"<li><b>Read in class</b> ({minutes['read']:.0f} min at reading pace; about "
-            f"{2 * minutes['read']:.0f} at study pace, the predictions written down: set what does not fit as "
-            f"reading before the session): {reading}."
+            f"{2 * minutes['read']:.0f} at study pace: set what does not fit as reading before the session): "
+            f"{reading}. Each chapter's “{FOUND}” states this run's answers: read it last, once the predictions "
+            f"are on paper."
             + (f" Quick mode runs the tiny GPT-2 where the book runs a larger model ({', '.join(swapped)}): the "
                "students' runs show their machine's ceilings and the code at work, and their predictions about the "
                "larger model are checked against the book's pages." if swapped else "") + "</li>"
             f"<li><b>Discuss</b> ({DISCUSS_MIN} min): the predictions against what was measured, and "
             f"<ul>{questions}</ul></li>"
             "<li><b>Collect</b>: each student runs <code>make class-zip QUICK=1</code> and hands in the zip; "
-            "<code>make class DIRS=...</code> and <code>make html</code> then publish the class page, every "
-            "machine's streaming read, TTFT and decode step side by side, with how many claims held on each.</li>"
-            f"<li><b>Adds up to</b> {minutes['start']:.0f} + {minutes['run']:.1f} + {minutes['read']:.0f} + "
-            f"{minutes['discuss']:.0f} = <b>{minutes['total']:.0f} min</b> of {session.minutes}: {verdict}.</li></ul>")
+            "<code>make class DIRS=...</code> and <code>make html</code> then publish the class page: every "
+            f"machine's {_class_columns(ran)} side by side, with how many claims held on each.</li>"
+            f"<li><b>Adds up to</b> {minutes['start']:.0f} + {minutes['run']:.1f} + {minutes['predict']:.0f} + "
+            f"{minutes['read']:.0f} + {minutes['discuss']:.0f} = <b>{minutes['total']:.0f} min</b> of "
+            f"{session.minutes} (start, run, predict, read, discuss): {verdict}.</li></ul>")
+
+
+#: What the class page compares from each chapter (lib.make.classroom.METRICS), in words.
+CLASS_COLUMNS = {"00_machine": ("streaming read", "matrix FLOP rate"), "01_two_phases": ("TTFT", "TPOT"),
+                 "02_prefill_sweep": ("best prefill rate",), "03_decode_sweep": ("decode step",)}
+
+
+def _class_columns(chapters: list[str]) -> str:
+    """The class page's columns that the quick runs of ``chapters`` fill, as a phrase."""
+    from lib.make.classroom import METRICS
+
+    filled = {c for _, _, candidates in METRICS for c, *_ in candidates if c in chapters}
+    named = [w for c in sorted(filled) for w in CLASS_COLUMNS.get(c, ())]
+    return (", ".join(named[:-1]) + " and " + named[-1] if len(named) > 1 else named[0]) if named else \
+        "claims (none of the compared numbers: those come from chapters 0 to 3)"
 
 
 QUICK_TIMES = Path("data") / "classroom" / "quick_times.csv"
