@@ -392,11 +392,11 @@ plt.show()
 # * **Attention over the cache**: one query against `C` keys and values per head and layer
 #   (`scaled_dot_product_attention`), which reads the cache once.
 #
-# **Predict first.** The concatenation reads the cache and writes it again, and attention reads it once. From the
-# cache's bytes per 1,000 tokens and chapter 0's streaming read and copy (the table at the start of *Does TPOT
-# grow with the prompt?*; the copy's rate counts every byte read and every byte written), how many milliseconds per 1,000 tokens of
-# context should the two add together? Will their sum, timed alone, reach the TPOT slope measured above, or fall
-# short of it?
+# **Predict first.** The cost model's slope, printed above, prices these two parts at chapter 0's rates and adds
+# a third: the hollowed step's own work, which chapter 0 measured growing with a long cache (its dispatch). Timed
+# alone, on tensors of the model's own shapes, will the two parts' sum per 1,000 tokens reach the TPOT slope the
+# requests measured, or fall short of it? If short, name what in a real step grows with the context that timing
+# the parts alone leaves out.
 
 # %% [markdown]
 # If these two are what TPOT's growth is made of, the growth of their timed sum per 1,000 tokens of context
@@ -416,6 +416,8 @@ parts = pd.DataFrame([dict(part=part, context_tokens=c, median_ms=t.median_ms, l
 per_1k = {part: (timed[c_high][part].median - timed[c_low][part].median) * 1e6 / (c_high - c_low)
           for part in ("concatenation", "attention")}  # ms per 1,000 tokens of context
 cache_slope = sum(per_1k.values())
+dispatch_slope = ((cost.decode(int(c_high)).term("dispatch").best - cost.decode(int(c_low)).term("dispatch").best)
+                  * 1e6 / (c_high - c_low))  # the hollowed step's growth, which the cost model adds: ms per 1k tokens
 results.table(parts, "cache_work")
 parts.round(3)
 
@@ -442,8 +444,10 @@ show(register.decide("tpot_growth_is_cache_work", ((claims.within(slope_spread, 
                      shares=shares, cache_slope=cache_slope, slope=slope_spread.text(".1f", "ms") if lines else "",
                      beyond=(f"The line grows {slope - cache_slope:.1f} ms per 1,000 tokens more than the two parts "
                              "timed alone: work that grows with the context inside a real step and that the parts "
-                             f"timed alone do not price (the cost model, at {model_slope:.2f} ms per 1,000 tokens, "
-                             f"leaves {max(slope - model_slope, 0):.1f} of it unpriced). This chapter does not take it further "
+                             "timed alone do not price. Chapter 0's hollowed step, the pass with its matrices and "
+                             f"attention taken out, grows {dispatch_slope:.1f} ms per 1,000 tokens, which the cost "
+                             f"model adds (its slope, {model_slope:.2f} ms per 1,000 tokens, leaves "
+                             f"{max(slope - model_slope, 0):.1f} unpriced). This chapter does not take it further "
                              "apart; chapter 3 profiles both its caches' steps at a short and a long context, one layer "
                              "down, and says which parts of the step grew." if lines and
                              slope > cache_slope else

@@ -28,6 +28,8 @@ def test_a_session_s_sum_is_written_out_and_a_chapter_too_long_says_by_how_much(
         "session 2: 03_decode_sweep 36 min: over the 35 min by 1. Run it in quick mode, set its reading as "
         "homework before the session, or give it two sessions",
         "session 3: 04_request_split 18 min of 35 (17 to spare)"]
+    assert teaching.session_lines(need, 45, quick=True)[1].endswith(
+        "over the 35 min by 1. Set its reading as homework before the session, or give it two sessions")
     assert teaching.session_lines({"07_x": 24.0}, 45, frozenset({"07_x"})) == [
         "session 1: 07_x 24 (reading only: no run time measured) min of 35 (11 to spare)"]
     assert teaching.SESSION_OVERHEAD_MIN == teaching.START_MIN + teaching.DISCUSS_MIN

@@ -455,6 +455,13 @@ def _plans_section(chapters, runs: pd.DataFrame, root: Path) -> str:
            "collect. Reading times are estimated from what the chapters show (see the next section for how); run "
            f"times are {how}.</p>"]
     out += [_plan_html(s, notebooks, quick_s) for s in SESSIONS if all(stem in notebooks for stem, _ in s.read)]
+    path = [s for s in SESSIONS if s.title.startswith("The book in two sessions")]
+    if path and all(stem in notebooks for s in path for stem, _ in s.read):
+        surveyed = sum(page(notebooks[stem], sections).minutes for s in path for stem, sections in s.read)
+        whole = sum(page(p).minutes for p in notebooks.values())
+        out.append(f"<p>The path in two sessions is a survey: it reads each chapter's findings and the one or two "
+                   f"sections that carry its lesson, {surveyed:.0f} of the book's {whole:.0f} reading minutes. Read "
+                   "whole, the chapters fill the sessions counted in the next section.</p>")
     return "".join(out)
 
 
@@ -491,10 +498,12 @@ def plan_sessions(minutes: dict[str, float], session_min: float) -> list[list[st
     return sessions
 
 
-def session_lines(minutes: dict[str, float], session_min: int, unmeasured: frozenset[str] = frozenset()) -> list[str]:
+def session_lines(minutes: dict[str, float], session_min: int, unmeasured: frozenset[str] = frozenset(),
+                  quick: bool = False) -> list[str]:
     """One line per session of :func:`plan_sessions`, its sum written out: ``"session 1: 00_machine 12 +
     01_two_phases 19 = 31 min of 35 (4 to spare)"``; a chapter that does not fit says by how much and what
-    to do; a chapter in ``unmeasured`` (no run time) is marked as counted by its reading alone."""
+    to do (running it in quick mode, unless ``quick`` says its minutes are already the quick run's); a chapter
+    in ``unmeasured`` (no run time) is marked as counted by its reading alone."""
     budget = session_min - SESSION_OVERHEAD_MIN
     lines = []
     for i, stems in enumerate(plan_sessions(minutes, session_min), 1):
@@ -503,8 +512,9 @@ def session_lines(minutes: dict[str, float], session_min: int, unmeasured: froze
                            for s in stems)
         sum_text = f"{parts} = {total} min" if len(stems) > 1 else f"{parts} min"
         if total > budget:
-            lines.append(f"session {i}: {sum_text}: over the {budget} min by {total - budget}. Run it in quick "
-                         "mode, set its reading as homework before the session, or give it two sessions")
+            lines.append(f"session {i}: {sum_text}: over the {budget} min by {total - budget}. "
+                         + ("Set" if quick else "Run it in quick mode, set")
+                         + " its reading as homework before the session, or give it two sessions")
         else:
             lines.append(f"session {i}: {sum_text} of {budget} ({budget - total} to spare)")
     return lines
@@ -625,7 +635,7 @@ def _sessions(chapters, runs: pd.DataFrame, root: Path) -> str:
                   "full mode": frozenset(c.stem for c in chapters if c.notebook is not None and c.run_seconds is None)}
     for label, need in (("quick mode", need_quick), ("full mode", need_full)):
         for session in (45, 90):
-            lines = session_lines(need, session, unmeasured[label])
+            lines = session_lines(need, session, unmeasured[label], quick=label == "quick mode")
             parts.append(f"<p><b>{session}-minute sessions, {label}</b> ({session} − {SESSION_OVERHEAD_MIN} = "
                          f"{session - SESSION_OVERHEAD_MIN} min for chapters): {len(lines)} session(s)</p>"
                          f"<ul>{''.join(f'<li>{_escape(line)}</li>' for line in lines)}</ul>")
