@@ -242,6 +242,33 @@ def _restore_command(root: Path, section: str) -> str:
 #: For each (tree, section) this run has read a table of: the run that wrote it (its provenance's ``run_id``).
 _PINNED: dict[tuple[str, str], str] = {}
 
+#: Columns whose name ends so hold a duration, a rate or a size: never negative, never infinite.
+MAGNITUDE_SUFFIXES = ("_ms", "_s", "_seconds", "gb_s", "gflop_s", "per_s", "_bytes", "_mb")
+#: ... unless the name says the column is a difference of two of them, which may have either sign: a rest (a step
+#: less its parts), a saving, a profile less the profiler's own cost.
+SIGNED_WORDS = ("difference", "excess", "miss", "saving", "saved", "gain", "growth", "slope", "change", "delta",
+                "added", "shift", "rest", "profiled")
+
+
+def value_problem(frame: pd.DataFrame) -> str | None:
+    """What is wrong with a table's values, or ``None``: a column of durations, rates or sizes
+    (:data:`MAGNITUDE_SUFFIXES`, not a difference: :data:`SIGNED_WORDS`) holding a negative or infinite number,
+    or one holding text. Missing values (not measured) pass."""
+    import numpy as np
+
+    for column in frame.columns:
+        name = str(column)
+        if not name.endswith(MAGNITUDE_SUFFIXES) or any(w in name for w in SIGNED_WORDS):
+            continue
+        values = pd.to_numeric(frame[column], errors="coerce")
+        text = int((values.isna() & frame[column].notna()).sum())
+        if text:
+            return f"column {name} holds {text} value(s) that are not numbers"
+        wrong = int(((values < 0) | np.isinf(values)).sum())
+        if wrong:
+            return f"column {name} holds {wrong} negative or infinite value(s), which a duration, rate or size cannot be"
+    return None
+
 
 def load_table(section: str, name: str, quick: bool = False, *, committed_too: bool | None = None
                ) -> pd.DataFrame | None:
@@ -254,7 +281,8 @@ def load_table(section: str, name: str, quick: bool = False, *, committed_too: b
     The table is checked against its ``provenance.json`` first: :class:`CorruptTable` (one line naming the
     file and the command that restores it) for a table its run did not write, one that is cut short or
     changed since (its size or SHA-256 is not the recorded one), one with other rows than recorded, a
-    symbolic link, or one that does not parse; and for a table its run's provenance lists that is missing,
+    symbolic link, one that does not parse, or one whose durations, rates or sizes are negative, infinite or
+    text (:func:`value_problem`); and for a table its run's provenance lists that is missing,
     or one with no provenance beside it (no run says it wrote it), rather than falling back to the committed
     table of another run."""
     committed_too = not quick if committed_too is None else committed_too
@@ -279,6 +307,8 @@ def load_table(section: str, name: str, quick: bool = False, *, committed_too: b
                 problem = f"{name}.csv does not parse as a table ({str(error).strip().splitlines()[0][:120]})"
         if problem is None and rows is not None and len(frame) != rows:
             problem = f"{name}.csv has {len(frame)} rows where its run wrote {rows}"
+        if problem is None:
+            problem = value_problem(frame)
         if problem:
             raise CorruptTable(f"{path}: refused: {problem}; restore it with: {_restore_command(root, section)}")
         record, _ = read_provenance(path.parent)

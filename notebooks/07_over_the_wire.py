@@ -339,7 +339,8 @@ for name in urls:
     warm_up(name, chat, max_new_tokens, first=True)
     # once the warm-up has been counted, the server counts the same runs as the client
     server_before[name] = client.scrape_counted(urls[name], TTFT_METRIC, count=idle + 1)
-    traces = [send(name, chat, max_new_tokens, request_id=i) for i in range(runs)]
+    traces = [send(name, chat, max_new_tokens, request_id=i)
+              for i in progress(range(runs), desc=f"{name}: one request at a time")]
     server_after[name] = client.scrape_counted(urls[name], TTFT_METRIC, count=idle + 1 + runs)
     bad = client.failures(traces)
     if bad:
@@ -566,7 +567,7 @@ sweep_rows, sweep_traces, goals = [], {}, {}
 levels = sorted(set(concurrency) | {1})  # one user alone first: it sets the objectives
 for name in urls:
     warm_up(name, load_prompt, load_tokens, fixed=True)  # the engine's first request of this prompt's shape
-    for c in levels:
+    for c in progress(levels, desc=f"{name}: closed loop, one concurrency after another"):
         traces = client.closed_loop(lambda i: send(name, load_prompt, load_tokens, request_id=i, fixed=True),
                                      c * requests_per_user, c)
         sweep_traces[(name, c)] = traces
@@ -706,7 +707,7 @@ for name in urls:
                                 users, users)
     for trace in warmed:
         client.require_ok(trace, f"{name} at {urls[name]}", "the open loop's warm-up")
-    for rate in rates_of[name]:
+    for rate in progress(rates_of[name], desc=f"{name}: open loop, one arrival rate after another"):
         offsets = client.poisson_offsets(rate, arrivals, seed=seed)
         before = client.scrape_counted(urls[name], TTFT_METRIC, count=seen)
         traces = client.open_loop(lambda i, at: send(name, load_prompt, load_tokens, request_id=i, scheduled=at,

@@ -105,6 +105,7 @@ from lib.device import describe_environment
 from lib.engines import transformers_engine, vllm_engine, vllm_unavailable
 from lib.models import SMOLLM2_VERSION, cache_dir, load_model, random_prompt
 from lib.paths import REPO_ROOT, output_root
+from lib.progress import progress
 from lib.prose import show
 from lib.results import Results, load_reference, load_table
 from lib.stall import stall_experiment
@@ -225,7 +226,7 @@ display(prose.source(reuse.first_token_reusing))
 kept = reuse.prefix_cache(lm, prompts[0][:, :shared])
 reuse.first_token_cold(lm, prompts[0]), reuse.first_token_reusing(lm, kept, prompts[0][:, shared:])  # warm-up
 rows = []
-for run in range(runs):
+for run in progress(range(runs), desc="each question cold and reusing the prefix, run by run"):
     for q, ids in enumerate(prompts):
         cold_token, cold_s = reuse.first_token_cold(lm, ids)
         warm_token, warm_s = reuse.first_token_reusing(lm, kept, ids[:, shared:])
@@ -414,7 +415,7 @@ try:
                         block_tokens=block)
 
         ask(chat(system_text, "Hello."), "first warm-up", -1), ask(chat(short_text, "Hello."), "warm-up", -1)
-        for q, question in enumerate(asked):
+        for q, question in enumerate(progress(asked, desc=f"{name}: three requests per question")):
             engine_rows.append(ask(chat(f"Request {q} to {name}. " + system_text, question), "unique", q))
             engine_rows.append(ask(chat(system_text, question), "shared", q))
             engine_rows.append(ask(chat(short_text, question), "short", q))
@@ -635,7 +636,7 @@ print(f"one worker's chunk: {best_chunk} tokens, {chunk_source}. Two workers: "
 small = load_model(separation_model, cpu, torch.float32)
 sep_rows = []
 settings = [("one worker", None), (f"one worker, chunk {best_chunk}", best_chunk)]
-for run in range(separation_runs):
+for run in progress(range(separation_runs), desc="one worker, with and without the chunk, run by run"):
     for way, size in settings:
         r = schedule.interference(small, chunk=size, b_prompt_len=b_prompt_len, a_tokens=a_tokens,
                                   arrival_step=arrival_step)

@@ -630,3 +630,16 @@ def test_a_replacement_killed_after_the_notebook_was_swapped_in_is_still_its_own
     logs = []
     assert outputs.recover(root, log=logs.append) == [] and "completed the replacement" in logs[0]
     assert table(root) == ["value", "8"] and outputs.unfinished(root) == []
+
+
+def test_a_long_chapter_says_every_so_often_which_cell_it_is_in(demo, monkeypatch):
+    """A wait is never silent: while a cell runs, the build prints a line naming the chapter and the cell."""
+    root, source = demo
+    source.write_text(with_cell("import time\ntime.sleep(2.5)"))
+    monkeypatch.setattr(book, "HEARTBEAT_S", 1.0)
+    logs = []
+    assert book.build(root=root, log=logs.append) == 0
+    beats = [line for line in logs if "still running" in line]
+    assert beats and all(line.startswith("01_demo: still running after ") for line in beats), logs
+    assert any(line.endswith("cell 3 of 3") for line in beats), beats  # the sleeping cell, counted as written
+    assert logs[-1].startswith("01_demo: executed in ")

@@ -154,3 +154,27 @@ def test_nonsense_outputs_are_refused(tmp_path, call, message):
     with pytest.raises(ValueError, match=message):
         call(results.Results("99_test", root=tmp_path))
     assert not (tmp_path / "data" / "99_test").exists()
+
+
+def test_load_table_refuses_a_duration_that_is_negative_infinite_or_text(monkeypatch, tmp_path):
+    """Numbers a later chapter reads are checked like text from outside: a time or rate below zero, infinite or
+    not a number is refused in one line naming the file and the column; a difference (a rest, a saving) may be
+    negative, and a value not measured may be missing."""
+    monkeypatch.setattr(paths, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(results, "REPO_ROOT", tmp_path)
+    monkeypatch.delenv(results.OUTPUT_ROOT_ENV, raising=False)
+    monkeypatch.delenv(results.WRITE_COMMITTED_ENV, raising=False)
+    folder = tmp_path / "data" / "02_x"
+    folder.mkdir(parents=True)
+    (folder / "provenance.json").write_text('{"files": ["data/02_x/t.csv"]}')
+    for body, problem in [("step_ms,rest_ms\n3.0,-0.5\n,1\n", None),
+                          ("step_ms,rest_ms\n-3.0,0.5\n", "column step_ms holds 1 negative or infinite"),
+                          ("read_gb_s\ninf\n", "column read_gb_s holds 1 negative or infinite"),
+                          ("ttft_ms\n12\nfast\n", "column ttft_ms holds 1 value\\(s\\) that are not numbers")]:
+        (folder / "t.csv").write_text(body)
+        results._PINNED.clear()
+        if problem is None:
+            assert results.load_table("02_x", "t").rest_ms.tolist() == [-0.5, 1.0]
+        else:
+            with pytest.raises(results.CorruptTable, match=rf"t\.csv: refused: {problem}.*restore it with"):
+                results.load_table("02_x", "t")

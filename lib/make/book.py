@@ -47,6 +47,7 @@ import re
 import shutil
 import signal
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -143,6 +144,35 @@ def _where(executed: Path, cell_index: int | None = None) -> str:
     return f"cell {position} of {len(cells) - len(injected)}"
 
 
+HEARTBEAT_S = 60.0
+"""Seconds between the lines a running chapter prints (:func:`_heartbeat`)."""
+
+
+@contextlib.contextmanager
+def _heartbeat(stem: str, executed: Path, log, every_s: float | None = None):
+    """While a chapter runs, a line every ``every_s`` seconds saying for how long and in which cell (papermill
+    saves the notebook as each cell starts): a long wait (a large sweep, a slow server) is never silent."""
+    if log is None:
+        yield
+        return
+    every_s = HEARTBEAT_S if every_s is None else every_s
+    done, started = threading.Event(), time.perf_counter()
+
+    def beat() -> None:
+        while not done.wait(every_s):
+            took = time.perf_counter() - started
+            log(f"{stem}: still running after {f'{took:.0f} s' if took < 120 else f'{took / 60:.0f} min'}, "
+                f"{_where(executed)}")
+
+    thread = threading.Thread(target=beat, name=f"heartbeat {stem}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
 def _failure(stem: str, where: str, what: str, details: str, logs: Path, status: int = 1,
              outputs: str = KEPT) -> NotebookFailed:
     """The one line of a failure. ``outputs``: :data:`KEPT` (the previous outputs are whole and in place),
@@ -193,9 +223,10 @@ def _captured(path: Path) -> str:
 
 
 def execute(source: Path, *, quick: bool, device: str | None, out_root: Path, executed: Path,
-            digest: str | None = None, logs: Path | None = None) -> float:
+            digest: str | None = None, logs: Path | None = None, log=None) -> float:
     """Execute one notebook with papermill; return its wall time in seconds. Any failure raises
-    :class:`NotebookFailed` with one line (chapter, cell position, what happened)."""
+    :class:`NotebookFailed` with one line (chapter, cell position, what happened). With ``log``, a line every
+    :data:`HEARTBEAT_S` seconds while it runs (:func:`_heartbeat`)."""
     parameters: dict[str, object] = {"quick": True} if quick else {}
     if device:
         parameters["device"] = device
@@ -213,7 +244,7 @@ def execute(source: Path, *, quick: bool, device: str | None, out_root: Path, ex
             notebook.metadata[HASH_KEY] = {"input_hash": digest}
         nbformat.write(notebook, unexecuted)
         os.environ[OUTPUT_ROOT_ENV] = str(out_root)
-        with _stderr_to(stderr):
+        with _stderr_to(stderr), _heartbeat(source.stem, executed, log):
             papermill.execute_notebook(str(unexecuted), str(executed), parameters=parameters,
                                        kernel_name=name, cwd=str(source.parent), progress_bar=False,
                                        log_output=False)
@@ -327,7 +358,7 @@ def _run_chapter(source: Path, root: Path, device, environment, force, log) -> N
         shutil.rmtree(staging, ignore_errors=True)
         executed = staging / f"{stem}.ipynb"
         seconds = execute(source, quick=False, device=device, out_root=staging, executed=executed,
-                          digest=digest, logs=logs)
+                          digest=digest, logs=logs, log=log)
         try:
             _strays(staging, stem, {})
             record_parameters(executed, staging / "data" / stem / "provenance.json")
@@ -366,7 +397,7 @@ def _run_quick_locked(source: Path, root: Path, device, environment, log, stagin
         raise _failure(stem, "before its first cell", f"the earlier quick chapters' data could not be staged "
                        f"({type(error).__name__}: {error})", traceback.format_exc(), logs) from None
     executed = staging / f"{stem}.ipynb"
-    seconds = execute(source, quick=True, device=device, out_root=staging, executed=executed, logs=logs)
+    seconds = execute(source, quick=True, device=device, out_root=staging, executed=executed, logs=logs, log=log)
     try:
         _strays(staging, stem, seeded)
         for name in seeded:
