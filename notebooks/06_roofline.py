@@ -1294,17 +1294,20 @@ floor_table.round(3)
 # ## Two designs priced with the same calculator: a mixture of experts, and tensor parallelism
 #
 # Neither runs on this machine, but both are arithmetic: `lib.roofline` counts their FLOPs and bytes, and they are
-# priced as this page prices a decode step, its floor plus its bytes at the kernel's rate, from chapter 0's
-# measurements (printed below). The example model is an **assumption**: the page's
+# priced from the cost model's price of the page's own dense step (`lib.costmodel`, the price its roofline table
+# gives: chapter 0's dispatch, the weights, attention over the cache and the cache's copy), with what each design
+# changes changed. The example model is an **assumption**: the page's
 # model (the shape chapter 2 ran) with its feed-forward network turned into `moe_experts` experts of the same
 # size, `moe_active` of them per token, tokens routed uniformly and independently.
 #
 # * **Mixture of experts.** A decode step of one sequence reads the attention weights, the LM head and only the
 #   active experts' weights. A batch routes each of its tokens to its own experts, so the step reads every expert at
-#   least one token chose: on average `E x (1 - (1 - k/E)^B)` of the `E` per layer at batch `B`.
+#   least one token chose: on average `E x (1 - (1 - k/E)^B)` of the `E` per layer at batch `B`. Its weights' term
+#   is the dense one scaled by the bytes it reads (or, where the cost model prices the matrices by their arithmetic,
+#   by the FLOPs of `k` experts); the rest of the step is the dense one's.
 # * **Tensor parallelism** over `N` devices: each device holds and reads `1/N` of every weight matrix and of the
-#   caches (the heads are split), so decode's byte term divides by `N`, but not its floor (every device issues every
-#   layer's operations); and every layer then adds two all-reduces
+#   caches (the heads are split), so the weights, attention and the cache's copy divide by `N`, but not the dispatch
+#   (every device issues every layer's operations); and every layer then adds two all-reduces
 #   of the batch's activations (after attention and after the feed-forward network), which cost a latency and the
 #   bytes over the link. This machine has no link to measure, so the link is an **assumption** too: chapter 0's
 #   streaming copy for its bandwidth, and chapter 0's cost of issuing one operation for each all-reduce's latency.
@@ -1319,25 +1322,37 @@ shared = example.matmul_params - example.layers * expert  # attention matrices a
 moe_context = size_contexts[-1]
 
 
-def priced_step(cost: roofline.Cost, devices: int = 1) -> dict:
-    """A decode step priced as this page prices one, on each of `devices` holding 1/N of its weights and caches: its
-    floor (chapter 0's dispatch of the page's model at that batch, which every device pays whole, since each issues
-    every layer's operations) plus its share of the bytes at the rate the model's matrix-vector products stream, or
-    of its FLOPs at the square product's peak where those take longer; milliseconds, and the limit of the second."""
-    floor = ceilings.dispatch(model_name, points_dtype, threads, "decode", cost.tokens).best  # tokens: sequences
-    nbytes, flops = cost.bytes / devices / kernel_rate, cost.flops / devices / peak
-    return dict(floor_ms=floor * 1e3, bytes_ms=max(nbytes, flops) * 1e3, limit="memory" if nbytes >= flops else "compute")
+dense = costmodel.CostModel(ceilings, model_name, example, points_dtype, threads)
+dense_bytes = example.matmul_params * example.bytes_per_param  # the dense model's weights, as the byte counts count them
+dense_flops = 2 * example.matmul_params  # per token, in its matrices
 
 
-alone_step = priced_step(roofline.decode_cost(example, 1, moe_context))
+def priced_step(batch: int, weight_bytes: float = dense_bytes, weight_flops: float = dense_flops,
+                devices: int = 1) -> dict:
+    """The cost model's price of the page's dense decode step at `batch` sequences of `moe_context` tokens, on each of
+    `devices` holding 1/N of its weights and caches, with its weights' terms scaled to `weight_bytes` read (or, where
+    the cost model prices the matrices by their arithmetic, to `weight_flops` per token): the dispatch, which every
+    device pays whole since each issues every layer's operations; the weights; the rest (attention, the cache's copy,
+    page faults). Milliseconds, and the limit of the weights' terms."""
+    pred = dense.decode(moe_context, batch=batch)
+    floor = pred.term("dispatch").best
+    matrices = [pred.term(name) for name in ("block matrices", "LM head")]
+    weights = sum(t.best * (weight_bytes / dense_bytes if t.limit == "memory" else weight_flops / dense_flops)
+                  for t in matrices)
+    rest = pred.best - floor - sum(t.best for t in matrices)
+    limit = "memory" if all(t.limit == "memory" for t in matrices) else "compute"
+    return dict(floor_ms=floor * 1e3, bytes_ms=(weights + rest) / devices * 1e3, weights_ms=weights / devices * 1e3,
+                limit=limit)
+
+
+alone_step = priced_step(1)
 show(f"The example mixture: **E = {moe_experts}** experts per layer, **k = {moe_active}** active per token (the "
-     f"parameters `moe_experts` and `moe_active`). Both designs are priced as this page prices a decode step: its "
-     f"floor, chapter 0's dispatch of {model_name} (**{prose.ms(alone_step['floor_ms'] / 1e3)}** at batch 1), plus "
-     f"its bytes, weights and caches, at the rate its matrix-vector products stream (**{kernel_rate / 1e9:.1f} "
-     f"GB/s**), or its FLOPs at the square product's {peak / 1e9:.0f} GFLOP/s where those take longer. The dense "
-     f"{example.name} at batch 1 and context {moe_context} on one device: "
-     f"**{prose.ms((alone_step['floor_ms'] + alone_step['bytes_ms']) / 1e3)}**, {prose.ms(alone_step['bytes_ms'] / 1e3)} "
-     f"of them its bytes. The assumed link: **{link / 1e9:.1f} GB/s** (chapter 0's "
+     f"parameters `moe_experts` and `moe_active`). Both designs are priced from the cost model's price of the dense "
+     f"{example.name} at batch 1 and context {moe_context} on one device, "
+     f"**{prose.ms((alone_step['floor_ms'] + alone_step['bytes_ms']) / 1e3)}**: chapter 0's dispatch "
+     f"(**{prose.ms(alone_step['floor_ms'] / 1e3)}**), its weights ({prose.ms(alone_step['weights_ms'] / 1e3)}, about "
+     f"the rate its matrix-vector products stream, **{kernel_rate / 1e9:.1f} GB/s**) and attention and the cache's "
+     f"copy (the rest). The assumed link: **{link / 1e9:.1f} GB/s** (chapter 0's "
      f"streaming copy) and **{latency * 1e6:.1f} us** of latency per all-reduce (chapter 0's cost of issuing one "
      f"operation alone), two all-reduces in each of its {example.layers} layers.")
 
@@ -1361,7 +1376,8 @@ def moe_step(batch: int) -> tuple[roofline.Cost, float]:
 rows = []
 for b in moe_batches:
     cost, experts_read = moe_step(b)
-    price = priced_step(cost)
+    price = priced_step(b, weight_bytes=(shared + example.layers * experts_read * expert) * example.bytes_per_param,
+                        weight_flops=2 * (shared + example.layers * moe_active * expert))
     rows.append(dict(batch=b, experts_read=experts_read, step_mb=cost.bytes / 1e6, **price,
                      step_ms=price["floor_ms"] + price["bytes_ms"]))
 moe = pd.DataFrame(rows)
@@ -1375,10 +1391,11 @@ display(Markdown(
     f"The example: {example.name}'s shape with {moe_experts} experts of {expert * example.layers * example.bytes_per_param / 1e6:,.0f} MB "
     f"each (all layers), {moe_active} active: {all_read / 1e6:,.0f} MB of weights in all, of which one token uses "
     f"{active_only / 1e6:,.0f} MB. At batch {int(first_.batch)} a step reads **{first_.experts_read:.1f} of {moe_experts}** experts per "
-    f"layer, {first_.step_mb:,.0f} MB: **{first_.step_ms:.1f} ms**, its floor {first_.floor_ms:.1f} ms plus "
-    f"{first_.bytes_ms:.1f} ms at {kernel_rate / 1e9:.1f} GB/s ({first_.limit}-bound). "
+    f"layer, {first_.step_mb:,.0f} MB: **{first_.step_ms:.1f} ms**, its dispatch {first_.floor_ms:.1f} ms plus "
+    f"{first_.weights_ms:.1f} ms of weights and {first_.bytes_ms - first_.weights_ms:.1f} ms of cache work (its "
+    f"weights {first_.limit}-bound). "
     f"At batch {int(last_.batch)} it reads {last_.experts_read:.1f} of {moe_experts}, {last_.step_mb:,.0f} MB, "
-    f"{last_.step_ms:.1f} ms ({last_.limit}-bound), "
+    f"{last_.step_ms:.1f} ms (its weights {last_.limit}-bound), "
     + (f"nearly every expert from batch {int(most.batch.iloc[0])} on (90 % or more): " if len(most) else
        "still short of every expert: ")
     + f"the bytes a step reads grow with the batch toward every expert's weights, and only then does a larger batch "
@@ -1394,7 +1411,7 @@ def tp_step(devices: int, batch: int = 1) -> dict:
     """A decode step of the page's model split over `devices` (weights and caches 1/N each, the floor whole on every
     device), and the two all-reduces per layer it adds (ring: each device sends 2(N-1)/N of the activations), in
     milliseconds."""
-    each = priced_step(roofline.decode_cost(example, batch, moe_context), devices)
+    each = priced_step(batch, devices=devices)
     moved = 2 * (devices - 1) / devices * batch * example.d_model * example.bytes_per_param
     comm = 0.0 if devices == 1 else 2 * example.layers * (latency + moved / link)
     return dict(devices=devices, floor_ms=each["floor_ms"], bytes_ms=each["bytes_ms"], communication_ms=comm * 1e3,
