@@ -151,8 +151,8 @@ def http_get(url: str, timeout_s: float = 5.0, max_bytes: int = 4 * 2**20) -> tu
                 conn.request("GET", path or "/")
                 response = conn.getresponse()
                 body = response.read(max_bytes)
-            except (OSError, http.client.HTTPException):
-                if watchdog.fired:
+            except (OSError, http.client.HTTPException) as error:
+                if watchdog.fired or isinstance(error, TimeoutError):  # the socket's own timeout can fire first
                     raise TimeoutError(f"no whole reply within {timeout_s:g} s") from None
                 raise
             if watchdog.fired:

@@ -222,9 +222,10 @@ display(Markdown(
     f"**{other.name}.** {other.flops / gpu.flops:.2f}x the arithmetic and {other.bandwidth / gpu.bandwidth:.2f}x the "
     f"bandwidth of the {gpu.name} move the ridge from {gpu.ridge:.0f} to **{other.ridge:.0f} FLOP/byte**: prefill "
     f"turns compute-bound at **{int(swapped.prefill_crossover_tokens)} tokens** instead of "
-    f"{int(mine.prefill_crossover_tokens)}, and the decode floor goes from {mine.decode_floor_ms:.2f} to "
+    f"{int(mine.prefill_crossover_tokens)}, and decode's bandwidth bound (its weights over the bandwidth, which the "
+    f"course page calls the decode floor) goes from {mine.decode_floor_ms:.2f} to "
     f"**{swapped.decode_floor_ms:.2f} ms**, in proportion to the bandwidth alone.\n\n"
-    f"**{big.name}.** {large.weight_gb:,.3g} GB of matmul weights in BF16; its decode floor on one {gpu.name} would "
+    f"**{big.name}.** {large.weight_gb:,.3g} GB of matmul weights in BF16; its bandwidth bound on one {gpu.name} would "
     f"be **{large.decode_floor_ms:.2f} ms**, " + (
         f"with room for {large.cache_tokens_that_fit:,.0f} tokens of cache." if large.gpus_for_weights == 1 else
         f"on paper only: they need {int(large.gpus_for_weights)} GPUs before any cache (with tensor parallelism about "
@@ -234,8 +235,8 @@ display(Markdown(
     + f" Llama-3-8B leaves room for {mine.cache_tokens_that_fit:,.0f} tokens."))
 
 # %% [markdown]
-# **Takeaway: another GPU moves the ridge, the prefill crossover and the decode floor together; a model whose weights
-# do not fit has a decode floor only on paper: capacity, not bandwidth, decides the first design choice.**
+# **Takeaway: another GPU moves the ridge, the prefill crossover and decode's bandwidth bound together; a model whose
+# weights do not fit has a bandwidth bound only on paper: capacity, not bandwidth, decides the first design choice.**
 #
 # ## Batching moves decode toward the ridge, until the caches stop it
 #
@@ -1513,7 +1514,7 @@ display(Markdown(
 # ## Try it
 #
 # * Set `course_gpu = "H200"`: the same FLOP rate with more bandwidth. Where do the ridge, the prefill crossover and
-#   the decode floor go?
+#   decode's bandwidth bound go?
 
 # %% tags=["answer"] jupyter={"source_hidden": true}
 _h = roofline.HARDWARE["H200"]
@@ -1521,7 +1522,7 @@ _fits = roofline.batch_that_fits(big, _h, 1)
 _moved = (f"The {_h.name} has {_h.flops / gpu.flops:.2f}x the {gpu.name}'s FLOP rate and {_h.bandwidth / gpu.bandwidth:.2f}x "
           f"its bandwidth, so the ridge falls from {gpu.ridge:.0f} to **{_h.ridge:.0f} FLOP/byte** and prefill turns "
           f"compute-bound at **{roofline.prefill_crossover(llama8, _h)} tokens** instead of "
-          f"{roofline.prefill_crossover(llama8, gpu)}. The decode floor falls with the bandwidth alone, from "
+          f"{roofline.prefill_crossover(llama8, gpu)}. Decode's bandwidth bound falls with the bandwidth alone, from "
           f"{roofline.decode_floor(llama8, gpu) * 1e3:.2f} to **{roofline.decode_floor(llama8, _h) * 1e3:.2f} ms** a "
           f"step. " if _h is not gpu else f"This page already uses the {_h.name}: its tables above are the answer. ")
 display(Markdown(

@@ -203,7 +203,8 @@ def test_an_engine_killed_mid_run_fails_every_request_and_leaves_nothing_running
     assert sum(counts.values()) == n and set(counts) <= {"reset", "incomplete", "refused"}, counts
     cut = [t for t in traces if t.chunk_times]  # in flight when the engine died: what arrived is kept
     assert cut and all(t.error_kind in ("reset", "incomplete") for t in cut)
-    assert counts.get("refused", 0) >= 1  # the requests sent after it died
+    # A request sent after it died is refused, or reset where the group's surviving worker still held the
+    # listening socket: which, depends on the kernel's timing, not on the client, so no count of either is asserted.
     for t in traces:
         with pytest.raises(ValueError, match="failed"):
             t.metrics()
