@@ -361,9 +361,10 @@ print(f"{before} of {len(ratio)} points straddled their band after {runs} runs; 
 # %% [markdown]
 # The points, with the regime of each by the one rule (`lib.regime`): within `REGIME_SLACK` of its prediction, the
 # regime of its largest term; further above, unexplained; faster than its floor, a ceiling is wrong (and the build
-# stops, since chapter 0's table would then understate this machine). A short pass priced at `F(T)` whose intensity
-# lies left of the balance point is [**few-row-kernel-bound**](glossary.md#regimes): by the roofline its bytes would
-# set its time, so what it pays for is the matrix kernel's slow rate at that few rows, not arithmetic.
+# stops, since chapter 0's table would then understate this machine). A short pass priced at `F(T)` whose `2T / b`
+# lies below its configuration's balance point (computed as above) is
+# [**few-row-kernel-bound**](glossary.md#regimes): by the roofline its bytes would set its time, so what it pays for
+# is the matrix kernel's slow rate at that few rows, not arithmetic.
 
 # %%
 faults = runs_table.groupby(keys, sort=False).faults.median()
@@ -374,13 +375,19 @@ sweep["tokens_per_s"] = sweep.prompt_tokens / sweep.time_ms * 1e3
 sweep["achieved_gflop_s"] = [roofline.prefill_cost(base_shape, p, logits="last").flops / (t * 1e-3) / 1e9
                              for p, t in zip(sweep.prompt_tokens, sweep.time_ms)]
 pass_price = {k: cost[k[:2]].prefill(k[2], fresh_pages=faults[k]) for k in spread}
+def balance_of(dt: str, n: int) -> float:
+    """A configuration's balance point, as this page computes it above: the fastest rate of the model's matrices
+    at this chapter's prompt lengths over the streaming read, FLOP per byte."""
+    return max(ceilings.matrix_rate(model_name, dt, n, p) for p in prompts) / ceilings.stream_bandwidth(dt, n)
+
+
 def regime_of(k, measured: Spread | None = None) -> regime.Regime:
     """The one rule's label of the pass ``k`` = (dtype, threads, tokens) (its runs, or ``measured``), told where it
-    lies against its configuration's balance point (the square product's rate over the streaming read, as chapter
-    6's ridge)."""
-    (dt, n, t), shape = k, base_shape.with_dtype(k[0])
-    return regime.regime(spread[k] if measured is None else measured, pass_price[k], intensity=roofline.prefill_cost(shape, t, logits="last").intensity,
-                         balance=ceilings.square_flops(dt, n) / ceilings.stream_bandwidth(dt, n))
+    lies against its configuration's balance point: its matrices' intensity, `2T / b` FLOP per weight byte, as the
+    balance point section computes it."""
+    dt, n, t = k
+    return regime.regime(spread[k] if measured is None else measured, pass_price[k],
+                         intensity=2 * t / base_shape.with_dtype(dt).bytes_per_param, balance=balance_of(dt, n))
 
 
 labels = [regime_of(tuple(k)) for k in sweep[keys].itertuples(index=False)]

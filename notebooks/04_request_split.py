@@ -203,7 +203,7 @@ show(register.decide("ttft_rises_with_prompt", (claims.verdict_of(rise.low > 0, 
                      all=", ".join(f"{p} tokens {t:.0f} ms" for p, t in ttft_by_prompt.ttft_ms.items())))
 
 # %% [markdown]
-# ## Does TPOT grow with the prompt?
+# ## Does TPOT grow with the context?
 #
 # A decode step reads every weight and the whole KV cache. The cache grows by `kv_bytes_per_token` for each token
 # of context, the weights not at all. The context of a decode step is the prompt plus the tokens decoded so far; a

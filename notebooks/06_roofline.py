@@ -421,7 +421,9 @@ for series, table in (("prefill", prefill), ("decode", decode), ("batched decode
                          intensity_flop_per_byte=cost.intensity, predicted_ms=pred.best * 1e3,
                          predicted_median_ms=pred.median * 1e3, largest_term=top2[0].name,
                          largest_share=top2[0].best / pred.best, second_term=top2[1].name,
-                         second_share=top2[1].best / pred.best, predicted=f"{label.limit}-bound", rule_label=label.label,
+                         second_share=top2[1].best / pred.best,
+                         predicted=("few-row-kernel-bound" if label.limit == "compute" and cost.intensity < ridge
+                                    else f"{label.limit}-bound"), rule_label=label.label,
                          regime=shown_regime(label, pred), explained=label.explained,
                          blocks_ms=pred.term("block matrices").best * 1e3,
                          blocks_one_row_ms=model.kernel("blocks", 1).best * 1e3,
@@ -821,6 +823,8 @@ size_rows, prefill_rows, built, profiled, paid_rows = [], [], [], [], []
 first_twelve = next((n for n in plan[plan.status == "run"]["size"] if gpt2_sizes.SIZES[n].layers == 12), None)
 on_floor = [n for n in plan[plan.status == "run"]["size"] if size_plan.set_index("size").side[n] == "on the floor"]
 profiled_size = on_floor[-1] if on_floor else first_twelve  # where the claims on the floor are decided
+pacer = machine.Pacer(ceilings, reference_model, "fp32", threads, device)  # the machine's speed, watched
+pacer.check("before the size sweep")
 sweep_started = time.perf_counter()
 for p in progress(list(plan[plan.status == "run"].itertuples()), desc="size sweep"):  # one line in a build
     started, faults_before = time.perf_counter(), timing.page_faults()
@@ -856,6 +860,7 @@ for p in progress(list(plan[plan.status == "run"].itertuples()), desc="size swee
     del models_, caches
     gc.collect()
 sweep_s = time.perf_counter() - sweep_started
+pacer.check("after it")
 size_runs_table = pd.concat(size_rows, ignore_index=True)[["size", "dtype", "context_tokens", "run", "step_ms",
                                                             "faults_per_step"]]
 size_prefill = pd.concat(prefill_rows, ignore_index=True)
@@ -1071,15 +1076,19 @@ prices = size_plan.set_index("size")
 ratios = {n: step_spread(n, "fp32", short_c) * (1 / prices.step_ms[n]) for n in ran}
 pooled = claims.geomean_of(list(ratios.values()))
 out, straddling = claims.outside(ratios, 1 / claims.PREDICTED_TIME, claims.PREDICTED_TIME)
-count = (f"{len(ran) - len(out) - len(straddling)} of {len(ran)} lie within {claims.PREDICTED_TIME}x of their price"
-         + (", outside: " + ", ".join(f"{n} {ratios[n].text('.2f', 'x')}" for n in out) if out else "")
-         + (", straddling: " + ", ".join(f"{n} {ratios[n].text('.2f', 'x')}" for n in straddling) if straddling else ""))
+inside = len(ran) - len(out) - len(straddling)
+count = (f"{inside} of {len(ran)} size{'s' * (len(ran) != 1)} {'lies' if inside == 1 else 'lie'} wholly within "
+         f"{claims.PREDICTED_TIME}x of {'its' if inside == 1 else 'their'} price"
+         + ("; wholly outside it: " + ", ".join(f"{n} {ratios[n].text('.2f', 'x')}" for n in out) if out else "")
+         + ("; reaching across its edge: " + ", ".join(f"{n} {ratios[n].text('.2f', 'x')}" for n in straddling)
+            if straddling else ""))
 worst = max(ratios, key=lambda n: abs(math.log(ratios[n].mid)))
 why = (f"{worst} took {ratios[worst].mid:.2f}x its price; its floor is {prices.floor_ms[worst]:.1f} ms of "
        f"{prices.step_ms[worst]:.1f} priced.")
 show(register.decide("size_steps_as_priced", claims.within(pooled, 1.0, claims.PREDICTED_TIME),
                      predicted="1.00x", measured=pooled.text(".2f", "x"), evidence=f"{len(ran)} sizes, fp32, context "
-                     f"{short_c}, {where}", n=len(ran), ratio=pooled.text(".2f", "x"), count=count, why=why))
+                     f"{short_c}, {where}", n=len(ran), ratio=pooled.text(".2f", "x"), count=count,
+                     why=why + (f" {pacer.note()}" if pacer.note() else "")))
 quick_ = by_size[by_size.step_ms_high < by_size.weights_ms]  # the whole step faster than its weights alone, as priced
 if len(quick_):
     show(f"{', '.join(quick_['size'])} ran faster than {'its' if len(quick_) == 1 else 'their'} weights alone take at "
@@ -1169,6 +1178,17 @@ show(register.decide("prefill_floor_length_as_priced", length_verdict,
                      f"prompts of {', '.join(map(str, size_prompts))} tokens (a length at the longest tried is a lower "
                      "bound)", lengths=", ".join(f"{'≥' if flat[n] == longest else ''}{flat[n]} ({n})" for n in flat),
                      predicted_lengths=", ".join(f"{'≥' if flat_priced[n] == longest else ''}{flat_priced[n]}" for n in flat)))
+
+
+# %% [markdown]
+# Every price in this sweep is made of chapter 0's ceilings, measured minutes earlier, and a shared machine's speed
+# drifts (another tenant, the clock). So the chapter timed the kernel a decode step's price rests on, the reference
+# model's matrices at one row, the way chapter 0 did, once before the size sweep and once after it
+# (`lib.machine.Pacer`, nine calls each). If the machine ran it at another speed, every price above is off by about
+# as much on that account alone.
+
+# %%
+show(pacer.claim(register, results, "the size sweep"))
 
 # %% [markdown]
 # **Where a price can miss, one layer down.** The sweep timed each size's floor as chapter 0 timed its models':
@@ -1330,20 +1350,24 @@ dense_flops = 2 * example.matmul_params  # per token, in its matrices
 
 def priced_step(batch: int, weight_bytes: float = dense_bytes, weight_flops: float = dense_flops,
                 devices: int = 1) -> dict:
-    """The cost model's price of the page's dense decode step at `batch` sequences of `moe_context` tokens, on each of
-    `devices` holding 1/N of its weights and caches, with its weights' terms scaled to `weight_bytes` read (or, where
-    the cost model prices the matrices by their arithmetic, to `weight_flops` per token): the dispatch, which every
-    device pays whole since each issues every layer's operations; the weights; the rest (attention, the cache's copy,
-    page faults). Milliseconds, and the limit of the weights' terms."""
+    """The cost model's price of the page's dense decode step at `batch` sequences of `moe_context` tokens, changed
+    as a design changes it, on each of `devices` holding 1/N of its weights and caches. Its weights: the larger of
+    `weight_bytes` at the rate one row streams the dense weights and the dense matrices' price scaled to
+    `weight_flops` per token (the cost model's matrices at F(rows) where the batch makes them arithmetic), 1/N each.
+    Its floor: the dense step's dispatch at the cost per operation of the bytes each device streams between its
+    operations (`lib.sizes.operation_cost`: on this CPU the floor grows with them, as the size sweep found); every
+    device issues every operation. The rest (attention, the cache's copy, page faults): 1/N each. Milliseconds."""
     pred = dense.decode(moe_context, batch=batch)
-    floor = pred.term("dispatch").best
-    matrices = [pred.term(name) for name in ("block matrices", "LM head")]
-    weights = sum(t.best * (weight_bytes / dense_bytes if t.limit == "memory" else weight_flops / dense_flops)
-                  for t in matrices)
-    rest = pred.best - floor - sum(t.best for t in matrices)
-    limit = "memory" if all(t.limit == "memory" for t in matrices) else "compute"
-    return dict(floor_ms=floor * 1e3, bytes_ms=(weights + rest) / devices * 1e3, weights_ms=weights / devices * 1e3,
-                limit=limit)
+    dispatch = pred.term("dispatch").best
+    per_op = lambda b: gpt2_sizes.operation_cost(ceilings, b, points_dtype, threads, "decode", batch, model_name)[0]
+    floor = dispatch * per_op(weight_bytes / devices) / per_op(dense_bytes)
+    matrices = sum(pred.term(name).best for name in ("block matrices", "LM head"))
+    one_row = dense.kernel("blocks", 1).best + dense.kernel("head", 1).best  # the dense weights, streamed at one row
+    by_bytes, by_flops = one_row * weight_bytes / dense_bytes, matrices * weight_flops / dense_flops
+    weights = max(by_bytes, by_flops) / devices
+    rest = (pred.best - dispatch - matrices) / devices
+    return dict(floor_ms=floor * 1e3, weights_ms=weights * 1e3, cache_ms=rest * 1e3, bytes_ms=(weights + rest) * 1e3,
+                limit="bytes" if by_bytes >= by_flops else "arithmetic")
 
 
 alone_step = priced_step(1)
@@ -1353,7 +1377,10 @@ show(f"The example mixture: **E = {moe_experts}** experts per layer, **k = {moe_
      f"**{prose.ms((alone_step['floor_ms'] + alone_step['bytes_ms']) / 1e3)}**: chapter 0's dispatch "
      f"(**{prose.ms(alone_step['floor_ms'] / 1e3)}**), its weights ({prose.ms(alone_step['weights_ms'] / 1e3)}, about "
      f"the rate its matrix-vector products stream, **{kernel_rate / 1e9:.1f} GB/s**) and attention and the cache's "
-     f"copy (the rest). The assumed link: **{link / 1e9:.1f} GB/s** (chapter 0's "
+     f"copy ({prose.ms(alone_step['cache_ms'] / 1e3)}). A design's weights cost the larger of their bytes at that "
+     f"rate and their arithmetic at the rate the cost model gives the dense matrices; its floor, the dispatch at the "
+     f"cost per operation of the bytes streamed between the operations (the size sweep above found it grows with "
+     f"them). The assumed link: **{link / 1e9:.1f} GB/s** (chapter 0's "
      f"streaming copy) and **{latency * 1e6:.1f} us** of latency per all-reduce (chapter 0's cost of issuing one "
      f"operation alone), two all-reduces in each of its {example.layers} layers.")
 
@@ -1392,11 +1419,11 @@ display(Markdown(
     f"The example: {example.name}'s shape with {moe_experts} experts of {expert * example.layers * example.bytes_per_param / 1e6:,.0f} MB "
     f"each (all layers), {moe_active} active: {all_read / 1e6:,.0f} MB of weights in all, of which one token uses "
     f"{active_only / 1e6:,.0f} MB. At batch {int(first_.batch)} a step reads **{first_.experts_read:.1f} of {moe_experts}** experts per "
-    f"layer, {first_.step_mb:,.0f} MB: **{first_.step_ms:.1f} ms**, its dispatch {first_.floor_ms:.1f} ms plus "
-    f"{first_.weights_ms:.1f} ms of weights and {first_.bytes_ms - first_.weights_ms:.1f} ms of cache work (its "
-    f"weights {first_.limit}-bound). "
+    f"layer, {first_.step_mb:,.0f} MB: **{first_.step_ms:.1f} ms**, its floor {first_.floor_ms:.1f} ms plus "
+    f"{first_.weights_ms:.1f} ms of weights (set by their {first_.limit}) and {first_.cache_ms:.1f} ms of cache work. "
     f"At batch {int(last_.batch)} it reads {last_.experts_read:.1f} of {moe_experts}, {last_.step_mb:,.0f} MB, "
-    f"{last_.step_ms:.1f} ms (its weights {last_.limit}-bound), "
+    f"{last_.step_ms:.1f} ms: {last_.weights_ms:.1f} ms of weights (set by their {last_.limit}) and "
+    f"{last_.cache_ms:.1f} ms of its {int(last_.batch)} caches' work, "
     + (f"nearly every expert from batch {int(most.batch.iloc[0])} on (90 % or more): " if len(most) else
        "still short of every expert: ")
     + f"the bytes a step reads grow with the batch toward every expert's weights, and only then does a larger batch "
@@ -1409,9 +1436,9 @@ moe.round(2).set_index("batch")
 
 # %%
 def tp_step(devices: int, batch: int = 1) -> dict:
-    """A decode step of the page's model split over `devices` (weights and caches 1/N each, the floor whole on every
-    device), and the two all-reduces per layer it adds (ring: each device sends 2(N-1)/N of the activations), in
-    milliseconds."""
+    """A decode step of the page's model split over `devices` (weights and caches 1/N each; every operation issued on
+    every device, each at the cost of the bytes that device streams), and the two all-reduces per layer it adds (ring:
+    each device sends 2(N-1)/N of the activations), in milliseconds."""
     each = priced_step(batch, devices=devices)
     moved = 2 * (devices - 1) / devices * batch * example.d_model * example.bytes_per_param
     comm = 0.0 if devices == 1 else 2 * example.layers * (latency + moved / link)
@@ -1432,7 +1459,8 @@ display(Markdown(
     f"{prose.ms(one_.bytes_ms / 1e3)}; on {int(top_.devices)} each device's share of the bytes takes "
     f"{prose.ms(top_.bytes_ms / 1e3)}, "
     f"{one_.bytes_ms / top_.bytes_ms:.0f} times less, but each device still issues every layer's operations, so the "
-    f"floor stays {prose.ms(top_.floor_ms / 1e3)}, and the {2 * example.layers} all-reduces add **{top_.communication_ms:.2f} ms** "
+    f"floor only falls to {prose.ms(top_.floor_ms / 1e3)} (each operation cheaper with fewer bytes streamed between "
+    f"them, as the size sweep found), and the {2 * example.layers} all-reduces add **{top_.communication_ms:.2f} ms** "
     f"(at the assumed {latency * 1e6:.1f} us and {link / 1e9:.1f} GB/s each): the step is **{top_.speedup:.1f} times "
     f"quicker**, not {top_.devices / one_.devices:.0f}, with the floor {top_.floor_share:.0%} of it and communication "
     f"{top_.communication_share:.0%}. "
@@ -1445,8 +1473,9 @@ tp.round(3).set_index("devices")
 # %% [markdown]
 # **Takeaway: a mixture of experts makes a single sequence's decode read only its active experts, but a batch reads
 # the union of its tokens' experts, so its bytes per step grow with the batch until every expert is read; tensor
-# parallelism divides decode's bytes by the devices but not its floor, and adds a cost per layer that does not
-# divide either, so the gain shrinks as the bytes per device do.**
+# parallelism divides decode's bytes by the devices but not its operations (their cost falls only as far as the
+# bytes streamed between them do), and adds a cost per layer that does not divide either, so the gain shrinks as the
+# bytes per device do.**
 
 # %% [markdown]
 # ## What these numbers do not show
@@ -1720,7 +1749,8 @@ n_missed = ("One" if len(missed) == 1 else str(len(missed))) + (" more" if also 
 opening.write(opening_text(missed_line),  # too long (a long machine name, many misses): the misses by count only
               opening_text(f"{n_missed} claim{'s' * (len(missed) > 1)} did not hold (the table below names "
                            f"{'it' if len(missed) == 1 else 'them'}). " if missed else ""),
-              opening_text(""))  # shorter still: the evidence table at the end names the misses
+              opening_text(""),  # shorter still: the evidence table at the end names the misses
+              after=pacer.note())  # why the prices missed, when the machine itself ran at another speed
 
 # %% [markdown]
 # ## Key terms

@@ -3,6 +3,7 @@ messages produced by the library, and every text from a student's files inert in
 
 import ast
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -217,6 +218,13 @@ def test_every_session_plan_names_sections_and_questions_the_chapters_have_and_f
         minutes = teaching.session_minutes(session, notebooks, quick)
         assert minutes["total"] == pytest.approx(sum(v for k, v in minutes.items() if k != "total"))
         assert minutes["total"] <= session.minutes, (session.title, minutes)
+        page = teaching._plan_html(session, notebooks, quick)  # what the teacher reads adds up as printed
+        parts, total = re.search(r"Adds up to</b> ([\d. +]+) = <b>([\d.]+) min", page).groups()
+        assert sum(map(float, parts.split(" + "))) == pytest.approx(float(total)), page
+        read = float(parts.split(" + ")[3])
+        chapters = re.search(r"Read in class</b>.*?: (.*?)\. Each chapter", page).group(1)
+        assert sum(map(int, re.findall(r"\((\d+) min\)", chapters))) == read, chapters
+        assert float(total) <= session.minutes
 
 
 def test_a_section_s_reading_time_counts_only_its_cells(tmp_path):

@@ -369,9 +369,10 @@ def _plan_html(session: Session, notebooks: dict[str, Path], quick_s: dict[str, 
     ran = runs_of(stems)  # with the chapters they read, which a fresh machine runs first
     before = [s for s in ran if s not in stems]
     swapped = [s for s in stems if 'quick="tiny-gpt2"' in (REPO_ROOT / "notebooks" / f"{s}.py").read_text()]
+    read_min = [round(page(notebooks[stem], sections).minutes) for stem, sections in session.read]  # as printed
     reading = "; ".join(f"<b>{_escape(stem)}</b> " + ("whole" if sections is None else
                                                      ", ".join(f"“{_escape(h)}”" for h in sections))
-                        + f" ({page(notebooks[stem], sections).minutes:.0f} min)" for stem, sections in session.read)
+                        + f" ({m} min)" for (stem, sections), m in zip(session.read, read_min))
     unmeasured = [s for s in ran if s not in quick_s]
     run = (f"<code>.venv/bin/python -m lib.make.book --quick {' '.join(stems)}</code>"
            + (f" (it runs {', '.join(before)} first, which {'they read' if len(stems) > 1 else 'it reads'}, on a "
@@ -381,7 +382,11 @@ def _plan_html(session: Session, notebooks: dict[str, Path], quick_s: dict[str, 
     questions = "".join(f"<li>{_escape(stem)}, question {n}: {_escape(_plain(check_questions(notebooks[stem])[n]))}</li>"
                         for stem, n in session.discuss)
     steps = sum(page(notebooks[stem], sections).predictions for stem, sections in session.read)
-    over = minutes["total"] - session.minutes
+    # the sum is written out from the parts as they print, so that it adds up on the page
+    shown = dict(start=round(minutes["start"]), run=round(minutes["run"], 1), predict=round(minutes["predict"]),
+                 read=sum(read_min), discuss=round(minutes["discuss"]))
+    total = round(sum(shown.values()), 1)
+    over = total - session.minutes
     verdict = (f"{over:.0f} min over: set the reading of the last chapter as homework before the session"
                if over > 0 else f"{-over:.0f} min to spare")
     return (f"<h3>{session.minutes} minutes: {_escape(session.title)}</h3><ul>"
@@ -391,8 +396,8 @@ def _plan_html(session: Session, notebooks: dict[str, Path], quick_s: dict[str, 
             f"Then, in the sections read, each \"Predict first\" step before the cells below it run "
             f"({minutes['predict']:.0f} min in all: {PREDICT_MIN} min for this question and for each of the "
             f"{steps} step{'s' if steps != 1 else ''}).</li>"
-            f"<li><b>Read in class</b> ({minutes['read']:.0f} min at reading pace; about "
-            f"{2 * minutes['read']:.0f} at study pace: set what does not fit as reading before the session): "
+            f"<li><b>Read in class</b> ({shown['read']} min at reading pace; about "
+            f"{2 * shown['read']} at study pace: set what does not fit as reading before the session): "
             f"{reading}. Each chapter's “{FOUND}” states this run's answers: read it last, once the predictions "
             f"are on paper."
             + (f" Quick mode runs the tiny GPT-2 where the book runs a larger model ({', '.join(swapped)}): the "
@@ -403,8 +408,8 @@ def _plan_html(session: Session, notebooks: dict[str, Path], quick_s: dict[str, 
             "<li><b>Collect</b>: each student runs <code>make class-zip QUICK=1</code> and hands in the zip; "
             "<code>make class DIRS=...</code> and <code>make html</code> then publish the class page: every "
             f"machine's {_class_columns(ran)} side by side, with how many claims held on each.</li>"
-            f"<li><b>Adds up to</b> {minutes['start']:.0f} + {minutes['run']:.1f} + {minutes['predict']:.0f} + "
-            f"{minutes['read']:.0f} + {minutes['discuss']:.0f} = <b>{minutes['total']:.0f} min</b> of "
+            f"<li><b>Adds up to</b> {shown['start']} + {shown['run']:.1f} + {shown['predict']} + "
+            f"{shown['read']} + {shown['discuss']} = <b>{total:g} min</b> of "
             f"{session.minutes} (start, run, predict, read, discuss): {verdict}.</li></ul>")
 
 
