@@ -1072,6 +1072,17 @@ def lean_words(m: Spread, target: float, factor: float) -> str:
             + (", nearer its edge than the prediction," if far else ",") + " and the interval crosses that edge")
 
 
+def fastest_note() -> str:
+    """Where the machine's fastest call ran slower than chapter 0's around the sweep (the prices are made of
+    chapter 0's fastest calls), how much slower: the part of a miss that is the machine's, not the price's."""
+    slowest = max((p.fastest for p in pacer.moments.values()), default=1.0)
+    if slowest <= 1 + claims.NOISE:
+        return ""
+    return (f" Every price here is made of chapter 0's fastest calls; around the sweep the fastest call of "
+            f"{reference_model}'s matrices at one row took {slowest:.2f}x chapter 0's fastest (`pace.csv`), so about "
+            f"that much of the miss is the machine's speed, not the price: {pooled.mid / slowest:.2f}x is what is left.")
+
+
 prices = size_plan.set_index("size")
 ratios = {n: step_spread(n, "fp32", short_c) * (1 / prices.step_ms[n]) for n in ran}
 pooled = claims.geomean_of(list(ratios.values()))
@@ -1088,7 +1099,7 @@ why = (f"{worst} took {ratios[worst].mid:.2f}x its price; its floor is {prices.f
 show(register.decide("size_steps_as_priced", claims.within(pooled, 1.0, claims.PREDICTED_TIME),
                      predicted="1.00x", measured=pooled.text(".2f", "x"), evidence=f"{len(ran)} sizes, fp32, context "
                      f"{short_c}, {where}", n=len(ran), ratio=pooled.text(".2f", "x"), count=count,
-                     why=why + (f" {pacer.note()}" if pacer.note() else "")))
+                     why=why + (f" {pacer.note()}" if pacer.note() else "") + fastest_note()))
 quick_ = by_size[by_size.step_ms_high < by_size.weights_ms]  # the whole step faster than its weights alone, as priced
 if len(quick_):
     show(f"{', '.join(quick_['size'])} ran faster than {'its' if len(quick_) == 1 else 'their'} weights alone take at "
