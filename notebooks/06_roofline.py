@@ -1004,7 +1004,7 @@ register.claim(
     not_held="over the {n} sizes the steps took **{ratio}** their prices, outside the tolerance for a predicted "
              "time; {count}: {why}",
     unresolved="over the {n} sizes the steps took **{ratio}** their prices, an interval that crosses the edge of the "
-               "tolerance for a predicted time, so this run cannot call it; {count}.")
+               "tolerance for a predicted time, so this run cannot call it; {count}.{fastest}")
 register.claim(
     "floor_gives_way_where_predicted",
     "A line through the 12-layer models' steps against their weight bytes (a floor with no bytes, plus a cost per "
@@ -1099,7 +1099,8 @@ why = (f"{worst} took {ratios[worst].mid:.2f}x its price; its floor is {prices.f
 show(register.decide("size_steps_as_priced", claims.within(pooled, 1.0, claims.PREDICTED_TIME),
                      predicted="1.00x", measured=pooled.text(".2f", "x"), evidence=f"{len(ran)} sizes, fp32, context "
                      f"{short_c}, {where}", n=len(ran), ratio=pooled.text(".2f", "x"), count=count,
-                     why=why + (f" {pacer.note()}" if pacer.note() else "") + fastest_note()))
+                     why=why + (f" {pacer.note()}" if pacer.note() else "") + fastest_note(),
+                     fastest=fastest_note()))
 quick_ = by_size[by_size.step_ms_high < by_size.weights_ms]  # the whole step faster than its weights alone, as priced
 if len(quick_):
     show(f"{', '.join(quick_['size'])} ran faster than {'its' if len(quick_) == 1 else 'their'} weights alone take at "
