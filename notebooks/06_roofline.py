@@ -1004,7 +1004,7 @@ register.claim(
     not_held="over the {n} sizes the steps took **{ratio}** their prices, outside the tolerance for a predicted "
              "time; {count}: {why}",
     unresolved="over the {n} sizes the steps took **{ratio}** their prices, an interval that crosses the edge of the "
-               "tolerance for a predicted time, so this run cannot call it; {count}.{fastest}")
+               "tolerance for a predicted time, so this run cannot call it; {count}.")
 register.claim(
     "floor_gives_way_where_predicted",
     "A line through the 12-layer models' steps against their weight bytes (a floor with no bytes, plus a cost per "
@@ -1072,17 +1072,6 @@ def lean_words(m: Spread, target: float, factor: float) -> str:
             + (", nearer its edge than the prediction," if far else ",") + " and the interval crosses that edge")
 
 
-def fastest_note() -> str:
-    """Where the machine's fastest call ran slower than chapter 0's around the sweep (the prices are made of
-    chapter 0's fastest calls), how much slower: the part of a miss that is the machine's, not the price's."""
-    slowest = max((p.fastest for p in pacer.moments.values()), default=1.0)
-    if slowest <= 1 + claims.NOISE:
-        return ""
-    return (f" Every price here is made of chapter 0's fastest calls; around the sweep the fastest call of "
-            f"{reference_model}'s matrices at one row took {slowest:.2f}x chapter 0's fastest (`pace.csv`), so about "
-            f"that much of the miss is the machine's speed, not the price: {pooled.mid / slowest:.2f}x is what is left.")
-
-
 prices = size_plan.set_index("size")
 ratios = {n: step_spread(n, "fp32", short_c) * (1 / prices.step_ms[n]) for n in ran}
 pooled = claims.geomean_of(list(ratios.values()))
@@ -1099,8 +1088,7 @@ why = (f"{worst} took {ratios[worst].mid:.2f}x its price; its floor is {prices.f
 show(register.decide("size_steps_as_priced", claims.within(pooled, 1.0, claims.PREDICTED_TIME),
                      predicted="1.00x", measured=pooled.text(".2f", "x"), evidence=f"{len(ran)} sizes, fp32, context "
                      f"{short_c}, {where}", n=len(ran), ratio=pooled.text(".2f", "x"), count=count,
-                     why=why + (f" {pacer.note()}" if pacer.note() else "") + fastest_note(),
-                     fastest=fastest_note()))
+                     why=why + (f" {pacer.note()}" if pacer.note() else "")))
 quick_ = by_size[by_size.step_ms_high < by_size.weights_ms]  # the whole step faster than its weights alone, as priced
 if len(quick_):
     show(f"{', '.join(quick_['size'])} ran faster than {'its' if len(quick_) == 1 else 'their'} weights alone take at "
@@ -1389,10 +1377,14 @@ show(f"The example mixture: **E = {moe_experts}** experts per layer, **k = {moe_
      f"**{prose.ms((alone_step['floor_ms'] + alone_step['bytes_ms']) / 1e3)}**: chapter 0's dispatch "
      f"(**{prose.ms(alone_step['floor_ms'] / 1e3)}**), its weights ({prose.ms(alone_step['weights_ms'] / 1e3)}, about "
      f"the rate its matrix-vector products stream, **{kernel_rate / 1e9:.1f} GB/s**) and attention and the cache's "
-     f"copy ({prose.ms(alone_step['cache_ms'] / 1e3)}). A design's weights cost the larger of their bytes at that "
-     f"rate and their arithmetic at the rate the cost model gives the dense matrices; its floor, the dispatch at the "
-     f"cost per operation of the bytes streamed between the operations (the size sweep above found it grows with "
-     f"them). The assumed link: **{link / 1e9:.1f} GB/s** (chapter 0's "
+     f"copy ({prose.ms(alone_step['cache_ms'] / 1e3)}), at context {moe_context} with no page faults counted (the "
+     f"roofline table above prices the middle of a run's context, with the faults it counted). A design's weights "
+     f"cost the larger of their bytes at that rate and their arithmetic at the rate the cost model gives the dense "
+     f"matrices; its floor, the dispatch at the cost per operation of the bytes streamed between the operations "
+     f"(the size sweep above found it grows with them)"
+     + (f", drawn between the models chapter 0 measured and held at the largest one's ({anchored[-1][0]}, "
+        f"{anchored[-1][1] / 1e6:,.0f} MB) beyond it" if anchored else "") + ". The assumed link: "
+     f"**{link / 1e9:.1f} GB/s** (chapter 0's "
      f"streaming copy) and **{latency * 1e6:.1f} us** of latency per all-reduce (chapter 0's cost of issuing one "
      f"operation alone), two all-reduces in each of its {example.layers} layers.")
 
@@ -1426,6 +1418,7 @@ all_read = (shared + example.layers * moe_experts * expert) * example.bytes_per_
 active_only = (shared + example.layers * moe_active * expert) * example.bytes_per_param
 results.table(moe, "mixture_of_experts_decode")
 first_, last_ = moe.iloc[0], moe.iloc[-1]
+low_ = moe.loc[moe.ms_per_token.idxmin()]  # the batch a token costs least at
 most = moe[moe.experts_read >= 0.9 * moe_experts]
 display(Markdown(
     f"The example: {example.name}'s shape with {moe_experts} experts of {expert * example.layers * example.bytes_per_param / 1e6:,.0f} MB "
@@ -1434,13 +1427,16 @@ display(Markdown(
     f"layer, {first_.step_mb:,.0f} MB: **{first_.step_ms:.1f} ms**, its floor {first_.floor_ms:.1f} ms plus "
     f"{first_.weights_ms:.1f} ms of weights (set by their {first_.limit}) and {first_.cache_ms:.1f} ms of cache work. "
     f"At batch {int(last_.batch)} it reads {last_.experts_read:.1f} of {moe_experts}, {last_.step_mb:,.0f} MB, "
-    f"{last_.step_ms:.1f} ms: {last_.weights_ms:.1f} ms of weights (set by their {last_.limit}) and "
-    f"{last_.cache_ms:.1f} ms of its {int(last_.batch)} caches' work, "
+    f"{last_.step_ms:.1f} ms: its floor {last_.floor_ms:.1f} ms, {last_.weights_ms:.1f} ms of weights (set by their "
+    f"{last_.limit}) and {last_.cache_ms:.1f} ms of its {int(last_.batch)} caches' work, "
     + (f"nearly every expert from batch {int(most.batch.iloc[0])} on (90 % or more): " if len(most) else
        "still short of every expert: ")
     + f"the bytes a step reads grow with the batch toward every expert's weights, and only then does a larger batch "
     f"add no weight bytes, as it adds none for a dense model. Per token the step costs {first_.ms_per_token:.1f} ms at batch {int(first_.batch)} "
-    f"and {last_.ms_per_token:.2f} ms at {int(last_.batch)}."))
+    f"and {last_.ms_per_token:.2f} ms at {int(last_.batch)}"
+    + (f", least at batch {int(low_.batch)} ({low_.ms_per_token:.2f} ms), after which the caches' work "
+       f"({low_.cache_ms:,.0f} ms of its step there, {last_.cache_ms:,.0f} ms at {int(last_.batch)}) grows faster than "
+       "the batch shares the weights" if low_.batch < last_.batch else "") + "."))
 moe.round(2).set_index("batch")
 
 # %% [markdown]
@@ -1734,7 +1730,8 @@ brief = {f"precision_{w}_as_priced": f"a {low16} step {t} took {{m}} fp32's time
          for w, t in (("on_the_floor", "on the floor"), ("past_the_floor", "past the floor"))}
 brief |= {"prefill_floor_length_as_priced": "{far} of {n} sizes' prefill floors ended more than a grid step from "
                                             "their priced lengths (the farthest {m})",
-          "batching_raises_the_rate": "batched decode's rate did not move as priced at every step"}
+          "batching_raises_the_rate": "batched decode's rate did not move as priced at every step",
+          "context_on_the_floor_as_priced": "on the floor, a longer context added {m} the milliseconds its price adds"}
 said = {"size_steps_as_priced", "floor_gives_way_where_predicted"}  # their verdicts are in the opening already
 missed = [r for r in register.rows.values() if r.verdict == claims.NOT_HELD and r.claim not in said]
 far_count = dict(far=sum(v.low > claims.PREDICTED_LENGTH for v in off.values()), n=len(off))  # as its claim counts
