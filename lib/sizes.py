@@ -35,7 +35,7 @@ import transformers
 from transformers import DynamicCache
 
 from lib.costmodel import Prediction, Term
-from lib.machine import MODELS, Ceilings, count_operations, hollowed
+from lib.machine import MODELS, Ceilings, count_operations, hollowed, read_through
 from lib.models import LoadedModel
 from lib.timing import synchronize
 from lib.shapes import GPT2_SMALL, ModelShape
@@ -149,7 +149,7 @@ def floor_paid(model: LoadedModel, context: int, repeats: int) -> dict[str, list
 
     def reads() -> None:
         for w in weights:
-            torch.amax(w)
+            read_through(w)
 
     out: dict[str, list[float]] = {"alone": [], "between": [], "reads": []}
     with torch.inference_mode():

@@ -18,7 +18,7 @@ import torch
 from lib.progress import progress
 
 from lib import phases
-from lib.machine import random_values
+from lib.machine import random_values, read_through
 from lib.models import LoadedModel, random_prompt
 from lib.shapes import ModelShape
 from lib.timing import Timing, measure
@@ -278,7 +278,7 @@ def cache_costs(shape: ModelShape, batch: int, context: int, device: torch.devic
     flush = None
     if flush_bytes:
         other = random_values(max(1, flush_bytes // dtype.itemsize), dtype=dtype, device=device)
-        flush = lambda: torch.amax(other)  # noqa: E731
+        flush = lambda: read_through(other)  # noqa: E731
     with torch.inference_mode():
         return {"attention": measure(attention, device, warmup=warmup, repeats=repeats, use_cuda_events=events),
                 "concatenation": measure(concatenation, device, warmup=warmup, repeats=repeats,

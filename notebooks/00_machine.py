@@ -445,20 +445,25 @@ show(f"The textbook **balance point** in fp32 on {where}: the square product's {
 register.claim(
     "timer_under_one_percent",
     "The harness adds under 1 % to the shortest step the book times.",
-    held="clock reads and the token read-back cost a median **{cost_us:.1f} us**, {share:.3%} of the hollowed step's "
-         "{step} (its fastest call): the timer does not distort the steps.",
-    not_held="clock reads and the token read-back cost a median **{cost_us:.1f} us**, {share:.1%} of the hollowed "
-             "step's {step} (its fastest call), "
+    held="clock reads and the token read-back cost a median **{cost_us:.1f} us**, {share:.2%} of the shortest step "
+         "timed here ({which}'s hollowed decode step, {step} at its fastest call): the timer does not distort the steps.",
+    not_held="clock reads and the token read-back cost a median **{cost_us:.1f} us**, {share:.1%} of the shortest step "
+             "timed here ({which}'s hollowed decode step, {step} at its fastest call), "
              "over the 1 % allowed: the shortest steps read that much too long.")
 cost = timing.overhead(device)
-share = (cost["clock"] + cost["readback"]) / shortest
+steps_timed = ok[(ok.kernel == "dispatch") & (ok.pass_kind == "decode") & (ok.dtype == "fp32")]
+least = steps_timed.loc[steps_timed.best_s.idxmin()] if len(steps_timed) else None  # every model, setting, thread count
+shortest_any, least_model = (float(least.best_s), least.model) if least is not None else (shortest, model)
+share = (cost["clock"] + cost["readback"]) / shortest_any
 results.table(pd.DataFrame([dict(part="clock reads", median_us=cost["clock"] * 1e6),
                             dict(part="token read-back", median_us=cost["readback"] * 1e6),
-                            dict(part="shortest step timed (hollowed decode step, fastest call)", median_us=shortest * 1e6)]),
+                            dict(part=f"shortest step timed ({least_model}'s hollowed decode step, fastest call)",
+                                 median_us=shortest_any * 1e6)]),
               "timer_overhead")
 show(register.decide("timer_under_one_percent", claims.at_most(share, claims.HARNESS), predicted="under 1 %",
-                     measured=f"{share:.3%}", evidence=f"fp32 hollowed decode step of {model}, {where}",
-                     cost_us=(cost["clock"] + cost["readback"]) * 1e6, share=share, step=prose.ms(shortest)))
+                     measured=f"{share:.3%}", evidence=f"fp32 hollowed decode step of {least_model}, {where}",
+                     cost_us=(cost["clock"] + cost["readback"]) * 1e6, share=share, step=prose.ms(shortest_any),
+                     which=least_model))
 
 # %%
 def rate(best: float, median: float, unit: str) -> str:
@@ -479,8 +484,13 @@ with use_threads(most):
 # %%
 harness = {claims.HELD: "under the 1 % allowed", claims.NOT_HELD: "over the 1 % allowed",
            claims.UNRESOLVED: "too close to 1 % to call"}
-decode_meets = {claims.HELD: f"So a decode step's weights stream at about the memory's rate "
-                             f"({gemv[model] / rates['read']:.2f}x the streaming read).",
+_llc = machine.last_level_cache_bytes()
+_wmb = machine.MODELS[model][0].weight_bytes / 1e6
+decode_meets = {claims.HELD: f"So a decode step's weights stream at about the streaming read's rate "
+                             f"({gemv[model] / rates['read']:.2f}x it)"
+                             + (f"; faster than it because the {_llc / 2**20:.0f} MiB last-level cache keeps part of "
+                                f"the {_wmb:.0f} MB of weights between calls" if gemv[model] > rates["read"] and _llc
+                                else "") + ".",
                 claims.NOT_HELD: "So a decode step meets its kernels' rate, not the streaming read's.",
                 claims.UNRESOLVED: "Whether a decode step's weights stream at the memory's rate is too close to call."}
 rows_outcome = {claims.HELD: "as predicted: the same weights stream once",
@@ -493,7 +503,7 @@ opening.write(
     f"{f_many} at {f_rows.index.max():,.0f} rows. With {few} rows they took {t2.best / t1.best:.2f} times as long as "
     f"with one, {rows_outcome[register.verdict('two_rows_cost_no_more')]}. An operation costs {us_alone:.1f} us "
     f"alone and {us_between:.1f} us between weight streams, which the cost model uses (fastest calls); the harness "
-    f"adds {share:.3%}, "
+    f"adds {share:.2%} to the shortest step timed, "
     f"{harness.get(register.verdict('timer_under_one_percent'), 'not measured')}. "
     + decode_meets.get(register.verdict("gemv_reaches_streaming_bandwidth"), ""))
 

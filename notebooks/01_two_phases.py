@@ -150,7 +150,7 @@ cold = phases.run_request(lm, prompt_ids, max_new_tokens, eos_token_id=eos)
 traces = [phases.run_request(lm, prompt_ids, max_new_tokens, eos_token_id=eos) for _ in range(runs)]
 per_run = [metrics.request_metrics(t.request_time, t.token_times) for t in traces]
 cold_m = metrics.request_metrics(cold.request_time, cold.token_times)
-median_run = sorted(range(runs), key=lambda i: per_run[i].e2e)[runs // 2]
+median_run = sorted(range(runs), key=lambda i: per_run[i].ttft)[runs // 2]  # the run drawn: its TTFT the median
 trace, m = traces[median_run], per_run[median_run]
 answer = tokenizer.decode(trace.token_ids, skip_special_tokens=True)
 same = sum(t.token_ids == cold.token_ids for t in traces)
@@ -187,7 +187,7 @@ display(Markdown(
     + (f", the runs ranging from {min(warm_ttft):.0f} to {max(warm_ttft):.0f} ms"
        if f"{min(warm_ttft):.0f}" != f"{max(warm_ttft):.0f}" else "")
     + f". So the warm-up was {warm_up}. "
-    f"Every run below is warm. This is the median run (by end-to-end time); the first tokens and their times:"))
+    f"Every run below is warm. This is the median run by time to the first token; its first tokens and their times:"))
 token_table.head(12).round(1)
 
 # %%
@@ -253,11 +253,11 @@ shape_table
 
 # %% [markdown]
 # So a prefill does `T` times a decode step's arithmetic in the blocks' matrices but reads each weight once, as a
-# decode step does: a prompt token costs between about `1x` and `Tx` less than a decoded one, by how much faster the
+# decode step does: a prompt token costs from about as much as a decoded one down to `T` times less, by how much faster the
 # prompt's matrices run at `F(T)` than a step's at `F(1)` (the rates printed before the request ran, with the
 # prediction asked there), and by the rest of a pass (issuing its operations, attention, the LM head), which a
 # prefill pays once for all `T` tokens and decode once for every token. The book's prediction: a prompt token costs less than a decoded token, and the cost model (`lib.costmodel`, on
-# chapter 0's ceilings) says where between `1x` and `Tx` this machine lands: the model's matrices at `T` rows
+# chapter 0's ceilings) says where in that range this machine lands: the model's matrices at `T` rows
 # run at the rate `F(T)` chapter 0 measured, a decode step's at one row, and attention and issuing the pass are
 # priced beside them.
 
@@ -373,9 +373,8 @@ where_gap = (f"before token {worst_at} of {per_run[worst].n_tokens}; run {run_ta
                 "alone, one run's slow spell such as an interruption by another program, not a cost of decode's steps"
                 if alone and len(others) else
                 "it is the only run" if alone else
-                f"{len(near)} of the {runs} runs had a worst gap over half of it (at tokens "
-                + ", ".join(str(int(np.argmax(per_run[i].gaps)) + 2) for i in near.index)
-                + f"), and {stalled} of the {runs} a gap over twice their own median gap"
+                f"other runs' worst gaps came within half of it (the next longest, {others.max():.0f} ms), and "
+                f"{stalled} of the {runs} runs had a gap over twice their own median gap"
                 + (": a stall decode's steps meet in most runs" if 2 * stalled > runs else
                    ": in most runs no gap stands out, so it is a slow spell of some runs, not a cost of every step")))
 display(Markdown(

@@ -228,12 +228,14 @@ attention_1, attention_long = (ceilings.attention_prefill(model_name, main_dt, m
 show(f"A pass counts as on the floor while it costs within **{margin:.0%}** of a 1-token pass (the parameter `margin`). "
      f"Chapter 0 timed the LM head at one row at **{prose.ms(head_1)}** and issuing a 1-token pass (its small "
      f"operations, matrices hollowed out) at **{prose.ms(dispatch_1)}**; the blocks' weights stream at one row in "
-     f"{prose.ms(ceilings.matrices(model_name, main_dt, most, 'blocks', 1).best)}. Issuing the pass grows to "
-     f"{prose.ms(dispatch_long)} at {tokens(longest)}, and causal attention (every layer) from "
+     f"{prose.ms(ceilings.matrices(model_name, main_dt, most, 'blocks', 1).best)}. The hollowed pass issues the same "
+     f"operations at every length, yet grows to {prose.ms(dispatch_long)} at {tokens(longest)}: its small kernels "
+     f"(norms, activations, residual adds) work over every row, so past a few tokens their work, not the issuing, "
+     f"is most of it. Causal attention (every layer) grows from "
      f"{prose.ms(attention_1)} at 1 token to {prose.ms(attention_long)} at {tokens(longest)}.")
 pd.DataFrame({"F(M), GFLOP/s": f_rates / 1e9,
               "attention (ms)": {p: ceilings.attention_prefill(model_name, main_dt, most, p).best * 1e3 for p in prompts},
-              "issuing the pass (ms)": {p: ceilings.dispatch(model_name, main_dt, most, "prefill", p).best * 1e3
+              "issuing and small kernels (ms)": {p: ceilings.dispatch(model_name, main_dt, most, "prefill", p).best * 1e3
                                         for p in prompts}}).rename_axis(f"rows, {label(*main)}").T.round(2)
 
 # %% [markdown] tags=["predict"]
@@ -734,12 +736,12 @@ register.claim(
     "A short pass rises over the 1-token pass by what the cost model's pass rises (each run's own rise), most of it "
     "its matrices' rise, within the tolerance for a predicted time.",
     held="from 1 to {top} the pass grows by {rise_pass}, within the tolerance of the {rise_model} priced, of which "
-         "the matrices, timed alone, are {rise_mm} and issuing the longer pass {rise_issue}.",
+         "the matrices, timed alone, are {rise_mm} and the longer pass's small kernels and issuing {rise_issue}.",
     not_held="from 1 to {top} the pass grows by {rise_pass}, {direction} than the {rise_model} priced, beyond the "
-             "tolerance (the matrices, timed alone, {rise_mm}; issuing the longer pass {rise_issue}): the parts do not "
+             "tolerance (the matrices, timed alone, {rise_mm}; the longer pass's small kernels and issuing {rise_issue}): the parts do not "
              "account for the pass's rise here.",
     unresolved="from 1 to {top} the pass grows by {rise_pass}, against {rise_model} priced (the matrices, timed "
-               "alone, {rise_mm}; issuing the longer pass {rise_issue}): {lean}.")
+               "alone, {rise_mm}; the longer pass's small kernels and issuing {rise_issue}): {lean}.")
 one, top = short.iloc[0], short.iloc[-1]
 in_runs = runs_table[(runs_table.dtype == main_dt) & (runs_table.threads == most)].pivot_table(
     index="run", columns="prompt_tokens", values="time_ms").dropna(subset=[one.prompt_tokens, top.prompt_tokens])
@@ -815,8 +817,7 @@ show(f"The table's rest, the pass less its matrices at chapter 0's price, is **{
 
 # %% [markdown]
 # **Takeaway: price a short pass from its parts (its matrices at the rate their few rows reach, the cost of
-# issuing it) and time those parts before calling a floor a fixed cost; what they leave unexplained on this
-# machine, the claims above measure.**
+# issuing it) and time those parts before calling a floor a fixed cost.**
 #
 # ## The longest prompt, more threads, and a 16-bit dtype
 #
@@ -1154,8 +1155,8 @@ else:
     show(register.decide("same_pass_reproduces", None))
 
 # %% [markdown]
-# **Takeaway: predict a saving from the kernels that would have run rather than from the FLOPs they would have
-# done, then measure it: the claims above say how close that came here.**
+# **Takeaway: predict a saving from the kernels that would have run (at the rate their rows reach) rather than
+# from the FLOPs they would have done, then measure it.**
 #
 # ## Beside the reference runs
 #
@@ -1313,8 +1314,7 @@ opening.write(
 # * The [balance point](glossary.md#balance-point) says how many tokens would keep the arithmetic busy at the
 #   matrices' fastest rate; their rate at a few rows, `F(M)`, says how long a pass really stays flat.
 # * Price a short prompt's matrices at the rate their few rows reach (`F(M)`), not at the matrix-vector rate
-#   and not at the large product's peak; how well that priced this run, how much of a short pass they are and
-#   what the rest is, the findings above say.
+#   and not at the large product's peak.
 # * Before calling a floor a fixed cost, time its parts: the matrices alone, and the cost of issuing the pass.
 # * A 16-bit dtype helps only as much as the kernels that run it: check the hardware, then the data.
 # * When a prediction fails, profile the pass: the operator that holds the excess, where one does, says what the
@@ -1396,7 +1396,7 @@ else:
                 f"{_gemv_x:.2f}x from {fewest} thread{'s' * (fewest > 1)} to {most}, against the {_priced:.2f}x priced "
                 "for the long prompt's arithmetic at many rows"
                 + ("." if (_floor_x < _gain.mid) == (_gemv_x < _priced) else
-                   ": the 1-token pass's other parts (the head, dispatch) set its gain, not the products' rates.")
+                   ": the 1-token pass's other parts (dispatch, which gains least from a second thread) set its gain, not the products' rates.")
                 if min(_floor_x, _gain.mid) >= 1 else
                 "; with times like these, this run cannot tell how a pass's work shares out over threads.")
              + " With four threads, if the book's explanation holds, "

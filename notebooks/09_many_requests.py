@@ -1082,7 +1082,10 @@ results.table(replayed, "replay")
 print(replay_missing or "objectives (chapter 7's): " + "; ".join(f"{n}: TTFT <= {g.ttft_ms:.0f} ms, TPOT <= {g.tpot_ms:.0f} ms"
                                                                for n, g in (goals or {"all": fallback_goals}).items()) + "; "
       + "; ".join(f"{n}: steps at {c[0]:.2f}x the cost model, {c[1] * 1e3:+.0f} ms before the scheduler"
-                  for n, c in calibrations.items() if c))
+                  for n, c in calibrations.items() if c)
+      + ("" if not any(c and c[1] < 0 for c in calibrations.values()) else
+         " (the time before the scheduler is one user's TTFT less its prefill priced at the steps' factor; it is "
+         "negative where the engine's prefill ran faster than that factor says)"))
 replayed.round(1)
 
 # %% [markdown]

@@ -270,3 +270,16 @@ def test_streamed_arrays_are_four_times_the_last_level_cache(monkeypatch):
     assert machine.budget(CPU).stream_bytes == 256 << 20, "never below 256 MiB"
     monkeypatch.setattr(machine, "last_level_cache_bytes", lambda: None)
     assert machine.budget(CPU).stream_bytes == 256 << 20
+
+
+def test_read_through_reads_every_byte_as_whole_numbers_of_its_width():
+    """A flush reads a tensor's bits as integers of its own width (a bf16 maximum over values runs at a fraction of
+    the memory's rate on a CPU); an integer tensor is read as it is; a strided view is read whole."""
+    values = torch.arange(1, 13, dtype=torch.float32).reshape(3, 4).t()  # positive, not contiguous
+    for dtype, bits in ((torch.float32, torch.int32), (torch.bfloat16, torch.int16), (torch.float16, torch.int16),
+                        (torch.int8, torch.int8)):
+        t = values.to(dtype)
+        out = machine.read_through(t)
+        assert out.dtype == bits and out.numel() == 1
+        # positive floats order as their bit patterns do, so the largest bits are the largest value's
+        assert out.item() == (t.max().view(bits).item() if dtype.is_floating_point else t.max().item())
