@@ -458,7 +458,7 @@ below = (f"going down to {stop} tokens gave {cut_words(by_size.worst_gap_cut[sto
          f"it still paid at the smallest size run, {sizes[-1]} tokens")
 per_run_best = [stopping_point(sizes, [runs_table[(runs_table.chunk_tokens == c) & (runs_table.run == r)].a_worst_gap_ms.iloc[0]
                                        for c in sizes])[0] for r in range(1, runs + 1)]
-best_spread = Spread.of(per_run_best + [best])
+best_spread = Spread.of(per_run_best)  # each run's own best size: the interval of their median
 register.claim(
     "chunk_size_prediction",
     "Chunking stops paying off (a smaller chunk cuts A's worst gap by at most the chosen fraction) within one step "
@@ -562,9 +562,14 @@ show(register.decide("chunk_cost_as_predicted", claims.within(pooled_chunk, Spre
                      growth=spread(growth), growth_model=spread(growth_model),
                      lean=claims.leaning(pooled_chunk, 1 / claims.PREDICTED_TIME,
                                          claims.geomean(median_over_best.values()) * claims.PREDICTED_TIME)))
-show(f"A's worst gap ran {spread(summary.a_worst_gap_over_predicted)} times its prediction. It is the largest of A's "
-     f"gaps, so it carries their spread: within a run, the costliest chunk cost "
-     f"{spread(costs.costliest_over_median_chunk)} times the run's median chunk.")
+_far = summary.loc[summary.a_worst_gap_over_predicted.idxmax()]  # the size whose worst gap lay furthest over
+_far_costs = costs.set_index("chunk_tokens").loc[_far.chunk_tokens]
+show(f"A's worst gap ran {spread(summary.a_worst_gap_over_predicted)} times its prediction, furthest at "
+     f"{tokens(int(_far.chunk_tokens))} ({_far.a_worst_gap_over_predicted:.2f}x). A worst gap holds one of B's chunks, "
+     f"so it is as far over its price as that chunk: at that size B's median chunk took "
+     f"{_far_costs.chunk_over_predicted:.2f}x its price, and the costliest chunk of a run "
+     f"{_far_costs.costliest_over_median_chunk:.2f}x the run's median chunk"
+     + (" (one chunk: the whole prompt in one pass)." if int(_far.chunk_tokens) == b_prompt_len else "."))
 
 # %% [markdown]
 # **Where chunking stops helping.** A chunk is a pass, and every pass costs some time however short it is (its
@@ -813,7 +818,8 @@ display(Markdown("\n".join([
 spread_at = lambda r, col: Spread(r[f"{col}_low"], r[col], r[f"{col}_high"])
 shown = by_size.loc[best if best != b_prompt_len else sizes[-1]]  # the best size, or the smallest if none paid
 ratio = unchunked.a_worst_gap_ms / unchunked.a_tpot_ms
-found = paid_off(best)
+found = paid_off(best) + (f" at the median of {runs} runs (each run alone: "
+                          f"{', '.join(map(str, per_run_best))} tokens)" if len(set(per_run_best)) > 1 else "")
 mean_words = (f"its mean gap was {mean_x:.1f} times its median" if mean_x >= claims.PREDICTED_TIME else
               "its mean gap barely left its median")
 hidden = {claims.HELD: f"{mean_words}, its worst {worst_x:.0f} times", claims.NOT_HELD: "too little to set it apart from the mean",

@@ -630,9 +630,10 @@ else:
 # full build) and on `tiny-gpt2`. Its **floor** = the operations its step issues (every GPT-2 block issues the
 # same operations, so their count is a line in the layers) x what one operation costs. On a CPU that cost is not
 # one number: chapter 0 timed each model's operations between its own weights' streams, and an operation costs
-# more when more bytes streamed past since the one before, because they evicted the data the interpreter and the
-# small kernels work from (`tiny-gpt2`'s 0.7 MB evict almost nothing, GPT-2 small's 494 MB most of the last-level
-# cache). The price draws a straight line in the weight bytes between the two models' costs per operation, and
+# more when more bytes streamed past since the one before. The book's explanation, which no counter in this run
+# measures: those bytes push the data the interpreter and the small kernels work from out of the processor's
+# smaller, faster caches (`tiny-gpt2`'s 0.7 MB push out almost nothing; GPT-2 small's 494 MB pass through every
+# level). The price draws a straight line in the weight bytes between the two models' costs per operation, and
 # holds GPT-2 small's beyond it. Its **weights** = their bytes / the GB/s the reference's matrix-vector products
 # reached. A step's price is the sum,
 # plus its cache's terms. A size is "on the floor" when its weights take at most a quarter of its floor's time
@@ -1232,8 +1233,9 @@ if len(twelve_sizes) >= 2:
         f"cost **{f12.paid_ms[narrow]:.1f} ms** at {f12.weight_mb[narrow]:,.0f} MB ({narrow}) and "
         f"**{f12.paid_ms[wide]:.1f} ms** at {f12.weight_mb[wide]:,.0f} MB ({wide}), "
         f"{f12.us_per_operation[narrow]:.1f} to {f12.us_per_operation[wide]:.1f} us an operation. "
-        + ("The floor grew with the bytes that streamed between the operations: they evict the data the interpreter "
-           "and the small kernels work from, so on this CPU a wider model pays a higher floor, and a line through the "
+        + ("The floor grew with the bytes that streamed between the operations (the book's explanation, not measured "
+           "here: they push the interpreter's and the small kernels' data out of the faster caches), so on this CPU "
+           "a wider model pays a higher floor, and a line through the "
            "steps does not see one fixed floor: it starts at the floor of a model with no bytes, and the floor's "
            "growth rides on every byte"
            + (f", so it rises as if the weights streamed at {1 / slopes.mid:.1f} GB/s where they stream at "

@@ -447,7 +447,17 @@ for r in engine_rows.itertuples():
     prefill_ms = server.server_prefill_ms.get(r.path, np.nan)
     cores = engine_cores[r.path]
     prefill_x = on_cores(r.path, lambda m: m.prefill(int(base.prompt_tokens)).best)
-    where_added = (f"the prefill on the {cores} core{'s' * (cores > 1)} {r.path} computes on, which the cost model "
+    over_priced = cores < in_process_threads and prefill_x * base.ttft_ms > r.ttft_ms  # its price exceeds its TTFT
+    where_added = (f"not the prefill's price on the {cores} core{'s' * (cores > 1)} {r.path} computes on: the cost model "
+                   f"prices it at {prefill_x:.2f}x the in-process one on {in_process_threads} threads "
+                   f"({prefill_x * base.ttft_ms:.0f} ms at the in-process TTFT's rate), more than the whole "
+                   f"{r.ttft_ms:.0f} ms measured"
+                   + (f", and the engine's own histogram puts its prefill at {prefill_ms:.0f} ms, "
+                      f"{prefill_ms / (prefill_x * base.ttft_ms):.2f}x that price" if np.isfinite(prefill_ms) else "")
+                   + f": {r.path}'s kernels on {cores} core{'s' * (cores > 1)} ran faster than chapter 0's ceilings for "
+                   "that many threads price them, and what it adds is the HTTP path, the template and the scheduler"
+                   if over_priced else
+                   f"the prefill on the {cores} core{'s' * (cores > 1)} {r.path} computes on, which the cost model "
                    f"prices at {prefill_x:.2f}x the in-process one on {in_process_threads} threads "
                    f"({prefill_x * base.ttft_ms:.0f} ms at the in-process TTFT's rate"
                    + (f", more than the whole {r.ttft_ms:.0f} ms measured" if prefill_x * base.ttft_ms > r.ttft_ms else "")

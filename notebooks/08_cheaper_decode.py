@@ -537,8 +537,7 @@ register.claim(
              "chapter 0's streaming read gains: a gain that memory could explain. {cause} Published "
              "figures for comparison: {reference}.",
     unresolved="on {threads} threads llama.cpp's step ran {gain} faster than on one, against the {read_gain:.2f}x "
-               "chapter 0's streaming read gains: too close to tell whether it gains more than a step waiting on "
-               "memory could. Published figures for comparison: {reference}.",
+               "chapter 0's streaming read gains: {undecided}. Published figures for comparison: {reference}.",
     not_measured="{why}.")
 apple = load_reference("llama_cpp_apple_bandwidth")
 reference = ", ".join(f"{r.processor} {r.llama_cpp_gb_s:g} of {r.physical_gb_s:g} GB/s "
@@ -554,12 +553,14 @@ if llama_one:
     # One core that does not saturate the memory leaves no room between the read's gain and the cores': the test
     # cannot then tell a step waiting on memory from one waiting on its cores.
     decidable = read_gain * claims.PREDICTED_RATIO < threads
-    show(register.decide("llama_bound_by_its_cores", None if not decidable else
+    show(register.decide("llama_bound_by_its_cores", claims.UNRESOLVED if not decidable else
                          claims.verdict_of(gain.low > read_gain, gain.high <= read_gain),
-                         why=f"chapter 0's streaming read itself gains {read_gain:.2f}x from one thread to {threads} here, "
-                             f"within the tolerance for a ratio of the threads' {threads}x: one core does not saturate "
-                             f"this machine's memory, so llama.cpp's {gain.text('.2f', 'x')} cannot tell its cores from "
-                             "its memory",
+                         undecided=("too close to tell whether it gains more than a step waiting on memory could"
+                                    if decidable else
+                                    f"the read itself gains within the tolerance for a ratio of the threads' {threads}x "
+                                    "(one core does not saturate this machine's memory), so no gain could tell the "
+                                    "cores from the memory here; a machine with more cores than its memory needs "
+                                    "would decide"),
                          predicted=f"more than the read's {read_gain:.2f}x", measured=gain.text(".2f", "x"),
                          evidence="llama_threads_runs.csv; data/00_machine (read at 1 and all threads)",
                          threads=threads, gain=gain.text(".2f", "x"), read_gain=read_gain, reference=reference,

@@ -1115,10 +1115,11 @@ def batching_sentence(name: str) -> tuple[str, str | None]:
     return (f"One layer down, in chapter 7's closed loop the engine's TPOT grew {grew:.2f}x from 1 user to {top}, where "
             f"the cost model's step grows {priced:.2f}x from 1 sequence to {top}: "
             + {"as priced": "the engine batches about as the model prices it",
-               "cheaper": "a step of many sequences costs the engine less than the model's (its matrix kernels stay "
-                          "near one row's cost for a few rows)",
-               "dearer": "a step of many sequences costs the engine more than the model's (its own work per sequence "
-                         "and step)"}[kind]), kind
+               "cheaper": "a step of many sequences costs the engine less than the model's; this chapter does not "
+                          "time the engine's own kernels, so which of its parts batch better is not measured here",
+               "dearer": "a step of many sequences costs the engine more than the model's; this chapter does not time "
+                         "the engine's own work per sequence and step, so which part costs more is not measured "
+                         "here"}[kind]), kind
 
 
 key_at = {}  # a ratio's name ("TTFT at 0.8/s") -> (rate, the latency's column)
