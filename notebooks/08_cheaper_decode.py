@@ -553,18 +553,17 @@ if llama_one:
     # One core that does not saturate the memory leaves no room between the read's gain and the cores': the test
     # cannot then tell a step waiting on memory from one waiting on its cores.
     decidable = read_gain * claims.PREDICTED_RATIO < threads
-    show(register.decide("llama_bound_by_its_cores", claims.UNRESOLVED if not decidable else
-                         claims.verdict_of(gain.low > read_gain, gain.high <= read_gain),
-                         undecided=("too close to tell whether it gains more than a step waiting on memory could"
-                                    if decidable else
-                                    f"the read itself gains within the tolerance for a ratio of the threads' {threads}x "
-                                    "(one core does not saturate this machine's memory), so no gain could tell the "
-                                    "cores from the memory here; a machine with more cores than its memory needs "
-                                    "would decide"),
+    weak = ("" if decidable else
+            f"On this machine the test is weak: the read itself gains within the tolerance for a ratio of the "
+            f"threads' {threads}x (one core does not saturate the memory), so even a step waiting on its cores could "
+            "gain little more; a machine with more cores than its memory needs would decide. ")
+    show(register.decide("llama_bound_by_its_cores", claims.verdict_of(gain.low > read_gain, gain.high <= read_gain),
+                         undecided="too close to tell whether it gains more than a step waiting on memory could"
+                                   + (f" ({weak.strip().rstrip('.')})" if weak else ""),
                          predicted=f"more than the read's {read_gain:.2f}x", measured=gain.text(".2f", "x"),
                          evidence="llama_threads_runs.csv; data/00_machine (read at 1 and all threads)",
                          threads=threads, gain=gain.text(".2f", "x"), read_gain=read_gain, reference=reference,
-                         cause=(f"It also moved {q4_read:.0%} of the read in the sweep, at least the "
+                         cause=weak + (f"It also moved {q4_read:.0%} of the read in the sweep, at least the "
                                 f"{close_to_read:.0%} counted close: memory sets its time." if q4_read >= close_to_read
                                 else f"But it moved only {q4_read:.0%} of the read in the sweep, below the "
                                 f"{close_to_read:.0%} counted close, so the read is not what holds it back: its "

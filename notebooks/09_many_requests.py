@@ -1115,11 +1115,12 @@ def batching_sentence(name: str) -> tuple[str, str | None]:
     return (f"One layer down, in chapter 7's closed loop the engine's TPOT grew {grew:.2f}x from 1 user to {top}, where "
             f"the cost model's step grows {priced:.2f}x from 1 sequence to {top}: "
             + {"as priced": "the engine batches about as the model prices it",
-               "cheaper": "a step of many sequences costs the engine less than the model's; this chapter does not "
-                          "time the engine's own kernels, so which of its parts batch better is not measured here",
-               "dearer": "a step of many sequences costs the engine more than the model's; this chapter does not time "
-                         "the engine's own work per sequence and step, so which part costs more is not measured "
-                         "here"}[kind]), kind
+               "cheaper": "the engine's TPOT grew less than the model's step (a closed loop's TPOT also carries the "
+                          "newcomers' prefills between steps, and this chapter does not time the engine's own kernels, "
+                          "so which part batches better is not measured here)",
+               "dearer": "the engine's TPOT grew more than the model's step (a closed loop's TPOT also carries the "
+                         "newcomers' prefills between steps, and this chapter does not time the engine's own work per "
+                         "sequence and step, so which part costs more is not measured here)"}[kind]), kind
 
 
 key_at = {}  # a ratio's name ("TTFT at 0.8/s") -> (rate, the latency's column)
@@ -1206,7 +1207,7 @@ for name in ([] if replay_missing else replayed.engine.unique()):
     else:
         worst = max(cal_ratios, key=lambda c: abs(np.log(cal_ratios[c].mid)))
         which = (f"so more than the price of a pass is off (worst: {worst}, {cal_ratios[worst].mid:.2f}x): "
-                 + ("the engine's batched steps, as the next sentence measures" if kind in ("cheaper", "dearer") else
+                 + ("the engine's batched steps, which grow unlike the priced ones (next sentence)" if kind in ("cheaper", "dearer") else
                     "not its batching, which grows as priced (next sentence)" if kind == "as priced" else
                     "the batching, or how the engine queues and admits requests"))
         apart = requests_apart(name, key_at[worst][0]) if worst.startswith("TTFT") else ""  # a TTFT: whom it waited for
