@@ -275,8 +275,9 @@ register.claim(
     not_held="{growth}, outside the tolerance of {tol:g}x of the cost model's {model_slope:.2f} ms per 1,000 tokens "
              "(its bytes alone: {bytes_slope:.2f}). {why}",
     unresolved="{growth}, against the cost model's {model_slope:.2f} ms per 1,000 tokens (its bytes alone: "
-               "{bytes_slope:.2f}). The median slope is {ratio}x the cost model's, {lean} of {tol:g}x, but the "
-               "line's interval reaches past it: more runs of the grid would decide.",
+               "{bytes_slope:.2f}). The median slope is {ratio}x the cost model's, {lean} the allowed {band} ms "
+               "(the tolerance of {tol:g}x around the price at chapter 0's fastest and median calls), but the line's "
+               "interval reaches across that edge: more runs of the grid would decide.",
     not_measured="the grid has one context length only: no slope to measure.")
 # the slope over every request of the grid at once (few runs each): Theil and Sen's, with its 95 % interval
 slope_spread = claims.theil_sen(decoded.context_tokens, decoded.tpot_ms * 1e3) if lines else None
@@ -291,8 +292,9 @@ show(register.decide("tpot_follows_cache_bytes", (claims.within(slope_spread, pr
                      evidence=f"{len(decoded)} requests with 2+ tokens, {lm.name}, {dtype}, {where}", growth=growth_text,
                      bytes_slope=bytes_slope, model_slope=model_slope, tol=claims.PREDICTED_TIME,
                      ratio=(prose.beside(slope / model_slope, claims.PREDICTED_TIME) if lines else ""),
-                     lean=("within the tolerance" if lines and 1 / claims.PREDICTED_TIME <= slope / model_slope
-                           <= claims.PREDICTED_TIME else "outside the tolerance"),
+                     lean=("inside" if lines and price_slope.low / claims.PREDICTED_TIME <= slope
+                           <= price_slope.high * claims.PREDICTED_TIME else "outside"),
+                     band=f"{price_slope.low / claims.PREDICTED_TIME:.2f}-{price_slope.high * claims.PREDICTED_TIME:.2f}",
                      why="The section *What grows with the cache*, below, times the two parts that grow with the "
                          "cache alone, here, to see whether they account for the growth."))
 
@@ -716,9 +718,9 @@ per_pair.round(2)
 #
 # A GPU's prefill runs at a high FLOP rate, and a short one costs about what a decode step does (both mostly the
 # cost of launching the same operations); a CPU pays for every FLOP of the prefill, while its decode step costs
-# roughly the weights' bytes at its matrix-vector kernel's rate (chapter 3); the prompt adds only the cache it
-# leaves behind, a few milliseconds per 1,000 tokens of context (this chapter's TPOT slope), against prefill's
-# hundreds.
+# roughly its weights' bytes at its matrix-vector kernel's rate plus the cost of issuing it (chapter 3); the prompt
+# adds only the cache it leaves behind: this chapter's TPOT slope, milliseconds per 1,000 tokens of context, against
+# the hundreds of milliseconds prefill spends on those tokens.
 # </details>
 #
 # ## Try it
