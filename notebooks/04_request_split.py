@@ -837,8 +837,7 @@ ttft_text = {claims.HELD: f"TTFT rose from {at(first)} at {p0} prompt tokens to 
 slope_text = {claims.HELD: f", within the tolerance of the cost model's {model_slope:.2f}",
               claims.NOT_HELD: f", where the cost model predicted {model_slope:.2f}",
               claims.UNRESOLVED: f", {slope / model_slope:.2f}x the cost model's {model_slope:.2f} ms at the "
-                                 "median, its interval reaching across the tolerance's edge (more runs of the grid "
-                                 "would decide)"}
+                                 "median, too close to call"}
 slope_text = "" if slope_spread is None else (
     f", its slope **{slope_spread.text('.1f', 'ms')}** per 1,000 tokens of context"
     + slope_text.get(register.verdict("tpot_follows_cache_bytes"), ""))
@@ -848,13 +847,17 @@ short_r = {claims.HELD: "within its tolerance", claims.NOT_HELD: "outside its to
            claims.UNRESOLVED: "across an edge of its tolerance"}
 model_text = {claims.HELD: "both within tolerance", claims.NOT_HELD: "not both within tolerance",
               claims.UNRESOLVED: ", ".join(f"{k.upper()} {short_r[v]} ({edge_r[k]})" for k, v in where_r.items())}
+opening_head = (f"On this machine ({prose.machine(device, dtype)}), {lm.name} ran {len(split)} prompt/output pairs "
+                f"{runs} times each (medians, then "
+                f"{'the lowest and highest run' if runs <= 5 else 'their 95 % interval'}). {ttft_text}{tpot_text}. ")
+opening_tail = (f"So both lengths decide where the time goes: prefill took {job(light, 'request')} and "
+                f"{job(heavy, 'one')}.")
 opening.write(
-    f"On this machine ({prose.machine(device, dtype)}), {lm.name} ran {len(split)} prompt/output pairs "
-    f"{runs} times each (medians, then {'the lowest and highest run' if runs <= 5 else 'their 95 % interval'}). "
-    f"{ttft_text}{tpot_text}. TTFT took "
-    f"**{pooled_r['ttft'].text('.2f', 'x')}** its cost-model prediction and TPOT "
-    f"**{pooled_r['tpot'].text('.2f', 'x')}**, {model_text.get(register.verdict('requests_as_predicted'), '')}. So "
-    f"both lengths decide where the time goes: prefill took {job(light, 'request')} and {job(heavy, 'one')}.")
+    opening_head + f"TTFT took **{pooled_r['ttft'].text('.2f', 'x')}** its cost-model prediction and TPOT "
+    f"**{pooled_r['tpot'].text('.2f', 'x')}**, {model_text.get(register.verdict('requests_as_predicted'), '')}. "
+    + opening_tail,
+    opening_head + f"TTFT took **{pooled_r['ttft'].mid:.2f}x** its cost-model prediction and TPOT "
+    f"**{pooled_r['tpot'].mid:.2f}x** (the evidence table says how near their tolerance). " + opening_tail)
 
 # %% [markdown]
 # ## Key terms
