@@ -914,8 +914,8 @@ show(" ".join(f"**{name}**: the same requests are quoted from **{min(p.values())
 # `runs` requests, so a slow spell of the machine lands on both. The book's traces are scored twice: by vLLM's
 # benchmark's definitions (its clock stops at the first event with a choice, and TPOT runs from there to the last
 # one), which tests the book's clock against vLLM's, and by the book's own. The two clients agree if the interval
-# of their round-by-round ratio lies within `lib.claims.SAME_QUANTITY` (1.05x) of 1: what two instruments scoring
-# the same requests may differ by.
+# of their round-by-round ratio lies within `lib.claims.SAME_QUANTITY` of 1, the factor the book allows two
+# instruments scoring the same requests (the claim below prints it).
 
 
 # %%
