@@ -123,11 +123,14 @@ for prompt_len in prompts + logits_prompts:
     phases.check_fits(next(iter(models.values())), prompt_len)  # refuse a too-long prompt before any work
 configs = [(dt, n) for dt in models for n in threads]
 base_shape = ModelShape.from_config(next(iter(models.values())).config, name=model_name)
-cost = {(dt, n): costmodel.CostModel(ceilings, model_name, base_shape.with_dtype(dt), dt, n) for dt, n in configs}
-for c in cost.values():
-    c.prefill(1)  # says which run of chapter 0 is missing, before any work
 main_dt, most = next(iter(models)), max(threads)
 main = (main_dt, most)
+pacer = machine.Pacer(ceilings, model_name, main_dt, most, device)  # the machine's speed, watched
+paced = pacer.start("before the sweep")  # chapter 0's ceilings at the speed this machine runs now: the cost model's
+show(pacer.said())
+cost = {(dt, n): costmodel.CostModel(paced, model_name, base_shape.with_dtype(dt), dt, n) for dt, n in configs}
+for c in cost.values():
+    c.prefill(1)  # says which run of chapter 0 is missing, before any work
 results = Results("02_prefill_sweep", params=P, quick=quick, model=model_name)
 register = claims.Claims()
 
@@ -300,8 +303,6 @@ def sweep_run(run: int, only: set | None = None) -> None:
         passes.append(table.assign(run=run, dtype=dt, threads=n, time_ms=table.low_s * 1e3))
 
 
-pacer = machine.Pacer(ceilings, model_name, main_dt, most, device)  # the machine's speed, watched
-pacer.check("before the sweep")
 for run in progress(range(1, runs + 1), desc="sweep runs"):
     sweep_run(run)
 skipped = [f"{label(*c)} at {tokens(p)}" for c in configs for p in prompts if p not in kept[c]]
@@ -456,11 +457,11 @@ show(as_predicted("passes_as_predicted", "The prefills of the first configuratio
                   [k for k in ratio if k[:2] == main]))
 
 # %% [markdown]
-# Every price above is made of chapter 0's ceilings, measured minutes earlier. A shared machine's speed drifts
-# (another tenant, the clock), so the chapter timed the kernel the price of a 1-token pass rests on, the model's
-# matrices at one row, the way chapter 0 did, once before the sweep and once after it (`lib.machine.Pacer`, nine
-# calls each). If the machine ran that kernel at another speed, a price made of chapter 0's ceilings is off by about
-# as much on that account alone.
+# Every price above is made of chapter 0's ceilings, measured minutes earlier, scaled to the speed the machine ran
+# at before the sweep: a shared machine's speed drifts (another tenant, the clock), so the chapter timed the kernel
+# the price of a 1-token pass rests on, the model's matrices at one row, the way chapter 0 did (`lib.machine.Pacer`,
+# nine calls). Timed again after the sweep, it says whether the machine kept that speed while the sweep ran; if it
+# moved, a price is off by about as much on that account alone.
 
 # %%
 show(pacer.claim(register, results, "the sweep"))

@@ -104,7 +104,10 @@ for what, (prompt_len, output_len) in [*(("pairs", p) for p in pairs), *archetyp
 goals = objectives.objectives(device, ttft_slo_ms, tpot_slo_ms)
 shape = shapes.ModelShape.from_config(lm.config, name=lm.name, bytes_per_param=torch_dtype)
 where = "the GPU" if on_gpu else f"{torch.get_num_threads()} CPU threads"
-cost = costmodel.CostModel(machine.load_ceilings(device, quick=quick), model_name, shape, dtype, torch.get_num_threads())
+pacer = machine.Pacer(machine.load_ceilings(device, quick=quick), model_name, dtype, torch.get_num_threads(), device)
+cost = costmodel.CostModel(pacer.start("before the grid"),  # chapter 0's ceilings at the speed this machine runs now
+                           model_name, shape, dtype, torch.get_num_threads())
+show(pacer.said())
 results = Results("04_request_split", params=P, quick=quick, dtype=torch_dtype, model=model_name)
 register = claims.Claims()
 pd.Series(describe_environment(device, torch_dtype, model_name)).to_frame("this run")
@@ -665,6 +668,10 @@ display(Markdown(
       "(its medians)."))
 per_pair.round(2)
 
+# %%
+pacer.check("after the archetypes")
+_ = pacer.claim(register, results, "the requests")  # an evidence row: the pace the prices were set to, kept or not
+
 # %% [markdown]
 # ## What these numbers do not show
 #
@@ -857,7 +864,8 @@ opening.write(
     f"**{pooled_r['tpot'].text('.2f', 'x')}**, {model_text.get(register.verdict('requests_as_predicted'), '')}. "
     + opening_tail,
     opening_head + f"TTFT took **{pooled_r['ttft'].mid:.2f}x** its cost-model prediction and TPOT "
-    f"**{pooled_r['tpot'].mid:.2f}x** (the evidence table says how near their tolerance). " + opening_tail)
+    f"**{pooled_r['tpot'].mid:.2f}x** (the evidence table says how near their tolerance). " + opening_tail,
+    after=pacer.note())  # the pace note, when the machine's speed moved
 
 # %% [markdown]
 # ## Key terms

@@ -103,7 +103,10 @@ lm = load_model(model_name, device, torch_dtype)
 phases.check_fits(lm, a_prompt_len, a_tokens)  # both requests checked against the position table before any work
 phases.check_fits(lm, b_prompt_len, 1)
 shape = ModelShape.from_config(lm.config, name=model_name).with_dtype(dtype)
-cost = costmodel.CostModel(machine.load_ceilings(device, quick=quick), model_name, shape, dtype, threads)
+pacer = machine.Pacer(machine.load_ceilings(device, quick=quick), model_name, dtype, threads, device)
+cost = costmodel.CostModel(pacer.start("before the experiment"),  # chapter 0's ceilings at the speed this machine runs now
+                           model_name, shape, dtype, threads)
+show(pacer.said())
 results = Results("05_interference", params=P, quick=quick, dtype=torch_dtype, model=model_name)
 register = claims.Claims()
 pd.Series(describe_environment(device, torch_dtype, model_name)).to_frame("this run")
@@ -780,6 +783,10 @@ show(register.decide("every_stream_waits_the_prefill", None if kn == k1 else cla
                      lean="" if paired_stall is None else claims.leaning(paired_stall, 1 / claims.PREDICTED_TIME,
                                                                          claims.PREDICTED_TIME)))
 
+# %%
+pacer.check("after the streams")
+_ = pacer.claim(register, results, "the experiments")  # an evidence row: the pace the prices were set to, kept or not
+
 # %% [markdown]
 # ## What these numbers do not show
 #
@@ -839,7 +846,8 @@ told = (
     f"**{spread_at(shown, 'b_ttft_ms').text(',.0f', 'ms')}** ({unchunked.b_ttft_ms:,.0f} ms unchunked). So "
     + ("on this machine splitting B's prefill did not shorten A's stall enough to pay." if best == b_prompt_len
        else answer.get(register.verdict("smaller_chunks_delay_b"), "chunked prefill bounded A's stall.")))
-opening.write(told, told.replace(f" ({foreseen})", "").replace(f", its median gap {shown.a_median_gap_ms:,.0f} ms", ""))
+opening.write(told, told.replace(f" ({foreseen})", "").replace(f", its median gap {shown.a_median_gap_ms:,.0f} ms", ""),
+              after=pacer.note())  # the pace note, when the machine's speed moved
 
 # %% [markdown]
 # ## Check yourself

@@ -686,10 +686,15 @@ show(f"Chapter 0 ({where}, fp32): one issued operation costs "
 # should then sit on the floor, and how many times GPT-2 small's step should GPT-2 large's take?
 
 # %%
+pacer = machine.Pacer(ceilings, reference_model, "fp32", threads, device)  # the machine's speed, watched
+paced = pacer.start("before the size sweep")  # chapter 0's ceilings at the speed this machine runs now: the cost model's
+show(pacer.said())
+
+
 def size_price(name: str, dt: str, context: int) -> costmodel.Prediction:
     """A decode step of size `name` in `dt`, priced from the reference's kernels, at the middle of a run."""
     ops = int(fixed_ops + per_layer * gpt2_sizes.SIZES[name].layers)
-    return gpt2_sizes.price_decode(ceilings, name, reference_model, ops, ops_ref, dt, threads, context + size_steps // 2)
+    return gpt2_sizes.price_decode(paced, name, reference_model, ops, ops_ref, dt, threads, context + size_steps // 2)
 
 
 def weights_of(p: costmodel.Prediction) -> float:
@@ -792,7 +797,7 @@ left, plan = size_budget_s, []
 for r in size_plan.itertuples():
     build_s = sum(gpt2_sizes.build_seconds(ceilings, r.size, dt, threads) for dt in size_dtypes)
     run_s = (size_steps + 1) * sum(size_price(r.size, dt, c).best for dt in size_dtypes for c in size_contexts)
-    prefill_s = 4 * sum(gpt2_sizes.price_prefill(ceilings, r.size, reference_model, r.operations, ops_ref, "fp32",
+    prefill_s = 4 * sum(gpt2_sizes.price_prefill(paced, r.size, reference_model, r.operations, ops_ref, "fp32",
                                                  threads, t).best for t in size_prompts)
     floor_s = floor_repeats * 2 * (r.weights_ms + r.floor_ms) / 1e3  # its floor timed alone and between its streams
     need = gpt2_sizes.memory_needed(r.size, size_dtypes, size_contexts)
@@ -824,8 +829,6 @@ size_rows, prefill_rows, built, profiled, paid_rows = [], [], [], [], []
 first_twelve = next((n for n in plan[plan.status == "run"]["size"] if gpt2_sizes.SIZES[n].layers == 12), None)
 on_floor = [n for n in plan[plan.status == "run"]["size"] if size_plan.set_index("size").side[n] == "on the floor"]
 profiled_size = on_floor[-1] if on_floor else first_twelve  # where the claims on the floor are decided
-pacer = machine.Pacer(ceilings, reference_model, "fp32", threads, device)  # the machine's speed, watched
-pacer.check("before the size sweep")
 sweep_started = time.perf_counter()
 for p in progress(list(plan[plan.status == "run"].itertuples()), desc="size sweep"):  # one line in a build
     started, faults_before = time.perf_counter(), timing.page_faults()
@@ -1165,7 +1168,7 @@ for name, g in size_prefill.dropna(subset=["time_ms"]).groupby("size", sort=Fals
     # read off the points' medians and off both ends of their intervals, as chapter 2 reads its floor
     readings = [sweeps.floor_and_knee(g.prompt_tokens, g[c] / 1e3).flat_until_tokens
                 for c in ("time_ms_low", "time_ms", "time_ms_high")]
-    priced = [gpt2_sizes.price_prefill(ceilings, name, reference_model, int(prices.operations[name]), ops_ref, "fp32",
+    priced = [gpt2_sizes.price_prefill(paced, name, reference_model, int(prices.operations[name]), ops_ref, "fp32",
                                        threads, int(t)).best for t in g.prompt_tokens]
     flat[name], flat_priced[name] = readings[1], sweeps.floor_and_knee(g.prompt_tokens, priced).flat_until_tokens
     factors = [max(r / flat_priced[name], flat_priced[name] / r) for r in readings]  # a factor either way
@@ -1186,11 +1189,11 @@ show(register.decide("prefill_floor_length_as_priced", length_verdict,
 
 
 # %% [markdown]
-# Every price in this sweep is made of chapter 0's ceilings, measured minutes earlier, and a shared machine's speed
-# drifts (another tenant, the clock). So the chapter timed the kernel a decode step's price rests on, the reference
-# model's matrices at one row, the way chapter 0 did, once before the size sweep and once after it
-# (`lib.machine.Pacer`, nine calls each). If the machine ran it at another speed, every price above is off by about
-# as much on that account alone.
+# Every price in this sweep is made of chapter 0's ceilings, measured minutes earlier, scaled to the speed the
+# machine ran at before the size sweep: a shared machine's speed drifts (another tenant, the clock), so the chapter
+# timed the kernel a decode step's price rests on, the reference model's matrices at one row, the way chapter 0 did
+# (`lib.machine.Pacer`, nine calls). Timed again after the sweep, it says whether the machine kept that speed; if it
+# moved, every price above is off by about as much on that account alone.
 
 # %%
 show(pacer.claim(register, results, "the size sweep"))
@@ -1284,7 +1287,7 @@ growth_rows = []
 for name, g in size_prefill.dropna(subset=["time_ms"]).groupby("size", sort=False):
     g = g.set_index("prompt_tokens").time_ms
     if 1 in g.index and 4 in g.index:
-        price = [gpt2_sizes.price_prefill(ceilings, name, reference_model, int(size_plan.set_index("size").operations[name]),
+        price = [gpt2_sizes.price_prefill(paced, name, reference_model, int(size_plan.set_index("size").operations[name]),
                                           ops_ref, "fp32", threads, t).best for t in (1, 4)]
         growth_rows.append(dict(size=name, measured_4_over_1=g[4] / g[1], priced_4_over_1=price[1] / price[0]))
 why_prefill = ""
