@@ -70,8 +70,6 @@ class Prediction:
     batch: int
     context: int
     terms: tuple[Term, ...]
-    #: The pace the ceilings were scaled to (:meth:`lib.machine.Ceilings.paced`; 1: chapter 0's own times).
-    pace: float = 1.0
 
     @property
     def best(self) -> float:
@@ -196,7 +194,7 @@ class CostModel:
         terms += self._faults(expected, fresh_pages, c.matrix_faults(*args, "head", head_rows))
         d = c.dispatch(*args, "prefill", batch * tokens)
         terms.append(Term("dispatch", d.best, d.median, "launch", "the same pass, its matrices and attention hollowed out"))
-        return Prediction("prefill", tokens, batch, past, tuple(terms), self.ceilings.pace)
+        return Prediction("prefill", tokens, batch, past, tuple(terms))
 
     def decode(self, context: int, *, batch: int = 1, cache: Literal["dynamic", "static"] = "dynamic",
                max_len: int | None = None, fresh_pages: float | None = None) -> Prediction:
@@ -227,7 +225,7 @@ class CostModel:
                        positions=context if cache == "dynamic" else max_len)
         terms.append(Term("dispatch", d.best, d.median, "launch", "the same step, its matrices and attention hollowed "
                           "out, at this cache's size"))
-        return Prediction("decode", batch, batch, context, tuple(terms), self.ceilings.pace)
+        return Prediction("decode", batch, batch, context, tuple(terms))
 
     def kernel(self, kernel: str, rows: int) -> KernelTime:
         """One call of the model's ``blocks`` or ``head`` at ``rows`` rows, as chapter 0 measured it."""

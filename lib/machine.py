@@ -820,12 +820,6 @@ def _interpolate(xs: np.ndarray, ys: np.ndarray, x: float) -> float:
     return float(np.exp(np.interp(np.log(x), np.log(xs), np.log(ys))))
 
 
-#: The columns of the ceilings table that are times (seconds, microseconds) and rates (GB/s, GFLOP/s): what
-#: :meth:`Ceilings.paced` scales by the machine's pace.
-PACED_TIMES = ("best_s", "median_s", "worst_s", "us_per_operation")
-PACED_RATES = ("gb_s", "gb_s_median", "gflop_s", "gflop_s_median")
-
-
 @dataclass(frozen=True)
 class Ceilings:
     """The table of :func:`measure_ceilings` for one device, with the look-ups the cost model needs. Every
@@ -837,25 +831,7 @@ class Ceilings:
     #: Whether these ceilings were measured on this machine (its :func:`lib.device.machine_identity`) in a full
     #: build: only then may a pass beating its floor stop the build (:func:`lib.regime.check_floors`).
     strict: bool = False
-    #: How many times chapter 0's times these ceilings hold (:meth:`paced`): 1 for chapter 0's own table.
-    pace: float = 1.0
     _found: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
-
-    def paced(self, factor: float) -> "Ceilings":
-        """These ceilings at the speed the machine runs now, ``factor`` times chapter 0's time (:func:`pace`, the
-        median of its calls; 1.2 when a kernel takes a fifth longer than chapter 0 measured): every time in the
-        table multiplied by it, every rate divided, so a price made of them is a price for the machine as it runs
-        now. One factor for every kernel: the pace is timed on a decode step's largest term, and a machine slowed by
-        another tenant or its clock slows the rest about alike. Chapter 0's own floors stay what
-        :func:`lib.regime.regime` holds a pass to before it calls a ceiling wrong (``pace`` divides them back)."""
-        if not (math.isfinite(factor) and factor > 0):
-            raise ValueError(f"a pace is a positive finite ratio of two times, got {factor!r}")
-        t = self.table.copy()
-        for column in PACED_TIMES:
-            t[column] = t[column] * factor
-        for column in PACED_RATES:
-            t[column] = t[column] / factor
-        return Ceilings(t, self.device, strict=self.strict, pace=self.pace * factor)
 
     def _rows(self, dtype: str, threads: int, kernel: str, model: str | None = None, **match) -> pd.DataFrame:
         key = (dtype, threads, kernel, model, tuple(sorted(match.items())))
@@ -1129,51 +1105,44 @@ def pace_table(paced: dict[str, Pace]) -> pd.DataFrame:
 
 def pace_claim(register, paced: dict[str, Pace], what: str) -> str:
     """Declare and decide ``machine_kept_its_pace`` in a chapter's ``register`` (a :class:`lib.claims.Claims`):
-    the chapter's prices are chapter 0's ceilings scaled to the first moment of ``paced`` (:meth:`Pacer.start`),
-    and at every later moment the kernel ran within :data:`lib.claims.PREDICTED_TIME` of that first pace, the
-    tolerance every price of the chapter is held to. Returns the sentence to show."""
+    at every moment of ``paced`` the kernel ran within :data:`lib.claims.PREDICTED_TIME` of chapter 0's median
+    call, the tolerance every price of the chapter is held to. Returns the sentence to show."""
     from lib import claims
 
-    (first, start), *later = paced.items()
     moments = "; ".join(f"{p.ratio.text('.2f', 'x')} {when}" for when, p in paced.items())
+    slowest = max(paced.values(), key=lambda p: p.ratio.mid).ratio.mid
+    drift = (f" It ran up to {slowest - 1:.0%} slower than chapter 0 measured it, and a price made of chapter 0's "
+             "ceilings is then about that much too low." if slowest > 1 + claims.NOISE else "")
     register.claim(
         "machine_kept_its_pace",
-        f"While {what} ran, this machine kept the speed the chapter's prices were set to: chapter 0's ceilings "
-        "times the pace timed at the start (the model's matrices at one row, against chapter 0's median call), "
-        "within the tolerance for a time predicted from measured ceilings.",
-        held="against chapter 0's median call, the model's matrices at one row took {moments}. Every cost-model "
-             "price here is chapter 0's time multiplied by {start:.2f}, the pace {first}, and the machine kept that "
-             "pace within the tolerance every price is held to.",
-        not_held="against chapter 0's median call, the model's matrices at one row took {moments}. Every cost-model "
-                 "price here is chapter 0's time multiplied by {start:.2f}, the pace {first}, and the machine then "
-                 "moved by more than the tolerance every price is held to: a price of what ran after the move is off "
-                 "by about as much on that account alone, and a miss far larger than that has another cause.")
-    verdict = (claims.every(claims.within(p.ratio / start.ratio.mid, 1.0, claims.PREDICTED_TIME) for _, p in later)
-               if later else None)  # one moment: nothing to compare the start with
-    return register.decide("machine_kept_its_pace", verdict,
-                           predicted=f"within {claims.PREDICTED_TIME:g}x of the pace {first}",
-                           measured=moments, evidence="pace.csv", moments=moments, start=start.ratio.mid, first=first)
+        f"While {what} ran, this machine ran the model's matrices at one row at the speed chapter 0 measured, within "
+        "the tolerance for a time predicted from measured ceilings: the chapter's prices describe the machine it "
+        "ran on.",
+        held="against chapter 0's median call, the model's matrices at one row took {moments}: within the tolerance "
+             "every price here is held to.{drift}",
+        not_held="against chapter 0's median call, the model's matrices at one row took {moments}: the machine ran at "
+                 "another speed than chapter 0 measured, and a price made of chapter 0's ceilings is off by about as "
+                 "much on that account alone; a miss far larger than that, or a ratio of two times taken together, "
+                 "has another cause.")
+    verdict = claims.every(claims.within(p.ratio, 1.0, claims.PREDICTED_TIME) for p in paced.values())
+    return register.decide("machine_kept_its_pace", verdict, predicted=f"within {claims.PREDICTED_TIME:g}x of 1",
+                           measured=moments, evidence="pace.csv", moments=moments, drift=drift)
 
 
 def pace_note(paced: dict[str, Pace]) -> str:
     """The sentence a chapter's opening adds when the machine's pace (:func:`pace`, at the moments of ``paced``)
-    moved after the first moment by more than the tolerance every price is held to, as :func:`pace_claim`
-    decides it: how far, and which way the chapter's prices, set at the first moment's pace, miss for it. Empty
-    when the pace held or was not measured."""
+    was outside the tolerance every price is held to at some moment, as :func:`pace_claim` decides it: how far,
+    and which way the chapter's prices miss for it. Empty when the pace held or was not measured."""
     from lib import claims
 
-    if len(paced) < 2:
-        return ""
-    (_, start), *later = paced.items()
-    outside = [p.ratio.mid / start.ratio.mid for _, p in later
-               if claims.within(p.ratio / start.ratio.mid, 1.0, claims.PREDICTED_TIME) == claims.NOT_HELD]
+    outside = [p.ratio.mid for p in paced.values()
+               if claims.within(p.ratio, 1.0, claims.PREDICTED_TIME) == claims.NOT_HELD]
     if not outside:
         return ""
     low, high = min(outside), max(outside)
     times = f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}x to {high:.2f}x"
-    return (f"Meanwhile the machine's speed moved: the model's matrices at one row later took {times} the time "
-            f"they took at the start, whose pace the prices here were set to, so those prices ran about that much "
-            f"too {'low' if high > 1 else 'high'}.")
+    return (f"Meanwhile the model's matrices at one row took {times} the time chapter 0 measured, so the prices "
+            f"here, made of chapter 0's ceilings, ran about that much too {'low' if high > 1 else 'high'}.")
 
 
 def release_pace() -> None:
@@ -1184,11 +1153,10 @@ def release_pace() -> None:
 
 @dataclass
 class Pacer:
-    """A chapter's watch on the machine's speed: :meth:`start` times :func:`pace` before any price is made and
-    returns chapter 0's ceilings scaled to it (the chapter prices the machine as it runs now, not as it ran in
-    chapter 0), :meth:`check` times it again at a later moment, :meth:`claim` decides ``machine_kept_its_pace``
-    (every later moment within the tolerance of the start's pace) and writes its evidence, ``pace.csv``, and
-    :meth:`note` is the sentence the chapter's opening adds when the pace did not hold. Where chapter 0 has no one-row matrices of ``model`` at these ``threads`` (a quick chapter 0 of another
+    """A chapter's watch on the machine's speed: :meth:`check` times :func:`pace` at a moment (before its
+    measurements, after them), :meth:`claim` decides ``machine_kept_its_pace`` on every moment and writes its
+    evidence, ``pace.csv``, and :meth:`note` is the sentence the chapter's opening adds when the pace did not
+    hold. Where chapter 0 has no one-row matrices of ``model`` at these ``threads`` (a quick chapter 0 of another
     model), nothing is timed and the claim is not made."""
 
     ceilings: "Ceilings"
@@ -1197,24 +1165,6 @@ class Pacer:
     threads: int
     device: torch.device
     moments: dict[str, Pace] = dataclasses.field(default_factory=dict)
-
-    def start(self, when: str) -> "Ceilings":
-        """Time the pace at the chapter's start (the moment ``when``) and return the ceilings scaled to it
-        (:meth:`Ceilings.paced`): the ceilings every price of the chapter is made of. Unscaled where chapter 0 has
-        no such row."""
-        now = self.check(when)
-        return self.ceilings if now is None else self.ceilings.paced(now.ratio.mid)
-
-    def said(self) -> str:
-        """The sentence a chapter shows where :meth:`start` scaled its ceilings: by how much, and why."""
-        if not self.moments:
-            return (f"Chapter 0 has no one-row matrices of {self.model} at {self.threads} thread"
-                    f"{'s' * (self.threads != 1)}: the prices here are chapter 0's times as it measured them.")
-        when, first = next(iter(self.moments.items()))
-        return (f"The cost model's prices from here on are chapter 0's times multiplied by **{first.ratio.mid:.2f}**: "
-                f"{when}, {self.model}'s matrices at one row took {first.ratio.text('.2f', 'x')} chapter 0's median "
-                "call, so a price is for the machine as it runs now (a figure quoted from chapter 0 is as it measured "
-                "it).")
 
     def check(self, when: str) -> Pace | None:
         """Time the pace now, as the moment ``when`` ("before the sweep"); its weights are dropped after."""

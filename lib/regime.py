@@ -3,9 +3,8 @@
 The cost model (:mod:`lib.costmodel`) prices a pass as a sum of terms, each at a ceiling chapter 0 measured for
 the kernel that does the work. A measured pass is labelled by that prediction:
 
-* faster than its floor (its largest term alone, at the ceilings' fastest calls as chapter 0 timed them, not
-  scaled to the chapter's pace) by more than that ceiling's own spread: ``"below its floor: a ceiling is
-  wrong"``: chapter 0 understated this machine;
+* faster than its floor (its largest term alone, at the ceilings' fastest calls) by more than that ceiling's own
+  spread: ``"below its floor: a ceiling is wrong"``: chapter 0 understated this machine;
 * slower than ``slack`` times the predicted sum (at the ceilings' median calls): ``"unexplained overhead"``: some
   work the model does not price;
   measure one layer down before optimising;
@@ -82,7 +81,7 @@ def regime(measured: Spread | float, prediction: Prediction, *, slack: float = R
         floor_spread = base.median / base.best - 1 if base.best > 0 else 0.0
     limit = top.limit.replace(" ", "-")
     ratio = m.mid / prediction.best
-    if m.low < prediction.floor / prediction.pace * (1 - floor_spread):  # chapter 0's own floor, not scaled
+    if m.low < prediction.floor * (1 - floor_spread):
         label = "below its floor: a ceiling is wrong"
     elif m.mid > slack * max(prediction.median, prediction.best):
         label = "unexplained overhead"

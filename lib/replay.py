@@ -186,5 +186,4 @@ def priced_step(cost: CostModel, step: Step) -> Prediction:
     d = c.dispatch(*args, "decode", 1, positions=step.contexts[0]) if lone else c.dispatch(*args, "prefill", step.tokens)
     terms.append(Term("dispatch", d.best, d.median, "launch",
                       f"chapter 0's hollowed {'decode step' if lone else f'pass of {step.tokens} rows'}"))
-    return Prediction("step", step.tokens, len(step.pieces) + len(step.contexts), sum(step.contexts), tuple(terms),
-                      c.pace)
+    return Prediction("step", step.tokens, len(step.pieces) + len(step.contexts), sum(step.contexts), tuple(terms))

@@ -289,7 +289,7 @@ def price_decode(ceilings: Ceilings, name: str, reference: str, ops: int, ops_re
     else:
         terms.append(Term("cache copy", copy.best, copy.median, "memory", "chapter 0's concatenation of that size"))
     terms.append(_dispatch(ceilings, name, reference, ops, ops_reference, dtype, threads, "decode", 1, cache_bytes))
-    return Prediction("decode", 1, 1, context, tuple(terms), ceilings.pace)
+    return Prediction("decode", 1, 1, context, tuple(terms))
 
 
 def price_prefill(ceilings: Ceilings, name: str, reference: str, ops: int, ops_reference: int, dtype: str,
@@ -309,7 +309,7 @@ def price_prefill(ceilings: Ceilings, name: str, reference: str, ops: int, ops_r
              Term("LM head", h.best * head, h.median * head, "memory", "the last position only"),
              Term("attention", a.best * work, a.median * work, "compute", f"{reference}'s, scaled by layers x width"),
              _dispatch(ceilings, name, reference, ops, ops_reference, dtype, threads, "prefill", tokens)]
-    return Prediction("prefill", tokens, 1, 0, tuple(terms), ceilings.pace)
+    return Prediction("prefill", tokens, 1, 0, tuple(terms))
 
 
 def transition_bytes(floor_s: float, rate: float) -> float:

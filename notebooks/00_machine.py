@@ -235,9 +235,10 @@ register.claim(
              "{which}, so "
              "every later chapter prices a decode step's weights at the kernels' rate, not the memory's.",
     unresolved="with {where}, {model}'s matrix-vector products read their weights at {gemv_text} and the streaming "
-               "read moves {read_text} (each from its median call to its fastest): at their fastest calls the products "
-               "reach {ratio:.2f}x the read, and between the calls the two straddle the edge of the {tol:g}x tolerance, "
-               "so this run cannot tell whether the kernels draw the memory's rate; more repeats in chapter 0 would. "
+               "read moves {read_text} (each from its median call to its fastest): the products reach {ratio_text} "
+               "the read (fastest calls against fastest, then median against median), which straddles the edge of the "
+               "{tol:g}x tolerance, so this run cannot tell whether the kernels draw the memory's rate; more repeats in "
+               "chapter 0 would. "
                "Either way every later chapter prices a decode step's weights at the kernels' own rate.")
 gemv = {m: ceilings.weight_rate(m, "fp32", most) / 1e9 for m in [*models, *models_one_stream]}
 model = models[0]
@@ -268,17 +269,22 @@ layouts = "" if not others or not short else (
     + ("both layouts' kernels fall short of the read, so the gap is the kernels', not the layout's."
        if gemv[others[0]] * claims.PREDICTED_RATIO < rates["read"] else
        "that layout's kernel comes close to the read, so the gap is this layout's kernel."))
-# Decided on each rate's interval, from its median call to its fastest, so one slow or lucky call cannot move it.
+# Decided on the ratio of the two rates, fastest call to fastest and median to median, so one slow or lucky call
+# of either kernel cannot move it.
 _b, _h = (ceilings.matrices(model, "fp32", most, k, 1) for k in ("blocks", "head"))
 gemv_spread = claims.Spread(gemv[model] * (_b.best + _h.best) / (_b.median + _h.median), gemv[model], gemv[model])
 _read = ceilings._rows("fp32", most, "read").iloc[0]
 read_spread = claims.Spread(float(_read.gb_s_median), rates["read"], rates["read"])
-show(register.decide("gemv_reaches_streaming_bandwidth", claims.within(gemv_spread, read_spread, claims.PREDICTED_RATIO),
+_ratios = (gemv_spread.mid / read_spread.mid, gemv_spread.low / read_spread.low)  # fastest calls, median calls
+gemv_ratio = claims.Spread(min(_ratios), _ratios[0], max(_ratios))
+show(register.decide("gemv_reaches_streaming_bandwidth", claims.within(gemv_ratio, 1.0, claims.PREDICTED_RATIO),
                      predicted=f"{read_spread.text('.1f', 'GB/s')} (streaming read, median to fastest call)",
-                     measured=f"{gemv_spread.text('.1f', 'GB/s')} ({model}, median to fastest call)",
+                     measured=f"{gemv_spread.text('.1f', 'GB/s')} ({model}, median to fastest call): "
+                              f"{gemv_ratio.text('.2f', 'x')} the read",
                      evidence=f"fp32, {where}, blocks and head at one row", where=where, model=model,
                      gemv=gemv[model], read=rates["read"], gap=rates["read"] / gemv[model], ratio=gemv[model] / rates["read"],
                      threads_note=threads_note, gemv_text=gemv_spread.text(".1f", "GB/s"),
+                     ratio_text=gemv_ratio.text(".2f", "x"),
                      read_text=read_spread.text(".1f", "GB/s"), tol=claims.PREDICTED_RATIO,
                      layouts=layouts, which=which, compare=compare))
 
@@ -497,32 +503,30 @@ with use_threads(most):
 harness = {claims.HELD: "under the 1 % allowed", claims.NOT_HELD: "over the 1 % allowed",
            claims.UNRESOLVED: "too close to 1 % to call"}
 _llc = machine.last_level_cache_bytes()
-_wmb = machine.MODELS[model][0].weight_bytes / 1e6
-decode_meets = {claims.HELD: f"So a decode step's weights stream at about the streaming read's rate "
-                             f"({gemv[model] / rates['read']:.2f}x it)"
-                             + (f"; faster than it because the {_llc / 2**20:.0f} MiB last-level cache keeps part of "
-                                f"the {_wmb:.0f} MB of weights between calls" if gemv[model] > rates["read"] and _llc
-                                else "") + ".",
+_wmib = machine.MODELS[model][0].weight_bytes / 2**20
+_cache = (f", the {_llc / 2**20:.0f} MiB last-level cache able to keep some of the {_wmib:.0f} MiB of weights between "
+          "calls (this chapter does not measure how much)" if gemv[model] > rates["read"] and _llc else "")
+decode_meets = {claims.HELD: f"So the products read their weights at {gemv[model] / rates['read']:.2f}x the streaming "
+                             f"read's rate (fastest calls), within the tolerance{_cache}.",
                 claims.NOT_HELD: f"So the products read their weights at {gemv[model] / rates['read']:.2f}x the "
-                                 "streaming read's rate" + (f", the {_llc / 2**20:.0f} MiB last-level cache keeping part "
-                                                            f"of the {_wmb:.0f} MB between calls"
-                                                            if gemv[model] > rates["read"] and _llc else "")
-                                 + "; the later chapters price a decode step's weights at the products' own rate.",
+                                 f"streaming read's rate (fastest calls){_cache}; the later chapters price a decode "
+                                 "step's weights at the products' own rate.",
                 claims.UNRESOLVED: "Whether the products read their weights at the memory's rate is too close to call "
                                    "here; the later chapters price a decode step's weights at the products' own rate."}
 rows_outcome = {claims.HELD: "as predicted: the same weights stream once",
                 claims.NOT_HELD: f"where about 1x was predicted: {why_short}",
                 claims.UNRESOLVED: "too close to the 1x predicted to call in this run"}
-opening.write(
-    f"On this machine ({on_this}), rates are median calls, with the fastest, the ceilings, in parentheses: a "
-    f"streaming read moves "
-    f"{read_rate} and {model}'s matrix-vector products {gemv_rate}; its block matrices run {f_1} at one row and "
-    f"{f_many} at {f_rows.index.max():,.0f} rows. With {few} rows they took {t2.best / t1.best:.2f} times as long as "
-    f"with one, {rows_outcome[register.verdict('two_rows_cost_no_more')]}. An operation costs {us_alone:.1f} us "
-    f"alone and {us_between:.1f} us between weight streams, which the cost model uses (fastest calls); the harness "
-    f"adds {share:.2%} to the shortest step timed, "
-    f"{harness.get(register.verdict('timer_under_one_percent'), 'not measured')}. "
-    + decode_meets.get(register.verdict("gemv_reaches_streaming_bandwidth"), ""))
+_rates_told = (f"On this machine ({on_this}), rates are median calls, with the fastest, the ceilings, in parentheses: "
+               f"a streaming read moves {read_rate} and {model}'s matrix-vector products {gemv_rate}; its block "
+               f"matrices run {f_1} at one row and {f_many} at {f_rows.index.max():,.0f} rows. With {few} rows they "
+               f"took {t2.best / t1.best:.2f} times as long as with one, "
+               f"{rows_outcome[register.verdict('two_rows_cost_no_more')]}. ")
+_meets = decode_meets.get(register.verdict("gemv_reaches_streaming_bandwidth"), "")
+opening.write(  # the longest telling that fits the opening's length, the shorter one without the harness
+    _rates_told + f"An operation costs {us_alone:.1f} us alone and {us_between:.1f} us between weight streams, which "
+    f"the cost model uses (fastest calls); the harness adds {share:.2%} to the shortest step timed, "
+    f"{harness.get(register.verdict('timer_under_one_percent'), 'not measured')}. " + _meets,
+    _rates_told + f"An operation costs {us_between:.1f} us between weight streams (fastest calls). " + _meets)
 
 # %% [markdown]
 # ## What these numbers do not show

@@ -367,7 +367,9 @@ stalled = int((run_table.worst_gap_ms > 2 * run_table.median_gap_ms).sum())  # r
 slow_gaps = int(sum(g > 2 * per_run[worst].median_gap for g in per_run[worst].gaps))
 alone = len(near) == 1
 others = run_table.worst_gap_ms.drop(worst)
-where_gap = (f"before token {worst_at} of {per_run[worst].n_tokens}; run {run_table.run[worst]} had "
+where_gap = (f"before token {worst_at} of {per_run[worst].n_tokens}; no run had a gap over twice its own median gap, "
+             "so the longest is the steps' own spread, not a stall" if stalled == 0 else
+             f"before token {worst_at} of {per_run[worst].n_tokens}; run {run_table.run[worst]} had "
              f"{count(slow_gaps, 'gap')} over twice its median gap, and "
              + (f"no other run's worst gap came within half of it (the next longest, {others.max():.0f} ms): it stands "
                 "alone, one run's slow spell such as an interruption by another program, not a cost of decode's steps"

@@ -126,9 +126,8 @@ base_shape = ModelShape.from_config(next(iter(models.values())).config, name=mod
 main_dt, most = next(iter(models)), max(threads)
 main = (main_dt, most)
 pacer = machine.Pacer(ceilings, model_name, main_dt, most, device)  # the machine's speed, watched
-paced = pacer.start("before the sweep")  # chapter 0's ceilings at the speed this machine runs now: the cost model's
-show(pacer.said())
-cost = {(dt, n): costmodel.CostModel(paced, model_name, base_shape.with_dtype(dt), dt, n) for dt, n in configs}
+pacer.check("before the sweep")
+cost = {(dt, n): costmodel.CostModel(ceilings, model_name, base_shape.with_dtype(dt), dt, n) for dt, n in configs}
 for c in cost.values():
     c.prefill(1)  # says which run of chapter 0 is missing, before any work
 results = Results("02_prefill_sweep", params=P, quick=quick, model=model_name)
@@ -457,11 +456,11 @@ show(as_predicted("passes_as_predicted", "The prefills of the first configuratio
                   [k for k in ratio if k[:2] == main]))
 
 # %% [markdown]
-# Every price above is made of chapter 0's ceilings, measured minutes earlier, scaled to the speed the machine ran
-# at before the sweep: a shared machine's speed drifts (another tenant, the clock), so the chapter timed the kernel
-# the price of a 1-token pass rests on, the model's matrices at one row, the way chapter 0 did (`lib.machine.Pacer`,
-# nine calls). Timed again after the sweep, it says whether the machine kept that speed while the sweep ran; if it
-# moved, a price is off by about as much on that account alone.
+# Every price above is made of chapter 0's ceilings, measured minutes earlier. A shared machine's speed drifts
+# (another tenant, the clock), so the chapter timed the kernel the price of a 1-token pass rests on, the model's
+# matrices at one row, the way chapter 0 did, once before the sweep and once after it (`lib.machine.Pacer`, nine
+# calls each). If the machine ran that kernel at another speed, a price made of chapter 0's ceilings is off by about
+# as much on that account alone.
 
 # %%
 show(pacer.claim(register, results, "the sweep"))
@@ -1379,8 +1378,9 @@ else:
     _floor_x = _slow.iloc[0].floor_ms / fm.floor_ms
     _gemv_x = ceilings.weight_rate(model_name, main_dt, most) / ceilings.weight_rate(model_name, main_dt, fewest)
     _end = [int(f.flat_until_tokens) for f in (_slow.iloc[0], fm)]
-    _has = [f"a floor to {tokens(e)}" if e > mine.prompt_tokens.min() else "no floor" for e in _end]
-    _ends = f"{_has[0]} on either" if _has[0] == _has[1] else f"{_has[0]} on {fewest} and {_has[1]} on {most}"
+    _has = [f"flat to {tokens(e)}" if e > mine.prompt_tokens.min() else "rising from the second token" for e in _end]
+    _ends = (f"the pass {_has[0]} on either" if _has[0] == _has[1] else
+             f"the pass {_has[0]} on {fewest} and {_has[1]} on {most}")
     _priced = cost[(main_dt, fewest)].prefill(_n).best / cost[main].prefill(_n).best
     _text = (f"Here {most} threads against {fewest} made the pass of {tokens(_n)} **{_gain.text('.2f', 'x')}** as fast "
              f"(the cost model: {_priced:.2f}x), "
@@ -1389,7 +1389,7 @@ else:
                 "threads." if _gain.mid >= 1 else
                 "slower, not faster: splitting this little work, or sharing the cores with another program, cost more "
                 "than the threads saved.")
-             + f" The 1-token pass, the floor's height, went {_floor_x:.2f}x as "
+             + f" The 1-token pass went {_floor_x:.2f}x as "
              f"fast (from {_slow.iloc[0].floor_ms:.1f} ms to {fm.floor_ms:.1f} ms, with {_ends})"
              + ((": less than the long prompt" if _floor_x < _gain.mid else ": not less than the long prompt")
                 + (", as" if (_floor_x < _gain.mid) == (_gemv_x < _priced) else ", although")

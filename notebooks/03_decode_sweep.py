@@ -117,9 +117,8 @@ fp32 = models["fp32"]
 shape = ModelShape.from_config(fp32.config, name=model_name).with_dtype("fp32")
 main = ("fp32", most)
 pacer = machine.Pacer(ceilings, model_name, *main, device)  # the machine's speed, watched
-paced = pacer.start("before the sweep")  # chapter 0's ceilings at the speed this machine runs now: the cost model's
-show(pacer.said())
-cost = {(dt, n): costmodel.CostModel(paced, model_name, shape.with_dtype(dt), dt, n) for dt, n in configs}
+pacer.check("before the sweep")
+cost = {(dt, n): costmodel.CostModel(ceilings, model_name, shape.with_dtype(dt), dt, n) for dt, n in configs}
 for c in cost.values():
     c.decode(16)  # says which run of chapter 0 is missing, before any work
 results = Results("03_decode_sweep", params=P, quick=quick, model=model_name)
@@ -241,10 +240,9 @@ keys = ["dtype", "threads", "context_tokens"]
 
 def made_of(k: tuple) -> dict:
     """A step's price split into its weights (at the kernel's rate), its cache and dispatch (ms), its streaming
-    floor, and which part is largest and which is most of its time above that floor; all at chapter 0's own pace,
-    as the streaming floor is (the price divided by the pace it was scaled to)."""
+    floor, and which part is largest and which is most of its time above that floor."""
     p, (dt, n, c), s = step_price[k], k, shape.with_dtype(k[0])
-    ms_ = lambda *names: sum(p.term(t).best for t in names) * 1e3 / p.pace  # noqa: E731
+    ms_ = lambda *names: sum(p.term(t).best for t in names) * 1e3  # noqa: E731
     w, kv, d = ms_("block matrices", "LM head"), ms_("attention", "cache copy", "page faults"), ms_("dispatch")
     w_floor, kv_floor = (b / ceilings.stream_bandwidth(dt, n) * 1e3
                          for b in (s.weight_bytes, s.kv_bytes_per_token * (c + steps // 2)))
@@ -253,18 +251,26 @@ def made_of(k: tuple) -> dict:
     parts_ = {"weights": w, "dispatch": d, "cache": kv}
     excess = {"dispatch": d, "the kernel (its rate against the streaming read)": w - w_floor,
               "the cache's work beyond its bytes": kv - kv_floor}
-    excess["the rest of the price"] = p.best * 1e3 / p.pace - (w_floor + kv_floor) - sum(excess.values())
+    excess["the rest of the price"] = p.best * 1e3 - (w_floor + kv_floor) - sum(excess.values())
     if abs(excess["the rest of the price"]) < 0.05:  # ms: every term is one of the three above
         del excess["the rest of the price"]
-    return dict(weights=w, cache=kv, dispatch=d, total=p.best * 1e3 / p.pace, floor=w_floor + kv_floor, excess=excess,
+    return dict(weights=w, cache=kv, dispatch=d, total=p.best * 1e3, floor=w_floor + kv_floor, excess=excess,
                 largest=max(parts_, key=parts_.get), above=max(above, key=above.get), above_ms=max(above.values()),
                 slow_kernel=w_floor * regime.REGIME_SLACK < w)  # its kernel far below the streaming read
 
 
-def bound_by(m: dict) -> str:
-    """The regime the parts say, in words a reader of the roofline literature reads correctly."""
+ABOVE_NAMES = {"dispatch": "dispatch", "the cache's work beyond its bytes": "cache work",
+               "the kernel's rate below the streaming read": "the kernel's rate"}  # the label's short names
+
+
+def bound_by(m: dict, step_ms: float) -> str:
+    """The regime the parts say of a step measured at ``step_ms``, in words a reader of the roofline literature
+    reads correctly (the table's labels, :func:`by_parts`)."""
+    near = step_ms <= regime.REGIME_SLACK * m["floor"]
     return {"weights": "[bound by the kernel's rate](glossary.md#regimes), the weights its largest part"
-            if m["slow_kernel"] else "bound by its weights' bytes at the kernel's rate",
+            if m["slow_kernel"] else "[memory-bound](glossary.md#regimes), the weights its largest part" if near
+            else f"[above its streaming floor: {ABOVE_NAMES[m['above']]}](glossary.md#regimes), the weights its "
+                 "largest part",
             "dispatch": "[dispatch-bound](glossary.md#regimes), dispatch its largest part",
             "cache": "bound by its cache's work"}[m["largest"]]
 
@@ -280,8 +286,7 @@ def by_parts(k: tuple, rule: str, step_ms: float) -> str:
         return "dispatch-bound"
     if m["largest"] == "weights" and m["slow_kernel"]:
         return "bound by the kernel's rate"
-    return "above its streaming floor: " + {"dispatch": "dispatch", "the cache's work beyond its bytes": "cache work",
-                                            "the kernel's rate below the streaming read": "the kernel's rate"}[m["above"]]
+    return "above its streaming floor: " + ABOVE_NAMES[m["above"]]
 
 
 def decode_run(run: int, only: set | None = None) -> None:
@@ -419,8 +424,8 @@ floor_s = {c: float(mine.set_index("context_tokens").streaming_floor_ms[c]) / 1e
 over_floor = {c: spread[(*main, c)] / floor_s[c] for c in contexts}  # each point's step over its floor, runs
 floor_span = prose.span(min(o.mid for o in over_floor.values()), max(o.mid for o in over_floor.values()), ".1f", "x")
 kind_first = made_of((*main, contexts[0]))
-named = (f"By its parts the step at context {contexts[0]} is {bound_by(kind_first)}: "
-         + "; ".join(f"{name} {'adds' if v >= 0 else 'takes back'} {prose.ms(abs(v) / 1e3)}"
+named = (f"By its parts the step at context {contexts[0]} is {bound_by(kind_first, spread[(*main, contexts[0])].mid * 1e3)}: "
+         + "; ".join(f"{name} {'adds' if v >= 0 else 'saves'} {prose.ms(abs(v) / 1e3)}"
                      for name, v in kind_first["excess"].items()) + " beyond the floor (split below).")
 show(register.decide("decode_memory_bound",
                      claims.verdict_of(all(o.high <= regime.REGIME_SLACK for o in over_floor.values()),
@@ -437,7 +442,7 @@ kind_of = made_of(k_first := (*main, contexts[0]))
 w_rate, s_rate = ceilings.weight_rate(model_name, *main) / 1e9, ceilings.stream_bandwidth(*main) / 1e9
 step_first = spread[k_first]  # the measured step, seconds, over runs
 show(f"What the time is made of ({label(*main)}, context {contexts[0]}, as the cost model splits its "
-     f"{prose.ms(kind_of['total'] / 1e3)} at chapter 0's own pace, like the streaming floor, which the measured step, {prose.ms(step_first.mid)}, "
+     f"{prose.ms(kind_of['total'] / 1e3)}, which the measured step, {prose.ms(step_first.mid)}, "
      f"took {step_first.mid * 1e3 / kind_of['total']:.2f} times"
      + (", close enough for the split to describe it" if step_first.mid * 1e3 <= regime.REGIME_SLACK * kind_of['total']
         else f", more than {regime.REGIME_SLACK:g} times: the split describes the price, not all of the step")
@@ -448,9 +453,9 @@ show(f"What the time is made of ({label(*main)}, context {contexts[0]}, as the c
         f"streaming floor: " if w_rate >= s_rate else f"below the streaming read's {s_rate:.1f}; ")
      + f"the price lies {prose.ms(abs(kind_of['total'] - kind_of['floor']) / 1e3)} "
      f"{'above' if kind_of['total'] >= kind_of['floor'] else 'below'} the streaming floor: "
-     + "; ".join(f"{name} {'adds' if v >= 0 else 'takes back'} {prose.ms(abs(v) / 1e3)}"
+     + "; ".join(f"{name} {'adds' if v >= 0 else 'saves'} {prose.ms(abs(v) / 1e3)}"
                  for name, v in kind_of["excess"].items()) + ". By its parts the "
-     f"step is {bound_by(kind_of)}" + ((", near its streaming floor: bandwidth-bound in the roofline's sense."
+     f"step is {bound_by(kind_of, step_first.mid * 1e3)}" + ((", near its streaming floor: bandwidth-bound in the roofline's sense."
                                        if w_rate < s_rate else
                                        ", near its streaming floor only because a kernel faster than the streaming read "
                                        "offsets dispatch: a nearness the two parts make, not the memory's bound.")
@@ -493,10 +498,10 @@ show(register.decide("decode_as_predicted", claims.within(pooled, Spread(1.0, 1.
                      lo=1 / claims.PREDICTED_TIME, hi=top_band * claims.PREDICTED_TIME))
 
 # %% [markdown]
-# These prices are made of chapter 0's ceilings, measured minutes earlier, scaled to the speed the machine ran at
-# before the sweep: the chapter timed the kernel a step spends most of its time in, the model's matrices at one row,
-# the way chapter 0 did (`lib.machine.Pacer`). Timed again after the sweep, it says whether the machine kept that
-# speed; if it moved, a price above is off by about as much on that account alone.
+# These prices are made of chapter 0's ceilings, measured minutes earlier, and a shared machine's speed drifts. The
+# chapter timed the kernel a step spends most of its time in, the model's matrices at one row, the way chapter 0
+# did, before the sweep and after it (`lib.machine.Pacer`): if the machine ran it at another speed, a price above
+# is off by about as much on that account alone.
 
 # %%
 show(pacer.claim(register, results, "the sweep"))
@@ -890,11 +895,11 @@ register.claim(
     "worst_step_taken_apart",
     "In the step furthest from its prediction, each profiled part (less the profiler's own cost) takes the time its "
     "cost-model term gives it, within the tolerance for a predicted time.",
-    held="{config} at context {c} took {ratio:.2f}x its prediction; under the profiler each part took about what the "
-         "model gave it ({parts}).",
+    held="{config} at context {c} took {ratio:.2f}x its prediction; under the profiler each part judged took about "
+         "what the model gave it ({parts}){unjudged}.",
     not_held="{config} at context {c} took {ratio:.2f}x its prediction; under the profiler **{part}** took {profiled} "
              "against the {given} the cost model gave it: of the parts wholly outside the tolerance, it misses the "
-             "most milliseconds ({parts}).",
+             "most milliseconds ({parts}){unjudged}.",
     not_measured="every part of this step is too short to compare under the profiler.")
 timed = {t: Spread.of((corrected.loc[t] / apart.set_index("term").predicted_ms[t]).clip(lower=1e-6))
          for t in apart.term if apart.set_index("term").predicted_ms[t] > 10 * apart.set_index("term").profiler_ms[t]}
@@ -911,7 +916,11 @@ show(register.decide("worst_step_taken_apart", verdict, predicted="each part wit
                      evidence=f"worst_step_parts.csv, torch.profiler, {profiled_runs} runs", config=label(w_dt, w_n), c=w_c,
                      ratio=ratio[worst_key].mid, part=top_part, profiled=prose.ms(row.profiled_ms / 1e3),
                      given=prose.ms(row.predicted_ms / 1e3),
-                     parts=", ".join(f"{t} {v.text('.2f', 'x')}" for t, v in timed.items())))
+                     parts=", ".join(f"{t} {v.text('.2f', 'x')}" for t, v in timed.items()),
+                     unjudged="".join(f"; not judged, priced at under ten times the profiler's own cost: {t} "
+                                      f"{apart.set_index('term').profiled_ms[t]:.1f} ms against "
+                                      f"{apart.set_index('term').predicted_ms[t]:.1f}"
+                                      for t in apart.term if t not in timed and apart.set_index('term').predicted_ms[t] > 0)))
 worst_miss = (f"the worst step's {top_part} ({label(w_dt, w_n)}, context {w_c}) took {row.profiled_ms:.1f} ms, priced "
               f"{row.predicted_ms:.1f}")  # for the opening, if this claim missed
 alone_ms = None  # the same work timed alone in this chapter, where it was (the growing configurations' cache parts)
@@ -1312,13 +1321,13 @@ register.claim(
     "attention_at_its_bytes",
     "At the largest batch, attention timed alone here reads the caches at chapter 0's rate for caches of that size.",
     held="attention over {big} caches ({mb:.0f} MB) takes {alone} alone here, within the tolerance of the "
-         "{predicted_attention} chapter 0's kernel at that size predicts at this run's pace ({gbs:.1f} GB/s; the "
-         "streaming read in chapter 0: {read:.1f} GB/s).",
+         "{predicted_attention} chapter 0's kernel at that size predicts ({gbs:.1f} GB/s; the "
+         "streaming read: {read:.1f} GB/s).",
     not_held="attention over {big} caches ({mb:.0f} MB) takes {alone} alone here, outside the {allowed} allowed around "
-             "the {predicted_attention} chapter 0's kernel at that size predicts at this run's pace.",
+             "the {predicted_attention} chapter 0's kernel at that size predicts.",
     unresolved="attention over {big} caches ({mb:.0f} MB) takes {alone} alone here, its runs straddling an edge of the "
-               "{allowed} allowed around the {predicted_attention} chapter 0's kernel at that size predicts at this "
-               "run's pace, the median {lean}: more repeats of attention alone would decide it.")
+               "{allowed} allowed around the {predicted_attention} chapter 0's kernel at that size predicts, the "
+               "median {lean}: more repeats of attention alone would decide it.")
 attention_term = cost[main].decode(batch_context + batch_steps // 2, batch=big).term("attention")
 a = alone_big["attention"]
 _attention_band = claims.allowed(Spread(attention_term.best, attention_term.best, attention_term.median),
@@ -1462,10 +1471,11 @@ near = mine.over_streaming_floor.max() < regime.REGIME_SLACK  # the measured ste
 opening_start = (f"On this machine ({prose.machine(device, main[0])}), a {model_name} decode step took "
                  f"**{(spread[k0] * 1e3).text('.1f', 'ms')}** at context {contexts[0]}, "
                  f"**{(spread[k1] * 1e3).text('.1f', 'ms')}** at {contexts[-1]}{grew_text}. {made} at {contexts[0]}, "
-                 f"{bound_by(kind_of)} (weights {prose.ms(kind_of['weights'] / 1e3)}, dispatch "
+                 f"{bound_by(kind_of, spread[k0].mid * 1e3)} (weights {prose.ms(kind_of['weights'] / 1e3)}, dispatch "
                  f"{prose.ms(kind_of['dispatch'] / 1e3).removesuffix(' ms')}, cache "
                  f"{prose.ms(kind_of['cache'] / 1e3).removesuffix(' ms')}), **{floor_span}** its streaming floor"
-                 + ("" if near else f", {kind_of['above']} adding the most above it"))
+                 + ("" if near or "above its streaming floor" in bound_by(kind_of, spread[k0].mid * 1e3)
+                    else f", {kind_of['above']} adding the most above it"))
 kernel_note = (", not the kernel's rate" if w_rate >= s_rate and not near
                and kind_of["above"] != "the kernel's rate below the streaming read" else "") + rule
 

@@ -105,9 +105,8 @@ goals = objectives.objectives(device, ttft_slo_ms, tpot_slo_ms)
 shape = shapes.ModelShape.from_config(lm.config, name=lm.name, bytes_per_param=torch_dtype)
 where = "the GPU" if on_gpu else f"{torch.get_num_threads()} CPU threads"
 pacer = machine.Pacer(machine.load_ceilings(device, quick=quick), model_name, dtype, torch.get_num_threads(), device)
-cost = costmodel.CostModel(pacer.start("before the grid"),  # chapter 0's ceilings at the speed this machine runs now
-                           model_name, shape, dtype, torch.get_num_threads())
-show(pacer.said())
+pacer.check("before the grid")
+cost = costmodel.CostModel(pacer.ceilings, model_name, shape, dtype, torch.get_num_threads())
 results = Results("04_request_split", params=P, quick=quick, dtype=torch_dtype, model=model_name)
 register = claims.Claims()
 pd.Series(describe_environment(device, torch_dtype, model_name)).to_frame("this run")
@@ -668,9 +667,14 @@ display(Markdown(
       "(its medians)."))
 per_pair.round(2)
 
+# %% [markdown]
+# Every price in this chapter is made of chapter 0's ceilings. The same one-row matrices chapter 0 timed, timed
+# before the grid and the archetypes and again now (`lib.machine.Pacer`), say whether the machine itself ran at another speed
+# meanwhile; the answer is a row of the evidence table, and the opening says so when it did.
+
 # %%
 pacer.check("after the archetypes")
-_ = pacer.claim(register, results, "the requests")  # an evidence row: the pace the prices were set to, kept or not
+_ = pacer.claim(register, results, "the requests")  # an evidence row: whether the machine ran at chapter 0's speed
 
 # %% [markdown]
 # ## What these numbers do not show

@@ -104,9 +104,8 @@ phases.check_fits(lm, a_prompt_len, a_tokens)  # both requests checked against t
 phases.check_fits(lm, b_prompt_len, 1)
 shape = ModelShape.from_config(lm.config, name=model_name).with_dtype(dtype)
 pacer = machine.Pacer(machine.load_ceilings(device, quick=quick), model_name, dtype, threads, device)
-cost = costmodel.CostModel(pacer.start("before the experiment"),  # chapter 0's ceilings at the speed this machine runs now
-                           model_name, shape, dtype, threads)
-show(pacer.said())
+pacer.check("before the experiment")
+cost = costmodel.CostModel(pacer.ceilings, model_name, shape, dtype, threads)
 results = Results("05_interference", params=P, quick=quick, dtype=torch_dtype, model=model_name)
 register = claims.Claims()
 pd.Series(describe_environment(device, torch_dtype, model_name)).to_frame("this run")
@@ -129,7 +128,8 @@ def paid_off(size: int, costs: bool = False) -> str:
     unchunked; with `costs`, what that size cost A's median gap and B's TTFT against unchunked (from `summary`)."""
     if size == b_prompt_len:
         return "no chunk size paid off on A's worst gap"
-    words = f"chunking paid off on A's worst gap down to **{size} tokens**"
+    words = (f"chunking paid off on A's worst gap down to **{size} tokens** (each smaller size down to it cut the "
+             f"worst gap by more than {stops_helping:.0%})")
     if costs:
         at, un = (summary.set_index("chunk_tokens").loc[c] for c in (size, b_prompt_len))
         words += (f" (there A's median gap was {at.a_median_gap_ms:,.0f} ms against {un.a_median_gap_ms:,.0f} ms "
@@ -783,9 +783,14 @@ show(register.decide("every_stream_waits_the_prefill", None if kn == k1 else cla
                      lean="" if paired_stall is None else claims.leaning(paired_stall, 1 / claims.PREDICTED_TIME,
                                                                          claims.PREDICTED_TIME)))
 
+# %% [markdown]
+# Every price in this chapter is made of chapter 0's ceilings. The same one-row matrices chapter 0 timed, timed
+# before the experiments and again now (`lib.machine.Pacer`), say whether the machine itself ran at another speed
+# meanwhile; the answer is a row of the evidence table, and the opening says so when it did.
+
 # %%
 pacer.check("after the streams")
-_ = pacer.claim(register, results, "the experiments")  # an evidence row: the pace the prices were set to, kept or not
+_ = pacer.claim(register, results, "the experiments")  # an evidence row: whether the machine ran at chapter 0's speed
 
 # %% [markdown]
 # ## What these numbers do not show

@@ -382,6 +382,8 @@ except (ValueError, IndexError) as error:  # chapter 0 did not time this model's
 # the two roofs say bytes set the time), the label says what set it: **few-row-kernel-bound**, the rate this
 # machine's matrix kernel reaches with that few rows. Where the two largest terms have different limits and lie
 # within the tolerance for a predicted time of each other, the model cannot say which sets the time: **mixed**.
+# And a decode step the rule calls memory-bound but that took more than 1.25 times its bytes at the streaming read
+# is, as in chapter 3, **above its streaming floor**: its bytes are its largest term, but not what sets its time.
 
 # %%
 ridge = peak / read  # the textbook ridge the figure draws, FLOP/byte
@@ -424,7 +426,10 @@ for series, table in (("prefill", prefill), ("decode", decode), ("batched decode
                          second_share=top2[1].best / pred.best,
                          predicted=("few-row-kernel-bound" if label.limit == "compute" and cost.intensity < ridge
                                     else f"{label.limit}-bound"), rule_label=label.label,
-                         regime=shown_regime(label, pred), explained=label.explained,
+                         regime=("above its streaming floor"  # chapter 3's word for a step the bytes alone do not set
+                                 if shown_regime(label, pred) == "memory-bound" and series != "prefill"
+                                 and r.measured_ms / 1e3 > regime.REGIME_SLACK * cost.bytes / read
+                                 else shown_regime(label, pred)), explained=label.explained,
                          blocks_ms=pred.term("block matrices").best * 1e3,
                          blocks_one_row_ms=model.kernel("blocks", 1).best * 1e3,
                          measured_ms=r.measured_ms, measured_ms_low=r.measured_ms_low,
@@ -687,14 +692,13 @@ show(f"Chapter 0 ({where}, fp32): one issued operation costs "
 
 # %%
 pacer = machine.Pacer(ceilings, reference_model, "fp32", threads, device)  # the machine's speed, watched
-paced = pacer.start("before the size sweep")  # chapter 0's ceilings at the speed this machine runs now: the cost model's
-show(pacer.said())
+pacer.check("before the size sweep")
 
 
 def size_price(name: str, dt: str, context: int) -> costmodel.Prediction:
     """A decode step of size `name` in `dt`, priced from the reference's kernels, at the middle of a run."""
     ops = int(fixed_ops + per_layer * gpt2_sizes.SIZES[name].layers)
-    return gpt2_sizes.price_decode(paced, name, reference_model, ops, ops_ref, dt, threads, context + size_steps // 2)
+    return gpt2_sizes.price_decode(ceilings, name, reference_model, ops, ops_ref, dt, threads, context + size_steps // 2)
 
 
 def weights_of(p: costmodel.Prediction) -> float:
@@ -797,7 +801,7 @@ left, plan = size_budget_s, []
 for r in size_plan.itertuples():
     build_s = sum(gpt2_sizes.build_seconds(ceilings, r.size, dt, threads) for dt in size_dtypes)
     run_s = (size_steps + 1) * sum(size_price(r.size, dt, c).best for dt in size_dtypes for c in size_contexts)
-    prefill_s = 4 * sum(gpt2_sizes.price_prefill(paced, r.size, reference_model, r.operations, ops_ref, "fp32",
+    prefill_s = 4 * sum(gpt2_sizes.price_prefill(ceilings, r.size, reference_model, r.operations, ops_ref, "fp32",
                                                  threads, t).best for t in size_prompts)
     floor_s = floor_repeats * 2 * (r.weights_ms + r.floor_ms) / 1e3  # its floor timed alone and between its streams
     need = gpt2_sizes.memory_needed(r.size, size_dtypes, size_contexts)
@@ -1168,7 +1172,7 @@ for name, g in size_prefill.dropna(subset=["time_ms"]).groupby("size", sort=Fals
     # read off the points' medians and off both ends of their intervals, as chapter 2 reads its floor
     readings = [sweeps.floor_and_knee(g.prompt_tokens, g[c] / 1e3).flat_until_tokens
                 for c in ("time_ms_low", "time_ms", "time_ms_high")]
-    priced = [gpt2_sizes.price_prefill(paced, name, reference_model, int(prices.operations[name]), ops_ref, "fp32",
+    priced = [gpt2_sizes.price_prefill(ceilings, name, reference_model, int(prices.operations[name]), ops_ref, "fp32",
                                        threads, int(t)).best for t in g.prompt_tokens]
     flat[name], flat_priced[name] = readings[1], sweeps.floor_and_knee(g.prompt_tokens, priced).flat_until_tokens
     factors = [max(r / flat_priced[name], flat_priced[name] / r) for r in readings]  # a factor either way
@@ -1189,11 +1193,11 @@ show(register.decide("prefill_floor_length_as_priced", length_verdict,
 
 
 # %% [markdown]
-# Every price in this sweep is made of chapter 0's ceilings, measured minutes earlier, scaled to the speed the
-# machine ran at before the size sweep: a shared machine's speed drifts (another tenant, the clock), so the chapter
-# timed the kernel a decode step's price rests on, the reference model's matrices at one row, the way chapter 0 did
-# (`lib.machine.Pacer`, nine calls). Timed again after the sweep, it says whether the machine kept that speed; if it
-# moved, every price above is off by about as much on that account alone.
+# Every price in this sweep is made of chapter 0's ceilings, measured minutes earlier, and a shared machine's speed
+# drifts (another tenant, the clock). So the chapter timed the kernel a decode step's price rests on, the reference
+# model's matrices at one row, the way chapter 0 did, once before the size sweep and once after it
+# (`lib.machine.Pacer`, nine calls each). If the machine ran it at another speed, every price above is off by about
+# as much on that account alone.
 
 # %%
 show(pacer.claim(register, results, "the size sweep"))
@@ -1287,7 +1291,7 @@ growth_rows = []
 for name, g in size_prefill.dropna(subset=["time_ms"]).groupby("size", sort=False):
     g = g.set_index("prompt_tokens").time_ms
     if 1 in g.index and 4 in g.index:
-        price = [gpt2_sizes.price_prefill(paced, name, reference_model, int(size_plan.set_index("size").operations[name]),
+        price = [gpt2_sizes.price_prefill(ceilings, name, reference_model, int(size_plan.set_index("size").operations[name]),
                                           ops_ref, "fp32", threads, t).best for t in (1, 4)]
         growth_rows.append(dict(size=name, measured_4_over_1=g[4] / g[1], priced_4_over_1=price[1] / price[0]))
 why_prefill = ""
@@ -1697,11 +1701,14 @@ display(Markdown(
 # * **Few-row-kernel-bound** (left of the ridge, yet the matrix kernel at that many rows is slower than its bytes):
 #   a kernel made for few rows, or more rows per call (a larger batch, a longer chunk).
 # * **Mixed** (two terms of different limits about the same size): shrinking one alone buys at most about half.
+# * **Above its streaming floor** (a decode step whose bytes are its largest term but not what sets its time):
+#   what fills the rest (chapter 3 splits it), often dispatch: fewer, larger operations, as for launch-bound.
 # * **Unexplained** (far above its prediction): measure one layer down before optimising anything.
 
 # %%
 waits = {"memory-bound": "memory", "compute-bound": "arithmetic", "launch-bound": "issuing its operations",
          "few-row-kernel-bound": "the few-row kernel",
+         "above its streaming floor": "more than its bytes (dispatch and the cache's work, chapter 3 shows)",
          "slow-kernel-bound": "a slow kernel", "page-faults-bound": "page faults",
          "below its floor: a ceiling is wrong": "a ceiling chapter 0 understated"}
 

@@ -185,7 +185,7 @@ if not wanted:
 # read back to the host). Through an engine the same model does the same prefill and the same decode steps,
 # plus: the HTTP request and its JSON, the chat template and tokenisation, the scheduler placing the request in
 # a batch, detokenising each token and writing it to the socket. The request, and what the cost model prices
-# its two phases at in-process on this machine (chapter 0's ceilings, scaled to the speed the machine runs at now):
+# its two phases at in-process on this machine (chapter 0's ceilings, nothing timed here):
 
 # %%
 chat = [{"role": "user", "content": question}]
@@ -193,9 +193,8 @@ prompt_ids = lm.tokenizer.apply_chat_template(chat, add_generation_prompt=True, 
                                               return_dict=True)["input_ids"]
 ceilings = machine.load_ceilings(cpu, quick=quick)  # chapter 0's one measurement of this machine
 pacer = machine.Pacer(ceilings, MODEL, "fp32", torch.get_num_threads(), cpu)  # the machine's speed, watched
-paced = pacer.start("before the engines")  # chapter 0's ceilings at the speed this machine runs now: the cost model's
-show(pacer.said())
-priced = costmodel.CostModel(paced, MODEL, machine.MODELS[MODEL][0].with_dtype("fp32"), "fp32",
+pacer.check("before the engines")
+priced = costmodel.CostModel(ceilings, MODEL, machine.MODELS[MODEL][0].with_dtype("fp32"), "fp32",
                              torch.get_num_threads())  # the in-process path's threads
 show(f"The question is **{prompt_ids.shape[1]} tokens** in the chat template, the reply up to {max_new_tokens}. On "
      f"{torch.get_num_threads()} threads the cost model prices its prefill at "
@@ -231,7 +230,7 @@ loopback.shutdown()
 _all, _T = torch.get_num_threads(), prompt_ids.shape[1]
 _fewer = (f" vLLM's CPU build computes on {_all - 1} of the {_all} cores (it keeps one for its server and scheduler), "
           "where the cost model prices this prompt's prefill at "
-          f"{costmodel.CostModel(paced, MODEL, priced.shape, 'fp32', _all - 1).prefill(_T).best / priced.prefill(_T).best:.2f}x "
+          f"{costmodel.CostModel(ceilings, MODEL, priced.shape, 'fp32', _all - 1).prefill(_T).best / priced.prefill(_T).best:.2f}x "
           "its price on all of them." if "vLLM" in wanted and _all > 1 else "")
 show(f"For scale, timed here: applying the chat template and tokenising the question takes "
      f"**{template_t.low_ms:.2f} ms** (once a request); one HTTP exchange on a new loopback connection (Python's "
@@ -433,7 +432,7 @@ server = own.set_index("path")
 in_process_threads = torch.get_num_threads()
 engine_cores = {r.path: max(in_process_threads - 1, 1) if r.path == "vLLM" else in_process_threads
                 for r in engine_rows.itertuples()}  # vLLM's CPU build keeps one core for its server and scheduler
-priced_on = {n: costmodel.CostModel(paced, MODEL, machine.MODELS[MODEL][0].with_dtype("fp32"), "fp32", n)
+priced_on = {n: costmodel.CostModel(ceilings, MODEL, machine.MODELS[MODEL][0].with_dtype("fp32"), "fp32", n)
              for n in {in_process_threads, *engine_cores.values()}}
 
 
@@ -448,17 +447,17 @@ for r in engine_rows.itertuples():
     prefill_ms = server.server_prefill_ms.get(r.path, np.nan)
     cores = engine_cores[r.path]
     prefill_x = on_cores(r.path, lambda m: m.prefill(int(base.prompt_tokens)).best)
+    engine_price_ms = priced_on[engine_cores[r.path]].prefill(int(base.prompt_tokens)).best * 1e3  # on its cores
     histogram = cores < in_process_threads and np.isfinite(prefill_ms)  # the engine's own prefill, to split TTFT by
     mostly_prefill = histogram and prefill_ms - base.ttft_ms > 0.5 * r.ttft_added_ms
     where_added = (("above all its prefill" if mostly_prefill else "less its prefill than the rest; its prefill")
                    + f" on the {cores} core{'s' * (cores > 1)} {r.path} computes on: the engine's "
                    f"own histogram puts it at {prefill_ms:.0f} ms against the whole in-process TTFT of "
                    f"{base.ttft_ms:.0f} ms, {prefill_ms - base.ttft_ms:+.0f} ms of the {r.ttft_added_ms:.0f} added, "
-                   f"where the cost model prices that prefill at {prefill_x:.2f}x the in-process one "
-                   f"({prefill_x * base.ttft_ms:.0f} ms"
-                   + (f"; the engine's kernels ran it {prefill_x * base.ttft_ms / prefill_ms:.2f}x faster than chapter "
-                      f"0's ceilings for {cores} thread{'s' * (cores > 1)} price it"
-                      if prefill_x * base.ttft_ms > claims.PREDICTED_TIME * prefill_ms else "")
+                   f"where the cost model prices that prefill at {engine_price_ms:.0f} ms on "
+                   f"{cores} core{'s' * (cores > 1)} ({prefill_x:.2f}x its in-process price"
+                   + (f"; the engine's kernels ran it {engine_price_ms / prefill_ms:.2f}x faster than that price"
+                      if engine_price_ms > claims.PREDICTED_TIME * prefill_ms else "")
                    + "); the HTTP path, the template and the scheduler add the rest"
                    if histogram else
                    f"the prefill on the {cores} core{'s' * (cores > 1)} {r.path} computes on, which the cost model "
@@ -1038,7 +1037,7 @@ else:
 
 # %%
 vllm_cores = max(torch.get_num_threads() - 1, 1)  # vLLM's CPU build keeps one core for its server and scheduler
-on_vllm_cores = costmodel.CostModel(paced, MODEL, machine.MODELS[MODEL][0].with_dtype("fp32"), "fp32", vllm_cores)
+on_vllm_cores = costmodel.CostModel(ceilings, MODEL, machine.MODELS[MODEL][0].with_dtype("fp32"), "fp32", vllm_cores)
 filler = lm.tokenizer("The quick brown fox jumps over the lazy dog. " * (stall_prompt_tokens // 5 + 10),
                       add_special_tokens=False).input_ids
 long_text = lm.tokenizer.decode(filler[:stall_prompt_tokens])
@@ -1073,9 +1072,10 @@ settings += [("vLLM", b) for b in vllm_budgets] if "vLLM" in urls else []
 pieces = sorted({min(b or b_ids.shape[1], b_ids.shape[1]) for _, b in settings} | {b_ids.shape[1]})
 piece_ms = {p: timing.measure(lambda: phases.prefill(lm, b_ids[:, :p], logits="last"), cpu, warmup=1,
                               repeats=max(runs, 2)) for p in pieces}
-n_threads = torch.get_num_threads()  # the prices below: chapter 0's ceilings at this chapter's pace, as above
+ceilings = machine.load_ceilings(cpu, quick=quick)
+n_threads = torch.get_num_threads()
 cores_of = {name: max(n_threads - 1, 1) if name == "vLLM" else n_threads for name in urls}  # vLLM keeps one core
-costs = {c: costmodel.CostModel(paced, MODEL, machine.MODELS[MODEL][0].with_dtype("fp32"), "fp32", c)
+costs = {c: costmodel.CostModel(ceilings, MODEL, machine.MODELS[MODEL][0].with_dtype("fp32"), "fp32", c)
          for c in set(cores_of.values())}
 cost = costs[n_threads] if n_threads in costs else next(iter(costs.values()))
 pd.DataFrame([dict(piece_tokens=p, **{f"predicted_ms_{c}_threads": m.prefill(p).best * 1e3 for c, m in costs.items()},
@@ -1509,7 +1509,7 @@ display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</deta
 _n = torch.get_num_threads()
 _ctx = int(base.prompt_tokens) + max_new_tokens // 2
 try:
-    _one = costmodel.CostModel(paced, MODEL, machine.MODELS[MODEL][0].with_dtype("fp32"), "fp32", 1)
+    _one = costmodel.CostModel(ceilings, MODEL, machine.MODELS[MODEL][0].with_dtype("fp32"), "fp32", 1)
 except ValueError:
     _one = None  # chapter 0 measured no one-thread ceilings here
 if _n == 1:
@@ -1540,10 +1540,10 @@ else:
 display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</details>"))
 
 # %% [markdown]
-# The engines stop here. Every price in this chapter is made of chapter 0's ceilings scaled to the speed the machine
-# ran at before the engines started (the same one-row matrices chapter 0 timed, `lib.machine.pace`); timed again
-# now, they say whether the machine kept that speed meanwhile. Then the paragraph at the top of the chapter is
-# written from the findings above:
+# The engines stop here. Every price in this chapter is made of chapter 0's ceilings: the same one-row matrices
+# chapter 0 timed, timed again before the engines started and now (`lib.machine.pace`), say whether the machine
+# itself ran at another speed meanwhile. Then the paragraph at the top of the chapter is written from the
+# findings above:
 
 # %%
 for engine in live.values():

@@ -126,8 +126,7 @@ threads = threads or max(thread_counts(device))
 torch.set_num_threads(threads)
 ceilings = machine.load_ceilings(device, quick=quick)  # chapter 0's one measurement of this machine
 pacer = machine.Pacer(ceilings, model_name, "fp32", threads, device)  # the machine's speed, watched
-paced = pacer.start("before the first path")  # chapter 0's ceilings at the speed this machine runs now: the cost model's
-show(pacer.said())
+pacer.check("before the first path")
 fp32 = load_model(model_name, device, torch.float32)
 shape = ModelShape.from_config(fp32.config, name=model_name).with_dtype("fp32")
 models, skipped = {"fp32": fp32}, {}
@@ -153,7 +152,7 @@ cost, unpriced = {}, {}  # a configuration chapter 0 did not measure is timed he
 for p in torch_paths:
     if p != "int8":
         try:
-            cost[p] = costmodel.CostModel(paced, model_name, shape.with_dtype(p), p, threads)
+            cost[p] = costmodel.CostModel(ceilings, model_name, shape.with_dtype(p), p, threads)
             cost[p].decode(contexts[0])  # raises, naming what chapter 0 lacks, before any work
         except ValueError as error:
             cost.pop(p, None)
@@ -1270,9 +1269,9 @@ if worker:
     worker.close()
 
 # %% [markdown]
-# Every price in this chapter is made of chapter 0's ceilings scaled to the speed the machine ran at before the
-# first path (the same one-row matrices chapter 0 timed, `lib.machine.pace`); timed again after the last, they say
-# whether the machine kept that speed meanwhile:
+# Every price in this chapter is made of chapter 0's ceilings. The same one-row matrices chapter 0 timed, timed
+# again before the first path and after the last (`lib.machine.pace`), say whether the machine itself ran at
+# another speed meanwhile:
 
 # %%
 pacer.check("after the last")
@@ -1414,7 +1413,7 @@ else:
     _loses = {}  # each priced PyTorch step's time on one thread over its time on this run's threads
     for _p in [_q for _q in torch_paths if _q in cost]:
         try:
-            _cm1 = costmodel.CostModel(paced, model_name, shape.with_dtype(_p), _p, 1)
+            _cm1 = costmodel.CostModel(ceilings, model_name, shape.with_dtype(_p), _p, 1)
             _loses[_p] = _cm1.decode(_mid).best / cost[_p].decode(_mid).best
         except ValueError:  # chapter 0 has no one-thread ceilings for it
             pass

@@ -126,10 +126,10 @@ register = claims.Claims()
 def cost_model(model: str, n: int) -> costmodel.CostModel | None:
     """The cost model of ``model`` in fp32 on ``n`` threads, or None where chapter 0 did not measure it."""
     try:
-        paced.weight_rate(model, "fp32", n)
+        ceilings.weight_rate(model, "fp32", n)
     except ValueError:  # chapter 0's message names what it has
         return None
-    return costmodel.CostModel(paced, model, MODELS[model][0].with_dtype("fp32"), "fp32", n)
+    return costmodel.CostModel(ceilings, model, MODELS[model][0].with_dtype("fp32"), "fp32", n)
 
 
 def engine_threads(name: str, n: int) -> int:
@@ -137,10 +137,9 @@ def engine_threads(name: str, n: int) -> int:
     return max(n - 1, 1) if name == "vLLM" else n
 
 
-pacer = machine.Pacer(ceilings, MODEL, "fp32", n_threads, cpu)  # the machine's speed, watched
-paced = pacer.start("before the first experiment")  # chapter 0's ceilings at the speed this machine runs now: the cost model's
-show(pacer.said())
 cost = cost_model(MODEL, n_threads)
+pacer = machine.Pacer(ceilings, MODEL, "fp32", n_threads, cpu)  # the machine's speed, watched
+pacer.check("before the first experiment")
 pd.Series(describe_environment(cpu, torch.float32, MODEL)).to_frame("this run")
 
 # %% [markdown]
@@ -245,7 +244,7 @@ _ = results.table(in_process, "reuse_in_process_runs")
 # %%
 suffix = int(np.median([p.shape[1] for p in prompts])) - shared
 kv = MODELS[MODEL][0].with_dtype("fp32").kv_bytes_per_token
-copy_rate = paced.stream_bandwidth("fp32", n_threads, "copy") if n_threads in paced.threads("fp32") else None
+copy_rate = ceilings.stream_bandwidth("fp32", n_threads, "copy") if n_threads in ceilings.threads("fp32") else None
 if cost is not None and copy_rate:
     cold_p, warm_p = cost.prefill(shared + suffix), cost.prefill(suffix, past=shared)
     copy_s = 2 * shared * kv / copy_rate
@@ -670,7 +669,7 @@ sep = sep_runs.groupby("way", sort=False).agg(
 one_core, all_cores = cost_model(separation_model, 1), cost_model(separation_model, n_threads)
 kv_small = MODELS[separation_model][0].with_dtype("fp32").kv_bytes_per_token
 handover_bytes = b_prompt_len * kv_small
-rate1 = paced.stream_bandwidth("fp32", 1, "copy") if 1 in paced.threads("fp32") else None
+rate1 = ceilings.stream_bandwidth("fp32", 1, "copy") if 1 in ceilings.threads("fp32") else None
 predicted_handover_ms = 2 * handover_bytes / rate1 * 1e3 if rate1 else np.nan  # read and written: chapter 0 counts both
 context = 16 + a_tokens // 2
 prices = {"one worker": (all_cores, None), f"one worker, chunk {best_chunk}": (all_cores, best_chunk),
@@ -805,9 +804,9 @@ def write_alone() -> float:
 
 hand = sep_runs[sep_runs.way == two]
 alone_ms = write_alone() if have_two else np.nan
-copied = paced.cache_concatenation(separation_model, "fp32", 1, handover_bytes) if rate1 else None
+copied = ceilings.cache_concatenation(separation_model, "fp32", 1, handover_bytes) if rate1 else None
 copy_ms = copied.best * 1e3 if copied else predicted_handover_ms  # the cache's many tensors, as chapter 0 copied them
-fault_ms = paced.fault_cost("fp32", 1) * 1e3 if rate1 else np.nan
+fault_ms = ceilings.fault_cost("fp32", 1) * 1e3 if rate1 else np.nan
 priced = lambda faults: copy_ms + faults.median() * fault_ms  # noqa: E731  each copy with the faults it took
 sides = {"write": (hand.write_ms, priced(hand.write_faults)), "read": (hand.read_ms, priced(hand.read_faults)),
          "read again": (hand.reread_ms, priced(hand.reread_faults))}
@@ -1275,9 +1274,9 @@ results.figure(fig, "replay")
 plt.show()
 
 # %% [markdown]
-# Every price in this chapter is made of chapter 0's ceilings, measured minutes or an hour before, scaled to the
-# speed the machine ran at before the first experiment (the same one-row matrices chapter 0 timed,
-# `lib.machine.pace`); timed again after the replay, they say whether the machine kept that speed meanwhile:
+# Every price in this chapter is made of chapter 0's ceilings, measured minutes or an hour before. The same
+# one-row matrices chapter 0 timed, timed again before the first experiment and after the replay
+# (`lib.machine.pace`), say whether the machine itself ran at another speed meanwhile:
 
 # %%
 pacer.check("after the replay")

@@ -201,12 +201,8 @@ def test_pace_times_chapter_0s_kernel_and_its_claim_can_fail_both_ways():
     far = machine.pace(machine.Ceilings(slow_chapter_0, "cpu"), "tiny-gpt2", "fp32", 1, CPU, calls=9)
     machine.release_pace()
     register = claims.Claims()
-    sentence = machine.pace_claim(register, {"before": now, "after": far}, "the sweep")  # 1000x faster after
-    assert register.frame().verdict.tolist() == [claims.NOT_HELD] and "before" in sentence and "moved" in sentence
-    register = claims.Claims()
-    away = machine.Pace(ratio=claims.Spread.of([1.9, 2.0, 2.1] * 3), fastest=1.9, calls=9)
-    machine.pace_claim(register, {"before": away, "after": away}, "the sweep")  # far from chapter 0, but kept
-    assert register.frame().verdict.tolist() == [claims.HELD]
+    sentence = machine.pace_claim(register, {"before": far, "after": far}, "the sweep")
+    assert register.frame().verdict.tolist() == [claims.NOT_HELD] and "before" in sentence and "another speed" in sentence
     assert list(machine.pace_table({"before": far}).columns) == ["when", "ratio", "ratio_low", "ratio_high",
                                                                  "fastest_ratio", "calls"]
     same = machine.Pace(ratio=claims.Spread.of([0.98, 1.0, 1.02] * 3), fastest=1.0, calls=9)
@@ -215,37 +211,11 @@ def test_pace_times_chapter_0s_kernel_and_its_claim_can_fail_both_ways():
     assert register.frame().verdict.tolist() == [claims.HELD]
     assert machine.pace_note({"before": same, "after": same}) == ""  # within the tolerance: nothing to say
     slow = machine.Pace(ratio=claims.Spread.of([1.6, 1.65, 1.7] * 3), fastest=1.6, calls=9)
-    slower = machine.Pace(ratio=claims.Spread.of([2.25, 2.31, 2.4] * 3), fastest=2.25, calls=9)
-    assert machine.pace_note({"before": slow, "after": slow}) == ""  # slow, but the prices were set to it
-    note = machine.pace_note({"before": slow, "after": slower, "at the end": slower})
-    assert "later took 1.40x the time they took at the start" in note and note.endswith("ran about that much too low.")
+    slower = machine.Pace(ratio=claims.Spread.of([1.8, 1.85, 1.9] * 3), fastest=1.8, calls=9)
+    note = machine.pace_note({"before": slow, "after": slower})
+    assert "took 1.65x to 1.85x the time chapter 0 measured" in note and note.endswith("ran about that much too low.")
     fast = machine.Pace(ratio=claims.Spread.of([0.5, 0.52, 0.55] * 3), fastest=0.5, calls=9)
     assert machine.pace_note({"before": same, "after": fast}).endswith("too high.")
-    register = claims.Claims()
-    machine.pace_claim(register, {"before": same}, "the sweep")  # one moment: nothing to compare the start with
-    assert register.frame().verdict.tolist() == [claims.NOT_MEASURED]
-
-
-def test_ceilings_paced_to_the_machine_scale_every_time_and_rate_but_not_the_floor_a_ceiling_is_judged_by():
-    """A chapter prices the machine as it runs now: chapter 0's times times the pace, its rates divided by it;
-    a pass is called faster than a ceiling allows only against chapter 0's own floor."""
-    from lib import claims, costmodel, regime
-    table = machine.measure_ceilings(CPU, ("fp32",), (1,), models=("tiny-gpt2",), quick=True, log=lambda _: None)
-    base = machine.Ceilings(table, "cpu", strict=True)
-    slow = base.paced(1.25)
-    assert slow.pace == 1.25 and slow.strict and base.pace == 1.0
-    assert slow.stream_bandwidth("fp32", 1) == pytest.approx(base.stream_bandwidth("fp32", 1) / 1.25)
-    assert (slow.table.median_s == table.median_s * 1.25).all()
-    assert slow.paced(2.0).pace == 2.5
-    shape = machine.MODELS["tiny-gpt2"][0].with_dtype("fp32")
-    one, paced = (costmodel.CostModel(c, "tiny-gpt2", shape, "fp32", 1).decode(16) for c in (base, slow))
-    assert paced.best == pytest.approx(one.best * 1.25) and paced.pace == 1.25
-    between = claims.Spread.at(one.floor * 1.1)  # above chapter 0's floor, below the paced one
-    assert not regime.regime(between, paced).label.startswith("below")
-    assert regime.regime(claims.Spread.at(one.floor * 0.2), paced).label.startswith("below")
-    for bad in (0.0, -1.0, float("nan"), float("inf")):
-        with pytest.raises(ValueError, match="positive finite"):
-            base.paced(bad)
 
 
 def test_a_pacer_checks_its_moments_claims_on_them_and_writes_its_evidence():
@@ -267,19 +237,13 @@ def test_a_pacer_checks_its_moments_claims_on_them_and_writes_its_evidence():
     assert pacer.check("before the sweep") is not None and pacer.check("after it") is not None
     assert not [k for k in machine._KEPT if isinstance(k, tuple) and k[0] == "pace"]  # its weights dropped
     sentence = pacer.claim(register, results, "the sweep")
-    verdict = register.frame().verdict.tolist()  # after against before: both timed here, so either may come out
-    assert verdict in ([claims.HELD], [claims.NOT_HELD], [claims.UNRESOLVED]) and "before the sweep" in sentence
+    assert register.frame().verdict.tolist() == [claims.NOT_HELD] and "before the sweep" in sentence
     assert results.tables["pace"].when.tolist() == ["before the sweep", "after it"]
-    assert (pacer.note() == "") == (verdict != [claims.NOT_HELD])  # far from chapter 0 is no note: prices set to it
-    started = machine.Pacer(machine.Ceilings(slow_chapter_0, "cpu"), "tiny-gpt2", "fp32", 1, CPU)
-    scaled = started.start("before the sweep")
-    assert scaled.pace == pytest.approx(started.moments["before the sweep"].ratio.mid) and scaled.pace < 0.1
-    assert "multiplied by" in started.said() and started.ceilings.pace == 1.0
+    assert pacer.note().endswith("too high.")  # 1000 times faster than chapter 0: the prices ran too high
     absent, results, register = machine.Pacer(machine.Ceilings(table, "cpu"), "gpt2-small", "fp32", 1, CPU), \
         Written(), claims.Claims()
     assert absent.check("before the sweep") is None and absent.moments == {}
     assert "not checked" in absent.claim(register, results, "the sweep") and register.frame().empty
-    assert absent.start("before the sweep") is absent.ceilings and "as it measured them" in absent.said()
     assert results.tables == {} and absent.note() == ""
 
 
