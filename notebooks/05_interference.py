@@ -123,13 +123,15 @@ def cut_words(cut: float) -> str:
     return f"a cut of only {cut:.1%} in A's worst gap" if cut >= 0 else f"a worst gap {-cut:.1%} longer for A"
 
 
+PAID_RULE = f" (each smaller size down to it cut the worst gap by more than {stops_helping:.0%})"  # what "paid off" means
+
+
 def paid_off(size: int, costs: bool = False) -> str:
     """Where chunking paid off on A's worst gap, in words: down to `size` tokens, or nowhere when `size` is
     unchunked; with `costs`, what that size cost A's median gap and B's TTFT against unchunked (from `summary`)."""
     if size == b_prompt_len:
         return "no chunk size paid off on A's worst gap"
-    words = (f"chunking paid off on A's worst gap down to **{size} tokens** (each smaller size down to it cut the "
-             f"worst gap by more than {stops_helping:.0%})")
+    words = f"chunking paid off on A's worst gap down to **{size} tokens**{PAID_RULE}"
     if costs:
         at, un = (summary.set_index("chunk_tokens").loc[c] for c in (size, b_prompt_len))
         words += (f" (there A's median gap was {at.a_median_gap_ms:,.0f} ms against {un.a_median_gap_ms:,.0f} ms "
@@ -851,7 +853,8 @@ told = (
     f"**{spread_at(shown, 'b_ttft_ms').text(',.0f', 'ms')}** ({unchunked.b_ttft_ms:,.0f} ms unchunked). So "
     + ("on this machine splitting B's prefill did not shorten A's stall enough to pay." if best == b_prompt_len
        else answer.get(register.verdict("smaller_chunks_delay_b"), "chunked prefill bounded A's stall.")))
-opening.write(told, told.replace(f" ({foreseen})", "").replace(f", its median gap {shown.a_median_gap_ms:,.0f} ms", ""),
+_shorter = told.replace(f" ({foreseen})", "").replace(f", its median gap {shown.a_median_gap_ms:,.0f} ms", "")
+opening.write(told, _shorter, _shorter.replace(PAID_RULE, ""),  # the longest that fits
               after=pacer.note())  # the pace note, when the machine's speed moved
 
 # %% [markdown]
