@@ -19,7 +19,7 @@ import warnings
 
 import pandas as pd
 
-__all__ = ["ms", "tokens", "count", "span", "beside", "source", "table", "show", "machine", "Opening", "OpeningTooLong", "opening_words",
+__all__ = ["ms", "tokens", "count", "and_list", "span", "beside", "source", "table", "show", "machine", "Opening", "OpeningTooLong", "opening_words",
            "OPENING_PENDING", "OPENING_WORDS"]
 
 
@@ -39,6 +39,12 @@ def count(n: int, noun: str) -> str:
     words = ["no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
     n = int(n)
     return f"{words[n] if 0 <= n <= 10 else f'{n:,}'} {noun}{'s' if n != 1 else ''}"
+
+
+def and_list(items) -> str:
+    """``"16"``, ``"16 and 128"``, ``"16, 128 and 512"``: items (anything printable) joined as a sentence lists them."""
+    words = [str(x) for x in items]
+    return " and ".join(words) if len(words) < 3 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
 def span(low: float, high: float, fmt: str = ".1f", unit: str = "") -> str:

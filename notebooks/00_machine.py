@@ -226,10 +226,12 @@ faults_table.round(3)
 # %%
 register.claim(
     "gemv_reaches_streaming_bandwidth",
-    "The model's matrix-vector products, in its own layout, read their weights at the streaming read's rate.",
+    "With the most threads the chapter runs, the model's matrix-vector products, in its own layout, read their "
+    "weights at the streaming read's rate (one thread's pair is told beside, not decided).",
     held="with {where}, at their fastest calls, {model}'s matrix-vector products read their weights at {gemv:.1f} "
-         "GB/s, {ratio:.2f} times the streaming read's {read:.1f} GB/s, within the tolerance: a decode step's weights "
-         "cost about their bytes at the memory's rate, and the later chapters price them at the products' own rate.",
+         "GB/s, {ratio:.2f} times the streaming read's {read:.1f} GB/s, within the tolerance{one_note}: a decode "
+         "step's weights cost about their bytes at the memory's rate, and the later chapters price them at the "
+         "products' own rate.",
     not_held="with {where}, at their fastest calls, {model}'s matrix-vector products read their weights at {gemv:.1f} "
              "GB/s, {compare}{threads_note}.{layouts} "
              "{which}, so "
@@ -238,7 +240,7 @@ register.claim(
                "read moves {read_text} (each from its median call to its fastest): the products reach {ratio_text} "
                "the read (fastest calls against fastest, then median against median), which straddles the edge of the "
                "{tol:g}x tolerance, so this run cannot tell whether the kernels draw the memory's rate; more repeats in "
-               "chapter 0 would. "
+               "chapter 0 would{one_note}. "
                "Either way every later chapter prices a decode step's weights at the kernels' own rate.")
 gemv = {m: ceilings.weight_rate(m, "fp32", most) / 1e9 for m in [*models, *models_one_stream]}
 model = models[0]
@@ -263,6 +265,10 @@ threads_note = "" if not one or not short else (
     f"; on one thread the products read {gemv_1:.1f} GB/s and the sum {read_1:.1f} GB/s, so "
     + ("even one core's kernel falls short of what that core streams" if gemv_1 * claims.PREDICTED_RATIO < read_1
        else "on one core the two agree: the gap opens with more cores"))
+one_note = "" if not one or short else (  # the one-thread pair, which later chapters price too, told beside
+    f" (on one thread {gemv_1:.1f} GB/s against {read_1:.1f}, {gemv_1 / read_1:.2f}x: "
+    + ("also within it)" if 1 / claims.PREDICTED_RATIO <= gemv_1 / read_1 <= claims.PREDICTED_RATIO
+       else "beyond it, the one core's kernel drawing more than one core's streaming read)"))
 others = [m for m in gemv if m != model and MODELS[m][1] != MODELS[model][1]]
 layouts = "" if not others or not short else (
     f" {others[0]}'s products, in the other layout ({MODELS[others[0]][1]}), read {gemv[others[0]]:.1f} GB/s: "
@@ -286,7 +292,7 @@ show(register.decide("gemv_reaches_streaming_bandwidth", claims.within(gemv_rati
                      threads_note=threads_note, gemv_text=gemv_spread.text(".1f", "GB/s"),
                      ratio_text=gemv_ratio.text(".2f", "x"),
                      read_text=read_spread.text(".1f", "GB/s"), tol=claims.PREDICTED_RATIO,
-                     layouts=layouts, which=which, compare=compare))
+                     layouts=layouts, which=which, compare=compare, one_note=one_note))
 
 # %% [markdown]
 # ## Does a second thread help?
@@ -431,10 +437,14 @@ display(issue.drop(columns="best_s").round(2))
 ops, us_alone = ceilings.operations(model, "fp32", most, "decode")
 shortest = ceilings.dispatch(model, "fp32", most, "decode").best
 us_between = shortest / ops * 1e6  # the step's own operations (between weight streams, each product's read adds one)
+_row = issue[(issue.model == model) & (issue.dtype == "fp32") & (issue.threads == most)
+             & (issue.pass_kind == "decode") & (issue.setting == "between weight streams")].head(1)
+_counted = ("" if _row.empty or int(_row.operations.iloc[0]) == ops else
+            f" (the table's row divides by {int(_row.operations.iloc[0]):,}: it counts each product's read as an "
+            f"operation, {_row.us_per_operation.iloc[0]:.1f} us each)")
 show(f"A decode step of {model} in fp32 on {where}, fastest calls: alone, each of its {ops:,} operations costs "
-     f"{us_alone:.1f} us; between weight streams, {us_between:.1f} us each, "
-     f"{us_between / us_alone:.1f} times as much, and the whole step {prose.ms(shortest)}. The cost model uses the "
-     "second.")
+     f"{us_alone:.1f} us; between weight streams, the same {ops:,} take {prose.ms(shortest)}, {us_between:.1f} us "
+     f"each{_counted}, {us_between / us_alone:.1f} times as much. The cost model uses the second.")
 grown = {kind: ceilings.rest_growth(model, "fp32", most, kind, 1, 1000 + extra)
          for kind, extra in (("decode", 0), ("decode_static", 8))}
 if all(g is not None for g in grown.values()):

@@ -263,10 +263,16 @@ ABOVE_NAMES = {"dispatch": "dispatch", "the cache's work beyond its bytes": "cac
                "the kernel's rate below the streaming read": "the kernel's rate"}  # the label's short names
 
 
-def bound_by(m: dict, step_ms: float) -> str:
-    """The regime the parts say of a step measured at ``step_ms``, in words a reader of the roofline literature
-    reads correctly (the table's labels, :func:`by_parts`)."""
-    near = step_ms <= regime.REGIME_SLACK * m["floor"]
+def wholly_above(m: dict, step: Spread) -> bool:
+    """True when a step's whole interval over runs (seconds) lies above the slack times its streaming floor: one
+    whose interval straddles it keeps the rule's label, as a claim that straddles its threshold is not decided."""
+    return step.low * 1e3 > regime.REGIME_SLACK * m["floor"]
+
+
+def bound_by(m: dict, step: Spread) -> str:
+    """The regime the parts say of a step measured at ``step`` (seconds, over runs), in words a reader of the
+    roofline literature reads correctly (the table's labels, :func:`by_parts`)."""
+    near = not wholly_above(m, step)
     return {"weights": "[bound by the kernel's rate](glossary.md#regimes), the weights its largest part"
             if m["slow_kernel"] else "[memory-bound](glossary.md#regimes), the weights its largest part" if near
             else f"[above its streaming floor: {ABOVE_NAMES[m['above']]}](glossary.md#regimes), the weights its "
@@ -275,12 +281,12 @@ def bound_by(m: dict, step_ms: float) -> str:
             "cache": "bound by its cache's work"}[m["largest"]]
 
 
-def by_parts(k: tuple, rule: str, step_ms: float) -> str:
-    """A point's label: the regime rule's, unless it calls "memory-bound" a step more than the slack above its
-    streaming floor; then its parts name it (the glossary's Regimes): its largest part where that is dispatch or a
-    slow kernel, else what adds most above the floor."""
+def by_parts(k: tuple, rule: str, step: Spread) -> str:
+    """A point's label: the regime rule's, unless it calls "memory-bound" a step whose whole interval (seconds, over
+    runs) lies more than the slack above its streaming floor; then its parts name it (the glossary's Regimes): its
+    largest part where that is dispatch or a slow kernel, else what adds most above the floor."""
     m = made_of(k)
-    if rule != "memory-bound" or step_ms <= regime.REGIME_SLACK * m["floor"]:
+    if rule != "memory-bound" or not wholly_above(m, step):
         return rule
     if m["largest"] == "dispatch":
         return "dispatch-bound"
@@ -356,8 +362,8 @@ decode = (timing.median_range(decode_runs, keys, ["step_ms", "ratio"]).merge(pre
           .merge(faults.reset_index(), on=keys))
 step_price = {k: cost[k[:2]].decode(k[2] + steps // 2, fresh_pages=faults[k]) for k in spread}
 labels = {k: regime.regime(s, step_price[k]) for k, s in spread.items()}
-decode["regime"] = [by_parts(tuple(r[:3]), labels[tuple(r[:3])].label, r[3])  # by the rule, then by its parts
-                    for r in decode[keys + ["step_ms"]].itertuples(index=False)]
+decode["regime"] = [by_parts(k, labels[k].label, spread[k])  # by the rule, then by its parts
+                    for k in map(tuple, decode[keys].itertuples(index=False))]
 decode["over_predicted"] = decode.ratio
 decode["over_streaming_floor"] = decode.step_ms / decode.streaming_floor_ms
 decode["implied_gb_s"] = decode.bytes_per_step / (decode.step_ms / 1e3) / 1e9
@@ -413,20 +419,34 @@ register.claim(
     "halving its bytes would nearly halve it (decided on the interval of each point's step over its floor).",
     held="every step took {floor} its streaming floor (its bytes at the streaming read's {read:.1f} GB/s), within "
          "{slack:g}x: bandwidth-bound, as the textbook says; the regime rule labels the steps {labels}.",
-    not_held="the steps took {floor} their streaming floor (their bytes at the streaming read's {read:.1f} GB/s), "
-             "more than {slack:g}x: not bandwidth-bound in the source chapter's sense, so fewer bytes would not speed "
-             "them in proportion. {named}",
+    not_held="the steps took {floor} their streaming floor (their bytes at the streaming read's {read:.1f} GB/s); "
+             "{over} their floor, more than {slack:g}x: not bandwidth-bound in the source chapter's sense there, so "
+             "fewer bytes would not speed them in proportion{rest}. {named}",
     unresolved="the steps took {floor} their streaming floor (their bytes at the streaming read's {read:.1f} GB/s); "
-               "some point's interval straddles {slack:g}x, the median {lean}: this run cannot tell whether every "
-               "step is bandwidth-bound. {named}")
+               "{straddle}, straddling {slack:g}x, the median {lean}: this run cannot tell whether every "
+               "step is bandwidth-bound{rest_within}. {named}")
 mine_labels = [labels[(*main, c)] for c in contexts]
 floor_s = {c: float(mine.set_index("context_tokens").streaming_floor_ms[c]) / 1e3 for c in contexts}
 over_floor = {c: spread[(*main, c)] / floor_s[c] for c in contexts}  # each point's step over its floor, runs
 floor_span = prose.span(min(o.mid for o in over_floor.values()), max(o.mid for o in over_floor.values()), ".1f", "x")
-kind_first = made_of((*main, contexts[0]))
-named = (f"By its parts the step at context {contexts[0]} is {bound_by(kind_first, spread[(*main, contexts[0])].mid * 1e3)}: "
+side = {c: "over" if o.low > regime.REGIME_SLACK else "within" if o.high <= regime.REGIME_SLACK else "straddle"
+        for c, o in over_floor.items()}  # each context's interval against the slack
+
+
+def at_contexts(which: str, verb: str) -> str:
+    """The steps on one side of the slack, their contexts and ratios, as a clause ("" when none)."""
+    cs = [c for c in contexts if side[c] == which]
+    return "" if not cs else (f"at context{'s' * (len(cs) > 1)} {prose.and_list(cs)} the step{'s' * (len(cs) > 1)} "
+                              f"{verb} {prose.and_list(over_floor[c].text('.2f', 'x') for c in cs)}")
+
+
+c_far = max(contexts, key=lambda c: over_floor[c].mid)  # the step furthest above its floor
+kind_first = made_of((*main, c_far))
+named = (f"By its parts the step at context {c_far} is {bound_by(kind_first, spread[(*main, c_far)])}: "
          + "; ".join(f"{name} {'adds' if v >= 0 else 'saves'} {prose.ms(abs(v) / 1e3)}"
                      for name, v in kind_first["excess"].items()) + " beyond the floor (split below).")
+rest = "; ".join(f"{at_contexts(w, 'took')}, {t}" for w, t in (("within", "within it"), ("straddle", "straddling it"))
+                 if at_contexts(w, "took"))
 show(register.decide("decode_memory_bound",
                      claims.verdict_of(all(o.high <= regime.REGIME_SLACK for o in over_floor.values()),
                                        any(o.low > regime.REGIME_SLACK for o in over_floor.values())),
@@ -434,6 +454,9 @@ show(register.decide("decode_memory_bound",
                      measured=", ".join(f"{c}: {o.text('.2f', 'x')}" for c, o in over_floor.items()),
                      evidence=f"decode_sweep.csv (over_streaming_floor), {label(*main)}", floor=floor_span,
                      read=ceilings.stream_bandwidth(*main) / 1e9, slack=regime.REGIME_SLACK, named=named,
+                     over=at_contexts("over", "took"), straddle=at_contexts("straddle", "took"),
+                     rest=f"; {rest}" if rest else "",
+                     rest_within=f"; {at_contexts('within', 'took')}, within it" if at_contexts("within", "took") else "",
                      lean=("under it" if sorted(o.mid for o in over_floor.values())[-1] <= regime.REGIME_SLACK
                            else "over it"),
                      labels=", ".join(dict.fromkeys(r.label for r in mine_labels))))
@@ -455,11 +478,11 @@ show(f"What the time is made of ({label(*main)}, context {contexts[0]}, as the c
      f"{'above' if kind_of['total'] >= kind_of['floor'] else 'below'} the streaming floor: "
      + "; ".join(f"{name} {'adds' if v >= 0 else 'saves'} {prose.ms(abs(v) / 1e3)}"
                  for name, v in kind_of["excess"].items()) + ". By its parts the "
-     f"step is {bound_by(kind_of, step_first.mid * 1e3)}" + ((", near its streaming floor: bandwidth-bound in the roofline's sense."
+     f"step is {bound_by(kind_of, step_first)}" + ((", near its streaming floor: bandwidth-bound in the roofline's sense."
                                        if w_rate < s_rate else
                                        ", near its streaming floor only because a kernel faster than the streaming read "
                                        "offsets dispatch: a nearness the two parts make, not the memory's bound.")
-                                      if step_first.mid * 1e3 < regime.REGIME_SLACK * kind_of["floor"] else
+                                      if not wholly_above(kind_of, step_first) else
                                       f"; its price is {kind_of['total'] / kind_of['floor']:.1f}x its streaming floor "
                                       f"and the measured step {step_first.mid * 1e3 / kind_of['floor']:.1f}x: not "
                                       f"bandwidth-bound in the roofline's sense."))
@@ -899,7 +922,7 @@ register.claim(
          "what the model gave it ({parts}){unjudged}.",
     not_held="{config} at context {c} took {ratio:.2f}x its prediction; under the profiler **{part}** took {profiled} "
              "against the {given} the cost model gave it: of the parts wholly outside the tolerance, it misses the "
-             "most milliseconds ({parts}){unjudged}.",
+             "most milliseconds ({parts}){unjudged}{most}.",
     not_measured="every part of this step is too short to compare under the profiler.")
 timed = {t: Spread.of((corrected.loc[t] / apart.set_index("term").predicted_ms[t]).clip(lower=1e-6))
          for t in apart.term if apart.set_index("term").predicted_ms[t] > 10 * apart.set_index("term").profiler_ms[t]}
@@ -911,16 +934,21 @@ miss_ms = apart.set_index("term").excess_ms
 top_part = (max(outside_parts, key=lambda t: abs(miss_ms[t])) if outside_parts else  # the most milliseconds missed
             max(timed, key=lambda t: abs(np.log(timed[t].mid))) if timed else apart.term.iloc[0])
 row = apart.set_index("term").loc[top_part]
-show(register.decide("worst_step_taken_apart", verdict, predicted="each part within tolerance",
+most_ms = miss_ms.idxmax()  # the part holding most of the step's milliseconds over its price, judged or not
+most = ("" if most_ms == top_part or miss_ms[most_ms] <= 0 else
+        f". The part holding most of the step's excess is {most_ms}, +{prose.ms(miss_ms[most_ms] / 1e3)} over its price"
+        + (f" yet within the tolerance at {timed[most_ms].text('.2f', 'x')}: many parts a little over add up"
+           if most_ms in timed and most_ms not in outside_parts else ""))
+_short = [f"{t} {apart.set_index('term').profiled_ms[t]:.1f} ms against {apart.set_index('term').predicted_ms[t]:.1f}"
+          for t in apart.term if t not in timed and apart.set_index("term").predicted_ms[t] > 0]
+unjudged = ("; not judged, priced at under ten times the profiler's own cost: " + ", ".join(_short)) if _short else ""
+show(register.decide("worst_step_taken_apart", verdict, most=most, predicted="each part within tolerance",
                      measured=f"{top_part}: {row.profiled_ms:.1f} ms against {row.predicted_ms:.1f}",
                      evidence=f"worst_step_parts.csv, torch.profiler, {profiled_runs} runs", config=label(w_dt, w_n), c=w_c,
                      ratio=ratio[worst_key].mid, part=top_part, profiled=prose.ms(row.profiled_ms / 1e3),
                      given=prose.ms(row.predicted_ms / 1e3),
                      parts=", ".join(f"{t} {v.text('.2f', 'x')}" for t, v in timed.items()),
-                     unjudged="".join(f"; not judged, priced at under ten times the profiler's own cost: {t} "
-                                      f"{apart.set_index('term').profiled_ms[t]:.1f} ms against "
-                                      f"{apart.set_index('term').predicted_ms[t]:.1f}"
-                                      for t in apart.term if t not in timed and apart.set_index('term').predicted_ms[t] > 0)))
+                     unjudged=unjudged))
 worst_miss = (f"the worst step's {top_part} ({label(w_dt, w_n)}, context {w_c}) took {row.profiled_ms:.1f} ms, priced "
               f"{row.predicted_ms:.1f}")  # for the opening, if this claim missed
 alone_ms = None  # the same work timed alone in this chapter, where it was (the growing configurations' cache parts)
@@ -1298,7 +1326,7 @@ pooled_b = claims.geomean_of(bratio[k] for k in dyn_keys)
 top_b = claims.geomean(batch_price(*k).median / batch_price(*k).best for k in dyn_keys)
 worst_b = max(dyn_keys, key=lambda k: bratio[k].mid)
 least_b = min(dyn_keys, key=lambda k: bratio[k].mid)
-extremes = (f"the furthest points are batch {worst_b[1]} at {bratio[worst_b].mid:.2f}x and batch {least_b[1]} at "
+extremes = (f"the highest and lowest are batch {worst_b[1]} at {bratio[worst_b].mid:.2f}x and batch {least_b[1]} at "
             f"{bratio[least_b].mid:.2f}x" if worst_b != least_b else f"its one point is batch {worst_b[1]}")
 _lo_b, _hi_b = claims.allowed(Spread(1.0, 1.0, top_b), claims.PREDICTED_TIME)
 allowed_b = f"{_lo_b:.2f}x to {_hi_b:.2f}x"  # the price's fastest to median calls, each side widened by the tolerance
@@ -1309,7 +1337,7 @@ show(register.decide("parts_add_up", claims.within(pooled_b, Spread(1.0, 1.0, to
                      lean=claims.leaning(pooled_b, _lo_b, _hi_b),
                      evidence="batched_decode_runs.csv, page faults counted", ratio=pooled_b.text(".2f", "x"),
                      shares=", ".join(f"B={k[1]}: {bratio[k].text('.2f', 'x')}" for k in dyn_keys), extremes=extremes,
-                     why=f"the furthest is batch {worst_b[1]}; a positive rest is work no term covers (the parts timed "
+                     why=f"the highest is batch {worst_b[1]}; a positive rest is work no term covers (the parts timed "
                          f"alone run with the caches and the cores to themselves), a negative one parts that cost more "
                          f"alone than inside the step."))
 
@@ -1459,9 +1487,12 @@ grew_text = "" if grew_row is None else {
     claims.NOT_HELD: f", growing {grew_row.measured}, not the {grew_row.predicted} the cost model predicts",
     claims.UNRESOLVED: f", growing {grew_row.measured} against {grew_row.predicted} predicted, too close to call",
 }.get(grew_row.verdict, "")
-rule = {claims.NOT_HELD: "; so not bandwidth-bound in the source chapter's sense",
-        claims.HELD: "; bandwidth-bound, as the textbook says",
-        claims.UNRESOLVED: "; whether it is bandwidth-bound is too close to call"}[register.verdict("decode_memory_bound")]
+over_c = [c for c in contexts if side[c] == "over"]
+rule = {claims.NOT_HELD: f"; at {prose.and_list(over_c)} tokens of context the steps took over "
+                         f"{regime.REGIME_SLACK:g}x their floor, so not every step is bandwidth-bound in the source "
+                         "chapter's sense",
+        claims.HELD: "; every step bandwidth-bound, as the textbook says",
+        claims.UNRESOLVED: "; whether every step is bandwidth-bound is too close to call"}[register.verdict("decode_memory_bound")]
 made = {claims.HELD: f"The steps came within the tolerance of {claims.PREDICTED_TIME:g}x of the cost model's price "
                      f"({pooled.text('.2f', 'x')}, every configuration):",
         claims.NOT_HELD: "It did not take the cost model's price (the body says where), whose parts say:",
@@ -1471,10 +1502,11 @@ near = mine.over_streaming_floor.max() < regime.REGIME_SLACK  # the measured ste
 opening_start = (f"On this machine ({prose.machine(device, main[0])}), a {model_name} decode step took "
                  f"**{(spread[k0] * 1e3).text('.1f', 'ms')}** at context {contexts[0]}, "
                  f"**{(spread[k1] * 1e3).text('.1f', 'ms')}** at {contexts[-1]}{grew_text}. {made} at {contexts[0]}, "
-                 f"{bound_by(kind_of, spread[k0].mid * 1e3)} (weights {prose.ms(kind_of['weights'] / 1e3)}, dispatch "
+                 f"{bound_by(kind_of, spread[k0])} (weights {prose.ms(kind_of['weights'] / 1e3)}, dispatch "
                  f"{prose.ms(kind_of['dispatch'] / 1e3).removesuffix(' ms')}, cache "
-                 f"{prose.ms(kind_of['cache'] / 1e3).removesuffix(' ms')}), **{floor_span}** its streaming floor"
-                 + ("" if near or "above its streaming floor" in bound_by(kind_of, spread[k0].mid * 1e3)
+                 f"{prose.ms(kind_of['cache'] / 1e3).removesuffix(' ms')}), **{over_floor[contexts[0]].text('.2f', 'x')}** its "
+                 "streaming floor"
+                 + ("" if near or "above its streaming floor" in bound_by(kind_of, spread[k0])
                     else f", {kind_of['above']} adding the most above it"))
 kernel_note = (", not the kernel's rate" if w_rate >= s_rate and not near
                and kind_of["above"] != "the kernel's rate below the streaming read" else "") + rule
@@ -1493,7 +1525,9 @@ if narrow:
                    f"{rates[1]:.1f}, its step **{spans[0]}** fp32's") + {
         claims.HELD: f", within the tolerance of the {spans[1]} predicted. ",
         claims.NOT_HELD: f", where {spans[1]} was predicted. ",
-        claims.UNRESOLVED: f", against the {spans[1]} predicted: too close to call. "}[register.verdict("narrow_dtype_faster")]
+        claims.UNRESOLVED: f", against the {spans[1]} predicted" + (": too close to call. " if below else
+                           ": not the faster step predicted, though near enough its price that the claim is not "
+                           "decided. ")}[register.verdict("narrow_dtype_faster")]
 batch_text = "" if top == one else (
     f"Batch {top} gave **{gains['dynamic'][0].text('.1f', 'x')}** batch {one}'s throughput with a growing "
     f"cache, **{gains['static'][0].text('.1f', 'x')}** preallocated" + {

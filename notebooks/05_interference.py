@@ -832,8 +832,8 @@ display(Markdown("\n".join([
 spread_at = lambda r, col: Spread(r[f"{col}_low"], r[col], r[f"{col}_high"])
 shown = by_size.loc[best if best != b_prompt_len else sizes[-1]]  # the best size, or the smallest if none paid
 ratio = unchunked.a_worst_gap_ms / unchunked.a_tpot_ms
-found = paid_off(best) + (f" at the median of {runs} runs (each run alone: "
-                          f"{', '.join(map(str, per_run_best))} tokens)" if len(set(per_run_best)) > 1 else "")
+found = paid_off(best) + (f" at the median of {runs} runs" if len(set(per_run_best)) > 1 else "")
+runs_alone = (f"each run alone: {', '.join(map(str, per_run_best))} tokens; " if len(set(per_run_best)) > 1 else "")
 mean_words = (f"its mean gap was {mean_x:.1f} times its median" if mean_x >= claims.PREDICTED_TIME else
               "its mean gap barely left its median")
 hidden = {claims.HELD: f"{mean_words}, its worst {worst_x:.0f} times", claims.NOT_HELD: "too little to set it apart from the mean",
@@ -848,13 +848,18 @@ told = (
     f"{b_prompt_len:,}-token prompt. Over {runs} runs (medians and ranges), B's prefill in one pass froze A "
     f"for **{spread_at(unchunked, 'a_worst_gap_ms').text(',.0f', 'ms')}**, {ratio:.1f} times its TPOT: "
     f"{hidden.get(register.verdict('tpot_hides_the_stall'), 'not decided here')}. {found[:1].upper() + found[1:]} "
-    f"({foreseen}): at {shown.name} tokens A's worst gap was "
+    f"({runs_alone}{foreseen}): at {shown.name} tokens A's worst gap was "
     f"**{spread_at(shown, 'a_worst_gap_ms').text(',.0f', 'ms')}**, its median gap {shown.a_median_gap_ms:,.0f} ms, and B's first token came after "
     f"**{spread_at(shown, 'b_ttft_ms').text(',.0f', 'ms')}** ({unchunked.b_ttft_ms:,.0f} ms unchunked). So "
     + ("on this machine splitting B's prefill did not shorten A's stall enough to pay." if best == b_prompt_len
        else answer.get(register.verdict("smaller_chunks_delay_b"), "chunked prefill bounded A's stall.")))
-_shorter = told.replace(f" ({foreseen})", "").replace(f", its median gap {shown.a_median_gap_ms:,.0f} ms", "")
-opening.write(told, _shorter, _shorter.replace(PAID_RULE, ""),  # the longest that fits
+_brief = {claims.HELD: f"{best_pred} predicted", claims.NOT_HELD: f"{best_pred} predicted, a miss",
+          claims.UNRESOLVED: f"{best_pred} predicted, too close to call"}.get(register.verdict("chunk_size_prediction"))
+_lean = told.replace(f", its median gap {shown.a_median_gap_ms:,.0f} ms", "")
+_shorter = _lean.replace(f" ({runs_alone}{foreseen})", f" ({_brief})" if _brief else "")
+one_paren = lambda t: t.replace(PAID_RULE + " (", PAID_RULE[:-1] + "; ")  # noqa: E731  (no two asides in a row)
+opening.write(*map(one_paren, (told, _shorter, _shorter.replace(PAID_RULE, ""),  # the longest that fits
+                               _lean.replace(f" ({runs_alone}{foreseen})", "").replace(PAID_RULE, ""))),
               after=pacer.note())  # the pace note, when the machine's speed moved
 
 # %% [markdown]

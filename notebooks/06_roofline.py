@@ -196,7 +196,8 @@ plt.show()
 
 # %% [markdown]
 # **Takeaway: prefill's intensity grows with the prompt and crosses the ridge at a prompt of about as many tokens as
-# the ridge's FLOP per byte; decode's stays near one FLOP per byte, so at batch 1 it is memory-bound and owns most of a request's time.**
+# the ridge's FLOP per byte; decode's stays near one FLOP per byte, far left of the ridge, so at batch 1 its bytes, not its
+# arithmetic, are its largest cost, and it owns most of a request's time.**
 #
 # ## Try it, answered: another GPU and a bigger model
 #
@@ -382,8 +383,9 @@ except (ValueError, IndexError) as error:  # chapter 0 did not time this model's
 # the two roofs say bytes set the time), the label says what set it: **few-row-kernel-bound**, the rate this
 # machine's matrix kernel reaches with that few rows. Where the two largest terms have different limits and lie
 # within the tolerance for a predicted time of each other, the model cannot say which sets the time: **mixed**.
-# And a decode step the rule calls memory-bound but that took more than 1.25 times its bytes at the streaming read
-# is, as in chapter 3, **above its streaming floor**: its bytes are its largest term, but not what sets its time.
+# And a decode step the rule calls memory-bound but whose every run took more than 1.25 times its bytes at the
+# streaming read (the whole interval over runs, as chapter 3 decides it) is, as in chapter 3, **above its streaming
+# floor**: its bytes are its largest term, but not what sets its time.
 
 # %%
 ridge = peak / read  # the textbook ridge the figure draws, FLOP/byte
@@ -428,7 +430,7 @@ for series, table in (("prefill", prefill), ("decode", decode), ("batched decode
                                     else f"{label.limit}-bound"), rule_label=label.label,
                          regime=("above its streaming floor"  # chapter 3's word for a step the bytes alone do not set
                                  if shown_regime(label, pred) == "memory-bound" and series != "prefill"
-                                 and r.measured_ms / 1e3 > regime.REGIME_SLACK * cost.bytes / read
+                                 and r.measured_ms_low / 1e3 > regime.REGIME_SLACK * cost.bytes / read
                                  else shown_regime(label, pred)), explained=label.explained,
                          blocks_ms=pred.term("block matrices").best * 1e3,
                          blocks_one_row_ms=model.kernel("blocks", 1).best * 1e3,

@@ -448,6 +448,7 @@ for r in engine_rows.itertuples():
     cores = engine_cores[r.path]
     prefill_x = on_cores(r.path, lambda m: m.prefill(int(base.prompt_tokens)).best)
     engine_price_ms = priced_on[engine_cores[r.path]].prefill(int(base.prompt_tokens)).best * 1e3  # on its cores
+    in_price_ms = priced_on[in_process_threads].prefill(int(base.prompt_tokens)).best * 1e3  # the in-process path's
     histogram = cores < in_process_threads and np.isfinite(prefill_ms)  # the engine's own prefill, to split TTFT by
     mostly_prefill = histogram and prefill_ms - base.ttft_ms > 0.5 * r.ttft_added_ms
     where_added = (("above all its prefill" if mostly_prefill else "less its prefill than the rest; its prefill")
@@ -456,7 +457,9 @@ for r in engine_rows.itertuples():
                    f"{base.ttft_ms:.0f} ms, {prefill_ms - base.ttft_ms:+.0f} ms of the {r.ttft_added_ms:.0f} added, "
                    f"where the cost model prices that prefill at {engine_price_ms:.0f} ms on "
                    f"{cores} core{'s' * (cores > 1)} ({prefill_x:.2f}x its in-process price"
-                   + (f"; the engine's kernels ran it {engine_price_ms / prefill_ms:.2f}x faster than that price"
+                   + (f"; the engine's kernels ran it {engine_price_ms / prefill_ms:.2f}x faster than that price, "
+                      f"where the in-process TTFT ran {in_price_ms / base.ttft_ms:.2f}x faster than its own price of "
+                      f"{in_price_ms:.0f} ms on {in_process_threads} threads"
                       if engine_price_ms > claims.PREDICTED_TIME * prefill_ms else "")
                    + "); the HTTP path, the template and the scheduler add the rest"
                    if histogram else

@@ -21,6 +21,11 @@ def test_count_in_words():
                                                                   "11 settings"]
 
 
+def test_and_list_reads_as_a_sentence():
+    assert [prose.and_list(x) for x in ([], [16], [16, 128], [16, 128, 512])] == ["", "16", "16 and 128",
+                                                                                 "16, 128 and 512"]
+
+
 def test_table_is_whole_escaped_and_renders_bold():
     long = "x" * 300
     html = prose.table(pd.DataFrame({"claim": ["a"], "measured": [f"**166 ms** <script>{long}"]})).data
