@@ -914,6 +914,11 @@ class Ceilings:
         between them)."""
         return sorted(int(r) for r in self._rows(dtype, threads, kernel, model).rows)
 
+    def dispatch_rows_measured(self, model: str, dtype: str, threads: int, pass_kind: str = "prefill") -> list[int]:
+        """The sizes (a prefill's tokens, a decode step's sequences) chapter 0 timed the hollowed pass at
+        (:meth:`dispatch` interpolates between them, and goes on in proportion beyond the largest)."""
+        return sorted(int(r) for r in self._dispatch_rows(model, dtype, threads, pass_kind)[0].rows.unique())
+
     def matrix_faults(self, model: str, dtype: str, threads: int, kernel: str, rows: float) -> float:
         """The page faults one call of the model's ``blocks`` or ``head`` took at ``rows`` rows in chapter 0 (its
         output, where the allocator mapped it afresh), interpolated between the rows measured: already inside

@@ -19,7 +19,7 @@ import warnings
 
 import pandas as pd
 
-__all__ = ["ms", "tokens", "count", "and_list", "span", "beside", "source", "table", "show", "machine", "Opening", "OpeningTooLong", "opening_words",
+__all__ = ["ms", "tokens", "count", "and_list", "label", "shown", "span", "beside", "source", "table", "show", "machine", "Opening", "OpeningTooLong", "opening_words",
            "OPENING_PENDING", "OPENING_WORDS"]
 
 
@@ -45,6 +45,59 @@ def and_list(items) -> str:
     """``"16"``, ``"16 and 128"``, ``"16, 128 and 512"``: items (anything printable) joined as a sentence lists them."""
     words = [str(x) for x in items]
     return " and ".join(words) if len(words) < 3 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+_UNITS = {"ms": "ms", "s": "s", "us": "µs", "gb": "GB", "mb": "MB", "kb": "kB", "mib": "MiB", "kib": "KiB",
+          "gflop": "GFLOP", "flop": "FLOP", "pct": "%", "m": "millions"}  # a column's last word, as a unit
+_WORDS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2e": "end-to-end", "kv": "KV", "lm": "LM", "gpu": "GPU",
+          "gpus": "GPUs", "cpu": "CPU", "gflop": "GFLOP", "flop": "FLOP", "gb": "GB", "mb": "MB", "mib": "MiB",
+          "kib": "KiB", "kb": "kB", "1thread": "1 thread", "pct": "%"}  # words a reader knows in capitals
+_ENDS = {"low": "low", "high": "high", "lo": "low", "hi": "high"}  # an interval's edge, told before the unit
+
+
+def label(column) -> str:
+    """A table's column name as a reader reads it, its unit in parentheses: ``"predicted_ttft_ms"`` is
+    ``"predicted TTFT (ms)"``, ``"tpot_ms_high"`` ``"TPOT, high (ms)"``, ``"streaming_read_gb_s"``
+    ``"streaming read (GB/s)"``, ``"tpot_slope_ms_per_1k_tokens"`` ``"TPOT slope (ms per 1k tokens)"``, a ratio
+    ``"over_predicted"`` ``"x predicted"`` and ``"last_over_first"`` ``"last / first"``. A name that
+    is not one snake_case word (``"A worst gap, ms"``, a number, a tuple) is returned as it is."""
+    if not isinstance(column, str) or not re.fullmatch(r"[A-Za-z0-9]+(_[A-Za-z0-9]+)+", column):
+        return column
+    words = column.split("_")
+    end = _ENDS.get(words[-1]) if len(words) > 1 else None
+    words = words[:-1] if end else words
+    unit = None
+    if len(words) > 2 and [w.lower() for w in words[-2:]] == ["per", "s"] and words[-3].lower() not in _UNITS:
+        unit = f"{words[-3]}/s" if words[-3] in ("tokens", "requests") else "per s"  # a rate: tokens_per_s
+        words = words[:-3] if words[-3] in ("tokens", "requests") else words[:-2]
+    for i in range(len(words) if unit is None else 0):  # the first unit word followed only by "per ..." or "s"
+        w, rest = words[i].lower(), [x.lower() for x in words[i + 1:]]
+        if i and words[i - 1].lower() == "per":  # "faults per MiB": a denominator, not the unit
+            continue
+        if w in _UNITS and (not rest or rest == ["s"] or rest[0] == "per"):
+            unit = _UNITS[w] + ("/s" if rest == ["s"] else "".join(f" {_WORDS.get(x, x)}" for x in rest))
+            words = words[:i]
+            break
+    if words and words[0] in ("a", "b") and len(words) > 1:  # request A, request B
+        words[0] = words[0].upper()
+    words = [("x" if i == 0 else "/") if w == "over" else w for i, w in enumerate(words)]  # a ratio: "x predicted"
+    text = " ".join(_WORDS.get(w.lower(), w) for w in words)
+    text = text + (f", {end}" if end and text else end or "")
+    return f"{text} ({unit})" if text and unit else unit or text
+
+
+def shown(frame: pd.DataFrame, digits: int | dict | None = None) -> pd.DataFrame:
+    """``frame`` as a reader sees it: its columns' and index's names (and a transposed table's row names) through
+    :func:`label`, rounded to ``digits`` (a number, or one per column as :meth:`pandas.DataFrame.round` takes it).
+    The data are unchanged; the chapter keeps the names its code uses."""
+    out = frame.round(digits) if digits is not None else frame.copy()
+    out = out.rename(columns=label)
+    if out.index.nlevels == 1 and out.index.dtype == object:  # a transposed table: its rows are the columns' names
+        out = out.rename(index=label)
+    out.index = out.index.rename([label(n) for n in out.index.names] if out.index.nlevels > 1 else label(out.index.name))
+    if isinstance(out.columns.name, str):
+        out.columns.name = label(out.columns.name)
+    return out
 
 
 def span(low: float, high: float, fmt: str = ".1f", unit: str = "") -> str:

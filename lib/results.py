@@ -284,7 +284,7 @@ def load_table(section: str, name: str, quick: bool = False, *, committed_too: b
     symbolic link, one that does not parse, or one whose durations, rates or sizes are negative, infinite or
     text (:func:`value_problem`); and for a table its run's provenance lists that is missing,
     or one with no provenance beside it (no run says it wrote it), rather than falling back to the committed
-    table of another run."""
+    table of another run. The model its run measured is in the frame's ``attrs["model"]``."""
     committed_too = not quick if committed_too is None else committed_too
     candidates = list(dict.fromkeys([output_root(quick)] + ([REPO_ROOT] if committed_too else [])))
     for root in candidates:
@@ -312,6 +312,7 @@ def load_table(section: str, name: str, quick: bool = False, *, committed_too: b
         if problem:
             raise CorruptTable(f"{path}: refused: {problem}; restore it with: {_restore_command(root, section)}")
         record, _ = read_provenance(path.parent)
+        frame.attrs["model"] = (record or {}).get("model")  # the model the table was measured on
         writer = str((record or {}).get("run_id", ""))
         first = _PINNED.setdefault((str(root), section), writer)
         if writer and first and writer != first:  # another run replaced the chapter between two of this run's reads

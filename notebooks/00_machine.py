@@ -149,7 +149,7 @@ print(f"plan: {plan.rounds} round(s) of {plan.seconds:g} s a ceiling, {plan.min_
       f"a round; streamed arrays of {plan.stream_bytes >> 20} MiB")
 for row in ceilings_table[ceilings_table.status != "ok"].itertuples():
     print(f"{row.dtype}, {row.threads} threads, {row.kernel} {row.model} {row.rows}: {row.status} ({row.note})")
-ok[["dtype", "threads", "kernel", "model", "rows", "best_s", "spread", "gb_s", "gflop_s", "repeats"]].round(4)
+prose.shown(ok[["dtype", "threads", "kernel", "model", "rows", "best_s", "spread", "gb_s", "gflop_s", "repeats"]].round(4))
 
 # %% [markdown]
 # ## Streaming, and a second read to check the first
@@ -214,7 +214,7 @@ show(register.decide("fresh_memory_copies_slower",
                      page_kib=timing.PAGE_BYTES / 1024, where=where,
                      fault_us=0 if on_gpu else ceilings.fault_cost("fp32", most) * 1e6,
                      fault_us_1=0 if on_gpu else ceilings.fault_cost("fp32", min(threads)) * 1e6))
-faults_table.round(3)
+prose.shown(faults_table.round(3))
 
 # %% [markdown]
 # ## The model's matrix-vector products against the streaming read
@@ -433,7 +433,7 @@ show(register.decide("two_rows_cost_no_more", claims.at_most(measured_ratio, cla
 # %%
 issue = ok[ok.kernel == "dispatch"][["model", "dtype", "threads", "pass_kind", "rows", "setting", "best_s",
                                      "operations", "us_per_operation", "spread"]].assign(best_ms=lambda d: d.best_s * 1e3)
-display(issue.drop(columns="best_s").round(2))
+display(prose.shown(issue.drop(columns="best_s").round(2)))
 ops, us_alone = ceilings.operations(model, "fp32", most, "decode")
 shortest = ceilings.dispatch(model, "fp32", most, "decode").best
 us_between = shortest / ops * 1e6  # the step's own operations (between weight streams, each product's read adds one)
@@ -454,8 +454,8 @@ if all(g is not None for g in grown.values()):
          "and attention that grows with the cache, which the cost model adds to a step's dispatch (chapter 3 takes "
          "it apart under the profiler).")
 peaks = ok[ok.kernel == "square_matmul"][["dtype", "threads", "note", "gflop_s", "spread", "hardware_support"]]
-display(peaks.assign(limited_by=["the arithmetic units" if s else "a slow kernel (no hardware instructions)"
-                                 for s in peaks.hardware_support]).round(2))
+display(prose.shown(peaks.assign(limited_by=["the arithmetic units" if s else "a slow kernel (no hardware instructions)"
+                                 for s in peaks.hardware_support]).round(2)))
 ridge = ceilings.square_flops("fp32", most) / ceilings.stream_bandwidth("fp32", most, "read")
 show(f"The textbook **balance point** in fp32 on {where}: the square product's {ceilings.square_flops('fp32', most) / 1e9:.1f} "
      f"GFLOP/s over the streaming read's {rates['read']:.1f} GB/s (both fastest calls) is {ridge:.1f} FLOP per byte. "
@@ -562,13 +562,13 @@ opening.write(  # the longest telling that fits the opening's length, the shorte
 # </details>
 #
 # 2. Suppose a matrix-vector product reached less bandwidth than a streaming read on the same machine. Which
-#    number would be a decode step's floor? And if it reached more, as it can?
+#    number would be the least time a decode step's weights could take? And if it reached more, as it can?
 #
 # <details><summary>Answer</summary>
 #
 # The products' rate: it is what the step's own kernels take to read the weights. The streaming read would then
 # say how far a better kernel could bring the step down. If the kernel is faster than the streaming read, part of
-# the weights is served from a cache, not from memory; the streaming read is then no floor for the step, and the
+# the weights is served from a cache, not from memory; the streaming read then bounds nothing for the step, and the
 # kernels' rate is still the one the step meets.
 # </details>
 #
@@ -604,7 +604,7 @@ else:
 display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</details>"))
 
 # %% [markdown]
-# * Set `dtypes = ["fp32", "bf16", "fp16"]`: does this CPU have instructions for each (see `limited_by`)?
+# * Set `dtypes = ["fp32", "bf16", "fp16"]`: does this CPU have instructions for each (see the table's *limited by* column)?
 
 # %% tags=["answer"] jupyter={"source_hidden": true}
 from lib.device import DTYPES as _DTYPES
@@ -618,7 +618,7 @@ if on_gpu:
              + (f" but not for {', '.join(_without)}." if _without else "."))
 else:
     _text = (f"This CPU's flags (`lib.machine.hardware_support` reads them) give matrix instructions for "
-             f"{', '.join(_with)}" + (f" and none for {', '.join(_without)}" if _without else "") + ", so `limited_by` "
+             f"{', '.join(_with)}" + (f" and none for {', '.join(_without)}" if _without else "") + ", so *limited by* "
              f"should read \"the arithmetic units\" for {', '.join(_with)}"
              + (f" and \"a slow kernel\" for {', '.join(_without)}, whose square product should then fall far below "
                 f"fp32's {_fp32:.0f} GFLOP/s" if _without else "") + ". "

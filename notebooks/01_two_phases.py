@@ -188,7 +188,7 @@ display(Markdown(
        if f"{min(warm_ttft):.0f}" != f"{max(warm_ttft):.0f}" else "")
     + f". So the warm-up was {warm_up}. "
     f"Every run below is warm. This is the median run by time to the first token; its first tokens and their times:"))
-token_table.head(12).round(1)
+prose.shown(token_table.head(12).round(1))
 
 # %%
 times_ms = np.array(token_table["time_since_request_ms"])
@@ -284,7 +284,7 @@ costs = pd.DataFrame([
      "measured_ms_low": ph.decode_step_ms_low, "measured_ms_high": ph.decode_step_ms_high,
      "ms_per_token": ph.decode_step_ms, "predicted_ms": dec_pred.best * 1e3}])
 results.table(costs, "phase_costs")
-costs.round(3)
+prose.shown(costs.round(3))
 
 # %%
 register.claim(
@@ -342,7 +342,7 @@ results.table(run_table, "request_metrics")
 over_runs = timing.median_range(run_table, "prompt_tokens", ["ttft_ms", "tpot_ms", "worst_gap_ms", "e2e_ms",
                                                                "prefill_share", "decode_share"]).iloc[0]
 good = metrics.goodput(per_run, goals.ttft_s, goals.tpot_s, goals.worst_gap_s)
-display((metrics.summarize(per_run) * 1e3).drop(columns="count").round(2).rename_axis("ms, over all runs"))
+display(prose.shown((metrics.summarize(per_run) * 1e3).drop(columns="count").round(2).rename_axis("ms, over all runs")))
 
 # %%
 def ranged(name: str, fmt: str = ".0f") -> str:
@@ -439,7 +439,7 @@ results.table(same_tpot, "same_tpot_different_stall")
 a, b = example_metrics.values()
 claims.invariant(abs(a.tpot - b.tpot) < 1e-9 * a.tpot and b.worst_gap > 2 * a.worst_gap,
                  "the two streams are built with equal TPOT and one long gap")
-same_tpot.round(1)
+prose.shown(same_tpot.round(1))
 
 # %%
 fig, ax = plt.subplots(figsize=(9, 3.2))
@@ -474,7 +474,7 @@ show(f"The argmax reads one row of **{shape.vocab:,} logits** ({logit_bytes / 1e
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** Choosing is that `argmax` and one read-back of the chosen id; a decode step, a whole pass over
-# every weight, took the `measured_ms` printed for it in the table of the two phases above. What fraction of a
+# every weight, took the *measured (ms)* printed for it in the table of the two phases above. What fraction of a
 # decode step does choosing the first token cost? And does a full pass over the prompt without any cache choose the
 # same first token as the cached prefill?
 

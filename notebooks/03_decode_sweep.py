@@ -181,16 +181,16 @@ step_inputs = pd.DataFrame([dict(configuration=label(dt, n), weights_mb=shape.wi
                                  dispatch_ms=ceilings.dispatch(model_name, dt, n, "decode", positions=mid_first).best * 1e3)
                             for dt, n in configs])
 show(f"The shortest context is {contexts[0]} tokens and a run takes `steps` = {steps} steps, so its step is priced at "
-     f"**{mid_first} cached tokens**. In the table, `cache_read_gb_s` is chapter 0's rate for attention reading a cache "
-     "that size, and `cache_copy_gb_s` its rate for copying it into a longer one (read once and written once, every "
+     f"**{mid_first} cached tokens**. In the table, *cache read (GB/s)* is chapter 0's rate for attention reading a cache "
+     "that size, and *cache copy (GB/s)* its rate for copying it into a longer one (read once and written once, every "
      "step of a growing cache):")
-step_inputs.round(2)
+prose.shown(step_inputs.round(2))
 
 # %% [markdown] tags=["predict"]
-# **Predict first.** From the table above: a step reads every weight once and its cache (`cache_kb_per_token` times
-# the cached tokens just printed), its matrix-vector products stream the weights at `matrix_vector_gb_s`,
-# attention reads the cache at `cache_read_gb_s` and the copy moves it twice at `cache_copy_gb_s`, and issuing the
-# step costs `dispatch_ms` beside them. For the
+# **Predict first.** From the table above: a step reads every weight once and its cache (*cache (kB per token)* times
+# the cached tokens just printed), its matrix-vector products stream the weights at *matrix vector (GB/s)*,
+# attention reads the cache at *cache read (GB/s)* and the copy moves it twice at *cache copy (GB/s)*, and issuing the
+# step costs *dispatch (ms)* beside them. For the
 # first configuration at the shortest context, which part is largest, and how many milliseconds should a step
 # take? Is that close to its bytes at the streaming read, or well above them?
 
@@ -214,8 +214,8 @@ show(f"Prediction ({label(*main)}, context {first.context_tokens}): a step reads
      f"matrix-vector rate, its cache {prose.ms((first.attention_ms + first.cache_copy_ms) / 1e3)}, issuing it "
      f"{prose.ms(first.dispatch_ms / 1e3)}: **{prose.ms(first.predicted_ms / 1e3)}** in all, against "
      f"{prose.ms(first.streaming_floor_ms / 1e3)} for its bytes at the streaming read.")
-predicted[["dtype", "threads", "context_tokens", "block_matrices_ms", "LM_head_ms", "attention_ms", "cache_copy_ms",
-           "dispatch_ms", "predicted_ms", "streaming_floor_ms"]].round(2)
+prose.shown(predicted[["dtype", "threads", "context_tokens", "block_matrices_ms", "LM_head_ms", "attention_ms", "cache_copy_ms",
+           "dispatch_ms", "predicted_ms", "streaming_floor_ms"]].round(2))
 
 # %% [markdown]
 # ## The sweep
@@ -230,9 +230,11 @@ predicted[["dtype", "threads", "context_tokens", "block_matrices_ms", "LM_head_m
 # prediction is taken run by run too.
 # For a dtype other than fp32 the cache is built by the fp32 model and cast: a step's cost depends on the
 # cache's shape and dtype, not its values. The fp32 configurations also decode over a preallocated cache in each
-# run, in turn with the others (its results are read in "Why the step grows with the context", below).
+# run, in turn with the others (its results are read in "Why the step grows with the context", below). The loop
+# that decodes and stamps each step, as it runs (folded):
 
 # %%
+display(prose.source(phases.decode))
 growth_configs = [(dt, n) for dt, n in configs if dt == "fp32"]
 rows, static_rows, kept = [], [], {}
 keys = ["dtype", "threads", "context_tokens"]
@@ -379,8 +381,8 @@ for (dt, n), g in decode[decode.over_streaming_floor < 1].groupby(["dtype", "thr
              f"streaming read's {read:.1f} (the processor's caches feed the kernel faster than one streaming pass)."
              if kernel > read else f"faster than its bytes at the streaming read's {read:.1f} GB/s allow, though its "
              f"kernel reads only {kernel:.1f}: one of chapter 0's ceilings is off."))
-decode[["dtype", "threads", "context_tokens", "step_ms", "step_ms_low", "step_ms_high", "predicted_ms",
-        "over_predicted", "over_streaming_floor", "implied_gb_s", "regime"]].round(2)
+prose.shown(decode[["dtype", "threads", "context_tokens", "step_ms", "step_ms_low", "step_ms_high", "predicted_ms",
+        "over_predicted", "over_streaming_floor", "implied_gb_s", "regime"]].round(2))
 
 # %%
 fig, (ax_s, ax_b) = plt.subplots(1, 2, figsize=(12, 4.5))
@@ -635,8 +637,8 @@ growth["predicted_static_ms"] = [cost[(r.dtype, r.threads)].decode(r.context_tok
                                                                    max_len=r.context_tokens + steps).best * 1e3
                                  for r in growth.itertuples()]
 results.table(growth, "growth_with_context")
-growth[["dtype", "threads", "context_tokens", "step_ms", "predicted_ms", "static_step_ms", "predicted_static_ms",
-        "attention_ms", "cache_copy_ms", "attention_alone_ms", "concatenation_ms"]].round(2)
+prose.shown(growth[["dtype", "threads", "context_tokens", "step_ms", "predicted_ms", "static_step_ms", "predicted_static_ms",
+        "attention_ms", "cache_copy_ms", "attention_alone_ms", "concatenation_ms"]].round(2))
 
 # %% [markdown]
 # From the shortest context to the longest, per configuration: the step's growth against what the cost model adds
@@ -910,8 +912,8 @@ apart = tables[0].assign(profiled_ms=corrected.median(axis=1), low_ms=corrected.
 apart = apart.assign(excess_ms=apart.profiled_ms - apart.predicted_ms).sort_values("excess_ms", ascending=False).reset_index()
 results.table(apart, "worst_step_parts")
 print(f"the profiler's own cost: {per_call_ms * 1e3:.1f} us per operator call")
-display(ops.head(8).round(3))
-apart.round(2)
+display(prose.shown(ops.head(8).round(3)))
+prose.shown(apart.round(2))
 
 # %%
 register.claim(
@@ -985,7 +987,7 @@ ours = decode[(decode.dtype == "fp32") & (decode.threads == (1 if ("fp32", 1) in
 beside = ref.merge(ours[["context_tokens", "step_ms", "step_ms_low", "step_ms_high"]]
                    .rename(columns=lambda c: c if c == "context_tokens" else f"this_{c}"), on="context_tokens", how="outer")
 results.table(beside, "beside_reference")
-display(beside.round(1))
+display(prose.shown(beside.round(1)))
 show(f"This run ({label('fp32', int(ours.threads.iloc[0]))}): "
      + ", ".join(f"context {r.context_tokens}: {prose.span(r.step_ms_low, r.step_ms_high, '.1f', 'ms')}" for r in ours.itertuples())
      + f". The source's CPU took {ref.cpu_1thread_ms_lo.min():.0f} to {ref.cpu_1thread_ms_hi.max():.0f} ms a step with one "
@@ -1033,7 +1035,7 @@ show(f"Chapter 0 ({label(*main)}): the streaming read **{ceilings.stream_bandwid
      f"new key or value tensor of one layer (`layer_tensor_mib`) gets fresh pages from the operating system once it "
      f"is {costmodel.FRESH_PAGES_BYTES >> 20} MiB or more (the allocator's threshold for mapping memory afresh): "
      + (f"here from batch {fresh_from}." if fresh_from else "at none of these batches."))
-batch_inputs.round(1)
+prose.shown(batch_inputs.round(1))
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** Batch 1 is one sequence's step, as in the sweep above. In a batch the weights' bytes stay the
@@ -1045,7 +1047,7 @@ batch_inputs.round(1)
 
 # %% [markdown]
 # The cost model's terms for each batch at context `batch_context`, over a growing and a preallocated cache. If
-# the step follows them, the tokens per second of the batch over those of one sequence is `predicted_gain`.
+# the step follows them, the tokens per second of the batch over those of one sequence is *predicted gain*.
 
 # %%
 rows = []
@@ -1057,7 +1059,7 @@ for kind in ("dynamic", "static"):
                          cache_mb=b * batch_context * shape.kv_bytes_per_token / 1e6, weight_mb=shape.weight_bytes / 1e6))
 batch_pred = pd.DataFrame(rows).fillna(0.0)
 batch_pred["predicted_gain"] = batch_pred.batch / batch_pred.predicted_ms * batch_pred.groupby("cache").predicted_ms.transform("first")
-batch_pred.round(1)
+prose.shown(batch_pred.round(1))
 
 # %% [markdown]
 # ### Measured: a growing cache and a preallocated one
@@ -1102,8 +1104,8 @@ bgroups = batched_runs.groupby(["cache", "batch"], sort=False)
 bspread = {k: Spread.of(g.step_ms / 1e3) for k, g in bgroups}
 bratio = {k: Spread.of(g.ratio) for k, g in bgroups}
 bfaults = {k: float(g.faults_per_step.median()) for k, g in bgroups}
-batched[["cache", "batch", "step_ms", "step_ms_low", "step_ms_high", "predicted_ms", "over_predicted", "largest_term",
-         "tokens_per_s"]].round(2)
+prose.shown(batched[["cache", "batch", "step_ms", "step_ms_low", "step_ms_high", "predicted_ms", "over_predicted", "largest_term",
+         "tokens_per_s"]].round(2))
 
 # %%
 dyn, stat = (batched[batched.cache == k].set_index("batch") for k in ("dynamic", "static"))
@@ -1392,7 +1394,7 @@ comparison = pd.DataFrame([
 ref_weights_mb, blocks_mb = comparison.weights_counted_mb.iloc[0], shape.weight_bytes / 1e6 - head_mb
 head_left_out = abs(ref_weights_mb - blocks_mb) < abs(ref_weights_mb - shape.weight_bytes / 1e6)
 results.table(comparison, "beside_word_factory")
-comparison.round(1)
+prose.shown(comparison.round(1))
 
 # %%
 register.claim(
@@ -1455,7 +1457,7 @@ show(f"{g.model} stores **{g.bf16_kib_per_token:.1f} KiB** per token in bf16; Sm
      f"{int(sm.query_heads)} its cache is {sm.kv_heads / sm.query_heads:.2f} of what multi-head attention would need. In "
      f"batched decode the caches outweigh the weights once the batch holds {g.tokens_until_cache_equals_weights:,.0f} "
      f"cached tokens in all for {g.model} and {sm.tokens_until_cache_equals_weights:,.0f} for SmolLM2.")
-kv.round(6)
+prose.shown(kv.round(6))
 
 # %% [markdown]
 # ## The timer's own cost

@@ -55,7 +55,7 @@ from lib.device import describe_environment, resolve_dtype
 from lib.models import load_model, random_prompt
 from lib.progress import progress
 from lib.prose import show
-from lib.results import Results, load_reference
+from lib.results import Results, load_reference, load_table
 
 # %%
 token_pair = params.tuple_of(params.integer(min=1, max=1024), params.integer(min=1, max=1024))
@@ -164,8 +164,8 @@ split["predicted_tpot_median_ms"] = [np.mean([cost.decode(p + i).median for i in
 split["predicted_tpot_ms"] = [np.mean([cost.decode(p + i).best for i in range(1, o)]) * 1e3 if o > 1 else np.nan
                               for p, o in zip(split.prompt_tokens, split.output_tokens)]
 results.table(split, "request_split")
-split[["prompt_tokens", "output_tokens", "e2e_ms", "e2e_ms_low", "e2e_ms_high",
-       "goodput"]].round(3)  # TTFT, TPOT and the phases' shares: in the sections that ask about them first
+prose.shown(split[["prompt_tokens", "output_tokens", "e2e_ms", "e2e_ms_low", "e2e_ms_high",
+       "goodput"]].round(3))  # TTFT, TPOT and the phases' shares: in the sections that ask about them first
 
 # %% [markdown] tags=["predict"]
 # ## TTFT and the prompt
@@ -207,7 +207,7 @@ show(register.decide("ttft_rises_with_prompt", (claims.verdict_of(rise.low > 0, 
 # %% [markdown]
 # ## Does TPOT grow with the context?
 #
-# A decode step reads every weight and the whole KV cache. The cache grows by `kv_bytes_per_token` for each token
+# A decode step reads every weight and the whole KV cache. The cache grows by its *cache per token* for each token
 # of context, the weights not at all. The context of a decode step is the prompt plus the tokens decoded so far; a
 # request's TPOT averages its steps, so its mean context is the prompt plus half the output. What a step reads, and
 # chapter 0's rates for reading and copying memory:
@@ -220,7 +220,7 @@ tpot_inputs = pd.Series({f"TPOT at {shortest_pair.prompt_tokens:.0f} in, {shorte
                          "cache per 1,000 tokens (MB)": shape.kv_bytes_per_token * 1e3 / 1e6,
                          "streaming read (GB/s)": cost.ceilings.stream_bandwidth(dtype, cost.threads) / 1e9,
                          "streaming copy (GB/s)": cost.ceilings.stream_bandwidth(dtype, cost.threads, "copy") / 1e9})
-tpot_inputs.round(2).to_frame(f"{lm.name}, {dtype}")
+prose.shown(tpot_inputs.round(2).to_frame(f"{lm.name}, {dtype}"))
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** The shortest prompt's TPOT is in the table above. Suppose a step's time were all
@@ -263,7 +263,7 @@ tpot_table = pd.DataFrame({"run": slopes.index, "tpot_slope_ms_per_1k_tokens": s
                            "bytes_predicted_slope_ms_per_1k_tokens": bytes_slope,
                            "cost_model_slope_ms_per_1k_tokens": model_slope})
 results.table(tpot_table, "tpot_slope")
-tpot_table.round(3)
+prose.shown(tpot_table.round(3))
 
 # %%
 register.claim(
@@ -359,7 +359,7 @@ show(register.decide("requests_as_predicted", verdict,
                      evidence=f"requests.csv, {runs} runs per pair", ttft=pooled_r["ttft"].text(".2f", "x"),
                      tpot=pooled_r["tpot"].text(".2f", "x"), n=len(split), worst=worst_text, tol=claims.PREDICTED_TIME,
                      each="; ".join(each_r.values())))
-split[["prompt_tokens", "output_tokens", "ttft_ms", "predicted_ttft_ms", "tpot_ms", "predicted_tpot_ms"]].round(1)
+prose.shown(split[["prompt_tokens", "output_tokens", "ttft_ms", "predicted_ttft_ms", "tpot_ms", "predicted_tpot_ms"]].round(1))
 
 # %%
 fig, ax = plt.subplots(figsize=(10, 4.5))
@@ -425,9 +425,24 @@ cache_slope = sum(per_1k.values())
 dispatch_slope = ((cost.decode(int(c_high)).term("dispatch").best - cost.decode(int(c_low)).term("dispatch").best)
                   * 1e6 / (c_high - c_low))  # the hollowed step's growth, which the cost model adds: ms per 1k tokens
 results.table(parts, "cache_work")
-parts.round(3)
+prose.shown(parts.round(3))
 
 # %%
+steps3 = load_table("03_decode_sweep", "decode_runs", quick=quick)  # chapter 3's steps, run by run
+steps3 = None if steps3 is None or steps3.attrs.get("model") != model_name else steps3[
+    (steps3.dtype == dtype) & (steps3.threads == torch.get_num_threads())]
+in_chapter_3 = ""  # the same step's growth as chapter 3 measured it, beside this line
+if lines and steps3 is not None and steps3.context_tokens.nunique() > 1:
+    c3 = (steps3.context_tokens.min(), steps3.context_tokens.max())
+    by_run = steps3.pivot_table(index="run", columns="context_tokens", values="step_ms")
+    grown3 = Spread.of(((by_run[c3[1]] - by_run[c3[0]]) * 1e3 / (c3[1] - c3[0])).dropna())  # ms per 1k tokens, paired
+    apart3 = grown3.high < slope_spread.low or grown3.low > slope_spread.high
+    in_chapter_3 = (f" Chapter 3's steps of the same model grew **{grown3.text('.1f', 'ms')}** per 1,000 tokens from "
+                    f"context {c3[0]} to {c3[1]} (runs paired), "
+                    + (f"{'less' if grown3.high < slope_spread.low else 'more'} than this line, their intervals "
+                       "apart: chapter 3 crops one cache back to each context, where a request's cache grows as it "
+                       "decodes, and this book does not take that difference apart." if apart3 else
+                       "an interval overlapping this line's: the same growth, measured twice."))
 shares = ", ".join(f"{part} **{s:.2f} ms**" for part, s in per_1k.items())
 register.claim(
     "tpot_growth_is_cache_work",
@@ -455,7 +470,7 @@ show(register.decide("tpot_growth_is_cache_work", ((claims.within(slope_spread, 
                              f"model adds (its slope, {model_slope:.2f} ms per 1,000 tokens, leaves "
                              f"{max(slope - model_slope, 0):.1f} unpriced). This chapter does not take it further "
                              "apart; chapter 3 profiles both its caches' steps at a short and a long context, one layer "
-                             "down, and says which parts of the step grew." if lines and
+                             f"down, and says which parts of the step grew.{in_chapter_3}" if lines and
                              slope > cache_slope else
                              "The parts alone grow faster than the line: timed alone they miss the overlap a real "
                              "step gives them." if lines else ""),
@@ -463,7 +478,7 @@ show(register.decide("tpot_growth_is_cache_work", ((claims.within(slope_spread, 
                               + ("within" if 1 / claims.PREDICTED_TIME <= slope / cache_slope <= claims.PREDICTED_TIME
                                  else "outside")
                               + " the tolerance, but its interval reaches past it: more runs of the grid would "
-                                "decide whether they account for the growth." if lines and cache_slope > 0 else
+                                f"decide whether they account for the growth.{in_chapter_3}" if lines and cache_slope > 0 else
                               "Timed alone, the parts did not grow with the context, so their sum cannot be set "
                               "against the line's slope.")))
 
@@ -504,7 +519,7 @@ beside["this_prefill_share_pct"] = beside.pop("this_prefill_share") * 100
 beside["reference_prefill_in_decode_steps"] = beside.ttft_ms / beside.tpot_ms
 beside["this_prefill_in_decode_steps"] = beside.this_ttft_ms / beside.this_tpot_ms
 results.table(beside, "beside_reference")
-beside.round(1)
+prose.shown(beside.round(1))
 
 # %%
 share_of = {(r.prompt_tokens, r.output_tokens): Spread(r.prefill_share_low * 100, r.prefill_share * 100,
@@ -580,7 +595,7 @@ arch["e2e_measured_over_predicted"] = arch.e2e_ms / arch.predicted_e2e_ms
 results.table(arch, "archetypes")
 show("The TTFT line's residuals over the grid run from "
      f"{residual.min() * 100:+.0f} % to {residual.max() * 100:+.0f} % of the measured TTFT.")
-arch.round(2)
+prose.shown(arch.round(2))
 
 # %%
 arch_runs = requests[requests.workload != "grid"].merge(arch[["workload", "predicted_e2e_ms"]], on="workload")
@@ -665,7 +680,7 @@ display(Markdown(
        + fixes.rstrip())
     + f" For comparison, the source chapter's GPU met these objectives in {ref_met} of its {len(ref)} pairs "
       "(its medians)."))
-per_pair.round(2)
+prose.shown(per_pair.round(2))
 
 # %% [markdown]
 # Every price in this chapter is made of chapter 0's ceilings. The same one-row matrices chapter 0 timed, timed

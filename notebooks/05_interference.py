@@ -183,7 +183,7 @@ floor_reach = (f"it found no floor: a {after_floor.iloc[0]}-token pass already t
 show(f"B's prompt is **{tokens(b_prompt_len)}**; the chunk sizes tried are {', '.join(map(str, chunk_sizes))}; a "
      f"smaller chunk pays off if it cuts A's worst gap by more than **{stops_helping:.0%}** (the parameter "
      "`stops_helping`). Chapter 2's passes (ms):")
-section2[["prompt_tokens", "time_ms", "time_ms_low", "time_ms_high"]].set_index("prompt_tokens").T.round(1)
+prose.shown(section2[["prompt_tokens", "time_ms", "time_ms_low", "time_ms_high"]].set_index("prompt_tokens").T.round(1))
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** Take one of A's decode steps as about chapter 2's 1-token pass, and a chunk of `c` tokens as
@@ -262,7 +262,7 @@ gap = predicted.predicted_a_worst_gap_ms
 predicted["predicted_worst_gap_cut"] = 1 - gap / gap.shift(1)
 if added:
     print(f"added chunk sizes {added}, so the sizes run lie on both sides of the predicted best size")
-predicted.round(3)
+prose.shown(predicted.round(3))
 
 # %%
 fresh_over_pass = [chunk_ms(0, min(c, b_prompt_len)) / pass_ms(min(c, b_prompt_len)) for c in sizes]
@@ -322,10 +322,10 @@ summary["b_ttft_over_predicted"] = summary.b_ttft_ms / summary.predicted_b_ttft_
 results.table(summary, "interference")
 ranged = lambda col, fmt=",.0f": [f"{m:{fmt}} ({prose.span(lo, hi, fmt)})" for m, lo, hi in
                                   zip(summary[col], summary[f"{col}_low"], summary[f"{col}_high"])]
-pd.DataFrame({"chunk_tokens": summary.chunk_tokens, "A worst gap, ms": ranged("a_worst_gap_ms"),
+prose.shown(pd.DataFrame({"chunk_tokens": summary.chunk_tokens, "A worst gap, ms": ranged("a_worst_gap_ms"),
               "A median gap, ms": ranged("a_median_gap_ms"), "B TTFT, ms": ranged("b_ttft_ms"),
               "worst gap / predicted": summary.a_worst_gap_over_predicted.round(2),
-              "TTFT / predicted": summary.b_ttft_over_predicted.round(2)}).set_index("chunk_tokens")
+              "TTFT / predicted": summary.b_ttft_over_predicted.round(2)}).set_index("chunk_tokens"))
 
 # %% [markdown]
 # Unchunked, how far do the mean (TPOT) and the worst gap each move off the stream's pace? And where does A's
@@ -427,7 +427,7 @@ steps["b_ttft_growth"] = steps.b_ttft_ms / steps.b_ttft_ms.shift(1) - 1
 results.table(steps, "halving")
 best, stop = stopping_point(summary.chunk_tokens.tolist(), summary.a_worst_gap_ms.tolist())
 paid_again = steps[(steps.chunk_tokens < (stop or 0)) & (steps.worst_gap_cut > stops_helping)]  # after the stop
-steps.set_index("chunk_tokens")[["worst_gap_cut", "predicted_worst_gap_cut", "b_ttft_growth"]].round(3)
+prose.shown(steps.set_index("chunk_tokens")[["worst_gap_cut", "predicted_worst_gap_cut", "b_ttft_growth"]].round(3))
 
 # %%
 fig, ax = plt.subplots(figsize=(7.5, 4.8))
@@ -526,7 +526,7 @@ costs = (full.groupby("chunk_tokens", sort=False).ratio.median().rename("chunk_o
 costliest = chunk_table.groupby(["chunk_tokens", "run"]).chunk_ms.agg(lambda ms: ms.max() / ms.median())
 costs["costliest_over_median_chunk"] = costs.chunk_tokens.map(costliest.groupby("chunk_tokens").median())
 results.table(costs, "chunk_cost")
-costs.round(2).set_index("chunk_tokens")
+prose.shown(costs.round(2).set_index("chunk_tokens"))
 
 # %%
 cost_ratio, first_ratio = costs.chunk_over_predicted, costs.first_over_section2
@@ -727,7 +727,7 @@ results.table(stream_runs, "several_streams_runs")
 streams = timing.median_range(stream_runs, ["a_streams", "chunk_tokens"],
                               ["a_worst_gap_ms", "a_median_gap_ms", "b_ttft_ms"])
 results.table(streams, "several_streams")
-streams.round(1)
+prose.shown(streams.round(1))
 
 # %%
 pick = lambda k, c: streams[(streams.a_streams == k) & (streams.chunk_tokens == c)].iloc[0]  # rows by value

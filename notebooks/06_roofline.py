@@ -162,7 +162,7 @@ attention = pd.DataFrame(rows)
 results.table(attention, "prefill_attention_share")
 claims.invariant(abs(crossover - gpu.ridge) / gpu.ridge < 0.05, "prefill should leave the memory roof near the ridge")
 claims.invariant(attention.attention_share.is_monotonic_increasing, "attention's share must grow with the prompt")
-attention.round({"gflop": 0, "gflop_per_token": 2, "attention_share": 3, "tokens_per_s": 0})
+prose.shown(attention.round({"gflop": 0, "gflop_per_token": 2, "attention_share": 3, "tokens_per_s": 0}))
 
 # %%
 peak, last = attention.loc[attention.tokens_per_s.idxmax()], attention.iloc[-1]
@@ -213,7 +213,7 @@ try_it = pd.DataFrame([dict(model=shape.name, gpu=hw.name, ridge_flop_per_byte=h
                             cache_tokens_that_fit=roofline.batch_that_fits(shape, hw, 1))
                        for shape in (llama8, big) for hw in (gpu, other)])
 results.table(try_it, "try_it_gpu_and_model")
-try_it.round(2)
+prose.shown(try_it.round(2))
 
 # %%
 t = try_it.set_index(["model", "gpu"])
@@ -262,7 +262,7 @@ batching = pd.DataFrame(rows)
 results.table(batching, "decode_batching_limit")
 claims.invariant((batching.intensity_batch_1 < gpu.ridge).all(), "a batch-1 decode step must sit below the ridge")
 claims.invariant(batching.intensity_limit.is_monotonic_decreasing, "the batching limit must fall as the context grows")
-batching.round(2)
+prose.shown(batching.round(2))
 
 # %%
 batch_axis = np.unique(np.logspace(0, 5, 300).astype(int))
@@ -372,7 +372,7 @@ except (ValueError, IndexError) as error:  # chapter 0 did not time this model's
 # prefill needs to reach it, the rates the cost model prices a pass's matrices at and the cost of issuing a decode
 # step's operations are printed just above. A decode step at batch 1 does two FLOPs per weight it reads (four bytes
 # each in fp32, two in a 16-bit dtype): how many times below the ridge does it sit, and which of the cost model's
-# terms is its largest (the table's `largest_term`: the block matrices, the LM head, attention over the cache, or
+# terms is its largest (the table's *largest term*: the block matrices, the LM head, attention over the cache, or
 # dispatch, issuing its operations)? And from which of chapter 2's prompt lengths on do you expect a prefill's block
 # matrices to be priced at their FLOPs rather than their bytes (the table's `predicted`, the largest term's limit:
 # compute-bound)?
@@ -444,8 +444,8 @@ results.table(points, "measured_on_roofline")
 warning = regime.check_floors(placed, ceilings.strict)
 if warning:
     show(warning)
-points[["series", "tokens", "batch", "intensity_flop_per_byte", "predicted_ms", "largest_term", "predicted", "measured_ms",
-        "measured_over_predicted", "regime"]].round(3)
+prose.shown(points[["series", "tokens", "batch", "intensity_flop_per_byte", "predicted_ms", "largest_term", "predicted", "measured_ms",
+        "measured_over_predicted", "regime"]].round(3))
 
 # %%
 few = points[points.regime == "few-row-kernel-bound"]
@@ -782,7 +782,7 @@ show(f"Predicted ({where}): a GPT-2 step issues {fixed_ops:.0f} operations outsi
      f"({gpt2_sizes.SIZES['gpt2-large'].weight_bytes / 1e9:.1f} GB) or GPT-2 XL in fp16; past it in this section's "
      f"sense (weights four times the floor) needs about {4 * source_transition / 1e9:.0f} GB, the source's 7B model "
      "in fp16: why it called GPT-2 small the wrong size.")
-size_plan.round(2)
+prose.shown(size_plan.round(2))
 
 # %% [markdown]
 # **The sweep, within its budget.** Before any work each size is checked against the memory free now (its
@@ -824,7 +824,7 @@ skipped = plan[plan.status != "run"]
 show(f"**{(plan.status == 'run').sum()} of the {len(plan)} sizes run**"
      + (", smallest first; skipped: " + "; ".join(f"{r.size} ({r.status.removeprefix('skipped: ')})"
                                                    for r in skipped.itertuples()) + "." if len(skipped) else "."))
-plan.round(2)
+prose.shown(plan.round(2))
 
 # %%
 if not (plan.status == "run").any():
@@ -887,7 +887,7 @@ show(f"The sweep took **{sweep_s:.0f} s** ({plan.predicted_s.sum():.0f} s predic
      f"{built.build_faults.sum():,.0f} faults, {fault_us:.1f} us of building each); GPT-2 XL "
      + (f"alone {built.set_index('size').seconds['gpt2-xl']:.0f} s." if "gpt2-xl" in set(built["size"]) else
         "was not run: " + plan.set_index("size").status.get("gpt2-xl", "not chosen") + "."))
-built.round(2)
+prose.shown(built.round(2))
 
 # %% [markdown]
 # Each size's step (median of its runs, with the 95 % interval of that median) against its price, and where it
@@ -935,7 +935,7 @@ if {"gpt2-small", "gpt2-large"} <= set(ran):
          f"small's {b.predicted_ms['gpt2-small']:.1f} ms priced step and {b.floor_ms['gpt2-large']:.1f} ms of "
          f"large's {b.predicted_ms['gpt2-large']:.1f} ms, and the weights' rates, which chapter 0 measured per "
          f"matrix shape: {_rate['gpt2-small']:.1f} GB/s for small's and {_rate['gpt2-large']:.1f} GB/s for large's.")
-by_size.round(3)
+prose.shown(by_size.round(3))
 
 # %%
 prices = size_plan.set_index("size")
@@ -1317,7 +1317,7 @@ if growth_rows:
                      "and off both ends of their intervals): a growth near that margin, measured or priced, moves the "
                      "length by a grid step or more.")
 show(why_floor + why_dtype + why_prefill)
-floor_table.round(3)
+prose.shown(floor_table.round(3))
 
 # %% [markdown]
 # **Takeaway: before expecting fewer bytes to speed up a decode step, set its weights' time at the kernel's rate
@@ -1452,7 +1452,7 @@ display(Markdown(
     + (f", least at batch {int(low_.batch)} ({low_.ms_per_token:.2f} ms), after which the caches' work "
        f"({low_.cache_ms:,.0f} ms of its step there, {last_.cache_ms:,.0f} ms at {int(last_.batch)}) grows faster than "
        "the batch shares the weights" if low_.batch < last_.batch else "") + "."))
-moe.round(2).set_index("batch")
+prose.shown(moe.round(2).set_index("batch"))
 
 # %% [markdown]
 # Tensor parallelism, for the page's own (dense) model at batch 1, over `tp_devices` devices:
@@ -1491,7 +1491,7 @@ display(Markdown(
        "they save." if best_n.devices < top_.devices else
        "The most devices tried is the quickest split here; the bytes divide by N, the floor and the all-reduces do "
        "not.")))
-tp.round(3).set_index("devices")
+prose.shown(tp.round(3).set_index("devices"))
 
 # %% [markdown]
 # **Takeaway: a mixture of experts makes a single sequence's decode read only its active experts, but a batch reads
@@ -1736,7 +1736,7 @@ with use_threads(threads):  # the thread count the points were measured with
 as_priced = {claims.HELD: "within the tolerance", claims.NOT_HELD: "outside the tolerance",
              claims.UNRESOLVED: "too close to call"}.get(register.verdict("size_steps_as_priced"))
 fell = register.verdict("floor_gives_way_where_predicted")
-met = None if transition is None else (f"**{transition.text(',.0f', 'MB')}**, " + {
+met = None if transition is None else (f"**{transition.text(',.0f', 'MB')}** of weights, " + {
     claims.HELD: f"within a factor of two of the {predicted_transition / 1e6:,.0f} MB predicted",
     claims.NOT_HELD: f"{transition.mid / (predicted_transition / 1e6):.2g}x the {predicted_transition / 1e6:,.0f} MB "
                      "predicted, beyond the factor of two allowed",
@@ -1767,8 +1767,8 @@ def opening_text(missed_line: str) -> str:
     return (f"On this machine ({this_machine}), the textbook ridge lies at **{ridge:.1f} FLOP/byte**{roofs}. "
             + (f"Across GPT-2's sizes a decode step took **{pooled.text('.2f', 'x')}** its price ({as_priced})"
                if as_priced else "")
-            + (("; a" if as_priced else "A") + f" line through the 12-layer steps left its floor (its bytes' term "
-               f"passing its time with no bytes) at about {met}" if met is not None else "") + ". " * bool(as_priced or met is not None)
+            + (("; the" if as_priced else "The") + f" 12-layer steps' weights came to take as long as a step does "
+               f"without them (its floor) at about {met}" if met is not None else "") + ". " * bool(as_priced or met is not None)
             + missed_line + f"By the largest priced term, a decode step {waits_on('decode', 'context')}; a prefill "
             f"{waits_on('prefill', 'prompt length')}.")
 

@@ -369,7 +369,7 @@ base = paths.iloc[0]
 paths["ttft_added_ms"] = paths.ttft_ms - base.ttft_ms
 paths["gap_added_ms"] = paths.median_gap_ms - base.median_gap_ms
 results.table(paths, "one_request")
-paths.round(1).rename(columns={"ttft_ms": "median ttft_ms", "tpot_ms": "median tpot_ms"})  # medians over the runs
+prose.shown(paths.round(1).rename(columns={"ttft_ms": "median TTFT (ms)", "tpot_ms": "median TPOT (ms)"}))  # medians over the runs
 
 # %% [markdown]
 # vLLM also reports its own timings, as Prometheus histograms on `/metrics` (`vllm:time_to_first_token_seconds`
@@ -416,7 +416,7 @@ show(register.decide("client_ttft_covers_server_ttft",
                      outside=", ".join(f"**{r.outside_server_ms:.1f} ms** through {r.path}" for r in reported.itertuples()),
                      pairs=", ".join(f"{r.path} {r.client_ttft_ms:.0f} ms against its own {r.server_ttft_ms:.0f} ms"
                                      for r in reported.itertuples())))
-own.round(1).rename(columns={"client_ttft_ms": "mean client_ttft_ms", "server_ttft_ms": "mean server_ttft_ms"})
+prose.shown(own.round(1).rename(columns={"client_ttft_ms": "mean client TTFT (ms)", "server_ttft_ms": "mean server TTFT (ms)"}))
 
 # %% [markdown]
 # Each engine against the in-process path, TTFT first: decided per engine, each path's median over its runs with
@@ -621,7 +621,7 @@ dead = sweep[sweep.tokens_per_s == 0]
 if len(dead):
     raise RuntimeError("every request of a load level failed: " + "; ".join(
         f"{r.engine} at {r.concurrency} users: {r.failures}" for r in dead.itertuples()))
-sweep.round(2)
+prose.shown(sweep.round(2))
 
 # %%
 fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
@@ -780,7 +780,7 @@ show(f"Every rate replays one seeded pattern of {arrivals} arrivals, scaled: its
          for name, r in at_capacity.items())
      + ": arrivals at a closed loop's throughput do not keep as many requests in the engine, so its goodput there "
        "need not be the closed loop's.")
-poisson.round(2)
+prose.shown(poisson.round(2))
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 4))
@@ -869,8 +869,8 @@ for col in ("ttft_mean", "itl_mean", "tpot_mean", "e2e_mean"):
     scored[col.replace("_mean", "_mean_ms")] = scored.pop(col) * 1e3
 scored = scored.drop(columns=["ttft_p", "itl_p", "tpot_p"])
 results.table(scored, "conventions")
-scored[["engine", "convention", "ttft_mean_ms", "itl_name", "itl_mean_ms", "tpot_name", "tpot_mean_ms",
-        "goodput", "goodput_unit"]].round(3)
+prose.shown(scored[["engine", "convention", "ttft_mean_ms", "itl_name", "itl_mean_ms", "tpot_name", "tpot_mean_ms",
+        "goodput", "goodput_unit"]].round(3))
 
 # %%
 def first_choice(name: str) -> str:
@@ -1081,8 +1081,8 @@ cores_of = {name: max(n_threads - 1, 1) if name == "vLLM" else n_threads for nam
 costs = {c: costmodel.CostModel(ceilings, MODEL, machine.MODELS[MODEL][0].with_dtype("fp32"), "fp32", c)
          for c in set(cores_of.values())}
 cost = costs[n_threads] if n_threads in costs else next(iter(costs.values()))
-pd.DataFrame([dict(piece_tokens=p, **{f"predicted_ms_{c}_threads": m.prefill(p).best * 1e3 for c, m in costs.items()},
-                   in_process_ms=t.median_ms, low_ms=t.low_ms, high_ms=t.high_ms) for p, t in piece_ms.items()]).round(0)
+prose.shown(pd.DataFrame([dict(piece_tokens=p, **{f"predicted_ms_{c}_threads": m.prefill(p).best * 1e3 for c, m in costs.items()},
+                   in_process_ms=t.median_ms, low_ms=t.low_ms, high_ms=t.high_ms) for p, t in piece_ms.items()]).round(0))
 
 # %%
 def stall_once(name: str, budget, run: int) -> dict:
@@ -1152,7 +1152,7 @@ cases = pd.DataFrame([dict(engine=e, budget_tokens=b, **most_common_case(g))
                       for (e, b), g in stalls.groupby(["engine", "budget_tokens"], sort=False)])
 stall = stall.merge(cases, on=["engine", "budget_tokens"])
 results.table(stall, "stall")
-stall.round(0).assign(case_worst_share=stall.case_worst_share.round(2))  # a share, not milliseconds
+prose.shown(stall.round(0).assign(case_worst_share=stall.case_worst_share.round(2)))  # a share, not milliseconds
 
 # %% [markdown]
 # Beside it, chapter 5's in-process experiment:
@@ -1595,11 +1595,9 @@ def each(say) -> str:
 
 ratio_of = gap_ratio_of  # on the cores each engine computes on, as its claim decided
 ttft_added_of = dict(zip(paths.path, paths.ttft_added_ms))  # ms each engine's median TTFT lay past in-process's
-lone = ("; ".join(f"through {called(n)} its first token came {soon(n)} and the tokens after it {fast(n)}"
+lone = ("; ".join(f"through {called(n)} the first token came {soon(n)} and the tokens after it {fast(n)}"
                   for n in urls)
-        + (" (each against in-process on the cores that engine computes on)"
-           if set(engine_cores.values()) != {in_process_threads} else "")
-        if all(soon(n) and fast(n) for n in urls) else "")
+        if all(soon(n) and fast(n) for n in urls) else "")  # the gaps as the sentence before sets them
 batched = by_engine(lambda n: {claims.HELD: "batching raised throughput",
                                claims.NOT_HELD: "batching did not raise throughput",
                                claims.UNRESOLVED: "batching's gain was unclear",
@@ -1651,14 +1649,14 @@ first_tokens = [f"**{spread_of(base, 'ttft_ms').text(',.0f', 'ms')}** in-process
     f"**{spread_of(r, 'ttft_ms').text(',.0f', 'ms')}** through {called(r.path)}" + ("" if same_model else
                                                                                    " of another model")
     for r in engine_rows.itertuples()]
-ratios = " and ".join(f"**{q.text('.2f', 'x')}**" for q in ratio_of.values())
+ratios = " and ".join(f"{called(n)} **{q.text('.2f', 'x')}**" for n, q in ratio_of.items())
 gains_text = " and ".join(f"**{g.text('.1f', 'x')}**" for g in gains.values() if g)
 rose = "rose" if all(of("batching_raises_throughput", n) == claims.HELD for n in urls) else "changed by"
 first = (f"On this machine ({prose.machine(cpu, 'fp32')}), one request's first token came after "
          f"{', '.join(first_tokens[:-1])} and {first_tokens[-1]} ({runs}-run medians). ")
-gaps = ((f"Gaps between tokens were {ratios} what the in-process {base.median_gap_ms:,.0f} ms becomes on the cores "
-         "each engine computes on. " if set(engine_cores.values()) != {in_process_threads} else
-         f"Gaps between tokens were {ratios} the in-process {base.median_gap_ms:,.0f} ms. ") if same_model else "")
+gaps = ((f"Between tokens, {ratios} the in-process gap, priced from its {base.median_gap_ms:,.0f} ms onto the "
+         "cores each engine computes on. " if set(engine_cores.values()) != {in_process_threads} else
+         f"Between tokens, {ratios} the in-process gap of {base.median_gap_ms:,.0f} ms. ") if same_model else "")
 users = f"From {levels[0]} to {levels[-1]} users, throughput {rose} {gains_text}. " if gains_text else ""
 so = f"So {answer}." if answer else ""
 # The longest telling first; the budgets' trade, the users' gains, then the stall give way when the paragraph runs long

@@ -290,8 +290,8 @@ alone_table = pd.DataFrame([dict(precision=p, matrices_ms=t.median * 1e3, low_ms
                                  weight_mib=weight_bytes[p] / 2**20, gb_s=weight_bytes[p] / t.median / 1e9)
                             for p, t in alone.items()])
 results.table(alone_table, "matrices_alone")
-display(alone_table.round(2))
-prediction.round(2)
+display(prose.shown(alone_table.round(2)))
+prose.shown(prediction.round(2))
 
 # %% [markdown]
 # Which kernel does an int8 matrix run? One int8 step under `torch.profiler` (`lib.profiling.operators`), its
@@ -389,8 +389,8 @@ sweep["of_read"] = sweep.gb_s * 1e9 / read
 sweep["tokens_per_s"] = 1e3 / sweep.step_ms
 sweep["over_predicted"] = sweep.step_ms / sweep.predicted_ms
 results.table(sweep, "decode_sweep")
-sweep[["precision", "context_tokens", "bytes_per_step", "step_ms", "step_ms_low", "step_ms_high", "predicted_ms",
-       "over_predicted", "gb_s", "of_read", "tokens_per_s"]].round(3)
+prose.shown(sweep[["precision", "context_tokens", "bytes_per_step", "step_ms", "step_ms_low", "step_ms_high", "predicted_ms",
+       "over_predicted", "gb_s", "of_read", "tokens_per_s"]].round(3))
 
 # %%
 spread = {(r.precision, r.context_tokens): Spread(r.step_ms_low, r.step_ms, r.step_ms_high) for r in sweep.itertuples()}
@@ -658,7 +658,7 @@ kv_table = pd.DataFrame([dict(model=s.name, kv_heads=s.kv_heads, query_heads=s.h
                               tokens_until_cache_equals_weights=s.weight_bytes / s.kv_bytes_per_token)
                          for s in (gpt2, real, mha)])
 results.table(kv_table, "cache_bytes_per_token")
-kv_table.round(3)
+prose.shown(kv_table.round(3))
 
 # %%
 g = decode_runs[decode_runs.precision == "fp32"].pivot(index="run", columns="context_tokens", values="step_ms")
@@ -811,7 +811,7 @@ show(register.decide("fp8_cache_is_no_faster", claims.verdict_of(extra.low >= 0,
 show(register.decide("fp8_cache_saves_memory_not_time", verdict, predicted=f"+{predicted_extra:.1f} ms",
                      measured=extra.text(".1f", "ms") + " extra", evidence="fp8_cache_runs.csv (paired within runs)",
                      stored=stored, long=long, extra=extra.text(".1f", "ms"), why=why))
-fp8_runs.assign(extra_ms=(fp8_runs.median_s - fp8_runs.dynamic_s) * 1e3).round(4)
+prose.shown(fp8_runs.assign(extra_ms=(fp8_runs.median_s - fp8_runs.dynamic_s) * 1e3).round(4))
 
 # %% [markdown]
 # ## 3. More tokens per pass: speculative decoding by prompt lookup
@@ -936,7 +936,7 @@ show(f"The threshold for {model_name}, from these passes: a pass checking k gues
          f"{gained[k]:.2f} tokens gained a pass here ({'more' if gained[k] > pass_cost[k + 1] / pass_cost[1] else 'not more'})"
          for k in lookup_tokens if k + 1 in pass_cost) + "." if any(k + 1 in pass_cost for k in lookup_tokens) else
      f"No pass checked every one of k guesses here, so {model_name}'s threshold is not timed.")
-pass_table.round(3)
+prose.shown(pass_table.round(3))
 
 # %%
 plain = spec_runs[spec_runs.guesses == 0].set_index("run").seconds
@@ -1002,7 +1002,7 @@ show(register.decide("speculation_is_greedy", claims.NOT_HELD if differ else cla
                      evidence="speculative_runs.csv", n=len(outputs[0]), which=", ".join(f"k = {k}" for k in differ),
                      agree=prose.tokens(min((speculative.tokens_agreeing(outputs[k], outputs[0]) for k in differ),
                                             default=0))))
-spec.round(3)
+prose.shown(spec.round(3))
 
 # %% [markdown]
 # ## 4. Less to issue: a preallocated cache and a compiled step
@@ -1143,7 +1143,7 @@ show(f"The eager growing-cache step is the sweep's fp32 step at {c0} cached toke
          f", {again.mid / swept.mid:.2f}x: the same step ran {'slower' if again.mid > swept.mid else 'faster'} here "
          "than in the sweep, so the machine's speed moved between the two; this section compares its paths only "
          "within these runs, where they took turns."))
-issue.round(2)
+prose.shown(issue.round(2))
 
 # %% [markdown]
 # One layer down: both static steps under `torch.profiler`, their time per step by the cost model's terms, and how
@@ -1242,7 +1242,7 @@ base = side[side.path.str.startswith("eager fp32")].tpot_ms.iloc[0]
 side["speedup_over_eager_loop"] = base / side.tpot_ms
 side = side.sort_values("tpot_ms", ignore_index=True)
 results.table(side, "side_by_side")
-side[["path", "tpot_ms", "tpot_ms_low", "tpot_ms_high", "tokens_per_s", "gb_s", "of_read", "speedup_over_eager_loop"]].round(2)
+prose.shown(side[["path", "tpot_ms", "tpot_ms_low", "tpot_ms_high", "tokens_per_s", "gb_s", "of_read", "speedup_over_eager_loop"]].round(2))
 
 # %%
 top = side.iloc[0]

@@ -443,7 +443,7 @@ for (name, group), g in engine_runs.groupby(["engine", "group"], sort=False):
 reuse_table = pd.DataFrame(summary, columns=["engine", "group", "requests", "prompt_tokens", "ttft_ms", "ttft_low_ms",
                                              "ttft_high_ms", "hit_tokens", "block_tokens", "reusable_tokens"])
 results.table(reuse_table, "reuse_engines")
-reuse_table.round(1)
+prose.shown(reuse_table.round(1))
 
 # %% [markdown]
 # What the counters say, against the blocks:
@@ -678,7 +678,7 @@ sep["predicted_a_gap_ms"] = [prices[w][0].decode(context).best * 1e3 if prices[w
 sep["predicted_b_ttft_ms"] = [prices[w][0].prefill(b_prompt_len).best * 1e3 if prices[w][0] and prices[w][1] is None
                               else np.nan for w in sep.way]
 results.table(sep, "separation")
-sep.round(1)
+prose.shown(sep.round(1))
 
 # %% [markdown]
 # The claims, each decided on the runs' spread:
@@ -1086,7 +1086,7 @@ print(replay_missing or "objectives (chapter 7's): " + "; ".join(f"{n}: TTFT <= 
       + ("" if not any(c and c[1] < 0 for c in calibrations.values()) else
          " (the time before the scheduler is one user's TTFT less its prefill priced at the steps' factor; it is "
          "negative where the engine's prefill ran faster than that factor says)"))
-replayed.round(1)
+prose.shown(replayed.round(1))
 
 # %% [markdown]
 # For vLLM, the measured rows' `wait_ms` and `prefill_ms` are the engine's own means (its
@@ -1482,8 +1482,10 @@ def sooner(s: Spread, bold: bool = False) -> str:
 def by_replay(verdict: str, ratio: Spread) -> str:
     """How the replay came out against an engine's measured latencies (their ratio, ``ratio``), as decided."""
     inside = 1 / claims.PREDICTED_TIME <= ratio.mid <= claims.PREDICTED_TIME
-    return {claims.HELD: "as replayed", claims.NOT_HELD: "off the replay",
-            claims.UNRESOLVED: f"undecided, median {'inside' if inside else 'outside'} the tolerance"}.get(verdict, "")
+    return {claims.HELD: f"within the {claims.PREDICTED_TIME:g}x tolerance",
+            claims.NOT_HELD: f"outside the {claims.PREDICTED_TIME:g}x tolerance",
+            claims.UNRESOLVED: f"too close to call, the median {'inside' if inside else 'outside'} the "
+                               f"{claims.PREDICTED_TIME:g}x tolerance"}.get(verdict, "")
 waits = [("longer" if spread(two, "b_ttft_ms").low > spread(w, "b_ttft_ms").high else "less"
           if spread(two, "b_ttft_ms").high < spread(w, "b_ttft_ms").low else "not told apart")
          for w, _ in settings] if have_two else []  # the newcomer's wait against each way, on the runs' intervals
@@ -1517,9 +1519,10 @@ if have_two:
              "chunked). ")
 if pooled_of:
     said = [by_replay(register.verdict(c), r) for r, c in pooled_of.values()]
-    text += ("Chapter 7's measured latencies over the replay's: " + " and ".join(
-        f"{r.text('.2f', 'x')} on {n}" + f" ({w})" * (len(set(said)) > 1)
-        for (n, (r, _)), w in zip(pooled_of.items(), said)) + f", {said[0]}" * (len(set(said)) == 1) + ". ")
+    text += ("Replaying chapter 7's arrivals through this chapter's queue model, the latencies chapter 7 measured "
+             "came to " + "; ".join(
+                 f"{r.text('.2f', 'x')} the replay's on {n}" + f", {w}" * (len(set(said)) > 1)
+                 for (n, (r, _)), w in zip(pooled_of.items(), said)) + f", {said[0]}" * (len(set(said)) == 1) + ". ")
 v_flat = register.verdict("two_workers_keep_the_stream_flat")
 text += ("So cache what requests share" if saving.low > 0 else "So reusing a shared prefix saved no sure time here")
 text += f", and {flatter[v_flat]}" if v_flat in flatter else ""

@@ -26,6 +26,22 @@ def test_and_list_reads_as_a_sentence():
                                                                                  "16, 128 and 512"]
 
 
+def test_a_column_reads_as_words_with_its_unit():
+    cases = {"predicted_ttft_ms": "predicted TTFT (ms)", "tpot_ms_high": "TPOT, high (ms)",
+             "streaming_read_gb_s": "streaming read (GB/s)", "tpot_slope_ms_per_1k_tokens": "TPOT slope (ms per 1k tokens)",
+             "a_worst_gap_ms_low": "A worst gap, low (ms)", "tokens_per_s": "tokens/s", "faults_per_mib": "faults per MiB",
+             "gb_s": "GB/s", "regime": "regime", "over_streaming_floor": "x streaming floor",
+             "measured_over_predicted": "measured / predicted", "A worst gap, ms": "A worst gap, ms", 16: 16}
+    assert {c: prose.label(c) for c in cases} == cases
+
+
+def test_shown_renames_for_the_reader_and_keeps_the_frame():
+    frame = pd.DataFrame({"step_ms": [1.234], "over_predicted": [0.987]}).rename_axis("context_tokens")
+    out = prose.shown(frame, 1)
+    assert list(out.columns) == ["step (ms)", "x predicted"] and out.index.name == "context tokens"
+    assert out.iloc[0, 0] == 1.2 and list(frame.columns) == ["step_ms", "over_predicted"]
+
+
 def test_table_is_whole_escaped_and_renders_bold():
     long = "x" * 300
     html = prose.table(pd.DataFrame({"claim": ["a"], "measured": [f"**166 ms** <script>{long}"]})).data
