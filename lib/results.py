@@ -276,7 +276,7 @@ def load_table(section: str, name: str, quick: bool = False, *, committed_too: b
     has not been run. The tree this run writes to (quick, scratch or staging) is tried first, so a hand run
     reads the hand runs before it; a quick run reads only the quick runs (``None`` where that section has no
     quick run: the committed tables are of other models and sizes), unless ``committed_too`` (chapter 0's
-    ceilings, which the committed run measured for the quick model too). Introduced in section 5.
+    ceilings, which the committed run measured for the quick model too). Introduced in section 4.
 
     The table is checked against its ``provenance.json`` first: :class:`CorruptTable` (one line naming the
     file and the command that restores it) for a table its run did not write, one that is cut short or

@@ -1649,7 +1649,8 @@ first_tokens = [f"**{spread_of(base, 'ttft_ms').text(',.0f', 'ms')}** in-process
     f"**{spread_of(r, 'ttft_ms').text(',.0f', 'ms')}** through {called(r.path)}" + ("" if same_model else
                                                                                    " of another model")
     for r in engine_rows.itertuples()]
-ratios = " and ".join(f"{called(n)} **{q.text('.2f', 'x')}**" for n, q in ratio_of.items())
+ratios = " and ".join(f"{called(n)}{' took' * (i == 0)} **{q.text('.2f', 'x')}**"
+                      for i, (n, q) in enumerate(ratio_of.items()))
 gains_text = " and ".join(f"**{g.text('.1f', 'x')}**" for g in gains.values() if g)
 rose = "rose" if all(of("batching_raises_throughput", n) == claims.HELD for n in urls) else "changed by"
 first = (f"On this machine ({prose.machine(cpu, 'fp32')}), one request's first token came after "
