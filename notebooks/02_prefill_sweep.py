@@ -235,8 +235,11 @@ show(f"A pass counts as on the floor while it costs within **{margin:.0%}** of a
      + (f" (chapter 0 timed it up to {tokens(top_rows)}, and beyond that it is priced in proportion to the length)"
         if (top_rows := max(ceilings.dispatch_rows_measured(model_name, main_dt, most))) < longest else "")
      + ": its small kernels "
-     f"(norms, activations, residual adds) work over every row, so past a few tokens their work, not the issuing, "
-     f"is most of it. Causal attention (every layer) grows from "
+     f"(norms, activations, residual adds) work over every row, so "
+     + (f"from about {tokens(past_rows)} their work, not the issuing, is most of it. "
+        if (past_rows := next((p for p in prompts if ceilings.dispatch(model_name, main_dt, most, "prefill", p).best
+                               > 2 * dispatch_1), None)) else "their work grows beside the issuing. ")
+     + f"Causal attention (every layer) grows from "
      f"{prose.ms(attention_1)} at 1 token to {prose.ms(attention_long)} at {tokens(longest)}.")
 prose.shown(pd.DataFrame({"F(M), GFLOP/s": f_rates / 1e9,
               "attention (ms)": {p: ceilings.attention_prefill(model_name, main_dt, most, p).best * 1e3 for p in prompts},
@@ -405,10 +408,11 @@ warning = regime.check_floors({f"{label(r.dtype, r.threads)} at {tokens(r.prompt
 if warning:
     show(warning)
 (sweep.assign(configuration=[label(d, n) for d, n in zip(sweep.dtype, sweep.threads)],
-              measured=[f"{t:,.1f} ({prose.span(lo, hi, ',.1f')})" for t, lo, hi in
-                        zip(sweep.time_ms, sweep.time_ms_low, sweep.time_ms_high)],
-              x=[f"{x:.2f}x" for x in sweep.ratio])
- .pivot(index="prompt_tokens", columns="configuration", values=["measured", "x"]))
+              **{"measured (ms)": [f"{t:,.1f} ({prose.span(lo, hi, ',.1f')})" for t, lo, hi in
+                                   zip(sweep.time_ms, sweep.time_ms_low, sweep.time_ms_high)],
+                 "x its price": [f"{x:.2f}x" for x in sweep.ratio]})
+ .pivot(index="prompt_tokens", columns="configuration", values=["measured (ms)", "x its price", "regime"])
+ .rename_axis("prompt tokens"))
 
 # %% [markdown]
 # The claim is about the sweep as a whole: the geometric mean of the points' ratios to their prices (each point
@@ -985,7 +989,7 @@ note = (" The cost model prices no copies inside a pass: here a copy made inside
         if top_part.term == "copies" and (ops.operator == "aten::bmm").any() else "")
 _top = pass_price[worst_key].median / pass_price[worst_key].best  # the price's own span, fastest to median calls
 missed_it = claims.within(ratio[worst_key], Spread(1.0, 1.0, _top), claims.PREDICTED_TIME) == claims.NOT_HELD
-show(register.decide("worst_pass_taken_apart", claims.at_least(shares, 0.5) if missed_it else None,
+_said = (register.decide("worst_pass_taken_apart", claims.at_least(shares, 0.5) if missed_it else None,
                      predicted=f"one part holds most of the {miss}",
                      measured=(f"{top_part.term}: {shares.text('.0%')} over {profiled_runs} profiled runs" if missed_it
                                else f"no miss: the furthest pass at {ratio[worst_key].text('.2f', 'x')} its price"),
@@ -996,6 +1000,9 @@ show(register.decide("worst_pass_taken_apart", claims.at_least(shares, 0.5) if m
                      share=share, op=in_part.operator, op_ms=prose.ms(in_part.self_ms / 1e3), note=note,
                      lean=lean(shares, 0.5, np.inf, ".0%"), share_span=shares.text(".0%"), miss=miss,
                      beyond="over" if sign > 0 else "under"))
+show(_said if missed_it else f"No pass lay wholly outside the tolerance of its price (the furthest, {label(*w_cfg)} at "
+     f"{tokens(w_tokens)}, took {ratio[worst_key].text('.2f', 'x')} its prediction), so there was no miss to take apart; "
+     "its parts are tabled above.")
 
 # %% [markdown]
 # ## Computing less of the output
@@ -1298,12 +1305,9 @@ def beside_model(claim: str, measured: int, predicted: int) -> str:
 matrices = {claims.HELD: f"take **{lo:.0%} to {hi:.0%}** of each pass up to {tokens(short.prompt_tokens.max())}",
             claims.NOT_HELD: f"take less than half of a short pass ({lo:.0%} at {least})",
             claims.UNRESOLVED: f"take {lo:.0%} to {hi:.0%} of a short pass, about half at {least}"}
-rest_side = claims.leaning(rest * 1e3, issue_.low * 1e3 / claims.PREDICTED_TIME, issue_.high * 1e3 * claims.PREDICTED_TIME)
 rest_is = {claims.HELD: f"matches, within {claims.PREDICTED_TIME:g}x, {issued}",
            claims.NOT_HELD: f"is {'more' if rest.mid > issue_.high else 'less'} than {issued}",
-           claims.UNRESOLVED: f"is unresolved against {issued} (its median "
-                              + ("matching it)" if rest_side == "on the held side" else
-                                 f"{'under' if rest.mid < issue_.low else 'over'} it)")}
+           claims.UNRESOLVED: f"is near {issued}, too close to call"}
 bound = {claims.HELD: "is compute-bound", claims.NOT_HELD: f"is {top_row.regime}, not compute-bound",
          claims.UNRESOLVED: "may be compute-bound"}
 knee_text = f"time per token stopped falling at **{tokens(knees.mid)}**" + ("" if fm.knee_confirmed else " or later")
@@ -1322,7 +1326,7 @@ opening.write(
     f"and **{t_top.text(',.0f', 'ms')}** for {n_top:,} (medians). "
     f"{floor_text}; {knee_text} ({beside_model('knee_as_predicted', knees.mid, pknee)}). "
     f"Its matrices, priced at F(rows), {matrices.get(said('short_passes_are_matmuls'), 'were not priced')}; "
-    f"the profiler's rest outside them at {tokens(first_len)}, {(rest * 1e3).text('.1f', 'ms')}, "
+    f"what the profiler finds outside them at {tokens(first_len)}, {(rest * 1e3).text('.1f', 'ms')}, "
     f"{rest_is.get(said('rest_is_launch_floor'), 'was not profiled')}; "
     f"at {n_top:,} tokens the pass {bound.get(said('longest_prompt_compute_bound'), 'was not classed')}. "
     + (f"So every prompt here, up to {tokens(n_top)}, costs one token's pass."

@@ -563,7 +563,7 @@ show(register.decide("more_prefill_heavy_than_reference", claims.verdict_of(clos
 # %%
 show(f"The TPOT line: **{tpot_at_0:.1f} ms** a step at no context (the median of the runs' own lines), plus "
      f"**{slope:.2f} ms** for every 1,000 tokens of context (Theil and Sen's slope over every request).")
-pd.DataFrame(archetypes, index=["prompt_tokens", "output_tokens"]).T.rename_axis("workload")
+prose.shown(pd.DataFrame(archetypes, index=["prompt_tokens", "output_tokens"]).T.rename_axis("workload"))
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** From the grid's TTFT at each prompt length and the TPOT line of the sections above, how many

@@ -659,11 +659,11 @@ beside = (ref.set_index("chunk_tokens").add_prefix("reference_gpu_")
 results.table(beside, "beside_reference")
 pair = lambda col: [prose.span(a, b, ",.0f") if pd.notna(a) else ""
                     for a, b in zip(beside[f"{col}_low"], beside[f"{col}_high"])]
-pd.DataFrame({"chunk_tokens": beside.chunk_tokens,
+prose.shown(pd.DataFrame({"chunk_tokens": beside.chunk_tokens,
               "reference GPU: A worst gap, ms": pair("reference_gpu_a_worst_gap_ms"),
               "this run: A worst gap, ms": pair("this_a_worst_gap_ms"),
               "reference GPU: B TTFT, ms": pair("reference_gpu_b_ttft_ms"),
-              "this run: B TTFT, ms": pair("this_b_ttft_ms")}).set_index("chunk_tokens")
+              "this run: B TTFT, ms": pair("this_b_ttft_ms")}).set_index("chunk_tokens"))
 
 # %%
 gpu = ref.sort_values("chunk_tokens", ascending=False)

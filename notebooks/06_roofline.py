@@ -208,7 +208,7 @@ plt.show()
 # %%
 try_it = pd.DataFrame([dict(model=shape.name, gpu=hw.name, ridge_flop_per_byte=hw.ridge,
                             prefill_crossover_tokens=roofline.prefill_crossover(shape, hw),
-                            decode_floor_ms=roofline.decode_floor(shape, hw) * 1e3, weight_gb=shape.weight_bytes / 1e9,
+                            decode_bound_ms=roofline.decode_floor(shape, hw) * 1e3, weight_gb=shape.weight_bytes / 1e9,
                             gpus_for_weights=math.ceil(shape.weight_bytes / hw.memory_bytes),
                             cache_tokens_that_fit=roofline.batch_that_fits(shape, hw, 1))
                        for shape in (llama8, big) for hw in (gpu, other)])
@@ -224,13 +224,13 @@ display(Markdown(
     f"bandwidth of the {gpu.name} move the ridge from {gpu.ridge:.0f} to **{other.ridge:.0f} FLOP/byte**: prefill "
     f"turns compute-bound at **{int(swapped.prefill_crossover_tokens)} tokens** instead of "
     f"{int(mine.prefill_crossover_tokens)}, and decode's bandwidth bound (its weights over the bandwidth, which the "
-    f"course page calls the decode floor) goes from {mine.decode_floor_ms:.2f} to "
-    f"**{swapped.decode_floor_ms:.2f} ms**, in proportion to the bandwidth alone.\n\n"
+    f"course page calls the decode floor) goes from {mine.decode_bound_ms:.2f} to "
+    f"**{swapped.decode_bound_ms:.2f} ms**, in proportion to the bandwidth alone.\n\n"
     f"**{big.name}.** {large.weight_gb:,.3g} GB of matmul weights in BF16; its bandwidth bound on one {gpu.name} would "
-    f"be **{large.decode_floor_ms:.2f} ms**, " + (
+    f"be **{large.decode_bound_ms:.2f} ms**, " + (
         f"with room for {large.cache_tokens_that_fit:,.0f} tokens of cache." if large.gpus_for_weights == 1 else
         f"on paper only: they need {int(large.gpus_for_weights)} GPUs before any cache (with tensor parallelism about "
-        f"{large.decode_floor_ms / large.gpus_for_weights:.1f} ms a step, plus communication). In FP8, weights "
+        f"{large.decode_bound_ms / large.gpus_for_weights:.1f} ms a step, plus communication). In FP8, weights "
         f"({fp8.weight_bytes / 1e9:.1f} GB) and cache alike, they leave room for {roofline.batch_that_fits(fp8, gpu, 1):,} "
         "tokens.")
     + f" Llama-3-8B leaves room for {mine.cache_tokens_that_fit:,.0f} tokens."))
@@ -1723,8 +1723,11 @@ def waits_on(series: str, lengths: str) -> str:
                           waits.get(label, "work the cost model does not price"))
     if g.regime.nunique() == 1:
         return f"waits on {word(g.regime.iloc[0])} at every {lengths}"
+    runs = {}  # each regime's runs of neighbouring lengths, in the order the lengths rise
+    for (name, _), o in g.groupby([g.regime, (g.regime != g.regime.shift()).cumsum()], sort=False):
+        runs.setdefault(name, []).append(o.tokens)
     at = lambda t: prose.tokens(t.iloc[0]) if len(t) == 1 else f"{t.min():,} to {prose.tokens(t.max())}"
-    parts = [f"on {word(name)} at {at(o.tokens)}" for name, o in g.groupby("regime", sort=False)]
+    parts = [f"on {word(name)} at {prose.and_list(at(t) for t in ts)}" for name, ts in runs.items()]
     return "waits " + ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
@@ -1767,8 +1770,8 @@ def opening_text(missed_line: str) -> str:
     return (f"On this machine ({this_machine}), the textbook ridge lies at **{ridge:.1f} FLOP/byte**{roofs}. "
             + (f"Across GPT-2's sizes a decode step took **{pooled.text('.2f', 'x')}** its price ({as_priced})"
                if as_priced else "")
-            + (("; the" if as_priced else "The") + f" 12-layer steps' weights came to take as long as a step does "
-               f"without them (its floor) at about {met}" if met is not None else "") + ". " * bool(as_priced or met is not None)
+            + (("; a" if as_priced else "A") + f" line through the 12-layer steps' times against their weights put "
+               f"its bytes' term equal to its intercept (the floor) at about {met}" if met is not None else "") + ". " * bool(as_priced or met is not None)
             + missed_line + f"By the largest priced term, a decode step {waits_on('decode', 'context')}; a prefill "
             f"{waits_on('prefill', 'prompt length')}.")
 

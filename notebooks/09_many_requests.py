@@ -186,9 +186,9 @@ prompts = [ids_of(chat(system_text, q)) for q in asked]
 shared = min(reuse.shared_prefix(prompts[0][0].tolist(), p[0].tolist()) for p in prompts[1:])
 short_prompts = [ids_of(chat(short_text, q)) for q in asked]
 short_shared = min(reuse.shared_prefix(short_prompts[0][0].tolist(), p[0].tolist()) for p in short_prompts[1:])
-pd.DataFrame([dict(prompt="long system prompt", shared_tokens=shared, prompt_tokens=[p.shape[1] for p in prompts]),
+prose.shown(pd.DataFrame([dict(prompt="long system prompt", shared_tokens=shared, prompt_tokens=[p.shape[1] for p in prompts]),
               dict(prompt="short system prompt", shared_tokens=short_shared,
-                   prompt_tokens=[p.shape[1] for p in short_prompts])])
+                   prompt_tokens=[p.shape[1] for p in short_prompts])]))
 
 # %% [markdown]
 # What chapter 0's ceilings say of this machine, before anything is timed here:
