@@ -1517,17 +1517,21 @@ if have_two:
              f"({gaps.iloc[1]:.0f} ms chunked); the newcomer waited "
              f"**{spread(two, 'b_ttft_ms').text('.0f', 'ms')}** against {ttfts.iloc[0]:.0f} ms ({ttfts.iloc[1]:.0f} ms "
              "chunked). ")
+replayed_told = ""  # the replay's sentence, which the shortest telling leaves to the body
 if pooled_of:
     said = [by_replay(register.verdict(c), r) for r, c in pooled_of.values()]
-    text += ("Replaying chapter 7's arrivals through this chapter's queue model, the latencies chapter 7 measured "
-             "came to " + "; ".join(
-                 f"{r.text('.2f', 'x')} the replay's on {n}" + f", {w}" * (len(set(said)) > 1)
-                 for (n, (r, _)), w in zip(pooled_of.items(), said)) + f", {said[0]}" * (len(set(said)) == 1) + ". ")
+    replayed_told = ("Replaying chapter 7's arrivals through this chapter's queue model, the latencies chapter 7 "
+                     "measured came to " + "; ".join(
+                         f"{r.text('.2f', 'x')} the replay's on {n}" + f", {w}" * (len(set(said)) > 1)
+                         for (n, (r, _)), w in zip(pooled_of.items(), said))
+                     + f", {said[0]}" * (len(set(said)) == 1) + ". ")
+    text += replayed_told
 v_flat = register.verdict("two_workers_keep_the_stream_flat")
 text += ("So cache what requests share" if saving.low > 0 else "So reusing a shared prefix saved no sure time here")
 text += f", and {flatter[v_flat]}" if v_flat in flatter else ""
 in_process_only = text.replace(f", {' and '.join(engines_saved)}", "", 1) if engines_saved else text  # shorter
-opening.write(text + ".", in_process_only + ".", after=pacer.note())  # the pace note, when the machine's speed moved
+opening.write(text + ".", in_process_only + ".", in_process_only.replace(replayed_told, "") + ".",
+              after=pacer.note())  # the pace note, when the machine's speed moved
 vllm_shared = reuse_table[(reuse_table.engine == "vLLM") & (reuse_table.group == "shared")]
 if "vLLM" in gains and len(vllm_shared) and vllm_shared.hit_tokens.iloc[0] < shared:  # vLLM reused only whole blocks
     v_row, v_cores = vllm_shared.iloc[0], engine_threads("vLLM", n_threads)
