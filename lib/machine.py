@@ -1146,8 +1146,8 @@ def pace_note(paced: dict[str, Pace]) -> str:
         return ""
     low, high = min(outside), max(outside)
     times = f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}x to {high:.2f}x"
-    return (f"Meanwhile the model's matrices at one row took {times} the time chapter 0 measured, so the prices "
-            f"here, made of chapter 0's ceilings, ran about that much too {'low' if high > 1 else 'high'}.")
+    return (f"The model's one-row matrices took {times} their chapter 0 time here, so these prices ran about that "
+            f"much too {'low' if high > 1 else 'high'}.")
 
 
 def release_pace() -> None:

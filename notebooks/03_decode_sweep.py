@@ -542,7 +542,8 @@ show(pacer.claim(register, results, "the sweep"))
 register.claim(
     "narrow_dtype_faster",
     "The 2-byte dtype's step takes the time relative to fp32's that the cost model predicts (each run's own ratio, "
-    "against the predicted one, their geometric mean over the contexts), and is faster or slower as predicted.",
+    "against the predicted one, their geometric mean over the contexts); it does not hold either if the step was "
+    "slower than fp32's at every context where every price said faster, or the reverse.",
     held="over the contexts, {dt} steps take {low:.2f} to {high:.2f} times fp32's, within the tolerance for a ratio of "
          "the {plow:.2f} to {phigh:.2f} the cost model predicted (measured over predicted: {pooled}; chapter 0: this "
          "device {support} {dt} instructions).",

@@ -599,11 +599,14 @@ prose.shown(arch.round(2))
 
 # %%
 arch_runs = requests[requests.workload != "grid"].merge(arch[["workload", "predicted_e2e_ms"]], on="workload")
+# A line extrapolated beyond a noisy grid can cross zero: a time at or below zero is a failed prediction, not a
+# ratio. Without a TPOT line (one context length) there is no prediction to divide by.
 e2e_x = {w: Spread.of(g.e2e_ms / g.predicted_e2e_ms) for w, g in arch_runs.groupby("workload", sort=False)
-         if lines}  # without a TPOT line (one context length) there is no prediction to divide by
+         if lines and (g.predicted_e2e_ms > 0).all()}
+unpriced = [w for w in arch.workload if lines and w not in e2e_x]
 phases_agree = (arch.predicted_phase == arch.measured_phase).all()
-ok = [claims.within(claims.geomean_of(e2e_x.values()), 1.0, claims.PREDICTED_TIME),
-      claims.HELD if phases_agree else claims.NOT_HELD] if lines else None
+ok = [claims.within(claims.geomean_of(e2e_x.values()), 1.0, claims.PREDICTED_TIME) if e2e_x else claims.NOT_HELD,
+      claims.HELD if phases_agree and not unpriced else claims.NOT_HELD] if lines else None
 described = "; ".join(f"{'an' if r.workload[0] in 'aeiou' else 'a'} **{r.workload}** ({r.prompt_tokens} in, "
                       f"{r.output_tokens} out) measured {r.e2e_ms:.0f} ms, predicted {r.predicted_e2e_ms:.0f} from the "
                       f"grid and {r.cost_model_e2e_ms:.0f} by the cost model, a **{r.measured_phase}** job "
@@ -625,11 +628,14 @@ show(register.decide("archetypes_predicted_from_grid", claims.every(ok) if lines
                                          for r in arch.itertuples()) if lines else "",
                      measured="; ".join(f"{r.workload}: {r.e2e_ms:.0f} ms, {r.measured_phase}" for r in arch.itertuples()),
                      evidence=f"{runs} runs per archetype, medians; lines fitted on the grid only", described=described,
-                     ratio=claims.geomean_of(e2e_x.values()).text(".2f", "x") if lines else "", tol=claims.PREDICTED_TIME,
-                     missed=", ".join(f"{w} ({e2e_x[w].mid:.2f}x{', not ' + r.predicted_phase if r.predicted_phase != r.measured_phase else ''})"
-                                      for w, r in zip(arch.workload, arch.itertuples())
-                                      if lines and r.predicted_phase != r.measured_phase or lines and not claims.within(
-                                          e2e_x[w], 1.0, claims.PREDICTED_TIME) == claims.HELD)))
+                     ratio=claims.geomean_of(e2e_x.values()).text(".2f", "x") if e2e_x else "", tol=claims.PREDICTED_TIME,
+                     missed=", ".join([f"{w}: the lines predicted {p:.0f} ms, no time at all"
+                                       for w, p in zip(arch.workload, arch.predicted_e2e_ms) if w in unpriced]
+                                      + [f"{r.workload} ({e2e_x[r.workload].mid:.2f}x"
+                                         f"{', not ' + r.predicted_phase if r.predicted_phase != r.measured_phase else ''})"
+                                         for r in arch.itertuples() if r.workload in e2e_x and (
+                                             r.predicted_phase != r.measured_phase or claims.within(
+                                                 e2e_x[r.workload], 1.0, claims.PREDICTED_TIME) != claims.HELD)])))
 
 # %% [markdown]
 # ## Goodput against stated objectives
