@@ -35,7 +35,7 @@ from lib.client import http_get
 from lib.paths import REPO_ROOT
 
 __all__ = ["EngineFailed", "Engine", "free_port", "transformers_engine", "vllm_engine", "vllm_python",
-           "vllm_unavailable", "REPO_ROOT", "LOOPBACK"]
+           "vllm_unavailable", "compute_threads", "REPO_ROOT", "LOOPBACK"]
 
 LOOPBACK = "127.0.0.1"
 
@@ -244,6 +244,20 @@ def vllm_unavailable(root: Path = REPO_ROOT) -> str | None:
         return ("vLLM's environment .venv-vllm is absent (create it with `make .venv-vllm`, about 3.5 GB), so "
                 "only transformers serve is measured")
     return None
+
+
+def compute_threads(engine: str, threads: int) -> int:
+    """The threads ``engine`` (a name as the chapters give it: ``"vLLM"``, ``"vLLM (budget 512)"``,
+    ``"transformers serve"``) computes its passes on when started with ``threads`` (at least 1). vLLM's CPU
+    build keeps one core of them for its scheduler process (``OMPProcessManager.reserve_cpu_num`` in
+    ``vllm.utils.ompmultiprocessing``: one per local worker on x86, ARM and RISC-V) and binds its worker's
+    OpenMP threads to the rest, never fewer than one; transformers serve computes on all of them.
+
+    Introduced in section 7.
+    """
+    if threads < 1:
+        raise ValueError(f"an engine computes on at least one thread, got {threads}")
+    return max(threads - 1, 1) if engine.startswith("vLLM") else threads
 
 
 def vllm_engine(model_dir: str | Path, *, served_name: str = "smollm2", max_num_batched_tokens: int | None = None,

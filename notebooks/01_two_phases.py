@@ -291,7 +291,9 @@ register.claim(
     "prompt_token_cheaper",
     "A prompt token costs less than a decoded token by the ratio the cost model predicts from chapter 0's kernels.",
     held="a decoded token cost {ratio} as much as a prompt token, within the {tol:g}x tolerance of the "
-         "{predicted_ratio:.1f}x the cost model predicted; a pass that only read weights would give {T}x. Prefill's "
+         "{predicted_ratio:.1f}x the cost model predicted (each phase beside its price: prefill {prefill} against "
+         "{prefill_pred}, a decode step {step} against {step_pred}; a ratio holds when both are off alike). A pass "
+         "that only read weights would give {T}x. Prefill's "
          "matrices run {T} rows at {f_t:.0f} GFLOP/s, a decode step's one row at {f_1:.0f} GFLOP/s: the same weights, used {T} times per read in one phase and once in the other.",
     not_held="a decoded token cost {ratio} as much as a prompt token, while the cost model predicted "
              "{predicted_ratio:.1f}x: prefill {prefill} against a predicted {prefill_pred}, a decode step {step} against "

@@ -806,9 +806,12 @@ show(register.decide("rest_is_launch_floor", claims.within(rest, issue_, claims.
                      rest=(rest * 1e3).text(".1f", "ms"), dispatch=prose.span(issue_.low * 1e3, issue_.high * 1e3, ".1f", "ms"),
                      lean=lean(rest * 1e3, issue_.low * 1e3 / claims.PREDICTED_TIME,
                                issue_.high * 1e3 * claims.PREDICTED_TIME, ".1f", " ms"),
-                     why="issuing the operations inside a pass costs more than in the hollowed one, whose small operators "
-                         "run with the caches to themselves." if rest.mid > issue_.high else
-                         "the hollowed pass costs more to issue than the real pass does."))
+                     why="the profiler names what took it (the last run, its own cost a call taken off): "
+                         + prose.and_list([f"{'issuing between operators' if r.operator == profiling.BETWEEN else '`' + r.operator + '`'} "
+                                           f"{max(r.self_ms - per_call_ms * r.calls, 0):.1f} ms"
+                                           for r in off_matrix.head(3).itertuples()])
+                         + f"; chapter 0's hollowed pass, which issues the same operations, priced them "
+                           f"{'lower' if rest.mid > issue_.high else 'higher'}, and this run does not time which of them differ."))
 
 # %% [markdown]
 # The table of short passes above also has a rest for the 1-token pass, and it is not the same number: both take

@@ -125,7 +125,7 @@ from IPython.display import Markdown, display
 from lib import claims, client, conventions, costmodel, machine, metrics, objectives, phases, prose, timing
 from lib.claims import Spread
 from lib.device import describe_environment
-from lib.engines import transformers_engine, vllm_engine, vllm_python, vllm_unavailable
+from lib.engines import compute_threads, transformers_engine, vllm_engine, vllm_python, vllm_unavailable
 from lib.models import SMOLLM2_VERSION, cache_dir, load_model
 from lib.progress import progress
 from lib.prose import show
@@ -228,9 +228,10 @@ http_t = timing.measure(lambda: client.http_get(f"http://127.0.0.1:{loopback.ser
                         repeats=50)
 loopback.shutdown()
 _all, _T = torch.get_num_threads(), prompt_ids.shape[1]
-_fewer = (f" vLLM's CPU build computes on {_all - 1} of the {_all} cores (it keeps one for its server and scheduler), "
+_vllm_n = compute_threads("vLLM", _all)
+_fewer = (f" vLLM's CPU build computes on {_vllm_n} of the {_all} cores (it keeps one for its scheduler process), "
           "where the cost model prices this prompt's prefill at "
-          f"{costmodel.CostModel(ceilings, MODEL, priced.shape, 'fp32', _all - 1).prefill(_T).best / priced.prefill(_T).best:.2f}x "
+          f"{costmodel.CostModel(ceilings, MODEL, priced.shape, 'fp32', _vllm_n).prefill(_T).best / priced.prefill(_T).best:.2f}x "
           "its price on all of them." if "vLLM" in wanted and _all > 1 else "")
 show(f"For scale, timed here: applying the chat template and tokenising the question takes "
      f"**{template_t.low_ms:.2f} ms** (once a request); one HTTP exchange on a new loopback connection (Python's "
@@ -430,8 +431,7 @@ same_prompt = bool((engine_rows.prompt_tokens == base.prompt_tokens).all())
 spread_of = lambda r, c: Spread(getattr(r, f"{c}_low"), getattr(r, c), getattr(r, f"{c}_high"))  # noqa: E731
 server = own.set_index("path")
 in_process_threads = torch.get_num_threads()
-engine_cores = {r.path: max(in_process_threads - 1, 1) if r.path == "vLLM" else in_process_threads
-                for r in engine_rows.itertuples()}  # vLLM's CPU build keeps one core for its server and scheduler
+engine_cores = {r.path: compute_threads(r.path, in_process_threads) for r in engine_rows.itertuples()}
 priced_on = {n: costmodel.CostModel(ceilings, MODEL, machine.MODELS[MODEL][0].with_dtype("fp32"), "fp32", n)
              for n in {in_process_threads, *engine_cores.values()}}
 
@@ -1039,7 +1039,7 @@ else:
 # model's price of a prefill of each budget's piece, in-process on this machine (chapter 0's ceilings):
 
 # %%
-vllm_cores = max(torch.get_num_threads() - 1, 1)  # vLLM's CPU build keeps one core for its server and scheduler
+vllm_cores = compute_threads("vLLM", torch.get_num_threads())
 on_vllm_cores = costmodel.CostModel(ceilings, MODEL, machine.MODELS[MODEL][0].with_dtype("fp32"), "fp32", vllm_cores)
 filler = lm.tokenizer("The quick brown fox jumps over the lazy dog. " * (stall_prompt_tokens // 5 + 10),
                       add_special_tokens=False).input_ids
@@ -1077,7 +1077,7 @@ piece_ms = {p: timing.measure(lambda: phases.prefill(lm, b_ids[:, :p], logits="l
                               repeats=max(runs, 2)) for p in pieces}
 ceilings = machine.load_ceilings(cpu, quick=quick)
 n_threads = torch.get_num_threads()
-cores_of = {name: max(n_threads - 1, 1) if name == "vLLM" else n_threads for name in urls}  # vLLM keeps one core
+cores_of = {name: compute_threads(name, n_threads) for name in urls}
 costs = {c: costmodel.CostModel(ceilings, MODEL, machine.MODELS[MODEL][0].with_dtype("fp32"), "fp32", c)
          for c in set(cores_of.values())}
 cost = costs[n_threads] if n_threads in costs else next(iter(costs.values()))

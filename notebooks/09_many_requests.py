@@ -102,7 +102,7 @@ from lib import (claims, client, costmodel, machine, metrics, objectives, phases
                  separation, timing)
 from lib.claims import Spread
 from lib.device import describe_environment
-from lib.engines import transformers_engine, vllm_engine, vllm_unavailable
+from lib.engines import compute_threads, transformers_engine, vllm_engine, vllm_unavailable
 from lib.models import SMOLLM2_VERSION, cache_dir, load_model, random_prompt
 from lib.paths import REPO_ROOT, output_root
 from lib.progress import progress
@@ -130,11 +130,6 @@ def cost_model(model: str, n: int) -> costmodel.CostModel | None:
     except ValueError:  # chapter 0's message names what it has
         return None
     return costmodel.CostModel(ceilings, model, MODELS[model][0].with_dtype("fp32"), "fp32", n)
-
-
-def engine_threads(name: str, n: int) -> int:
-    """The threads an engine computes on, of ``n``: vLLM's CPU build keeps one core for its server and scheduler."""
-    return max(n - 1, 1) if name == "vLLM" else n
 
 
 cost = cost_model(MODEL, n_threads)
@@ -318,18 +313,18 @@ stated_block = {"transformers serve": ContinuousBatchingConfig().page_size, "vLL
 
 def priced_at_blocks(name: str) -> str:
     """The long prompt's prefill on engine ``name``'s cores, cold and after each whole number of its blocks."""
-    model, block = cost_model(MODEL, engine_threads(name, n_threads)), stated_block[name]
+    model, block = cost_model(MODEL, compute_threads(name, n_threads)), stated_block[name]
     after = [f"after {k} cached, the other {long_prompt - k} tokens {prose.ms(model.prefill(long_prompt - k, past=k).best)}"
              for k in range(block, long_prompt, block)]
     return ", ".join([f"cold {prose.ms(model.prefill(long_prompt).best)}", *after])
 
 
 show(f"The long prompt is {long_prompt} tokens, of which {shared} are shared. "
-     + "; ".join(f"{name} computes on {engine_threads(name, n_threads)} of this machine's {n_threads} cores and keeps "
+     + "; ".join(f"{name} computes on {compute_threads(name, n_threads)} of this machine's {n_threads} cores and keeps "
                f"its cache in blocks of {stated_block[name]} tokens (its default); its prefill of the long prompt "
                f"there is priced {priced_at_blocks(name)}"
-               for name in ("transformers serve", "vLLM") if cost_model(MODEL, engine_threads(name, n_threads)))
-     + "." if any(cost_model(MODEL, engine_threads(n, n_threads)) for n in ("transformers serve", "vLLM")) else
+               for name in ("transformers serve", "vLLM") if cost_model(MODEL, compute_threads(name, n_threads)))
+     + "." if any(cost_model(MODEL, compute_threads(n, n_threads)) for n in ("transformers serve", "vLLM")) else
      f"chapter 0 measured no ceilings for {MODEL} on the engines' cores: nothing here is priced")
 
 # %% [markdown] tags=["predict"]
@@ -495,7 +490,7 @@ for name, g in engine_runs.groupby("engine", sort=False):
     t = reuse_table[reuse_table.engine == name].set_index("group")
     runs_of = lambda grp: g[g.group == grp].set_index("question").ttft_ms  # noqa: E731
     gain = Spread.of((runs_of("unique") - runs_of("shared")).dropna())
-    cores = engine_threads(name, n_threads)
+    cores = compute_threads(name, n_threads)
     own = cost_model(MODEL, cores)  # priced on the cores the engine computes on
     p = engine_saving(t.loc["shared"], own)
     cold_ms = own.prefill(int(t.loc["unique"].prompt_tokens)).best * 1e3 if own else np.nan
@@ -951,7 +946,7 @@ def served_alone(name: str) -> str | None:
     """One of chapter 7's typical requests served alone by the cost model on engine ``name``'s cores, and the
     busiest rate's arrivals against it (None where chapter 0 did not measure those cores or chapter 7 kept no
     traces)."""
-    m = cost_model(MODEL, engine_threads(name, ch7_params.get("threads") or n_threads))
+    m = cost_model(MODEL, compute_threads(name, ch7_params.get("threads") or n_threads))
     if m is None or ch7_requests is None:
         return None
     mine_ = ch7_requests[(ch7_requests.engine == name) & ch7_requests.ok]
@@ -995,7 +990,7 @@ display(prose.source(replay.replay))
 
 # %%
 ch7_threads = ch7_params.get("threads") or n_threads
-engine_costs = {name: cost_model(MODEL, engine_threads(name, ch7_threads)) for name in ("transformers serve", "vLLM")}
+engine_costs = {name: cost_model(MODEL, compute_threads(name, ch7_threads)) for name in ("transformers serve", "vLLM")}
 engine_cost = engine_costs["transformers serve"]
 fallback_goals = objectives.objectives(cpu, ch7_params.get("ttft_slo_ms"), ch7_params.get("tpot_slo_ms"))
 goals = {} if ch7.get("objectives") is None else {  # chapter 7's, set from one user alone on each engine
@@ -1218,7 +1213,7 @@ for name in ([] if replay_missing else replayed.engine.unique()):
                   f"{got.loc[r, 'prefill_ms']:.0f} ms prefilling" for r in got.index) + ", against the replay on the engine's own costs' "
                   + ", ".join(f"{cal.loc[r, 'wait_ms']:.0f} and {cal.loc[r, 'prefill_ms']:.0f} ms" for r in cal.index)
                   + " (vLLM counts a request as queued until a step takes it, then prefilling until its first token)")
-        which += (f". vLLM's CPU build computes on {engine_threads(name, ch7_threads)} of this machine's {ch7_threads} "
+        which += (f". vLLM's CPU build computes on {compute_threads(name, ch7_threads)} of this machine's {ch7_threads} "
                   "cores, keeping one for its server and scheduler, and is priced on those")
     claim = f"replay_predicts_the_queue_{name.split()[0].lower()}"
     register.claim(
@@ -1242,8 +1237,8 @@ for name in ([] if replay_missing else replayed.engine.unique()):
                                             for r in got.index),
                          evidence=f"chapter 7's {len(ch7_requests[ch7_requests.engine == name])} requests; a token "
                                   f"budget of {budgets.get(name)} per step; each step at the cost model's fastest "
-                                  f"price on {engine_threads(name, ch7_threads)} thread"
-                                  f"{'s' * (engine_threads(name, ch7_threads) != 1)}",
+                                  f"price on {compute_threads(name, ch7_threads)} thread"
+                                  f"{'s' * (compute_threads(name, ch7_threads) != 1)}",
                          pooled=claims.geomean_of(ratios.values()).text(".2f", "x") if ratios else "",
                          ratios=", ".join(f"{c} {v.text('.2f', 'x')}" for c, v in ratios.items()),
                          cal_ratios=", ".join(f"{c} {v.mid:.2f}x" for c, v in cal_ratios.items()) or "nothing",
@@ -1452,7 +1447,7 @@ if replay_missing:
 else:
     _said = []
     for _name in [_n for _n in ("vLLM", "transformers serve") if _n in pooled_of]:
-        _c = engine_threads(_name, ch7_threads)
+        _c = compute_threads(_name, ch7_threads)
         _ratio = pooled_of[_name][0].mid
         if _c == 1:
             _said.append(f"{_name} was already priced on one core here (chapter 7 ran on {ch7_threads} "
@@ -1534,7 +1529,7 @@ opening.write(text + ".", in_process_only + ".", in_process_only.replace(replaye
               after=pacer.note())  # the pace note, when the machine's speed moved
 vllm_shared = reuse_table[(reuse_table.engine == "vLLM") & (reuse_table.group == "shared")]
 if "vLLM" in gains and len(vllm_shared) and vllm_shared.hit_tokens.iloc[0] < shared:  # vLLM reused only whole blocks
-    v_row, v_cores = vllm_shared.iloc[0], engine_threads("vLLM", n_threads)
+    v_row, v_cores = vllm_shared.iloc[0], compute_threads("vLLM", n_threads)
     v_cold = reuse_table[(reuse_table.engine == "vLLM") & (reuse_table.group == "unique")].ttft_ms.iloc[0]
     more = gains["vLLM"].low > saving.high  # more beyond both intervals; "less" the same way; else about as much
     less = gains["vLLM"].high < saving.low

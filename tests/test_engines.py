@@ -286,3 +286,15 @@ def test_an_engine_dying_mid_chapter_fails_the_chapter_keeps_its_outputs_and_lea
     while _group(leader) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _group(leader) == [] and not alive(worker)
+
+
+def test_vllm_computes_on_all_but_the_core_its_scheduler_keeps():
+    """vLLM's CPU build keeps one core for its scheduler process, never leaving its worker none; transformers
+    serve computes on every thread it is given; no engine computes on none."""
+    from lib.engines import compute_threads
+
+    assert [compute_threads("vLLM", n) for n in (1, 2, 16)] == [1, 1, 15]
+    assert compute_threads("vLLM (budget 512)", 4) == 3
+    assert compute_threads("transformers serve", 2) == 2
+    with pytest.raises(ValueError, match="at least one thread"):
+        compute_threads("vLLM", 0)
