@@ -1136,18 +1136,25 @@ def pace_claim(register, paced: dict[str, Pace], what: str) -> str:
 
 def pace_note(paced: dict[str, Pace]) -> str:
     """The sentence a chapter's opening adds when the machine's pace (:func:`pace`, at the moments of ``paced``)
-    was outside the tolerance every price is held to at some moment, as :func:`pace_claim` decides it: how far,
-    and which way the chapter's prices miss for it. Empty when the pace held or was not measured."""
+    was not within the tolerance every price is held to at every moment, as :func:`pace_claim` decides it: how
+    far, and which way the chapter's prices miss for it; where no moment lies wholly outside but one straddles the
+    tolerance's edge, the furthest such moment, with its interval, as what the prices may be off by. Empty when
+    the pace held or was not measured."""
     from lib import claims
 
-    outside = [p.ratio.mid for p in paced.values()
-               if claims.within(p.ratio, 1.0, claims.PREDICTED_TIME) == claims.NOT_HELD]
-    if not outside:
+    verdicts = {k: claims.within(p.ratio, 1.0, claims.PREDICTED_TIME) for k, p in paced.items()}
+    outside = [paced[k].ratio.mid for k, v in verdicts.items() if v == claims.NOT_HELD]
+    if outside:
+        low, high = min(outside), max(outside)
+        times = f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}x to {high:.2f}x"
+        return (f"The model's one-row matrices took {times} their chapter 0 time here, so these prices ran about that "
+                f"much too {'low' if high > 1 else 'high'}.")
+    near = [paced[k].ratio for k, v in verdicts.items() if v == claims.UNRESOLVED]
+    if not near:
         return ""
-    low, high = min(outside), max(outside)
-    times = f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}x to {high:.2f}x"
-    return (f"The model's one-row matrices took {times} their chapter 0 time here, so these prices ran about that "
-            f"much too {'low' if high > 1 else 'high'}.")
+    worst = max(near, key=lambda r: abs(math.log(r.mid)))
+    return (f"The model's one-row matrices took up to {worst.text('.2f', 'x')} their chapter 0 time here, across the "
+            f"tolerance's edge, so these prices may run up to that much too {'low' if worst.mid > 1 else 'high'}.")
 
 
 def release_pace() -> None:

@@ -398,7 +398,8 @@ elif far > few and per_row * (few - 1) * 2 < extra:
     why = (f"the extra time is not the extra row's arithmetic: each row from {few} to {far} adds only "
            f"{prose.ms(per_row)}, against {prose.ms(extra)} for going from one row to {few}; at {few} rows the product "
            f"runs {g_few:.1f} GFLOP/s, far below the square product's {square:.0f}, and {fault_text}. A cost that "
-           "comes once, with the first extra row, is the kernel taking a slower path for more than one row")
+           "comes once, with the first extra row, is not the rows' work: the kernel does something else for more "
+           "than one row, which this chapter does not take apart")
 elif far > few:
     why_short = "each extra row adds its own time, at a fraction of the machine's FLOP rate"
     why = (f"each row from {few} to {far} adds {prose.ms(per_row)}, about what the first extra row did, and at {few} "
@@ -451,7 +452,9 @@ grown = {kind: ceilings.rest_growth(model, "fp32", most, kind, 1, 1000 + extra)
 if all(g is not None for g in grown.values()):
     show(f"From a cache of 1,000 tokens instead of 16, the rest of {model}'s step (fp32, {most} threads) takes "
          f"**{prose.ms(grown['decode'].best)}** longer with a growing cache, beyond that cache's own copy timed alone, "
-         f"and **{prose.ms(grown['decode_static'].best)}** longer with a preallocated one: work outside the matrices "
+         + (f"and **{prose.ms(grown['decode_static'].best)}** longer with a preallocated one" if grown['decode_static'].best > 0
+            else "and no longer with a preallocated one (its step at 1,000 tokens was no slower than at 16)")
+         + ": work outside the matrices "
          "and attention that grows with the cache, which the cost model adds to a step's dispatch (chapter 3 takes "
          "it apart under the profiler).")
 peaks = ok[ok.kernel == "square_matmul"][["dtype", "threads", "note", "gflop_s", "spread", "hardware_support"]]

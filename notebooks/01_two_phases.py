@@ -692,8 +692,9 @@ _told = (
     f"came after {ranged('ttft_ms')}, then one every {ranged('tpot_ms', '.1f')}; the answer was complete after "
     f"{ranged('e2e_ms')}. " + _gap_told
     + (f"A decoded token cost **{cheaper.mid:.1f}x** as much as a prompt token, "
-       f"{cheaper_outcome.get(register.verdict('prompt_token_cheaper'), 'not measured')}: prefill pushes {T} "
-       f"tokens through each weight it reads, decode one. " if cheaper else "")
+       f"{cheaper_outcome.get(register.verdict('prompt_token_cheaper'), 'not measured')}: prefill's matrices ran "
+       f"{T} rows at {model.ceilings.matrix_rate(model_name, dtype, model.threads, T) / 1e9:.0f} GFLOP/s, decode's "
+       f"one row at {model.ceilings.matrix_rate(model_name, dtype, model.threads, 1) / 1e9:.0f}. " if cheaper else "")
     + f"So a run spent a median **{over_runs.decode_share:.0%}** of its time decoding: a short question with a "
     + job.get(register.verdict("short_question_is_a_decode_job"), "single token has no decode phase."))
 opening.write(_told, _told.replace(_gap_told, ""))  # the shorter telling leaves the longest gap to the body

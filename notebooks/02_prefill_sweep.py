@@ -513,7 +513,8 @@ for (dt, n), g in sweep.groupby(["dtype", "threads"], sort=False):
                            predicted_knee_tokens=expected[(dt, n)].knee_tokens))
 floors = pd.DataFrame(floor_rows)
 results.table(floors, "floor")
-prose.shown(floors.round(2))
+prose.shown(floors.round(2).rename(columns={"floor_ms": "one_token_pass_ms", "floor_ms_low": "one_token_pass_ms_low",
+                                            "floor_ms_high": "one_token_pass_ms_high"}))  # a floor only where it is flat
 
 # %% [markdown]
 # A length read off noisy points is itself noisy: the floor's end and the knee are read three times, off the
@@ -1005,7 +1006,9 @@ _said = (register.decide("worst_pass_taken_apart", claims.at_least(shares, 0.5) 
                      beyond="over" if sign > 0 else "under"))
 show(_said if missed_it else f"No pass lay wholly outside the tolerance of its price (the furthest, {label(*w_cfg)} at "
      f"{tokens(w_tokens)}, took {ratio[worst_key].text('.2f', 'x')} its prediction), so there was no miss to take apart; "
-     "its parts are tabled above.")
+     f"its parts are tabled above, where **{top_part.term}** holds the most of its {miss} "
+     f"({top_part.excess_ms:+.1f} ms: {prose.ms(top_part.profiled_ms / 1e3)} under the profiler against "
+     f"{prose.ms(top_part.predicted_ms / 1e3)} priced).")
 
 # %% [markdown]
 # ## Computing less of the output
@@ -1324,7 +1327,7 @@ floor_text = (f"It stayed within {margin:.0%} of that up to **{tokens(flats.mid)
               f"F({f_rates.idxmax():,}))")
 with use_threads(most):
     where = prose.machine(device, main_dt)
-opening.write(
+_body = (
     f"On this machine ({where}), a {model_name} prefill took **{t_one.text(',.1f', 'ms')}** for {tokens(first_len)} "
     f"and **{t_top.text(',.0f', 'ms')}** for {n_top:,} (medians). "
     f"{floor_text}; {knee_text} ({beside_model('knee_as_predicted', knees.mid, pknee)}). "
@@ -1332,10 +1335,14 @@ opening.write(
     f"what the profiler finds outside them at {tokens(first_len)}, {(rest * 1e3).text('.1f', 'ms')}, "
     f"{rest_is.get(said('rest_is_launch_floor'), 'was not profiled')}; "
     f"at {n_top:,} tokens the pass {bound.get(said('longest_prompt_compute_bound'), 'was not classed')}. "
-    + (f"So every prompt here, up to {tokens(n_top)}, costs one token's pass."
-       if never else f"So here even {tokens(few_rows)} cost more than one token's pass." if not floored[1] else
-       f"So a prompt here costs one token's pass up to {tokens(flats.mid)}, then more with each token."),
-    after=pacer.note())  # why the prices missed, when the machine itself ran at another speed
+)
+_close = (f"So every prompt here, up to {tokens(n_top)}, costs one token's pass." if never else
+          f"So here even {tokens(few_rows)} cost more than one token's pass." if not floored[1] else
+          f"So a prompt here costs one token's pass up to {tokens(flats.mid)}, then more with each token.")
+_why = ("So here a prompt pays for its second token already: with few rows the matrices run far below their peak "
+        "rate, and the balance point's flat stretch does not appear." if not never and not floored[1] else _close)
+opening.write(_body + _why, _body + _close,
+              after=pacer.note())  # why the prices missed, when the machine itself ran at another speed
 
 # %% [markdown]
 # ## Takeaways

@@ -1288,7 +1288,8 @@ register.claim(
     "At the largest batch, the cache's work (attention plus copying) costs more than the shared matrices, inside the "
     "step (each profiled step's own ratio).",
     held="under the profiler attention takes {attention} and copying {copy} a step, against {matrices} for every matrix "
-         "product: the private caches cost **{ratio}** what the products that share the weights cost.",
+         "product (medians over the profiled steps): the private caches cost **{ratio}** what the products that "
+         "share the weights cost (each step's own ratio, so not quite the ratio of those medians).",
     not_held="under the profiler attention ({attention}) and copying ({copy}) cost {ratio} what the {big}-row matrix "
              "products ({matrices}) cost: less than the products that share the weights.",
     unresolved="under the profiler attention ({attention}) and copying ({copy}) cost {ratio} what the {big}-row "

@@ -130,8 +130,8 @@ def paid_off(size: int, costs: bool = False) -> str:
     """Where chunking paid off on A's worst gap, in words: down to `size` tokens, or nowhere when `size` is
     unchunked; with `costs`, what that size cost A's median gap and B's TTFT against unchunked (from `summary`)."""
     if size == b_prompt_len:
-        return "no chunk size paid off on A's worst gap"
-    words = f"chunking paid off on A's worst gap down to **{size} tokens**{PAID_RULE}"
+        return "no chunk size cut A's worst gap enough to pay"
+    words = f"chunking kept cutting A's worst gap down to **{size} tokens**{PAID_RULE}"
     if costs:
         at, un = (summary.set_index("chunk_tokens").loc[c] for c in (size, b_prompt_len))
         words += (f" (there A's median gap was {at.a_median_gap_ms:,.0f} ms against {un.a_median_gap_ms:,.0f} ms "
@@ -444,8 +444,8 @@ for size, marker, text in [(best, "*", "measured best"), (best_pred, "D", "predi
     row = summary[summary.chunk_tokens == size].iloc[0]
     ax.plot(row.b_ttft_ms, row.a_worst_gap_ms, marker, ms=14, mfc="none", label=f"{text}: {size} tokens")
 ax.set(xscale="log", yscale="log", xlabel="B's time to first token (ms)", ylabel="A's worst gap (ms)",
-       title=(f"Chunking still paid off at {best} tokens, the smallest run" if stop is None else
-              "No chunk size paid off in this run" if best == b_prompt_len else
+       title=(f"Chunking still cut A's worst gap at {best} tokens, the smallest run" if stop is None else
+              "No chunk size cut A's worst gap enough to pay" if best == b_prompt_len else
               f"Chunking first stopped paying off below {best} tokens") + f" (predicted best: {best_pred})")
 ax.legend(fontsize=8)
 ax.grid(True, alpha=0.3)
@@ -675,7 +675,7 @@ typer_rows = load_reference("wordfactory_part3_cpu").query("table == 'interferen
 typers = dict(zip(typer_rows.x, typer_rows.time_ms))
 display(Markdown(
     f"By the same rule (a step down pays if it cuts the worst gap by more than {stops_helping:.0%}), the reference "
-    f"GPU's chunking paid off down to **{gpu_best} tokens** on the worst gap; here {paid_off(best)}. By chapter 2's rule, the "
+    f"GPU's chunking kept cutting the worst gap down to **{gpu_best} tokens**; here {paid_off(best)}. By chapter 2's rule, the "
     f"reference GPU's fp32 prefill stayed within {floor2.margin:.0%} of its 1-token pass up to "
     f"{gpu_floor.flat_until_tokens} tokens; by chapter 2's table this machine's prefill "
     + ("has no floor" if no_floor else f"did up to {tokens(floor2.flat_until_tokens)}")
@@ -769,8 +769,9 @@ register.claim(
     not_held="with {kn} streams the unchunked stall was {span}, {side} than the {expected:,.0f} ms predicted from one "
              "stream's stall and the longer step, beyond the tolerance for a predicted time.",
     unresolved="with {kn} streams the unchunked stall was {span}, against {expected:,.0f} ms predicted from one "
-               "stream's stall and the longer step: too close to the tolerance's edge to call in this run (the "
-               "median of each run's ratio is {lean}).",
+               "stream's stall and the longer step; set against its own run's one-stream stall, each run's ratio, "
+               "{paired}, straddles the tolerance's edge (a run whose one stream stalled long moves its own ratio), "
+               "so this run cannot call it (the median of those ratios is {lean}).",
     not_measured="only one stream count was run; set stream_counts to two or more.")
 unchunked_runs = stream_runs[stream_runs.chunk_tokens == b_prompt_len].pivot(index="run", columns="a_streams")
 paired_stall = None if kn == k1 else Spread.of(  # each run's k-stream stall against its own one-stream stall
@@ -783,7 +784,8 @@ show(register.decide("every_stream_waits_the_prefill", None if kn == k1 else cla
                      span=span_many, one_span=prose.span(one.a_worst_gap_ms_low, one.a_worst_gap_ms_high, ",.0f", "ms"),
                      kn=kn, expected=expected, side="longer" if many.a_worst_gap_ms > expected else "shorter",
                      lean="" if paired_stall is None else claims.leaning(paired_stall, 1 / claims.PREDICTED_TIME,
-                                                                         claims.PREDICTED_TIME)))
+                                                                         claims.PREDICTED_TIME),
+                     paired="" if paired_stall is None else paired_stall.text(".2f", "x")))
 
 # %% [markdown]
 # Every price in this chapter is made of chapter 0's ceilings. The same one-row matrices chapter 0 timed, timed

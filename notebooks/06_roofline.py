@@ -1744,7 +1744,7 @@ met = None if transition is None else (f"**{transition.text(',.0f', 'MB')}** of 
     claims.NOT_HELD: f"{transition.mid / (predicted_transition / 1e6):.2g}x the {predicted_transition / 1e6:,.0f} MB "
                      "predicted, beyond the factor of two allowed",
     claims.UNRESOLVED: f"{transition.mid / (predicted_transition / 1e6):.2f}x the {predicted_transition / 1e6:,.0f} MB "
-                       "predicted, a median leaning away from it (not resolved)"}[fell])
+                       f"predicted, its runs straddling the factor of two allowed (not resolved)"}[fell])
 under = all(register.verdict(f"{x.replace(' ', '_')}_under_the_roof") == claims.HELD for x in roof_reach)
 roofs = (", and no pass ran above the textbook roof" if under else
          f"; chapter 2's prefills reached at most {roof('prefill')} of the roof, chapter 3's decode steps {roof('decode')}")

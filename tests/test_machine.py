@@ -216,6 +216,9 @@ def test_pace_times_chapter_0s_kernel_and_its_claim_can_fail_both_ways():
     assert "took 1.65x to 1.85x their chapter 0 time" in note and note.endswith("ran about that much too low.")
     fast = machine.Pace(ratio=claims.Spread.of([0.5, 0.52, 0.55] * 3), fastest=0.5, calls=9)
     assert machine.pace_note({"before": same, "after": fast}).endswith("too high.")
+    edge = machine.Pace(ratio=claims.Spread(1.18, 1.23, 1.29), fastest=1.18, calls=9)  # straddles 1.25x: not resolved
+    note = machine.pace_note({"before": same, "after": edge})
+    assert "up to 1.23x (1.18–1.29) their chapter 0 time" in note and note.endswith("may run up to that much too low.")
 
 
 def test_a_pacer_checks_its_moments_claims_on_them_and_writes_its_evidence():
