@@ -294,7 +294,7 @@ register.claim(
          "{predicted_ratio:.1f}x the cost model predicted (each phase beside its price: prefill {prefill} against "
          "{prefill_pred}, a decode step {step} against {step_pred}; a ratio holds when both are off alike). A pass "
          "that only read weights would give {T}x. Prefill's "
-         "matrices run {T} rows at {f_t:.0f} GFLOP/s, a decode step's one row at {f_1:.0f} GFLOP/s: the same weights, used {T} times per read in one phase and once in the other.",
+         "matrices run {T} rows at {f_t:.0f} GFLOP/s, a decode step's one row at {f_1:.0f} GFLOP/s: the same weights, used {T} times per read in one phase and once in the other; and a decode step pays the issuing of a whole pass for its one token.",
     not_held="a decoded token cost {ratio} as much as a prompt token, while the cost model predicted "
              "{predicted_ratio:.1f}x: prefill {prefill} against a predicted {prefill_pred}, a decode step {step} against "
              "{step_pred}.",
@@ -694,7 +694,8 @@ _told = (
     + (f"A decoded token cost **{cheaper.mid:.1f}x** as much as a prompt token, "
        f"{cheaper_outcome.get(register.verdict('prompt_token_cheaper'), 'not measured')}: prefill's matrices ran "
        f"{T} rows at {model.ceilings.matrix_rate(model_name, dtype, model.threads, T) / 1e9:.0f} GFLOP/s, decode's "
-       f"one row at {model.ceilings.matrix_rate(model_name, dtype, model.threads, 1) / 1e9:.0f}. " if cheaper else "")
+       f"one row at {model.ceilings.matrix_rate(model_name, dtype, model.threads, 1) / 1e9:.0f}, and each decode step "
+       "pays a whole pass's issuing for its one token. " if cheaper else "")
     + f"So a run spent a median **{over_runs.decode_share:.0%}** of its time decoding: a short question with a "
     + job.get(register.verdict("short_question_is_a_decode_job"), "single token has no decode phase."))
 opening.write(_told, _told.replace(_gap_told, ""))  # the shorter telling leaves the longest gap to the body
