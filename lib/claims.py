@@ -46,7 +46,7 @@ peak) and :data:`SAME_QUANTITY` (two instruments scoring the same requests). A c
 that does not hold never fails the build (another machine may legitimately differ); an arithmetic invariant that
 breaks does (:func:`invariant`).
 
-Introduced in section 0.
+Introduced in chapter 0.
 """
 
 from __future__ import annotations
@@ -442,7 +442,7 @@ def _fields(template: str) -> set[str]:
 
 class Claims:
     """The register of one chapter's claims: :meth:`claim` declares, :meth:`decide` decides. Introduced in
-    section 0."""
+    chapter 0."""
 
     def __init__(self) -> None:
         self.declared: dict[str, _Declared] = {}
@@ -530,6 +530,6 @@ class InvariantBroken(AssertionError):
 def invariant(condition: bool, message: str) -> None:
     """Fail the chapter (and the build) when an arithmetic invariant breaks. Use it for what must hold on every
     machine (a sum of parts equals the whole, a count matches its formula, no pass beats the floor it is priced
-    at), never for a measured conclusion. Introduced in section 1."""
+    at), never for a measured conclusion. Introduced in chapter 1."""
     if not condition:
         raise InvariantBroken(message)

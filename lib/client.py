@@ -1,5 +1,5 @@
 """A streaming client that times every chunk of an OpenAI-compatible server's reply, and the loads that
-send many requests (section 7). Plain standard library: no asyncio, no HTTP package.
+send many requests (chapter 7). Plain standard library: no asyncio, no HTTP package.
 
 :func:`stream_chat` sends one OpenAI-style streaming chat request and records, on ``time.perf_counter``'s
 clock, when it was sent and when every server-sent event arrived (an event is stamped when its line has been
@@ -44,7 +44,7 @@ written (:attr:`Trace.sent`), after the connection is open: the TCP connect, whe
 :attr:`Trace.connect_s`, reported apart. A server that closes each connection (``Connection: close``, HTTP/1.0)
 is read to its end the same way.
 
-Introduced in section 7 (over the wire).
+Introduced in chapter 7 (over the wire).
 """
 
 from __future__ import annotations
@@ -329,7 +329,7 @@ class Trace:
     reused, or none was opened); ``max_tokens``: the most tokens the request allowed; ``usage_note``: what
     was wrong with the usage report as it arrived (see :attr:`usage_problem`).
 
-    Introduced in section 7.
+    Introduced in chapter 7.
     """
 
     request_id: int
@@ -513,7 +513,7 @@ def stream_chat(base_url: str, model: str, messages: list[dict], max_tokens: int
     each gap between reads of the stream, ``timeout_s`` the whole request (all in seconds). ``extra`` is
     merged into the request body (e.g. ``{"ignore_eos": True}`` for vLLM). ``on_event(event)`` is called in
     the reading thread as each event arrives (``lib.stall.stall_experiment`` uses it to send a second
-    request mid-stream). Introduced in section 7.
+    request mid-stream). Introduced in chapter 7.
     """
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}, **(extra or {})}
@@ -668,7 +668,7 @@ def _drained(response: http.client.HTTPResponse, sock: socket.socket) -> bool:
 def require_ok(trace: Trace, server: str, what: str = "a request") -> Trace:
     """``trace`` when it succeeded; else :class:`RequestFailed`, one line: ``"<server>: <what> failed:
     <its error>"`` (a chapter's warm-up: a server that cannot answer it cannot be measured).
-    Introduced in section 7."""
+    Introduced in chapter 7."""
     if not trace.ok:
         raise RequestFailed(f"{server}: {what} failed: {trace.error}")
     return trace
@@ -704,7 +704,7 @@ class ServerBudget:
       cannot send those requests faster than one chain of them.
     * ``request()``: a context manager around a request, which counts its busy time.
 
-    Introduced in section 7.
+    Introduced in chapter 7.
     """
 
     def __init__(self, seconds: float, server: str, param: str, fewer: str):
@@ -809,7 +809,7 @@ class _InFlight:
 def closed_loop(send: Callable[[int], Trace], n_requests: int, concurrency: int) -> list[Trace]:
     """``n_requests`` requests, ``concurrency`` at a time: each of ``concurrency`` users sends its next request
     as soon as its last one ends. ``send(i)`` sends request ``i`` and returns its trace. Returns the traces in
-    request order (failed ones included). Introduced in section 7."""
+    request order (failed ones included). Introduced in chapter 7."""
     if n_requests < 1 or concurrency < 1:
         raise ValueError(f"need n_requests >= 1 and concurrency >= 1, got {n_requests} and {concurrency}")
     with concurrent.futures.ThreadPoolExecutor(max_workers=concurrency) as pool:
@@ -829,7 +829,7 @@ def poisson_offsets(rate_per_s: float, n_requests: int, seed: int = 0) -> np.nda
 def open_loop(send: Callable[[int, float], Trace], offsets: Sequence[float]) -> list[Trace]:
     """Send request ``i`` at ``offsets[i]`` seconds after now, whether or not earlier ones have finished (an
     open loop: arrivals do not wait for the server). ``send(i, scheduled)`` sends it. Returns the traces in
-    request order. Introduced in section 7."""
+    request order. Introduced in chapter 7."""
     start = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(offsets))) as pool:
         futures = []

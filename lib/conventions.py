@@ -1,4 +1,4 @@
-"""One set of traces scored the way five tools define TTFT, ITL, TPOT and goodput (section 7).
+"""One set of traces scored the way five tools define TTFT, ITL, TPOT and goodput (chapter 7).
 
 The same streamed requests are quoted with different numbers depending on which tool scored them, because
 the tools do not agree on what the words mean. Each function below re-implements one tool's definitions on
@@ -6,7 +6,7 @@ the events a :class:`lib.client.Trace` recorded (every server-sent event, stampe
 read), citing the code it follows. The client's timestamps are the same for all of them; only the
 definitions differ.
 
-* ``book`` (``lib.metrics``, section 1): TTFT ends at the first token chunk (every choice after the role
+* ``book`` (``lib.metrics``, chapter 1): TTFT ends at the first token chunk (every choice after the role
   chunk, empty content included: ``lib.client``); the gaps are between tokens, a chunk carrying several
   tokens giving gaps of 0 (``lib.client``'s attribution rule); TPOT is
   ``(t_last - t_first) / (n - 1)``; goodput is the fraction of requests meeting every objective (a one-token
@@ -37,7 +37,7 @@ definitions differ.
   output tokens re-counted by a tokenizer. That parser defines no goodput.
 
 All times are seconds in and out; failed traces are left out of every latency, as every tool does, and
-counted in ``failed``. Introduced in section 7.
+counted in ``failed``. Introduced in chapter 7.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def per_request(traces: Sequence[Trace], convention: str,
     ``itl`` (a list of gaps; the book's and vLLM's only), ``tpot``, ``inter_token`` (GuideLLM's, LLMPerf's
     and GenAI-Perf's per-request ITL), ``e2e`` in seconds and ``n`` tokens. ``count_tokens(text)`` is the
     tokenizer count the tools that re-tokenize use (LLMPerf, GenAI-Perf, vLLM without usage); without it,
-    the server's usage count stands in. Section 7 reads it through :func:`compare`."""
+    the server's usage count stands in. Chapter 7 reads it through :func:`compare`."""
     _check(convention)
     rows = [dict(request_id=t.request_id, **_row(t, convention, count_tokens))
             for t in traces if t.ok and t.chunk_times and t.content_times]
@@ -149,7 +149,7 @@ def summary(traces: Sequence[Trace], convention: str, ttft_slo: float, tpot_slo:
     """The headline numbers of ``traces`` as ``convention`` reports them: mean and p``percentile`` of TTFT,
     of its ITL and of its TPOT (each as that tool defines them, seconds, NaN where it has none), mean
     end-to-end, goodput against ``ttft_slo`` and ``tpot_slo`` (seconds) in that tool's unit, completed and
-    failed counts, the run's duration (first send to last end). Section 7 reads it through :func:`compare`."""
+    failed counts, the run's duration (first send to last end). Chapter 7 reads it through :func:`compare`."""
     frame = per_request(traces, convention, count_tokens)
     done = [t for t in traces if t.ok]
     duration = (max(t.end for t in traces) - min(t.sent for t in traces)) if traces else float("nan")
@@ -176,13 +176,13 @@ def summary(traces: Sequence[Trace], convention: str, ttft_slo: float, tpot_slo:
 def compare(traces: Sequence[Trace], ttft_slo: float, tpot_slo: float,
             count_tokens: Callable[[str], int] | None = None) -> pd.DataFrame:
     """:func:`summary` for every convention, one row each (seconds; goodput in each tool's unit).
-    Introduced in section 7."""
+    Introduced in chapter 7."""
     return pd.DataFrame([summary(traces, c, ttft_slo, tpot_slo, count_tokens) for c in CONVENTIONS])
 
 
 def meets(trace: Trace, ttft_slo: float, tpot_slo: float, worst_gap_slo: float | None = None) -> bool:
     """Whether one request met every objective by the book's definitions (``lib.metrics.meets_slo``); a
-    failed request, or one that received no token, met none. Introduced in section 7."""
+    failed request, or one that received no token, met none. Introduced in chapter 7."""
     if not trace.ok or not trace.chunk_times:
         return False
     return metrics.meets_slo(trace.metrics(), ttft_slo, tpot_slo, worst_gap_slo)
@@ -194,7 +194,7 @@ def bootstrap_fraction(flags: Sequence[bool], resamples: int = 1000, level: floa
     bootstrap confidence interval at ``level``: ``resamples`` resamplings of the requests with
     replacement, from a seeded generator. Returns ``(fraction, low, high)``. With every flag equal the
     interval is that single value: more requests, not more resamples, would widen or narrow it.
-    Introduced in section 7."""
+    Introduced in chapter 7."""
     a = np.asarray(list(flags), dtype=float)
     if a.size == 0:
         raise ValueError("bootstrap_fraction needs at least one request")

@@ -28,7 +28,7 @@ that does the work (:mod:`lib.machine`), not at a textbook peak:
 :func:`lib.regime.regime` labels a measured pass from it. Every term is priced twice: at the ceilings' fastest
 calls (``best``, the floor a pass cannot beat) and at their medians (what a typical call took).
 
-Introduced in section 2 (a prefill's cost); used by every chapter that predicts a time.
+Introduced in chapter 2 (a prefill's cost); used by every chapter that predicts a time.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ class CostModel:
     """The cost of ``model``'s passes (shape ``shape``) in ``dtype`` on ``threads`` threads, from ``ceilings``.
 
     ``model`` names the ceilings' rows (``"gpt2-small"``, ``"smollm2-135m"``, ``"tiny-gpt2"``); ``shape`` gives
-    the bytes and FLOPs (:mod:`lib.shapes`, in this dtype). Introduced in section 1."""
+    the bytes and FLOPs (:mod:`lib.shapes`, in this dtype). Introduced in chapter 1."""
 
     ceilings: Ceilings
     model: str

@@ -4,7 +4,7 @@
 from the arithmetic of :mod:`lib.roofline`; :func:`prefill_rows` and :func:`decode_rows` give the
 same figures as records for a DataFrame. Formatting only: every number comes from ``lib.roofline``.
 
-Introduced in section 6 (roofline).
+Introduced in chapter 6 (roofline).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def prefill_rows(shape: ModelShape, hw: Hardware, prompts: Iterable[int] = COURS
     ``intensity_flop_per_byte``, ``t_compute_s``, ``t_memory_s``, ``time_s`` (seconds), ``limit``
     (compute or memory) and ``tokens_per_s``; ``kwargs`` go to ``lib.roofline.prefill_cost``.
 
-    Introduced in section 6 (roofline).
+    Introduced in chapter 6 (roofline).
     """
     return [{"prompt_tokens": p, **_row(prefill_cost(shape, p, **kwargs), hw)} for p in prompts]
 
@@ -49,7 +49,7 @@ def decode_rows(shape: ModelShape, hw: Hardware, contexts: Iterable[int] = COURS
     """One record per context: ``context_tokens``, ``batch`` and the fields of ``prefill_rows``, for
     one decode step; ``tokens_per_s`` counts all ``batch`` sequences.
 
-    Introduced in section 6 (roofline).
+    Introduced in chapter 6 (roofline).
     """
     return [{"context_tokens": c, "batch": batch, **_row(decode_cost(shape, batch, c), hw)}
             for c in contexts]
@@ -63,7 +63,7 @@ def course_tables(shape: ModelShape = LLAMA3_8B, hw: Hardware | None = None,
     With the defaults it matches ``data/reference/course_roofline_llama3_8b_h100.txt`` line for line
     (its ``#`` comment lines aside).
 
-    Introduced in section 6 (roofline).
+    Introduced in chapter 6 (roofline).
     """
     hw = HARDWARE["H100 SXM"] if hw is None else hw
     head = (f"{'GFLOP':>9} {'GB':>6} {'FLOP/B':>7} {'t_comp ms':>10}"

@@ -1,4 +1,4 @@
-"""The device, its thread counts and its dtypes, and what a page was run with (section 0).
+"""The device, its thread counts and its dtypes, and what a page was run with (chapter 0).
 
 A chapter resolves its device once, in its parameter check (``params.device()`` calls
 :func:`resolve_device`); everything after takes that ``torch.device`` (or reads it off the model and tensors
@@ -32,7 +32,7 @@ def resolve_device(name: str | torch.device = "auto") -> torch.device:
 
     ``"auto"`` picks CUDA when a GPU is present and the CPU otherwise; ``"cpu"``, ``"cuda"`` and
     ``"cuda:N"`` force one. An unknown name, or CUDA on a machine without it, raises ``ValueError``
-    naming the valid choices. Called once per chapter by ``lib.params.device``; section 0.
+    naming the valid choices. Called once per chapter by ``lib.params.device``; chapter 0.
     """
     if isinstance(name, torch.device):
         name = str(name)
@@ -65,7 +65,7 @@ def thread_counts(device: torch.device, threads: Sequence[int] | None = None) ->
     (:data:`ALL_THREADS`) and one, most first. On a GPU the host's one count: a GPU's kernels do not use the
     host's threads, so it is recorded but never varied.
 
-    Introduced in section 3.
+    Introduced in chapter 3.
     """
     if device.type == "cuda":
         return [ALL_THREADS]
@@ -80,7 +80,7 @@ def thread_counts(device: torch.device, threads: Sequence[int] | None = None) ->
 def use_threads(n: int) -> Iterator[None]:
     """Run the body with ``torch.set_num_threads(n)``, restoring the previous count afterwards.
 
-    Introduced in section 0.
+    Introduced in chapter 0.
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"a thread count must be a whole number of at least 1, got {n!r}")
@@ -97,7 +97,7 @@ def resolve_dtype(name: str | torch.dtype, device: torch.device) -> torch.dtype:
     chapter's resolved ``torch.device``).
 
     The check multiplies two small matrices in that dtype, so a device that cannot run it fails here,
-    early, with :class:`UnsupportedDtype` rather than deep inside a model. Introduced in section 1.
+    early, with :class:`UnsupportedDtype` rather than deep inside a model. Introduced in chapter 1.
     """
     if isinstance(name, torch.dtype):
         dtype = name
@@ -149,7 +149,7 @@ def cpu_flags() -> set[str]:
     """The CPU's feature flags from ``/proc/cpuinfo`` (``flags`` on x86, ``Features`` on ARM; empty where
     there is none, e.g. macOS).
 
-    Used by :func:`machine_identity` and :func:`lib.machine.hardware_support`; section 0.
+    Used by :func:`machine_identity` and :func:`lib.machine.hardware_support`; chapter 0.
     """
     try:
         with open("/proc/cpuinfo") as f:
@@ -167,7 +167,7 @@ def machine_identity(device: torch.device) -> dict[str, object]:
     capability. Two machines with the same identity run the same kernels; a machine that reports the same
     name but other instruction sets (AVX2 only against AVX-512 BF16) does not.
 
-    Used by the build's re-run hash and by provenance; section 0.
+    Used by the build's re-run hash and by provenance; chapter 0.
     """
     identity: dict[str, object] = {"cpu": device_name(torch.device("cpu")),
                                    "cpu_flags": " ".join(sorted(cpu_flags() & set(KERNEL_FLAGS))),

@@ -5,7 +5,7 @@ Every module that names a dtype uses this table: :mod:`lib.device` checks a dtyp
 given as a torch dtype (``torch.bfloat16``), a name or alias (``"bf16"``, ``"bfloat16"``) or, for
 the roofline arithmetic only, a number of bytes per value (``2``).
 
-Introduced in section 1 (the parameter cell's ``dtype``); its byte counts are used from section 2.
+Introduced in chapter 1 (the parameter cell's ``dtype``); its byte counts are used from chapter 2.
 """
 
 from __future__ import annotations

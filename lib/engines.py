@@ -1,4 +1,4 @@
-"""Serving engines on loopback: start one, wait until it is healthy, and always stop it (section 7).
+"""Serving engines on loopback: start one, wait until it is healthy, and always stop it (chapter 7).
 
 :class:`Engine` starts a server process on ``127.0.0.1`` at a free port, waits until its health endpoint
 answers, and always stops it: on ``stop()``, on leaving a ``with`` block (even when the block raised), at
@@ -10,7 +10,7 @@ the engine's log. Every wait is bounded: each health probe (2 s, however the eng
 whole (``start_timeout_s``), and the stop (SIGTERM, a grace period, SIGKILL). :func:`transformers_engine` and
 :func:`vllm_engine` build the two engines of chapter 7; ``lib.client`` talks to them. Plain standard library.
 
-Introduced in section 7 (over the wire).
+Introduced in chapter 7 (over the wire).
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ class Engine:
     ``base_url`` is ``http://127.0.0.1:PORT`` once started. ``health_path`` must answer 200 when the engine
     can serve. ``log_path`` (default: a temporary file) receives the engine's stdout and stderr.
     ``start_timeout_s`` bounds the wait for health (a first vLLM start compiles for minutes).
-    ``startup_s`` is how long the last start took. Section 7 builds its engines with
+    ``startup_s`` is how long the last start took. Chapter 7 builds its engines with
     :func:`transformers_engine` and :func:`vllm_engine`.
     """
 
@@ -220,7 +220,7 @@ def transformers_engine(model_dir: str | Path, *, max_batch_tokens: int = 256, n
     ``num_blocks`` KV-cache blocks of 256 tokens (the default, 16, holds 4,096 tokens: without it the engine
     sizes its cache from free memory, gigabytes on a CPU); ``max_batch_tokens`` tokens at most in one
     forward pass, which also chunks a long prompt's prefill. Requests name the model by ``str(model_dir)``.
-    Introduced in section 7.
+    Introduced in chapter 7.
     """
     script = Path(sys.executable).with_name("transformers")
     argv = [str(script), "serve", str(model_dir), "--continuous-batching", "--device", "cpu", "--dtype", dtype,
@@ -253,7 +253,7 @@ def compute_threads(engine: str, threads: int) -> int:
     ``vllm.utils.ompmultiprocessing``: one per local worker on x86, ARM and RISC-V) and binds its worker's
     OpenMP threads to the rest, never fewer than one; transformers serve computes on all of them.
 
-    Introduced in section 7.
+    Introduced in chapter 7.
     """
     if threads < 1:
         raise ValueError(f"an engine computes on at least one thread, got {threads}")
@@ -272,7 +272,7 @@ def vllm_engine(model_dir: str | Path, *, served_name: str = "smollm2", max_num_
     default: a repeated prompt would otherwise skip its prefill, and a measurement that repeats a request
     would time the cache. The first start with a given budget compiles (about a minute on 2 cores) and caches
     the result under ``~/.cache/vllm``; later starts load it (about 40 s in all on 2 cores).
-    Introduced in section 7.
+    Introduced in chapter 7.
     """
     argv = [str(vllm_python(root)), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
             "--served-model-name", served_name, "--dtype", "float32", "--max-model-len", str(max_model_len),

@@ -4,7 +4,7 @@ llama-cpp-python compiles llama.cpp from source with this machine's compiler, so
 environment, ``.venv-llama`` (``make .venv-llama``; ``make book`` builds it unless ``LLAMA=0``; ``make test``
 never needs it). The chapter talks to it through :class:`LlamaWorker`: one process of that environment's Python
 running ``lib/llama_worker.py``, which loads the file once and answers requests (decode steps, a greedy
-answer), so its runs can take turns with the PyTorch ones. Introduced in section 8.
+answer), so its runs can take turns with the PyTorch ones. Introduced in chapter 8.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ on every repeat of the few ceilings measured during it. Every measurement has a 
 (:class:`Budget`): a kernel that runs slowly (a dtype without hardware instructions, say) is measured on fewer
 layers, or fewer rows, and the table says so.
 
-Introduced in section 0 (this machine).
+Introduced in chapter 0 (this machine).
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def random_values(*shape: int, scale: float = 1.0, dtype: torch.dtype, device: t
     2**20 values, repeated to fill it (a kernel's time does not depend on the values, and drawing hundreds of
     megabytes of random numbers takes longer than timing them).
 
-    Used by :mod:`lib.machine` and :func:`lib.sweeps.cache_costs`; section 0.
+    Used by :mod:`lib.machine` and :func:`lib.sweeps.cache_costs`; chapter 0.
     """
     n = math.prod(shape)
     block = torch.empty(min(n, 1 << 20), dtype=dtype, device=device).uniform_(-scale, scale)
@@ -130,7 +130,7 @@ def read_through(t: torch.Tensor) -> torch.Tensor:
     against 11.6 GB/s for the same bytes as 16-bit integers, which made chapter 0's bf16 runs the slowest part of
     the book without changing what they measure (the bytes that pass through the caches).
 
-    Used by :mod:`lib.machine`, :mod:`lib.sizes` and :func:`lib.sweeps.cache_costs`; section 0.
+    Used by :mod:`lib.machine`, :mod:`lib.sizes` and :func:`lib.sweeps.cache_costs`; chapter 0.
     """
     return torch.amax(t.view(_BITS[t.element_size()]) if t.is_floating_point() else t)
 
@@ -172,7 +172,7 @@ def budget(device: torch.device, quick: bool = False) -> Budget:
     4 to 6, the fastest call of the noisiest small kernels moved by up to a half between two quiet builds); quick
     mode shrinks both, in one round.
 
-    Used by :func:`measure_ceilings`; section 0.
+    Used by :func:`measure_ceilings`; chapter 0.
     """
     if quick:
         return Budget(seconds=0.08, min_repeats=3, max_repeats=5, stream_bytes=32 << 20)
@@ -187,7 +187,7 @@ def hardware_support(device: torch.device, dtype: torch.dtype) -> bool:
     on a GPU, bf16 from compute capability 8.0 and fp16 from 5.3. Without it the rate is a slow kernel's, not the
     hardware's arithmetic.
 
-    Introduced in section 0.
+    Introduced in chapter 0.
     """
     if dtype == torch.float32:
         return True
@@ -322,7 +322,7 @@ def fresh_memory(like: torch.Tensor) -> torch.Tensor:
     """A tensor shaped like ``like`` on pages newly mapped from the operating system (an anonymous ``mmap``, on a
     CPU), so that writing it faults every page once, whatever the allocator would have done: glibc hands a new
     tensor fresh pages or reuses freed ones depending on what was freed before. On a GPU, a new tensor (the caching
-    allocator reuses its memory). The pages are unmapped when the tensor is freed. Introduced in section 0."""
+    allocator reuses its memory). The pages are unmapped when the tensor is freed. Introduced in chapter 0."""
     if like.device.type != "cpu":
         return torch.empty_like(like)
     size = max(like.numel() * like.element_size(), 1)
@@ -575,7 +575,7 @@ def count_operations(fn: Callable[[], object]) -> int:
     """How many torch operations ``fn()`` issues from Python (functions and tensor methods, each counted once
     where Python calls it; what they call inside is not counted).
 
-    Used by :func:`dispatch`; section 0.
+    Used by :func:`dispatch`; chapter 0.
     """
     counter = _Counter()
     with counter, torch.inference_mode():
@@ -701,7 +701,7 @@ def measure_ceilings(device: torch.device, dtypes: Sequence[str] = ("fp32",), th
     ``_median``), ``spread``, ``repeats``, ``hardware_support`` and ``status``. A dtype the device cannot run gets
     one row with ``status`` saying so.
 
-    Introduced in section 0.
+    Introduced in chapter 0.
     """
     plan = budget(device, quick)
     rows, head_rows, attention_rows = (QUICK_ROWS,) * 3 if quick else (ROWS, HEAD_ROWS, ATTENTION_ROWS)
@@ -763,7 +763,7 @@ def check_ceilings(table: pd.DataFrame, where: str = "data/00_machine/ceilings.c
     time, a median outside its own range, or a streaming rate beyond any memory system (20 TB/s). The message
     names the file and the command that measures it again. Returns the table.
 
-    Introduced in section 0.
+    Introduced in chapter 0.
     """
     again = f"re-measure it with `python -m lib.make.book --force {MACHINE_SECTION}`"
     needed = {"device", "dtype", "threads", "kernel", "model", "rows", "best_s", "median_s", "worst_s", "status",
@@ -824,7 +824,7 @@ def _interpolate(xs: np.ndarray, ys: np.ndarray, x: float) -> float:
 class Ceilings:
     """The table of :func:`measure_ceilings` for one device, with the look-ups the cost model needs. Every
     look-up takes the dtype and a whole number of threads, and says in one line what chapter 0 measured when it
-    has no such row. Introduced in section 0."""
+    has no such row. Introduced in chapter 0."""
 
     table: pd.DataFrame
     device: str
@@ -1211,7 +1211,7 @@ def load_ceilings(device: torch.device, quick: bool = False) -> Ceilings:
     A quick run reads a quick chapter 0's ceilings, else the committed run's (they hold the quick model's rows
     too), and prices from them leniently (``strict=False``).
 
-    Introduced in section 0; read by every later chapter.
+    Introduced in chapter 0; read by every later chapter.
     """
     import json
 

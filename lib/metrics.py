@@ -23,7 +23,7 @@ network; what it holds depends on where ``request_time`` was taken.)
 TPOT is a mean, so it hides a stall: one 50 ms freeze among 10 ms gaps barely moves it. Report TPOT
 and the worst gap together, with the prompt and output lengths they were measured at.
 
-Introduced in section 1 (two phases).
+Introduced in chapter 1 (two phases).
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def request_metrics(request_time: float, token_times: Sequence[float]) -> Reques
     give a gap of 0. Returns a :class:`RequestMetrics` whose times are in seconds. Bad input raises
     ``ValueError`` (:func:`_checked_trace`).
 
-    Introduced in section 1 (two phases).
+    Introduced in chapter 1 (two phases).
     """
     t_req, times = _checked_trace(request_time, token_times)
     gaps = tuple(float(g) for g in np.diff(times))
@@ -164,7 +164,7 @@ def meets_slo(
     ``worst_gap_slo=None`` states no objective on the worst gap. A one-token request has no TPOT and
     no gap, so it meets the decode objectives vacuously and is judged on TTFT alone.
 
-    Returns a bool. Introduced in section 1 (two phases).
+    Returns a bool. Introduced in chapter 1 (two phases).
     """
     if not isinstance(m, RequestMetrics):
         raise TypeError(f"meets_slo expects a RequestMetrics record, got a {type(m).__name__}")
@@ -204,7 +204,7 @@ def goodput(
 
     Raises ``ValueError`` for no requests or an objective that is not a positive, finite number.
 
-    Introduced in section 1 (two phases).
+    Introduced in chapter 1 (two phases).
     """
     items = _as_list(metrics, "goodput")
     if not items:
@@ -225,7 +225,7 @@ def phase_share(m: RequestMetrics) -> tuple[float, float]:
 
     Raises ``ValueError`` when ``e2e`` is 0 (there is no time to share).
 
-    Introduced in section 4.
+    Introduced in chapter 4.
     """
     if not isinstance(m, RequestMetrics):
         raise TypeError(f"phase_share expects a RequestMetrics record, got a {type(m).__name__}")
@@ -264,7 +264,7 @@ def summarize(
 
     Raises ``ValueError`` for no requests or a percentile outside 0 to 100.
 
-    Introduced in section 1 (two phases).
+    Introduced in chapter 1 (two phases).
     """
     items = _as_list(metrics_list, "summarize")
     if not items:
@@ -302,7 +302,7 @@ def to_frame(metrics_list: RequestMetrics | Iterable[RequestMetrics]) -> pd.Data
     ``decode_share`` (fractions of e2e, as :func:`phase_share`). Values a request does not have
     (TPOT and gaps of a one-token request, shares when e2e is 0) are NaN.
 
-    Introduced in section 0.
+    Introduced in chapter 0.
     """
     items = _as_list(metrics_list, "to_frame")
     nan = math.nan

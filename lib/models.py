@@ -1,4 +1,4 @@
-"""The book's models, loaded offline (section 1).
+"""The book's models, loaded offline (chapter 1).
 
 * ``gpt2-small``: GPT-2 small (124M parameters, 12 layers, width 768, 1,024 positions) built from its
   configuration with seeded random weights. Timings do not depend on weight values, so the sweeps use it
@@ -74,7 +74,7 @@ def max_positions(model: torch.nn.Module) -> int:
 
 
 def gpt2_config(name: str) -> transformers.GPT2Config:
-    """The configuration of ``gpt2-small`` or ``tiny-gpt2`` (section 1)."""
+    """The configuration of ``gpt2-small`` or ``tiny-gpt2`` (chapter 1)."""
     if name == "gpt2-small":
         return transformers.GPT2Config()  # the published GPT-2 small shape
     if name == "tiny-gpt2":
@@ -253,7 +253,7 @@ def load_model(name: str, device: torch.device, dtype: torch.dtype = torch.float
     ``name`` is one of :data:`KNOWN_MODELS`, a Hugging Face model id or a local path. Random-weight
     GPT-2s are seeded with ``seed`` so every run builds the same weights. Nothing is fetched from a hub
     unless ``allow_download`` is true; an unknown name fails with a message listing the known ones.
-    Introduced in section 1.
+    Introduced in chapter 1.
     """
     device = torch.device(device)  # resolved once by the chapter (params.device()); "cpu" reads as itself
     quiet_library_bars()  # in a build, transformers' own "Loading weights" bars would fill the outputs
@@ -306,7 +306,7 @@ def _to(model: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> tor
 
 def random_prompt(n_tokens: int, vocab_size: int, seed: int = 0, device: str | torch.device = "cpu") -> torch.Tensor:
     """A ``(1, n_tokens)`` tensor of random token ids: the sweeps' prompts. Timings do not depend on
-    which tokens they are. Introduced in section 2."""
+    which tokens they are. Introduced in chapter 2."""
     if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 1:
         raise ValueError(f"a prompt needs at least one token (a whole number), got {n_tokens!r}")
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:

@@ -26,7 +26,7 @@ the same engine, DistServe's "SLO scale"; and the arrival rates are fractions of
 in the same run (:func:`load_rates`, after GuideLLM's sweep from a synchronous and a throughput run), so that the
 load at which goodput collapses lies inside the sweep on any machine.
 
-Introduced in section 1 (two phases); used again in section 4 (request split) and, scaled, in section 7.
+Introduced in chapter 1 (two phases); used again in chapter 4 (request split) and, scaled, in chapter 7.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def default_objectives(device) -> tuple[float, float]:
     """The default ``(ttft_slo_s, tpot_slo_s)`` in seconds for ``device`` (a ``torch.device`` or a
     name such as ``"cpu"`` or ``"cuda:0"``). Raises ``ValueError`` for an unknown device type.
 
-    Introduced in section 1.
+    Introduced in chapter 1.
     """
     return DEFAULTS[_device_type(device)]
 
@@ -110,7 +110,7 @@ def objectives(device, ttft_slo_ms: float | None = None, tpot_slo_ms: float | No
     ``worst_gap_slo_ms`` there is no worst-gap objective. Zero, negative or non-numeric values raise
     ``ValueError`` naming the parameter.
 
-    Introduced in section 1.
+    Introduced in chapter 1.
     """
     ttft, tpot = _given_ms("ttft_slo_ms", ttft_slo_ms), _given_ms("tpot_slo_ms", tpot_slo_ms)
     gap = _given_ms("worst_gap_slo_ms", worst_gap_slo_ms)
@@ -138,7 +138,7 @@ def scaled(one_user_ttft_s: float, one_user_tpot_s: float, scale: float = SLO_SC
     seconds), each replaced by the reader's value where one is given (ms). ``defaults`` names those taken from
     the measurement. Raises ``ValueError`` for a non-positive measurement or scale.
 
-    Introduced in section 7.
+    Introduced in chapter 7.
     """
     for name, value in (("one_user_ttft_s", one_user_ttft_s), ("one_user_tpot_s", one_user_tpot_s), ("scale", scale)):
         if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value) or value <= 0:
@@ -154,7 +154,7 @@ def load_rates(capacity_per_s: float, fractions=RATE_FRACTIONS, most_per_s: floa
     ``capacity_per_s``, rounded to three significant figures, each at most ``most_per_s`` where given (a budget).
     Raises ``ValueError`` for a capacity that is not a positive number.
 
-    Introduced in section 7.
+    Introduced in chapter 7.
     """
     if isinstance(capacity_per_s, bool) or not isinstance(capacity_per_s, Real) or not math.isfinite(capacity_per_s) \
             or capacity_per_s <= 0:

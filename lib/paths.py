@@ -1,7 +1,7 @@
 """Where the book's files are: the one definition of the repository's root and of the chapter every other
 reads its ceilings from. Imports nothing heavy, so the build can use it without loading torch.
 
-Introduced in section 0.
+Introduced in chapter 0.
 """
 
 from __future__ import annotations

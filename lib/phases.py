@@ -1,4 +1,4 @@
-"""The two phases of a request, on a real model (section 1).
+"""The two phases of a request, on a real model (chapter 1).
 
 * :func:`prefill` runs the whole prompt in one pass, writes the KV cache, and returns the logits of the
   last position (the first token's distribution) or, for comparison, of every position.
@@ -31,7 +31,7 @@ def check_fits(model: LoadedModel | torch.nn.Module, prompt_tokens: int, new_tok
 
     A request of ``prompt_tokens`` that chooses ``new_tokens`` holds at most ``prompt_tokens + new_tokens``
     positions; that must not exceed the table (GPT-2: 1,024). Raises ``ValueError`` saying by how much it
-    overflows and what would fit. Introduced in section 1.
+    overflows and what would fit. Introduced in chapter 1.
     """
     module = model.model if isinstance(model, LoadedModel) else model
     limit = max_positions(module)
@@ -74,7 +74,7 @@ def cast_cache(cache: DynamicCache, dtype: torch.dtype) -> DynamicCache:
 
 
 def cache_bytes(cache: DynamicCache) -> int:
-    """Bytes the KV cache holds right now: every layer's keys and values. Introduced in section 3."""
+    """Bytes the KV cache holds right now: every layer's keys and values. Introduced in chapter 3."""
     return sum(layer.keys.numel() * layer.keys.element_size() + layer.values.numel() * layer.values.element_size()
                for layer in cache.layers if layer.is_initialized)
 
@@ -129,7 +129,7 @@ def prefill(model: LoadedModel | torch.nn.Module, input_ids: torch.Tensor, logit
 
     ``logits="last"`` computes the LM head for the last position only, shape ``(batch, 1, vocab)``;
     ``"all"`` for every position, ``(batch, T, vocab)``. Pass ``cache`` to continue a cache (chunked
-    prefill); otherwise a new one is made. Returns ``(logits, cache)``. Introduced in section 1.
+    prefill); otherwise a new one is made. Returns ``(logits, cache)``. Introduced in chapter 1.
     """
     if logits not in ("last", "all"):
         raise ValueError(f"logits must be 'last' or 'all', got {logits!r}")
@@ -179,8 +179,8 @@ def decode(model: LoadedModel | torch.nn.Module, last_token: torch.Tensor, cache
     Each step runs one position per sequence through every layer against the cache, picks the argmax,
     reads the chosen ids back to the host and only then stamps the time (and the page faults so far, which
     cost about a microsecond). With batch 1 it stops early
-    after ``eos_token_id``. Checks the position table first. Introduced in section 1; batches in
-    section 3.
+    after ``eos_token_id``. Checks the position table first. Introduced in chapter 1; batches in
+    chapter 3.
     """
     module = _module(model)
     if steps < 0:
@@ -227,7 +227,7 @@ def run_request(model: LoadedModel | torch.nn.Module, prompt_ids: torch.Tensor, 
 
     TTFT is the prefill plus choosing the first token, not a prefill plus a decode step: the prefill's
     last position already is the first token's distribution. Refuses a request that would run off the
-    position table before doing any work. Introduced in section 1.
+    position table before doing any work. Introduced in chapter 1.
     """
     module = _module(model)
     if max_new_tokens < 1:
@@ -251,7 +251,7 @@ def run_request(model: LoadedModel | torch.nn.Module, prompt_ids: torch.Tensor, 
 @torch.inference_mode()
 def greedy_uncached(model: LoadedModel | torch.nn.Module, prompt_ids: torch.Tensor, steps: int) -> list[int]:
     """Greedy tokens by recomputing the whole sequence at every step, with no cache: the slow reference
-    the cached loop must agree with (tests). Introduced in section 1."""
+    the cached loop must agree with (tests). Introduced in chapter 1."""
     module = _module(model)
     check_fits(module, prompt_ids.shape[1], steps)
     ids, out = prompt_ids, []

@@ -7,7 +7,7 @@ shows both side by side; the part whose operators took more than the model gave 
 missed. The profiler costs a few microseconds per operator itself, so the profiled pass runs a little long;
 compare parts, not the total.
 
-Introduced in section 2.
+Introduced in chapter 2.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def operators(fn: Callable[[], object], passes: int = 3, warmup: int = 1,
     is in ``device_ms``), sorted by time. One row, :data:`BETWEEN`, is the pass's wall time that no operator
     holds: Python and the dispatcher issuing the next operator (part of dispatch).
 
-    Introduced in section 2.
+    Introduced in chapter 2.
     """
     for _ in range(warmup):
         fn()
@@ -103,7 +103,7 @@ def beside_prediction(ops: pd.DataFrame, prediction: Prediction) -> pd.DataFrame
     both), and its page faults are part of ``cache copy``: the operating system maps a page inside the operator
     that first writes it, which in a decode step is the growing cache's concatenation.
 
-    Introduced in section 2.
+    Introduced in chapter 2.
     """
     predicted = {"matrices": prediction.term("block matrices").best + prediction.term("LM head").best,
                  "attention": prediction.term("attention").best,
@@ -121,7 +121,7 @@ def cost_per_operator(device: torch.device | None = None, calls: int = 2000, rep
     it (the faster of ``repeats`` each), the difference per call, at least 0. A part of many short calls reads
     long under the profiler by about its calls times this.
 
-    Introduced in section 2; section 3 uses it too.
+    Introduced in chapter 2; chapter 3 uses it too.
     """
     x = torch.zeros(1, device=device)
 

@@ -1,4 +1,4 @@
-"""Progress bars that suit where a chapter runs (section 2, where the first long sweep is).
+"""Progress bars that suit where a chapter runs (chapter 2, where the first long sweep is).
 
 ``progress(iterable, desc="prefill")`` is used like ``tqdm``. What it draws depends on the reader:
 
@@ -98,7 +98,7 @@ def progress(iterable: Iterable[T], desc: str = "", total: int | None = None, **
 
     ``desc`` labels the bar and the summary line; ``total`` is needed only when ``iterable`` has no
     length; other keyword arguments (``leave=False``, ``unit="run"``) go to tqdm and are ignored in a
-    build. Introduced in section 2.
+    build. Introduced in chapter 2.
     """
     total = _length(iterable, total)
     kind = style()

@@ -7,7 +7,7 @@ it, so the reader sees what was timed (folded: the reader opens it); :func:`tabl
 wrapped, markdown rendered. :class:`Opening` is the paragraph a chapter opens with, "What this run found",
 written when the chapter's findings are known.
 
-Introduced in section 0.
+Introduced in chapter 0.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ everything else (norms, attention, the cache) stay in the model's dtype.
 
 Fewer bytes per cached token: :func:`fp8_cache` is transformers' quantized cache with its fp8 backend, and
 :func:`cache_traffic` counts what a step moves per cached value, read from how that cache is implemented.
-Introduced in section 8.
+Introduced in chapter 8.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ the kernel that does the work. A measured pass is labelled by that prediction:
   the balance point (given by the chapter) is ``"few-row-kernel-bound"``: the roofline says its bytes should set
   its time, so what costs is the matrix kernel's slow rate for that few rows, not the arithmetic.
 
-Every chapter that labels a point calls :func:`regime`. Introduced in section 2; sections 3 and 6 label every
+Every chapter that labels a point calls :func:`regime`. Introduced in chapter 2; chapters 3 and 6 label every
 point with it.
 """
 
@@ -39,7 +39,7 @@ class Regime:
     (``predicted_s``, at the ceilings' fastest calls), the floor (``floor_s``) and ``ratio``: measured (median
     over runs) over predicted.
 
-    Returned by :func:`regime`; section 2.
+    Returned by :func:`regime`; chapter 2.
     """
 
     label: str
@@ -65,7 +65,7 @@ def regime(measured: Spread | float, prediction: Prediction, *, slack: float = R
     moves) and ``balance`` (the machine's FLOP rate over its bandwidth), both in FLOP/byte, given together, turn
     "compute-bound" into "few-row-kernel-bound" for a pass left of the balance point.
 
-    Introduced in section 2.
+    Introduced in chapter 2.
     """
     m = measured if isinstance(measured, Spread) else Spread.at(float(measured))
     if not m.low > 0:
@@ -97,7 +97,7 @@ def check_floors(regimes: dict[str, Regime], strict: bool) -> str:
     chapter 0 is then wrong. With ``strict`` false (quick mode, or ceilings measured on another machine) the same
     finding is returned as a sentence to show instead. Returns ``""`` when no pass beat its floor.
 
-    Introduced in section 2.
+    Introduced in chapter 2.
     """
     below = [name for name, r in regimes.items() if r.label.startswith("below")]
     if not below:

@@ -1,4 +1,4 @@
-"""A queue of requests replayed through a scheduler, every pass priced: predicted latencies (section 9).
+"""A queue of requests replayed through a scheduler, every pass priced: predicted latencies (chapter 9).
 
 A serving engine's latencies follow from two things: what its scheduler puts into each step, and what each
 step costs. :func:`replay` plays a list of :class:`Arrival` s through one scheduler, step by step, and asks

@@ -1,4 +1,4 @@
-"""Where a notebook's tables and figures go, written atomically with their provenance (section 1).
+"""Where a notebook's tables and figures go, written atomically with their provenance (chapter 1).
 
 Only the build writes the committed outputs: ``make book`` points each chapter at a staging folder through
 ``PREFILL_DECODE_OUTPUT_ROOT`` and replaces ``data/<section>/``, ``figures/<section>/`` and the executed
@@ -104,7 +104,7 @@ class Results:
     and what quick mode changed) go into ``provenance.json`` (the build later records the notebook's
     parameter cells there too). Then :meth:`table` and :meth:`figure` as the notebook goes, and
     :meth:`finish` as its last step; the provenance is rewritten after every save, so it is never stale.
-    Introduced in section 0.
+    Introduced in chapter 0.
 
     A hand run (no ``root`` given, outside ``make book``) is *staged*: it holds its chapter's lock in its
     output folder and writes into a staging folder until :meth:`finish` swaps everything in at once
@@ -216,7 +216,7 @@ class Results:
         """End this run, as a chapter's last step: record it as finished and, for a staged run, swap its
         tables and figures into ``data/<section>/`` and ``figures/<section>/`` as one unit (the earlier
         run's files all go, none are kept beside the new ones) and release the chapter's folder.
-        Introduced in section 0."""
+        Introduced in chapter 0."""
         self._check_open("finish()")
         self.finished = True
         self.provenance()
@@ -276,7 +276,7 @@ def load_table(section: str, name: str, quick: bool = False, *, committed_too: b
     has not been run. The tree this run writes to (quick, scratch or staging) is tried first, so a hand run
     reads the hand runs before it; a quick run reads only the quick runs (``None`` where that section has no
     quick run: the committed tables are of other models and sizes), unless ``committed_too`` (chapter 0's
-    ceilings, which the committed run measured for the quick model too). Introduced in section 4.
+    ceilings, which the committed run measured for the quick model too). Introduced in chapter 4.
 
     The table is checked against its ``provenance.json`` first: :class:`CorruptTable` (one line naming the
     file and the command that restores it) for a table its run did not write, one that is cut short or

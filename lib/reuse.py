@@ -1,5 +1,5 @@
 """A shared prompt prefix prefilled once and reused: transformers' recipe, and what a paged engine can reuse
-(section 9).
+(chapter 9).
 
 Many requests start alike (a system prompt, a document); only their ends differ. :func:`prefix_cache`
 prefills the shared part once; :func:`first_token_reusing` answers one request from it: it copies that cache

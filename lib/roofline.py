@@ -28,7 +28,7 @@ The roofline is a lower bound. A small model is often bound by neither term but 
 of launching its many small operations, a third lower bound that only a measurement gives; find out
 which regime you are in before optimising.
 
-Introduced in section 1 (the cost of each phase); the roofline itself is drawn in section 6.
+Introduced in chapter 1 (the cost of each phase); the roofline itself is drawn in chapter 6.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ class Cost:
     """The FLOPs and bytes of one pass, and ``tokens``: prompt tokens for a prefill, sequences
     (one new token each) for a decode step.
 
-    Returned by :func:`prefill_cost` and :func:`decode_cost`; section 1.
+    Returned by :func:`prefill_cost` and :func:`decode_cost`; chapter 1.
     """
 
     phase: str
@@ -159,7 +159,7 @@ def prefill_attention_flops(shape: ModelShape, prompt: int, past: int = 0) -> fl
     tokens (``2 * d_model * prompt**2`` per layer) plus every new token against ``past`` cached ones
     (``4 * d_model * prompt * past`` per layer).
 
-    Introduced in section 6 (prefill sweep); section 6 shows its share of the FLOPs.
+    Introduced in chapter 6 (prefill sweep); chapter 6 shows its share of the FLOPs.
     """
     prompt, past = _count("prompt", prompt, 1), _count("past", past, 0)
     return shape.layers * (2 * shape.d_model * prompt * prompt + 4 * shape.d_model * prompt * past)
@@ -175,7 +175,7 @@ def prefill_cost(shape: ModelShape, prompt: int, *, logits: Literal["all", "last
     head once per sequence instead of at every position.
 
     Returns a ``Cost`` in FLOPs and bytes, ``tokens = batch * prompt``.
-    Introduced in section 1.
+    Introduced in chapter 1.
     """
     prompt, batch = _count("prompt", prompt, 1), _count("batch", batch, 1)
     if logits not in ("all", "last"):
@@ -198,7 +198,7 @@ def decode_cost(shape: ModelShape, batch: int, context: int) -> Cost:
     shared by the batch, every sequence's cache is read in full.
 
     Returns a ``Cost`` in FLOPs and bytes, ``tokens = batch``.
-    Introduced in section 1.
+    Introduced in chapter 1.
     """
     batch, context = _count("batch", batch, 1), _count("context", context, 0)
     s = shape
@@ -212,7 +212,7 @@ def last_logits_saving(shape: ModelShape, prompt: int) -> float:
     ``1 - flops(logits="last") / flops(logits="all")``, between 0 and 1 (about 0.31 for GPT-2 small's
     short prompts, whose LM head is about 31 per cent of the matmul weights).
 
-    Introduced in section 2 (prefill sweep).
+    Introduced in chapter 2 (prefill sweep).
     """
     full = prefill_cost(shape, prompt, logits="all").flops
     return 1.0 - prefill_cost(shape, prompt, logits="last").flops / full
@@ -252,7 +252,7 @@ def bound(hardware: Hardware, cost: Cost) -> Bound:
     """The roofline bound of ``cost`` on ``hardware``, a ``Bound`` in seconds. Raises ``ValueError``
     when the chip has no FLOP rate (use ``memory_time`` or ``decode_floor`` for its bandwidth bound).
 
-    Introduced in section 6 (prefill sweep).
+    Introduced in chapter 6 (prefill sweep).
     """
     if math.isnan(hardware.flops):
         raise ValueError(f"{hardware.name} has no FLOP rate in the table; a full roofline needs both "
@@ -275,7 +275,7 @@ def decode_floor(shape: ModelShape, hardware: Hardware, context: int = 0, batch:
     """The memory floor of one decode step in seconds: weights plus ``batch`` caches of ``context``
     tokens, over the bandwidth (``context=0``: the single-stream floor, weight bytes / bandwidth).
 
-    Introduced in section 6.
+    Introduced in chapter 6.
     """
     return memory_time(decode_cost(shape, batch, context).bytes, hardware)
 
@@ -283,7 +283,7 @@ def decode_floor(shape: ModelShape, hardware: Hardware, context: int = 0, batch:
 def attainable_flops(hardware: Hardware, intensity: float) -> float:
     """The roofline curve: ``min(hardware.flops, intensity * hardware.bandwidth)`` in FLOP/s.
 
-    Introduced in section 6 (roofline).
+    Introduced in chapter 6 (roofline).
     """
     if not intensity > 0:
         raise ValueError(f"intensity must be positive FLOP/byte, got {intensity!r}")
@@ -295,7 +295,7 @@ def prefill_crossover(shape: ModelShape, hardware: Hardware, *,
     """The shortest prompt (tokens) whose prefill is compute-bound on ``hardware``. A weight matmul
     over S rows does about S FLOPs per byte, so this lands near the ridge point.
 
-    Introduced in section 6 (roofline).
+    Introduced in chapter 6 (roofline).
     """
 
     def compute_bound(s: int) -> bool:
@@ -318,7 +318,7 @@ def decode_intensity_limit(shape: ModelShape, context: int) -> float:
     per sequence over cache bytes per sequence, ``(2 * matmul_params + 4 * layers * d_model * C) /
     (kv_bytes_per_token * C)``. Where it is below a chip's ridge, no batch makes decode compute-bound.
 
-    Introduced in section 6 (roofline).
+    Introduced in chapter 6 (roofline).
     """
     context = _count("context", context, 1)
     per_sequence = decode_cost(shape, 1, context).flops
@@ -329,7 +329,7 @@ def batch_to_reach_ridge(shape: ModelShape, hardware: Hardware, context: int) ->
     """The smallest batch whose decode step at ``context`` reaches ``hardware``'s ridge, or ``inf``
     when ``decode_intensity_limit`` is below it.
 
-    Introduced in section 6 (roofline).
+    Introduced in chapter 6 (roofline).
     """
     context = _count("context", context, 0)
     per_sequence = decode_cost(shape, 1, context).flops
@@ -341,7 +341,7 @@ def batch_that_fits(shape: ModelShape, hardware: Hardware, context: int) -> int:
     """How many sequences' caches of ``context`` tokens fit beside the weights in the chip's memory
     (0 when the weights alone do not fit). Raises ``ValueError`` when the capacity is not known.
 
-    Introduced in section 6 (roofline).
+    Introduced in chapter 6 (roofline).
     """
     context = _count("context", context, 1)
     if math.isnan(hardware.memory_bytes):
@@ -395,7 +395,7 @@ def request_split(shape: ModelShape, hw: Hardware, prompt: int, output: int, bat
     TTFT, and there are ``output - 1`` steps.
 
     Returns a ``RequestSplit`` in seconds.
-    Introduced in section 6 (roofline).
+    Introduced in chapter 6 (roofline).
     """
     prompt, output = _count("prompt", prompt, 1), _count("output", output, 1)
     batch = _count("batch", batch, 1)

@@ -1,4 +1,4 @@
-"""Chunked prefill and the interference between two requests (sections 4 and 5).
+"""Chunked prefill and the interference between two requests (chapters 4 and 5).
 
 * :func:`chunk_schedule` splits a prompt into the ``(start, end)`` spans a chunked prefill processes.
 * :func:`chunked_prefill` runs those spans one after another through one KV cache; its last-position
@@ -37,7 +37,7 @@ def _positive_int(name: str, value) -> int:
 def chunk_schedule(prompt_len: int, chunk: int) -> list[tuple[int, int]]:
     """The ``(start, end)`` token spans, end exclusive, that cover a prompt of ``prompt_len`` tokens in
     chunks of at most ``chunk`` tokens, in order. ``chunk >= prompt_len`` gives one span (unchunked).
-    Raises ``ValueError`` for a length or chunk below 1 or not a whole number. Introduced in section 5."""
+    Raises ``ValueError`` for a length or chunk below 1 or not a whole number. Introduced in chapter 5."""
     prompt_len = _positive_int("prompt_len", prompt_len)
     chunk = _positive_int("chunk", chunk)
     return [(start, min(start + chunk, prompt_len)) for start in range(0, prompt_len, chunk)]
@@ -114,7 +114,7 @@ def interference(model: LoadedModel, *, chunk: int | None = None, b_prompt_len: 
     done and B's first token has been chosen and read back; then A decodes alone to the end.
 
     Both requests are checked against the position table, and the arguments validated, before any work.
-    Returns an :class:`Interference`. Introduced in section 5.
+    Returns an :class:`Interference`. Introduced in chapter 5.
     """
     module = model.model if isinstance(model, LoadedModel) else model
     vocab = module.config.vocab_size

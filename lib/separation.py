@@ -1,4 +1,4 @@
-"""Prefill and decode on separate workers, one core each, the cache handed over in shared memory (section 9).
+"""Prefill and decode on separate workers, one core each, the cache handed over in shared memory (chapter 9).
 
 Chapter 5's scenario (stream A decoding when request B arrives with a long prompt), served the way DistServe,
 Splitwise and Mooncake serve it, in miniature: a **decode worker** process pinned to one core decodes A; a

@@ -14,7 +14,7 @@ matrices when gated, as in SwiGLU; two when plain, as in GPT-2), plus the LM hea
 learned position embeddings, norms and biases (a fraction of a per cent). A tied LM head shares the
 embedding's matrix but is still a full product, so it counts.
 
-Introduced in section 1 (the shapes of the two phases); used by every later chapter.
+Introduced in chapter 1 (the shapes of the two phases); used by every later chapter.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class ModelShape:
     not change the counts (a tied head is still a matrix product). ``dtype_name`` is a label for
     tables (derived from ``bytes_per_param`` when empty) and takes no part in equality.
 
-    Introduced in section 1.
+    Introduced in chapter 1.
     """
 
     name: str
@@ -113,7 +113,7 @@ class ModelShape:
         """A copy stored in another dtype: a torch dtype (``torch.float16``), a name
         (``"bf16"``) or a number of bytes per parameter (``4``).
 
-        Introduced in section 1.
+        Introduced in chapter 1.
         """
         bpp, label = bytes_and_label(dtype)
         return dataclasses.replace(self, bytes_per_param=bpp, dtype_name=label)
@@ -134,7 +134,7 @@ class ModelShape:
         ``bytes_per_param`` (a torch dtype, a name or a number of bytes) should be the dtype you
         run in; when omitted it is the config's ``dtype`` if set, else FP32 (4 bytes).
 
-        Introduced in section 1.
+        Introduced in chapter 1.
         """
         if not hasattr(config, "model_type") and hasattr(config, "config"):
             config = config.config  # a model was passed
@@ -189,10 +189,10 @@ class ModelShape:
         )
 
 
-#: Llama-3-8B in BF16 (published config; the course table's model). Section 6.
+#: Llama-3-8B in BF16 (published config; the course table's model). Chapter 6.
 LLAMA3_8B = ModelShape("Llama-3-8B", 32, 4096, 32, 8, 14336, 128256,
                        gated_ffn=True, bytes_per_param=2, tied_lm_head=False, dtype_name="BF16")
-#: Llama-3-70B in BF16 (the course's "try it"). Section 6.
+#: Llama-3-70B in BF16 (the course's "try it"). Chapter 6.
 LLAMA3_70B = ModelShape("Llama-3-70B", 80, 8192, 64, 8, 28672, 128256,
                         gated_ffn=True, bytes_per_param=2, tied_lm_head=False, dtype_name="BF16")
 #: GPT-2 small in FP32, the book's measured model (plain FFN, tied head, multi-head attention).

@@ -5,7 +5,7 @@ the last few generated tokens earlier in the prompt and copying what followed th
 the guesses checks them all, keeps the ones greedy decoding would have chosen, and adds its own next token. With
 no match it guesses nothing and the pass is an ordinary one-token step. So the answer is greedy decoding's,
 token for token, and its time is the sum of the passes it made (:func:`counted_passes` records them):
-:func:`predicted_seconds` prices each pass by its length from passes timed alone. Introduced in section 8.
+:func:`predicted_seconds` prices each pass by its length from passes timed alone. Introduced in chapter 8.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Chapter 5's stall through a server: a newcomer's long prompt arrives while another stream decodes
-(section 7).
+(chapter 7).
 
 :func:`stall_experiment` runs it: stream A decodes, and once A's ``arrive_after``-th chunk has arrived, request
 B (a long prompt, one output token) is sent on a second connection. :func:`stall_case` then reads, from the
@@ -21,7 +21,7 @@ arrival to B's first token). A gap is **elevated** when it is more than ``factor
 A failed request, an A with fewer than two token chunks (:attr:`lib.client.Trace.chunk_times`) or a B with none
 gives ``"not_measured"``. Plain standard library.
 
-Introduced in section 7 (over the wire).
+Introduced in chapter 7 (over the wire).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class StallCase:
 
 def stall_case(a: Trace, b: Trace, factor: float = 2.0, one_share: float = 0.8) -> StallCase:
     """Which case of this module's docstring the traces ``a`` and ``b`` of :func:`stall_experiment` show,
-    with the numbers that decide it. Introduced in section 7."""
+    with the numbers that decide it. Introduced in chapter 7."""
     chunks = a.chunk_times
     if not (a.ok and b.ok) or len(chunks) < 2 or not b.chunk_times:
         return StallCase("not_measured")
@@ -98,7 +98,7 @@ def stall_experiment(base_url: str, model: str, a_messages: list[dict], a_tokens
     show the stall (:func:`stall_case` reads them). If A ends before it reaches ``arrive_after`` chunks, B is
     sent when A ends. Every wait is bounded: each request by :func:`lib.client.stream_chat`'s bounds (a
     stalled server fails A within :data:`lib.client.STALL_TIMEOUT_S`, which releases B), ``timeout_s`` each
-    request as a whole. Introduced in section 7."""
+    request as a whole. Introduced in chapter 7."""
     if arrive_after < 1 or arrive_after >= a_tokens:
         raise ValueError(f"arrive_after must be from 1 to a_tokens - 1 = {a_tokens - 1}, got {arrive_after}")
     reached = threading.Event()

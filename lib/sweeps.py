@@ -1,4 +1,4 @@
-"""The measurement loops behind the sweeps of sections 2 and 3, and the fixed-cost floor they find.
+"""The measurement loops behind the sweeps of chapters 2 and 3, and the fixed-cost floor they find.
 
 Each sweep returns a tidy pandas DataFrame, one row per measured point, times in seconds. A point whose
 predicted cost would blow the sweep's time budget is recorded as skipped, with the prediction, rather
@@ -29,7 +29,7 @@ class FloorFit:
     """A pass's time as a fixed cost plus a cost per token: ``t(T) = fixed_s + per_token_s * T``.
 
     ``knee_tokens = fixed_s / per_token_s`` is where the per-token work equals the fixed cost: below it
-    the pass is mostly floor, above it mostly work. Section 5 uses it as the best chunk size.
+    the pass is mostly floor, above it mostly work. Chapter 5 uses it as the best chunk size.
     """
 
     fixed_s: float
@@ -47,7 +47,7 @@ class FloorFit:
 def fit_floor(tokens, seconds) -> FloorFit:
     """Fit ``t = fixed + per_token * T`` to measured pass times, weighting each point by ``1 / t`` so
     short and long passes count alike (a least-squares fit of relative error). Needs two or more
-    distinct token counts. Introduced in section 2; section 5 predicts a chunk size from it."""
+    distinct token counts. Introduced in chapter 2; chapter 5 predicts a chunk size from it."""
     tokens = np.asarray(tokens, dtype=float)
     seconds = np.asarray(seconds, dtype=float)
     keep = np.isfinite(seconds)
@@ -92,7 +92,7 @@ class Floor:
 def floor_and_knee(tokens, seconds, low_s=None, high_s=None, *, margin: float = 0.25) -> Floor:
     """Find a prefill's :class:`Floor` from measured medians ``seconds`` at prompt lengths ``tokens``
     (``low_s``/``high_s``: each point's range, default the median). NaN times (skipped points) are
-    dropped; needs two or more distinct lengths. Introduced in section 2; section 5 reads its knee."""
+    dropped; needs two or more distinct lengths. Introduced in chapter 2; chapter 5 reads its knee."""
     tokens = np.asarray(tokens, dtype=float)
     seconds = np.asarray(seconds, dtype=float)
     low = seconds if low_s is None else np.asarray(low_s, dtype=float)
@@ -131,7 +131,7 @@ def prefill_sweep(model: LoadedModel, prompts, *, logits: str = "last", repeats:
 
     With ``budget_s``, a length whose predicted time (the last measured time scaled by the ratio of
     lengths) times ``warmup + repeats`` exceeds the budget is not run; its row says so and carries the
-    prediction in ``predicted_s``. Introduced in section 2.
+    prediction in ``predicted_s``. Introduced in chapter 2.
     """
     rows, last = [], None
     for n in progress(list(prompts), desc=label or "prefill", leave=False):
@@ -177,7 +177,7 @@ def decode_sweep(model: LoadedModel, contexts, *, steps: int = 40, runs: int = 3
     positions (:func:`lib.phases.static_cache`) instead of the growing ``DynamicCache``. ``caches``: a dict that
     keeps the prefilled caches between calls, so a chapter can interleave one-run calls across configurations
     without prefilling again. ``faults_per_step`` is the run's median page faults a step (the pages a growing
-    cache's new tensors got fresh from the operating system). Introduced in section 3."""
+    cache's new tensors got fresh from the operating system). Introduced in chapter 3."""
     _check_cache_kind(cache)
     for c in contexts:
         phases.check_fits(model, c, steps)
@@ -210,7 +210,7 @@ def alternating(model: LoadedModel, a: tuple, b: tuple, pairs: int, *, block: in
     lands on both steps of a pair). ``a`` and ``b`` are ``(cache, first_token, context)``, each cache cropped back
     to its context every ``block`` steps; ``model_b`` decodes ``b`` (default: ``model``). Returns one row per pair:
     ``a_s``, ``b_s`` (seconds), ``a_faults``, ``b_faults`` (page faults) and ``difference_s`` (``b - a``).
-    Introduced in section 3."""
+    Introduced in chapter 3."""
     if pairs < 1 or block < 1:
         raise ValueError(f"alternating needs pairs >= 1 and block >= 1, got {pairs} and {block}")
     sides = [(model, *a), (model_b or model, *b)]
@@ -254,7 +254,7 @@ def cache_costs(shape: ModelShape, batch: int, context: int, device: torch.devic
     is larger than the CPU's caches it is read from memory, as in a decode step. The tensors hold random
     values (a GPU's kernels can run faster on constants). On a GPU each sample is timed with CUDA events
     on ``device``'s stream (a few microseconds of copies per layer would be swamped by the host clock and
-    its two synchronisations). Introduced in section 3.
+    its two synchronisations). Introduced in chapter 3.
     """
     if batch < 1 or context < 1:
         raise ValueError(f"cache_costs needs batch and context of at least 1, got {batch} and {context}")
@@ -306,7 +306,7 @@ def batched_decode_sweep(model: LoadedModel, context: int, batches, *, steps: in
     lowest and highest step time (s) and its median page faults a step, or ``status="out of memory"`` when the
     batch did not fit.
     ``cache="static"``: a preallocated cache of ``context + steps`` positions, written in place
-    (:func:`lib.phases.static_cache`), so a step copies no cache. Introduced in section 3."""
+    (:func:`lib.phases.static_cache`), so a step copies no cache. Introduced in chapter 3."""
     _check_cache_kind(cache)
     phases.check_fits(model, context, steps)
     base, first = prefilled(model, prefill_model, context, seed)

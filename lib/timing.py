@@ -1,4 +1,4 @@
-"""Timing that is right on the CPU and on CUDA (section 1).
+"""Timing that is right on the CPU and on CUDA (chapter 1).
 
 A GPU runs asynchronously: a Python call returns when the work is *queued*, not done. Every clock read
 here therefore synchronises the device first (:func:`now`), and :func:`measure` warms up before it
@@ -48,7 +48,7 @@ PAGE_BYTES = resource.getpagesize() if resource else 4096
 def page_faults() -> int:
     """Minor page faults this process (every thread) has taken so far: each maps a page of memory touched for the
     first time. Counted by the operating system (``getrusage``); 0 where it does not count them. Introduced in
-    section 0."""
+    chapter 0."""
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_minflt) if resource else 0
 
 
@@ -99,7 +99,7 @@ def measure(fn: Callable[[], object], device: torch.device | str | None = None, 
 
     The device is synchronised before and after each call. On CUDA, ``use_cuda_events=True`` times
     with CUDA events instead of the host clock (device time only, no launch latency seen by the host).
-    Introduced in section 2.
+    Introduced in chapter 2.
     """
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
@@ -136,7 +136,7 @@ def overhead(device: torch.device | str | None = None, repeats: int = 200) -> di
     one token id back to the host with ``.item()``, what every decode step adds). Compare them with
     the shortest step a chapter times.
 
-    Introduced in section 0 (this machine).
+    Introduced in chapter 0 (this machine).
     """
     empty = measure(lambda: None, device, warmup=5, repeats=repeats).median
     token = torch.zeros(1, dtype=torch.long, device=device)
@@ -150,7 +150,7 @@ def median_range(frame: pd.DataFrame, by: str | Sequence[str], columns: Sequence
     or fewer) as ``c_low`` and ``c_high`` (``c`` keeps its unit suffix, e.g. ``tpot_ms``, ``tpot_ms_low``,
     ``tpot_ms_high``). Groups keep their first appearance's order.
 
-    Introduced in section 1.
+    Introduced in chapter 1.
     """
     from lib.claims import median_interval
 

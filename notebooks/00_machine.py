@@ -450,13 +450,21 @@ show(f"A decode step of {model} in fp32 on {where}, fastest calls: alone, each o
 grown = {kind: ceilings.rest_growth(model, "fp32", most, kind, 1, 1000 + extra)
          for kind, extra in (("decode", 0), ("decode_static", 8))}
 if all(g is not None for g in grown.values()):
-    show(f"From a cache of 1,000 tokens instead of 16, the rest of {model}'s step (fp32, {most} threads) takes "
-         f"**{prose.ms(grown['decode'].best)}** longer with a growing cache, beyond that cache's own copy timed alone, "
-         + (f"and **{prose.ms(grown['decode_static'].best)}** longer with a preallocated one" if grown['decode_static'].best > 0
-            else "and no longer with a preallocated one (its step at 1,000 tokens was no slower than at 16)")
-         + ": work outside the matrices "
-         "and attention that grows with the cache, which the cost model adds to a step's dispatch (chapter 3 takes "
-         "it apart under the profiler).")
+    _longer = {kind: f"**{prose.ms(g.best)}** longer with a {name} cache{extra}" for (kind, g), name, extra in
+               zip(grown.items(), ("growing", "preallocated"), (", beyond that cache's own copy timed alone", ""))
+               if g.best >= 5e-6}  # prints as 0.01 ms or more
+    _same = [name for (kind, g), name in zip(grown.items(), ("growing", "preallocated")) if g.best < 5e-6]
+    _no_growth = (f"no longer with a {' or a '.join(_same)} cache (its step at 1,000 tokens, less what the cost "
+                  "model prices apart, was no slower than at 16)") if _same else ""
+    if _longer:
+        show(f"From a cache of 1,000 tokens instead of 16, the rest of {model}'s step (fp32, {most} threads) takes "
+             + " and ".join(list(_longer.values()) + [_no_growth] * bool(_same))
+             + ": work outside the matrices and attention that grows with the cache, which the cost model adds to "
+             "a step's dispatch (chapter 3 takes it apart under the profiler).")
+    else:
+        show(f"From a cache of 1,000 tokens instead of 16, the rest of {model}'s step (fp32, {most} threads) takes "
+             f"{_no_growth}: on this machine the work outside the matrices and attention does not grow with the "
+             "cache, and the cost model adds nothing for it.")
 peaks = ok[ok.kernel == "square_matmul"][["dtype", "threads", "note", "gflop_s", "spread", "hardware_support"]]
 display(prose.shown(peaks.assign(limited_by=["the arithmetic units" if s else "a slow kernel (no hardware instructions)"
                                  for s in peaks.hardware_support]).round(2)))
@@ -533,14 +541,14 @@ rows_outcome = {claims.HELD: "as predicted: the same weights stream once",
 _rates_told = (f"On this machine ({on_this}), rates are median calls, with the fastest, the ceilings, in parentheses: "
                f"a streaming read moves {read_rate} and {model}'s matrix-vector products {gemv_rate}; its block "
                f"matrices run {f_1} at one row and {f_many} at {f_rows.index.max():,.0f} rows. With {few} rows they "
-               f"took {t2.best / t1.best:.2f} times as long as with one, "
+               f"took {t2.best / t1.best:.2f} times as long as with one (fastest calls), "
                f"{rows_outcome[register.verdict('two_rows_cost_no_more')]}. ")
 _meets = decode_meets.get(register.verdict("gemv_reaches_streaming_bandwidth"), "")
 opening.write(  # the longest telling that fits the opening's length, the shorter one without the harness
-    _rates_told + f"An operation costs {us_alone:.1f} us alone and {us_between:.1f} us between weight streams, which "
+    _rates_told + f"A decode step's operation costs {us_alone:.1f} us alone and {us_between:.1f} us between weight streams, which "
     f"the cost model uses (fastest calls); the harness adds {share:.2%} to the shortest step timed, "
     f"{harness.get(register.verdict('timer_under_one_percent'), 'not measured')}. " + _meets,
-    _rates_told + f"An operation costs {us_between:.1f} us between weight streams (fastest calls). " + _meets,
+    _rates_told + f"A decode step's operation costs {us_between:.1f} us between weight streams (fastest calls). " + _meets,
     _rates_told + _meets.replace(_cache, ""))  # the shortest: no cost per operation, no cache aside
 
 # %% [markdown]

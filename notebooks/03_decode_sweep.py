@@ -1497,12 +1497,14 @@ grew_text = "" if grew_row is None else {
 }.get(grew_row.verdict, "")
 over_c = [c for c in contexts if side[c] == "over"]
 rule = {claims.NOT_HELD: f"; at {prose.and_list(over_c)} tokens of context the steps took over "
-                         f"{regime.REGIME_SLACK:g}x their streaming floor, so not every step is bandwidth-bound in the source "
-                         "chapter's sense",
+                         f"{regime.REGIME_SLACK:g}x their streaming floor, so "
+                         + ("no step" if len(over_c) == len(contexts) else "not every step")
+                         + " is bandwidth-bound in the source chapter's sense",
         claims.HELD: "; every step bandwidth-bound, as the textbook says",
         claims.UNRESOLVED: "; whether every step is bandwidth-bound is too close to call"}[register.verdict("decode_memory_bound")]
-made = {claims.HELD: f"The steps came within the tolerance of {claims.PREDICTED_TIME:g}x of the cost model's price "
-                     f"({pooled.text('.2f', 'x')}, every configuration):",
+made = {claims.HELD: f"The steps took {pooled.text('.2f', 'x')} the cost model's price at its fastest calls, inside "
+                     f"the {1 / claims.PREDICTED_TIME:.2f}x to {top_band * claims.PREDICTED_TIME:.2f}x its tolerance "
+                     "allows up to its median calls (every configuration):",
         claims.NOT_HELD: "It did not take the cost model's price (the body says where), whose parts say:",
         claims.UNRESOLVED: "Whether it took the cost model's price is too close to call; its parts say:",
         }[register.verdict("decode_as_predicted")]

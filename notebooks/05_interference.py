@@ -834,7 +834,7 @@ display(Markdown("\n".join([
 spread_at = lambda r, col: Spread(r[f"{col}_low"], r[col], r[f"{col}_high"])
 shown = by_size.loc[best if best != b_prompt_len else sizes[-1]]  # the best size, or the smallest if none paid
 ratio = unchunked.a_worst_gap_ms / unchunked.a_tpot_ms
-found = paid_off(best) + (f" at the median of {runs} runs" if len(set(per_run_best)) > 1 else "")
+found = paid_off(best) + (f" on the median of the {runs} runs' worst gaps" if len(set(per_run_best)) > 1 else "")
 runs_alone = (f"each run alone: {', '.join(map(str, per_run_best))} tokens; " if len(set(per_run_best)) > 1 else "")
 mean_words = (f"its mean gap was {mean_x:.1f} times its median" if mean_x >= claims.PREDICTED_TIME else
               "its mean gap barely left its median")
@@ -860,9 +860,11 @@ _brief = {claims.HELD: f"{best_pred} predicted", claims.NOT_HELD: f"{best_pred} 
 _lean = told.replace(f", its median gap {shown.a_median_gap_ms:,.0f} ms", "")
 _shorter = _lean.replace(f" ({runs_alone}{foreseen})", f" ({_brief})" if _brief else "")
 one_paren = lambda t: t.replace(PAID_RULE + " (", PAID_RULE[:-1] + "; ")  # noqa: E731  (no two asides in a row)
-opening.write(*map(one_paren, (told, _shorter, _shorter.replace(PAID_RULE, ""),  # the longest that fits
-                               _lean.replace(f" ({runs_alone}{foreseen})", "").replace(PAID_RULE, ""))),
-              after=pacer.note())  # the pace note, when the machine's speed moved
+_shortest = _lean.replace(f" ({runs_alone}{foreseen})", "").replace(PAID_RULE, "")
+_with_room = (_shortest.replace(f"Over {runs} runs (medians and ranges), B's", f"Over {runs} runs, B's")  # room for
+              .replace(f": {hidden.get(register.verdict('tpot_hides_the_stall'), 'not decided here')}.", "."))  # the pace
+opening.write(*map(one_paren, (told, _shorter, _shorter.replace(PAID_RULE, ""), _shortest, _with_room)),  # note
+              after=pacer.note())  # the pace note, when the machine's speed moved: the longest telling that fits it
 
 # %% [markdown]
 # ## Check yourself

@@ -1,4 +1,4 @@
-"""Every "Introduced in section N" tag in lib is true: chapter N uses the name and no earlier chapter does."""
+"""Every "Introduced in chapter N" tag in lib is true: chapter N uses the name and no earlier chapter does."""
 
 import ast
 import re
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TAG = re.compile(r"Introduced in section (\d+)")
+TAG = re.compile(r"Introduced in chapter (\d+)")
 
 
 def _chapters() -> dict[int, str]:
@@ -34,7 +34,7 @@ def _uses(text: str, name: str) -> bool:
 @pytest.mark.parametrize("module, name, section", _tagged(), ids=lambda x: str(x))
 def test_section_tag_is_true(module, name, section):
     chapters = _chapters()
-    assert section in chapters, f"lib.{module}.{name} says section {section}, which has no chapter"
+    assert section in chapters, f"lib.{module}.{name} says chapter {section}, which has no chapter"
     first = min((n for n, text in chapters.items() if _uses(text, name)), default=None)
-    assert first == section, (f"lib.{module}.{name} says 'Introduced in section {section}' but it is first used "
-                              f"in section {first}")
+    assert first == section, (f"lib.{module}.{name} says 'Introduced in chapter {section}' but it is first used "
+                              f"in chapter {first}")
