@@ -458,7 +458,7 @@ if all(g is not None for g in grown.values()):
                   "model prices apart, was no slower than at 16)") if _same else ""
     if _longer:
         show(f"From a cache of 1,000 tokens instead of 16, the rest of {model}'s step (fp32, {most} threads) takes "
-             + " and ".join(list(_longer.values()) + [_no_growth] * bool(_same))
+             + ", and ".join(list(_longer.values()) + [_no_growth] * bool(_same))
              + ": work outside the matrices and attention that grows with the cache, which the cost model adds to "
              "a step's dispatch (chapter 3 takes it apart under the profiler).")
     else:

@@ -980,7 +980,7 @@ if len(bench):
     rounds = bench.groupby(["tool", "round"])[list(BENCHED) + ["itl_ms", "output_tokens"]].median()
     bench_summary = bench.groupby("tool", sort=False)[["output_tokens", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms",
                                                         "book_ttft_ms", "book_tpot_ms"]].median()
-    display(bench_summary.round(1))
+    display(prose.shown(bench_summary.round(1)))
 
 # %%
 register.claim(

@@ -1200,7 +1200,7 @@ if compiled is not None:
          + ("So not dispatch alone: where the saving timed above matches chapter 0's dispatch, part of the match is "
             "the matrices', which this run does not take apart further." if matrices_saved else
             "So the saving is issuing: the matrices took about the same time on both paths."))
-    display(parts.round(2))
+    display(prose.shown(parts.round(2)))
 
 # %% [markdown]
 # ## 5. Side by side: one prompt, every path, the same runs

@@ -1313,7 +1313,7 @@ if base_url:
     deployment = pd.DataFrame([dict(a_worst_gap_ms=a.metrics().worst_gap * 1e3, a_median_gap_ms=a.metrics().median_gap * 1e3,
                                     b_ttft_ms=b.metrics().ttft * 1e3)]) if a.ok and b.ok else pd.DataFrame([dict(error=a.error or b.error)])
     results.table(deployment, "deployment_stall")
-    display(deployment.round(1))
+    display(prose.shown(deployment.round(1)))
 else:
     print("no base_url: the deployment's stall is not measured (the Try it section says how)")
 
