@@ -262,6 +262,8 @@ compare = (f"while a streaming read reaches {rates['read']:.1f} GB/s, {rates['re
            f"{gemv[model] / rates['read']:.2f}x the streaming read")
 which = ("The machine delivers more than the model's kernels draw" if short else
          "Part of the weights then comes from a cache, not from memory" + cache_note)
+
+# %%
 threads_note = "" if not one or not short else (
     f"; on one thread the products read {gemv_1:.1f} GB/s and the sum {read_1:.1f} GB/s, so "
     + ("even one core's kernel falls short of what that core streams" if gemv_1 * claims.PREDICTED_RATIO < read_1
@@ -385,6 +387,8 @@ faults = ceilings.matrix_faults(model, "fp32", most, "blocks", few)
 fault_s = 0.0 if on_gpu else faults * ceilings.fault_cost("fp32", most)
 fault_text = ("it takes no page faults" if faults < 1 else
               f"its {faults:,.0f} page faults cost {prose.ms(fault_s)}")
+
+# %%
 if extra > 0 and fault_s >= extra / 2:  # why the extra rows cost more, from the kernels' own rows (the short form opens the page)
     why_short = "page faults took most of the extra time"
     why = (f"the product at {few} rows takes {faults:,.0f} page faults, {prose.ms(fault_s)} of its extra "

@@ -282,7 +282,7 @@ def bound_by(m: dict, step: Spread) -> str:
             "dispatch": "[dispatch-bound](glossary.md#regimes), dispatch its largest part",
             "cache": "bound by its cache's work"}[m["largest"]]
 
-
+# %%
 def by_parts(k: tuple, rule: str, step: Spread) -> str:
     """A point's label: the regime rule's, unless it calls "memory-bound" a step whose whole interval (seconds, over
     runs) lies more than the slack above its streaming floor; then its parts name it (the glossary's Regimes): its
@@ -327,7 +327,7 @@ def spreads() -> tuple[dict, dict]:
     groups = decode_runs.groupby(keys, sort=False)
     return {k: Spread.of(g.step_ms / 1e3) for k, g in groups}, {k: Spread.of(g.ratio) for k, g in groups}
 
-
+# %%
 def band_top(k: tuple) -> float:
     """The top of a point's band before the tolerance: its price at the median calls over the fastest."""
     q = cost[k[:2]].decode(k[2] + steps // 2)
@@ -373,6 +373,8 @@ results.table(decode, "decode_sweep")
 warning = regime.check_floors({f"{label(*k[:2])} at context {k[2]}": r for k, r in labels.items()}, ceilings.strict)
 if warning:
     show(warning)
+
+# %%
 for (dt, n), g in decode[decode.over_streaming_floor < 1].groupby(["dtype", "threads"], sort=False):  # under it
     kernel, read = ceilings.weight_rate(model_name, dt, n) / 1e9, ceilings.stream_bandwidth(dt, n) / 1e9
     show(f"{label(dt, n)} took {prose.span(g.over_streaming_floor.min(), g.over_streaming_floor.max(), '.2f', 'x')} its "
@@ -449,6 +451,8 @@ named = (f"By its parts the step at context {c_far} is {bound_by(kind_first, spr
                      for name, v in kind_first["excess"].items()) + " beyond the floor (split below).")
 rest = "; ".join(f"{at_contexts(w, 'took')}, {t}" for w, t in (("within", "within it"), ("straddle", "straddling it"))
                  if at_contexts(w, "took"))
+
+# %%
 show(register.decide("decode_memory_bound",
                      claims.verdict_of(all(o.high <= regime.REGIME_SLACK for o in over_floor.values()),
                                        any(o.low > regime.REGIME_SLACK for o in over_floor.values())),
@@ -708,7 +712,7 @@ def growth_reason(grew_inside: pd.DataFrame, rest_grew: dict, rest_priced: float
         text += (f" With the preallocated cache, which copies nothing, the rest grew {rest_grew['static']:+.1f} ms too.")
     return text
 
-
+# %%
 c0, c1 = contexts[0], contexts[-1]
 inside, inside_growth, paired_rows = {}, {}, []
 for dt, n in growth_configs:
@@ -828,6 +832,8 @@ for dt, n in growth_configs:
              + ("the cache's own work costs more inside a step than alone." if inside_more else
                 "the rest of the step, which the parts timed alone leave out, grew too." if rest_grew["dynamic"] > 0.25
                 else "no part grew much beyond its time alone, so this run cannot place the difference."))
+
+# %%
 results.table(pd.concat({f"{dt}, {n} threads": t for (dt, n), t in inside.items()}).rename_axis(["configuration", "term"])
               .reset_index(), "steps_inside")
 results.table(pd.concat({f"{dt}, {n} threads": t for (dt, n), t in inside_growth.items()})
@@ -959,6 +965,8 @@ show(register.decide("worst_step_taken_apart", verdict, most=most, predicted="ea
 worst_miss = (f"the worst step's {top_part} ({label(w_dt, w_n)}, context {w_c}) took {row.profiled_ms:.1f} ms, priced "
               f"{row.predicted_ms:.1f}")  # for the opening, if this claim missed
 alone_ms = None  # the same work timed alone in this chapter, where it was (the growing configurations' cache parts)
+
+# %%
 if (w_dt, w_n) in growth_configs and top_part in ("cache copy", "attention"):
     alone_ms = float(growth.set_index(keys).loc[worst_key, "concatenation_ms" if top_part == "cache copy"
                                                  else "attention_alone_ms"])
@@ -1177,6 +1185,8 @@ per_cache = {k: claims.within(gain_over_priced(k), 1.0, claims.PREDICTED_RATIO) 
 gain_verdict = claims.every(per_cache.values())
 worse = next((k for k, v in per_cache.items() if v == claims.NOT_HELD), "dynamic")  # a cache whose gain missed
 short = gain_over_priced(worse).mid < 1
+
+# %%
 show(register.decide("batching_follows_its_bound", gain_verdict,
                      predicted=", ".join(f"{k}: {p_:.1f}x" for k, (_, p_) in gains.items()),
                      measured=", ".join(f"{k}: {m.text('.1f', 'x')}" for k, (m, _) in gains.items()),

@@ -350,6 +350,8 @@ show(f"This machine ({where}, {points_dtype}) streams **{read / 1e9:.1f} GB/s** 
      + ("" if ceilings.hardware_support(points_dtype) else
      f" This device has no {points_dtype} matrix instructions: its rates are a slow fallback kernel's."))
 ch2_model = prefill.model.iloc[0]  # the model chapter 2 ran
+
+# %%
 try:
     f_rows = [n for n in sorted(prefill.prompt_tokens.unique())
               if n <= max(ceilings.rows_measured(ch2_model, points_dtype, threads, "blocks"))]
@@ -436,6 +438,8 @@ for series, table in (("prefill", prefill), ("decode", decode), ("batched decode
                          blocks_one_row_ms=model.kernel("blocks", 1).best * 1e3,
                          measured_ms=r.measured_ms, measured_ms_low=r.measured_ms_low,
                          measured_ms_high=r.measured_ms_high, textbook_bound_ms=max(cost.flops / peak, cost.bytes / read) * 1e3))
+
+# %%
 points = pd.DataFrame(rows)
 points["measured_over_predicted"] = points.measured_ms / points.predicted_ms
 points["achieved_gflop_s"] = points.flops / points.measured_ms / 1e6
@@ -745,6 +749,8 @@ facts = load_reference("ch09_facts").set_index("fact").value
 source_steps = load_reference("ch09_decode_gpu_cpu")
 source_floor = source_steps.gpu_fp32_ms_lo.min() / 1e3
 source_gpu_ms = source_steps.filter(like="gpu_").min().min(), source_steps.filter(like="gpu_").max().max()
+
+# %%
 source_bw = float(facts["gpu_memory_bandwidth"]) * 1e9
 source_transition = gpt2_sizes.transition_bytes(source_floor, source_bw)
 side = size_plan.set_index("size").side
@@ -869,6 +875,8 @@ for p in progress(list(plan[plan.status == "run"].itertuples()), desc="size swee
                       seconds=time.perf_counter() - started, predicted_s=p.predicted_s))
     del models_, caches
     gc.collect()
+
+# %%
 sweep_s = time.perf_counter() - sweep_started
 pacer.check("after it")
 size_runs_table = pd.concat(size_rows, ignore_index=True)[["size", "dtype", "context_tokens", "run", "step_ms",
@@ -984,6 +992,8 @@ if low16 in size_dtypes:
     low_steps = [step_spread(n, low16, short_c).mid for n in ran]
     ax.scatter(by_size.weight_mb, low_steps, marker="s", facecolors="none", edgecolors="C1", zorder=4,
                label=f"measured, {low16} (at fp32's weight bytes)")
+
+# %%
 for r in by_size.itertuples():
     ax.annotate(r.size.replace("gpt2-", ""), (r.weight_mb, r.step_ms), fontsize=7, textcoords="offset points",
                 xytext=(5, -10))
@@ -1057,6 +1067,8 @@ for where_, text, textbook in (("on_the_floor", "On the floor", "the textbook ex
                    "**{measured}** the time their price adds, an interval that crosses the tolerance's edge, so this "
                    "run cannot call it ({lean}). {why}",
         not_measured=f"no size predicted {text.lower()} ran.")
+
+# %%
 register.claim(
     "prefill_floor_length_as_priced",
     "Each size's prefill stays on its floor (within the margin of its one-token pass) up to the prompt length its "
@@ -1098,6 +1110,8 @@ why = (f"{worst} took {ratios[worst].mid:.2f}x its price; its floor is {prices.f
 # each price spans chapter 0's fastest to median calls (as every chapter's cost-model price does): its median over best
 price_span = float(np.exp(np.mean([np.log(size_price(n, "fp32", short_c).median / size_price(n, "fp32", short_c).best)
                                    for n in ran])))
+
+# %%
 show(register.decide("size_steps_as_priced", claims.within(pooled, Spread(1.0, 1.0, max(1.0, price_span)),
                                                            claims.PREDICTED_TIME),
                      predicted=f"1.00x to {max(1.0, price_span):.2f}x (the price at chapter 0's fastest and median calls)", measured=pooled.text(".2f", "x"), evidence=f"{len(ran)} sizes, fp32, context "
@@ -1132,6 +1146,7 @@ else:
     transition = None
     show(register.decide("floor_gives_way_where_predicted", None))
 
+# %%
 for where_, which in (("on_the_floor", "on the floor"), ("past_the_floor", "past the floor")):
     names = [n for n in ran if prices.side[n] == which]
     if low16 not in size_dtypes or not names:
@@ -1170,6 +1185,8 @@ for where_, which in (("on_the_floor", "on the floor"), ("past_the_floor", "past
                          long=long_c, lean=lean_words(growth, 1.0, claims.PREDICTED_RATIO), why=why_context))
 
 flat, flat_priced, off, longest = {}, {}, {}, max(size_prompts)
+
+# %%
 for name, g in size_prefill.dropna(subset=["time_ms"]).groupby("size", sort=False):
     # read off the points' medians and off both ends of their intervals, as chapter 2 reads its floor
     readings = [sweeps.floor_and_knee(g.prompt_tokens, g[c] / 1e3).flat_until_tokens
@@ -1270,6 +1287,8 @@ if len(twelve_sizes) >= 2:
                       f"long times: this run puts it at {ft.paid_ms[reference_model]:.1f} ms, chapter 0 at "
                       f"{ceilings.dispatch(reference_model, 'fp32', threads).best * 1e3:.1f}, and its step less its "
                       f"weights' price leaves {less_weights:.1f} (the table gives every size's).")
+
+# %%
 why_dtype = ""
 if profiled:
     prof = pd.concat(profiled, ignore_index=True)
@@ -1297,6 +1316,8 @@ for name, g in size_prefill.dropna(subset=["time_ms"]).groupby("size", sort=Fals
                                           ops_ref, "fp32", threads, t).best for t in (1, 4)]
         growth_rows.append(dict(size=name, measured_4_over_1=g[4] / g[1], priced_4_over_1=price[1] / price[0]))
 why_prefill = ""
+
+# %%
 if growth_rows:
     gr = pd.DataFrame(growth_rows)
     results.table(gr, "size_prefill_growth")
@@ -1750,6 +1771,8 @@ roofs = (", and no pass ran above the textbook roof" if under else
          f"; chapter 2's prefills reached at most {roof('prefill')} of the roof, chapter 3's decode steps {roof('decode')}")
 brief = {f"precision_{w}_as_priced": f"a {low16} step {t} took {{m}} fp32's time ({{p}} priced)"
          for w, t in (("on_the_floor", "on the floor"), ("past_the_floor", "past the floor"))}
+
+# %%
 brief |= {"prefill_floor_length_as_priced": "{far} of {n} sizes' prefill floors ended more than a grid step from "
                                             "their priced lengths (the farthest {m})",
           "batching_raises_the_rate": "batched decode's rate did not move as priced at every step",

@@ -334,7 +334,7 @@ def counted(name: str) -> float:
     """How many requests the server's TTFT histogram has counted, scraped while the server is idle."""
     return client.scrape_counted(urls[name], TTFT_METRIC).get(f"{TTFT_METRIC}_count", 0)
 
-
+# %%
 for name in urls:
     idle = counted(name)
     warm_up(name, chat, max_new_tokens, first=True)
@@ -495,6 +495,8 @@ for r in engine_rows.itertuples():
                          span=spread_of(r, "ttft_ms").text(".0f", "ms"), added=r.ttft_added_ms,
                          saved=-r.ttft_added_ms, inside=inside, where_added=where_added,
                          lean="later" if r.ttft_added_ms > 0 else "sooner", gap=abs(r.ttft_added_ms)))
+
+# %%
 if not same_prompt:
     print("The engines counted a different prompt length than the in-process chat template: their templates differ.")
 
@@ -755,6 +757,8 @@ for name in urls:
                                  server_queue_ms=server_mean(name, "vllm:request_queue_time_seconds", len(traces)),
                                  server_prefill_ms=server_mean(name, "vllm:request_prefill_time_seconds", len(traces)),
                                  goodput=good, goodput_low=low, goodput_high=high))
+
+# %%
 poisson = pd.DataFrame(poisson_rows)
 results.table(poisson, "poisson_arrivals")
 per_request = pd.DataFrame(request_rows)
@@ -966,6 +970,8 @@ BENCHED = ("ttft_ms", "tpot_ms", "e2e_ms")  # what the claim compares; ITL is sh
 bench_missing = ("bench_rounds is 0" if not bench_rounds else None) or (
     None if "vLLM" in live else "vLLM is not among the engines this run started")
 bench_rows = []
+
+# %%
 if bench_missing is None:
     with tempfile.TemporaryDirectory() as folder:
         try:
@@ -1611,7 +1617,7 @@ def times_capacity(name: str) -> float:
     """The arrival rate from which engine ``name``'s goodput collapsed, over its closed loop's capacity (nominal)."""
     return collapsed[name] / float(sweep[sweep.engine == name].requests_per_s.max())
 
-
+# %%
 def fell_at(name: str) -> str:
     """Where goodput fell, in words the same for every engine whose goodput claim held: the multiples of capacity
     at which each collapsed (a range when they differ), or by the highest rate."""

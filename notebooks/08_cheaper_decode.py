@@ -164,7 +164,7 @@ register = claims.Claims()
 tokenizer = fp32.tokenizer
 eos = getattr(tokenizer, "eos_token_id", None)
 
-
+# %%
 def chat_ids(text: str, random_tokens: int) -> torch.Tensor:
     """``text`` in the model's chat template, or (a model without a tokenizer) ``random_tokens`` random ids."""
     if tokenizer is None or getattr(tokenizer, "chat_template", None) is None:
@@ -278,6 +278,8 @@ def predicted(p: str, context: int) -> Prediction | None:
 
 read = ceilings.stream_bandwidth("fp32", threads)
 rows = []
+
+# %%
 for p in paths:
     for c in contexts:
         mid = c + steps // 2
@@ -360,6 +362,8 @@ rows, fp8_rows, llama_one = [], [], []
 shared = {c: sweeps.prefilled(fp32, None, c, 0) for c in contexts}  # every precision decodes from these caches
 kept = {p: {c: (phases.cast_cache(copy.deepcopy(kv), models[p].dtype), first) for c, (kv, first) in shared.items()}
         for p in torch_paths}
+
+# %%
 for run in progress(range(1, sweep_runs + 1), desc="decode runs"):
     for p in torch_paths:
         with contextlib.redirect_stdout(io.StringIO()):  # one run each: its own progress line is not for the page
@@ -453,7 +457,7 @@ def taken_apart(p: str, context: int) -> str:
                f"neither part alone runs {'slower' if slower else 'faster'} than priced, so the difference is in the "
                "step around them (inside a step the parts share the caches and the cores)."))
 
-
+# %%
 if decided:
     ratios = sweep.dropna(subset=["predicted_ms"])
     worst = ratios.loc[(ratios.over_predicted - 1).abs().idxmax()]
@@ -702,6 +706,8 @@ priced_parts = sum(cost["fp32"].decode(long + steps // 2).term(t).best - cost["f
 inside = growth.low <= alone_growth <= growth.high  # the parts alone against the step's growth
 priced_right = (claims.within(alone_growth, priced_parts, claims.PREDICTED_TIME) == claims.HELD
                 if alone_growth > 0 and priced_parts > 0 else None)  # the cost model's price of the same parts
+
+# %%
 parts_price = "" if priced_right is None else (
     f" The cost model prices the same parts' growth at {priced_parts:.2f} ms, {priced_parts / alone_growth:.2f}x what "
     f"they cost alone: " + (f"within the {claims.PREDICTED_TIME:g}x tolerance." if priced_right else
@@ -789,6 +795,8 @@ repriced_fits = claims.within(extra, repriced, claims.PREDICTED_TIME) if extra.l
 part = ("the larger part" if repriced > extra.mid / 2 else "a part") + (
     " of the cost, and priced at that rate it comes to more than the step lost" if repriced > extra.mid
     else " of the cost, not all of it")
+
+# %%
 why = (f"One layer down: widening one layer's fp8 keys to fp32 and scaling them, timed alone, moves "
        f"{widen_rate / 1e9:.1f} GB/s against the copy's {copy_rate / 1e9:.1f}: "
        + (f"the conversion from fp8 is the slow part, not the bytes. Priced at that rate, the extra is "
@@ -979,6 +987,8 @@ register.claim(
              "over k positions rounds in another order than a pass over one, which can flip two logits that nearly "
              "tie.")
 pairs, pays = {}, {}
+
+# %%
 for r in spec.itertuples():
     s = Spread(r.speedup_low, r.speedup, r.speedup_high)
     pairs[r.guesses] = (claims.within(s, r.predicted_speedup, claims.PREDICTED_RATIO),
@@ -1111,6 +1121,8 @@ issue = timing.median_range(issue_runs, ["path"], ["step_ms"])
 issue["predicted_ms"] = issue.path.map(issue_pred)
 issue["over_predicted"] = issue.step_ms / issue.predicted_ms
 results.table(issue, "issuing")
+
+# %%
 register.claim(
     "compiled_step_loses_its_dispatch",
     "Compiling the step saves what chapter 0 measured for issuing it: the eager static step less the compiled one "
@@ -1245,6 +1257,8 @@ for run in progress(range(0, runs + 1), desc="side-by-side runs"):  # run 0 is a
         if run:
             side_rows.append(dict(run=run, path=name, precision="fp32" if p == "compiled fp32" else p,
                                   tpot_ms=float(np.median(t)) * 1e3))
+
+# %%
 if not vllm_why:
     started = time.perf_counter()  # chapter 7's first engine has the same settings, so its compile cache serves
     with vllm_engine(cache_dir() / f"smollm2-135m-instruct-{SMOLLM2_VERSION}", max_num_batched_tokens=2048,

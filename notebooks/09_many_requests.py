@@ -277,6 +277,8 @@ elif predicted_saving.high <= 0:  # priced as no saving (the copy costs what the
     verdict = claims.NOT_HELD if saving.low > 0 else claims.HELD if saving.high <= 0 else claims.UNRESOLVED
 else:
     verdict = claims.NOT_HELD
+
+# %%
 show(register.decide(
     "reuse_saves_the_prefix_prefill", verdict,
     predicted=(f"{predicted_saving.low * 1e3:.0f} ms ({predicted_saving.high * 1e3:.0f} at chapter 0's median calls; "
@@ -382,6 +384,8 @@ FEWER = "questions, prefix_tokens, a_tokens, b_prompt_len"
 ahead = dict(requests=1 + 3 * questions + 2 * bool(base_url),  # after the first warm-up, one after another
              tokens=2 * (1 + 3 * questions) + (a_tokens + 1) * bool(base_url))
 engine_rows, live, server_budgets = [], {}, {}
+
+# %%
 try:
     for name, make in wanted.items():
         if make is None:
@@ -521,6 +525,8 @@ for name, g in engine_runs.groupby("engine", sort=False):
     predicted_text.append(f"{name}: {p.mid * 1e3:.0f} ms" if p else f"{name}: none")
     if v is not None:
         decided.append(v)
+
+# %%
 register.claim(
     "engine_reuse_saves_its_blocks_prefill",
     "Through each engine, a request whose prefix is cached reaches its first token sooner than one with a unique "
@@ -707,6 +713,8 @@ show(register.decide("two_workers_keep_the_stream_flat",
                      two_gap=gaps.get(two, np.nan), one_gap=gaps.iloc[0], chunk_gap=gaps.iloc[1], chunk=best_chunk))
 
 ttfts = sep.set_index("way").b_ttft_ms
+
+# %%
 register.claim(
     "newcomer_pays_for_one_core",
     "With two workers, B's TTFT is the cost model's prefill of B's prompt on one core, within the tolerance for a "
@@ -745,6 +753,8 @@ split_sentence = (f"On one core B's prefill took {measured_split:.2f}x its time 
                      .format(r=split_over_price.text(".2f", "x"))))
 ch5_tables, ch5_params = one_run("05_interference", ["interference"])
 ch5_unchunked = ch5_tables["interference"]
+
+# %%
 if ch5_unchunked is not None and ch5_params.get("model_name", "gpt2-small") == separation_model:
     ch5_unchunked = ch5_unchunked[ch5_unchunked.chunk_tokens >= b_prompt_len]
     if len(ch5_unchunked):  # the same computation: one loop, B's whole prompt in one pass after A's tenth token
@@ -831,6 +841,8 @@ register.claim(
     not_measured="two workers did not run here, or chapter 0 measured no one-thread copy rates.")
 alone_ok = claims.within(alone_ms, copy_ms, claims.PREDICTED_TIME) == claims.HELD  # against the price printed
 slowed = hand.write_ms.median() > alone_ms * claims.PREDICTED_TIME
+
+# %%
 alone_says = (f"The same write timed here alone, on one thread with nothing else running, took {prose.ms(alone_ms / 1e3)}, "
               f"{alone_ms / copy_ms:.2f}x its price of {prose.ms(copy_ms / 1e3)}: "
               + ("the copy runs at its price by itself, so in the worker it was slowed by what ran beside it (the "
@@ -1041,7 +1053,7 @@ def calibration(name: str, engine_cost: costmodel.CostModel) -> tuple[float, flo
     k = r.tpot_ms / 1e3 / step
     return k, r.ttft_ms / 1e3 - k * replay.priced_step(engine_cost, replay.Step(((prompt, 0),))).best
 
-
+# %%
 def replayed_frame(arrivals_: list, served: list, shift: float = 0.0) -> pd.DataFrame:
     """The replayed requests' figures in ms, each timed from its arrival in chapter 7 (``shift`` s earlier than
     the arrival the replay saw)."""
@@ -1084,6 +1096,8 @@ if ch7_rates is not None and "server_queue_ms" in ch7_rates:
     replayed["wait_ms"] = replayed.wait_ms.fillna(replayed.pop("server_queue_ms"))
     replayed["prefill_ms"] = replayed.prefill_ms.fillna(replayed.pop("server_prefill_ms"))
 results.table(replayed, "replay")
+
+# %%
 print(replay_missing or "objectives (chapter 7's): " + "; ".join(f"{n}: TTFT <= {g.ttft_ms:.0f} ms, TPOT <= {g.tpot_ms:.0f} ms"
                                                                for n, g in (goals or {"all": fallback_goals}).items()) + "; "
       + "; ".join(f"{n}: steps at {c[0]:.2f}x the cost model, {c[1] * 1e3:+.0f} ms before the scheduler"
@@ -1143,7 +1157,7 @@ def ratios_of(name: str, pred: pd.DataFrame) -> dict[str, Spread]:
                 out[key] = measured_ms[(name, rate)][col] / float(pred.loc[rate, col])
     return out
 
-
+# %%
 def requests_apart(name: str, rate: float) -> str:
     """One layer below a TTFT miss of the engine's-own-costs replay: chapter 7's requests at ``rate`` one by one, those
     that arrived while another was being served (by chapter 7's own times) against those that arrived alone, each
@@ -1187,7 +1201,7 @@ def verdict_of_ratios(ratios: dict[str, Spread]) -> str:
     """The replay as a whole: the geometric mean of its ratios, within the tolerance for a predicted time."""
     return claims.within(claims.geomean_of(ratios.values()), 1.0, claims.PREDICTED_TIME)
 
-
+# %%
 def inside(ratios: dict[str, Spread]) -> bool:
     return bool(ratios) and verdict_of_ratios(ratios) == claims.HELD
 
@@ -1255,6 +1269,8 @@ for name in ([] if replay_missing else replayed.engine.unique()):
                          which=which, engine=name, why=replay_missing or "chapter 7 has no request to compare"))
     if ratios:
         pooled_of[name] = claims.geomean_of(ratios.values()), claim  # for the opening
+
+# %%
 if replay_missing:
     register.claim("replay_predicts_the_queue", "The token-budget replay predicts each engine's median TTFT and TPOT "
                    "within the stated tolerance.", held="", not_held="", not_measured="nothing to replay here: {why}")
@@ -1523,6 +1539,8 @@ if have_two:
              f"**{spread(two, 'b_ttft_ms').text('.0f', 'ms')}** against {ttfts.iloc[0]:.0f} ms ({ttfts.iloc[1]:.0f} ms "
              "chunked). ")
 replayed_told = ""  # the replay's sentence, which the shortest telling leaves to the body
+
+# %%
 if pooled_of:
     said = [by_replay(register.verdict(c), r) for r, c in pooled_of.values()]
     replayed_told = ("Replaying chapter 7's arrivals through this chapter's queue model, the latencies chapter 7 "
