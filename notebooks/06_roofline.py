@@ -1795,8 +1795,8 @@ def opening_text(missed_line: str) -> str:
                if as_priced else "")
             + (("; a" if as_priced else "A") + f" line through the 12-layer steps' times against their weights put "
                f"its bytes' term equal to its intercept (the floor) at about {met}" if met is not None else "") + ". " * bool(as_priced or met is not None)
-            + missed_line + "By the one rule (a pass's largest priced term, and a step's time against its streaming "
-            f"floor), a decode step {waits_on('decode', 'context')}; a prefill "
+            + missed_line + f"By the book's [regime rule](glossary.md#regimes), a decode step "
+            f"{waits_on('decode', 'context')}; a prefill "
             f"{waits_on('prefill', 'prompt length')}.")
 
 
