@@ -1486,8 +1486,8 @@ prose.shown(kv.round(1))
 register.claim(
     "timer_under_one_percent",
     "The harness adds under 1 % to the shortest step this chapter timed.",
-    held="a clock read and a token readback cost {us:.1f} us together, {share:.3%} of the shortest step ({shortest}).",
-    not_held="a clock read and a token readback cost {us:.1f} us together, {share:.1%} of the shortest step "
+    held="a clock read and a token readback cost {us:.1f} us together, {share:.3%} of the fastest single step timed ({shortest}).",
+    not_held="a clock read and a token readback cost {us:.1f} us together, {share:.1%} of the fastest single step timed "
              "({shortest}): the shortest steps read that much long.")
 harness = timing.overhead(device)
 shortest = min(decode_runs.low_s.min(), static_runs.low_s.min())
@@ -1506,12 +1506,12 @@ grew_text = "" if grew_row is None else {
     claims.UNRESOLVED: f", growing {grew_row.measured} against {grew_row.predicted} predicted, too close to call",
 }.get(grew_row.verdict, "")
 over_c = [c for c in contexts if side[c] == "over"]
-rule = {claims.NOT_HELD: f"; at {prose.and_list(over_c)} tokens of context the steps took over "
+rule = {claims.NOT_HELD: f"; at {prose.and_list(over_c)} tokens of context the steps ({label(*main)}) took over "
                          f"{regime.REGIME_SLACK:g}x their streaming floor, so "
-                         + ("no step" if len(over_c) == len(contexts) else "not every step")
-                         + " is bandwidth-bound in the source chapter's sense",
-        claims.HELD: "; every step bandwidth-bound, as the textbook says",
-        claims.UNRESOLVED: "; whether every step is bandwidth-bound is too close to call"}[register.verdict("decode_memory_bound")]
+                         + ("none" if len(over_c) == len(contexts) else "not every one")
+                         + " is bandwidth-bound in the sense of the source chapter (a step near its streaming floor)",
+        claims.HELD: f"; every step ({label(*main)}) bandwidth-bound, as the textbook says",
+        claims.UNRESOLVED: f"; whether every step ({label(*main)}) is bandwidth-bound is too close to call"}[register.verdict("decode_memory_bound")]
 made = {claims.HELD: f"The steps took {pooled.text('.2f', 'x')} the cost model's price at its fastest calls, inside "
                      f"the {1 / claims.PREDICTED_TIME:.2f}x to {top_band * claims.PREDICTED_TIME:.2f}x its tolerance "
                      "allows up to its median calls (every configuration):",

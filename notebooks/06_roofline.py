@@ -196,8 +196,9 @@ plt.show()
 
 # %% [markdown]
 # **Takeaway: prefill's intensity grows with the prompt and crosses the ridge at a prompt of about as many tokens as
-# the ridge's FLOP per byte; decode's stays near one FLOP per byte, far left of the ridge, so at batch 1 its bytes, not its
-# arithmetic, are its largest cost, and it owns most of a request's time.**
+# the ridge's FLOP per byte with two-byte weights (twice as many with fp32's four); decode's stays near one FLOP per
+# byte or below, far left of the ridge, so at batch 1 its bytes, not its arithmetic, are its largest cost, and it
+# owns most of a request's time.**
 #
 # ## Try it, answered: another GPU and a bigger model
 #
@@ -1114,7 +1115,9 @@ price_span = float(np.exp(np.mean([np.log(size_price(n, "fp32", short_c).median 
 # %%
 show(register.decide("size_steps_as_priced", claims.within(pooled, Spread(1.0, 1.0, max(1.0, price_span)),
                                                            claims.PREDICTED_TIME),
-                     predicted=f"1.00x to {max(1.0, price_span):.2f}x (the price at chapter 0's fastest and median calls)", measured=pooled.text(".2f", "x"), evidence=f"{len(ran)} sizes, fp32, context "
+                     predicted=f"{1 / claims.PREDICTED_TIME:.2f}x to {max(1.0, price_span) * claims.PREDICTED_TIME:.2f}x "
+                               f"(1.00x to {max(1.0, price_span):.2f}x, the price at chapter 0's fastest and median calls, "
+                               f"within {claims.PREDICTED_TIME:g}x)", measured=pooled.text(".2f", "x"), evidence=f"{len(ran)} sizes, fp32, context "
                      f"{short_c}, {where}", n=len(ran), ratio=pooled.text(".2f", "x"), count=count,
                      why=why + (f" {pacer.note()}" if pacer.note() else "")))
 quick_ = by_size[by_size.step_ms_high < by_size.weights_ms]  # the whole step faster than its weights alone, as priced
@@ -1510,8 +1513,8 @@ display(Markdown(
     f"{top_.communication_share:.0%}. "
     + (f"The quickest split here is {int(best_n.devices)} devices: past it the all-reduces cost more than the bytes "
        "they save." if best_n.devices < top_.devices else
-       "The most devices tried is the quickest split here; the bytes divide by N, the floor and the all-reduces do "
-       "not.")))
+       "The most devices tried is the quickest split here: the bytes divide by N, the floor falls by less and the "
+       "all-reduces grow.")))
 prose.shown(tp.round(3).set_index("devices"))
 
 # %% [markdown]
@@ -1561,7 +1564,8 @@ show(f"* **Models past {ran[-1]}**: the size sweep ran {len(ran)} of {len(plan)}
 # <details><summary>Answer</summary>
 #
 # Every weight is fetched once per pass but used in one multiply-add, two FLOPs, per token row. With two bytes per
-# weight, FLOPs per byte come to about the row count: the prompt length in prefill, the batch in decode.
+# weight, FLOPs per byte come to about the row count: the prompt length in prefill, the batch in decode. With four
+# (fp32, as this machine's table above), half the row count: 0.5 for a decode step.
 # </details>
 #
 # 2. A team summarises documents: 30,000-token prompts and 200-token answers, on the course's GPU. Which phase
@@ -1721,6 +1725,8 @@ display(Markdown(
 # * **Memory-bound**: fewer bytes per token: quantised weights, a smaller cache (grouped-query attention), batching.
 # * **Compute-bound**: fewer FLOPs or faster arithmetic: last-position logits, a cached prefix, tensor cores.
 # * **Launch-bound**: fewer, larger operations: fused kernels, CUDA graphs, `torch.compile`, bigger chunks.
+# * **Page-faults-bound** (a growing cache copied into freshly mapped memory every step): a preallocated cache,
+#   written in place (chapter 3).
 # * **Few-row-kernel-bound** (left of the ridge, yet the matrix kernel at that many rows is slower than its bytes):
 #   a kernel made for few rows, or more rows per call (a larger batch, a longer chunk).
 # * **Mixed** (two terms of different limits about the same size): shrinking one alone buys at most about half.

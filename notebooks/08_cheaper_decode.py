@@ -1120,7 +1120,7 @@ else:
 issue = timing.median_range(issue_runs, ["path"], ["step_ms"])
 issue["predicted_ms"] = issue.path.map(issue_pred)
 issue["over_predicted"] = issue.step_ms / issue.predicted_ms
-results.table(issue, "issuing")
+_ = results.table(issue, "issuing")
 
 # %%
 register.claim(
@@ -1321,7 +1321,7 @@ pacer.check("after the last")
 show(pacer.claim(register, results, "this chapter's paths"))
 
 # %% [markdown]
-# The paragraph at the top of this chapter, written from the findings above:
+# The code below writes the paragraph at the top of this chapter, under *What this run found*, from the findings above.
 
 # %%
 v, f32 = register.verdict, spread[("fp32", c0)]

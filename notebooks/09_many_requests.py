@@ -1095,7 +1095,7 @@ if ch7_rates is not None and "server_queue_ms" in ch7_rates:
     replayed = replayed.merge(split, on=["engine", "rate_per_s", "scheduler"], how="left")
     replayed["wait_ms"] = replayed.wait_ms.fillna(replayed.pop("server_queue_ms"))
     replayed["prefill_ms"] = replayed.prefill_ms.fillna(replayed.pop("server_prefill_ms"))
-results.table(replayed, "replay")
+_ = results.table(replayed, "replay")
 
 # %%
 print(replay_missing or "objectives (chapter 7's): " + "; ".join(f"{n}: TTFT <= {g.ttft_ms:.0f} ms, TPOT <= {g.tpot_ms:.0f} ms"
