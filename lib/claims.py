@@ -152,6 +152,21 @@ class Spread:
         return cls(value, value, value, runs=(float(value),))
 
     @classmethod
+    def in_row(cls, row, column: str, scale: float = 1.0) -> "Spread":
+        """The spread a summary table keeps in three columns (:func:`lib.timing.median_range`): ``column``, its
+        median, and ``column_low`` and ``column_high``, the ends of its interval, read from one ``row`` (a pandas
+        row, a ``DataFrame.itertuples()`` tuple or a dict) and multiplied by ``scale`` (``1e-3`` turns a table's
+        milliseconds into the seconds a time is kept in). The runs stay in the table: the spread has none."""
+        get = (lambda name: row[name]) if hasattr(row, "__getitem__") and not isinstance(row, tuple) else \
+            (lambda name: getattr(row, name))
+        try:
+            low, mid, high = (float(get(name)) for name in (f"{column}_low", column, f"{column}_high"))
+        except (KeyError, AttributeError) as missing:
+            raise ValueError(f"Spread.in_row: the row has no {missing} column; a summary table keeps {column!r} "
+                             f"with {column}_low and {column}_high (lib.timing.median_range)") from None
+        return cls(low, mid, high) * scale
+
+    @classmethod
     def paired(cls, a: "Spread", b: "Spread", how: Callable[[float, float], float]) -> "Spread":
         """``how(a_i, b_i)`` run by run, for two spreads measured in the same runs (their ``i``-th runs ran together,
         so a slow spell lands on both): a difference or a ratio taken within each run, with its own interval."""

@@ -300,7 +300,7 @@ register.claim(
              "{step_pred}.",
     not_measured="the answer had a single token, so there is no decode step to compare.")
 predicted_ratio = dec_pred.best / (pre_pred.best / T)
-cheaper = Spread(ph.prompt_token_cheaper_x_low, ph.prompt_token_cheaper_x, ph.prompt_token_cheaper_x_high) \
+cheaper = Spread.in_row(ph, "prompt_token_cheaper_x") \
     if np.isfinite(ph.prompt_token_cheaper_x) else None
 show(register.decide("prompt_token_cheaper", None if cheaper is None else
                      claims.within(cheaper, predicted_ratio, claims.PREDICTED_RATIO),
@@ -349,7 +349,7 @@ display(prose.shown((metrics.summarize(per_run) * 1e3).drop(columns="count").rou
 # %%
 def ranged(name: str, fmt: str = ".0f") -> str:
     """A median over runs with its 95 % interval (``timing.median_range``), in ms."""
-    return with_interval(Spread(over_runs[f"{name}_low"], over_runs[name], over_runs[f"{name}_high"]), fmt, " ms",
+    return with_interval(Spread.in_row(over_runs, name), fmt, " ms",
                          bold=True)
 
 
@@ -406,7 +406,7 @@ register.claim(
     unresolved="a run spent a median {share} of its time in decode, its interval reaching both sides of half, "
                "with the median {lean}; the cost model gives decode {model_share:.0%}.")
 predicted_share = (m.n_tokens - 1) * dec_pred.best / ((m.n_tokens - 1) * dec_pred.best + pre_pred.best)
-share = Spread(over_runs.decode_share_low, over_runs.decode_share, over_runs.decode_share_high)
+share = Spread.in_row(over_runs, "decode_share")
 show(register.decide("short_question_is_a_decode_job", claims.at_least(share, 0.5),
                      predicted=f"above 50 %, cost model {predicted_share:.0%}", measured=with_interval(share, ".0%"),
                      evidence=f"{prose.tokens(T)} in, {prose.tokens(m.n_tokens)} out, {count(runs, 'run')}",

@@ -522,8 +522,8 @@ results.table(beside, "beside_reference")
 prose.shown(beside.round(1))
 
 # %%
-share_of = {(r.prompt_tokens, r.output_tokens): Spread(r.prefill_share_low * 100, r.prefill_share * 100,
-                                                      r.prefill_share_high * 100) for r in split.itertuples()}
+share_of = {(r.prompt_tokens, r.output_tokens): Spread.in_row(r, "prefill_share", 100)
+            for r in split.itertuples()}
 heavier = [claims.below(r.prefill_share_pct, share_of[(r.prompt_tokens, r.output_tokens)]) for r in beside.itertuples()]
 closest = claims.extreme([share_of[(r.prompt_tokens, r.output_tokens)] - r.prefill_share_pct for r in beside.itertuples()],
                          largest=False) if len(beside) else None
@@ -851,7 +851,7 @@ def at(r) -> str:
 
 def job(r, noun: str) -> str:
     """A pair's prefill share over its runs, and the phase it spent most of its time in."""
-    share = Spread(r.prefill_share_low, r.prefill_share, r.prefill_share_high).text(".0%")
+    share = Spread.in_row(r, "prefill_share").text(".0%")
     return f"**{share}** of a {int(r.prompt_tokens)}-in, {int(r.output_tokens)}-out {noun} " \
            f"(a {'prefill' if r.prefill_share > 0.5 else 'decode'} job)"
 

@@ -374,7 +374,7 @@ register.claim(
                "that line to call in this run.")
 limit = 1.5 * unchunked.a_median_gap_ms
 crowded_pred = list(summary.predicted_a_median_gap_ms > 1.5 * a_step_ms)
-crowded = [claims.at_least(Spread(r.a_median_gap_ms_low, r.a_median_gap_ms, r.a_median_gap_ms_high), limit) for r in summary.itertuples()]
+crowded = [claims.at_least(Spread.in_row(r, "a_median_gap_ms"), limit) for r in summary.itertuples()]
 agree = [v if p else {claims.HELD: claims.NOT_HELD, claims.NOT_HELD: claims.HELD}.get(v, v) for v, p in zip(crowded, crowded_pred)]
 measured_mask = [v == claims.HELD for v in crowded]
 show(register.decide("crowded_median_gap", claims.every(agree), predicted=listed(crowded_pred), measured=listed(measured_mask),
@@ -494,7 +494,7 @@ register.claim(
     not_held="in this run smaller chunks did not delay B: TTFT (ms) {all} (the fitted exponent, run by run, {slope}).",
     unresolved="B's TTFT (ms) went {all} as chunks shrank, but the fitted exponent of TTFT in chunk size, run by run "
                "({slope}), reaches zero: this run cannot tell whether smaller chunks delay B (its median is {lean}).")
-ttft = [Spread(r.b_ttft_ms_low, r.b_ttft_ms, r.b_ttft_ms_high) for r in summary.itertuples()]
+ttft = [Spread.in_row(r, "b_ttft_ms") for r in summary.itertuples()]
 ttft_trend = claims.trend(runs_table, "chunk_tokens", "b_ttft_ms")
 show(register.decide("smaller_chunks_delay_b", claims.verdict_of(ttft_trend.high < 0, ttft_trend.low >= 0),
                      predicted="TTFT rising as chunks shrink",
@@ -831,7 +831,6 @@ display(Markdown("\n".join([
        if on_floor > smallest_c else "no size above the smallest stayed within the margin).")])))
 
 # %%
-spread_at = lambda r, col: Spread(r[f"{col}_low"], r[col], r[f"{col}_high"])
 shown = by_size.loc[best if best != b_prompt_len else sizes[-1]]  # the best size, or the smallest if none paid
 ratio = unchunked.a_worst_gap_ms / unchunked.a_tpot_ms
 found = paid_off(best) + (f" on the median of the {runs} runs' worst gaps" if len(set(per_run_best)) > 1 else "")
@@ -846,13 +845,13 @@ answer = {claims.HELD: "chunked prefill bounds a stream's stall, and pays for it
           claims.UNRESOLVED: "chunked prefill bounded A's stall; whether it delays B is too close to call here."}
 told = (
     f"On this machine ({prose.machine(device, dtype)}), {lm.name}'s stream A received a token every "
-    f"**{spread_at(unchunked, 'a_median_gap_ms').text('.0f', 'ms')}** until request B arrived with a "
+    f"**{Spread.in_row(unchunked, 'a_median_gap_ms').text('.0f', 'ms')}** until request B arrived with a "
     f"{b_prompt_len:,}-token prompt. Over {runs} runs (medians and ranges), B's prefill in one pass froze A "
-    f"for **{spread_at(unchunked, 'a_worst_gap_ms').text(',.0f', 'ms')}**, {ratio:.1f} times its TPOT: "
+    f"for **{Spread.in_row(unchunked, 'a_worst_gap_ms').text(',.0f', 'ms')}**, {ratio:.1f} times its TPOT: "
     f"{hidden.get(register.verdict('tpot_hides_the_stall'), 'not decided here')}. {found[:1].upper() + found[1:]} "
     f"({runs_alone}{foreseen}): at {shown.name} tokens A's worst gap was "
-    f"**{spread_at(shown, 'a_worst_gap_ms').text(',.0f', 'ms')}**, its median gap {shown.a_median_gap_ms:,.0f} ms, and B's first token came after "
-    f"**{spread_at(shown, 'b_ttft_ms').text(',.0f', 'ms')}** ({unchunked.b_ttft_ms:,.0f} ms unchunked). So "
+    f"**{Spread.in_row(shown, 'a_worst_gap_ms').text(',.0f', 'ms')}**, its median gap {shown.a_median_gap_ms:,.0f} ms, and B's first token came after "
+    f"**{Spread.in_row(shown, 'b_ttft_ms').text(',.0f', 'ms')}** ({unchunked.b_ttft_ms:,.0f} ms unchunked). So "
     + ("on this machine splitting B's prefill did not shorten A's stall enough to pay." if best == b_prompt_len
        else answer.get(register.verdict("smaller_chunks_delay_b"), "chunked prefill bounded A's stall.")))
 _brief = {claims.HELD: f"{best_pred} predicted", claims.NOT_HELD: f"{best_pred} predicted, a miss",

@@ -420,7 +420,7 @@ for series, table in (("prefill", prefill), ("decode", decode), ("batched decode
         else:
             middle = tokens + (steps_of["batch_steps"] if batch > 1 else steps_of["steps"]) // 2
             cost, pred = roofline.decode_cost(shape, batch, middle), model.decode(middle, batch=batch, fresh_pages=counted)
-        label = regime.regime(Spread(r.measured_ms_low / 1e3, r.measured_ms / 1e3, r.measured_ms_high / 1e3), pred,
+        label = regime.regime(Spread.in_row(r, "measured_ms", 1e-3), pred,
                               intensity=cost.intensity, balance=ridge)
         placed[f"{series} at {tokens} tokens, batch {batch}"] = label
         top2 = sorted(pred.terms, key=lambda t: t.best, reverse=True)[:2]
@@ -1659,8 +1659,7 @@ if _priced:  # chapters 2 and 3 timed one thread too: label those passes by the 
             _cost, _pred = ((roofline.prefill_cost(_shape, _tok, logits="last"), _cm.prefill(_tok, fresh_pages=_f))
                             if _series == "prefill" else
                             (roofline.decode_cost(_shape, 1, _mid), _cm.decode(_mid, batch=1, fresh_pages=_f)))
-            _label = regime.regime(Spread(getattr(_r, f"{_col}_low") / 1e3, getattr(_r, _col) / 1e3,
-                                          getattr(_r, f"{_col}_high") / 1e3), _pred,
+            _label = regime.regime(Spread.in_row(_r, _col, 1e-3), _pred,
                                    intensity=_cost.intensity, balance=_peak1 / _read1)  # one thread's ridge
             _shown = shown_regime(_label, _pred)
             _now = points[(points.series == _series) & (points.tokens == _tok) & (points.batch == 1)].regime

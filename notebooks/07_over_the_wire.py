@@ -428,7 +428,6 @@ for name, reply in replies.items():
     print(f"{name} ({paths.set_index('path').loc[name, 'output_tokens']:.0f} tokens): {reply}")
 engine_rows = paths.iloc[1:]
 same_prompt = bool((engine_rows.prompt_tokens == base.prompt_tokens).all())
-spread_of = lambda r, c: Spread(getattr(r, f"{c}_low"), getattr(r, c), getattr(r, f"{c}_high"))  # noqa: E731
 server = own.set_index("path")
 in_process_threads = torch.get_num_threads()
 engine_cores = {r.path: compute_threads(r.path, in_process_threads) for r in engine_rows.itertuples()}
@@ -486,13 +485,13 @@ for r in engine_rows.itertuples():
                    "{gap:.0f} ms, but the runs' ranges overlap, so this run cannot tell what the engine adds to TTFT; "
                    "more runs per path would decide.",
         not_measured="the server serves another model than the in-process path: nothing is compared.")
-    show(register.decide(f"engine_adds_to_ttft_{tag}", claims.below(spread_of(base, "ttft_ms"), spread_of(r, "ttft_ms"))
+    show(register.decide(f"engine_adds_to_ttft_{tag}", claims.below(Spread.in_row(base, "ttft_ms"), Spread.in_row(r, "ttft_ms"))
                          if same_model else None,
                          predicted="longer than in-process", measured=f"{r.ttft_ms:.0f} ms against {base.ttft_ms:.0f}",
                          evidence=f"{runs} runs per path after a warm-up; prompt {base.prompt_tokens:.0f} tokens in-process, "
                                   f"{r.prompt_tokens:.0f} as {r.path} counted it",
-                         base_span=spread_of(base, "ttft_ms").text(".0f", "ms"), path=r.path,
-                         span=spread_of(r, "ttft_ms").text(".0f", "ms"), added=r.ttft_added_ms,
+                         base_span=Spread.in_row(base, "ttft_ms").text(".0f", "ms"), path=r.path,
+                         span=Spread.in_row(r, "ttft_ms").text(".0f", "ms"), added=r.ttft_added_ms,
                          saved=-r.ttft_added_ms, inside=inside, where_added=where_added,
                          lean="later" if r.ttft_added_ms > 0 else "sooner", gap=abs(r.ttft_added_ms)))
 
@@ -509,8 +508,8 @@ for r in engine_rows.itertuples():
     tag = r.path.split()[0].lower()
     cores = engine_cores[r.path]
     step_x = on_cores(r.path, lambda m: m.decode(int(base.prompt_tokens + base.output_tokens // 2)).best)
-    expected_gap = spread_of(base, "median_gap_ms") * step_x  # the in-process gap, on the engine's cores
-    gap_ratio = gap_ratio_of[r.path] = spread_of(r, "median_gap_ms") / expected_gap  # not paired: the widest ratio
+    expected_gap = Spread.in_row(base, "median_gap_ms") * step_x  # the in-process gap, on the engine's cores
+    gap_ratio = gap_ratio_of[r.path] = Spread.in_row(r, "median_gap_ms") / expected_gap  # not paired: the widest ratio
     on_its_cores = ("" if cores == in_process_threads else
                     f", scaled to the {cores} core{'s' * (cores > 1)} the engine computes on ({step_x:.2f}x: the cost "
                     f"model's step there over on {in_process_threads} threads)")
@@ -834,8 +833,8 @@ for name, g in poisson.groupby("engine", sort=False):
         unresolved="{name}: goodput went from {g0:.0%} at {r0:g} requests/s to {g1:.0%} at {r1:g}/s, but their intervals overlap: "
                    "this run's {arrivals} arrivals per rate cannot tell. {collapse}",
         not_measured="one arrival rate only.")
-    show(register.decide(claim, claims.below(Spread(high_rate.goodput_low, high_rate.goodput, high_rate.goodput_high),
-                                             Spread(low_rate.goodput_low, low_rate.goodput, low_rate.goodput_high))
+    show(register.decide(claim, claims.below(Spread.in_row(high_rate, "goodput"),
+                                             Spread.in_row(low_rate, "goodput"))
                          if len(g) > 1 else None,
                          predicted="high at low rates, collapsing above what the engine can serve",
                          measured=", ".join(f"{r.rate_per_s:g}/s: {r.goodput:.0%} [{r.goodput_low:.0%}, {r.goodput_high:.0%}]"
@@ -1654,11 +1653,11 @@ def froze(trade: str) -> str:
         return (f"A {b_ids.shape[1]:,}-token newcomer stalled no decoding stream here. " if tested else
                 "The stall went unmeasured: the decoding stream ended before the long prompt arrived. ")
     return (f"A {b_ids.shape[1]:,}-token newcomer froze a decoding stream for up to **"
-            + Spread(hardest.a_worst_gap_ms_low, hardest.a_worst_gap_ms, hardest.a_worst_gap_ms_high).text(",.0f", "ms")
+            + Spread.in_row(hardest, "a_worst_gap_ms").text(",.0f", "ms")
             + f"** ({called(hardest.engine)}, " + (f"budget {hardest.budget_tokens:.0f}" if hardest.budget_tokens else
                                                     "its own budget") + f"){trade}. ")
-first_tokens = [f"**{spread_of(base, 'ttft_ms').text(',.0f', 'ms')}** in-process"] + [
-    f"**{spread_of(r, 'ttft_ms').text(',.0f', 'ms')}** through {called(r.path)}" + ("" if same_model else
+first_tokens = [f"**{Spread.in_row(base, 'ttft_ms').text(',.0f', 'ms')}** in-process"] + [
+    f"**{Spread.in_row(r, 'ttft_ms').text(',.0f', 'ms')}** through {called(r.path)}" + ("" if same_model else
                                                                                    " of another model")
     for r in engine_rows.itertuples()]
 ratios = " and ".join(f"{called(n)}{' took' * (i == 0)} **{q.text('.2f', 'x')}**"

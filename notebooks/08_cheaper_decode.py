@@ -399,7 +399,7 @@ prose.shown(sweep[["precision", "context_tokens", "bytes_per_step", "step_ms", "
        "over_predicted", "gb_s", "of_read", "tokens_per_s"]].round(3))
 
 # %%
-spread = {(r.precision, r.context_tokens): Spread(r.step_ms_low, r.step_ms, r.step_ms_high) for r in sweep.itertuples()}
+spread = {(r.precision, r.context_tokens): Spread.in_row(r, "step_ms") for r in sweep.itertuples()}
 fig, ax = plt.subplots(figsize=(7.5, 4.8))
 x = np.linspace(0, sweep.bytes_per_step.max() * 1.1, 50)
 ax.plot(x / 2**20, x / read * 1e3, "k:", label=f"bytes at the streaming read ({read / 1e9:.1f} GB/s)")
@@ -990,7 +990,7 @@ pairs, pays = {}, {}
 
 # %%
 for r in spec.itertuples():
-    s = Spread(r.speedup_low, r.speedup, r.speedup_high)
+    s = Spread.in_row(r, "speedup")
     pairs[r.guesses] = (claims.within(s, r.predicted_speedup, claims.PREDICTED_RATIO),
                         f"k = {r.guesses}: {s.text('.2f', 'x')} against {r.predicted_speedup:.2f}x predicted, with "
                         f"{r.acceptance_length:.2f} tokens a pass and a checking pass costing {r.check_pass_of_one:.2f}x a "
@@ -1294,7 +1294,7 @@ levers = {{"q4_1": "llama.cpp on the Q4_1 file", "compiled fp32": "the compiled 
           for p, s in speedups.items()}  # each against the eager fp32 step, run by run
 if not spec.empty:
     b = spec.loc[spec.speedup.idxmax()]
-    levers[f"prompt lookup (k = {int(b.guesses)}, a quoting task)"] = Spread(b.speedup_low, b.speedup, b.speedup_high)
+    levers[f"prompt lookup (k = {int(b.guesses)}, a quoting task)"] = Spread.in_row(b, "speedup")
 ranked = sorted(levers, key=lambda name: -levers[name].mid)
 lead = ranked[0] if ranked else None
 lead_text = ("no lever ran here" if lead is None else f"the fastest was **{lead}**" if levers[lead].low > 1 else

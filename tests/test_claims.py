@@ -275,3 +275,18 @@ def test_a_finding_says_how_it_stood_against_its_prediction():
     assert r.verdict("d") == NOT_MEASURED and r.verdict("a") == HELD
     with pytest.raises(ValueError, match="never declared"):
         r.verdict("e")
+
+
+def test_a_summary_tables_three_columns_read_back_as_one_spread_from_any_kind_of_row():
+    from lib.timing import median_range
+
+    runs = pd.DataFrame({"way": ["a"] * 9, "ttft_ms": [100, 101, 102, 103, 104, 105, 106, 107, 400]})
+    table = median_range(runs, "way", ["ttft_ms"])
+    expected = Spread.of(runs.ttft_ms)
+    for row in (table.iloc[0], next(table.itertuples()), table.iloc[0].to_dict()):
+        got = Spread.in_row(row, "ttft_ms")
+        assert (got.low, got.mid, got.high) == (expected.low, expected.mid, expected.high)
+        seconds = Spread.in_row(row, "ttft_ms", 1e-3)  # a table's milliseconds as the seconds a time is kept in
+        assert seconds.mid == pytest.approx(0.104) and seconds.high == pytest.approx(expected.high / 1e3)
+    with pytest.raises(ValueError, match="tpot_ms_low"):
+        Spread.in_row(table.iloc[0], "tpot_ms")
