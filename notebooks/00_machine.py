@@ -532,9 +532,9 @@ _llc = machine.last_level_cache_bytes()
 _wmib = machine.MODELS[model][0].weight_bytes / 2**20
 _cache = (f", the {_llc / 2**20:.0f} MiB last-level cache able to keep some of the {_wmib:.0f} MiB of weights between "
           "calls (this chapter does not measure how much)" if gemv[model] > rates["read"] and _llc else "")
-decode_meets = {claims.HELD: f"So the products read their weights at {gemv[model] / rates['read']:.2f}x the streaming "
+decode_meets = {claims.HELD: f"The products read their weights at {gemv[model] / rates['read']:.2f}x the streaming "
                              f"read's rate (fastest calls), within the tolerance{_cache}.",
-                claims.NOT_HELD: f"So the products read their weights at {gemv[model] / rates['read']:.2f}x the "
+                claims.NOT_HELD: f"The products read their weights at {gemv[model] / rates['read']:.2f}x the "
                                  f"streaming read's rate (fastest calls){_cache}; the later chapters price a decode "
                                  "step's weights at the products' own rate.",
                 claims.UNRESOLVED: "Whether the products read their weights at the memory's rate is too close to call "

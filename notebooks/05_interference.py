@@ -154,9 +154,10 @@ def paid_off(size: int, costs: bool = False) -> str:
 #
 # Shrinking the chunk shortens A's stall only while a shorter pass is a quicker pass. Chapter 2 measured how far
 # a pass's cost stays flat as the prompt shrinks (its floor, where the machine has one): below it, a smaller chunk
-# buys A little and costs B one more floor per chunk. The **predicted best chunk size** is the smallest size whose step down
-# from the next larger one still cuts the predicted worst gap by more than `stops_helping`; below it, chunking
-# stops paying off. Chapter 2's passes on this machine, in milliseconds by prompt length:
+# buys A little and costs B one more floor per chunk. The **predicted best chunk size** is found going down the sizes
+# from the whole prompt: it is the last size reached while every step down has cut the predicted worst gap by more
+# than `stops_helping`; the first step down that cuts less is where chunking stops paying off (a smaller size further
+# down may cut more again, but the search stops at the first that does not pay). Chapter 2's passes on this machine, in milliseconds by prompt length:
 
 # %%
 sweep2 = load_table("02_prefill_sweep", "prefill_sweep", quick=quick)
@@ -536,8 +537,8 @@ register.claim(
     "chunk_cost_as_predicted",
     "Chunks cost what the cost model prices them at (their pass, their attention to the prefix and the cache's copy), "
     "within the tolerance for a predicted time (the geometric mean over the chunk sizes).",
-    held="a chunk cost **{pooled}** its prediction over the sizes from {small} to {large} tokens ({ratio} size by size, {trend}); "
-         "the first chunk of a run, with no prefix, cost {first} times chapter 2's pass of the same length.",
+    held="a chunk cost **{pooled}** its prediction over the sizes from {small} to {large} tokens ({ratio} size by size, {trend}"
+         "{outside}); the first chunk of a run, with no prefix, cost {first} times chapter 2's pass of the same length.",
     not_held="a chunk cost **{pooled}** its prediction over the sizes, outside the tolerance for a predicted time "
              "({ratio} size by size, {trend}; sizes wholly outside it: {off}). The first chunk of a run, with no prefix, "
              "cost {first} times chapter 2's pass of the same length; from the first to the last full chunk the "
@@ -564,6 +565,10 @@ show(register.decide("chunk_cost_as_predicted", claims.within(pooled_chunk, Spre
                          costs.set_index("chunk_tokens").chunk_over_predicted),
                      pooled=pooled_chunk.text(".2f", "x"),
                      off=", ".join(f"{c} tokens" for c, v in chunk_verdicts.items() if v == claims.NOT_HELD) or "none",
+                     outside="".join(f"; wholly outside the tolerance at {', '.join(map(str, cs))} tokens, where from the "
+                                     f"first to the last full chunk the cost grew {spread(growth)}x and the cost model "
+                                     f"predicts {spread(growth_model)}x"
+                                     for cs in [[c for c, v in chunk_verdicts.items() if v == claims.NOT_HELD]] if cs),
                      growth=spread(growth), growth_model=spread(growth_model),
                      lean=claims.leaning(pooled_chunk, 1 / claims.PREDICTED_TIME,
                                          claims.geomean(median_over_best.values()) * claims.PREDICTED_TIME)))
@@ -764,8 +769,9 @@ register.claim(
     "every_stream_waits_the_prefill",
     "Unchunked, each of several streams stalls for one stream's stall plus the longer step, within the tolerance for a "
     "predicted time (each run's own ratio).",
-    held="an unchunked prefill stalls **{all}** streams at once, each for **{span}** (one stream: {one_span}): the "
-         "newcomer's prefill is paid by every stream in the batch.",
+    held="an unchunked prefill stalls **{all}** streams at once, each for **{span}** (one stream: {one_span}), "
+         "{paired} of one stream's stall plus the longer step, run by run, within the tolerance: the newcomer's "
+         "prefill is paid by every stream in the batch.",
     not_held="with {kn} streams the unchunked stall was {span}, {side} than the {expected:,.0f} ms predicted from one "
              "stream's stall and the longer step, beyond the tolerance for a predicted time.",
     unresolved="with {kn} streams the unchunked stall was {span}, against {expected:,.0f} ms predicted from one "
@@ -846,8 +852,8 @@ answer = {claims.HELD: "chunked prefill bounds a stream's stall, and pays for it
 told = (
     f"On this machine ({prose.machine(device, dtype)}), {lm.name}'s stream A received a token every "
     f"**{Spread.in_row(unchunked, 'a_median_gap_ms').text('.0f', 'ms')}** until request B arrived with a "
-    f"{b_prompt_len:,}-token prompt. Over {runs} runs (medians and ranges), B's prefill in one pass froze A "
-    f"for **{Spread.in_row(unchunked, 'a_worst_gap_ms').text(',.0f', 'ms')}**, {ratio:.1f} times its TPOT: "
+    f"{b_prompt_len:,}-token prompt. Over {runs} runs (medians and ranges), B's prefill in one pass stretched A's worst gap "
+    f"to **{Spread.in_row(unchunked, 'a_worst_gap_ms').text(',.0f', 'ms')}**, {ratio:.1f} times its TPOT: "
     f"{hidden.get(register.verdict('tpot_hides_the_stall'), 'not decided here')}. {found[:1].upper() + found[1:]} "
     f"({runs_alone}{foreseen}): at {shown.name} tokens A's worst gap was "
     f"**{Spread.in_row(shown, 'a_worst_gap_ms').text(',.0f', 'ms')}**, its median gap {shown.a_median_gap_ms:,.0f} ms, and B's first token came after "

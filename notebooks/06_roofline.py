@@ -406,6 +406,17 @@ def shown_regime(r: regime.Regime, pred: costmodel.Prediction) -> str:
     return r.label
 
 
+def point_regime(r: regime.Regime, pred: costmodel.Prediction, series: str, low_s: float, bytes_: float,
+                 read_rate: float) -> str:
+    """The label a point gets on this page: :func:`shown_regime`'s, except that a decode step it calls memory-bound
+    whose whole interval (``low_s``, seconds) lies more than the slack above its ``bytes_`` at ``read_rate`` (bytes
+    per second, the streaming read) is, as in chapter 3, "above its streaming floor"."""
+    shown = shown_regime(r, pred)
+    if shown == "memory-bound" and series != "prefill" and low_s > regime.REGIME_SLACK * bytes_ / read_rate:
+        return "above its streaming floor"  # chapter 3's word for a step the bytes alone do not set
+    return shown
+
+
 rows, placed = [], {}
 for series, table in (("prefill", prefill), ("decode", decode), ("batched decode", batched)):
     for r in table.itertuples():
@@ -431,10 +442,8 @@ for series, table in (("prefill", prefill), ("decode", decode), ("batched decode
                          second_share=top2[1].best / pred.best,
                          predicted=("few-row-kernel-bound" if label.limit == "compute" and cost.intensity < ridge
                                     else f"{label.limit}-bound"), rule_label=label.label,
-                         regime=("above its streaming floor"  # chapter 3's word for a step the bytes alone do not set
-                                 if shown_regime(label, pred) == "memory-bound" and series != "prefill"
-                                 and r.measured_ms_low / 1e3 > regime.REGIME_SLACK * cost.bytes / read
-                                 else shown_regime(label, pred)), explained=label.explained,
+                         regime=point_regime(label, pred, series, r.measured_ms_low / 1e3, cost.bytes, read),
+                         explained=label.explained,
                          blocks_ms=pred.term("block matrices").best * 1e3,
                          blocks_one_row_ms=model.kernel("blocks", 1).best * 1e3,
                          measured_ms=r.measured_ms, measured_ms_low=r.measured_ms_low,
@@ -1303,9 +1312,12 @@ if profiled:
     slower = per_op[low16].sum() > per_op["fp32"].sum()
     why_dtype = (f" One {profiled_size} step under the profiler took {per_op[low16].sum():.1f} ms in {low16} against "
                  f"{per_op['fp32'].sum():.1f} ms in fp32; "
-                 + ("most of the difference is " if slower else f"the {low16} step's largest extra operators are ")
+                 + (f"{extra[top].sum() / (per_op[low16].sum() - per_op['fp32'].sum()):.0%} of the difference is "
+                    if slower else f"the {low16} step's largest extra operators are ")
                  + " and ".join(f"`{o}` (+{extra[o]:.2f} ms over {calls.get(o, 0):.0f} "
                                 f"call{'' if calls.get(o, 0) == 1 else 's'})" for o in top)
+                 + (f", with {extra[profiling.BETWEEN]:+.2f} ms between operators"
+                    if slower and abs(extra.get(profiling.BETWEEN, 0.0)) >= 0.01 else "")
                  + (f": on this machine those {low16} kernels ran slower than fp32's on the same weights, though they "
                     "read half the bytes" + ("" if slower else f", and the profiler's other operators, its own cost "
                                             "included, more than made up for them")
@@ -1661,7 +1673,7 @@ if _priced:  # chapters 2 and 3 timed one thread too: label those passes by the 
                             (roofline.decode_cost(_shape, 1, _mid), _cm.decode(_mid, batch=1, fresh_pages=_f)))
             _label = regime.regime(Spread.in_row(_r, _col, 1e-3), _pred,
                                    intensity=_cost.intensity, balance=_peak1 / _read1)  # one thread's ridge
-            _shown = shown_regime(_label, _pred)
+            _shown = point_regime(_label, _pred, _series, getattr(_r, f"{_col}_low") / 1e3, _cost.bytes, _read1)
             _now = points[(points.series == _series) & (points.tokens == _tok) & (points.batch == 1)].regime
             if len(_now):
                 _n += 1
@@ -1798,8 +1810,8 @@ def opening_text(missed_line: str) -> str:
     return (f"On this machine ({this_machine}), the textbook ridge lies at **{ridge:.1f} FLOP/byte**{roofs}. "
             + (f"Across GPT-2's sizes a decode step took **{pooled.text('.2f', 'x')}** its price ({as_priced})"
                if as_priced else "")
-            + (("; a" if as_priced else "A") + f" line through the 12-layer steps' times against their weights put "
-               f"its bytes' term equal to its intercept (the floor) at about {met}" if met is not None else "") + ". " * bool(as_priced or met is not None)
+            + (("; the" if as_priced else "The") + f" 12-layer steps' weights outweighed their floor from about {met}"
+               if met is not None else "") + ". " * bool(as_priced or met is not None)
             + missed_line + f"By the book's [regime rule](glossary.md#regimes), a decode step "
             f"{waits_on('decode', 'context')}; a prefill "
             f"{waits_on('prefill', 'prompt length')}.")

@@ -572,9 +572,9 @@ if llama_one:
                          cause=weak + (f"It also moved {q4_read:.0%} of the read in the sweep, at least the "
                                 f"{close_to_read:.0%} counted close: memory sets its time." if q4_read >= close_to_read
                                 else f"But it moved only {q4_read:.0%} of the read in the sweep, below the "
-                                f"{close_to_read:.0%} counted close, so the read is not what holds it back: its "
-                                f"work did not split evenly over the threads ({gain.mid:.2f}x, where an even split "
-                                f"gives nearly {threads}x), for a reason this test does not show.")))
+                                f"{close_to_read:.0%} counted close, so the read does not look like what holds it "
+                                f"back; what does, this test does not show ({gain.mid:.2f}x from {threads} threads, "
+                                f"where a perfectly even split would give {threads}x).")))
 else:
     show(register.decide("llama_bound_by_its_cores", None, why=(
         llama_why if not use_llama else "this run has one thread, so there is no second to add")))
@@ -1156,8 +1156,8 @@ show(f"The eager growing-cache step is the sweep's fp32 step at {c0} cached toke
      f"{swept.text('.1f', 'ms')} over {sweep_runs} runs" + (
          ", the same within their ranges." if claims.ranges_overlap(again.low, again.high, swept.low, swept.high) else
          f", {again.mid / swept.mid:.2f}x: the same step ran {'slower' if again.mid > swept.mid else 'faster'} here "
-         "than in the sweep, so the machine's speed moved between the two; this section compares its paths only "
-         "within these runs, where they took turns."))
+         "than in the sweep, later in the process" + (" and after compiling" if compiled is not None else "")
+         + ", so this section compares its paths only within these runs, where they took turns."))
 prose.shown(issue.round(2))
 
 # %% [markdown]
@@ -1200,18 +1200,20 @@ if compiled is not None:
     matrices_saved = less_matrices > 0.2 * max(less_issuing + less_matrices, 1e-9)  # a fifth of the profiled saving
     timed = (f" (timed without the profiler, above: {saved.text('.1f', 'ms')})"
              if compiled is not None and dispatch is not None else "")
+    adds_up = not timed or saved.mid <= 0 or \
+        1 / claims.PREDICTED_TIME <= (less_issuing + less_matrices) / saved.mid <= claims.PREDICTED_TIME
+    matrices_saved = matrices_saved and adds_up  # a share read off a split that adds up to the timed saving
+    fewer = sum(max(e[f"{t}_calls"] - c[f"{t}_calls"], 0) for t in own)  # the calls charged: issuing's and matrices'
     show(f"The profiler adds its own cost to every operator call it records, about {per_call_ms * 1e3:.1f} us a call "
-         f"timed alone, and the compiled step makes {e.operator_calls - c.operator_calls:,.0f} fewer calls, so "
+         f"timed alone, and the compiled step makes {fewer:,.0f} fewer calls in issuing and its matrices, so "
          f"{prose.ms(sum(own.values()) / 1e3)} of the profiled difference is the profiler's own. Less that, the "
          f"compiled step saved {prose.ms(less_issuing / 1e3)} of issuing and {prose.ms(less_matrices / 1e3)} in its "
          f"matrices, {prose.ms((less_issuing + less_matrices) / 1e3)} in all{timed}. "
          + (f"That total is {(less_issuing + less_matrices) / saved.mid:.2f}x the saving timed without the profiler, "
-            "so its split is a rough guide to where the saving lies, not a measurement of it. "
-            if timed and saved.mid > 0 and not 1 / claims.PREDICTED_TIME <= (less_issuing + less_matrices) / saved.mid
-            <= claims.PREDICTED_TIME else "")
-         + ("So not dispatch alone: where the saving timed above matches chapter 0's dispatch, part of the match is "
-            "the matrices', which this run does not take apart further." if matrices_saved else
-            "So the saving is issuing: the matrices took about the same time on both paths."))
+            "so the split is a rough guide to where the saving lies, not a measurement of it."
+            if not adds_up else
+            "So not dispatch alone: part of the saving is in the matrices, which this run does not take apart further."
+            if matrices_saved else "So the saving is issuing: the matrices took about the same time on both paths."))
     display(prose.shown(parts.round(2)))
 
 # %% [markdown]
@@ -1375,7 +1377,7 @@ found[-1] += (("; compiling saved about the dispatch chapter 0 priced, part of i
                else "; compiling saved the dispatch chapter 0 priced.") if issued == claims.HELD else
               f"; compiling saved {saved.mid:.1f} ms a step, not chapter 0's {prose.ms(dispatch.best)}."
               if issued == claims.NOT_HELD else f"; compiling saved {saved.mid:.1f} ms a step against chapter 0's "
-              f"{prose.ms(dispatch.best)}, not decided."
+              f"{prose.ms(dispatch.best)}, too close to call."
               if issued == claims.UNRESOLVED else ".")
 cheapest = {"llama.cpp, Q4_1": "llama.cpp on the Q4_1 file", "vLLM (CPU build, HTTP)": "vLLM's CPU build",
             "fastest PyTorch: compiled fp32": "the compiled step"}.get(top.path, top.path.removeprefix("fastest PyTorch: "))

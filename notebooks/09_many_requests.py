@@ -720,8 +720,8 @@ register.claim(
     "With two workers, B's TTFT is the cost model's prefill of B's prompt on one core, within the tolerance for a "
     "predicted time.",
     held="B waited **{two_ttft:.0f} ms** for its first token with two workers, within the tolerance of the "
-         "{predicted} predicted for its prefill on one core, against {one_ttft:.0f} ms with one worker on all cores "
-         "({ratio:.2f}x): separated, the newcomer's prefill gets the one core of its worker.",
+         "{predicted} predicted for its prefill on one core, against {one_ttft:.0f} ms with one worker on all cores: "
+         "separated, the newcomer's prefill gets the one core of its worker. {layer_down}",
     not_held="B waited {two_ttft:.0f} ms for its first token with two workers, {longer} than the {predicted} "
              "predicted for its prefill on one core, beyond the tolerance ({one_ttft:.0f} ms with one worker on all "
              "cores, against {one_pred:.0f} ms predicted). {layer_down}",
@@ -747,7 +747,8 @@ split_said = {  # how one core's prefill against all cores' compares with its pr
     claims.UNRESOLVED: "The split is {r} its price (each run's ratio), its runs straddling the tolerance for a ratio: "
                        "this run cannot say whether one core against two costs as priced, so the miss may lie in the "
                        "split as well as in the prefill's price."}
-split_sentence = (f"On one core B's prefill took {measured_split:.2f}x its time on all cores, against {priced_split:.2f}x "
+split_sentence = (f"With two workers B's first token (its prefill on one core, then the hand-over) took "
+                  f"{measured_split:.2f}x its time with one worker on all cores, against {priced_split:.2f}x "
                   f"priced; B's TTFT ran {off_all:.2f}x its price on all cores and {two_ttft / predicted_b:.2f}x on one. "
                   + ("" if split_over_price is None else split_said[claims.within(split_over_price, 1.0, claims.PREDICTED_RATIO)]
                      .format(r=split_over_price.text(".2f", "x"))))
@@ -1549,6 +1550,11 @@ if pooled_of:
                          for (n, (r, _)), w in zip(pooled_of.items(), said))
                      + f", {said[0]}" * (len(set(said)) == 1) + ". ")
     text += replayed_told
+_missed = sum(r.verdict == claims.NOT_HELD for r in register.rows.values())
+_open = sum(r.verdict == claims.UNRESOLVED for r in register.rows.values())
+text += (f"{prose.count(_missed, 'claim').capitalize()} did not hold" + (f" and {prose.count(_open, 'claim')} "
+         "could not be called" if _open else "") + " (the evidence table at the end names "
+         + ("it" if _missed + _open == 1 else "them") + "). " if _missed else "")
 v_flat = register.verdict("two_workers_keep_the_stream_flat")
 text += ("So cache what requests share" if saving.low > 0 else "So reusing a shared prefix saved no sure time here")
 text += f", and {flatter[v_flat]}" if v_flat in flatter else ""
