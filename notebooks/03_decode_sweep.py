@@ -327,6 +327,11 @@ def spreads() -> tuple[dict, dict]:
     groups = decode_runs.groupby(keys, sort=False)
     return {k: Spread.of(g.step_ms / 1e3) for k, g in groups}, {k: Spread.of(g.ratio) for k, g in groups}
 
+# %% [markdown]
+# The sweep itself: every configuration and context in turn, `runs` times; a point whose interval straddles its
+# tolerance is timed again while `settle_s` seconds last (`lib.claims.settle`). Then each point beside its price
+# and its streaming floor:
+
 # %%
 def band_top(k: tuple) -> float:
     """The top of a point's band before the tolerance: its price at the median calls over the fastest."""
@@ -1146,6 +1151,10 @@ ax.legend(fontsize=7)
 ax.grid(True, alpha=0.3)
 results.figure(fig, "batched_decode")
 plt.show()
+
+# %% [markdown]
+# Does batching pay as priced? From batch 1 to the largest, the machine's tokens per second against the gain
+# the cost model gives each cache:
 
 # %%
 register.claim(

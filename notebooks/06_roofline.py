@@ -753,8 +753,13 @@ if len(priced12) < 2:
                                   step_ms=size_price(n, "fp32", short_c).best * 1e3)
                              for n in gpt2_sizes.SIZES if gpt2_sizes.SIZES[n].layers == 12])
 floor_pred, slope_pred = line_of(priced12.weight_mb, priced12.step_ms)  # ms, ms per MB
-predicted_transition = gpt2_sizes.transition_bytes(floor_pred / 1e3, 1e9 / slope_pred)  # bytes
 floor_range = size_plan[size_plan.layers == 12].floor_ms
+if not (floor_pred > 0 and slope_pred > 0):  # a line through few, noisy prices can start below zero: then the
+    floor_pred = float((floor_range if len(floor_range) else size_plan.floor_ms).min())  # sizes' own priced floor
+    slope_pred = 1e9 / rate["fp32"]  # and the weights' rate, in ms per MB
+    print(f"the line through the 12-layer prices starts at no positive floor; the transition is priced from the "
+          f"smallest priced floor ({floor_pred:.1f} ms) and the weights' rate instead")
+predicted_transition = gpt2_sizes.transition_bytes(floor_pred / 1e3, 1e9 / slope_pred)  # bytes
 facts = load_reference("ch09_facts").set_index("fact").value
 source_steps = load_reference("ch09_decode_gpu_cpu")
 source_floor = source_steps.gpu_fp32_ms_lo.min() / 1e3
@@ -1157,6 +1162,10 @@ if len(series) >= 2:
 else:
     transition = None
     show(register.decide("floor_gives_way_where_predicted", None))
+
+# %% [markdown]
+# Each side of the transition in the 16-bit dtype, and a longer context on the floor and past it, each against
+# its price:
 
 # %%
 for where_, which in (("on_the_floor", "on the floor"), ("past_the_floor", "past the floor")):

@@ -785,6 +785,9 @@ show(f"Every rate replays one seeded pattern of {arrivals} arrivals, scaled: its
        "need not be the closed loop's.")
 prose.shown(poisson.round(2))
 
+# %% [markdown]
+# Goodput against the arrival rate, one line per engine:
+
 # %%
 fig, ax = plt.subplots(figsize=(7, 4))
 for name, g in poisson.groupby("engine", sort=False):
@@ -1565,6 +1568,9 @@ claims.invariant(not any(e.running for e in live.values()), "an engine is still 
 pacer.check("after them")
 show(pacer.claim(register, results, "this chapter's requests"))
 
+
+# %% [markdown]
+# The paragraph at the top of this chapter, under *What this run found*, written from the findings above:
 
 # %%
 called = lambda name: "the server" if name == "server" else name  # noqa: E731  (base_url's server)

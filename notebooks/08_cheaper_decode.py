@@ -398,6 +398,9 @@ results.table(sweep, "decode_sweep")
 prose.shown(sweep[["precision", "context_tokens", "bytes_per_step", "step_ms", "step_ms_low", "step_ms_high", "predicted_ms",
        "over_predicted", "gb_s", "of_read", "tokens_per_s"]].round(3))
 
+# %% [markdown]
+# Each precision's step against the bytes it reads, with the streaming read's line beside them:
+
 # %%
 spread = {(r.precision, r.context_tokens): Spread.in_row(r, "step_ms") for r in sweep.itertuples()}
 fig, ax = plt.subplots(figsize=(7.5, 4.8))
@@ -1288,6 +1291,9 @@ side["speedup_over_eager_loop"] = base / side.tpot_ms
 side = side.sort_values("tpot_ms", ignore_index=True)
 results.table(side, "side_by_side")
 prose.shown(side[["path", "tpot_ms", "tpot_ms_low", "tpot_ms_high", "tokens_per_s", "gb_s", "of_read", "speedup_over_eager_loop"]].round(2))
+
+# %% [markdown]
+# Each lever against the book's eager fp32 step, run by run, ranked:
 
 # %%
 top = side.iloc[0]

@@ -1271,6 +1271,9 @@ for name in ([] if replay_missing else replayed.engine.unique()):
     if ratios:
         pooled_of[name] = claims.geomean_of(ratios.values()), claim  # for the opening
 
+# %% [markdown]
+# Measured, replayed and calibrated latencies, side by side for each engine:
+
 # %%
 if replay_missing:
     register.claim("replay_predicts_the_queue", "The token-budget replay predicts each engine's median TTFT and TPOT "
@@ -1490,6 +1493,9 @@ else:
     _text = ("; ".join(_said) + ". A ratio that moves toward 1x would show the threads, not the scheduler, "
              "behind the miss.") if _said else "No engine's replay was decided here, so there is nothing to compare."
 display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</details>"))
+
+# %% [markdown]
+# The paragraph at the top of this chapter, under *What this run found*, written from the findings above:
 
 # %%
 claims.invariant(not any(e.running for e in live.values()), "an engine is still running after the chapter")
