@@ -1783,7 +1783,8 @@ roof = lambda series: (f"**{roof_reach[series].text('.0%')}**"
                        + above.get(register.verdict(f"{series}_under_the_roof"), ""))
 with use_threads(threads):  # the thread count the points were measured with
     this_machine = prose.machine(device, points_dtype)
-as_priced = {claims.HELD: "within the tolerance", claims.NOT_HELD: "outside the tolerance",
+as_priced = {claims.HELD: f"inside the {1 / claims.PREDICTED_TIME:.2f}x to {max(1.0, price_span) * claims.PREDICTED_TIME:.2f}x "
+                          "its tolerance allows", claims.NOT_HELD: "outside the tolerance",
              claims.UNRESOLVED: "too close to call"}.get(register.verdict("size_steps_as_priced"))
 fell = register.verdict("floor_gives_way_where_predicted")
 met = None if transition is None else (f"**{transition.text(',.0f', 'MB')}** of weights, " + {

@@ -1338,7 +1338,10 @@ found = [f"On this machine ({prose.machine(device)}), the book's eager fp32 step
 rest = ", ".join(f"{name} {levers[name].mid:.2f}x" for name in ranked[1:3])
 found.append(f"Against the eager fp32 step run by run (prompt lookup against plain greedy decoding), the fastest lever was "
              f"**{lead}**, {levers[lead].mid:.2f}x"
-             + (f"; then {rest}." if rest else ".") if levers[lead].low > 1 else
+             + (f"; then {rest}" if rest else "")
+             + "".join(f"; slower than the eager step: {', '.join(f'{n} {levers[n].mid:.2f}x' for n in slow)}"
+                       for slow in [[n for n in ranked if levers[n].high < 1]] if slow) + "."
+             if levers[lead].low > 1 else
              "Against the eager fp32 step run by run (prompt lookup against plain greedy decoding), no lever was clearly "
              "faster: " + ", ".join(
                  f"{name} {levers[name].mid:.2f}x" for name in ranked[:3]) + ".")

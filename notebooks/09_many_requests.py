@@ -1106,7 +1106,7 @@ print(replay_missing or "objectives (chapter 7's): " + "; ".join(f"{n}: TTFT <= 
       + ("" if not any(c and c[1] < 0 for c in calibrations.values()) else
          " (the time before the scheduler is one user's TTFT less its prefill priced at the steps' factor; it is "
          "negative where the engine's prefill ran faster than that factor says)"))
-prose.shown(replayed.round(1))
+prose.shown(replayed.round(1).assign(goodput=replayed.goodput.round(2)))  # a fraction: two places
 
 # %% [markdown]
 # For vLLM, the measured rows' `wait_ms` and `prefill_ms` are the engine's own means (its
@@ -1182,7 +1182,7 @@ def requests_apart(name: str, rate: float) -> str:
                        "so the requests cannot tell the engine's work per request from how it serves several at once; "
                        "arrivals at other spacings would")
     said = (f"the {len(busy)} that arrived while another was being served took a median {busy.extra.median():+.0f} ms "
-            f"against their replay (which queued them {busy.wait_ms.mean():.0f} ms on average), the {len(alone)} that "
+            f"against their replay on the engine's own costs (which queued them {busy.wait_ms.mean():.0f} ms on average), the {len(alone)} that "
             f"arrived alone {alone.extra.median():+.0f} ms")
     if busy.extra.median() > 0 and abs(busy.extra.median()) > 2 * abs(alone.extra.median()):
         return head + said + (": the miss is in requests that joined others already being served, which the replay "
