@@ -602,7 +602,7 @@ opening.write(  # the longest telling that fits the opening's length, the shorte
 # * Set `threads = [1]` and re-run this chapter, then chapter 3 with `configs = [("fp32", 1)]` (chapter 0 now
 #   measures one thread only, and chapter 3 prices only what chapter 0 measured): which of its steps move?
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 if on_gpu:
     _text = ("On a GPU the thread count does not reach the kernels: chapter 0 measures the host's one count, and "
              "chapter 3's steps and their prices should not move beyond the spread of their runs.")
@@ -623,7 +623,7 @@ display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</deta
 # %% [markdown]
 # * Set `dtypes = ["fp32", "bf16", "fp16"]`: does this CPU have instructions for each (see the table's *limited by* column)?
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 from lib.device import DTYPES as _DTYPES
 
 _has = {dt: machine.hardware_support(device, _DTYPES[dt]) for dt in ("fp32", "bf16", "fp16")}

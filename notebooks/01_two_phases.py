@@ -578,7 +578,7 @@ show(register.decide("first_token_from_prefill", claims.HELD if uncached_first =
 # * Ask for a long answer: end `question` with "Answer in five paragraphs." and set `max_new_tokens = 400`.
 #   How do the phase shares move?
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 _longer = 4 * m.n_tokens  # an answer four times this one
 _step = model.decode(T + _longer // 2).best  # a step half-way through it
 _share = (_longer - 1) * _step / ((_longer - 1) * _step + pre_pred.best)
@@ -596,7 +596,7 @@ display(Markdown(
 # %% [markdown]
 # * Paste a long paragraph into `question`: how does TTFT grow with the prompt, and does TPOT change?
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 _long = 4 * T  # a prompt four times this one
 _pre, _step = model.prefill(_long).best, model.decode(_long + m.n_tokens // 2).best
 _f_long = model.ceilings.matrix_rate(model_name, dtype, model.threads, _long)
@@ -619,7 +619,7 @@ display(Markdown(
 # %% [markdown]
 # * Run with `dtype = "bf16"`: which phase speeds up, and by how much? Does `first_token_from_prefill` still hold?
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 _other = "bf16" if dtype != "bf16" else "fp32"  # a run in bf16 already: the other way round
 if _other in model.ceilings.dtypes():
     _alt = costmodel.CostModel(model.ceilings, model_name, shape.with_dtype(_other), _other, model.threads)
@@ -649,7 +649,7 @@ display(Markdown(
 # %% [markdown]
 # * Tighten `tpot_slo_ms` until goodput drops below 100 per cent. What TPOT does your machine sustain?
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 _follows = worst_gap_slo_ms is None  # the worst-gap objective is then WORST_GAP_FACTOR times the TPOT one
 _by_tpot = run_table.tpot_ms.max()
 _by_gap = run_table.worst_gap_ms.max() / objectives.WORST_GAP_FACTOR if _follows else 0.0

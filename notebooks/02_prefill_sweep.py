@@ -1402,7 +1402,7 @@ opening.write(_body + _why, _body + _close,
 # * Set `threads = [1, 2, 4]` (on a machine with more cores, after running chapter 0 with the same counts): does
 #   doubling the threads halve the time at the longest prompt? Does it move the floor?
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 _slow = floors[(floors.dtype == main_dt) & (floors.threads == fewest)]
 if on_gpu or fewest == most or _slow.empty or not both:
     _text = ("This run measured one thread count only" + (" (on a GPU the host's threads do not run the kernels)"
@@ -1448,7 +1448,7 @@ display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</deta
 # %% [markdown]
 # * Set `margin = 0.5`: which of the floor and the knee moves, and by how much?
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 _wide = {c: sweeps.floor_and_knee(mine.prompt_tokens, mine[c] / 1e3, margin=0.5) for c in ("time_ms", "predicted_ms")}
 _now = {"time_ms": readings[1], "predicted_ms": expected[main]}  # the medians' reading and the cost model's
 _floor = lambda f: (f"a floor to {tokens(f.flat_until_tokens)}" if f.flat_until_tokens > f.floor_tokens  # noqa: E731
@@ -1467,7 +1467,7 @@ display(Markdown(
 # %% [markdown]
 # * Add 3, 6 and 12 to `prompts`: does the measured curve have steps where `F(M)` does?
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 _t = ceilings.table
 _rows = sorted({int(r) for r in _t[(_t.kernel == "blocks") & (_t.model == model_name) & (_t.dtype == main_dt)
                                    & (_t.threads == most) & (_t.status == "ok")].rows})
@@ -1488,7 +1488,7 @@ display(Markdown(
 # %% [markdown]
 # * On a GPU, compare the knee in fp32 and fp16: the source chapter's floor extended further in fp16.
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 _ref = beside[(beside.source == "source chapter") & (beside.device == "cuda")].set_index("dtype")
 _here = floors[floors.threads == most].set_index("dtype")
 _low = "fp16" if on_gpu else half  # this run's 16-bit dtype, if it ran one

@@ -1659,7 +1659,7 @@ opening.write(opening_start + kernel_note + ". " + narrow_text + batch_text + to
 # * On a machine with four cores or more, run chapter 0 with `threads = [1, 2, 4]`, then this chapter with
 #   `configs = [("fp32", 1), ("fp32", 2), ("fp32", 4)]`: does the step follow the cost model as threads are added?
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 _fp32 = sorted(n for dt, n in configs if dt == "fp32")
 _measured = sorted(ceilings.threads("fp32"))  # the thread counts chapter 0 measured here
 _four = ("" if on_gpu or 4 in _measured else
@@ -1690,7 +1690,7 @@ display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}{_four}\
 # %% [markdown]
 # * Raise `batches` to 128 and 256 until a row reports out of memory (or the step becomes compute-bound).
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 import os as _os
 
 _ctx, _len = batch_context + batch_steps // 2, batch_context + batch_steps
@@ -1727,7 +1727,7 @@ display(Markdown(
 # %% [markdown]
 # * Replace `gpt2-small` with `tiny-gpt2`: how much of a step is then the cost of issuing it?
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 _tiny_shape = MODELS["tiny-gpt2"][0].with_dtype(main[0])
 try:
     _tiny = costmodel.CostModel(ceilings, "tiny-gpt2", _tiny_shape, *main).decode(contexts[0] + steps // 2)
@@ -1751,7 +1751,7 @@ display(Markdown(
 # %% [markdown]
 # * Set `batch_context = 64`: with small caches, which part of the batched step is left?
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 _small = {_b: cost[main].decode(64 + batch_steps // 2, batch=_b) for _b in (one, top)}  # a growing cache at context 64
 _shares = {}
 for _at, _p in (("64", _small[top]), ("now", batch_price("dynamic", top))):  # and this run's batch_context

@@ -759,7 +759,7 @@ _ = pacer.claim(register, results, "the requests")  # an evidence row: whether t
 #
 # * Add `(800, 200)` to `pairs`: at what output length does decode overtake prefill for an 800-token prompt?
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 _p, _o = 800, 200  # the exercise's pair
 _room = lm.max_positions - _p  # the output tokens that fit after such a prompt
 _fits = (f"`({_p}, {_o})` fits {lm.name}'s {lm.max_positions} positions" if _o <= _room else
@@ -782,7 +782,7 @@ display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</deta
 # %% [markdown]
 # * Set `tpot_slo_ms` to your own reading speed (a fast reader manages about 8 tokens per second: 125 ms).
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 _reader_s = 1 / 8  # a fast reader: 8 tokens per second, as the exercise says
 _grid = [m for m, r in zip(scored, records) if r["workload"] == "grid"]
 _good = metrics.goodput(_grid, goals.ttft_s, _reader_s)
@@ -803,7 +803,7 @@ display(Markdown(
 # %% [markdown]
 # * Run with `dtype = "bf16"`: does the cache's share of TPOT's growth change with the bytes per value?
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 _other = "fp32" if dtype == "bf16" else "bf16"
 try:
     _alt = costmodel.CostModel(cost.ceilings, model_name, shape.with_dtype(_other), _other, cost.threads)

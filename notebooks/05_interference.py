@@ -905,7 +905,7 @@ opening.write(*map(one_paren, (told, _shorter, _shorter.replace(PAID_RULE, ""), 
 #
 # * Set `arrival_step = 30`: does the stall move, and does its size change?
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 _arrival, _small = 30, sizes[-1]
 _left, _now_left = a_tokens - _arrival, a_tokens - arrival_step  # A's tokens still to come when B arrives
 
@@ -936,7 +936,7 @@ display(Markdown(f"<details><summary>What to expect</summary>\n\n{_said}\n</deta
 # %% [markdown]
 # * Set `stream_counts = [1, 8]` and compare with the Word Factory's eight typers.
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 _k, _c = 8, min(stream_sizes)
 _ratio = cost.decode(context + 5, batch=_k).best / cost.decode(context + 5, batch=k1).best
 _gap = one.a_median_gap_ms * _ratio  # each stream's gap with 8 streams, by the cost model's ratio
@@ -964,7 +964,7 @@ display(Markdown(
 # %% [markdown]
 # * Set `stops_helping = 0.3`: where does the predicted best chunk size move, and does the measurement follow?
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 _limit = 0.3
 
 

@@ -1592,7 +1592,7 @@ show(f"* **Models past {ran[-1]}**: the size sweep ran {len(ran)} of {len(plan)}
 # 2. A team summarises documents: 30,000-token prompts and 200-token answers, on the course's GPU. Which phase
 #    should they work on first?
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 summary_prompt, summary_output = 30_000, 200
 alone = roofline.request_split(llama8, gpu, summary_prompt, summary_output)
 summary_batch = roofline.batch_that_fits(llama8, gpu, summary_prompt + summary_output)
@@ -1615,7 +1615,7 @@ display(Markdown(
 # * Set `course_gpu = "H200"`: the same FLOP rate with more bandwidth. Where do the ridge, the prefill crossover and
 #   decode's bandwidth bound go?
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 _h = roofline.HARDWARE["H200"]
 _fits = roofline.batch_that_fits(big, _h, 1)
 _moved = (f"The {_h.name} has {_h.flops / gpu.flops:.2f}x the {gpu.name}'s FLOP rate and {_h.bandwidth / gpu.bandwidth:.2f}x "
@@ -1634,7 +1634,7 @@ display(Markdown(
 # * Add contexts 512, 1,024 and 4,096 to `batch_contexts`: beyond which context can Llama-3-8B's decode not reach
 #   the ridge at any batch?
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 _contexts = sorted(set(batch_contexts) | {512, 1024, 4096})
 _limit = {c: roofline.decode_intensity_limit(llama8, c) for c in _contexts}
 _lo, _hi = 0, 1 << 24  # the longest context whose limit still reaches the ridge, by bisection (it falls with the context)
@@ -1656,7 +1656,7 @@ display(Markdown(
 # %% [markdown]
 # * Set `threads = 1` (after running chapters 2 and 3 with one thread): which measured passes change regime?
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 _t1 = ceilings.table
 _priced = device.type != "cuda" and threads != 1 and ((_t1.threads == 1) & (_t1.dtype == points_dtype)).any()
 _changed, _n = [], 0
@@ -1716,7 +1716,7 @@ display(Markdown(f"<details><summary>What to expect</summary>\n\n{_said}\n</deta
 #   `dataclasses.replace(shapes.LLAMA3_8B, kv_heads=32)` for `shapes.LLAMA3_8B`): how far does the batching limit
 #   fall?
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 import dataclasses as _dataclasses
 
 _mha = _dataclasses.replace(llama8, kv_heads=32)

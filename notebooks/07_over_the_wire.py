@@ -1458,7 +1458,7 @@ show("\n".join(lines))
 #
 # * Tighten the objectives (`tpot_slo_ms = 50`) and watch where goodput collapses move.
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 _slo_ms = 50.0  # the exercise's TPOT objective
 _said = []
 for _name, _g in poisson.groupby("engine", sort=False):
@@ -1489,7 +1489,7 @@ display(Markdown(
 # %% [markdown]
 # * Add `64` to `vllm_budgets`: does A's worst gap keep shrinking, or does a step's fixed cost take over?
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 _vl = stall[stall.engine == "vLLM"]
 _cores = cores_of.get("vLLM", n_threads)
 _cm = costs.get(_cores, cost)
@@ -1521,7 +1521,7 @@ display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</deta
 # %% [markdown]
 # * Set `threads = 1`: how much of the difference between the in-process path and each engine was threading?
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 _n = torch.get_num_threads()
 _ctx = int(base.prompt_tokens) + max_new_tokens // 2
 try:

@@ -1460,7 +1460,7 @@ opening.write(*tellings, after=pacer.note())  # the pace note, if the prices mis
 #
 # * Set `threads = 1`: which path loses most, and does llama.cpp still get close to the read?
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 _mid = c0 + steps // 2
 if threads == 1:
     _text = "This run already used one thread, so nothing changes: its tables are the answer."
@@ -1504,7 +1504,7 @@ display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</deta
 # %% [markdown]
 # * Raise `contexts` to `[32, 4000]`: where does the cache's share of the bytes start to matter?
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 _short, _long = 32, 4000  # the exercise's contexts
 _kv, _w = shape.kv_bytes_per_token, shape.weight_bytes
 _share = _kv * _long / (_kv * _long + _w)
@@ -1526,7 +1526,7 @@ display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</deta
 # %% [markdown]
 # * Change `instruction` to "Summarise the passage in one sentence.": what happens to the acceptance length?
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 _k = int(spec.loc[spec.speedup.idxmax()].guesses)
 _row = spec.set_index("guesses").loc[_k]
 _check = pass_cost.get(_k + 1, math.nan) / pass_cost[1] if 1 in pass_cost else math.nan
@@ -1546,7 +1546,7 @@ display(Markdown(
 # * Serve the Q4_1 file to chapter 7: start `llama_cpp.server` (the command below) and run chapter 7 with
 #   `base_url = "http://127.0.0.1:8000"`.
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 _llama = side[side.path == "llama.cpp, Q4_1"]
 display(Markdown(
     "<details><summary>What to expect</summary>\n\n"

@@ -1414,7 +1414,7 @@ else:
 # * Set `prefix_tokens = 115`, then `125`: does vLLM's hit counter jump between the two, and why there and not
 #   at its block size?
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 _over = shared - prefix_tokens  # the chat template's tokens the prompts share beyond the system text
 _v = reuse_table[(reuse_table.engine == "vLLM") & reuse_table.block_tokens.notna()]
 _block = int(_v.block_tokens.iloc[0]) if len(_v) else 128  # vLLM's CPU block where it did not run here
@@ -1437,7 +1437,7 @@ display(Markdown(
 # %% [markdown]
 # * Set `chunk = 128`: does one worker's chunking come closer to two workers' flat stream?
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 _size = 128  # the exercise's chunk
 _ch5 = one_run("05_interference", ["interference"])
 _row5 = None if _ch5[0]["interference"] is None or _ch5[1].get("model_name") != separation_model else \
@@ -1469,7 +1469,7 @@ display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</deta
 # * Run chapter 7 with `threads = 1` and then this chapter: does the replay, priced on one core, come closer to
 #   vLLM's latencies?
 
-# %% tags=["answer"] jupyter={"source_hidden": true}
+# %% jupyter={"source_hidden": true} tags=["answer"]
 if replay_missing:
     _text = (f"Nothing was replayed here ({replay_missing}), so this run cannot say. With chapter 7 on one thread the "
              "replay prices every engine's steps on one core; it comes closer only if the engines' latencies move "

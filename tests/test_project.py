@@ -10,7 +10,7 @@ import jupytext
 import nbformat
 import pytest
 import yaml
-from jupytext.compare import compare_notebooks
+from jupytext.compare import compare, compare_notebooks
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
@@ -31,9 +31,14 @@ def test_executed_notebook_is_in_sync_with_its_source(source):
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
 def test_jupytext_sees_the_pair_as_identical(source):
-    """What JupyterLab's jupytext checks before it opens a pair: the .ipynb, written as py:percent, must be
-    the .py file, cell metadata included (papermill's timings would make it refuse)."""
+    """What JupyterLab's jupytext checks before it opens a pair whose .ipynb is newer (jupytext's
+    ``read_pair(must_match=True)``): both files, written as py:percent, must be the same text, cell metadata
+    and its key order included (papermill's timings, or ``tags`` written before ``jupyter``, make it refuse
+    with a File Load Error)."""
     compare_notebooks(jupytext.read(source.with_suffix(".ipynb")), jupytext.read(source), fmt="py:percent")
+    as_text = [jupytext.writes(jupytext.read(path), "py:percent") for path in (source.with_suffix(".ipynb"), source)]
+    assert not compare(*as_text, source.with_suffix(".ipynb").name, source.name, return_diff=True), (
+        f"JupyterLab would refuse to open {source.stem}: write each cell's metadata in jupytext's order")
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
