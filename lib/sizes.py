@@ -271,7 +271,7 @@ def price_decode(ceilings: Ceilings, name: str, reference: str, ops: int, ops_re
     s, r = SIZES[name].with_dtype(dtype), MODELS[reference][0]
     own = _own(ceilings, name, reference)
     blocks, head, _ = (1.0, 1.0, 1.0) if own else _scaled(s, r)
-    args = (reference, dtype, threads)
+    args = (name if own else reference, dtype, threads)  # a size chapter 0 measured: its own cache's rates
     terms = []
     for kernel, label, k in (("blocks", "block matrices", blocks), ("head", "LM head", head)):
         t = ceilings.matrices(name if own else reference, dtype, threads, kernel, 1)
@@ -281,8 +281,10 @@ def price_decode(ceilings: Ceilings, name: str, reference: str, ops: int, ops_re
     cache_bytes = context * s.kv_bytes_per_token
     attention = ceilings.attention_decode(*args, cache_bytes)
     terms.append(Term("attention", attention.best, attention.median, "memory",
-                      f"{cache_bytes / 1e6:.1f} MB of cache at chapter 0's rate for that size"))
-    copy = ceilings.cache_concatenation(*args, cache_bytes)
+                      f"{cache_bytes / 1e6:.1f} MB of cache at chapter 0's rate for that size"
+                      + (f" of {name}'s own cache" if own and name != reference else "")))
+    copy = ceilings.cache_concatenation(*args, cache_bytes) or ceilings.cache_concatenation(reference, dtype, threads,
+                                                                                           cache_bytes)
     if copy is None:
         rate = ceilings.stream_bandwidth(dtype, threads, "copy")
         terms.append(Term("cache copy", 2 * cache_bytes / rate, 2 * cache_bytes / rate, "memory", "chapter 0's copy"))

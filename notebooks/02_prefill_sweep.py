@@ -601,10 +601,11 @@ else:
             if off <= balance_tokens else
             f"It stays flat about as long as the balance point says, or longer; at {tokens(off)}, where it gives way,")
     gives = (f"{lead} chapter 0 measured F({off}) = **{at_off.F_gflop_s:.1f} GFLOP/s**, "
-             f"{at_off.F_gflop_s * 1e9 / f_many:.0%} of the {f_many / 1e9:.0f} GFLOP/s of many rows, so the matrices' "
-             f"arithmetic takes {at_off.arithmetic_at_F_ms:.3g} ms instead of {at_off.arithmetic_at_fastest_ms:.3g} ms, "
-             f"{'more' if at_off.arithmetic_at_F_ms > at_off.weight_read_ms else 'less'} than the "
-             f"{at_off.weight_read_ms:.3g} ms the one-row product takes to read their weights.")
+             f"{at_off.F_gflop_s * 1e9 / f_many:.0%} of the {f_many / 1e9:.0f} GFLOP/s of many rows, so the matrices "
+             f"take {at_off.arithmetic_at_F_ms:.3g} ms where their arithmetic at the fastest rate would take "
+             f"{at_off.arithmetic_at_fastest_ms:.3g} ms, {'more' if at_off.arithmetic_at_F_ms > at_off.weight_read_ms else 'less'} "
+             f"than the {at_off.weight_read_ms:.3g} ms the one-row product takes to read their weights (chapter 0 "
+             "takes that time apart).")
 show(f"By the balance point a pass should cost about the same up to **{balance_tokens:.0f} tokens**; measured, it "
      f"stays within {margin:.0%} of the 1-token pass " + (f"up to **{tokens(flats.mid)}**. " if floored[1] else
                                                          f"only at {tokens(first_tok)}: it has no floor. ") + gives)
@@ -1092,14 +1093,18 @@ register.claim(
              "at those rows, beyond the tolerance ({pairs}): {why} The FLOP count alone predicted savings of {flop}.",
     unresolved="the extra head rows cost **{total}** over {n}, against {predicted_total} for chapter 0's head at "
                "those rows ({pairs}), give or take the tolerance: {lean}. The FLOP count alone predicted savings of "
-               "{flop}.")
+               "{flop}.",
+    not_measured="the cost model prices no extra time for the head's extra rows over {n} (chapter 0 timed the LM head "
+                 "at {head_rows} rows, and more rows took it no longer), so there is nothing to set the measured extra "
+                 "against.")
+head_rows = ", ".join(map(str, ceilings.rows_measured(model_name, main[0], main[1], "head")))
 per_run_extra = Spread.of(pairs.groupby("run").extra_ms.sum() / 1e3)  # every length ran in every run
 predicted_span = price_span(saving.predicted_extra_ms.sum(), saving.predicted_extra_median_ms.sum())
 predicted_total = predicted_span.mid
 texts = [f"{tokens(r.prompt_tokens)}: {r.extra_ms:.1f} ms against {r.predicted_extra_ms:.1f} "
          f"(saving {r.saving:.0%})" for r in saving.itertuples()]
 far_off = max(saving.itertuples(), key=lambda r: abs(np.log(max(r.extra_ms, 1e-3) / max(r.predicted_extra_ms, 1e-3))))
-show(register.decide("last_logits_saving_as_predicted",
+show(register.decide("last_logits_saving_as_predicted", None if predicted_span.low <= 0 else
                      claims.within(per_run_extra, predicted_span, claims.PREDICTED_TIME) if per_run_extra.low > 0 else
                      claims.NOT_HELD if per_run_extra.high <= 0 else claims.UNRESOLVED,
                      predicted=f"{(predicted_span * 1e3).text('.1f', 'ms')} (fastest to median calls)",
@@ -1110,7 +1115,7 @@ show(register.decide("last_logits_saving_as_predicted",
                      total=(per_run_extra * 1e3).text(".1f", "ms"), predicted_total=prose.span(predicted_span.low * 1e3, predicted_span.high * 1e3, ".1f", "ms"),
                      pairs="; ".join(texts), flop=", ".join(f"{x:.0%}" for x in saving.flop_count_saving),
                      lean=lean(per_run_extra * 1e3, *(x * 1e3 for x in claims.allowed(predicted_span, claims.PREDICTED_TIME)),
-                               ".1f", " ms"),
+                               ".1f", " ms") if predicted_span.low > 0 else "", head_rows=head_rows,
                      why=f"the length furthest from its price is {tokens(far_off.prompt_tokens)} ({far_off.extra_ms:.1f} ms "
                          f"against {far_off.predicted_extra_ms:.1f}); one layer down, below, the profiler splits it."))
 facts = load_reference("ch09_facts").set_index("fact").value.astype(float)
@@ -1151,21 +1156,27 @@ register.claim(
              "does not cost what chapter 0 timed alone; the whole pass takes {total} more under the profiler.",
     unresolved="at {n} the matrices take {measured} more with every position's logits over the profiled pairs, "
                "against {predicted_extra} for the head's extra rows at chapter 0's rate, give or take the tolerance: "
-               "{lean}; the whole pass takes {total} more under the profiler.")
+               "{lean}; the whole pass takes {total} more under the profiler.",
+    not_measured="{why}.")
 extra_mm = extra_mm_runs.mid
 _at = saving.set_index("prompt_tokens").loc[n_logits]
 extra_span = price_span(_at.predicted_extra_ms, _at.predicted_extra_median_ms)
 predicted_extra = extra_span.mid
-show(register.decide("logits_extra_is_the_head", claims.within(extra_mm_runs, extra_span, claims.PREDICTED_TIME)
+priced = extra_span.low > 0  # chapter 0 timed the head at too few row counts (quick mode) to price more rows
+show(register.decide("logits_extra_is_the_head", None if not priced else
+                     claims.within(extra_mm_runs, extra_span, claims.PREDICTED_TIME)
                      if extra_mm_runs.low > 0 else claims.NOT_HELD if extra_mm_runs.high <= 0 else claims.UNRESOLVED,
                      predicted=f"{(extra_span * 1e3).text('.1f', 'ms')} (fastest to median calls)",
                      measured=(extra_mm_runs * 1e3).text(".1f", "ms"),
                      evidence=f"logits_parts.csv, torch.profiler, {tokens(n_logits)}", n=tokens(n_logits),
                      extra=prose.ms(extra_mm), predicted_extra=prose.span(extra_span.low * 1e3, extra_span.high * 1e3, ".1f", "ms"),
                      lean=lean(extra_mm_runs * 1e3, *(x * 1e3 for x in claims.allowed(extra_span, claims.PREDICTED_TIME)),
-                               ".1f", " ms"),
+                               ".1f", " ms") if priced else "",
                      total=prose.ms(logits_parts.extra_ms.sum() / 1e3),
-                     direction="more than" if extra_mm > predicted_extra else "less than"))
+                     direction="more than" if extra_mm > predicted_extra else "less than",
+                     why=f"the cost model prices no extra time for the head's extra rows at {tokens(n_logits)} (chapter 0 "
+                         f"timed the LM head at {head_rows} rows, and more rows took it no longer), so there is nothing "
+                         "to set the profiled extra against"))
 prose.shown(logits_parts.round(2))
 
 # %%

@@ -443,6 +443,22 @@ if lines and steps3 is not None and steps3.context_tokens.nunique() > 1:
                        "apart: chapter 3 crops one cache back to each context, where a request's cache grows as it "
                        "decodes, and this book does not take that difference apart." if apart3 else
                        "an interval overlapping this line's: the same growth, measured twice."))
+inside3 = load_table("03_decode_sweep", "steps_inside_by_context", quick=quick)  # chapter 3's profiled steps
+_n3 = torch.get_num_threads()
+inside3 = None if inside3 is None else inside3[(inside3.configuration == f"{dtype}, {_n3} threads")
+                                               & (inside3.term == "dispatch")]
+_at3 = [] if inside3 is None else sorted(int(c.split("_")[1]) for c in inside3.columns if c.startswith("dynamic_"))
+if lines and inside3 is not None and len(inside3) == 1 and len(_at3) == 2:  # one layer down: the growing step's rest
+    _r3, (_lo3, _hi3) = inside3.iloc[0], _at3
+    _grew3 = _r3[f"dynamic_{_hi3}_ms"] - _r3[f"dynamic_{_lo3}_ms"]
+    _rest3 = _grew3 * 1e3 / (_hi3 - _lo3)  # ms per 1k tokens
+    in_chapter_3 += (f" One layer down, chapter 3's profiler saw the rest of a growing-cache step (dispatch and the "
+                     f"time between operators, with attention and the copy taken out) grow "
+                     f"{_grew3:+.1f} ms from {_lo3} to {_hi3} cached tokens, about "
+                     f"{_rest3:.1f} ms per 1,000, "
+                     + ("about what the line grows beyond the parts timed alone: that is the growth they leave out."
+                        if slope > cache_slope and abs(_rest3 - (slope - cache_slope)) <= 0.5 * (slope - cache_slope)
+                        else "which does not match what the line grows beyond the parts timed alone."))
 shares = ", ".join(f"{part} **{s:.2f} ms**" for part, s in per_1k.items())
 register.claim(
     "tpot_growth_is_cache_work",

@@ -1683,12 +1683,19 @@ if _priced:  # chapters 2 and 3 timed one thread too: label those passes by the 
             _label = regime.regime(Spread.in_row(_r, _col, 1e-3), _pred,
                                    intensity=_cost.intensity, balance=_peak1 / _read1)  # one thread's ridge
             _shown = point_regime(_label, _pred, _series, getattr(_r, f"{_col}_low") / 1e3, _cost.bytes, _read1)
-            _now = points[(points.series == _series) & (points.tokens == _tok) & (points.batch == 1)].regime
+            _now = points[(points.series == _series) & (points.tokens == _tok) & (points.batch == 1)]
             if len(_now):
                 _n += 1
-                if _now.iloc[0] != _shown:
-                    _changed.append(f"the {_series} at {prose.tokens(_tok)} ({_now.iloc[0]} at {threads} threads, "
-                                    f"{_shown} at one)")
+                _was = _now.regime.iloc[0]
+                if _was != _shown:
+                    _slowed = getattr(_r, _col) / _now.measured_ms.iloc[0]  # this pass, one thread over all
+                    _floor_test = {_was, _shown} == {"memory-bound", "above its streaming floor"}
+                    _changed.append(f"the {_series} at {prose.tokens(_tok)} ({_was} at {threads} threads, {_shown} "
+                                    f"at one: " + (f"it slowed {_slowed:.2f}x while the streaming read slowed "
+                                                   f"{read / _read1:.2f}x, so it sits "
+                                                   + ("nearer" if _slowed < read / _read1 else "further from")
+                                                   + " its streaming floor" if _floor_test else
+                                                   "another term became the largest") + ")")
 if _priced and _n:
     _said = (f"Chapters 2 and 3 timed these passes with one thread as well, so this run can label them: one thread "
              f"multiplies large matrices {peak / _peak1:.1f}x slower than {threads} threads and streams "
@@ -1696,8 +1703,9 @@ if _priced and _n:
              if f"{ridge:.1f}" != f"{_peak1 / _read1:.1f}" else f"leaves the ridge at {ridge:.1f}") + " FLOP/byte. "
              + (f"{len(_changed)} of {_n} prefill and batch-1 decode passes change label: {'; '.join(_changed)}. "
                 if _changed else f"None of the {_n} prefill and batch-1 decode passes changes label. ")
-             + "A label moves where one thread slows one term more than the others, so that another term becomes "
-               "the largest" + ("." if _batched1 else "; chapter 3 timed no batched decode with one thread, so at "
+             + "A label moves for one of two reasons: one thread slows one term more than the others, so that "
+               "another term becomes the largest, or it slows the read more than the step, so that a step once well "
+               "above its streaming floor comes within the tolerance of it" + ("." if _batched1 else "; chapter 3 timed no batched decode with one thread, so at "
                                 "one thread this page would place no batched steps."))
 elif device.type == "cuda":
     _said = ("On a GPU the thread count only drives the host: the passes run on the device, so expect their labels to "

@@ -109,14 +109,21 @@ def test_the_floor_a_size_pays_is_timed_alone_and_between_its_own_weights_stream
 
 
 def test_a_model_chapter_0_measured_itself_is_priced_from_its_own_rows():
-    tiny = synthetic.table("tiny-gpt2")
+    tiny = synthetic.table("tiny-gpt2", long_caches=True)
     tiny.loc[tiny.kernel == "blocks", ["best_s", "median_s"]] = 7e-3  # its small matrices, slower than their bytes
+    tiny.loc[tiny.kernel.isin(["attention_decode", "cache_concatenation"]), ["best_s", "median_s"]] = 3e-6  # in cache
     c = Ceilings(pd.concat([synthetic.table(), tiny], ignore_index=True), "cpu")
     p = sizes.price_decode(c, "tiny-gpt2", "gpt2-small", 132, 500, "fp32", 2, 16)
     assert p.term("block matrices").best == 7e-3
     assert "own" in p.term("block matrices").how and "own" in p.term("dispatch").how
     assert sizes.price_prefill(c, "tiny-gpt2", "gpt2-small", 132, 500, "fp32", 2, 4).term("block matrices").best \
         == pytest.approx(7e-3)
+    # its cache's attention and copy too: a small cache that stays in the CPU's caches is not read at the rate of
+    # the reference's megabytes
+    cache = sizes.SIZES["tiny-gpt2"].with_dtype("fp32").kv_bytes_per_token * 16
+    assert c.cache_concatenation("tiny-gpt2", "fp32", 2, cache) is not None
+    assert p.term("attention").best == pytest.approx(3e-6) and p.term("cache copy").best == pytest.approx(3e-6)
+    assert c.attention_decode("gpt2-small", "fp32", 2, cache).best == pytest.approx(cache / synthetic.CACHE_RATE)
 
 
 def test_the_sweeps_gpu_path_on_a_cpu(monkeypatch):
