@@ -1162,8 +1162,8 @@ extra_mm = extra_mm_runs.mid
 _at = saving.set_index("prompt_tokens").loc[n_logits]
 extra_span = price_span(_at.predicted_extra_ms, _at.predicted_extra_median_ms)
 predicted_extra = extra_span.mid
-priced = extra_span.low > 0  # chapter 0 timed the head at too few row counts (quick mode) to price more rows
-show(register.decide("logits_extra_is_the_head", None if not priced else
+head_priced = extra_span.low > 0  # chapter 0 timed the head at too few row counts (quick mode) to price more rows
+show(register.decide("logits_extra_is_the_head", None if not head_priced else
                      claims.within(extra_mm_runs, extra_span, claims.PREDICTED_TIME)
                      if extra_mm_runs.low > 0 else claims.NOT_HELD if extra_mm_runs.high <= 0 else claims.UNRESOLVED,
                      predicted=f"{(extra_span * 1e3).text('.1f', 'ms')} (fastest to median calls)",
@@ -1171,7 +1171,7 @@ show(register.decide("logits_extra_is_the_head", None if not priced else
                      evidence=f"logits_parts.csv, torch.profiler, {tokens(n_logits)}", n=tokens(n_logits),
                      extra=prose.ms(extra_mm), predicted_extra=prose.span(extra_span.low * 1e3, extra_span.high * 1e3, ".1f", "ms"),
                      lean=lean(extra_mm_runs * 1e3, *(x * 1e3 for x in claims.allowed(extra_span, claims.PREDICTED_TIME)),
-                               ".1f", " ms") if priced else "",
+                               ".1f", " ms") if head_priced else "",
                      total=prose.ms(logits_parts.extra_ms.sum() / 1e3),
                      direction="more than" if extra_mm > predicted_extra else "less than",
                      why=f"the cost model prices no extra time for the head's extra rows at {tokens(n_logits)} (chapter 0 "

@@ -793,13 +793,14 @@ show(register.decide("every_stream_waits_the_prefill", None if kn == k1 else cla
                                                                          claims.PREDICTED_TIME),
                      paired="" if paired_stall is None else paired_stall.text(".2f", "x")))
 if kn != k1 and (many.a_worst_gap_ms_high < one.a_worst_gap_ms_low or many.a_worst_gap_ms_low > one.a_worst_gap_ms_high):
-    shorter = many.a_worst_gap_ms_high < one.a_worst_gap_ms_low  # though it waits for a longer step
-    show(f"The {kn} streams' stall was {'shorter' if shorter else 'longer'} than one stream's, their ranges apart, "
-         f"{'though' if shorter else 'and'} it holds a longer step. One layer down, B's prefill itself, its first "
+    stalled_less = many.a_worst_gap_ms_high < one.a_worst_gap_ms_low  # though it waits for a longer step
+    show(f"The {kn} streams' stall was {'shorter' if stalled_less else 'longer'} than one stream's, their ranges apart, "
+         f"{'though' if stalled_less else 'and'} it holds a longer step. One layer down, B's prefill itself, its first "
          f"token, took {prose.span(many.b_ttft_ms_low, many.b_ttft_ms_high, ',.0f', 'ms')} beside {kn} streams "
          f"against {prose.span(one.b_ttft_ms_low, one.b_ttft_ms_high, ',.0f', 'ms')} beside one: "
-         + ("the same prefill ran faster in those runs, and the stall is that prefill."
-            if (many.b_ttft_ms < one.b_ttft_ms) == shorter else
+         + (f"the same prefill ran {'faster' if stalled_less else 'slower'} in those runs, and the stall is that "
+            "prefill."
+            if (many.b_ttft_ms < one.b_ttft_ms) == stalled_less else
             "the prefill does not account for it; this run does not take it apart further."))
 
 # %% [markdown]

@@ -1200,8 +1200,8 @@ if compiled is not None:
              if c.matrices_ms > c.dispatch_ms else "."))
     # the profiler adds its own cost to every operator call it records: on each path, the profiled step less the
     # same step timed without it (above), charged to each term by its share of the path's operator calls
-    steps = issue.set_index("path").step_ms
-    own_ms = {kind: max(r.matrices_ms + r.attention_ms + r.dispatch_ms + r.other_ms - steps[kind], 0.0)
+    timed_ms = issue.set_index("path").step_ms  # each path's step, timed without the profiler
+    own_ms = {kind: max(r.matrices_ms + r.attention_ms + r.dispatch_ms + r.other_ms - timed_ms[kind], 0.0)
               for kind, r in parts.set_index("path").iterrows()}
     per_call = {kind: own_ms[kind] / max(r.operator_calls, 1) for kind, r in parts.set_index("path").iterrows()}
     e_own, c_own = per_call["eager, static cache"], per_call["compiled, static cache"]
