@@ -204,7 +204,8 @@ def test_pace_times_chapter_0s_kernel_and_its_claim_can_fail_both_ways():
     sentence = machine.pace_claim(register, {"before": far, "after": far}, "the sweep")
     assert register.frame().verdict.tolist() == [claims.NOT_HELD] and "before" in sentence and "another speed" in sentence
     assert list(machine.pace_table({"before": far}).columns) == ["when", "ratio", "ratio_low", "ratio_high",
-                                                                 "fastest_ratio", "calls"]
+                                                                 "fastest_ratio", "calls", "chapter0_fastest_over_median"]
+    assert 0 < now.reference_best <= 1 and now.expected().low == now.reference_best and now.expected().high == 1
     same = machine.Pace(ratio=claims.Spread.of([0.98, 1.0, 1.02] * 3), fastest=1.0, calls=9)
     register = claims.Claims()
     machine.pace_claim(register, {"before": same, "after": same}, "the sweep")
@@ -216,6 +217,19 @@ def test_pace_times_chapter_0s_kernel_and_its_claim_can_fail_both_ways():
     assert "took 1.65x to 1.85x their chapter 0 time" in note and note.endswith("ran about that much too low.")
     fast = machine.Pace(ratio=claims.Spread.of([0.5, 0.52, 0.55] * 3), fastest=0.5, calls=9)
     assert machine.pace_note({"before": same, "after": fast}).endswith("too high.")
+    # held to chapter 0's own span of calls, fastest to median: a machine running at chapter 0's fastest call, whose
+    # median call was a slow one, kept its pace; against the median alone it would not have
+    at_fastest = machine.Pace(ratio=claims.Spread.of([0.77, 0.78, 0.79] * 3), fastest=1.02, calls=9,
+                              reference_best=0.75)
+    register = claims.Claims()
+    machine.pace_claim(register, {"before": at_fastest}, "the sweep")
+    assert register.frame().verdict.tolist() == [claims.HELD] and machine.pace_note({"before": at_fastest}) == ""
+    register = claims.Claims()
+    machine.pace_claim(register, {"before": machine.Pace(at_fastest.ratio, 1.02, 9)}, "the sweep")
+    assert register.frame().verdict.tolist() == [claims.NOT_HELD]
+    register = claims.Claims()  # and it still fails both ways: faster than chapter 0's fastest call beyond the tolerance
+    machine.pace_claim(register, {"before": machine.Pace(claims.Spread.of([0.5, 0.52] * 4), 0.6, 8, 0.75)}, "x")
+    assert register.frame().verdict.tolist() == [claims.NOT_HELD]
     edge = machine.Pace(ratio=claims.Spread(1.18, 1.23, 1.29), fastest=1.18, calls=9)  # straddles 1.25x: not resolved
     note = machine.pace_note({"before": same, "after": edge})
     assert "up to 1.23x (1.18–1.29) their chapter 0 time" in note and note.endswith("may run up to that much too low.")
