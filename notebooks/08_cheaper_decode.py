@@ -227,7 +227,7 @@ show(f"{model_name}'s weights are **{shape.weight_bytes / 2**20:,.0f} MiB** in f
 # The book's prices: fp32 and bf16 are priced by the cost model, with the weights at the rate chapter 0 found this
 # model's matrix-vector products stream them. Chapter 0 has no int8 kernel, so int8's matrices are timed alone
 # here, every one of them on one row, with everything else priced as fp32's step (attention, the growing cache,
-# dispatch). For llama.cpp the book has no kernel rate, only the floor: its bytes at chapter 0's streaming read;
+# dispatch). For llama.cpp the book has no kernel rate, only the streaming floor: its bytes at chapter 0's read;
 # how close it comes to that floor here, and what stops it, its claims below say.
 
 # %%
@@ -577,7 +577,7 @@ if llama_one:
         show(register.decide(
             "llama_bound_by_its_cores", None, measured=gain.text(".2f", "x"),
             evidence="llama_threads_runs.csv; data/00_machine (read at 1 and all threads)",
-            why=f"On this machine the test cannot decide: chapter 0's streaming read itself gains {read_gain:.2f}x from "
+            why=f"on this machine the test cannot tell cores from memory, since chapter 0's streaming read itself gains {read_gain:.2f}x from "
                 f"{threads} threads (one core does not saturate the memory), within the tolerance for a ratio of a "
                 f"perfectly even split's {threads}x, so no step could gain clearly more than the read. llama.cpp's "
                 f"step gained {gain.text('.2f', 'x')}. {held_back} A machine with more cores than its memory needs "
@@ -1346,7 +1346,7 @@ found.append(f"Against the eager fp32 step run by run (prompt lookup against pla
              "faster: " + ", ".join(
                  f"{name} {levers[name].mid:.2f}x" for name in ranked[:3]) + ".")
 edge = {claims.HELD: "within the tolerance", claims.NOT_HELD: "outside the tolerance",
-        claims.UNRESOLVED: "at the tolerance's edge"}
+        claims.UNRESOLVED: "its runs straddling the tolerance's edge"}
 edge_it = {claims.HELD: "within it", claims.NOT_HELD: "outside it", claims.UNRESOLVED: "at its edge"}  # after "it"
 if narrow:
     bp = max(narrow, key=lambda p: speedups[p].mid)  # the fastest of the narrower PyTorch precisions
@@ -1377,10 +1377,12 @@ found.append({claims.HELD: f"The fp8 cache saved memory but cost {extra.mid:.1f}
 # %%
 best_k = spec.loc[spec.speedup.idxmax()]
 k_verdict = pairs[best_k.guesses][0]  # this k's own verdict; the claim's is every k's
-found.append("Prompt lookup's speed-up was " + {
+others = [k for k in pairs if k != best_k.guesses and pairs[k][0] != k_verdict]  # the k's that fared otherwise
+found.append(f"Prompt lookup's speed-up at its best, k = {best_k.guesses:g}, was " + {
     claims.HELD: "as its passes predicted", claims.NOT_HELD: f"not the {best_k.predicted_speedup:.2f}x its passes "
     "predicted", claims.UNRESOLVED: f"too close to the {best_k.predicted_speedup:.2f}x its passes predicted to call"}[k_verdict]
-    + (" (not every k's was)" if v("speculation_as_predicted") != k_verdict else ""))
+    + "".join(f"; at k = {k:g}, " + {claims.HELD: "as predicted", claims.NOT_HELD: "off its prediction",
+                                     claims.UNRESOLVED: "too close to call"}[pairs[k][0]] for k in others))
 issued = v("compiled_step_loses_its_dispatch")  # saved and dispatch exist only where it was decided
 found[-1] += (("; compiling saved about the dispatch chapter 0 priced, part of it in the matrices." if matrices_saved
                else "; compiling saved the dispatch chapter 0 priced.") if issued == claims.HELD else

@@ -752,6 +752,15 @@ split_sentence = (f"With two workers B's first token (its prefill on one core, t
                   f"priced; B's TTFT ran {off_all:.2f}x its price on all cores and {two_ttft / predicted_b:.2f}x on one. "
                   + ("" if split_over_price is None else split_said[claims.within(split_over_price, 1.0, claims.PREDICTED_RATIO)]
                      .format(r=split_over_price.text(".2f", "x"))))
+pace_now = max((m.ratio.mid for m in pacer.moments.values()), default=1.0)  # 1: chapter 0's speed
+slow_host = pace_now > 1 + claims.NOISE
+if slow_host and off_all > 1:  # a machine running slower than chapter 0 makes every price here too low
+    split_sentence += (f" This chapter's pace check found the machine running chapter 0's one-row matrices at "
+                       f"{pace_now:.2f}x their chapter 0 time, "
+                       + ("about as much as B's TTFT missed its price by: the slower machine accounts for that miss."
+                          if abs(off_all / pace_now - 1) <= claims.NOISE * 2 else
+                          "which accounts for part of that miss." if pace_now < off_all else
+                          "more than B's TTFT missed its price by."))
 ch5_tables, ch5_params = one_run("05_interference", ["interference"])
 ch5_unchunked = ch5_tables["interference"]
 
@@ -767,8 +776,10 @@ if ch5_unchunked is not None and ch5_params.get("model_name", "gpt2-small") == s
                            + ("the same within the two runs' intervals, so the miss is the prefill's own."
                               if claims.ranges_overlap(one_b.low, one_b.high, r5.b_ttft_ms_low, r5.b_ttft_ms_high)
                               else f"{ttfts.iloc[0] / r5.b_ttft_ms:.2f}x chapter 5's, so part of this miss is "
-                              "this run's, not the prefill's (these workers run in processes of their own, with the "
-                              "hand-over's shared buffer mapped, which chapter 5's single process does not have)."))
+                              "this run's, not the prefill's" + (
+                                  f" (this chapter ran at {pace_now:.2f}x chapter 0's pace, as its pace check says)."
+                                  if slow_host else " (these workers run in processes of their own, with the "
+                                  "hand-over's shared buffer mapped, which chapter 5's single process does not have).")))
 ch2 = load_table("02_prefill_sweep", "prefill_sweep", quick=quick)
 ch2_model = one_run("02_prefill_sweep", ["prefill_sweep"])[1].get("model_name")  # the model chapter 2 timed
 alone_1t = None if ch2 is None or one_core is None or ch2_model != separation_model else \
@@ -784,7 +795,10 @@ if alone_1t is not None and len(alone_1t) and have_two:
                        f"weights on the other core, B's prefill took about {b_prefill:,.0f} ms (its TTFT less the "
                        f"hand-over): {b_prefill / alone_b:.2f}x, "
                        + ("about its time alone: sharing the memory bus and the last-level cache with a neighbour cost it "
-                          "little." if 1 / 1.1 <= b_prefill / alone_b <= 1.1 else "slower than alone, as sharing the "
+                          "little." if 1 / 1.1 <= b_prefill / alone_b <= 1.1 else
+                          f"slower than alone, though this chapter also ran at {pace_now:.2f}x chapter 0's pace, which "
+                          "may account for it as much as the neighbour does (this run does not time that sharing "
+                          "apart)." if b_prefill > alone_b and slow_host else "slower than alone, as sharing the "
                           "memory bus and the last-level cache with a neighbour would make it (this run does not time "
                           "that sharing apart)." if b_prefill > alone_b else
                           "less than alone, so chapter 2's pass and this one differ by more than the neighbour."))
