@@ -495,7 +495,7 @@ class Claims:
         self.rows[claim] = Claim(claim, d.statement, predicted, measured, verdict, evidence)
         if verdict == NOT_MEASURED:  # the sentence gives the reason only: the statement says what was not measured
             return d.statement + (" This run did not measure it." if template == _NOT_MEASURED
-                                  else f" This run did not measure it: {text}")
+                                  else f" This run does not decide it: {text}")
         first = re.match(r"[\w-]*", text).group()
         keep = any(c.isdigit() for c in first) or first[1:] != first[1:].lower()  # a name: "bf16", "gpt2-small", "vLLM"
         return text if keep else text[:1].upper() + text[1:]

@@ -8,7 +8,7 @@ ceiling never drifts between chapters built minutes apart. For each dtype and th
 
 * **Streaming** (``read``, ``read_max``, ``copy``, ``fresh_copy``, ``triad``), the way STREAM measures it: arrays
   at least four times the last-level cache (:func:`budget`), bytes counted per kernel (write-allocate traffic not counted, as in STREAM). The
-  read is a sum; ``read_max`` cross-checks it with a kernel that does almost no arithmetic (a running maximum);
+  read is a sum; ``read_max`` cross-checks it with a kernel that does almost no arithmetic (a running maximum over the bits as whole numbers);
   ``fresh_copy`` copies into newly allocated memory, as a cache that grows by concatenation does.
 * **The model's matrices in its own layout** (``blocks`` and ``head``, per model and number of rows): GPT-2's
   ``Conv1D`` calls ``addmm`` on ``[in, out]`` weights with a bias, a Llama's ``Linear`` calls ``F.linear`` on
@@ -331,22 +331,23 @@ def fresh_memory(like: torch.Tensor) -> torch.Tensor:
     return torch.frombuffer(pages, dtype=like.dtype, count=like.numel()).view(like.shape)
 
 
-def stream(device: torch.device, dtype: torch.dtype, plan: Budget, base: dict) -> list[dict]:
+def stream(device: torch.device, dtype: torch.dtype, plan: Budget, base: dict, fresh: bool = True) -> list[dict]:
     """STREAM's kernels over arrays of ``plan.stream_bytes``: a read (sum), a read with almost no arithmetic
-    (running maximum), a copy, a copy into fresh memory (:func:`fresh_memory`, whose every page faults once) and a
-    triad; one row each."""
+    (a running maximum over the bits as whole numbers, :func:`read_through`), a copy, a copy into fresh memory
+    (:func:`fresh_memory`, whose every page faults once; only with ``fresh``) and a triad; one row each."""
     n = max(1, plan.stream_bytes // dtype.itemsize)
     a, b, c = _kept(("stream", n), lambda: [random_values(n, dtype=dtype, device=device) for _ in range(3)])
     out = torch.empty((), dtype=dtype, device=device)
     nbytes = n * dtype.itemsize
     kernels = {
         "read": (nbytes, lambda: torch.sum(a, dim=0, out=out)),
-        "read_max": (nbytes, lambda: torch.amax(a, dim=0, out=out)),
+        "read_max": (nbytes, lambda: read_through(a)),  # as whole numbers: a bf16 maximum is arithmetic here
         "copy": (2 * nbytes, lambda: b.copy_(a)),
         "fresh_copy": (2 * nbytes, lambda: fresh_memory(a).copy_(a)),
         "triad": (3 * nbytes, lambda: torch.add(b, c, alpha=3.0, out=a)),
     }
-    return [_row(base, name, _timed(fn, device, plan), bytes_=moved) for name, (moved, fn) in kernels.items()]
+    return [_row(base, name, _timed(fn, device, plan), bytes_=moved) for name, (moved, fn) in kernels.items()
+            if fresh or name != "fresh_copy"]
 
 
 def square_matmul(device: torch.device, dtype: torch.dtype, plan: Budget, base: dict) -> dict:
@@ -725,7 +726,8 @@ def measure_ceilings(device: torch.device, dtypes: Sequence[str] = ("fp32",), th
                 with use_threads(n), torch.inference_mode():
                     base = dict(device=str(device), device_name=device_name(device), dtype=dtype_name(dtype),
                                 threads=n, hardware_support=support)
-                    measured += stream(device, dtype, step, base)
+                    # a page fault costs the kernel's work, whatever the dtype: the first dtype's copy prices them
+                    measured += stream(device, dtype, step, base, fresh=name == dtypes[0])
                     measured.append(square_matmul(device, dtype, step, base))
                     for model in [*models, *models_one_stream]:
                         few = head_rows if model in models_one_stream else rows  # chapters 1, 7 and 9 need fewer
@@ -865,18 +867,27 @@ class Ceilings:
     def fault_cost(self, dtype: str, threads: int) -> float:
         """Seconds one page fault adds (the kernel mapping and zeroing memory the process touches for the first
         time): a copy into fresh memory less the same copy into memory already mapped (fastest calls), over the
-        faults the fresh copy took (counted; one per page where they were not). On a GPU there are none: 0."""
+        faults the fresh copy took (counted; one per page where they were not), in the dtype chapter 0 measured
+        it in (:meth:`_fresh_dtype`). On a GPU there are none: 0."""
         if self.device.startswith("cuda"):
             return 0.0
+        dtype = self._fresh_dtype(dtype, threads)
         fresh, copy = (self._rows(dtype, threads, k).iloc[0] for k in ("fresh_copy", "copy"))
         extra = max(float(fresh.best_s - copy.best_s * fresh.bytes_per_call / copy.bytes_per_call), 0.0)
         return extra / (self.faults_per_byte(dtype, threads) * fresh.bytes_per_call / 2)
+
+    def _fresh_dtype(self, dtype: str, threads: int) -> str:
+        """``dtype`` where chapter 0 copied into fresh memory in it, else the dtype it did (page faults are the
+        kernel's work, whatever the values' type: chapter 0 times them in its first dtype only)."""
+        t = self.table
+        has = t[(t.kernel == "fresh_copy") & (t.threads == threads) & (t.status == "ok")].dtype.unique().tolist()
+        return dtype if dtype in has or not has else ("fp32" if "fp32" in has else has[0])
 
     def faults_per_byte(self, dtype: str, threads: int) -> float:
         """Page faults per byte of fresh memory written: what chapter 0's copy into fresh memory counted over its
         destination's bytes (one per page of :data:`lib.timing.PAGE_BYTES`, or fewer where the system maps huge
         pages), or one per page where it did not count them."""
-        fresh = self._rows(dtype, threads, "fresh_copy").iloc[0]
+        fresh = self._rows(self._fresh_dtype(dtype, threads), threads, "fresh_copy").iloc[0]
         counted = float(getattr(fresh, "faults_per_call", math.nan))
         return counted / (fresh.bytes_per_call / 2) if counted > 0 else 1 / PAGE_BYTES
 
@@ -1088,6 +1099,42 @@ class Pace:
         return f"{self.ratio.text('.2f', 'x')} of chapter 0's median call, its fastest {self.fastest:.2f}x chapter 0's"
 
 
+def products_between(shape: ModelShape, device: torch.device, dtype: torch.dtype, layout: str = "conv1d",
+                     calls: int = 200) -> dict[str, float]:
+    """Microseconds per call of ``shape``'s block matrix products at one row (every layer's, :func:`model_matrices`,
+    as chapter 0 times them), median of ``calls`` runs: back to back (``alone_us``, chapter 0's way), and with the
+    small kernels a step runs between two products (a layer norm, a residual add and a GELU at the model's width)
+    after each (``between_us``: that run less the small kernels run alone, ``small_us``, per product). On a model
+    whose products are tiny, their cost is a kernel's fixed cost per call, and what other kernels leave behind
+    between calls can change it: chapter 0's prices carry ``alone_us`` only. Introduced in chapter 6."""
+    run = model_matrices(shape, layout, device, dtype, shape.layers)
+    per_pass = 4 * shape.layers if layout == "conv1d" else (6 + shape.gated_ffn) * shape.layers
+    x = {w: torch.randn(1, w, dtype=dtype, device=device) for w in (shape.d_model, shape.d_ff)}
+    h = x[shape.d_model]
+    norm = torch.nn.LayerNorm(shape.d_model, device=device, dtype=dtype)
+
+    def small() -> None:
+        F.gelu(torch.add(norm(h), h))
+
+    def interleaved() -> None:  # the same products, each followed by the small kernels
+        for _ in range(per_pass):
+            small()
+
+    with torch.inference_mode():
+        class _Each(dict):  # hands each product its input, then runs the small kernels
+            def __getitem__(self, width):
+                small()
+                return x[width]
+        each = _Each()
+        med = {}
+        for name, fn in (("alone", lambda: run(x)), ("small", interleaved), ("both", lambda: run(each))):
+            for _ in range(max(3, calls // 10)):
+                fn()
+            med[name] = float(np.median([_clocked(fn, device) for _ in range(calls)]))
+    return dict(alone_us=med["alone"] / per_pass * 1e6, between_us=(med["both"] - med["small"]) / per_pass * 1e6,
+                small_us=med["small"] / per_pass * 1e6, products=per_pass)
+
+
 def pace(ceilings: "Ceilings", model: str, dtype: str, threads: int, device: torch.device, calls: int = 9) -> Pace:
     """Time the model's block matrices at one row ``calls`` times (after one warm-up call), on ``threads``
     threads, the way chapter 0 timed them (:func:`model_matrices`), and compare them with chapter 0's row:
@@ -1117,6 +1164,13 @@ def pace_table(paced: dict[str, Pace]) -> pd.DataFrame:
                          for when, p in paced.items()])
 
 
+#: What a pace that did not hold changes, and what it leaves alone: the sentence :func:`pace_claim` adds.
+SCALED_BY_PACE = ("It scales what is priced or measured in absolute units (milliseconds, GB/s, a share of the "
+                  "streaming read) by about that much; a ratio of two times taken together in the same runs (one "
+                  "point against another, paired runs) is not moved by it, and a miss far larger than that has "
+                  "another cause.")
+
+
 def pace_claim(register, paced: dict[str, Pace], what: str) -> str:
     """Declare and decide ``machine_kept_its_pace`` in a chapter's ``register`` (a :class:`lib.claims.Claims`):
     at every moment of ``paced`` the kernel ran within :data:`lib.claims.PREDICTED_TIME` of chapter 0's calls, from
@@ -1134,13 +1188,12 @@ def pace_claim(register, paced: dict[str, Pace], what: str) -> str:
         f"While {what} ran, this machine ran the model's matrices at one row at the speed chapter 0 measured, within "
         "the tolerance for a time predicted from measured ceilings: the chapter's prices describe the machine it "
         "ran on.",
-        held="against chapter 0's median call, the model's matrices at one row took {moments} (chapter 0's fastest "
-             "call: {fastest:.2f}x): within the tolerance every price here is held to.{drift}",
-        not_held="against chapter 0's median call, the model's matrices at one row took {moments} (chapter 0's "
-                 "fastest call: {fastest:.2f}x), beyond the tolerance of chapter 0's own calls: the machine ran at "
-                 "another speed than chapter 0 measured, and a price made of chapter 0's ceilings is off by about as "
-                 "much on that account alone; a miss far larger than that, or a ratio of two times taken together, "
-                 "has another cause.")
+        held="against chapter 0's median call, the model's matrices at one row took {moments}, where chapter 0's "
+             "own calls spanned {fastest:.2f}x (its fastest) to 1x (its median): within the tolerance every price "
+             "here is held to.{drift}",
+        not_held="against chapter 0's median call, the model's matrices at one row took {moments}, where chapter "
+                 "0's own calls spanned {fastest:.2f}x (its fastest) to 1x (its median): beyond the tolerance, so the "
+                 "machine ran at another speed than chapter 0 measured. " + SCALED_BY_PACE)
     verdict = claims.every(claims.within(p.ratio, p.expected(), claims.PREDICTED_TIME) for p in paced.values())
     fastest = min(p.reference_best for p in paced.values())
     return register.decide("machine_kept_its_pace", verdict,
@@ -1161,14 +1214,15 @@ def pace_note(paced: dict[str, Pace]) -> str:
     if outside:
         low, high = min(outside), max(outside)
         times = f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}x to {high:.2f}x"
-        return (f"The model's one-row matrices took {times} their chapter 0 time here, so these prices ran about that "
-                f"much too {'low' if high > 1 else 'high'}.")
+        return (f"The model's one-row matrices took {times} their chapter 0 time here: absolute prices ran about "
+                f"that much too {'low' if high > 1 else 'high'}; ratios within runs did not move.")
     near = [paced[k].ratio for k, v in verdicts.items() if v == claims.UNRESOLVED]
     if not near:
         return ""
     worst = max(near, key=lambda r: abs(math.log(r.mid)))
-    return (f"The model's one-row matrices took up to {worst.text('.2f', 'x')} their chapter 0 time here, across the "
-            f"tolerance's edge, so these prices may run up to that much too {'low' if worst.mid > 1 else 'high'}.")
+    return (f"The model's one-row matrices took up to {worst.text('.2f', 'x')} their chapter 0 time here: absolute "
+            f"prices may run up to that much too {'low' if worst.mid > 1 else 'high'}; ratios within runs would not "
+            "move.")
 
 
 def release_pace() -> None:

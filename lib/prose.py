@@ -78,8 +78,8 @@ def label(column) -> str:
             unit = _UNITS[w] + ("/s" if rest == ["s"] else "".join(f" {_WORDS.get(x, x)}" for x in rest))
             words = words[:i]
             break
-    if words and words[0] in ("a", "b") and len(words) > 1:  # request A, request B
-        words[0] = words[0].upper()
+    if len(words) > 1:  # request A, request B, wherever they stand ("predicted_a_worst_gap_ms")
+        words = [w.upper() if w in ("a", "b") else w for w in words]
     words = [("x" if i == 0 else "/") if w == "over" else w for i, w in enumerate(words)]  # a ratio: "x predicted"
     text = " ".join(_WORDS.get(w.lower(), w) for w in words)
     text = text + (f", {end}" if end and text else end or "")

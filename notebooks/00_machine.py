@@ -20,7 +20,7 @@
 # for the kernel that actually does that work:
 #
 # * [**streaming**](glossary.md#streaming-read), as STREAM measures it: a read (a sum), a second read that does
-#   almost no arithmetic (a running maximum), a copy, a copy into freshly allocated memory (what a growing cache
+#   almost no arithmetic (a running maximum over the bits as whole numbers), a copy, a copy into freshly allocated memory (what a growing cache
 #   does) and a triad, over arrays at least four times the CPU's last-level cache (STREAM's rule), so that they
 #   stream from memory;
 # * **the model's own matrices, in its own layout**: GPT-2's layers call `addmm` on `[in, out]` weights, a Llama's
@@ -154,8 +154,10 @@ prose.shown(ok[["dtype", "threads", "kernel", "model", "rows", "best_s", "spread
 # %% [markdown]
 # ## Streaming, and a second read to check the first
 #
-# A sum does an addition per element, so a slow adder could hold it back; a running maximum does a comparison.
-# If both read at the same rate, the rate is the memory's, not the arithmetic's.
+# A sum does an addition per element, so a slow adder could hold it back; a running maximum over the same bytes
+# read as whole numbers does one integer comparison. If both read at the same rate, the rate is the memory's, not
+# the arithmetic's. (Read as bf16 values, a maximum converts every value on a CPU without bf16 instructions, which
+# is arithmetic again: hence whole numbers.)
 
 # %%
 register.claim(
@@ -182,8 +184,9 @@ show(register.decide("streaming_read_cross_checked", claims.within(rates["read_m
 # page and zeroing it), so a copy into fresh memory should be slower than a copy into memory already in use. On
 # Linux a large allocation (from 32 MiB, glibc's largest threshold) always gets fresh pages; a smaller one gets
 # them or not, as the allocator decides. The copy into fresh memory is timed with its faults counted (the
-# operating system's count, `lib.timing.page_faults`), so the cost of one fault is measured here, and every later
-# chapter prices the faults a pass takes at it. A GPU's caching allocator reuses its memory, so there the two
+# operating system's count, `lib.timing.page_faults`), so the cost of one fault is measured here, in fp32 only (a
+# fault is the operating system's work, whatever the values' type), and every later chapter prices the faults a
+# pass takes at it. A GPU's caching allocator reuses its memory, so there the two
 # copies should agree.
 
 # %%
@@ -203,7 +206,7 @@ fresh_row = ok[(ok.kernel == "fresh_copy") & (ok.dtype == "fp32") & (ok.threads 
 fresh_pages = fresh_row.bytes_per_call / 2 / timing.PAGE_BYTES
 faults_table = pd.DataFrame([dict(dtype=dt, threads=n, fault_us=ceilings.fault_cost(dt, n) * 1e6,
                                   faults_per_mib=ceilings.faults_per_byte(dt, n) * 2**20)
-                             for dt in ceilings.dtypes() for n in ceilings.threads(dt)]) if not on_gpu else pd.DataFrame()
+                             for dt in ["fp32"] for n in ceilings.threads(dt)]) if not on_gpu else pd.DataFrame()
 if not on_gpu:
     results.table(faults_table, "page_faults")
 show(register.decide("fresh_memory_copies_slower",

@@ -146,8 +146,8 @@ def lean(measured, low: float, high: float = np.inf, fmt: str = ".2f", unit: str
     edge = lambda x: f"{x:{fmt}}{unit}"  # noqa: E731
     if claims.leaning(m, low, high) == "on the held side":
         ends = ([f"below {edge(low)}"] if m.low < low else []) + ([f"above {edge(high)}"] if m.high > high else [])
-        return ("its median matches the prediction, but its 95 % interval is too wide to decide in this run: it "
-                f"reaches {' and '.join(ends) or 'the edge of the tolerance'}")
+        reach = " and ".join(ends) + ", the tolerance's edge" if ends else "the edge of the tolerance"
+        return "its median matches the prediction, but its 95 % interval is too wide to decide in this run: it reaches " + reach
     return (f"its median leans away from the prediction ({claims.leaning(m, low, high)}: "
             f"{'under ' + edge(low) if m.mid < low else 'over ' + edge(high)}), but its 95 % interval reaches back "
             "inside the tolerance, so this run cannot decide")

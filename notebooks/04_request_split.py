@@ -428,17 +428,18 @@ results.table(parts, "cache_work")
 prose.shown(parts.round(3))
 
 # %%
-steps3 = load_table("03_decode_sweep", "decode_runs", quick=quick)  # chapter 3's steps, run by run
+steps3 = load_table("03_decode_sweep", "paired_steps", quick=quick)  # chapter 3's growth: steps at two contexts, in turn
 steps3 = None if steps3 is None or steps3.attrs.get("model") != model_name else steps3[
-    (steps3.dtype == dtype) & (steps3.threads == torch.get_num_threads())]
-in_chapter_3 = ""  # the same step's growth as chapter 3 measured it, beside this line
-if lines and steps3 is not None and steps3.context_tokens.nunique() > 1:
-    c3 = (steps3.context_tokens.min(), steps3.context_tokens.max())
-    by_run = steps3.pivot_table(index="run", columns="context_tokens", values="step_ms")
-    grown3 = Spread.of(((by_run[c3[1]] - by_run[c3[0]]) * 1e3 / (c3[1] - c3[0])).dropna())  # ms per 1k tokens, paired
+    (steps3.dtype == dtype) & (steps3.threads == torch.get_num_threads())
+    & steps3.comparison.str.startswith("context ")]
+in_chapter_3 = ""  # the same step's growth as chapter 3 measured and shows it, beside this line
+if lines and steps3 is not None and len(steps3):
+    c3 = tuple(int(x) for x in steps3.comparison.iloc[0].removeprefix("context ").split(" against "))
+    grown3 = Spread.of(steps3.difference_s) * (1e6 / (c3[1] - c3[0]))  # seconds over c3 -> ms per 1,000 tokens
     apart3 = grown3.high < slope_spread.low or grown3.low > slope_spread.high
-    in_chapter_3 = (f" Chapter 3's steps of the same model grew **{grown3.text('.1f', 'ms')}** per 1,000 tokens from "
-                    f"context {c3[0]} to {c3[1]} (runs paired), "
+    in_chapter_3 = (f" Chapter 3's steps of the same model grew **{(Spread.of(steps3.difference_s) * 1e3).text('+.1f', 'ms')}** "
+                    f"from context {c3[0]} to {c3[1]} (its pairs of steps, in turn), "
+                    f"**{grown3.text('.1f', 'ms')}** per 1,000 tokens, "
                     + (f"{'less' if grown3.high < slope_spread.low else 'more'} than this line, their intervals "
                        "apart: chapter 3 crops one cache back to each context, where a request's cache grows as it "
                        "decodes, and this book does not take that difference apart." if apart3 else
@@ -681,7 +682,7 @@ fixes = ("" if failing.empty else
          + ("A TTFT miss is the prompt's pass: it is fixed by making prefill cheaper or shorter (a faster "
             "matrix kernel, a cached prefix), and a slower decode would not hurt it. " if missed_ttft else "")
          + ("A TPOT miss is the decode step: it is fixed by making the step cheaper (fewer bytes where the kernel "
-            "keeps its rate, less dispatch, a smaller batch: chapter 8 measures each), and a faster prefill would not "
+            "keeps its rate, less dispatch: chapter 8 measures both; a smaller batch: chapter 3), and a faster prefill would not "
             "help it. " if missed_tpot else ""))
 ref_met = ((ref.ttft_ms <= goals.ttft_ms) & (ref.tpot_ms <= goals.tpot_ms)).sum()
 default_ttft_s, default_tpot_s = objectives.default_objectives(device)
@@ -906,6 +907,7 @@ opening.write(
     + opening_tail,
     opening_head + f"TTFT took **{pooled_r['ttft'].mid:.2f}x** its cost-model prediction and TPOT "
     f"**{pooled_r['tpot'].mid:.2f}x** (the evidence table says how near their tolerance). " + opening_tail,
+    opening_head + opening_tail,  # the predictions in the evidence table: room for the pace note
     after=pacer.note())  # the pace note, when the machine's speed moved
 
 # %% [markdown]

@@ -852,7 +852,7 @@ if not (plan.status == "run").any():
     raise ValueError("every size of `sizes` was skipped (" + "; ".join(f"{r.size}: {r.status.removeprefix('skipped: ')}"
                                                              for r in plan.itertuples())
                      + "): give `sizes` smaller models or `size_budget_s` more seconds")
-size_rows, prefill_rows, built, profiled, paid_rows = [], [], [], [], []
+size_rows, prefill_rows, built, profiled, paid_rows, dtype_rows = [], [], [], [], [], []
 first_twelve = next((n for n in plan[plan.status == "run"]["size"] if gpt2_sizes.SIZES[n].layers == 12), None)
 on_floor = [n for n in plan[plan.status == "run"]["size"] if size_plan.set_index("size").side[n] == "on the floor"]
 profiled_size = on_floor[-1] if on_floor else first_twelve  # where the claims on the floor are decided
@@ -883,6 +883,12 @@ for p in progress(list(plan[plan.status == "run"].itertuples()), desc="size swee
                     phases.truncate_cache(kv, short_c)
                     phases.decode(model, token, kv, 1)
                 profiled.append(profiling.operators(one_step, passes=5, device=device).assign(dtype=dt))
+            for i in range(floor_repeats):  # one layer further down, each dtype in turn: the floor and the products
+                for dt in size_dtypes:
+                    f = gpt2_sizes.floor_paid(models_[dt], short_c, 1)
+                    products = machine.products_between(gpt2_sizes.SIZES[p.size], device, resolve_dtype(dt, device))
+                    dtype_rows.append(dict(dtype=dt, repeat=i + 1, floor_ms=(f["between"][0] - f["reads"][0]) * 1e3,
+                                           **products))
     prefill_rows.append(pre.assign(size=p.size, time_ms=pre.median_s * 1e3, time_ms_low=pre.low_s * 1e3,
                                    time_ms_high=pre.high_s * 1e3))
     built.append(dict(size=p.size, build_s=build_s, predicted_build_s=p.build_s, build_faults=build_faults,
@@ -1065,9 +1071,9 @@ for where_, text, textbook in (("on_the_floor", "On the floor", "the textbook ex
         held="{side} ({names}) a {low16} step took **{measured}** of fp32's time, within the tolerance for a ratio "
              "of the {predicted} priced{direction}.",
         not_held="{side} ({names}) a {low16} step took **{measured}** of fp32's time, outside the tolerance for a "
-                 "ratio of the {predicted} priced{direction}.",
+                 "ratio of the {predicted} priced{direction}.{below}",
         unresolved="{side} ({names}) a {low16} step took **{measured}** of fp32's time, against {predicted} priced: the "
-                   "interval crosses the tolerance's edge, so this run cannot call it ({lean}){direction}.",
+                   "interval crosses the tolerance's edge, so this run cannot call it ({lean}){direction}.{below}",
         not_measured=f"no size predicted {text.lower()} ran in two dtypes.")
     register.claim(
         f"context_{where_}_as_priced",
@@ -1181,6 +1187,8 @@ for where_, which in (("on_the_floor", "on the floor"), ("past_the_floor", "past
                              predicted=f"{priced:.2f}x", measured=measured_.text(".2f", "x"),
                              evidence=f"{', '.join(names)}; {low16} and fp32 in the same runs, context {short_c}",
                              side=which, names=", ".join(names), low16=low16, direction=direction,
+                             below=" The floor's paragraph below takes it one layer down." if which == "on the floor"
+                             and profiled_size in names else "",
                              lean=lean_words(measured_, priced, claims.PREDICTED_RATIO)))
     if not names:
         show(register.decide(f"context_{where_}_as_priced", None))
@@ -1194,8 +1202,9 @@ for where_, which in (("on_the_floor", "on the floor"), ("past_the_floor", "past
     far_n = max(names, key=lambda n: abs(math.log(max(added[names.index(n)].mid, 1e-3))))
     long_p, short_p = size_price(far_n, "fp32", long_c), size_price(far_n, "fp32", short_c)
     adds = {t.name: (t.best - short_p.term(t.name).best) * 1e3 for t in long_p.terms}
-    step_added = step_spread(far_n, "fp32", long_c).mid - step_spread(far_n, "fp32", short_c).mid
-    why_context = (f"{far_n}'s step added {step_added:+.2f} ms, where its price adds "
+    step_added = Spread.paired(step_spread(far_n, "fp32", long_c), step_spread(far_n, "fp32", short_c),
+                               lambda a, b: a - b).mid  # run by run, as the claim measures it
+    why_context = (f"{far_n}'s step added {step_added:+.2f} ms (the median of its runs' differences), where its price adds "
                    + ", ".join(f"{v:+.2f} ms for {k}" for k, v in adds.items() if abs(v) >= 0.005) + ".")
     context_verdict = claims.within(growth, 1.0, claims.PREDICTED_RATIO) if growth.low > 0 else (
         claims.NOT_HELD if growth.high < 1 / claims.PREDICTED_RATIO else claims.UNRESOLVED)  # runs that did not grow
@@ -1332,6 +1341,29 @@ if profiled:
                                             "included, more than made up for them")
                     + " (the profiler adds its own cost to every call, most of a step this small: compare parts, not "
                       "totals)." if extra[top].sum() > 0 else "."))
+if dtype_rows:  # the price's two halves, measured again with the dtypes in turn
+    dtype_down = pd.DataFrame(dtype_rows)
+    results.table(dtype_down, "size_dtype_floor")
+    d_ = dtype_down.groupby("dtype")[["floor_ms", "alone_us", "between_us"]].median()
+    n_products = int(dtype_down.products.iloc[0])
+    priced_ = {dt: size_price(profiled_size, dt, short_c) for dt in size_dtypes}
+    floor0 = {dt: priced_[dt].term("dispatch").best * 1e3 for dt in size_dtypes}
+    blocks0 = {dt: priced_[dt].term("block matrices").best * 1e3 for dt in size_dtypes}
+    repriced = {dt: priced_[dt].best * 1e3 - floor0[dt] - blocks0[dt] + d_.floor_ms[dt]
+                + n_products * d_.between_us[dt] / 1e3 for dt in size_dtypes}
+    took_ = by_size.set_index("size")[f"{low16}_over_fp32"][profiled_size]
+    why_dtype += (
+        f" One layer further down, the two dtypes in turn ({floor_repeats} times each): {profiled_size}'s hollowed "
+        f"step, its floor, took **{d_.floor_ms[low16]:.2f} ms** in {low16} and **{d_.floor_ms['fp32']:.2f} ms** in "
+        f"fp32 ({d_.floor_ms[low16] / d_.floor_ms['fp32']:.2f}x), where the price took chapter 0's floors, each timed "
+        f"in its own minutes, {floor0[low16]:.2f} and {floor0['fp32']:.2f} ms ({floor0[low16] / floor0['fp32']:.2f}x); "
+        f"its {n_products} block products cost **{d_.alone_us[low16]:.0f} us** a call in {low16} back to back, as "
+        f"chapter 0 times them ({d_.alone_us['fp32']:.1f} us in fp32), and {d_.between_us[low16]:.0f} us with a "
+        f"step's small kernels between them ({d_.between_us['fp32']:.1f} us): a {low16} product of this size costs "
+        "its kernel's fixed cost per call, not its bytes. With this run's floors and products in place of chapter "
+        f"0's, the price's ratio would be **{repriced[low16] / repriced['fp32']:.2f}x** against the "
+        f"{took_:.2f}x measured ({priced_[low16].best / priced_['fp32'].best:.2f}x priced; chapter 0's block products "
+        f"{blocks0[low16] / n_products * 1e3:.0f} us a call in {low16}, {blocks0['fp32'] / n_products * 1e3:.1f} in fp32).")
 growth_rows = []
 for name, g in size_prefill.dropna(subset=["time_ms"]).groupby("size", sort=False):
     g = g.set_index("prompt_tokens").time_ms

@@ -21,7 +21,7 @@ def register():
 def test_a_claim_is_declared_once_and_decided_with_values():
     r = register()
     assert r.decide("a", HELD, predicted="1 ms", measured="1.1 ms", evidence="run 1", x=3) == "It held at 3"
-    assert r.decide("b", None) == "B holds. This run did not measure it: not in quick mode"
+    assert r.decide("b", None) == "B holds. This run does not decide it: not in quick mode"
     frame = r.frame()
     assert list(frame.columns) == ["claim", "statement", "predicted", "measured", "verdict", "evidence"]
     assert list(frame.verdict) == [HELD, NOT_MEASURED] and frame.statement.tolist() == ["A holds.", "B holds."]

@@ -1,6 +1,7 @@
 """This machine's ceilings: every kernel measured within its budget, rates from counted bytes and FLOPs, look-ups
 by device, dtype and a whole number of threads, and a table no machine could produce refused."""
 
+import math
 import time
 
 import numpy as np
@@ -214,9 +215,9 @@ def test_pace_times_chapter_0s_kernel_and_its_claim_can_fail_both_ways():
     slow = machine.Pace(ratio=claims.Spread.of([1.6, 1.65, 1.7] * 3), fastest=1.6, calls=9)
     slower = machine.Pace(ratio=claims.Spread.of([1.8, 1.85, 1.9] * 3), fastest=1.8, calls=9)
     note = machine.pace_note({"before": slow, "after": slower})
-    assert "took 1.65x to 1.85x their chapter 0 time" in note and note.endswith("ran about that much too low.")
+    assert "took 1.65x to 1.85x their chapter 0 time" in note and "ran about that much too low;" in note and note.endswith("did not move.")
     fast = machine.Pace(ratio=claims.Spread.of([0.5, 0.52, 0.55] * 3), fastest=0.5, calls=9)
-    assert machine.pace_note({"before": same, "after": fast}).endswith("too high.")
+    assert "much too high;" in machine.pace_note({"before": same, "after": fast})
     # held to chapter 0's own span of calls, fastest to median: a machine running at chapter 0's fastest call, whose
     # median call was a slow one, kept its pace; against the median alone it would not have
     at_fastest = machine.Pace(ratio=claims.Spread.of([0.77, 0.78, 0.79] * 3), fastest=1.02, calls=9,
@@ -232,7 +233,7 @@ def test_pace_times_chapter_0s_kernel_and_its_claim_can_fail_both_ways():
     assert register.frame().verdict.tolist() == [claims.NOT_HELD]
     edge = machine.Pace(ratio=claims.Spread(1.18, 1.23, 1.29), fastest=1.18, calls=9)  # straddles 1.25x: not resolved
     note = machine.pace_note({"before": same, "after": edge})
-    assert "up to 1.23x (1.18–1.29) their chapter 0 time" in note and note.endswith("may run up to that much too low.")
+    assert "up to 1.23x (1.18–1.29) their chapter 0 time" in note and "may run up to that much too low;" in note
 
 
 def test_a_pacer_checks_its_moments_claims_on_them_and_writes_its_evidence():
@@ -256,7 +257,7 @@ def test_a_pacer_checks_its_moments_claims_on_them_and_writes_its_evidence():
     sentence = pacer.claim(register, results, "the sweep")
     assert register.frame().verdict.tolist() == [claims.NOT_HELD] and "before the sweep" in sentence
     assert results.tables["pace"].when.tolist() == ["before the sweep", "after it"]
-    assert pacer.note().endswith("too high.")  # 1000 times faster than chapter 0: the prices ran too high
+    assert "much too high;" in pacer.note()  # 1000 times faster than chapter 0: the prices ran too high
     absent, results, register = machine.Pacer(machine.Ceilings(table, "cpu"), "gpt2-small", "fp32", 1, CPU), \
         Written(), claims.Claims()
     assert absent.check("before the sweep") is None and absent.moments == {}
@@ -300,3 +301,12 @@ def test_read_through_reads_every_byte_as_whole_numbers_of_its_width():
         assert out.dtype == bits and out.numel() == 1
         # positive floats order as their bit patterns do, so the largest bits are the largest value's
         assert out.item() == (t.max().view(bits).item() if dtype.is_floating_point else t.max().item())
+
+
+def test_products_between_times_the_products_alone_and_with_a_steps_small_kernels_between():
+    """Per product call, in microseconds: back to back (chapter 0's way) and with a layer norm, an add and a GELU
+    between each, less those kernels alone; one count of products per layer in GPT-2's layout."""
+    shape, layout = machine.MODELS["tiny-gpt2"]
+    got = machine.products_between(shape, torch.device("cpu"), torch.float32, layout, calls=20)
+    assert got["products"] == 4 * shape.layers
+    assert got["alone_us"] > 0 and got["small_us"] > 0 and math.isfinite(got["between_us"])

@@ -29,7 +29,7 @@ def test_and_list_reads_as_a_sentence():
 def test_a_column_reads_as_words_with_its_unit():
     cases = {"predicted_ttft_ms": "predicted TTFT (ms)", "tpot_ms_high": "TPOT, high (ms)",
              "streaming_read_gb_s": "streaming read (GB/s)", "tpot_slope_ms_per_1k_tokens": "TPOT slope (ms per 1k tokens)",
-             "a_worst_gap_ms_low": "A worst gap, low (ms)", "tokens_per_s": "tokens/s", "faults_per_mib": "faults per MiB",
+             "a_worst_gap_ms_low": "A worst gap, low (ms)", "predicted_a_worst_gap_ms": "predicted A worst gap (ms)", "tokens_per_s": "tokens/s", "faults_per_mib": "faults per MiB",
              "gb_s": "GB/s", "regime": "regime", "over_streaming_floor": "x streaming floor",
              "measured_over_predicted": "measured / predicted", "A worst gap, ms": "A worst gap, ms", 16: 16}
     assert {c: prose.label(c) for c in cases} == cases
