@@ -177,6 +177,15 @@ show(register.decide("streaming_read_cross_checked", claims.within(rates["read_m
                      other=rates["read_max"], ratio=rates["read_max"] / rates["read"],
                      apart=max(rates["read_max"], rates["read"]) / min(rates["read_max"], rates["read"]),
                      tol=claims.PREDICTED_RATIO))
+read_kernel = ceilings.read_kernel("fp32", most)  # the faster of the two: "the streaming read" from here on
+rates["read"] = rates[read_kernel]
+show(f"From here on, as in every later chapter, **the streaming read** is the faster of the two, "
+     f"{rates['read']:.1f} GB/s ({'the sum' if read_kernel == 'read' else 'the maximum'}); in bf16 the sum reads "
+     f"{ceilings.stream_bandwidth('bf16', most, 'read') / 1e9:.1f} GB/s and the maximum "
+     f"{ceilings.stream_bandwidth('bf16', most, 'read_max') / 1e9:.1f}, the sum's additions slowing it."
+     if "bf16" in ceilings.dtypes() and not on_gpu and ceilings.read_kernel("bf16", most) == "read_max" else
+     f"From here on, as in every later chapter, **the streaming read** is the faster of the two, "
+     f"{rates['read']:.1f} GB/s ({'the sum' if read_kernel == 'read' else 'the maximum'}).")
 
 # %% [markdown]
 # A cache that grows by concatenation writes every step into a tensor just allocated. Memory the process has not
@@ -248,7 +257,7 @@ register.claim(
 gemv = {m: ceilings.weight_rate(m, "fp32", most) / 1e9 for m in [*models, *models_one_stream]}
 model = models[0]
 one = 1 in threads and most > 1
-gemv_1, read_1 = (ceilings.weight_rate(model, "fp32", 1) / 1e9, ceilings.stream_bandwidth("fp32", 1, "read") / 1e9) \
+gemv_1, read_1 = (ceilings.weight_rate(model, "fp32", 1) / 1e9, ceilings.stream_bandwidth("fp32", 1) / 1e9) \
     if one else (0, 0)
 short = gemv[model] < rates["read"]  # a miss the usual way; above the read, as if a cache held the weights
 weights_mb = (MODELS[model][0].layers * MODELS[model][0].block_params + MODELS[model][0].lm_head_params) * 4 / 1e6
@@ -285,7 +294,7 @@ layouts = "" if not others or not short else (
 # of either kernel cannot move it.
 _b, _h = (ceilings.matrices(model, "fp32", most, k, 1) for k in ("blocks", "head"))
 gemv_spread = claims.Spread(gemv[model] * (_b.best + _h.best) / (_b.median + _h.median), gemv[model], gemv[model])
-_read = ceilings._rows("fp32", most, "read").iloc[0]
+_read = ceilings._rows("fp32", most, read_kernel).iloc[0]
 read_spread = claims.Spread(float(_read.gb_s_median), rates["read"], rates["read"])
 _ratios = (gemv_spread.mid / read_spread.mid, gemv_spread.low / read_spread.low)  # fastest calls, median calls
 gemv_ratio = claims.Spread(min(_ratios), _ratios[0], max(_ratios))
@@ -322,7 +331,7 @@ register.claim(
     not_measured="one thread count only (a GPU, or `threads` set to one value).")
 
 
-def read_spread(n: int, kernel: str = "read") -> claims.Spread:
+def read_spread(n: int, kernel: str = "memory") -> claims.Spread:
     """The read's rate over the repeats (GB/s): from the median call to the fastest."""
     best = ceilings.stream_bandwidth("fp32", n, kernel) / 1e9
     return claims.Spread(best / (1 + ceilings.stream_spread("fp32", n, kernel)), best, best)
@@ -475,7 +484,7 @@ if all(g is not None for g in grown.values()):
 peaks = ok[ok.kernel == "square_matmul"][["dtype", "threads", "note", "gflop_s", "spread", "hardware_support"]]
 display(prose.shown(peaks.assign(limited_by=["the arithmetic units" if s else "a slow kernel (no hardware instructions)"
                                  for s in peaks.hardware_support]).round(2)))
-ridge = ceilings.square_flops("fp32", most) / ceilings.stream_bandwidth("fp32", most, "read")
+ridge = ceilings.square_flops("fp32", most) / ceilings.stream_bandwidth("fp32", most)
 show(f"The textbook **balance point** in fp32 on {where}: the square product's {ceilings.square_flops('fp32', most) / 1e9:.1f} "
      f"GFLOP/s over the streaming read's {rates['read']:.1f} GB/s (both fastest calls) is {ridge:.1f} FLOP per byte. "
      "It uses the square product's rate, not the model's own matrices' F(M) (chapter 2 uses those). Chapter 6 draws it beside the kernels' own roofs "

@@ -131,7 +131,7 @@ def paid_off(size: int, costs: bool = False) -> str:
     unchunked; with `costs`, what that size cost A's median gap and B's TTFT against unchunked (from `summary`)."""
     if size == b_prompt_len:
         return "no chunk size cut A's worst gap enough to pay"
-    words = f"chunking kept cutting A's worst gap down to **{size} tokens**{PAID_RULE}"
+    words = f"chunking kept cutting A's worst gap down to a chunk size of **{size} tokens**{PAID_RULE}"
     if costs:
         at, un = (summary.set_index("chunk_tokens").loc[c] for c in (size, b_prompt_len))
         words = words[:-1] + (f"; there A's median gap was {at.a_median_gap_ms:,.0f} ms against "
@@ -233,7 +233,7 @@ def predict(chunk: int) -> dict:
     a_left = a_tokens - arrival_step                 # A's tokens still to come when B arrives
     stalls = costs[:max(a_left - 1, 0)]               # chunks with an A step after them: A waits behind these
     crowded = len(stalls) >= (a_tokens - 1) / 2      # at least half of A's gaps hold a chunk
-    return dict(chunk_tokens=chunk, chunks=len(costs), predicted_chunk_ms=costs[0],
+    return dict(chunk_tokens=chunk, chunks=len(costs), predicted_first_chunk_ms=costs[0],
                 predicted_a_worst_gap_ms=a_step_ms + max(stalls, default=0.0),
                 predicted_a_median_gap_ms=a_step_ms + (float(np.median(stalls)) if crowded else 0.0),
                 predicted_b_ttft_ms=min(len(costs), a_left) * a_step_ms + sum(costs))
@@ -612,7 +612,10 @@ display(Markdown(
        + ("." if paid_again.empty else
           ", though the step down to " + " and to ".join(f"{r.chunk_tokens} cut it by {r.worst_gap_cut:.0%} again"
                                                         for r in paid_again.itertuples())
-          + ": each step is one median over runs, so near the threshold the cuts need not fall in order.")
+          + (": the prediction cuts again there too, so it is how B's chunks fall between A's remaining steps, not "
+             "noise." if all(predicted.set_index("chunk_tokens").predicted_worst_gap_cut.get(r.chunk_tokens, 0.0)
+                             > stops_helping for r in paid_again.itertuples()) else
+             ": each step is one median over runs, so near the threshold the cuts need not fall in order."))
        if stop else "Measured by A's worst gap, every step down still paid.")))
 
 # %% [markdown] tags=["predict"]
@@ -681,7 +684,7 @@ typer_rows = load_reference("wordfactory_part3_cpu").query("table == 'interferen
 typers = dict(zip(typer_rows.x, typer_rows.time_ms))
 display(Markdown(
     f"By the same rule (a step down pays if it cuts the worst gap by more than {stops_helping:.0%}), the reference "
-    f"GPU's chunking kept cutting the worst gap down to **{gpu_best} tokens**; here {paid_off(best)}. By chapter 2's rule, the "
+    f"GPU's chunking kept cutting the worst gap down to a chunk size of **{gpu_best} tokens**; here {paid_off(best)}. By chapter 2's rule, the "
     f"reference GPU's fp32 prefill stayed within {floor2.margin:.0%} of its 1-token pass up to "
     f"{gpu_floor.flat_until_tokens} tokens; by chapter 2's table this machine's prefill "
     + ("has no floor" if no_floor else f"did up to {tokens(floor2.flat_until_tokens)}")
@@ -851,10 +854,10 @@ shown = by_size.loc[best if best != b_prompt_len else sizes[-1]]  # the best siz
 ratio = unchunked.a_worst_gap_ms / unchunked.a_tpot_ms
 found = paid_off(best) + (f" on the median of the {runs} runs' worst gaps" if len(set(per_run_best)) > 1 else "")
 runs_alone = (f"each run alone: {', '.join(map(str, per_run_best))} tokens; " if len(set(per_run_best)) > 1 else "")
-mean_words = (f"its TPOT (the mean gap) only {mean_x:.1f} times" if mean_x >= claims.PREDICTED_TIME else
-              "its TPOT (the mean gap) barely above it")
-hidden = {claims.HELD: f"{worst_x:.0f} times its median gap, {mean_words}: the worst gap ({ratio:.1f}x TPOT) shows "
-                       "what the mean understates",
+mean_words = (f"rose only to {mean_x:.1f} times the median" if mean_x >= claims.PREDICTED_TIME else
+              "barely left the median")
+hidden = {claims.HELD: f"{worst_x:.0f} times its median gap of {unchunked.a_median_gap_ms:.0f} ms; its TPOT (the mean "
+                       f"gap, {unchunked.a_tpot_ms:.0f} ms) {mean_words}, so the mean hides most of the stall",
           claims.NOT_HELD: f"{ratio:.1f} times its TPOT, too little to set it apart from the mean",
           claims.UNRESOLVED: f"{ratio:.1f} times its TPOT, too near {hides:g} times to say whether the worst gap tells "
                              "more than the mean"}
@@ -911,9 +914,10 @@ opening.write(*map(one_paren, (told, _shorter, _shorter.replace(PAID_RULE, ""), 
 # <details><summary>Answer</summary>
 #
 # As this chapter did: measure prefill time against prompt length (chapter 2), and predict A's worst gap at each
-# chunk size (A's step plus B's costliest chunk). Walk down the sizes while a step down cuts that worst gap by more
-# than the share you ask of it (here `stops_helping`, 15 %); stop at the first that does not, or earlier if B's
-# TTFT objective is reached first. Then measure the sizes around it: the runs' best may differ.
+# chunk size (A's step plus the costliest chunk A waits behind). Walk down the sizes while a step down cuts that
+# worst gap by at least the share you require (here `stops_helping`, 15 %), and stop at the first that does not, or
+# before a size whose B TTFT would pass its objective (TTFT grows as the chunks shrink). Then measure the sizes
+# around it: the runs' best may differ.
 # </details>
 #
 # ## Try it

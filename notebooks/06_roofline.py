@@ -39,7 +39,7 @@ quick = False
 device = "auto"            # "auto", "cpu", "cuda", "cuda:N"
 dtype = None               # the measured points' dtype; None: fp32 on a CPU, fp16 on a GPU
 threads = None             # the measured points' thread count; None: all cores
-bandwidth_kernel = "read"  # chapter 0's streaming kernel drawn as the memory roof: "read", "copy" or "triad"
+bandwidth_kernel = "memory"  # chapter 0's rate drawn as the memory roof: "memory" (its streaming read), "copy", "triad"
 course_gpu = "H100 SXM"    # the course's GPU, from lib.roofline.HARDWARE
 other_gpu = "A100 80GB"    # the try-it GPU
 big_model = "Llama-3-70B"  # a preset of lib.shapes
@@ -84,7 +84,7 @@ table_gpus = [name for name, hw in roofline.HARDWARE.items() if not math.isnan(h
 P = params.check(globals(), {
     "device": params.device(), "dtype": params.dtype(allow_none=True),
     "threads": params.threads(many=False),
-    "bandwidth_kernel": params.choice(["read", "copy", "triad"]),
+    "bandwidth_kernel": params.choice(["memory", "read", "copy", "triad"]),
     "course_gpu": params.choice(table_gpus), "other_gpu": params.choice(table_gpus),
     "big_model": params.choice(shapes.PRESETS),
     "batch_contexts": params.int_list(min=1, max=1 << 20, min_items=2, ascending=True),
@@ -342,7 +342,7 @@ here_ridge_tokens = roofline.prefill_crossover(machine.MODELS[reference_model][0
 _f_model = max(ceilings.matrix_rate(reference_model, points_dtype, threads, r)
                for r in ceilings.rows_measured(reference_model, points_dtype, threads, "blocks"))
 model_balance_tokens = _f_model / read * machine.MODELS[reference_model][0].with_dtype(points_dtype).bytes_per_param / 2
-show(f"This machine ({where}, {points_dtype}) streams **{read / 1e9:.1f} GB/s** (chapter 0's streaming {bandwidth_kernel}) and multiplies "
+show(f"This machine ({where}, {points_dtype}) streams **{read / 1e9:.1f} GB/s** (chapter 0's {'streaming read' if bandwidth_kernel == 'memory' else bandwidth_kernel}) and multiplies "
      f"large matrices at **{peak / 1e9:.1f} GFLOP/s**: the textbook ridge is **{peak / read:.1f} FLOP/byte**, against "
      f"{gpu.ridge:.0f} for the {gpu.name} in BF16. A {reference_model} prefill in {points_dtype} reaches it here at "
      f"**{prose.tokens(here_ridge_tokens)}** by the two roofs, against {crossover} for Llama-3-8B on the {gpu.name}"
@@ -489,7 +489,7 @@ fig, ax = plt.subplots(figsize=(10, 6))
 xs = np.logspace(math.log10(min(points.intensity_flop_per_byte.min(), 0.1) / 2),
                  math.log10(max(points.intensity_flop_per_byte.max(), peak / read) * 4), 300)
 ax.plot(xs, np.minimum(peak, xs * read) / 1e9, "k-", lw=1.2,
-        label=f"textbook roof: {bandwidth_kernel} {read / 1e9:.1f} GB/s, square product {peak / 1e9:.0f} GFLOP/s")
+        label=f"textbook roof: {'streaming read' if bandwidth_kernel == 'memory' else bandwidth_kernel} {read / 1e9:.1f} GB/s, square product {peak / 1e9:.0f} GFLOP/s")
 model_name = prefill.model.iloc[0]
 weights = ceilings.weight_rate(model_name, points_dtype, threads)
 ax.plot(xs, np.minimum(peak, xs * weights) / 1e9, "k:", lw=1.2,
@@ -1354,16 +1354,26 @@ if dtype_rows:  # the price's two halves, measured again with the dtypes in turn
     took_ = by_size.set_index("size")[f"{low16}_over_fp32"][profiled_size]
     why_dtype += (
         f" One layer further down, the two dtypes in turn ({floor_repeats} times each): {profiled_size}'s hollowed "
-        f"step, its floor, took **{d_.floor_ms[low16]:.2f} ms** in {low16} and **{d_.floor_ms['fp32']:.2f} ms** in "
+        f"step, its floor as the price counts it (between its weights' streams, less them; the median of "
+        f"{floor_repeats}), took **{d_.floor_ms[low16]:.2f} ms** in {low16} and **{d_.floor_ms['fp32']:.2f} ms** in "
         f"fp32 ({d_.floor_ms[low16] / d_.floor_ms['fp32']:.2f}x), where the price took chapter 0's floors, each timed "
         f"in its own minutes, {floor0[low16]:.2f} and {floor0['fp32']:.2f} ms ({floor0[low16] / floor0['fp32']:.2f}x); "
         f"its {n_products} block products cost **{d_.alone_us[low16]:.0f} us** a call in {low16} back to back, as "
         f"chapter 0 times them ({d_.alone_us['fp32']:.1f} us in fp32), and {d_.between_us[low16]:.0f} us with a "
-        f"step's small kernels between them ({d_.between_us['fp32']:.1f} us): a {low16} product of this size costs "
-        "its kernel's fixed cost per call, not its bytes. With this run's floors and products in place of chapter "
+        f"step's small kernels between them ({d_.between_us['fp32']:.1f} us in fp32): at this size a {low16} product "
+        "costs its kernel's fixed cost per call, not its bytes. With this run's floors and products in place of chapter "
         f"0's, the price's ratio would be **{repriced[low16] / repriced['fp32']:.2f}x** against the "
         f"{took_:.2f}x measured ({priced_[low16].best / priced_['fp32'].best:.2f}x priced; chapter 0's block products "
         f"{blocks0[low16] / n_products * 1e3:.0f} us a call in {low16}, {blocks0['fp32'] / n_products * 1e3:.1f} in fp32).")
+    apart_ = {dt: step_spread(profiled_size, dt, short_c).mid for dt in size_dtypes}  # the steps' medians, ms
+    gap_, placed_ = apart_[low16] - apart_["fp32"], repriced[low16] - repriced["fp32"]
+    why_dtype += ("" if gap_ <= 0 else
+                  f" Of the {gap_:.2f} ms between the two steps, these parts place {placed_:.2f} ms; the other "
+                  f"{gap_ - placed_:.2f} ms shows only in the whole step, in no part timed here on its own."
+                  if gap_ - placed_ > claims.NOISE * gap_ else
+                  f" These parts add up to {placed_:.2f} ms, more than the {gap_:.2f} ms between the two steps."
+                  if placed_ - gap_ > claims.NOISE * gap_ else
+                  f" These parts place the {gap_:.2f} ms between the two steps.")
 growth_rows = []
 for name, g in size_prefill.dropna(subset=["time_ms"]).groupby("size", sort=False):
     g = g.set_index("prompt_tokens").time_ms
@@ -1393,7 +1403,7 @@ if growth_rows:
                    + " A floor's length is read where a pass first exceeds 1.25x the one-token pass (off the medians "
                      "and off both ends of their intervals): a growth near that margin, measured or priced, moves the "
                      "length by a grid step or more.")
-show(why_floor + why_dtype + why_prefill)
+show("\n\n".join(part.strip() for part in (why_floor, why_dtype, why_prefill) if part.strip()))  # a paragraph each
 prose.shown(floor_table.round(3))
 
 # %% [markdown]
