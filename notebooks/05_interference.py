@@ -865,12 +865,13 @@ answer = {claims.HELD: "chunked prefill bounds a stream's stall, and pays for it
                        "newcomer.",
           claims.NOT_HELD: "here chunked prefill bounded A's stall without delaying B's first token.",
           claims.UNRESOLVED: "chunked prefill bounded A's stall; whether it delays B is too close to call here."}
+_hidden_text = hidden.get(register.verdict("tpot_hides_the_stall"), f"{ratio:.1f} times its TPOT")
 told = (
     f"On this machine ({prose.machine(device, dtype)}), {lm.name}'s stream A received a token every "
     f"**{Spread.in_row(unchunked, 'a_median_gap_ms').text('.0f', 'ms')}** until request B arrived with a "
     f"{b_prompt_len:,}-token prompt. Over {runs} runs (medians and ranges), B's prefill in one pass stretched A's worst gap "
     f"to **{Spread.in_row(unchunked, 'a_worst_gap_ms').text(',.0f', 'ms')}**, "
-    f"{hidden.get(register.verdict('tpot_hides_the_stall'), f'{ratio:.1f} times its TPOT')}. "
+    f"{_hidden_text}. "
     f"{found[:1].upper() + found[1:]} "
     f"({runs_alone}{foreseen}): at {shown.name} tokens A's worst gap was "
     f"**{Spread.in_row(shown, 'a_worst_gap_ms').text(',.0f', 'ms')}**, its median gap {shown.a_median_gap_ms:,.0f} ms, and B's first token came after "
@@ -884,7 +885,7 @@ _shorter = _lean.replace(f" ({runs_alone}{foreseen})", f" ({_brief})" if _brief 
 one_paren = lambda t: t.replace(PAID_RULE + " (", PAID_RULE[:-1] + "; ")  # noqa: E731  (no two asides in a row)
 _shortest = _lean.replace(f" ({runs_alone}{foreseen})", "").replace(PAID_RULE, "")
 _with_room = (_shortest.replace(f"Over {runs} runs (medians and ranges), B's", f"Over {runs} runs, B's")  # room for
-              .replace(f": {hidden.get(register.verdict('tpot_hides_the_stall'), 'not decided here')}.", "."))  # the pace
+              .replace(f", {_hidden_text}.", f", {worst_x:.0f} times its median gap."))  # the pace
 opening.write(*map(one_paren, (told, _shorter, _shorter.replace(PAID_RULE, ""), _shortest, _with_room)),  # note
               after=pacer.note())  # the pace note, when the machine's speed moved: the longest telling that fits it
 

@@ -1072,8 +1072,8 @@ for where_, text, textbook in (("on_the_floor", "On the floor", "the textbook ex
              "of the {predicted} priced{direction}.",
         not_held="{side} ({names}) a {low16} step took **{measured}** of fp32's time, outside the tolerance for a "
                  "ratio of the {predicted} priced{direction}.{below}",
-        unresolved="{side} ({names}) a {low16} step took **{measured}** of fp32's time, against {predicted} priced: the "
-                   "interval crosses the tolerance's edge, so this run cannot call it ({lean}){direction}.{below}",
+        unresolved="{side} ({names}) a {low16} step took **{measured}** of fp32's time, against {predicted} priced: "
+                   "{lean}, so this run cannot call it{direction}.{below}",
         not_measured=f"no size predicted {text.lower()} ran in two dtypes.")
     register.claim(
         f"context_{where_}_as_priced",
@@ -1085,8 +1085,8 @@ for where_, text, textbook in (("on_the_floor", "On the floor", "the textbook ex
         not_held="{side} ({names}) the fp32 steps grew {growth} from context {short} to {long}, adding **{measured}** "
                  "the time their price adds, outside the tolerance for a ratio. {why}",
         unresolved="{side} ({names}) the fp32 steps grew {growth} from context {short} to {long}, adding "
-                   "**{measured}** the time their price adds, an interval that crosses the tolerance's edge, so this "
-                   "run cannot call it ({lean}). {why}",
+                   "**{measured}** the time their price adds (the added milliseconds over the priced ones): {lean}, so "
+                   "this run cannot call it. {why}",
         not_measured=f"no size predicted {text.lower()} ran.")
 
 # %%
@@ -1284,7 +1284,7 @@ if len(twelve_sizes) >= 2:
         f"Hollowed, with the caches to itself, a 12-layer step's {twelve} operations took "
         f"**{prose.span(f12.alone_ms.min(), f12.alone_ms.max(), '.1f')} ms** at every width (the fastest of "
         f"{floor_repeats}), "
-        f"{f12.alone_ms.min() / twelve * 1e3:.1f} us an operation or more (chapter 0: {ops_alone[1]:.1f} us for "
+        f"{f12.alone_ms.min() / twelve * 1e3:.1f} us an operation or more (chapter 0, alone too: {ops_alone[1]:.1f} us for "
         f"{reference_model}); between their own weights' streams they "
         f"cost **{f12.paid_ms[narrow]:.1f} ms** at {f12.weight_mb[narrow]:,.0f} MB ({narrow}) and "
         f"**{f12.paid_ms[wide]:.1f} ms** at {f12.weight_mb[wide]:,.0f} MB ({wide}), "
@@ -1352,6 +1352,7 @@ if dtype_rows:  # the price's two halves, measured again with the dtypes in turn
     repriced = {dt: priced_[dt].best * 1e3 - floor0[dt] - blocks0[dt] + d_.floor_ms[dt]
                 + n_products * d_.between_us[dt] / 1e3 for dt in size_dtypes}
     took_ = by_size.set_index("size")[f"{low16}_over_fp32"][profiled_size]
+    _sh = gpt2_sizes.SIZES[profiled_size].with_dtype(low16)
     why_dtype += (
         f" One layer further down, the two dtypes in turn ({floor_repeats} times each): {profiled_size}'s hollowed "
         f"step, its floor as the price counts it (between its weights' streams, less them; the median of "
@@ -1361,7 +1362,9 @@ if dtype_rows:  # the price's two halves, measured again with the dtypes in turn
         f"its {n_products} block products cost **{d_.alone_us[low16]:.0f} us** a call in {low16} back to back, as "
         f"chapter 0 times them ({d_.alone_us['fp32']:.1f} us in fp32), and {d_.between_us[low16]:.0f} us with a "
         f"step's small kernels between them ({d_.between_us['fp32']:.1f} us in fp32): at this size a {low16} product "
-        "costs its kernel's fixed cost per call, not its bytes. With this run's floors and products in place of chapter "
+        f"costs its kernel's fixed cost per call, not its bytes (which at chapter 0's streaming read would take "
+        f"{_sh.layers * _sh.block_params * _sh.bytes_per_param / n_products / ceilings.stream_bandwidth(low16, threads) * 1e6:.1f} "
+        "us). With this run's floors and products in place of chapter "
         f"0's, the price's ratio would be **{repriced[low16] / repriced['fp32']:.2f}x** against the "
         f"{took_:.2f}x measured ({priced_[low16].best / priced_['fp32'].best:.2f}x priced; chapter 0's block products "
         f"{blocks0[low16] / n_products * 1e3:.0f} us a call in {low16}, {blocks0['fp32'] / n_products * 1e3:.1f} in fp32).")
