@@ -426,6 +426,7 @@ class Claim:
 @dataclass(frozen=True)
 class _Declared:
     statement: str
+    finding: str
     held: str
     not_held: str
     unresolved: str
@@ -463,15 +464,26 @@ class Claims:
         self.declared: dict[str, _Declared] = {}
         self.rows: dict[str, Claim] = {}
 
-    def claim(self, claim: str, statement: str, *, held: str, not_held: str, unresolved: str = "",
-              not_measured: str = _NOT_MEASURED) -> None:
-        """Declare ``claim``: its ``statement`` (no placeholders: the same text on every machine) and the sentence
-        for each outcome (``str.format`` templates; ``{predicted}`` and ``{measured}`` are always available)."""
+    def claim(self, claim: str, statement: str, *, finding: str = "", held: str = "", not_held: str = "",
+              unresolved: str = "", not_measured: str = _NOT_MEASURED) -> None:
+        """Declare ``claim``: its ``statement`` (no placeholders: the same text on every machine), the ``finding``
+        (what was measured, the same words whatever the outcome) and each outcome's tail, what the finding means
+        when the claim held, did not hold or was not resolved. The sentence a chapter shows is the finding followed
+        by the outcome's tail (joined by a space unless the tail opens with punctuation); without a finding, each
+        tail is the whole sentence. All are ``str.format`` templates; ``{predicted}`` and ``{measured}`` are always
+        available. The not-measured sentence is never joined to the finding: nothing was found.
+
+        A claim declared with its statement alone is decided by :meth:`record`, and the chapter writes the finding
+        itself, as prose, with :func:`pick` for the words that depend on the verdict."""
         if not re.fullmatch(r"[a-z0-9_]+", claim or "") or claim in self.declared:
             raise ValueError(f"claim ids must be unique snake_case names, got {claim!r}")
         if "{" in statement or not statement.strip():
             raise ValueError(f"claim {claim}: the statement is one constant sentence (no placeholders), got {statement!r}")
-        self.declared[claim] = _Declared(statement, held, not_held, unresolved or _GENERIC_UNRESOLVED, not_measured)
+        if finding and not unresolved:
+            raise ValueError(f"claim {claim}: a finding needs its unresolved tail too (which way the median leans, "
+                             f"what would decide it)")
+        self.declared[claim] = _Declared(statement, finding, held, not_held, unresolved or _GENERIC_UNRESOLVED,
+                                         not_measured)
 
     def decide(self, claim: str, verdict: str | None, *, predicted: str = "", measured: str = "",
                evidence: str = "", **values) -> str:
@@ -487,7 +499,11 @@ class Claims:
         if verdict not in VERDICTS:
             raise ValueError(f"claim {claim}: verdict must be one of {VERDICTS}, got {verdict!r}")
         d = self.declared[claim]
+        if not (d.held or d.not_held) and verdict != NOT_MEASURED:
+            raise ValueError(f"claim {claim!r} was declared with its statement alone: record it with record()")
         template = {HELD: d.held, NOT_HELD: d.not_held, UNRESOLVED: d.unresolved, NOT_MEASURED: d.not_measured}[verdict]
+        if d.finding and verdict != NOT_MEASURED:
+            template = d.finding + ("" if template[:1] in ",.:;)" else " ") + template
         missing = _fields(template) - set(values) - {"predicted", "measured"}
         if missing:
             raise ValueError(f"claim {claim}: the {verdict!r} sentence needs {', '.join(sorted(missing))}")
@@ -499,6 +515,24 @@ class Claims:
         first = re.match(r"[\w-]*", text).group()
         keep = any(c.isdigit() for c in first) or first[1:] != first[1:].lower()  # a name: "bf16", "gpt2-small", "vLLM"
         return text if keep else text[:1].upper() + text[1:]
+
+    def record(self, claim: str, verdict: str | None, *, predicted: str = "", measured: str = "",
+               evidence: str = "") -> str:
+        """Record the ``verdict`` (``None``: not measured, with ``evidence`` saying why) of a claim declared with
+        its statement alone, and return the verdict (one of :data:`VERDICTS`) for :func:`pick`: the chapter's
+        finding is its own prose, and the verdict is shown only in the evidence table (:meth:`evidence`)."""
+        if claim not in self.declared:
+            raise ValueError(f"claim {claim!r} was never declared; declared: {', '.join(self.declared) or 'none'}")
+        d = self.declared[claim]
+        if d.held or d.not_held or d.finding:
+            raise ValueError(f"claim {claim!r} was declared with its sentences: decide it with decide()")
+        if claim in self.rows:
+            raise ValueError(f"claim {claim!r} was already decided")
+        verdict = NOT_MEASURED if verdict is None else verdict
+        if verdict not in VERDICTS:
+            raise ValueError(f"claim {claim}: verdict must be one of {VERDICTS}, got {verdict!r}")
+        self.rows[claim] = Claim(claim, d.statement, predicted, measured, verdict, evidence)
+        return verdict
 
     def frame(self) -> pd.DataFrame:
         """The register as a DataFrame with the columns of ``claims.csv``: every declared claim, in the order
@@ -536,6 +570,18 @@ class Claims:
     def summary(self) -> str:
         """How many claims and each outcome's count (:func:`tally`)."""
         return tally(self.frame().verdict)
+
+
+def pick(verdict: str, *, held: str, not_held: str, unresolved: str, not_measured: str = "") -> str:
+    """The words for ``verdict`` (as :meth:`Claims.record` returns it): what the finding means when the claim
+    held, did not hold (why, from data one layer down) or was not resolved (which way the median leans, what
+    would decide it). Every outcome's words are written, and so computed, on every machine: a mistake in one
+    shows wherever the chapter runs, not only where that outcome happens."""
+    if verdict not in VERDICTS:
+        raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
+    if verdict == NOT_MEASURED and not not_measured:
+        raise ValueError("this claim was not measured, and no words were given for that (not_measured=...)")
+    return {HELD: held, NOT_HELD: not_held, UNRESOLVED: unresolved, NOT_MEASURED: not_measured}[verdict]
 
 
 class InvariantBroken(AssertionError):

@@ -31,6 +31,44 @@ def test_a_claim_is_declared_once_and_decided_with_values():
         {"Claim": "B holds.", "Predicted": "", "Measured": "", "Verdict": NOT_MEASURED, "From": ""}]
 
 
+def test_a_finding_is_written_once_and_each_outcome_adds_its_tail():
+    def declared():
+        r = Claims()
+        r.claim("c", "C is fast.", finding="the step took {t} ms", held=", under the {limit} ms allowed.",
+                not_held="against {limit} allowed: {why}.", unresolved="- the interval reaches {limit}.",
+                not_measured="no step in quick mode.")
+        return r
+    values = dict(t=3, limit=4, why="the cache")
+    assert declared().decide("c", HELD, **values) == "The step took 3 ms, under the 4 ms allowed."
+    assert declared().decide("c", NOT_HELD, **values) == "The step took 3 ms against 4 allowed: the cache."
+    assert declared().decide("c", UNRESOLVED, **values) == "The step took 3 ms - the interval reaches 4."
+    assert declared().decide("c", None) == "C is fast. This run does not decide it: no step in quick mode."
+    with pytest.raises(ValueError, match="needs t"):  # the finding's placeholders are the outcome's too
+        declared().decide("c", HELD, limit=4)
+    with pytest.raises(ValueError, match="unresolved tail"):
+        Claims().claim("d", "D.", finding="it took {t}", held=".", not_held=".")
+
+
+def test_a_claim_declared_by_its_statement_is_recorded_and_its_words_picked():
+    r = Claims()
+    r.claim("e", "E holds.")
+    r.claim("f", "F holds.")
+    words = dict(held=", as predicted.", not_held=": the cache.", unresolved=": leaning high.")
+    assert claims.pick(r.record("e", NOT_HELD, predicted="1 ms", measured="2 ms", evidence="t.csv"), **words) == ": the cache."
+    assert r.record("f", None, evidence="quick mode") == NOT_MEASURED
+    assert r.frame().set_index("claim").loc["f"].evidence == "quick mode"
+    assert r.evidence().iloc[0].to_dict() == {"Claim": "E holds.", "Predicted": "1 ms", "Measured": "2 ms",
+                                             "Verdict": NOT_HELD, "From": "t.csv"}
+    with pytest.raises(ValueError, match="no words"):
+        claims.pick(NOT_MEASURED, **words)
+    with pytest.raises(ValueError, match="already decided"):
+        r.record("e", HELD)
+    with pytest.raises(ValueError, match="decide it with decide"):
+        register().record("a", HELD)
+    with pytest.raises(ValueError, match="verdict must be"):
+        claims.pick("maybe", **words)
+
+
 def test_an_unresolved_verdict_has_its_own_sentence():
     r = register()
     text = r.decide("a", UNRESOLVED, predicted="10 ms", measured="9-12 ms", x=1)

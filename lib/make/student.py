@@ -145,7 +145,7 @@ def answers_left(notebook) -> list[str]:
 #: Calls an answer cell must not make: the ones that declare or decide a claim, write a result or the opening (a
 #: student copy, which leaves the cell out, would then decide or write less than the book). Reading a verdict
 #: (``register.verdict``) is allowed.
-_WRITES = {"register": {"claim", "decide"}, "results": None, "opening": None}
+_WRITES = {"register": {"claim", "decide", "record"}, "results": None, "opening": None}
 
 
 def _code_text(cell) -> str:
