@@ -534,6 +534,16 @@ class Claims:
         self.rows[claim] = Claim(claim, d.statement, predicted, measured, verdict, evidence)
         return verdict
 
+    def undecided(self, claim: str, reason: str) -> str:
+        """The sentence a chapter shows where this run does not decide ``claim``: its statement, then "This run does
+        not decide it: " and ``reason`` (a clause, e.g. "one thread count only."). Text only, the same words
+        :meth:`decide` gives: :meth:`record` records the verdict."""
+        if claim not in self.declared:
+            raise ValueError(f"claim {claim!r} was never declared; declared: {', '.join(self.declared) or 'none'}")
+        if not reason.strip():
+            raise ValueError(f"claim {claim}: say why this run does not decide it")
+        return f"{self.declared[claim].statement} This run does not decide it: {reason}"
+
     def frame(self) -> pd.DataFrame:
         """The register as a DataFrame with the columns of ``claims.csv``: every declared claim, in the order
         declared; one never decided is ``not measured``."""

@@ -1120,9 +1120,12 @@ def products_between(shape: ModelShape, device: torch.device, dtype: torch.dtype
     """Microseconds per call of ``shape``'s block matrix products at one row (every layer's, :func:`model_matrices`,
     as chapter 0 times them), median of ``calls`` runs: back to back (``alone_us``, chapter 0's way), and with the
     small kernels a step runs between two products (a layer norm, a residual add and a GELU at the model's width)
-    after each (``between_us``: that run less the small kernels run alone, ``small_us``, per product). On a model
+    before each (``between_us``: that run less the small kernels run alone, ``small_us``, per product). On a model
     whose products are tiny, their cost is a kernel's fixed cost per call, and what other kernels leave behind
     between calls can change it: chapter 0's prices carry ``alone_us`` only. Introduced in chapter 6."""
+    if not isinstance(calls, int) or calls < 1:
+        raise ValueError(f"products_between: calls is how many timed runs to take the median of, a whole number of "
+                         f"at least 1; got {calls!r}")
     run = model_matrices(shape, layout, device, dtype, shape.layers)
     per_pass = 4 * shape.layers if layout == "conv1d" else (6 + shape.gated_ffn) * shape.layers
     x = {w: torch.randn(1, w, dtype=dtype, device=device) for w in (shape.d_model, shape.d_ff)}

@@ -156,15 +156,14 @@ answer = tokenizer.decode(trace.token_ids, skip_special_tokens=True)
 same = sum(t.token_ids == cold.token_ids for t in traces)
 show(f"**Prompt** ({prose.tokens(prompt_tokens)} with the chat template): *{question}*\n\n"
      f"**Answer** ({prose.tokens(m.n_tokens)}, greedy): {answer}")
-register.claim(
-    "greedy_repeats", "Greedy decoding of the same prompt chooses the same tokens in every run.",
-    held="{every} chose the warm-up's {n}.",
-    not_held="only {same} of {runs} chose the warm-up's tokens: on this device the kernels are not deterministic, "
-             "so runs may differ in length; the timings below are still per token.")
-show(register.decide("greedy_repeats", claims.HELD if same == runs else claims.NOT_HELD,
-                     predicted=f"{runs} of {count(runs, 'run')} identical to the warm-up", measured=f"{same} of {runs}",
-                     evidence=f"{lm.name}, {dtype}, {where}", runs=count(runs, "run"), n=prose.tokens(cold_m.n_tokens),
-                     same=same, every={1: "the timed run", 2: "both timed runs"}.get(runs, f"all {runs} timed runs")))
+register.claim("greedy_repeats", "Greedy decoding of the same prompt chooses the same tokens in every run.")
+register.record("greedy_repeats", claims.HELD if same == runs else claims.NOT_HELD,
+                predicted=f"{runs} of {count(runs, 'run')} identical to the warm-up", measured=f"{same} of {runs}",
+                evidence=f"{lm.name}, {dtype}, {where}")
+every = {1: "The timed run", 2: "Both timed runs"}.get(runs, f"All {runs} timed runs")
+show(f"{every} chose the warm-up's {prose.tokens(cold_m.n_tokens)}." if same == runs else
+     f"Only {same} of {count(runs, 'run')} chose the warm-up's tokens: on this device the kernels are not "
+     "deterministic, so runs may differ in length; the timings below are still per token.")
 
 # %%
 token_table = pd.DataFrame({
@@ -287,31 +286,33 @@ results.table(costs, "phase_costs")
 prose.shown(costs.round(3))
 
 # %%
-register.claim(
-    "prompt_token_cheaper",
-    "A prompt token costs less than a decoded token by the ratio the cost model predicts from chapter 0's kernels.",
-    held="a decoded token cost {ratio} as much as a prompt token, within the {tol:g}x tolerance of the "
-         "{predicted_ratio:.1f}x the cost model predicted (each phase beside its price: prefill {prefill} against "
-         "{prefill_pred}, a decode step {step} against {step_pred}; a ratio holds when both are off alike). A pass "
-         "that only read weights would give {T}x. Prefill's "
-         "matrices run {T} rows at {f_t:.0f} GFLOP/s, a decode step's one row at {f_1:.0f} GFLOP/s: the same weights, used {T} times per read in one phase and once in the other; and a decode step pays the issuing of a whole pass for its one token.",
-    not_held="a decoded token cost {ratio} as much as a prompt token, while the cost model predicted "
-             "{predicted_ratio:.1f}x: prefill {prefill} against a predicted {prefill_pred}, a decode step {step} against "
-             "{step_pred}.",
-    not_measured="the answer had a single token, so there is no decode step to compare.")
+register.claim("prompt_token_cheaper", "A prompt token costs less than a decoded token by the ratio the cost "
+               "model predicts from chapter 0's kernels.")
 predicted_ratio = dec_pred.best / (pre_pred.best / T)
-cheaper = Spread.in_row(ph, "prompt_token_cheaper_x") \
-    if np.isfinite(ph.prompt_token_cheaper_x) else None
-show(register.decide("prompt_token_cheaper", None if cheaper is None else
-                     claims.within(cheaper, predicted_ratio, claims.PREDICTED_RATIO),
-                     predicted=f"{predicted_ratio:.1f}x (cost model)", measured=with_interval(cheaper, ".1f", "x") if cheaper else "",
-                     evidence=f"median decode step over prefill time per prompt token; {runs} runs, {lm.name}, {dtype}, "
-                              f"{where}", ratio=with_interval(cheaper, ".1f", "x", bold=True) if cheaper else "", predicted_ratio=predicted_ratio,
-                     T=T, f_t=model.ceilings.matrix_rate(model_name, dtype, model.threads, T) / 1e9,
-                     f_1=model.ceilings.matrix_rate(model_name, dtype, model.threads, 1) / 1e9,
-                     prefill=prose.ms(ph.prefill_ms / 1e3), prefill_pred=prose.ms(pre_pred.best),
-                     step=prose.ms(ph.decode_step_ms / 1e3), step_pred=prose.ms(dec_pred.best),
-                     tol=claims.PREDICTED_RATIO))
+cheaper = Spread.in_row(ph, "prompt_token_cheaper_x") if np.isfinite(ph.prompt_token_cheaper_x) else None
+verdict = register.record(
+    "prompt_token_cheaper",
+    None if cheaper is None else claims.within(cheaper, predicted_ratio, claims.PREDICTED_RATIO),
+    predicted=f"{predicted_ratio:.1f}x (cost model)", measured=with_interval(cheaper, ".1f", "x") if cheaper else "",
+    evidence=f"median decode step over prefill time per prompt token; {runs} runs, {lm.name}, {dtype}, {where}")
+told = (f"A decoded token cost {with_interval(cheaper, '.1f', 'x', bold=True) if cheaper else ''} as much as a "
+        "prompt token")
+lean = claims.leaning(cheaper, *claims.allowed(predicted_ratio, claims.PREDICTED_RATIO)) if cheaper else ""
+priced = (f"prefill {prose.ms(ph.prefill_ms / 1e3)} against {prose.ms(pre_pred.best)}, a decode step "
+          f"{prose.ms(ph.decode_step_ms / 1e3)} against {prose.ms(dec_pred.best)}")
+show(claims.pick(
+    verdict,
+    held=f"{told}, within the {claims.PREDICTED_RATIO:g}x tolerance of the {predicted_ratio:.1f}x the cost model "
+         f"predicted (each phase beside its price: {priced}; a ratio holds when both are off alike). A pass that only "
+         f"read weights would give {T}x. Prefill's matrices run {T} rows at {f_prompt / 1e9:.0f} GFLOP/s, a decode "
+         f"step's one row at {f_step / 1e9:.0f} GFLOP/s: the same weights, used {T} times per read in one phase and "
+         "once in the other; and a decode step pays the issuing of a whole pass for its one token.",
+    not_held=f"{told}, while the cost model predicted {predicted_ratio:.1f}x: {priced}.",
+    unresolved=f"{told}, against the {predicted_ratio:.1f}x the cost model predicted: the 95 % interval lies partly "
+               f"inside and partly outside its {claims.PREDICTED_RATIO:g}x tolerance, with the median {lean}, so "
+               f"this run cannot tell which side it is on, and more runs would narrow it ({priced}).",
+    not_measured=register.undecided("prompt_token_cheaper", "the answer had a single token, so there is no decode "
+                                    "step to compare.")))
 
 # %% [markdown]
 # **Takeaway: prefill pushes many tokens through each weight it reads and decode pushes one, so arithmetic
@@ -396,23 +397,25 @@ display(Markdown(
        f"{' and '.join([', '.join(missed[:-1]), missed[-1]] if len(missed) > 1 else missed)}." if missed else ".")))
 
 # %%
-register.claim(
-    "short_question_is_a_decode_job",
-    "A one-line question with a paragraph of answer spends most of its time decoding.",
-    held="a run spent a median {share} of its time in decode and {prefill:.0%} in prefill: {steps} outweigh one "
-         "prefill of {T}; the cost model gives decode {model_share:.0%}.",
-    not_held="a run spent a median of only {share} of its time in decode, where the cost model gives "
-             "{model_share:.0%}: with {n} against a {T}-token prompt, this request is a prefill job here.",
-    unresolved="a run spent a median {share} of its time in decode, its interval reaching both sides of half, "
-               "with the median {lean}; the cost model gives decode {model_share:.0%}.")
+register.claim("short_question_is_a_decode_job", "A one-line question with a paragraph of answer spends most of "
+               "its time decoding.")
 predicted_share = (m.n_tokens - 1) * dec_pred.best / ((m.n_tokens - 1) * dec_pred.best + pre_pred.best)
 share = Spread.in_row(over_runs, "decode_share")
-show(register.decide("short_question_is_a_decode_job", claims.at_least(share, 0.5),
-                     predicted=f"above 50 %, cost model {predicted_share:.0%}", measured=with_interval(share, ".0%"),
-                     evidence=f"{prose.tokens(T)} in, {prose.tokens(m.n_tokens)} out, {count(runs, 'run')}",
-                     share=with_interval(share, ".0%", bold=True), prefill=over_runs.prefill_share,
-                     steps=count(m.n_tokens - 1, "decode step"), T=prose.tokens(T), n=count(m.n_tokens, "output token"),
-                     model_share=predicted_share, lean=claims.leaning(share, 0.5)))
+verdict = register.record("short_question_is_a_decode_job", claims.at_least(share, 0.5),
+                          predicted=f"above 50 %, cost model {predicted_share:.0%}",
+                          measured=with_interval(share, ".0%"),
+                          evidence=f"{prose.tokens(T)} in, {prose.tokens(m.n_tokens)} out, {count(runs, 'run')}")
+spent = with_interval(share, ".0%", bold=True)
+show(claims.pick(
+    verdict,
+    held=f"A run spent a median {spent} of its time in decode and {over_runs.prefill_share:.0%} in prefill: "
+         f"{count(m.n_tokens - 1, 'decode step')} outweigh one prefill of {prose.tokens(T)}; the cost model gives "
+         f"decode {predicted_share:.0%}.",
+    not_held=f"A run spent a median of only {spent} of its time in decode, where the cost model gives "
+             f"{predicted_share:.0%}: with {count(m.n_tokens, 'output token')} against a {T}-token prompt, this "
+             "request is a prefill job here.",
+    unresolved=f"A run spent a median {spent} of its time in decode, its interval reaching both sides of half, with "
+               f"the median {claims.leaning(share, 0.5)}; the cost model gives decode {predicted_share:.0%}."))
 
 # %% [markdown]
 # **Takeaway: report TTFT, TPOT and the worst gap together, with the prompt and output lengths; one
@@ -490,30 +493,33 @@ shorthand_ms = runs_table.prefill_ms + runs_table.decode_step_ms
 with torch.inference_mode():
     uncached_first = phases.greedy_uncached(lm, prompt_ids, 1)[0]
 overstated = np.median(shorthand_ms) / over_runs.ttft_ms - 1
-register.claim(
-    "choosing_is_cheap", "Choosing the first token costs under a tenth of a decode step.",
-    held="choosing took a median {choice}, against a decode step of {step}. The shorthand would report a "
-         "TTFT of {shorthand:.0f} ms instead of the measured {ttft:.0f} ms, {over:.0%} too much.",
-    not_held="choosing took a median {choice}, against a decode step of {step}: on this device reading one id back "
-             "is not negligible beside a step.",
-    not_measured="the answer had a single token, so there is no decode step to compare.")
-show(register.decide("choosing_is_cheap", claims.at_most(Spread.of(choice_ms), 0.1 * ph.decode_step_ms)
-                     if np.isfinite(ph.decode_step_ms) else None,
-                     predicted=f"under {0.1 * ph.decode_step_ms:.2f} ms", measured=f"{choice_ms.median():.2f} ms",
-                     evidence=f"{count(runs, 'run')}, {where}",
-                     choice=with_interval(Spread.of(choice_ms), ".2f", " ms", bold=True), step=f"{ph.decode_step_ms:.1f} ms",
-                     shorthand=np.median(shorthand_ms), ttft=over_runs.ttft_ms, over=overstated))
+register.claim("choosing_is_cheap", "Choosing the first token costs under a tenth of a decode step.")
+verdict = register.record("choosing_is_cheap", claims.at_most(Spread.of(choice_ms), 0.1 * ph.decode_step_ms)
+                          if np.isfinite(ph.decode_step_ms) else None,
+                          predicted=f"under {0.1 * ph.decode_step_ms:.2f} ms", measured=f"{choice_ms.median():.2f} ms",
+                          evidence=f"{count(runs, 'run')}, {where}")
+chose = (f"Choosing took a median {with_interval(Spread.of(choice_ms), '.2f', ' ms', bold=True)}, against a decode "
+         f"step of {ph.decode_step_ms:.1f} ms")
+show(claims.pick(
+    verdict,
+    held=f"{chose}. The shorthand would report a TTFT of {np.median(shorthand_ms):.0f} ms instead of the measured "
+         f"{over_runs.ttft_ms:.0f} ms, {overstated:.0%} too much.",
+    not_held=f"{chose}: on this device reading one id back is not negligible beside a step.",
+    unresolved=f"{chose}: the 95 % interval lies partly inside and partly outside the tenth of a step allowed, with "
+               f"the median {claims.leaning(Spread.of(choice_ms), 0.0, 0.1 * ph.decode_step_ms)}, so this run cannot tell "
+               "which side it is on, and more runs would narrow it.",
+    not_measured=register.undecided("choosing_is_cheap", "the answer had a single token, so there is no decode step "
+                                    "to compare.")))
 
 # %%
-register.claim(
-    "first_token_from_prefill", "The cached prefill's last position chooses the token a full uncached pass chooses.",
-    held="both choose id {id} ({text!r}).",
-    not_held="the uncached pass chose id {other}, the cached prefill {id}: in {dtype} rounding differs between the two "
-             "paths enough to change a close choice.")
-show(register.decide("first_token_from_prefill", claims.HELD if uncached_first == trace.token_ids[0] else claims.NOT_HELD,
-                     predicted=f"id {trace.token_ids[0]}", measured=f"id {uncached_first}",
-                     evidence=f"phases.greedy_uncached, {dtype}", id=trace.token_ids[0],
-                     text=tokenizer.decode([trace.token_ids[0]]), other=uncached_first, dtype=dtype))
+register.claim("first_token_from_prefill", "The cached prefill's last position chooses the token a full uncached "
+               "pass chooses.")
+first = trace.token_ids[0]
+register.record("first_token_from_prefill", claims.HELD if uncached_first == first else claims.NOT_HELD,
+                predicted=f"id {first}", measured=f"id {uncached_first}", evidence=f"phases.greedy_uncached, {dtype}")
+show(f"Both choose id {first} ({tokenizer.decode([first])!r})." if uncached_first == first else
+     f"The uncached pass chose id {uncached_first}, the cached prefill {first}: in {dtype} rounding differs between "
+     "the two paths enough to change a close choice.")
 
 # %% [markdown]
 # **Takeaway: the first token comes out of the prefill; a decode step is the cost of every token after it.**

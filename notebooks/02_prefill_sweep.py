@@ -421,16 +421,9 @@ if warning:
 
 # %%
 def as_predicted(claim: str, statement: str, points: list) -> str:
-    """Decide that the ``points`` (keys of ``ratio``) take their predicted time, on their pooled ratio."""
-    register.claim(
-        claim, statement,
-        held="the passes of {which} took **{ratio}** their price from chapter 0's kernel rates (measured time over "
-             "price, the geometric mean of {n} points), inside {band}{detail}",
-        not_held="the passes of {which} took **{ratio}** their price from chapter 0's kernel rates (measured time over "
-                 "price, the geometric mean of {n} points), outside {band}{detail} The section below takes the "
-                 "furthest pass apart.",
-        unresolved="the passes of {which} took **{ratio}** their price from chapter 0's kernel rates (measured time "
-                   "over price, the geometric mean of {n} points), against {band}: {lean}{detail}")
+    """Decide that the ``points`` (keys of ``ratio``) take their predicted time, on their pooled ratio, and return
+    the finding."""
+    register.claim(claim, statement)
     pooled = claims.geomean_of(ratio[k] for k in points)
     top = float(np.exp(np.mean([np.log(band(k)[1] / claims.PREDICTED_TIME) for k in points])))
     out = [k for k in points if claims.within(ratio[k], Spread(1.0, 1.0, band(k)[1] / claims.PREDICTED_TIME),
@@ -446,17 +439,19 @@ def as_predicted(claim: str, statement: str, points: list) -> str:
               "; no point lies wholly outside its own band")
               + (f"; {len(open_)} straddle{'s' * (len(open_) == 1)} its edge: {', '.join(map(banded, open_))}"
                  if open_ else "") + ". (Each point's band is its own price's spread, widened by the tolerance.)")
-    return register.decide(claim, claims.within(pooled, Spread(1.0, 1.0, top), claims.PREDICTED_TIME),
-                           predicted=f"time / price: 1.00x to {top:.2f}x (chapter 0's fastest to median calls), "
-                                     f"within {claims.PREDICTED_TIME:g}x",
-                           measured=pooled.text(".2f", "x"),
-                           band=f"the band of {1 / claims.PREDICTED_TIME:.2f}x to {top * claims.PREDICTED_TIME:.2f}x "
-                                f"(the 1.00x to {top:.2f}x its price spans, chapter 0's fastest calls to its median "
-                                f"ones, widened by the tolerance of {claims.PREDICTED_TIME:g}x)",
-                           lean=lean(pooled, 1 / claims.PREDICTED_TIME, top * claims.PREDICTED_TIME, ".2f", "x"),
-                           evidence=f"prefill_sweep.csv, {len(points)} points", which="; ".join(
-                               dict.fromkeys(label(*k[:2]) for k in points)), ratio=pooled.text(".2f", "x"),
-                           n=len(points), tol=claims.PREDICTED_TIME, detail=detail)
+    verdict = register.record(claim, claims.within(pooled, Spread(1.0, 1.0, top), claims.PREDICTED_TIME),
+                              predicted=f"time / price: 1.00x to {top:.2f}x (chapter 0's fastest to median calls), "
+                                        f"within {claims.PREDICTED_TIME:g}x",
+                              measured=pooled.text(".2f", "x"), evidence=f"prefill_sweep.csv, {len(points)} points")
+    tol = claims.PREDICTED_TIME
+    band_ = (f"the band of {1 / tol:.2f}x to {top * tol:.2f}x (the 1.00x to {top:.2f}x its price spans, chapter 0's "
+             f"fastest calls to its median ones, widened by the tolerance of {tol:g}x)")
+    return (f"The passes of {'; '.join(dict.fromkeys(label(*k[:2]) for k in points))} took **{pooled.text('.2f', 'x')}** "
+            f"their price from chapter 0's kernel rates (measured time over price, the geometric mean of {len(points)} "
+            "points), " + claims.pick(
+                verdict, held=f"inside {band_}{detail}",
+                not_held=f"outside {band_}{detail} The section below takes the furthest pass apart.",
+                unresolved=f"against {band_}: {lean(pooled, 1 / tol, top * tol, '.2f', 'x')}{detail}"))
 
 
 mine = sweep[(sweep.dtype == main_dt) & (sweep.threads == most)]
@@ -484,9 +479,9 @@ statement = ("The prefills of the other configurations take the time the cost mo
 if others:
     show(as_predicted("other_configurations_as_predicted", statement, others))
 else:
-    register.claim("other_configurations_as_predicted", statement, held="", not_held="",
-                   not_measured="one configuration only in this run.")
-    show(register.decide("other_configurations_as_predicted", None))
+    register.claim("other_configurations_as_predicted", statement)
+    register.record("other_configurations_as_predicted", None, evidence="one configuration only in this run")
+    show(f"{statement} This run does not decide it: one configuration only in this run.")
 
 # %% [markdown]
 # ## The floor and the knee, read from the data
@@ -540,45 +535,41 @@ fm = floors[(floors.dtype == main_dt) & (floors.threads == most)].iloc[0]
 # readings and the cost model agree that there is a floor, and only where both have one compares where it ends.
 
 # %%
-register.claim(
-    "floor_flat_as_predicted",
-    "A prefill costs what its 1-token pass costs up to the length where the cost model's curve leaves its floor "
-    "(within one step of the sweep's grid).",
-    held="{found}, as the cost model predicted: {expected_}{step}.",
-    not_held="{found}, but the cost model predicted {expected_}{step}: {why}",
-    unresolved="{found} by the points' medians, but read off the ends of their intervals the floor ends anywhere "
-               "from {span}, against the cost model's prediction of {expected_}: {lean}.")
+register.claim("floor_flat_as_predicted", "A prefill costs what its 1-token pass costs up to the length where the "
+               "cost model's curve leaves its floor (within one step of the sweep's grid).")
 pflat, first_tok = expected[main].flat_until_tokens, int(mine.prompt_tokens.min())
 second = mine.sort_values("prompt_tokens").iloc[1]  # the second length, the first that can share the floor
 floored = [r.flat_until_tokens > first_tok for r in readings]  # a floor: two or more lengths within the margin
 p_floored = pflat > first_tok
-floor_verdict = (claims.within(flats, pflat, claims.PREDICTED_LENGTH) if all(floored) and p_floored else
-                 claims.verdict_of(all(f == p_floored for f in floored), all(f != p_floored for f in floored)))
+verdict = register.record(
+    "floor_flat_as_predicted", claims.within(flats, pflat, claims.PREDICTED_LENGTH) if all(floored) and p_floored else
+    claims.verdict_of(all(f == p_floored for f in floored), all(f != p_floored for f in floored)),
+    predicted=f"flat to {tokens(pflat)}" if p_floored else f"no floor (rises from {tokens(first_tok)})",
+    measured=("no floor (rises from " + tokens(first_tok) + ")" if not any(floored) else "flat to " +
+              (tokens(flats.mid) if flats.low == flats.high else flats.text(".0f", "tokens"))),
+    evidence=f"{label(*main)}, margin {margin:.0%}")
 p_rise = second.predicted_ms / mine.sort_values("prompt_tokens").iloc[0].predicted_ms
-found = (f"the time stays within {margin:.0%} of the 1-token pass "
-         f"({prose.span(fm.floor_ms_low, fm.floor_ms_high, '.1f', 'ms')}) up to **{tokens(flats.mid)}**"
-         if readings[1].flat_until_tokens > first_tok else
-         f"there is no floor: the cost rises from the first token ({tokens(second.prompt_tokens)} take "
-         f"{second.time_ms:.1f} ms, **{second.time_ms / fm.floor_ms:.2f}x** the 1-token pass's {fm.floor_ms:.1f} ms, "
-         f"beyond the {margin:.0%} margin)")
+expected_ = (f"a floor up to {tokens(pflat)}" if p_floored else
+             f"no floor (it prices {tokens(second.prompt_tokens)} at {p_rise:.2f}x the 1-token pass)")
+step = ("" if not (all(floored) and p_floored) else ", within one step of the sweep's grid" if verdict == claims.HELD
+        else ", more than one step of the sweep's grid away")
 length_lean = (lean(flats, pflat / claims.PREDICTED_LENGTH, pflat * claims.PREDICTED_LENGTH, ".0f", " tokens")
                if all(floored) and p_floored else
                "the median reading " + ("matches the prediction" if floored[1] == p_floored else "leans away from the "
                                         "prediction") + ", but the readings off the ends of the intervals do not all "
                "agree on whether there is a floor, so this run cannot decide")
-show(register.decide("floor_flat_as_predicted", floor_verdict,
-                     predicted=f"flat to {tokens(pflat)}" if p_floored else f"no floor (rises from {tokens(first_tok)})",
-                     measured=("no floor (rises from " + tokens(first_tok) + ")" if not any(floored) else "flat to " +
-                               (tokens(flats.mid) if flats.low == flats.high else flats.text(".0f", "tokens"))),
-                     evidence=f"{label(*main)}, margin {margin:.0%}", found=found,
-                     expected_=(f"a floor up to {tokens(pflat)}" if p_floored else
-                                f"no floor (it prices {tokens(second.prompt_tokens)} at {p_rise:.2f}x the 1-token "
-                                "pass)"),
-                     step=("" if not (all(floored) and p_floored) else ", within one step of the sweep's grid"
-                           if floor_verdict == claims.HELD else ", more than one step of the sweep's grid away"),
-                     lean=length_lean, span=f"{flats.low:.0f} to {tokens(flats.high)}",
-                     why="the pass grows earlier than its parts say." if flats.mid < pflat else
-                         "the pass stays flat longer than its parts say."))
+show((f"The time stays within {margin:.0%} of the 1-token pass "
+      f"({prose.span(fm.floor_ms_low, fm.floor_ms_high, '.1f', 'ms')}) up to **{tokens(flats.mid)}**"
+      if readings[1].flat_until_tokens > first_tok else
+      f"There is no floor: the cost rises from the first token ({tokens(second.prompt_tokens)} take "
+      f"{second.time_ms:.1f} ms, **{second.time_ms / fm.floor_ms:.2f}x** the 1-token pass's {fm.floor_ms:.1f} ms, "
+      f"beyond the {margin:.0%} margin)") + claims.pick(
+    verdict, held=f", as the cost model predicted: {expected_}{step}.",
+    not_held=f", but the cost model predicted {expected_}{step}: the pass "
+             + ("grows earlier" if flats.mid < pflat else "stays flat longer") + " than its parts say.",
+    unresolved=f" by the points' medians, but read off the ends of their intervals the floor ends anywhere from "
+               f"{flats.low:.0f} to {tokens(flats.high)}, against the cost model's prediction of {expected_}: "
+               f"{length_lean}."))
 
 # %% [markdown]
 # Back to the balance point: it assumed that the matrices reach their fastest rate however few rows they have.
@@ -612,23 +603,21 @@ show(f"By the balance point a pass should cost about the same up to **{balance_t
 prose.shown(by_rows[by_rows.index <= max(off or 0, 2 * balance_tokens)].round(1))
 
 # %%
-register.claim(
-    "knee_as_predicted",
-    "Time per token stops falling where the cost model's does (within one step of the sweep's grid).",
-    held="time per token comes within {margin:.0%} of its lowest ({best:.2f} ms a token) at **{knee}**, where the "
-         "cost model puts it at {pknee} (within one step of the sweep's grid){beyond}.",
-    not_held="time per token comes within {margin:.0%} of its lowest ({best:.2f} ms a token) at **{knee}**, more than "
-             "one step of the sweep's grid from the cost model's {pknee}{beyond}.",
-    unresolved="time per token comes within {margin:.0%} of its lowest ({best:.2f} ms a token) at **{knee}** (its "
-               "three readings: {measured}), against the cost model's {pknee}, give or take one step of the sweep's grid: "
-               "{lean}{beyond}.")
+register.claim("knee_as_predicted", "Time per token stops falling where the cost model's does (within one step "
+               "of the sweep's grid).")
 pknee = expected[main].knee_tokens
-show(register.decide("knee_as_predicted", claims.within(knees, pknee, claims.PREDICTED_LENGTH), predicted=tokens(pknee),
-                     measured=knees.text(".0f", "tokens"), evidence=f"{label(*main)}, margin {margin:.0%}", margin=margin,
-                     best=fm.best_ms_per_token, knee=tokens(knees.mid), pknee=tokens(pknee),
-                     lean=lean(knees, pknee / claims.PREDICTED_LENGTH, pknee * claims.PREDICTED_LENGTH, ".0f", " tokens"),
-                     beyond="" if fm.knee_confirmed else f"; {tokens(knees.mid)} is the longest prompt measured, so "
-                                                         "the knee may lie beyond it"))
+verdict = register.record("knee_as_predicted", claims.within(knees, pknee, claims.PREDICTED_LENGTH),
+                          predicted=tokens(pknee), measured=knees.text(".0f", "tokens"),
+                          evidence=f"{label(*main)}, margin {margin:.0%}")
+show(f"Time per token comes within {margin:.0%} of its lowest ({fm.best_ms_per_token:.2f} ms a token) at "
+     f"**{tokens(knees.mid)}**" + claims.pick(
+         verdict, held=f", where the cost model puts it at {tokens(pknee)} (within one step of the sweep's grid)",
+         not_held=f", more than one step of the sweep's grid from the cost model's {tokens(pknee)}",
+         unresolved=f" (its three readings: {knees.text('.0f', 'tokens')}), against the cost model's {tokens(pknee)}, "
+                    "give or take one step of the sweep's grid: "
+                    + lean(knees, pknee / claims.PREDICTED_LENGTH, pknee * claims.PREDICTED_LENGTH, ".0f", " tokens"))
+     + ("" if fm.knee_confirmed else f"; {tokens(knees.mid)} is the longest prompt measured, so the knee may lie "
+                                     "beyond it") + ".")
 
 # %%
 fig, (ax_t, ax_p) = plt.subplots(1, 2, figsize=(12, 4.5))
@@ -681,28 +670,24 @@ results.figure(fig, "line_residuals")
 plt.show()
 
 # %%
-register.claim(
-    "straight_line_fits",
-    "A straight line misses the measured prefill times by about what it misses the cost model's curve by (the two "
-    "worst misses within the tolerance for a ratio).",
-    held="a line misses the measured points by up to {worst} and the cost model's curve by up to {model:.0%}: the "
-         "bend is the kernels' (F(M) climbs with the rows), not noise. The line's 'fixed cost' is {fixed}, beside the "
-         "measured 1-token pass ({floor}); this chapter reads the floor and the knee off the points.",
-    not_held="a line misses the measured points by up to {worst} and the cost model's curve by up to {model:.0%}: "
-             "the measured curve bends {bends} than the model's, by more than the tolerance for a ratio.",
-    unresolved="a line misses the measured points by up to {worst} and the cost model's curve by up to "
-               "{model:.0%}: against the model's worst miss, give or take the tolerance for a ratio, {lean}.")
-worst = [float(np.abs(sweeps.fit_floor(mine.prompt_tokens, mine[c] / 1e3).predict(mine.prompt_tokens) * 1e3 / mine[c]
-                      - 1).max()) for c in ("time_ms_low", "time_ms", "time_ms_high")]
+register.claim("straight_line_fits", "A straight line misses the measured prefill times by about what it misses the "
+               "cost model's curve by (the two worst misses within the tolerance for a ratio).")
+worst = Spread.of(float(np.abs(sweeps.fit_floor(mine.prompt_tokens, mine[c] / 1e3).predict(mine.prompt_tokens) * 1e3
+                               / mine[c] - 1).max()) for c in ("time_ms_low", "time_ms", "time_ms_high"))
 model_worst = float(np.abs(model_line.predict(mine.prompt_tokens) * 1e3 / mine.predicted_ms - 1).max())
-show(register.decide("straight_line_fits", claims.within(Spread.of(worst), model_worst, claims.PREDICTED_RATIO),
-                     predicted=f"worst residual {model_worst:.0%} (the model's curve)",
-                     measured=f"worst residual {Spread.of(worst).text('.0%')}", evidence=f"{label(*main)}, lib.sweeps.fit_floor",
-                     worst=Spread.of(worst).text(".0%"), model=model_worst, fixed=prose.ms(line.fixed_s),
-                     lean=lean(Spread.of(worst), model_worst / claims.PREDICTED_RATIO,
-                               model_worst * claims.PREDICTED_RATIO, ".0%"),
-                     bends="less" if Spread.of(worst).mid < model_worst else "more",
-                     floor=prose.span(fm.floor_ms_low, fm.floor_ms_high, ".1f", "ms")))
+verdict = register.record("straight_line_fits", claims.within(worst, model_worst, claims.PREDICTED_RATIO),
+                          predicted=f"worst residual {model_worst:.0%} (the model's curve)",
+                          measured=f"worst residual {worst.text('.0%')}", evidence=f"{label(*main)}, lib.sweeps.fit_floor")
+show(f"A line misses the measured points by up to {worst.text('.0%')} and the cost model's curve by up to "
+     f"{model_worst:.0%}: " + claims.pick(
+         verdict, held=f"the bend is the kernels' (F(M) climbs with the rows), not noise. The line's 'fixed cost' is "
+                       f"{prose.ms(line.fixed_s)}, beside the measured 1-token pass "
+                       f"({prose.span(fm.floor_ms_low, fm.floor_ms_high, '.1f', 'ms')}); this chapter reads the floor "
+                       "and the knee off the points.",
+         not_held=f"the measured curve bends {'less' if worst.mid < model_worst else 'more'} than the model's, by more "
+                  "than the tolerance for a ratio.",
+         unresolved="against the model's worst miss, give or take the tolerance for a ratio, " + lean(
+             worst, model_worst / claims.PREDICTED_RATIO, model_worst * claims.PREDICTED_RATIO, ".0%") + "."))
 
 # %% [markdown]
 # ## What a short pass spends its time on
@@ -721,38 +706,27 @@ prose.shown(short[["prompt_tokens", "time_ms", "matrices_ms", "attention_ms", "d
     columns={"rest_ms": "rest (ms: the time less the priced matrices)"}).round(2))
 
 # %%
-register.claim(
-    "short_passes_are_matmuls",
-    "At every short prompt, the model's matrices (chapter 0, in the model's own layout) take at least half the pass.",
-    held="the model's matrices, at chapter 0's rates for their rows, take **{low:.0%} to {high:.0%}** of each pass up "
-         "to {top}: more than half of every short pass.",
-    not_held="the model's matrices, at chapter 0's rates for their rows, take {low:.0%} of the pass at {at}, less than "
-             "half: most of that pass is elsewhere.",
-    unresolved="the model's matrices, at chapter 0's rates for their rows, take {low:.0%} to {high:.0%} of each pass "
-               "up to {top}; at {at}, against at least half, {lean}.")
+register.claim("short_passes_are_matmuls", "At every short prompt, the model's matrices (chapter 0, in the model's "
+               "own layout) take at least half the pass.")
 shares = [Spread(r.matrices_ms / r.time_ms_high, r.matrix_share, r.matrices_ms / r.time_ms_low) for r in short.itertuples()]
-show(register.decide("short_passes_are_matmuls", claims.at_least(claims.extreme(shares, largest=False), 0.5),
-                     predicted="at least 50%", measured=f"{short.matrix_share.min():.0%} to {short.matrix_share.max():.0%}",
-                     evidence=f"{label(*main)}; chapter 0's blocks and head", low=short.matrix_share.min(),
-                     high=short.matrix_share.max(), top=tokens(short.prompt_tokens.max()),
-                     at=tokens(short.prompt_tokens[short.matrix_share.idxmin()]),
-                     lean=lean(claims.extreme(shares, largest=False), 0.5, np.inf, ".0%")))
+low_share, high_share = short.matrix_share.min(), short.matrix_share.max()
+verdict = register.record("short_passes_are_matmuls", claims.at_least(claims.extreme(shares, largest=False), 0.5),
+                          predicted="at least 50%", measured=f"{low_share:.0%} to {high_share:.0%}",
+                          evidence=f"{label(*main)}; chapter 0's blocks and head")
+at_min = tokens(short.prompt_tokens[short.matrix_share.idxmin()])
+show("The model's matrices, at chapter 0's rates for their rows, take " + claims.pick(
+    verdict, held=f"**{low_share:.0%} to {high_share:.0%}** of each pass up to {tokens(short.prompt_tokens.max())}: "
+                  "more than half of every short pass.",
+    not_held=f"{low_share:.0%} of the pass at {at_min}, less than half: most of that pass is elsewhere.",
+    unresolved=f"{low_share:.0%} to {high_share:.0%} of each pass up to {tokens(short.prompt_tokens.max())}; at {at_min}, "
+               f"against at least half, {lean(claims.extreme(shares, largest=False), 0.5, np.inf, '.0%')}."))
 
 # %% [markdown]
 # Whether the pass rises as its matrices do, from one token to the longest short prompt:
 
 # %%
-register.claim(
-    "rise_is_matmuls",
-    "A short pass rises over the 1-token pass by what the cost model's pass rises (each run's own rise), most of it "
-    "its matrices' rise, within the tolerance for a predicted time.",
-    held="from 1 to {top} the pass grows by {rise_pass}, within the tolerance of the {rise_model} priced, of which "
-         "the matrices, timed alone, are {rise_mm} and the longer pass's small kernels and issuing {rise_issue}.",
-    not_held="from 1 to {top} the pass grows by {rise_pass}, {direction} than the {rise_model} priced, beyond the "
-             "tolerance (the matrices, timed alone, {rise_mm}; the longer pass's small kernels and issuing {rise_issue}): the parts do not "
-             "account for the pass's rise here.",
-    unresolved="from 1 to {top} the pass grows by {rise_pass}, against {rise_model} priced (the matrices, timed "
-               "alone, {rise_mm}; the longer pass's small kernels and issuing {rise_issue}): {lean}.")
+register.claim("rise_is_matmuls", "A short pass rises over the 1-token pass by what the cost model's pass rises (each "
+               "run's own rise), most of it its matrices' rise, within the tolerance for a predicted time.")
 one, top = short.iloc[0], short.iloc[-1]
 in_runs = runs_table[(runs_table.dtype == main_dt) & (runs_table.threads == most)].pivot_table(
     index="run", columns="prompt_tokens", values="time_ms").dropna(subset=[one.prompt_tokens, top.prompt_tokens])
@@ -761,15 +735,20 @@ rise_mm = top.matrices_ms - one.matrices_ms
 p_top, p_one = cost[main].prefill(int(top.prompt_tokens)), cost[main].prefill(1)
 rise_model = (p_top.best - p_one.best) * 1e3
 rise_issue = (p_top.term("dispatch").best - p_one.term("dispatch").best) * 1e3
-verdict = claims.within(rise, rise_model, claims.PREDICTED_TIME) if rise.low > 0 and rise_model > 0 else \
-    claims.NOT_HELD if rise.high <= 0 < rise_model else claims.UNRESOLVED
-show(register.decide("rise_is_matmuls", verdict, predicted=f"{rise_model:+.1f} ms (the cost model)",
-                     measured=f"{rise.text('+.1f', 'ms')} (the pass)", evidence=f"{label(*main)}, each run's own rise",
-                     top=tokens(top.prompt_tokens), rise_pass=rise.text("+.1f", "ms"), rise_model=f"{rise_model:+.1f} ms",
-                     rise_mm=f"{rise_mm:+.1f} ms", rise_issue=f"{rise_issue:+.1f} ms",
-                     direction="more" if rise.mid > rise_model else "less",
-                     lean=lean(rise, rise_model / claims.PREDICTED_TIME, rise_model * claims.PREDICTED_TIME,
-                               "+.1f", " ms") if rise_model > 0 else "the cost model priced no rise to compare it with"))
+verdict = register.record(
+    "rise_is_matmuls", claims.within(rise, rise_model, claims.PREDICTED_TIME) if rise.low > 0 and rise_model > 0 else
+    claims.NOT_HELD if rise.high <= 0 < rise_model else claims.UNRESOLVED,
+    predicted=f"{rise_model:+.1f} ms (the cost model)", measured=f"{rise.text('+.1f', 'ms')} (the pass)",
+    evidence=f"{label(*main)}, each run's own rise")
+parts = f"the matrices, timed alone, {rise_mm:+.1f} ms; the longer pass's small kernels and issuing {rise_issue:+.1f} ms"
+show(f"From 1 to {tokens(top.prompt_tokens)} the pass grows by {rise.text('+.1f', 'ms')}, " + claims.pick(
+    verdict, held=f"within the tolerance of the {rise_model:+.1f} ms priced, of which the matrices, timed alone, are "
+                  f"{rise_mm:+.1f} ms and the longer pass's small kernels and issuing {rise_issue:+.1f} ms.",
+    not_held=f"{'more' if rise.mid > rise_model else 'less'} than the {rise_model:+.1f} ms priced, beyond the tolerance "
+             f"({parts}): the parts do not account for the pass's rise here.",
+    unresolved=f"against {rise_model:+.1f} ms priced ({parts}): " + (
+        lean(rise, rise_model / claims.PREDICTED_TIME, rise_model * claims.PREDICTED_TIME, "+.1f", " ms")
+        if rise_model > 0 else "the cost model priced no rise to compare it with") + "."))
 
 # %% [markdown]
 # The rest of a 1-token pass, its time less its matrices, is the difference of two larger numbers, each with an
@@ -778,16 +757,8 @@ show(register.decide("rise_is_matmuls", verdict, predicted=f"{rise_model:+.1f} m
 # per operator call (`lib.profiling.cost_per_operator`), in each of `profiled_runs` profiled passes.
 
 # %%
-register.claim(
-    "rest_is_launch_floor",
-    "What is not matrix product in a 1-token pass is about the cost of issuing it (chapter 0's dispatch) and its "
-    "attention, within the tolerance for a predicted time.",
-    held="the rest of a 1-token pass is {rest} under the profiler (its own cost taken off), within the tolerance of "
-         "the {dispatch} chapter 0's [dispatch](glossary.md#dispatch) and attention over one token cost.",
-    unresolved="the rest of a 1-token pass is {rest} under the profiler (its own cost taken off), against the "
-               "{dispatch} chapter 0's [dispatch](glossary.md#dispatch) and attention over one token cost: {lean}.",
-    not_held="the rest of a 1-token pass is {rest} under the profiler (its own cost taken off), against the {dispatch} "
-             "chapter 0's [dispatch](glossary.md#dispatch) and attention over one token cost: {why}")
+register.claim("rest_is_launch_floor", "What is not matrix product in a 1-token pass is about the cost of issuing it "
+               "(chapter 0's dispatch) and its attention, within the tolerance for a predicted time.")
 p1 = cost[main].prefill(1)
 issue_ = Spread(p1.term("dispatch").best + p1.term("attention").best, p1.term("dispatch").best + p1.term("attention").best,
                 p1.term("dispatch").median + p1.term("attention").median)
@@ -802,18 +773,23 @@ with use_threads(most):
         rest_runs.append(max(off_matrix.self_ms.sum() - per_call_ms * off_matrix.calls.sum(), 1e-6) / 1e3)
         matrix_runs.append(max(on_matrix.self_ms.sum() - per_call_ms * on_matrix.calls.sum(), 1e-6) / 1e3)
 rest, matrix_in_pass = Spread.of(rest_runs), Spread.of(matrix_runs)
-show(register.decide("rest_is_launch_floor", claims.within(rest, issue_, claims.PREDICTED_TIME),
-                     predicted=prose.span(issue_.low * 1e3, issue_.high * 1e3, ".1f", "ms"), measured=(rest * 1e3).text(".1f", "ms"),
-                     evidence=f"{label(*main)}, 1 token, torch.profiler, {profiled_runs} runs",
-                     rest=(rest * 1e3).text(".1f", "ms"), dispatch=prose.span(issue_.low * 1e3, issue_.high * 1e3, ".1f", "ms"),
-                     lean=lean(rest * 1e3, issue_.low * 1e3 / claims.PREDICTED_TIME,
-                               issue_.high * 1e3 * claims.PREDICTED_TIME, ".1f", " ms"),
-                     why="the profiler names what took it (the last run, its own cost a call taken off): "
-                         + prose.and_list([f"{'issuing between operators' if r.operator == profiling.BETWEEN else '`' + r.operator + '`'} "
-                                           f"{max(r.self_ms - per_call_ms * r.calls, 0):.1f} ms"
-                                           for r in off_matrix.head(3).itertuples()])
-                         + f"; chapter 0's hollowed pass, which issues the same operations, priced them "
-                           f"{'lower' if rest.mid > issue_.high else 'higher'}, and this run does not time which of them differ."))
+verdict = register.record("rest_is_launch_floor", claims.within(rest, issue_, claims.PREDICTED_TIME),
+                          predicted=prose.span(issue_.low * 1e3, issue_.high * 1e3, ".1f", "ms"),
+                          measured=(rest * 1e3).text(".1f", "ms"),
+                          evidence=f"{label(*main)}, 1 token, torch.profiler, {profiled_runs} runs")
+issue_cost = (f"the {prose.span(issue_.low * 1e3, issue_.high * 1e3, '.1f', 'ms')} chapter 0's "
+              "[dispatch](glossary.md#dispatch) and attention over one token cost")
+show(f"The rest of a 1-token pass is {(rest * 1e3).text('.1f', 'ms')} under the profiler (its own cost taken off), "
+     + claims.pick(
+         verdict, held=f"within the tolerance of {issue_cost}.",
+         unresolved=f"against {issue_cost}: " + lean(rest * 1e3, issue_.low * 1e3 / claims.PREDICTED_TIME,
+                                                     issue_.high * 1e3 * claims.PREDICTED_TIME, ".1f", " ms") + ".",
+         not_held=f"against {issue_cost}: the profiler names what took it (the last run, its own cost a call taken off): "
+                  + prose.and_list([f"{'issuing between operators' if r.operator == profiling.BETWEEN else '`' + r.operator + '`'} "
+                                    f"{max(r.self_ms - per_call_ms * r.calls, 0):.1f} ms"
+                                    for r in off_matrix.head(3).itertuples()])
+                  + f"; chapter 0's hollowed pass, which issues the same operations, priced them "
+                    f"{'lower' if rest.mid > issue_.high else 'higher'}, and this run does not time which of them differ."))
 
 # %% [markdown]
 # The table of short passes above also has a rest for the 1-token pass, and it is not the same number: both take
@@ -843,63 +819,61 @@ show(f"The table's rest, the pass less its matrices at chapter 0's price, is **{
 longest = sweep.groupby(["dtype", "threads"], sort=False).tail(1)
 results.table(longest[keys + ["time_ms", "time_ms_low", "time_ms_high", "predicted_ms", "tokens_per_s",
                               "achieved_gflop_s", "regime", "over_predicted"]], "achieved_rate")
-register.claim(
-    "longest_prompt_compute_bound",
-    "At the longest prompt, the pass is compute-bound by the one regime rule.",
-    held="at {n} the pass is compute-bound: it runs at **{gflops:.1f} GFLOP/s**, {share:.0%} of the square product's "
-         "peak and {f_share:.0%} of the rate chapter 0 measured for the model's matrices at that many rows: {tps:,.0f} "
-         "tokens per second (the whole interval of its time is within the rule's slack of its prediction).",
-    not_held="at {n} the pass is {label}, not compute-bound ({ratio:.2f}x its prediction), at {gflops:.1f} GFLOP/s.",
-    unresolved="at {n} the pass is {label} by its median ({ratio:.2f}x its prediction, at {gflops:.1f} GFLOP/s){lean}, "
-               "but the ends of its interval fall in different regimes, so this run cannot decide whether it is "
-               "compute-bound.")
+register.claim("longest_prompt_compute_bound", "At the longest prompt, the pass is compute-bound by the one regime rule.")
 top_row = longest[(longest.dtype == main_dt) & (longest.threads == most)].iloc[0]
 n_top = int(top_row.prompt_tokens)
 top_key = (main_dt, most, n_top)
 ends = [regime_of(top_key, Spread.at(x)).label for x in (spread[top_key].low, spread[top_key].high)]
-show(register.decide("longest_prompt_compute_bound", claims.verdict_of(all(e == "compute-bound" for e in ends),
-                                                                       all(e != "compute-bound" for e in ends)),
-                     predicted="compute-bound", measured=top_row.regime, evidence=f"{label(*main)}, {tokens(n_top)}",
-                     n=tokens(n_top), gflops=top_row.achieved_gflop_s,
-                     share=top_row.achieved_gflop_s * 1e9 / ceilings.square_flops(main_dt, most),
-                     f_share=top_row.achieved_gflop_s * 1e9 / ceilings.matrix_rate(model_name, main_dt, most, n_top),
-                     tps=top_row.tokens_per_s, label=top_row.regime, ratio=top_row.over_predicted,
-                     lean=": its median matches the prediction" if top_row.regime == "compute-bound" else
-                          ": its median leans away from the prediction"))
+verdict = register.record("longest_prompt_compute_bound", claims.verdict_of(all(e == "compute-bound" for e in ends),
+                                                                           all(e != "compute-bound" for e in ends)),
+                          predicted="compute-bound", measured=top_row.regime, evidence=f"{label(*main)}, {tokens(n_top)}")
+gflops = top_row.achieved_gflop_s
+show(f"At {tokens(n_top)} the pass is " + claims.pick(
+    verdict, held=f"compute-bound: it runs at **{gflops:.1f} GFLOP/s**, "
+                  f"{gflops * 1e9 / ceilings.square_flops(main_dt, most):.0%} of the square product's peak and "
+                  f"{gflops * 1e9 / ceilings.matrix_rate(model_name, main_dt, most, n_top):.0%} of the rate chapter 0 "
+                  f"measured for the model's matrices at that many rows: {top_row.tokens_per_s:,.0f} tokens per second "
+                  "(the whole interval of its time is within the rule's slack of its prediction).",
+    not_held=f"{top_row.regime}, not compute-bound ({top_row.over_predicted:.2f}x its prediction), at {gflops:.1f} GFLOP/s.",
+    unresolved=f"{top_row.regime} by its median ({top_row.over_predicted:.2f}x its prediction, at {gflops:.1f} GFLOP/s): "
+               f"its median {'matches' if top_row.regime == 'compute-bound' else 'leans away from'} the prediction, but "
+               "the ends of its interval fall in different regimes, so this run cannot decide whether it is "
+               "compute-bound."))
 
 
 # %%
-def ratio_claim(claim: str, a: tuple, b: tuple, n: int, **text) -> str:
+def ratio_claim(claim: str, a: tuple, b: tuple, n: int, after: str = "") -> tuple[str, Spread, str]:
     """Decide that config ``a`` is slower than ``b`` at ``n`` tokens by the ratio the cost model predicts, on each
-    run's own ratio (both configurations ran in every run)."""
+    run's own ratio (both configurations ran in every run). Returns the verdict, the measured ratio and the words
+    that set it beside the prediction (``after`` follows the prediction)."""
     pair = runs_table[runs_table.prompt_tokens == n].pivot_table(index="run", columns=["dtype", "threads"],
                                                                  values="time_ms").dropna(subset=[a, b])
     measured = Spread.of(pair[a] / pair[b])
     predicted = cost[a].prefill(n).best / cost[b].prefill(n).best
-    return register.decide(claim, claims.within(measured, predicted, claims.PREDICTED_RATIO),
-                           predicted=f"{predicted:.2f}x", measured=measured.text(".2f", "x"),
-                           evidence=f"{label(*a)} against {label(*b)} at {tokens(n)}",
-                           gain=measured.mid, predicted_gain=predicted, n=tokens(n),
-                           faster="faster" if measured.mid > 1 else "slower",
-                           lean=lean(measured, predicted / claims.PREDICTED_RATIO, predicted * claims.PREDICTED_RATIO,
-                                     ".2f", "x"), **text)
+    verdict = register.record(claim, claims.within(measured, predicted, claims.PREDICTED_RATIO),
+                              predicted=f"{predicted:.2f}x", measured=measured.text(".2f", "x"),
+                              evidence=f"{label(*a)} against {label(*b)} at {tokens(n)}")
+    return verdict, measured, claims.pick(
+        verdict, held=f"within the tolerance for a ratio of the {predicted:.2f}x the cost model predicted{after}",
+        not_held=f"outside the tolerance for a ratio of the {predicted:.2f}x the cost model predicted{after}",
+        unresolved=f"against the {predicted:.2f}x the cost model predicted{after}, give or take the tolerance for a "
+                   "ratio: " + lean(measured, predicted / claims.PREDICTED_RATIO, predicted * claims.PREDICTED_RATIO,
+                                    ".2f", "x"))
 
 
-register.claim(
-    "threads_speed_long_prompt",
-    "More threads speed up the longest prompt both ran by the ratio the cost model predicts.",
-    held="{most} threads make the pass of {n} **{gain:.2f}x** as fast as {few}, within the tolerance for a ratio of "
-         "the {predicted_gain:.2f}x the cost model predicted.",
-    not_held="{most} threads make the pass of {n} {gain:.2f}x as fast as {few}, outside the tolerance for a ratio of "
-             "the {predicted_gain:.2f}x the cost model predicted.",
-    unresolved="{most} threads make the pass of {n} {measured} as fast as {few}, against "
-               "the {predicted_gain:.2f}x the cost model predicted, give or take the tolerance for a ratio: {lean}.",
-    not_measured="one thread count only (a GPU, or `threads` set to one value).")
+threads_said = "More threads speed up the longest prompt both ran by the ratio the cost model predicts."
+register.claim("threads_speed_long_prompt", threads_said)
 fewest = min(threads)
 both = [p for p in kept[main] if p in kept.get((main_dt, fewest), []) and (main_dt, fewest, p) in spread]
-show(ratio_claim("threads_speed_long_prompt", (main_dt, fewest), main, max(both), most=most,
-                 few=f"{fewest} thread{'s' * (fewest != 1)}")
-     if fewest != most and both else register.decide("threads_speed_long_prompt", None))
+if fewest != most and both:
+    verdict, gain, versus = ratio_claim("threads_speed_long_prompt", (main_dt, fewest), main, max(both))
+    show(f"{most} threads make the pass of {tokens(max(both))} "
+         + claims.pick(verdict, held=f"**{gain.mid:.2f}x**", not_held=f"{gain.mid:.2f}x", unresolved=gain.text(".2f", "x"))
+         + f" as fast as {fewest} thread{'s' * (fewest != 1)}, {versus}.")
+else:
+    why_not = "one thread count only (a GPU, or `threads` set to one value)"
+    register.record("threads_speed_long_prompt", None, evidence=why_not)
+    show(f"{threads_said} This run does not decide it: {why_not}.")
 
 # %%
 half = next((d for d in models if d != main_dt), None)
@@ -907,20 +881,19 @@ common = [p for p in kept[main] if half and p in kept.get((half, most), []) and 
 kind = "" if half is None else ("with hardware matrix instructions" if ceilings.hardware_support(half)
                                 else "without matrix instructions: a slow kernel")
 for claim, at in (("half_long_prompt", max), ("half_short_prompt", min)):
-    register.claim(
-        claim,
-        f"At the {'longest' if at is max else 'shortest'} prompt both ran, the 16-bit dtype's speed relative to fp32's "
-        "is the ratio the cost model predicts (faster or slower).",
-        held="at {n} {half} is {faster} than {main_dt}: it runs **{gain:.2f}x** as fast, within the tolerance for a "
-             "ratio of the {predicted_gain:.2f}x the cost model predicted ({half} {kind}).",
-        not_held="at {n} {half} is {faster} than {main_dt}: it runs {gain:.2f}x as fast, outside the tolerance for a "
-                 "ratio of the {predicted_gain:.2f}x the cost model predicted ({half} {kind}).",
-        unresolved="at {n} {half} runs {measured} as fast as {main_dt}, against the "
-                   "{predicted_gain:.2f}x the cost model predicted ({half} {kind}), give or take the tolerance for a "
-                   "ratio: {lean}.",
-        not_measured="one dtype only in this run.")
-    show(ratio_claim(claim, main, (half, most), at(common), half=half, main_dt=main_dt, kind=kind) if common
-         else register.decide(claim, None))
+    half_said = (f"At the {'longest' if at is max else 'shortest'} prompt both ran, the 16-bit dtype's speed relative "
+                 "to fp32's is the ratio the cost model predicts (faster or slower).")
+    register.claim(claim, half_said)
+    if not common:
+        register.record(claim, None, evidence="one dtype only in this run")
+        show(f"{half_said} This run does not decide it: one dtype only in this run.")
+        continue
+    verdict, gain, versus = ratio_claim(claim, main, (half, most), at(common), after=f" ({half} {kind})")
+    faster = "faster" if gain.mid > 1 else "slower"
+    show(f"At {tokens(at(common))} {half} " + claims.pick(
+        verdict, held=f"is {faster} than {main_dt}: it runs **{gain.mid:.2f}x** as fast",
+        not_held=f"is {faster} than {main_dt}: it runs {gain.mid:.2f}x as fast",
+        unresolved=f"runs {gain.text('.2f', 'x')} as fast as {main_dt}") + f", {versus}.")
 
 # %% [markdown]
 # ## One layer down: where the worst pass's time went
@@ -963,20 +936,8 @@ display(prose.shown(ops.head(8).round(3)))
 prose.shown(apart.round(2))
 
 # %%
-register.claim(
-    "worst_pass_taken_apart",
-    "In the pass furthest from its prediction, one part of the cost model holds most of the time beyond it.",
-    held="the pass of {config} at {n} took {ratio:.2f}x its prediction; under the profiler **{part}** took "
-         "{profiled} against the {given} the cost model gave it, {share:.0%} of the {miss}: one part holds most of it. "
-         "Its largest operator is `{op}` ({op_ms}).{note}",
-    not_held="the pass of {config} at {n} took {ratio:.2f}x its prediction, and its {miss} is spread over the parts "
-             "(the largest, {part}, holds {share:.0%} of it): no one part explains it.",
-    unresolved="the pass of {config} at {n} took {ratio:.2f}x its prediction; under the profiler {part}, the part "
-               "furthest {beyond} its price, holds {share_span} of the {miss} over the profiled runs: against more "
-               "than half, {lean}.",
-    not_measured="no pass lay wholly outside the tolerance of its price (the furthest, {config} at {n}, took "
-                 "{ratio_text} its prediction), so there was no miss to take apart; its parts are tabled above.")
-
+register.claim("worst_pass_taken_apart", "In the pass furthest from its prediction, one part of the cost model holds "
+               "most of the time beyond it.")
 
 def share_of(table: pd.DataFrame, term: str) -> float:
     """The part ``term``'s share of the pass's miss (the parts' misses in its direction summed), in one profiled
@@ -994,22 +955,28 @@ note = (" The cost model prices no copies inside a pass: here a copy made inside
         if top_part.term == "copies" and (ops.operator == "aten::bmm").any() else "")
 _top = pass_price[worst_key].median / pass_price[worst_key].best  # the price's own span, fastest to median calls
 missed_it = claims.within(ratio[worst_key], Spread(1.0, 1.0, _top), claims.PREDICTED_TIME) == claims.NOT_HELD
-_said = (register.decide("worst_pass_taken_apart", claims.at_least(shares, 0.5) if missed_it else None,
-                     predicted=f"one part holds most of the {miss}",
-                     measured=(f"{top_part.term}: {shares.text('.0%')} over {profiled_runs} profiled runs" if missed_it
-                               else f"no miss: the furthest pass at {ratio[worst_key].text('.2f', 'x')} its price"),
-                     ratio_text=ratio[worst_key].text(".2f", "x"),
-                     evidence="worst_pass_parts.csv, torch.profiler",
-                     config=label(*w_cfg), n=tokens(w_tokens), ratio=worst_row.over_predicted, part=top_part.term,
-                     profiled=prose.ms(top_part.profiled_ms / 1e3), given=prose.ms(top_part.predicted_ms / 1e3),
-                     share=share, op=in_part.operator, op_ms=prose.ms(in_part.self_ms / 1e3), note=note,
-                     lean=lean(shares, 0.5, np.inf, ".0%"), share_span=shares.text(".0%"), miss=miss,
-                     beyond="over" if sign > 0 else "under"))
-show(_said if missed_it else f"No pass lay wholly outside the tolerance of its price (the furthest, {label(*w_cfg)} at "
-     f"{tokens(w_tokens)}, took {ratio[worst_key].text('.2f', 'x')} its prediction), so there was no miss to take apart; "
-     f"its parts are tabled above, where **{top_part.term}** holds the most of its {miss} "
-     f"({top_part.excess_ms:+.1f} ms: {prose.ms(top_part.profiled_ms / 1e3)} under the profiler against "
-     f"{prose.ms(top_part.predicted_ms / 1e3)} priced).")
+verdict = register.record("worst_pass_taken_apart", claims.at_least(shares, 0.5) if missed_it else None,
+                          predicted=f"one part holds most of the {miss}",
+                          measured=(f"{top_part.term}: {shares.text('.0%')} over {profiled_runs} profiled runs"
+                                    if missed_it else
+                                    f"no miss: the furthest pass at {ratio[worst_key].text('.2f', 'x')} its price"),
+                          evidence="worst_pass_parts.csv, torch.profiler")
+took = f"The pass of {label(*w_cfg)} at {tokens(w_tokens)} took {worst_row.over_predicted:.2f}x its prediction"
+show(claims.pick(
+    verdict, held=f"{took}; under the profiler **{top_part.term}** took {prose.ms(top_part.profiled_ms / 1e3)} against "
+                  f"the {prose.ms(top_part.predicted_ms / 1e3)} the cost model gave it, {share:.0%} of the {miss}: one "
+                  f"part holds most of it. Its largest operator is `{in_part.operator}` "
+                  f"({prose.ms(in_part.self_ms / 1e3)}).{note}",
+    not_held=f"{took}, and its {miss} is spread over the parts (the largest, {top_part.term}, holds {share:.0%} of it): "
+             "no one part explains it.",
+    unresolved=f"{took}; under the profiler {top_part.term}, the part furthest {'over' if sign > 0 else 'under'} its "
+               f"price, holds {shares.text('.0%')} of the {miss} over the profiled runs: against more than half, "
+               f"{lean(shares, 0.5, np.inf, '.0%')}.",
+    not_measured=f"No pass lay wholly outside the tolerance of its price (the furthest, {label(*w_cfg)} at "
+                 f"{tokens(w_tokens)}, took {ratio[worst_key].text('.2f', 'x')} its prediction), so there was no miss to "
+                 f"take apart; its parts are tabled above, where **{top_part.term}** holds the most of its {miss} "
+                 f"({top_part.excess_ms:+.1f} ms: {prose.ms(top_part.profiled_ms / 1e3)} under the profiler against "
+                 f"{prose.ms(top_part.predicted_ms / 1e3)} priced)."))
 
 # %% [markdown]
 # ## Computing less of the output
@@ -1083,41 +1050,37 @@ results.table(saving, "last_vs_all_logits")
 prose.shown(saving.round(3))
 
 # %%
-register.claim(
-    "last_logits_saving_as_predicted",
-    "Over these lengths, the time the all-position logits add is what the cost model prices the LM head's extra rows "
-    "at, within the tolerance for a predicted time (the extra times added up, run by run).",
-    held="the extra head rows cost **{total}** over {n}, within the tolerance of the {predicted_total} chapter 0's "
-         "head costs at those rows ({pairs}). The FLOP count alone predicted savings of {flop}.",
-    not_held="the extra head rows cost **{total}** over {n}, {direction} the {predicted_total} chapter 0's head costs "
-             "at those rows, beyond the tolerance ({pairs}): {why} The FLOP count alone predicted savings of {flop}.",
-    unresolved="the extra head rows cost **{total}** over {n}, against {predicted_total} for chapter 0's head at "
-               "those rows ({pairs}), give or take the tolerance: {lean}. The FLOP count alone predicted savings of "
-               "{flop}.",
-    not_measured="the cost model prices no extra time for the head's extra rows over {n} (chapter 0 timed the LM head "
-                 "at {head_rows} rows, and more rows took it no longer), so there is nothing to set the measured extra "
-                 "against.")
+saving_said = ("Over these lengths, the time the all-position logits add is what the cost model prices the LM head's "
+               "extra rows at, within the tolerance for a predicted time (the extra times added up, run by run).")
+register.claim("last_logits_saving_as_predicted", saving_said)
 head_rows = ", ".join(map(str, ceilings.rows_measured(model_name, main[0], main[1], "head")))
 per_run_extra = Spread.of(pairs.groupby("run").extra_ms.sum() / 1e3)  # every length ran in every run
 predicted_span = price_span(saving.predicted_extra_ms.sum(), saving.predicted_extra_median_ms.sum())
-predicted_total = predicted_span.mid
-texts = [f"{tokens(r.prompt_tokens)}: {r.extra_ms:.1f} ms against {r.predicted_extra_ms:.1f} "
-         f"(saving {r.saving:.0%})" for r in saving.itertuples()]
+verdict = register.record("last_logits_saving_as_predicted", None if predicted_span.low <= 0 else
+                          claims.within(per_run_extra, predicted_span, claims.PREDICTED_TIME) if per_run_extra.low > 0
+                          else claims.NOT_HELD if per_run_extra.high <= 0 else claims.UNRESOLVED,
+                          predicted=f"{(predicted_span * 1e3).text('.1f', 'ms')} (fastest to median calls)",
+                          measured=(per_run_extra * 1e3).text(".1f", "ms"),
+                          evidence=f"last_vs_all_runs.csv, {label(*main)}, {logits_runs} runs")
+over = f"the {len(saving)} lengths" if len(saving) > 1 else "the one length"
+head_cost = prose.span(predicted_span.low * 1e3, predicted_span.high * 1e3, ".1f", "ms")
+texts = "; ".join(f"{tokens(r.prompt_tokens)}: {r.extra_ms:.1f} ms against {r.predicted_extra_ms:.1f} "
+                  f"(saving {r.saving:.0%})" for r in saving.itertuples())
 far_off = max(saving.itertuples(), key=lambda r: abs(np.log(max(r.extra_ms, 1e-3) / max(r.predicted_extra_ms, 1e-3))))
-show(register.decide("last_logits_saving_as_predicted", None if predicted_span.low <= 0 else
-                     claims.within(per_run_extra, predicted_span, claims.PREDICTED_TIME) if per_run_extra.low > 0 else
-                     claims.NOT_HELD if per_run_extra.high <= 0 else claims.UNRESOLVED,
-                     predicted=f"{(predicted_span * 1e3).text('.1f', 'ms')} (fastest to median calls)",
-                     measured=(per_run_extra * 1e3).text(".1f", "ms"),
-                     evidence=f"last_vs_all_runs.csv, {label(*main)}, {logits_runs} runs",
-                     n=f"the {len(saving)} lengths" if len(saving) > 1 else "the one length",
-                     direction="more than" if per_run_extra.mid > predicted_total else "less than",
-                     total=(per_run_extra * 1e3).text(".1f", "ms"), predicted_total=prose.span(predicted_span.low * 1e3, predicted_span.high * 1e3, ".1f", "ms"),
-                     pairs="; ".join(texts), flop=", ".join(f"{x:.0%}" for x in saving.flop_count_saving),
-                     lean=lean(per_run_extra * 1e3, *(x * 1e3 for x in claims.allowed(predicted_span, claims.PREDICTED_TIME)),
-                               ".1f", " ms") if predicted_span.low > 0 else "", head_rows=head_rows,
-                     why=f"the length furthest from its price is {tokens(far_off.prompt_tokens)} ({far_off.extra_ms:.1f} ms "
-                         f"against {far_off.predicted_extra_ms:.1f}); one layer down, below, the profiler splits it."))
+cost_ = f"The extra head rows cost **{(per_run_extra * 1e3).text('.1f', 'ms')}** over {over}, "
+flop = f" The FLOP count alone predicted savings of {', '.join(f'{x:.0%}' for x in saving.flop_count_saving)}."
+show(claims.pick(
+    verdict, held=f"{cost_}within the tolerance of the {head_cost} chapter 0's head costs at those rows ({texts}).{flop}",
+    not_held=f"{cost_}{'more' if per_run_extra.mid > predicted_span.mid else 'less'} than the {head_cost} chapter 0's "
+             f"head costs at those rows, beyond the tolerance ({texts}): the length furthest from its price is "
+             f"{tokens(far_off.prompt_tokens)} ({far_off.extra_ms:.1f} ms against {far_off.predicted_extra_ms:.1f}); "
+             f"one layer down, below, the profiler splits it.{flop}",
+    unresolved=f"{cost_}against {head_cost} for chapter 0's head at those rows ({texts}), give or take the tolerance: "
+               + (lean(per_run_extra * 1e3, *(x * 1e3 for x in claims.allowed(predicted_span, claims.PREDICTED_TIME)),
+                       ".1f", " ms") if predicted_span.low > 0 else "") + f".{flop}",
+    not_measured=f"{saving_said} This run does not decide it: the cost model prices no extra time for the head's extra "
+                 f"rows over {over} (chapter 0 timed the LM head at {head_rows} rows, and more rows took it no longer), "
+                 "so there is nothing to set the measured extra against."))
 facts = load_reference("ch09_facts").set_index("fact").value.astype(float)
 show(f"The source chapter predicted {facts['last_position_logits_saving_predicted']:.0f} per cent for GPT-2 small from "
      f"the FLOP count and measured {facts['last_position_logits_saving_cpu_lo']:.0f} to "
@@ -1144,64 +1107,60 @@ with use_threads(most):
 logits_parts = pd.concat(pairs_apart).groupby(level=0).median()  # each term's median over the pairs
 extra_mm_runs = Spread.of(p.extra_ms.get("matrices", 0.0) / 1e3 for p in pairs_apart)
 results.table(logits_parts.reset_index(), "logits_parts")
-register.claim(
-    "logits_extra_is_the_head",
-    "Under the profiler, the matrices' part of the all-position pass's extra time is what the cost model prices the LM "
-    "head's extra rows at, within the tolerance for a predicted time.",
-    held="at {n} the matrices take {extra} more with every position's logits, within the tolerance of the "
-         "{predicted_extra} the head's extra rows cost at chapter 0's rate; the whole pass takes {total} more under "
-         "the profiler.",
-    not_held="at {n} the matrices take {extra} more with every position's logits, {direction} the {predicted_extra} "
-             "the head's extra rows cost at chapter 0's rate, beyond the tolerance: inside the pass the head's product "
-             "does not cost what chapter 0 timed alone; the whole pass takes {total} more under the profiler.",
-    unresolved="at {n} the matrices take {measured} more with every position's logits over the profiled pairs, "
-               "against {predicted_extra} for the head's extra rows at chapter 0's rate, give or take the tolerance: "
-               "{lean}; the whole pass takes {total} more under the profiler.",
-    not_measured="{why}.")
-extra_mm = extra_mm_runs.mid
+head_said = ("Under the profiler, the matrices' part of the all-position pass's extra time is what the cost model "
+             "prices the LM head's extra rows at, within the tolerance for a predicted time.")
+register.claim("logits_extra_is_the_head", head_said)
 _at = saving.set_index("prompt_tokens").loc[n_logits]
 extra_span = price_span(_at.predicted_extra_ms, _at.predicted_extra_median_ms)
-predicted_extra = extra_span.mid
 head_priced = extra_span.low > 0  # chapter 0 timed the head at too few row counts (quick mode) to price more rows
-show(register.decide("logits_extra_is_the_head", None if not head_priced else
-                     claims.within(extra_mm_runs, extra_span, claims.PREDICTED_TIME)
-                     if extra_mm_runs.low > 0 else claims.NOT_HELD if extra_mm_runs.high <= 0 else claims.UNRESOLVED,
-                     predicted=f"{(extra_span * 1e3).text('.1f', 'ms')} (fastest to median calls)",
-                     measured=(extra_mm_runs * 1e3).text(".1f", "ms"),
-                     evidence=f"logits_parts.csv, torch.profiler, {tokens(n_logits)}", n=tokens(n_logits),
-                     extra=prose.ms(extra_mm), predicted_extra=prose.span(extra_span.low * 1e3, extra_span.high * 1e3, ".1f", "ms"),
-                     lean=lean(extra_mm_runs * 1e3, *(x * 1e3 for x in claims.allowed(extra_span, claims.PREDICTED_TIME)),
-                               ".1f", " ms") if head_priced else "",
-                     total=prose.ms(logits_parts.extra_ms.sum() / 1e3),
-                     direction="more than" if extra_mm > predicted_extra else "less than",
-                     why=f"the cost model prices no extra time for the head's extra rows at {tokens(n_logits)} (chapter 0 "
-                         f"timed the LM head at {head_rows} rows, and more rows took it no longer), so there is nothing "
-                         "to set the profiled extra against"))
+verdict = register.record("logits_extra_is_the_head", None if not head_priced else
+                          claims.within(extra_mm_runs, extra_span, claims.PREDICTED_TIME)
+                          if extra_mm_runs.low > 0 else claims.NOT_HELD if extra_mm_runs.high <= 0 else claims.UNRESOLVED,
+                          predicted=f"{(extra_span * 1e3).text('.1f', 'ms')} (fastest to median calls)",
+                          measured=(extra_mm_runs * 1e3).text(".1f", "ms"),
+                          evidence=f"logits_parts.csv, torch.profiler, {tokens(n_logits)}")
+head_extra = prose.span(extra_span.low * 1e3, extra_span.high * 1e3, ".1f", "ms")
+whole = f"; the whole pass takes {prose.ms(logits_parts.extra_ms.sum() / 1e3)} more under the profiler."
+show(claims.pick(
+    verdict, held=f"At {tokens(n_logits)} the matrices take {prose.ms(extra_mm_runs.mid)} more with every position's "
+                  f"logits, within the tolerance of the {head_extra} the head's extra rows cost at chapter 0's rate{whole}",
+    not_held=f"At {tokens(n_logits)} the matrices take {prose.ms(extra_mm_runs.mid)} more with every position's logits, "
+             f"{'more' if extra_mm_runs.mid > extra_span.mid else 'less'} than the {head_extra} the head's extra rows "
+             "cost at chapter 0's rate, beyond the tolerance: inside the pass the head's product does not cost what "
+             f"chapter 0 timed alone{whole}",
+    unresolved=f"At {tokens(n_logits)} the matrices take {(extra_mm_runs * 1e3).text('.1f', 'ms')} more with every "
+               f"position's logits over the profiled pairs, against {head_extra} for the head's extra rows at chapter "
+               "0's rate, give or take the tolerance: "
+               + (lean(extra_mm_runs * 1e3, *(x * 1e3 for x in claims.allowed(extra_span, claims.PREDICTED_TIME)),
+                       ".1f", " ms") if head_priced else "") + whole,
+    not_measured=f"{head_said} This run does not decide it: the cost model prices no extra time for the head's extra "
+                 f"rows at {tokens(n_logits)} (chapter 0 timed the LM head at {head_rows} rows, and more rows took it no "
+                 "longer), so there is nothing to set the profiled extra against."))
 prose.shown(logits_parts.round(2))
 
 # %%
-register.claim(
-    "same_pass_reproduces",
-    "The same last-position pass takes the same time in the sweep and in the logits cell, within the tolerance for a "
-    "ratio of two times.",
-    held="the {n} pass took {sweep_span} in the sweep and {cell_span} here: the same, within the tolerance for a "
-         "ratio.",
-    not_held="the {n} pass took {sweep_span} in the sweep and {cell_span} here: the machine's speed moved between the "
-             "two cells by more than the tolerance, so compare the two kinds of logits only within one cell.",
-    unresolved="the {n} pass took {sweep_span} in the sweep and {cell_span} here: against a ratio of 1, give or take "
-               "the tolerance, {lean}; compare the two kinds of logits within one cell.",
-    not_measured="no logits length is also in the sweep.")
+same_said = ("The same last-position pass takes the same time in the sweep and in the logits cell, within the "
+             "tolerance for a ratio of two times.")
+register.claim("same_pass_reproduces", same_said)
 again = [p for p in saving.prompt_tokens if (main_dt, most, p) in spread]
 if again:
     s, c = spread[(main_dt, most, again[-1])], saving.set_index("prompt_tokens").loc[again[-1]]
     cell = Spread.of(pairs[pairs.prompt_tokens == again[-1]].last_ms / 1e3)
-    show(register.decide("same_pass_reproduces", claims.within(cell / s, 1.0, claims.PREDICTED_RATIO),
-                         predicted=f"sweep: {(s * 1e3).text(',.0f', 'ms')}", measured=f"this cell: {(cell * 1e3).text(',.0f', 'ms')}",
-                         evidence=f"{label(*main)}, {tokens(again[-1])}", n=f"{again[-1]:,}-token",
-                         sweep_span=(s * 1e3).text(",.0f", "ms"), cell_span=(cell * 1e3).text(",.0f", "ms"),
-                         lean=lean(cell / s, 1 / claims.PREDICTED_RATIO, claims.PREDICTED_RATIO, ".2f", "x")))
+    verdict = register.record("same_pass_reproduces", claims.within(cell / s, 1.0, claims.PREDICTED_RATIO),
+                              predicted=f"sweep: {(s * 1e3).text(',.0f', 'ms')}",
+                              measured=f"this cell: {(cell * 1e3).text(',.0f', 'ms')}",
+                              evidence=f"{label(*main)}, {tokens(again[-1])}")
+    show(f"The {again[-1]:,}-token pass took {(s * 1e3).text(',.0f', 'ms')} in the sweep and "
+         f"{(cell * 1e3).text(',.0f', 'ms')} here: " + claims.pick(
+             verdict, held="the same, within the tolerance for a ratio.",
+             not_held="the machine's speed moved between the two cells by more than the tolerance, so compare the two "
+                      "kinds of logits only within one cell.",
+             unresolved="against a ratio of 1, give or take the tolerance, "
+                        + lean(cell / s, 1 / claims.PREDICTED_RATIO, claims.PREDICTED_RATIO, ".2f", "x")
+                        + "; compare the two kinds of logits within one cell."))
 else:
-    show(register.decide("same_pass_reproduces", None))
+    register.record("same_pass_reproduces", None, evidence="no logits length is also in the sweep")
+    show(f"{same_said} This run does not decide it: no logits length is also in the sweep.")
 
 # %% [markdown]
 # **Takeaway: predict a saving from the kernels that would have run (at the rate their rows reach) rather than
@@ -1261,28 +1220,29 @@ results.figure(fig, "beside_reference")
 plt.show()
 
 # %%
-register.claim(
-    "floor_shorter_than_reference_gpu",
-    "This machine leaves its 1-token floor at a shorter prompt than the reference GPU in fp32.",
-    held="{here}, sooner than on the reference GPU, whose {gpu_floor:.1f} ms floor hid the prompt's work up to {gpu}.",
-    unresolved="here the time stays on the 1-token floor up to {ours} (its readings: {measured}), about as long as "
-               "the reference GPU's {gpu}: against leaving it sooner, {lean}.",
-    not_held="this machine stays on its floor up to {ours}, at least as long as the reference GPU ({gpu}): its floor "
-             "hides the per-token work as well.",
-    not_measured="this run's time never left its floor up to its longest prompt.")
+gpu_said = "This machine leaves its 1-token floor at a shorter prompt than the reference GPU in fp32."
+register.claim("floor_shorter_than_reference_gpu", gpu_said)
 flat_spread = flats if ours.threads == most else Spread.at(ours.flat_until_tokens)
 never = flat_spread.low >= fm.longest_prompt_tokens
-show(register.decide("floor_shorter_than_reference_gpu",
-                     None if never else claims.below(flat_spread, float(gpu.flat_until_tokens)),
-                     predicted=f"under {tokens(gpu.flat_until_tokens)}",
-                     measured=(flat_spread.text(".0f", "tokens") if flat_spread.high > ours_first else
-                               f"no floor (rises from {tokens(ours_first)})"),
-                     evidence=f"{label(*main)} against the source chapter's GPU, margin {margin:.0%}",
-                     ours=tokens(flat_spread.mid), gpu=tokens(gpu.flat_until_tokens), gpu_floor=gpu.floor_ms,
-                     here=(f"here the time leaves the 1-token floor after {tokens(flat_spread.mid)}"
-                           if flat_spread.high > ours_first else
-                           "here there is no floor at all: the cost rises from the first token"),
-                     lean=lean(flat_spread, 0.0, float(gpu.flat_until_tokens) - 1, ".0f", " tokens")))
+readings_text = (flat_spread.text(".0f", "tokens") if flat_spread.high > ours_first else
+                 f"no floor (rises from {tokens(ours_first)})")
+verdict = register.record("floor_shorter_than_reference_gpu",
+                          None if never else claims.below(flat_spread, float(gpu.flat_until_tokens)),
+                          predicted=f"under {tokens(gpu.flat_until_tokens)}", measured=readings_text,
+                          evidence=f"{label(*main)} against the source chapter's GPU, margin {margin:.0%}")
+show(claims.pick(
+    verdict, held=(f"Here the time leaves the 1-token floor after {tokens(flat_spread.mid)}"
+                   if flat_spread.high > ours_first else
+                   "Here there is no floor at all: the cost rises from the first token")
+    + f", sooner than on the reference GPU, whose {gpu.floor_ms:.1f} ms floor hid the prompt's work up to "
+      f"{tokens(gpu.flat_until_tokens)}.",
+    unresolved=f"Here the time stays on the 1-token floor up to {tokens(flat_spread.mid)} (its readings: "
+               f"{readings_text}), about as long as the reference GPU's {tokens(gpu.flat_until_tokens)}: against leaving "
+               f"it sooner, {lean(flat_spread, 0.0, float(gpu.flat_until_tokens) - 1, '.0f', ' tokens')}.",
+    not_held=f"This machine stays on its floor up to {tokens(flat_spread.mid)}, at least as long as the reference GPU "
+             f"({tokens(gpu.flat_until_tokens)}): its floor hides the per-token work as well.",
+    not_measured=f"{gpu_said} This run does not decide it: this run's time never left its floor up to its longest "
+                 "prompt."))
 
 # %% [markdown]
 # ## What these numbers do not show

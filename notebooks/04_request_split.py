@@ -184,25 +184,26 @@ prose.shown(split[["prompt_tokens", "output_tokens", "e2e_ms", "e2e_ms_low", "e2
 ttft_by_prompt = split.groupby("prompt_tokens").agg(ttft_ms=("ttft_ms", "median"), low=("ttft_ms_low", "min"),
                                                      high=("ttft_ms_high", "max"))
 first, last = ttft_by_prompt.iloc[0], ttft_by_prompt.iloc[-1]
-register.claim(
-    "ttft_rises_with_prompt", "TTFT rises with the prompt: the slope of log TTFT against log prompt length over every "
-    "request of the grid (Theil and Sen's, with its 95 % interval) is positive.",
-    held="TTFT rose from **{first}** at {p0} prompt tokens to **{last}** at {p1}: each doubling of the prompt "
-         "multiplied it by {per_doubling} (the fitted exponent {slope}).",
-    not_held="TTFT did not rise with the prompt ({all}; the fitted exponent {slope}).",
-    unresolved="TTFT went from **{first}** at {p0} prompt tokens to **{last}** at {p1}, but the fitted exponent "
-               "{slope} does not exclude zero: this run cannot say that TTFT rises with the prompt.",
-    not_measured="the grid has a single prompt length.")
+register.claim("ttft_rises_with_prompt", "TTFT rises with the prompt: the slope of log TTFT against log prompt "
+               "length over every request of the grid (Theil and Sen's, with its 95 % interval) is positive.")
 rise = claims.theil_sen(grid.prompt_tokens, grid.ttft_ms, log=True) if grid.prompt_tokens.nunique() > 1 else None
-show(register.decide("ttft_rises_with_prompt", (claims.verdict_of(rise.low > 0, rise.high <= 0) if rise else None),
-                     predicted="rising",
-                     measured=", ".join(f"{p}: {t:.0f} ms" for p, t in ttft_by_prompt.ttft_ms.items()),
-                     evidence=f"{runs} runs per pair, {lm.name}, {dtype}, {where}",
-                     first=f"{first.ttft_ms:.0f} ms ({prose.span(first.low, first.high, '.0f', 'ms')} over runs)",
-                     last=f"{last.ttft_ms:.0f} ms ({prose.span(last.low, last.high, '.0f', 'ms')})",
-                     p0=ttft_by_prompt.index[0], p1=ttft_by_prompt.index[-1],
-                     per_doubling=f"{2 ** rise.mid:.2f}x" if rise else "", slope=rise.text(".2f") if rise else "",
-                     all=", ".join(f"{p} tokens {t:.0f} ms" for p, t in ttft_by_prompt.ttft_ms.items())))
+verdict = register.record("ttft_rises_with_prompt", claims.verdict_of(rise.low > 0, rise.high <= 0) if rise else None,
+                          predicted="rising",
+                          measured=", ".join(f"{p}: {t:.0f} ms" for p, t in ttft_by_prompt.ttft_ms.items()),
+                          evidence=f"{runs} runs per pair, {lm.name}, {dtype}, {where}")
+exponent = rise.text(".2f") if rise else ""
+went = (f"**{first.ttft_ms:.0f} ms ({prose.span(first.low, first.high, '.0f', 'ms')} over runs)** at "
+        f"{ttft_by_prompt.index[0]} prompt tokens to **{last.ttft_ms:.0f} ms "
+        f"({prose.span(last.low, last.high, '.0f', 'ms')})** at {ttft_by_prompt.index[-1]}")
+show(claims.pick(
+    verdict, held=f"TTFT rose from {went}: each doubling of the prompt multiplied it by "
+                  f"{2 ** (rise.mid if rise else 0):.2f}x (the fitted exponent {exponent}).",
+    not_held="TTFT did not rise with the prompt ("
+             + ", ".join(f"{p} tokens {t:.0f} ms" for p, t in ttft_by_prompt.ttft_ms.items())
+             + f"; the fitted exponent {exponent}).",
+    unresolved=f"TTFT went from {went}, but the fitted exponent {exponent} does not exclude zero: this run cannot say "
+               "that TTFT rises with the prompt.",
+    not_measured="The grid has a single prompt length, so this run does not decide whether TTFT rises with the prompt."))
 
 # %% [markdown]
 # ## Does TPOT grow with the context?
@@ -266,39 +267,37 @@ results.table(tpot_table, "tpot_slope")
 prose.shown(tpot_table.round(3))
 
 # %%
-register.claim(
-    "tpot_follows_cache_bytes",
-    "TPOT grows with the context as the cost model's decode step does (the line's slope within the tolerance for a "
-    "predicted time).",
-    held="{growth}, within the tolerance of {tol:g}x of the cost model's {model_slope:.2f} ms per 1,000 tokens: the "
-         "cache's read and its copy, and the rest of the step's growth with its cache that chapter 0 measured on the "
-         "hollowed step, are what TPOT pays for a longer prompt (its bytes alone would give {bytes_slope:.2f} ms per "
-         "1,000 tokens).",
-    not_held="{growth}, outside the tolerance of {tol:g}x of the cost model's {model_slope:.2f} ms per 1,000 tokens "
-             "(its bytes alone: {bytes_slope:.2f}). {why}",
-    unresolved="{growth}, against the cost model's {model_slope:.2f} ms per 1,000 tokens (its bytes alone: "
-               "{bytes_slope:.2f}). The median slope is {ratio}x the cost model's, {lean} the allowed {band} ms "
-               "(the tolerance of {tol:g}x around the price at chapter 0's fastest and median calls), but the line's "
-               "interval reaches across that edge: more runs of the grid would decide.",
-    not_measured="the grid has one context length only: no slope to measure.")
+register.claim("tpot_follows_cache_bytes", "TPOT grows with the context as the cost model's decode step does (the "
+               "line's slope within the tolerance for a predicted time).")
 # the slope over every request of the grid at once (few runs each): Theil and Sen's, with its 95 % interval
 slope_spread = claims.theil_sen(decoded.context_tokens, decoded.tpot_ms * 1e3) if lines else None
+tol = claims.PREDICTED_TIME
+verdict = register.record("tpot_follows_cache_bytes", (claims.within(slope_spread, price_slope, tol)
+                                                       if slope_spread.low > 0 else claims.UNRESOLVED) if lines else None,
+                          predicted=f"{price_slope.text('.2f')} ms per 1k tokens (cost model, fastest to median calls)",
+                          measured=f"{slope_spread.text('.2f')} ms per 1k tokens (Theil-Sen)" if lines else "",
+                          evidence=f"{len(decoded)} requests with 2+ tokens, {lm.name}, {dtype}, {where}")
+allowed_slope = (price_slope.low / tol, price_slope.high * tol)  # ms per 1k tokens
 growth_text = (f"From mean context {c_low:.0f} to {c_high:.0f}, TPOT {'grew' if measured_growth >= 0 else 'fell'} "
                f"**{abs(measured_growth):.0%}** (the line's slope: "
                f"**{slope_spread.text('.1f', 'ms')}** per 1,000 tokens over the grid's requests; each run's own: "
                f"{prose.span(slopes.min(), slopes.max())})") if lines else ""
-show(register.decide("tpot_follows_cache_bytes", (claims.within(slope_spread, price_slope, claims.PREDICTED_TIME)
-                                                  if slope_spread.low > 0 else claims.UNRESOLVED) if lines else None,
-                     predicted=f"{price_slope.text('.2f')} ms per 1k tokens (cost model, fastest to median calls)",
-                     measured=f"{slope_spread.text('.2f')} ms per 1k tokens (Theil-Sen)" if lines else "",
-                     evidence=f"{len(decoded)} requests with 2+ tokens, {lm.name}, {dtype}, {where}", growth=growth_text,
-                     bytes_slope=bytes_slope, model_slope=model_slope, tol=claims.PREDICTED_TIME,
-                     ratio=(prose.beside(slope / model_slope, claims.PREDICTED_TIME) if lines else ""),
-                     lean=("inside" if lines and price_slope.low / claims.PREDICTED_TIME <= slope
-                           <= price_slope.high * claims.PREDICTED_TIME else "outside"),
-                     band=f"{price_slope.low / claims.PREDICTED_TIME:.2f}-{price_slope.high * claims.PREDICTED_TIME:.2f}",
-                     why="The section *What grows with the cache*, below, times the two parts that grow with the "
-                         "cache alone, here, to see whether they account for the growth."))
+show(claims.pick(
+    verdict, held=f"{growth_text}, within the tolerance of {tol:g}x of the cost model's {model_slope:.2f} ms per 1,000 "
+                  "tokens: the cache's read and its copy, and the rest of the step's growth with its cache that "
+                  "chapter 0 measured on the hollowed step, are what TPOT pays for a longer prompt (its bytes alone "
+                  f"would give {bytes_slope:.2f} ms per 1,000 tokens).",
+    not_held=f"{growth_text}, outside the tolerance of {tol:g}x of the cost model's {model_slope:.2f} ms per 1,000 "
+             f"tokens (its bytes alone: {bytes_slope:.2f}). The section *What grows with the cache*, below, times the "
+             "two parts that grow with the cache alone, here, to see whether they account for the growth.",
+    unresolved=f"{growth_text}, against the cost model's {model_slope:.2f} ms per 1,000 tokens (its bytes alone: "
+               f"{bytes_slope:.2f}). The median slope is {prose.beside(slope / model_slope, tol)}x the cost model's, "
+               f"{'inside' if allowed_slope[0] <= slope <= allowed_slope[1] else 'outside'} the allowed "
+               f"{allowed_slope[0]:.2f}-{allowed_slope[1]:.2f} ms (the tolerance of {tol:g}x around the price at "
+               "chapter 0's fastest and median calls), but the line's interval reaches across that edge: more runs of "
+               "the grid would decide.",
+    not_measured="The grid has one context length only, so there is no slope to measure: this run does not decide "
+                 "whether TPOT grows with the context as the cost model's decode step does."))
 
 # %% [markdown] tags=["predict"]
 # ## Each request, predicted
@@ -319,17 +318,9 @@ show(register.decide("tpot_follows_cache_bytes", (claims.within(slope_spread, pr
 # predicted from measured ceilings.
 
 # %%
-register.claim(
-    "requests_as_predicted",
-    "The pairs' TTFT and TPOT take what the cost model predicts, within the tolerance for a time predicted from "
-    "measured ceilings (the geometric mean of the pairs' ratios to their predictions, each of TTFT and TPOT).",
-    held="TTFT took **{ttft}** the cost model's prediction and TPOT **{tpot}** its own (geometric means over {n} "
-         "pairs), both within their tolerance (TTFT {ttft_band}, TPOT {tpot_band}: the tolerance of {tol:g}x around "
-         "the prediction's own range){worst}.",
-    not_held="TTFT took **{ttft}** the cost model's prediction and TPOT **{tpot}** its own (geometric means over {n} "
-             "pairs): not both within the tolerance of {tol:g}x{worst}.",
-    unresolved="TTFT took **{ttft}** the cost model's prediction and TPOT **{tpot}** its own (geometric means over {n} "
-               "pairs): {each}, so this run cannot decide{worst}.")
+register.claim("requests_as_predicted", "The pairs' TTFT and TPOT take what the cost model predicts, within the "
+               "tolerance for a time predicted from measured ceilings (the geometric mean of the pairs' ratios to their "
+               "predictions, each of TTFT and TPOT).")
 by_pair = grid.merge(split[["prompt_tokens", "output_tokens", "predicted_ttft_ms", "predicted_ttft_median_ms",
                             "predicted_tpot_ms", "predicted_tpot_median_ms"]], on=["prompt_tokens", "output_tokens"])
 by_pair = by_pair.assign(ttft_x=by_pair.ttft_ms / by_pair.predicted_ttft_ms, tpot_x=by_pair.tpot_ms / by_pair.predicted_tpot_ms)
@@ -341,24 +332,24 @@ for name in ("ttft", "tpot"):
     band_r[name] = claims.geomean((split[f"predicted_{name}_median_ms"] / split[f"predicted_{name}_ms"]).dropna())
     worst_r[name] = max(per_pair_x, key=lambda k: abs(np.log(per_pair_x[k].mid)))
     worst_r[name] = (worst_r[name], per_pair_x[worst_r[name]])
-verdict = claims.every(claims.within(pooled_r[k], Spread(1.0, 1.0, band_r[k]), claims.PREDICTED_TIME) for k in pooled_r)
-where_r = {k: claims.within(pooled_r[k], Spread(1.0, 1.0, band_r[k]), claims.PREDICTED_TIME) for k in pooled_r}
-edge_r = {k: f"{1 / claims.PREDICTED_TIME:.2f}x to {band_r[k] * claims.PREDICTED_TIME:.2f}x" for k in pooled_r}
-each_r = {k: {claims.HELD: f"{k.upper()} ({pooled_r[k].text('.2f', 'x')}) lies wholly within its tolerance "
-                           f"({edge_r[k]})",
-              claims.NOT_HELD: f"{k.upper()} ({pooled_r[k].text('.2f', 'x')}) lies wholly outside its tolerance "
-                               f"({edge_r[k]})",
-              claims.UNRESOLVED: f"{k.upper()} ({pooled_r[k].text('.2f', 'x')}) straddles an edge of its tolerance "
-                                 f"({edge_r[k]})"}[v] for k, v in where_r.items()}  # each of TTFT and TPOT, told
+where_r = {k: claims.within(pooled_r[k], Spread(1.0, 1.0, band_r[k]), tol) for k in pooled_r}
+edge_r = {k: f"{1 / tol:.2f}x to {band_r[k] * tol:.2f}x" for k in pooled_r}
+each_r = "; ".join(f"{k.upper()} ({pooled_r[k].text('.2f', 'x')}) " + claims.pick(
+    v, held="lies wholly within", not_held="lies wholly outside", unresolved="straddles an edge of")
+                   + f" its tolerance ({edge_r[k]})" for k, v in where_r.items())  # each of TTFT and TPOT, told
 worst_text = "; the furthest: " + ", ".join(f"{k.upper()} at {w[0][0]} in / {w[0][1]} out ({w[1].mid:.2f}x)"
                                             for k, w in worst_r.items())
-show(register.decide("requests_as_predicted", verdict,
-                     predicted=f"TTFT within {edge_r['ttft']}, TPOT within {edge_r['tpot']}",
-                     ttft_band=edge_r["ttft"], tpot_band=edge_r["tpot"],
-                     measured=f"TTFT {pooled_r['ttft'].text('.2f', 'x')}, TPOT {pooled_r['tpot'].text('.2f', 'x')}",
-                     evidence=f"requests.csv, {runs} runs per pair", ttft=pooled_r["ttft"].text(".2f", "x"),
-                     tpot=pooled_r["tpot"].text(".2f", "x"), n=len(split), worst=worst_text, tol=claims.PREDICTED_TIME,
-                     each="; ".join(each_r.values())))
+verdict = register.record(
+    "requests_as_predicted", claims.every(where_r.values()),
+    predicted=f"TTFT within {edge_r['ttft']}, TPOT within {edge_r['tpot']}",
+    measured=f"TTFT {pooled_r['ttft'].text('.2f', 'x')}, TPOT {pooled_r['tpot'].text('.2f', 'x')}",
+    evidence=f"requests.csv, {runs} runs per pair")
+show(f"TTFT took **{pooled_r['ttft'].text('.2f', 'x')}** the cost model's prediction and TPOT "
+     f"**{pooled_r['tpot'].text('.2f', 'x')}** its own (geometric means over {len(split)} pairs)" + claims.pick(
+         verdict, held=f", both within their tolerance (TTFT {edge_r['ttft']}, TPOT {edge_r['tpot']}: the tolerance of "
+                       f"{tol:g}x around the prediction's own range)",
+         not_held=f": not both within the tolerance of {tol:g}x",
+         unresolved=f": {each_r}, so this run cannot decide") + f"{worst_text}.")
 prose.shown(split[["prompt_tokens", "output_tokens", "ttft_ms", "predicted_ttft_ms", "tpot_ms", "predicted_tpot_ms"]].round(1))
 
 # %%
@@ -460,44 +451,38 @@ if lines and inside3 is not None and len(inside3) == 1 and len(_at3) == 2:  # on
                      + ("about what the line grows beyond the parts timed alone: that is the growth they leave out."
                         if slope > cache_slope and abs(_rest3 - (slope - cache_slope)) <= 0.5 * (slope - cache_slope)
                         else "which does not match what the line grows beyond the parts timed alone."))
-shares = ", ".join(f"{part} **{s:.2f} ms**" for part, s in per_1k.items())
-register.claim(
-    "tpot_growth_is_cache_work",
-    "The growth of TPOT with the context is the cache's concatenation and attention, timed alone here (within the "
-    "tolerance for a predicted time).",
-    held="per 1,000 tokens of context, the parts timed alone add {shares}: **{cache_slope:.1f} ms** together, against "
-         "the TPOT line's {slope}: the copy a growing cache makes at every step and the attention that reads it "
-         "account for TPOT's growth.",
-    not_held="per 1,000 tokens of context, the parts timed alone add {shares}: **{cache_slope:.1f} ms** together, "
-             "against the TPOT line's {slope}: timed alone they do not account for the growth. {beyond}",
-    unresolved="per 1,000 tokens of context, the parts timed alone add {shares}: **{cache_slope:.1f} ms** together, "
-               "against the TPOT line's {slope}. {compare}",
-    not_measured="the grid has one context length only.")
-show(register.decide("tpot_growth_is_cache_work", ((claims.within(slope_spread, cache_slope, claims.PREDICTED_TIME)
-                                                    if slope_spread.low > 0 and cache_slope > 0 else claims.UNRESOLVED)
-                                                   if lines else None),
-                     predicted=f"{cache_slope:.2f} ms per 1k tokens (concatenation + attention, timed alone)",
-                     measured=f"{slope_spread.text('.2f') if lines else ''} ms per 1k tokens (TPOT line, Theil-Sen)",
-                     evidence=f"parts timed at contexts {c_low:.0f} and {c_high:.0f}, medians of 7 repeats; {dtype}, {where}",
-                     shares=shares, cache_slope=cache_slope, slope=slope_spread.text(".1f", "ms") if lines else "",
-                     beyond=(f"The line grows {slope - cache_slope:.1f} ms per 1,000 tokens more than the two parts "
-                             "timed alone: work that grows with the context inside a real step and that the parts "
-                             "timed alone do not price. Chapter 0's hollowed step, the pass with its matrices and "
-                             f"attention taken out, grows {dispatch_slope:.1f} ms per 1,000 tokens, which the cost "
-                             f"model adds (its slope, {model_slope:.2f} ms per 1,000 tokens, leaves "
-                             f"{max(slope - model_slope, 0):.1f} unpriced). This chapter does not take it further "
-                             "apart; chapter 3 profiles both its caches' steps at a short and a long context, one layer "
-                             f"down, and says which parts of the step grew.{in_chapter_3}" if lines and
-                             slope > cache_slope else
-                             "The parts alone grow faster than the line: timed alone they miss the overlap a real "
-                             "step gives them." if lines else ""),
-                     compare=(f"The line's median is {slope / cache_slope:.2f}x their sum, "
-                              + ("within" if 1 / claims.PREDICTED_TIME <= slope / cache_slope <= claims.PREDICTED_TIME
-                                 else "outside")
-                              + " the tolerance, but its interval reaches past it: more runs of the grid would "
-                                f"decide whether they account for the growth.{in_chapter_3}" if lines and cache_slope > 0 else
-                              "Timed alone, the parts did not grow with the context, so their sum cannot be set "
-                              "against the line's slope.")))
+register.claim("tpot_growth_is_cache_work", "The growth of TPOT with the context is the cache's concatenation and "
+               "attention, timed alone here (within the tolerance for a predicted time).")
+verdict = register.record(
+    "tpot_growth_is_cache_work", ((claims.within(slope_spread, cache_slope, tol)
+                                   if slope_spread.low > 0 and cache_slope > 0 else claims.UNRESOLVED) if lines else None),
+    predicted=f"{cache_slope:.2f} ms per 1k tokens (concatenation + attention, timed alone)",
+    measured=f"{slope_spread.text('.2f') if lines else ''} ms per 1k tokens (TPOT line, Theil-Sen)",
+    evidence=f"parts timed at contexts {c_low:.0f} and {c_high:.0f}, medians of 7 repeats; {dtype}, {where}")
+parts_text = ("Per 1,000 tokens of context, the parts timed alone add "
+              + ", ".join(f"{part} **{s:.2f} ms**" for part, s in per_1k.items())
+              + f": **{cache_slope:.1f} ms** together, against the TPOT line's "
+              + (slope_spread.text(".1f", "ms") if lines else ""))
+show(claims.pick(
+    verdict, held=f"{parts_text}: the copy a growing cache makes at every step and the attention that reads it account "
+                  "for TPOT's growth.",
+    not_held=f"{parts_text}: timed alone they do not account for the growth. " + (
+        f"The line grows {slope - cache_slope:.1f} ms per 1,000 tokens more than the two parts timed alone: work that "
+        "grows with the context inside a real step and that the parts timed alone do not price. Chapter 0's hollowed "
+        f"step, the pass with its matrices and attention taken out, grows {dispatch_slope:.1f} ms per 1,000 tokens, "
+        f"which the cost model adds (its slope, {model_slope:.2f} ms per 1,000 tokens, leaves "
+        f"{max(slope - model_slope, 0):.1f} unpriced). This chapter does not take it further apart; chapter 3 "
+        "profiles both its caches' steps at a short and a long context, one layer down, and says which parts of the "
+        f"step grew.{in_chapter_3}" if lines and slope > cache_slope else
+        "The parts alone grow faster than the line: timed alone they miss the overlap a real step gives them."),
+    unresolved=f"{parts_text}. " + (
+        f"The line's median is {slope / cache_slope:.2f}x their sum, "
+        + ("within" if 1 / tol <= slope / cache_slope <= tol else "outside")
+        + " the tolerance, but its interval reaches past it: more runs of the grid would decide whether they account "
+          f"for the growth.{in_chapter_3}" if lines and cache_slope > 0 else
+        "Timed alone, the parts did not grow with the context, so their sum cannot be set against the line's slope."),
+    not_measured="The grid has one context length only, so this run does not decide whether the growth of TPOT with "
+                 "the context is the cache's concatenation and attention."))
 
 # %%
 fig, ax = plt.subplots(figsize=(8, 4))
@@ -552,24 +537,22 @@ steps_text = ("" if long_pairs is None else
               + prose.span(long_pairs.reference_prefill_in_decode_steps.min(),
                            long_pairs.reference_prefill_in_decode_steps.max())
               + " on the reference GPU" + (" (over its pairs, whose decode steps differ)." if len(long_pairs) > 1 else "."))
-register.claim(
-    "more_prefill_heavy_than_reference",
-    "Every pair shared with the reference spends a larger share of its time in prefill here than on its GPU (the "
-    "smallest difference of the shares is positive).",
-    held="all {n} pairs shared with the reference spend a larger share of their time in prefill here than on its "
-         "GPU.{steps}",
-    not_held="not every shared pair is more prefill-heavy here than on the reference GPU: {lighter}.{steps}",
-    unresolved="for some shared pair the prefill shares here and on the reference GPU are too close to call in this "
-               "run: {lighter}.{steps}",
-    not_measured="this run's grid shares no pair with the reference.")
-show(register.decide("more_prefill_heavy_than_reference", claims.verdict_of(closest.low > 0, closest.high <= 0)
-                     if len(beside) else None,
-                     predicted="larger on every shared pair", measured=f"larger on {heavier.count(claims.HELD)} of {len(beside)}",
-                     evidence=f"{len(beside)} pairs in both; reference: source chapter's GPU, five runs each",
-                     n=len(beside), steps=steps_text,
-                     lighter=", ".join(f"{r.prompt_tokens} in / {r.output_tokens} out {r.this_prefill_share_pct:.0f} % "
-                                       f"against {r.prefill_share_pct:.0f} %" for r, v in zip(beside.itertuples(), heavier)
-                                       if v != claims.HELD)))
+register.claim("more_prefill_heavy_than_reference", "Every pair shared with the reference spends a larger share of "
+               "its time in prefill here than on its GPU (the smallest difference of the shares is positive).")
+verdict = register.record(
+    "more_prefill_heavy_than_reference", claims.verdict_of(closest.low > 0, closest.high <= 0) if len(beside) else None,
+    predicted="larger on every shared pair", measured=f"larger on {heavier.count(claims.HELD)} of {len(beside)}",
+    evidence=f"{len(beside)} pairs in both; reference: source chapter's GPU, five runs each")
+lighter = ", ".join(f"{r.prompt_tokens} in / {r.output_tokens} out {r.this_prefill_share_pct:.0f} % against "
+                    f"{r.prefill_share_pct:.0f} %" for r, v in zip(beside.itertuples(), heavier) if v != claims.HELD)
+show(claims.pick(
+    verdict, held=f"All {len(beside)} pairs shared with the reference spend a larger share of their time in prefill "
+                  f"here than on its GPU.{steps_text}",
+    not_held=f"Not every shared pair is more prefill-heavy here than on the reference GPU: {lighter}.{steps_text}",
+    unresolved=f"For some shared pair the prefill shares here and on the reference GPU are too close to call in this "
+               f"run: {lighter}.{steps_text}",
+    not_measured="This run's grid shares no pair with the reference, so it does not decide whether every shared pair "
+                 "spends a larger share of its time in prefill here than on the reference GPU."))
 
 # %% [markdown]
 # ## Workload archetypes
@@ -628,31 +611,33 @@ described = "; ".join(f"{'an' if r.workload[0] in 'aeiou' else 'a'} **{r.workloa
                       f"{r.output_tokens} out) measured {r.e2e_ms:.0f} ms, predicted {r.predicted_e2e_ms:.0f} from the "
                       f"grid and {r.cost_model_e2e_ms:.0f} by the cost model, a **{r.measured_phase}** job "
                       f"({r.prefill_share:.0%} prefill)" for r in arch.itertuples())
-register.claim(
-    "archetypes_predicted_from_grid",
-    "The grid's TTFT and TPOT lines predict the archetypes' end-to-end times (their geometric mean within the "
-    "tolerance for a predicted time) and each one's dominant phase.",
-    held="{described}. The grid's lines predicted each one's dominant phase and, within the tolerance of {tol:g}x, "
-         "their time ({ratio} the prediction, geometric mean). The dominant phase is the one to optimise: TPOT for a "
-         "decode job, TTFT for a prefill job.",
-    not_held="{described}. Not every archetype landed where the grid's lines put it ({missed}): a line is a poor guide "
-             "outside the grid or where noise is large.",
-    unresolved="{described}. The grid's lines predicted each one's dominant phase, but the times, {ratio} the "
-               "prediction (geometric mean), are too close to the tolerance of {tol:g}x to call in this run.",
-    not_measured="the grid has one context length only, so there is no TPOT line to predict with.")
-show(register.decide("archetypes_predicted_from_grid", claims.every(ok) if lines else None,
-                     predicted="; ".join(f"{r.workload}: {r.predicted_e2e_ms:.0f} ms, {r.predicted_phase}"
-                                         for r in arch.itertuples()) if lines else "",
-                     measured="; ".join(f"{r.workload}: {r.e2e_ms:.0f} ms, {r.measured_phase}" for r in arch.itertuples()),
-                     evidence=f"{runs} runs per archetype, medians; lines fitted on the grid only", described=described,
-                     ratio=claims.geomean_of(e2e_x.values()).text(".2f", "x") if e2e_x else "", tol=claims.PREDICTED_TIME,
-                     missed=", ".join([f"{w}: the lines predicted {p:.0f} ms, no time at all"
-                                       for w, p in zip(arch.workload, arch.predicted_e2e_ms) if w in unpriced]
-                                      + [f"{r.workload} ({e2e_x[r.workload].mid:.2f}x"
-                                         f"{', not ' + r.predicted_phase if r.predicted_phase != r.measured_phase else ''})"
-                                         for r in arch.itertuples() if r.workload in e2e_x and (
-                                             r.predicted_phase != r.measured_phase or claims.within(
-                                                 e2e_x[r.workload], 1.0, claims.PREDICTED_TIME) != claims.HELD)])))
+described = described[:1].upper() + described[1:]  # the finding opens with it
+register.claim("archetypes_predicted_from_grid", "The grid's TTFT and TPOT lines predict the archetypes' end-to-end "
+               "times (their geometric mean within the tolerance for a predicted time) and each one's dominant phase.")
+verdict = register.record(
+    "archetypes_predicted_from_grid", claims.every(ok) if lines else None,
+    predicted="; ".join(f"{r.workload}: {r.predicted_e2e_ms:.0f} ms, {r.predicted_phase}"
+                        for r in arch.itertuples()) if lines else "",
+    measured="; ".join(f"{r.workload}: {r.e2e_ms:.0f} ms, {r.measured_phase}" for r in arch.itertuples()),
+    evidence=f"{runs} runs per archetype, medians; lines fitted on the grid only")
+ratio = claims.geomean_of(e2e_x.values()).text(".2f", "x") if e2e_x else ""
+missed = ", ".join([f"{w}: the lines predicted {p:.0f} ms, no time at all"  # why, archetype by archetype
+                    for w, p in zip(arch.workload, arch.predicted_e2e_ms) if w in unpriced]
+                   + [f"{r.workload} ({e2e_x[r.workload].mid:.2f}x"
+                      f"{', not ' + r.predicted_phase if r.predicted_phase != r.measured_phase else ''})"
+                      for r in arch.itertuples() if r.workload in e2e_x and (
+                          r.predicted_phase != r.measured_phase
+                          or claims.within(e2e_x[r.workload], 1.0, tol) != claims.HELD)])
+show(claims.pick(
+    verdict, held=f"{described}. The grid's lines predicted each one's dominant phase and, within the tolerance of "
+                  f"{tol:g}x, their time ({ratio} the prediction, geometric mean). The dominant phase is the one to "
+                  "optimise: TPOT for a decode job, TTFT for a prefill job.",
+    not_held=f"{described}. Not every archetype landed where the grid's lines put it ({missed}): a line is a poor "
+             "guide outside the grid or where noise is large.",
+    unresolved=f"{described}. The grid's lines predicted each one's dominant phase, but the times, {ratio} the "
+               f"prediction (geometric mean), are too close to the tolerance of {tol:g}x to call in this run.",
+    not_measured="The grid has one context length only, so there is no TPOT line to predict the archetypes with: "
+                 "this run does not decide whether the grid's lines predict their times and dominant phases."))
 
 # %% [markdown]
 # ## Goodput against stated objectives

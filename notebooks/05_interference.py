@@ -342,21 +342,22 @@ mean_moved = (f"the mean shows the stall too, {mean_x:.1f} times the median gap,
               f"{worst_x:.0f}: the worst gap is {worst_x / mean_x:.1f} times TPOT" if mean_x >= claims.PREDICTED_TIME
               else f"the mean sits only {mean_x - 1:.0%} above the median gap while the worst gap is {worst_x:.0f} times "
                    "it: the mean hides the stall")
-register.claim(
-    "tpot_hides_the_stall",
-    f"Unchunked, A's worst gap is more than {hides:g} times its TPOT: the worst gap shows a stall that the mean "
-    "(TPOT) understates.",
-    held="unchunked, A's stream froze for **{stall}**, {times:.0f} times its median gap of {median:.0f} ms, while its "
-         "TPOT over {n} tokens reads {tpot:.0f} ms: {moved}.",
-    not_held="unchunked, A's worst gap ({stall}) is {ratio:.1f} times its TPOT ({tpot:.0f} ms), not the more than "
-             "{hides:g} times that would make the worst gap tell more than the mean: on this machine B's whole "
-             "prefill costs little beside A's own steps.")
+register.claim("tpot_hides_the_stall", f"Unchunked, A's worst gap is more than {hides:g} times its TPOT: the worst "
+               "gap shows a stall that the mean (TPOT) understates.")
 u = runs_table[runs_table.chunk_tokens == b_prompt_len]
-show(register.decide("tpot_hides_the_stall", claims.at_least(Spread.of(u.a_worst_gap_ms / u.a_tpot_ms), hides),
-                     predicted=f"worst gap > {hides:g}x TPOT", measured=f"worst gap {unchunked.a_worst_gap_ms / unchunked.a_tpot_ms:.1f}x TPOT",
-                     evidence=f"unchunked, {b_prompt_len} tokens, {runs} runs", stall=stall, times=worst_x,
-                     median=unchunked.a_median_gap_ms, n=a_tokens, tpot=unchunked.a_tpot_ms, moved=mean_moved,
-                     ratio=unchunked.a_worst_gap_ms / unchunked.a_tpot_ms, hides=hides))
+tpot_x = Spread.of(u.a_worst_gap_ms / u.a_tpot_ms)  # the worst gap over TPOT, run by run
+verdict = register.record("tpot_hides_the_stall", claims.at_least(tpot_x, hides), predicted=f"worst gap > {hides:g}x TPOT",
+                          measured=f"worst gap {unchunked.a_worst_gap_ms / unchunked.a_tpot_ms:.1f}x TPOT",
+                          evidence=f"unchunked, {b_prompt_len} tokens, {runs} runs")
+show(f"Unchunked, A's stream froze for **{stall}**, {worst_x:.0f} times its median gap of "
+     f"{unchunked.a_median_gap_ms:.0f} ms, while its TPOT over {a_tokens} tokens reads {unchunked.a_tpot_ms:.0f} ms"
+     + claims.pick(verdict, held=f": {mean_moved}.",
+                   not_held=f": the worst gap is {unchunked.a_worst_gap_ms / unchunked.a_tpot_ms:.1f} times TPOT, not "
+                            f"the more than {hides:g} times that would make it tell more than the mean; on this machine "
+                            "B's whole prefill costs little beside A's own steps.",
+                   unresolved=f": the worst gap is {tpot_x.text('.1f', 'x')} TPOT, run by run, an interval that reaches "
+                              f"both sides of {hides:g}x (its median is {claims.leaning(tpot_x, hides)}), so this run "
+                              "cannot tell whether the worst gap tells more than the mean; more runs would narrow it."))
 
 # %%
 def listed(mask) -> str:
@@ -364,29 +365,25 @@ def listed(mask) -> str:
             if any(mask) else "no size")
 
 
-register.claim(
-    "crowded_median_gap",
-    "A's median gap holds a chunk (is over 1.5x the unchunked median) exactly at the sizes where half or more of A's "
-    "gaps hold a chunk and a chunk costs over half an A step.",
-    held="{where}",
-    not_held="A's median gap held a chunk (over {limit:.0f} ms, 1.5 times the unchunked median) at {measured_sizes}, "
-             "where the cost model predicted {predicted_sizes}.",
-    unresolved="A's median gap held a chunk (over {limit:.0f} ms, 1.5 times the unchunked median) at "
-               "{measured_sizes}, where the cost model predicted {predicted_sizes}; at some size it came too close to "
-               "that line to call in this run.")
+register.claim("crowded_median_gap", "A's median gap holds a chunk (is over 1.5x the unchunked median) exactly at the "
+               "sizes where half or more of A's gaps hold a chunk and a chunk costs over half an A step.")
 limit = 1.5 * unchunked.a_median_gap_ms
 crowded_pred = list(summary.predicted_a_median_gap_ms > 1.5 * a_step_ms)
 crowded = [claims.at_least(Spread.in_row(r, "a_median_gap_ms"), limit) for r in summary.itertuples()]
 agree = [v if p else {claims.HELD: claims.NOT_HELD, claims.NOT_HELD: claims.HELD}.get(v, v) for v, p in zip(crowded, crowded_pred)]
 measured_mask = [v == claims.HELD for v in crowded]
-show(register.decide("crowded_median_gap", claims.every(agree), predicted=listed(crowded_pred), measured=listed(measured_mask),
-                     evidence=f"A decodes {a_tokens} tokens, B arrives after {arrival_step}; median gaps (ms): "
-                              + ", ".join(f"{c}: {g:.0f}" for c, g in zip(summary.chunk_tokens, summary.a_median_gap_ms)),
-                     where=(f"at chunk {listed(measured_mask)}, B's prefill is spread over so many of A's gaps that even A's "
-                            "*median* gap includes a chunk: the stall is no longer one event but the stream's normal pace "
-                            "(predicted at chunk " + (listed(crowded_pred) or "none") + ")." if any(measured_mask) else
-                            "no chunk size here spread B's prefill over half of A's gaps, as predicted."),
-                     measured_sizes=listed(measured_mask), predicted_sizes=listed(crowded_pred), limit=limit))
+verdict = register.record("crowded_median_gap", claims.every(agree), predicted=listed(crowded_pred),
+                          measured=listed(measured_mask), evidence=f"A decodes {a_tokens} tokens, B arrives after "
+                          f"{arrival_step}; median gaps (ms): " + ", ".join(
+                              f"{c}: {g:.0f}" for c, g in zip(summary.chunk_tokens, summary.a_median_gap_ms)))
+crowded_words = (f"A's median gap held a chunk (over {limit:.0f} ms, 1.5 times the unchunked median) at "
+                 f"{listed(measured_mask)}, where the cost model predicted {listed(crowded_pred)}")
+show(claims.pick(verdict, held=f"At chunk {listed(measured_mask)}, B's prefill is spread over so many of A's gaps that even "
+                               "A's *median* gap includes a chunk: the stall is no longer one event but the stream's "
+                               f"normal pace (predicted at chunk {listed(crowded_pred)})." if any(measured_mask) else
+                               "No chunk size here spread B's prefill over half of A's gaps, as predicted.",
+                 not_held=crowded_words + ".",
+                 unresolved=crowded_words + "; at some size it came too close to that line to call in this run."))
 
 # %% [markdown]
 # One run's traces, unchunked and at the predicted best size:
@@ -466,45 +463,44 @@ below = (f"going down to {stop} tokens gave {cut_words(by_size.worst_gap_cut[sto
 per_run_best = [stopping_point(sizes, [runs_table[(runs_table.chunk_tokens == c) & (runs_table.run == r)].a_worst_gap_ms.iloc[0]
                                        for c in sizes])[0] for r in range(1, runs + 1)]
 best_spread = Spread.of(per_run_best)  # each run's own best size: the interval of their median
-register.claim(
-    "chunk_size_prediction",
-    "Chunking stops paying off (a smaller chunk cuts A's worst gap by at most the chosen fraction) within one step "
-    "of the chunk sizes' grid of the size the cost model predicts.",
-    held="{paid}, where the cost model put it at {pred} (every run's best: {each}); {below}.",
-    not_held="{paid}, more than one step of the grid from the predicted **{pred}** (every run's best: {each}); "
-             "{below}. What a chunk costs, below, shows where the prediction's inputs differ from the run.",
-    unresolved="{paid}. The runs' best chunk sizes spread from {lo} to {hi} tokens ({each}); the cost model "
-               "predicted {pred}. That is too wide a spread to say whether the best lies within one step of the grid "
-               "of the prediction (the median of the runs' bests is {lean}); {below}.")
-show(register.decide("chunk_size_prediction", claims.within(best_spread, best_pred, claims.PREDICTED_LENGTH),
-                     predicted=f"best {best_pred} tokens; cut {cut_at('predicted_worst_gap_cut', stop_pred)}",
-                     measured=f"best {best} tokens (runs {prose.span(min(per_run_best), max(per_run_best), '.0f')}); "
-                              f"cut {cut_at('worst_gap_cut', stop)}",
-                     evidence="measured cut per step down: " + ", ".join(
-                         f"{c}: {x:.0%}" for c, x in zip(summary.chunk_tokens[1:], summary.worst_gap_cut[1:])),
-                     paid=paid_off(best, costs=True), pred=tokens(best_pred), each=", ".join(map(str, per_run_best)), below=below,
-                     lo=min(per_run_best), hi=max(per_run_best),
-                     lean=claims.leaning(best_spread, best_pred / claims.PREDICTED_LENGTH, best_pred * claims.PREDICTED_LENGTH)))
+register.claim("chunk_size_prediction", "Chunking stops paying off (a smaller chunk cuts A's worst gap by at most the "
+               "chosen fraction) within one step of the chunk sizes' grid of the size the cost model predicts.")
+verdict = register.record("chunk_size_prediction", claims.within(best_spread, best_pred, claims.PREDICTED_LENGTH),
+                          predicted=f"best {best_pred} tokens; cut {cut_at('predicted_worst_gap_cut', stop_pred)}",
+                          measured=f"best {best} tokens (runs {prose.span(min(per_run_best), max(per_run_best), '.0f')}); "
+                                   f"cut {cut_at('worst_gap_cut', stop)}",
+                          evidence="measured cut per step down: " + ", ".join(
+                              f"{c}: {x:.0%}" for c, x in zip(summary.chunk_tokens[1:], summary.worst_gap_cut[1:])))
+paid, each = paid_off(best, costs=True), ", ".join(map(str, per_run_best))
+show(paid[:1].upper() + paid[1:] + claims.pick(
+    verdict, held=f", where the cost model put it at {tokens(best_pred)} (every run's best: {each}); {below}.",
+    not_held=f", more than one step of the grid from the predicted **{tokens(best_pred)}** (every run's best: {each}); "
+             f"{below}. What a chunk costs, below, shows where the prediction's inputs differ from the run.",
+    unresolved=f". The runs' best chunk sizes spread from {min(per_run_best)} to {max(per_run_best)} tokens ({each}); "
+               f"the cost model predicted {tokens(best_pred)}. That is too wide a spread to say whether the best lies "
+               "within one step of the grid of the prediction (the median of the runs' bests is "
+               f"{claims.leaning(best_spread, best_pred / claims.PREDICTED_LENGTH, best_pred * claims.PREDICTED_LENGTH)}"
+               f"); {below}."))
 
 # %%
-register.claim(
-    "smaller_chunks_delay_b",
-    "Smaller chunks delay B: in each run, the slope of log TTFT against log chunk size is negative.",
-    held="B's TTFT rose from {first:,.0f} ms unchunked to {last:,.0f} ms with {size}-token chunks: more chunks mean more "
-         "passes, each issuing all of the model's operations and reading all of its weights again, and, while A still "
-         "decodes, one more of A's steps before each.",
-    not_held="in this run smaller chunks did not delay B: TTFT (ms) {all} (the fitted exponent, run by run, {slope}).",
-    unresolved="B's TTFT (ms) went {all} as chunks shrank, but the fitted exponent of TTFT in chunk size, run by run "
-               "({slope}), reaches zero: this run cannot tell whether smaller chunks delay B (its median is {lean}).")
+register.claim("smaller_chunks_delay_b", "Smaller chunks delay B: in each run, the slope of log TTFT against log chunk "
+               "size is negative.")
 ttft = [Spread.in_row(r, "b_ttft_ms") for r in summary.itertuples()]
 ttft_trend = claims.trend(runs_table, "chunk_tokens", "b_ttft_ms")
-show(register.decide("smaller_chunks_delay_b", claims.verdict_of(ttft_trend.high < 0, ttft_trend.low >= 0),
-                     predicted="TTFT rising as chunks shrink",
-                     measured="TTFT (ms): " + ", ".join(f"{c}: {t.mid:,.0f}" for c, t in zip(summary.chunk_tokens, ttft)),
-                     evidence=f"{runs} runs; exponent of TTFT in chunk size {ttft_trend.text('.2f')}", slope=ttft_trend.text(".2f"),
-                     lean=claims.leaning(ttft_trend, float("-inf"), 0.0),
-                     first=ttft[0].mid, last=ttft[-1].mid, size=sizes[-1],
-                     all=", ".join(f"{c}: {t.text(',.0f')}" for c, t in zip(summary.chunk_tokens, ttft))))
+verdict = register.record("smaller_chunks_delay_b", claims.verdict_of(ttft_trend.high < 0, ttft_trend.low >= 0),
+                          predicted="TTFT rising as chunks shrink", measured="TTFT (ms): " + ", ".join(
+                              f"{c}: {t.mid:,.0f}" for c, t in zip(summary.chunk_tokens, ttft)),
+                          evidence=f"{runs} runs; exponent of TTFT in chunk size {ttft_trend.text('.2f')}")
+ttft_all = ", ".join(f"{c}: {t.text(',.0f')}" for c, t in zip(summary.chunk_tokens, ttft))
+show(claims.pick(
+    verdict, held=f"B's TTFT rose from {ttft[0].mid:,.0f} ms unchunked to {ttft[-1].mid:,.0f} ms with {sizes[-1]}-token "
+                  "chunks: more chunks mean more passes, each issuing all of the model's operations and reading all of "
+                  "its weights again, and, while A still decodes, one more of A's steps before each.",
+    not_held=f"In this run smaller chunks did not delay B: TTFT (ms) {ttft_all} (the fitted exponent, run by run, "
+             f"{ttft_trend.text('.2f')}).",
+    unresolved=f"B's TTFT (ms) went {ttft_all} as chunks shrank, but the fitted exponent of TTFT in chunk size, run by "
+               f"run ({ttft_trend.text('.2f')}), reaches zero: this run cannot tell whether smaller chunks delay B (its "
+               f"median is {claims.leaning(ttft_trend, float('-inf'), 0.0)})."))
 
 # %% [markdown]
 # ## What a chunk costs
@@ -534,45 +530,38 @@ prose.shown(costs.round(2).set_index("chunk_tokens"))
 cost_ratio, first_ratio = costs.chunk_over_predicted, costs.first_over_chapter_2
 growth, growth_model = costs.last_over_first, costs.predicted_last_over_first
 spread = lambda x: prose.span(x.min(), x.max(), ".2f")
-register.claim(
-    "chunk_cost_as_predicted",
-    "Chunks cost what the cost model prices them at (their pass, their attention to the prefix and the cache's copy), "
-    "within the tolerance for a predicted time (the geometric mean over the chunk sizes).",
-    held="a chunk cost **{pooled}** its prediction over the sizes from {small} to {large} tokens ({ratio} size by size, {trend}"
-         "{outside}); the first chunk of a run, with no prefix, cost {first} times chapter 2's pass of the same length.",
-    not_held="a chunk cost **{pooled}** its prediction over the sizes, outside the tolerance for a predicted time "
-             "({ratio} size by size, {trend}; sizes wholly outside it: {off}). The first chunk of a run, with no prefix, "
-             "cost {first} times chapter 2's pass of the same length; from the first to the last full chunk the "
-             "cost grew {growth}x, where the cost model predicts {growth_model}x.",
-    unresolved="a chunk cost **{pooled}** its prediction over the sizes, an interval that crosses the edge of the "
-               "tolerance for a predicted time ({ratio} size by size, {trend}), so this run cannot call it (its median is "
-               "{lean}); the first chunk of a run, with no prefix, cost {first} times chapter 2's pass of the same "
-               "length.")
+register.claim("chunk_cost_as_predicted", "Chunks cost what the cost model prices them at (their pass, their attention "
+               "to the prefix and the cache's copy), within the tolerance for a predicted time (the geometric mean "
+               "over the chunk sizes).")
 per_size = full.groupby(["chunk_tokens", "run"]).ratio.median().groupby("chunk_tokens").agg(list)
 median_over_best = {c: cost.prefill(min(c, b_prompt_len)).median / cost.prefill(min(c, b_prompt_len)).best for c in per_size.index}
 chunk_verdicts = {c: claims.within(Spread.of(v), Spread(1.0, 1.0, median_over_best[c]), claims.PREDICTED_TIME)
                   for c, v in per_size.items()}
 pooled_chunk = claims.geomean_of(Spread.of(v) for v in per_size)
-show(register.decide("chunk_cost_as_predicted", claims.within(pooled_chunk, Spread(1.0, 1.0, claims.geomean(
-                         median_over_best.values())), claims.PREDICTED_TIME),
-                     predicted="measured / predicted within " + prose.span(*claims.allowed(Spread(
-                         1.0, 1.0, claims.geomean(median_over_best.values())), claims.PREDICTED_TIME), ".2f", "x"),
-                     measured=pooled_chunk.text(".2f", "x"),
-                     evidence=f"medians over chunks, per run; first chunk (no prefix) / chapter 2's pass: {spread(first_ratio)}; "
-                              f"last / first full chunk: {spread(growth)} measured, {spread(growth_model)} by the cost model",
-                     ratio=spread(cost_ratio), small=sizes[-1], large=sizes[0], first=spread(first_ratio),
-                     trend=(lambda r: f"{r[r.index.max()]:.2f}x at {r.index.max():,} tokens and "
-                                      f"{r[r.index.min()]:.2f}x at {r.index.min():,}")(
-                         costs.set_index("chunk_tokens").chunk_over_predicted),
-                     pooled=pooled_chunk.text(".2f", "x"),
-                     off=", ".join(f"{c} tokens" for c, v in chunk_verdicts.items() if v == claims.NOT_HELD) or "none",
-                     outside="".join(f"; wholly outside the tolerance at {', '.join(map(str, cs))} tokens, where from the "
-                                     f"first to the last full chunk the cost grew {spread(growth)}x and the cost model "
-                                     f"predicts {spread(growth_model)}x"
-                                     for cs in [[c for c, v in chunk_verdicts.items() if v == claims.NOT_HELD]] if cs),
-                     growth=spread(growth), growth_model=spread(growth_model),
-                     lean=claims.leaning(pooled_chunk, 1 / claims.PREDICTED_TIME,
-                                         claims.geomean(median_over_best.values()) * claims.PREDICTED_TIME)))
+priced = Spread(1.0, 1.0, claims.geomean(median_over_best.values()))  # the price at its ceilings' fastest to median calls
+verdict = register.record(
+    "chunk_cost_as_predicted", claims.within(pooled_chunk, priced, claims.PREDICTED_TIME),
+    predicted="measured / predicted within " + prose.span(*claims.allowed(priced, claims.PREDICTED_TIME), ".2f", "x"),
+    measured=pooled_chunk.text(".2f", "x"), evidence=f"medians over chunks, per run; first chunk (no prefix) / chapter "
+    f"2's pass: {spread(first_ratio)}; last / first full chunk: {spread(growth)} measured, {spread(growth_model)} by the "
+    "cost model")
+off = [c for c, v in chunk_verdicts.items() if v == claims.NOT_HELD]  # sizes wholly outside the tolerance
+by_chunk = costs.set_index("chunk_tokens").chunk_over_predicted
+size_by_size = (f"{spread(cost_ratio)} size by size, {by_chunk[by_chunk.index.max()]:.2f}x at {by_chunk.index.max():,} "
+                f"tokens and {by_chunk[by_chunk.index.min()]:.2f}x at {by_chunk.index.min():,}")
+first_chunk = f"first chunk of a run, with no prefix, cost {spread(first_ratio)} times chapter 2's pass of the same length"
+grew = f"from the first to the last full chunk the cost grew {spread(growth)}x"
+show(f"A chunk cost **{pooled_chunk.text('.2f', 'x')}** its prediction over the sizes" + claims.pick(
+    verdict, held=f" from {sizes[-1]} to {sizes[0]} tokens ({size_by_size}" + (
+        f"; wholly outside the tolerance at {', '.join(map(str, off))} tokens, where {grew} and the cost model predicts "
+        f"{spread(growth_model)}x" if off else "") + f"); the {first_chunk}.",
+    not_held=f", outside the tolerance for a predicted time ({size_by_size}; sizes wholly outside it: "
+             f"{', '.join(f'{c} tokens' for c in off) or 'none'}). The {first_chunk}; {grew}, where the cost model "
+             f"predicts {spread(growth_model)}x.",
+    unresolved=f", an interval that crosses the edge of the tolerance for a predicted time ({size_by_size}), so this run "
+               f"cannot call it (its median is "
+               f"{claims.leaning(pooled_chunk, 1 / claims.PREDICTED_TIME, priced.high * claims.PREDICTED_TIME)}); the "
+               f"{first_chunk}."))
 _far = summary.loc[summary.a_worst_gap_over_predicted.idxmax()]  # the size whose worst gap lay furthest over
 _far_costs = costs.set_index("chunk_tokens").loc[_far.chunk_tokens]
 show(f"A's worst gap ran {spread(summary.a_worst_gap_over_predicted)} times its prediction, furthest at "
@@ -744,57 +733,56 @@ one, many = pick(k1, b_prompt_len), pick(kn, b_prompt_len)
 per = stream_runs[stream_runs.chunk_tokens == b_prompt_len].pivot(index="run", columns="a_streams", values="a_median_gap_ms")
 batch_ratio = Spread.of(per[kn] / per[k1]) if kn != k1 else None
 model_ratio = cost.decode(context + 5, batch=kn).best / cost.decode(context + 5, batch=k1).best
-register.claim(
-    "streams_share_the_weights",
-    "Several streams decoding as one batch take the step the cost model predicts for that batch over one stream's, "
-    "within the tolerance for a ratio (the weights are shared).",
-    held="with {kn} streams, each stream's median gap is {many:.0f} ms against {one:.0f} ms for {k1}: {ratio} the time "
-         "for {tokens:g}x the tokens; the cost model predicted {model:.2f}x.",
-    not_held="with {kn} streams, each stream's median gap is {many:.0f} ms against {one:.0f} ms for {k1}: {ratio} the "
-             "time for {tokens:g}x the tokens, outside the tolerance for a ratio around the cost model's {model:.2f}x.",
-    unresolved="with {kn} streams, each stream's median gap is {many:.0f} ms against {one:.0f} ms for {k1}: {ratio} "
-               "the time for {tokens:g}x the tokens, against the cost model's {model:.2f}x; the interval reaches past "
-               "the tolerance for a ratio, so this run cannot tell whether the batch's step is the one priced (its "
-               "median is {lean}).",
-    not_measured="only one stream count was run; set stream_counts to two or more.")
-show(register.decide("streams_share_the_weights", None if batch_ratio is None else
-                     claims.within(batch_ratio, model_ratio, claims.PREDICTED_RATIO),
-                     predicted=f"{model_ratio:.2f}x (cost model)", measured=batch_ratio.text(".2f", "x") if batch_ratio else "",
-                     evidence=f"median gaps, unchunked runs, {runs} runs", kn=kn, k1=k1, many=many.a_median_gap_ms,
-                     one=one.a_median_gap_ms, ratio=batch_ratio.text(".2f", "x") if batch_ratio else "", tokens=kn / k1,
-                     model=model_ratio, lean="" if batch_ratio is None else claims.leaning(
-                         batch_ratio, model_ratio / claims.PREDICTED_RATIO, model_ratio * claims.PREDICTED_RATIO)))
+shared = ("Several streams decoding as one batch take the step the cost model predicts for that batch over one "
+          "stream's, within the tolerance for a ratio (the weights are shared).")
+register.claim("streams_share_the_weights", shared)
+one_count = "only one stream count was run; set stream_counts to two or more"  # why a claim is not measured
+ratio_text = batch_ratio.text(".2f", "x") if batch_ratio else ""
+verdict = register.record("streams_share_the_weights", None if batch_ratio is None else
+                          claims.within(batch_ratio, model_ratio, claims.PREDICTED_RATIO),
+                          predicted=f"{model_ratio:.2f}x (cost model)", measured=ratio_text,
+                          evidence=f"median gaps, unchunked runs, {runs} runs" if batch_ratio else one_count)
+gaps = (f"With {kn} streams, each stream's median gap is {many.a_median_gap_ms:.0f} ms against "
+        f"{one.a_median_gap_ms:.0f} ms for {k1}: {ratio_text} the time for {kn / k1:g}x the tokens")
+show(claims.pick(
+    verdict, held=f"{gaps}; the cost model predicted {model_ratio:.2f}x.",
+    not_held=f"{gaps}, outside the tolerance for a ratio around the cost model's {model_ratio:.2f}x.",
+    unresolved=f"{gaps}, against the cost model's {model_ratio:.2f}x; the interval reaches past the tolerance for a "
+               "ratio, so this run cannot tell whether the batch's step is the one priced (its median is " + (
+                   "" if batch_ratio is None else claims.leaning(batch_ratio, model_ratio / claims.PREDICTED_RATIO,
+                                                                 model_ratio * claims.PREDICTED_RATIO)) + ").",
+    not_measured=f"{shared} This run does not decide it: {one_count}."))
 
 # %%
 expected = one.a_worst_gap_ms - one.a_median_gap_ms + many.a_median_gap_ms
 span_many = prose.span(many.a_worst_gap_ms_low, many.a_worst_gap_ms_high, ",.0f", "ms")
-register.claim(
-    "every_stream_waits_the_prefill",
-    "Unchunked, each of several streams stalls for one stream's stall plus the longer step, within the tolerance for a "
-    "predicted time (each run's own ratio).",
-    held="an unchunked prefill stalls **{all}** streams at once, each for **{span}** (one stream: {one_span}), "
-         "{paired} of one stream's stall plus the longer step, run by run, within the tolerance: the newcomer's "
-         "prefill is paid by every stream in the batch.",
-    not_held="with {kn} streams the unchunked stall was {span}, {side} than the {expected:,.0f} ms predicted from one "
-             "stream's stall and the longer step, beyond the tolerance for a predicted time.",
-    unresolved="with {kn} streams the unchunked stall was {span}, against {expected:,.0f} ms predicted from one "
-               "stream's stall and the longer step; set against its own run's one-stream stall, each run's ratio, "
-               "{paired}, straddles the tolerance's edge (a run whose one stream stalled long moves its own ratio), "
-               "so this run cannot call it (the median of those ratios is {lean}).",
-    not_measured="only one stream count was run; set stream_counts to two or more.")
+waits = ("Unchunked, each of several streams stalls for one stream's stall plus the longer step, within the "
+         "tolerance for a predicted time (each run's own ratio).")
+register.claim("every_stream_waits_the_prefill", waits)
 unchunked_runs = stream_runs[stream_runs.chunk_tokens == b_prompt_len].pivot(index="run", columns="a_streams")
 paired_stall = None if kn == k1 else Spread.of(  # each run's k-stream stall against its own one-stream stall
     unchunked_runs[("a_worst_gap_ms", kn)] / (unchunked_runs[("a_worst_gap_ms", k1)] - unchunked_runs[("a_median_gap_ms", k1)]
                                              + unchunked_runs[("a_median_gap_ms", kn)]))
-show(register.decide("every_stream_waits_the_prefill", None if kn == k1 else claims.within(paired_stall, 1.0,
-                                                                                           claims.PREDICTED_TIME),
-                     predicted=f"{expected:,.0f} ms", measured=f"{many.a_worst_gap_ms:,.0f} ms ({span_many})",
-                     evidence=f"unchunked, {b_prompt_len} tokens, {runs} runs", all="both" if kn == 2 else f"all {kn}",
-                     span=span_many, one_span=prose.span(one.a_worst_gap_ms_low, one.a_worst_gap_ms_high, ",.0f", "ms"),
-                     kn=kn, expected=expected, side="longer" if many.a_worst_gap_ms > expected else "shorter",
-                     lean="" if paired_stall is None else claims.leaning(paired_stall, 1 / claims.PREDICTED_TIME,
-                                                                         claims.PREDICTED_TIME),
-                     paired="" if paired_stall is None else paired_stall.text(".2f", "x")))
+verdict = register.record("every_stream_waits_the_prefill", None if paired_stall is None else
+                          claims.within(paired_stall, 1.0, claims.PREDICTED_TIME), predicted=f"{expected:,.0f} ms",
+                          measured=f"{many.a_worst_gap_ms:,.0f} ms ({span_many})",
+                          evidence=f"unchunked, {b_prompt_len} tokens, {runs} runs" if paired_stall else one_count)
+paired = "" if paired_stall is None else paired_stall.text(".2f", "x")
+show(claims.pick(
+    verdict, held=f"An unchunked prefill stalls **{'both' if kn == 2 else f'all {kn}'}** streams at once, each for "
+                  f"**{span_many}** (one stream: "
+                  f"{prose.span(one.a_worst_gap_ms_low, one.a_worst_gap_ms_high, ',.0f', 'ms')}), {paired} of one "
+                  "stream's stall plus the longer step, run by run, within the tolerance: the newcomer's prefill is "
+                  "paid by every stream in the batch.",
+    not_held=f"With {kn} streams the unchunked stall was {span_many}, "
+             f"{'longer' if many.a_worst_gap_ms > expected else 'shorter'} than the {expected:,.0f} ms predicted from "
+             "one stream's stall and the longer step, beyond the tolerance for a predicted time.",
+    unresolved=f"With {kn} streams the unchunked stall was {span_many}, against {expected:,.0f} ms predicted from one "
+               "stream's stall and the longer step; set against its own run's one-stream stall, each run's ratio, "
+               f"{paired}, straddles the tolerance's edge (a run whose one stream stalled long moves its own ratio), so "
+               "this run cannot call it (the median of those ratios is " + ("" if paired_stall is None else
+               claims.leaning(paired_stall, 1 / claims.PREDICTED_TIME, claims.PREDICTED_TIME)) + ").",
+    not_measured=f"{waits} This run does not decide it: {one_count}."))
 if kn != k1 and (many.a_worst_gap_ms_high < one.a_worst_gap_ms_low or many.a_worst_gap_ms_low > one.a_worst_gap_ms_high):
     stalled_less = many.a_worst_gap_ms_high < one.a_worst_gap_ms_low  # though it waits for a longer step
     show(f"The {kn} streams' stall was {'shorter' if stalled_less else 'longer'} than one stream's, their ranges apart, "

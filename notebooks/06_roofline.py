@@ -518,13 +518,8 @@ plt.show()
 roof_reach = {}  # each series' largest fraction of the textbook roof, for the opening
 for series, g in points.groupby("series", sort=False):
     claim = f"{series.replace(' ', '_')}_under_the_roof"
-    register.claim(
-        claim, f"Every {series} pass runs at or under the textbook roof at its intensity (the largest fraction of the "
-        "roof a pass reached, its interval, is at most one).",
-        held="the {series} passes reach at most **{top}** of the textbook roof ({closest}); their regimes (the one "
-             "rule, read against the roofline drawn): {listed}.",
-        not_held="a {series} pass ran above the textbook roof ({closest}, {top} of it): the streaming read or the square "
-                 "product chapter 0 measured understates this machine. Their regimes: {listed}.")
+    register.claim(claim, f"Every {series} pass runs at or under the textbook roof at its intensity (the largest "
+                   "fraction of the roof a pass reached, its interval, is at most one).")
     reach = [Spread(r.textbook_bound_ms / r.measured_ms_high, r.fraction_of_textbook_roof,
                     r.textbook_bound_ms / r.measured_ms_low) for r in g.itertuples()]
     highest = roof_reach[series] = claims.extreme(reach)
@@ -533,11 +528,21 @@ for series, g in points.groupby("series", sort=False):
                                         f"{', '.join(f'{t:,}' for t in o.tokens)} token{'s' * (list(o.tokens) != [1])}")
                        + f" ({prose.span(o.measured_over_predicted.min(), o.measured_over_predicted.max(), '.2f')}x its "
                          "prediction)" for name, o in g.groupby("regime", sort=False))
-    show(register.decide(claim, claims.at_most(highest, 1.0), predicted="at most the roof",
-                         measured=f"at most {highest.text('.0%')} of it", evidence=f"{len(g)} {series} passes, "
-                         f"{points_dtype}, {where}", series=series, listed=listed, top=highest.text(".0%"),
-                         closest=(f"batch {int(near.batch)}" if near.batch > 1 else
-                                  f"{int(near.tokens):,} token{'s' * (int(near.tokens) != 1)}")))
+    top_reach = highest.text(".0%")
+    closest = (f"batch {int(near.batch)}" if near.batch > 1 else
+               f"{int(near.tokens):,} token{'s' * (int(near.tokens) != 1)}")
+    verdict = register.record(claim, claims.at_most(highest, 1.0), predicted="at most the roof",
+                              measured=f"at most {top_reach} of it", evidence=f"{len(g)} {series} passes, "
+                              f"{points_dtype}, {where}")
+    show(claims.pick(
+        verdict, held=f"The {series} passes reach at most **{top_reach}** of the textbook roof ({closest}); their "
+                      f"regimes (the one rule, read against the roofline drawn): {listed}.",
+        not_held=f"A {series} pass ran above the textbook roof ({closest}, {top_reach} of it): the streaming read or "
+                 f"the square product chapter 0 measured understates this machine. Their regimes: {listed}.",
+        unresolved=f"The {series} passes reach at most {top_reach} of the textbook roof ({closest}): the interval "
+                   f"reaches both sides of the roof, its median {'under' if highest.mid <= 1 else 'above'} it, so "
+                   f"this run cannot tell whether a pass ran above it; more runs would narrow it. Their regimes: "
+                   f"{listed}."))
 
 # %% [markdown]
 # Why batched decode's label changes from one batch to the next: the largest term of each step, and the one after it.
@@ -568,16 +573,9 @@ if len(g):
 # Two more checks: batching's FLOP rate, and (on a GPU) the measured ceilings beside the datasheet's:
 
 # %%
-register.claim(
-    "batching_raises_the_rate",
-    "Batched decode's FLOP rate rises from one batch to the next where the cost model's rises (the weights are "
-    "shared) and falls where its falls (work that grows with the batch takes over).",
-    held="the rate moves as predicted at every step: {steps}.",
-    not_held="the rate does not move as predicted at every step: {steps}. At batch {top} the cost model's largest term "
-             "is {term} ({share:.0%} of the step).",
-    unresolved="at some step the interval of the change, run by run, straddles no change, so this run cannot tell "
-               "whether the rate moves as predicted: {steps}.",
-    not_measured="chapter 3 timed fewer than two batch sizes in this dtype and thread count.")
+batching_said = ("Batched decode's FLOP rate rises from one batch to the next where the cost model's rises (the "
+                 "weights are shared) and falls where its falls (work that grows with the batch takes over).")
+register.claim("batching_raises_the_rate", batching_said)
 rising = points[points.series == "batched decode"].sort_values("batch")
 if len(rising):  # the largest batch's prediction, term by term: what grows with the batch
     last_row = rising.iloc[-1]
@@ -599,37 +597,49 @@ for i in range(len(rising) - 1):
     step_verdicts.append(claims.at_least(change, 1.0) if up else claims.at_most(change, 1.0))
     step_text.append(f"batch {rising.batch.iloc[i]} to {rising.batch.iloc[i + 1]}: predicted "
                      f"{'rising' if up else 'falling'}, measured {change.text('.2f', 'x')}")
-show(register.decide("batching_raises_the_rate", claims.every(step_verdicts) if step_verdicts else None,
-                     predicted=", ".join(f"B={r.batch}: {x:.3g}" for r, x in zip(rising.itertuples(), predicted_rates)),
-                     evidence=f"chapter 3's batched decode, {points_dtype}; GFLOP/s",
-                     measured=", ".join(f"B={r.batch}: {r.achieved_gflop_s:.3g}" for r in rising.itertuples()),
-                     steps="; ".join(step_text), top=int(rising.batch.max()) if len(rising) else 0,
-                     term=top_term.name if len(rising) else "",
-                     share=top_term.best / top_pred.best if len(rising) else 0))
+if step_verdicts:  # two batch sizes or more, so the largest batch's prediction exists
+    verdict = register.record(
+        "batching_raises_the_rate", claims.every(step_verdicts),
+        predicted=", ".join(f"B={r.batch}: {x:.3g}" for r, x in zip(rising.itertuples(), predicted_rates)),
+        measured=", ".join(f"B={r.batch}: {r.achieved_gflop_s:.3g}" for r in rising.itertuples()),
+        evidence=f"chapter 3's batched decode, {points_dtype}; GFLOP/s")
+    steps = "; ".join(step_text)
+    show(claims.pick(
+        verdict, held=f"The rate moves as predicted at every step: {steps}.",
+        not_held=f"The rate does not move as predicted at every step: {steps}. At batch {int(rising.batch.max())} the "
+                 f"cost model's largest term is {top_term.name} ({top_term.best / top_pred.best:.0%} of the step).",
+        unresolved=f"At some step the interval of the change, run by run, straddles no change, so this run cannot "
+                   f"tell whether the rate moves as predicted: {steps}."))
+else:
+    why_not = "chapter 3 timed fewer than two batch sizes in this dtype and thread count"
+    register.record("batching_raises_the_rate", None, evidence=why_not)
+    show(f"{batching_said} This run does not decide it: {why_not}.")
 
 # %%
 # A GPU in the hardware table beside its datasheet's dense 16-bit peaks (quoted for BF16; FP16's are the same).
 name = ceilings.table.device_name.iloc[0]
 entry = next((hw for hw in roofline.HARDWARE.values() if not math.isnan(hw.flops) and hw.name.split()[0] in name), None)
 comparable = entry is not None and points_dtype != "fp32"
-register.claim(
-    "gpu_near_its_datasheet",
-    "On a GPU, the measured bandwidth and FLOP rate each lie within the tolerance for a datasheet of the GPU's "
-    "datasheet peaks.",
-    held="{reached}: both within the tolerance for a datasheet.",
-    not_held="{reached}, outside the tolerance for a datasheet: a kernel, a clock or the table entry is off.",
-    not_measured=(f"{name} has no entry in the hardware table ({', '.join(table_gpus)}): there is no datasheet to set it "
-                  "beside." if entry is None else f"the table quotes 16-bit peaks for the {entry.name}; set `dtype` to fp16 "
-                  "or bf16 to compare."))
+datasheet_said = ("On a GPU, the measured bandwidth and FLOP rate each lie within the tolerance for a datasheet of "
+                  "the GPU's datasheet peaks.")
+register.claim("gpu_near_its_datasheet", datasheet_said)
 if comparable:
-    reached = (f"the {name} reaches {read / entry.bandwidth:.0%} of its datasheet bandwidth and {peak / entry.flops:.0%} "
-               f"of its datasheet FLOP rate ({entry.name})")
-    show(register.decide("gpu_near_its_datasheet", claims.every([claims.within(read, entry.bandwidth, claims.DATASHEET),
-                                                                  claims.within(peak, entry.flops, claims.DATASHEET)]),
-                         predicted=f"{entry.bandwidth / 1e9:,.0f} GB/s, {entry.flops / 1e12:,.0f} TFLOP/s",
-                         measured=f"{read / 1e9:,.0f} GB/s, {peak / 1e12:,.1f} TFLOP/s", evidence=where, reached=reached))
+    verdict = register.record("gpu_near_its_datasheet",
+                              claims.every([claims.within(read, entry.bandwidth, claims.DATASHEET),
+                                            claims.within(peak, entry.flops, claims.DATASHEET)]),
+                              predicted=f"{entry.bandwidth / 1e9:,.0f} GB/s, {entry.flops / 1e12:,.0f} TFLOP/s",
+                              measured=f"{read / 1e9:,.0f} GB/s, {peak / 1e12:,.1f} TFLOP/s", evidence=where)
+    show(f"The {name} reaches {read / entry.bandwidth:.0%} of its datasheet bandwidth and {peak / entry.flops:.0%} "
+         f"of its datasheet FLOP rate ({entry.name})" + claims.pick(
+             verdict, held=": both within the tolerance for a datasheet.",
+             not_held=", outside the tolerance for a datasheet: a kernel, a clock or the table entry is off.",
+             unresolved=", at the edge of the tolerance for a datasheet: this run cannot tell which side it is on."))
 else:
-    show(register.decide("gpu_near_its_datasheet", None))
+    why_not = (f"{name} has no entry in the hardware table ({', '.join(table_gpus)}): there is no datasheet to set it "
+               "beside" if entry is None else
+               f"the table quotes 16-bit peaks for the {entry.name}; set `dtype` to fp16 or bf16 to compare")
+    register.record("gpu_near_its_datasheet", None, evidence=why_not)
+    show(f"{datasheet_said} This run does not decide it: {why_not}.")
 
 # %% [markdown]
 # **Takeaway: draw the machine's roofline from its kernels' own ceilings, not only from the streaming read and the
@@ -1039,70 +1049,30 @@ plt.show()
 register.claim(
     "size_steps_as_priced",
     "On average over the sizes, a decode step takes what its price says: its floor (operations at chapter 0's cost) "
-    "plus its weights at the kernel's rate (the geometric mean of measured over priced; each size is counted apart).",
-    held="over the {n} sizes the steps took **{ratio}** their prices (at chapter 0's fastest calls), within the "
-         "tolerance for a predicted time around the price's span from fastest to median calls; {count}.",
-    not_held="over the {n} sizes the steps took **{ratio}** their prices, outside the tolerance for a predicted "
-             "time; {count}: {why}",
-    unresolved="over the {n} sizes the steps took **{ratio}** their prices, an interval that crosses the edge of the "
-               "tolerance for a predicted time, so this run cannot call it; {count}.")
-register.claim(
-    "floor_gives_way_where_predicted",
-    "A line through the 12-layer models' steps against their weight bytes (a floor with no bytes, plus a cost per "
-    "byte) has its bytes' term equal to its floor (the transition) within a factor of two of where the same line "
-    "through their prices has it.",
-    held="a line through the 12-layer steps, one per run index, starts at {floor} and rises as if the bytes streamed "
-         "at {rate}: its bytes' term equals its floor at **{measured}** of weights, within a factor of two of the "
-         "{predicted} predicted.",
-    not_held="a line through the 12-layer steps, one per run index, starts at {floor} and rises as if the bytes "
-             "streamed at {rate}: the transition lies at **{measured}** of weights, {factor} the {predicted} "
-             "predicted, beyond the factor of two allowed.",
-    unresolved="a line through the 12-layer steps, one per run index, starts at {floor} and rises as if the bytes "
-               "streamed at {rate}: its bytes' term equals its floor at **{measured}** of weights against {predicted} "
-               "predicted; the tolerance is a factor of two and the interval crosses its edge, so this run cannot "
-               "call it: {lean}.",
-    not_measured="fewer than two 12-layer sizes ran.")
+    "plus its weights at the kernel's rate (the geometric mean of measured over priced; each size is counted apart).")
+floor_said = ("A line through the 12-layer models' steps against their weight bytes (a floor with no bytes, plus a "
+              "cost per byte) has its bytes' term equal to its floor (the transition) within a factor of two of where "
+              "the same line through their prices has it.")
+register.claim("floor_gives_way_where_predicted", floor_said)
+sides_said = {}  # each side's two statements, for a run that does not decide them
 for where_, text, textbook in (("on_the_floor", "On the floor", "the textbook expects no change there"),
                                ("past_the_floor", "Past the floor", "the textbook expects the bytes' ratio there")):
-    register.claim(
-        f"precision_{where_}_as_priced",
+    sides_said[f"precision_{where_}_as_priced"] = (
         f"{text}, the 16-bit dtype changes the step as its price says (its time over fp32's, run by run, against "
-        f"the priced ratio; {textbook}).",
-        held="{side} ({names}) a {low16} step took **{measured}** of fp32's time, within the tolerance for a ratio "
-             "of the {predicted} priced{direction}.",
-        not_held="{side} ({names}) a {low16} step took **{measured}** of fp32's time, outside the tolerance for a "
-                 "ratio of the {predicted} priced{direction}.{below}",
-        unresolved="{side} ({names}) a {low16} step took **{measured}** of fp32's time, against {predicted} priced: "
-                   "{lean}, so this run cannot call it{direction}.{below}",
-        not_measured=f"no size predicted {text.lower()} ran in two dtypes.")
-    register.claim(
-        f"context_{where_}_as_priced",
+        f"the priced ratio; {textbook}).")
+    sides_said[f"context_{where_}_as_priced"] = (
         f"{text}, a step adds the time its cache's price adds from the short context to the long one (the milliseconds "
         "added over the milliseconds the price adds, run by run; their geometric mean over the sizes, or their mean "
-        "where a run did not grow: a step that did not grow scores 0, one that shrank below 0).",
-        held="{side} ({names}) the fp32 steps grew {growth} from context {short} to {long}, adding **{measured}** the "
-             "time their price adds, within the tolerance for a ratio.",
-        not_held="{side} ({names}) the fp32 steps grew {growth} from context {short} to {long}, adding **{measured}** "
-                 "the time their price adds, outside the tolerance for a ratio. {why}",
-        unresolved="{side} ({names}) the fp32 steps grew {growth} from context {short} to {long}, adding "
-                   "**{measured}** the time their price adds (the added milliseconds over the priced ones): {lean}, so "
-                   "this run cannot call it. {why}",
-        not_measured=f"no size predicted {text.lower()} ran.")
+        "where a run did not grow: a step that did not grow scores 0, one that shrank below 0).")
+for claim_, statement_ in sides_said.items():
+    register.claim(claim_, statement_)
 
 # %%
 register.claim(
     "prefill_floor_length_as_priced",
     "Each size's prefill stays on its floor (within the margin of its one-token pass) up to the prompt length its "
     "price says, within a grid step (the farthest size decides, its length read off the points' medians and the two "
-    "ends of their intervals).",
-    held="the passes stay on their floor to {lengths} tokens, against {predicted_lengths} priced: the farthest, "
-         "{worst}, is **{measured}** its priced length, within a grid step.",
-    not_held="the passes stay on their floor to {lengths} tokens, against {predicted_lengths} priced: the farthest, "
-             "{worst}, is **{measured}** its priced length; {far} of {n} sizes lie more than a grid step off at every "
-             "reading (off the medians and both ends of their intervals){straddle}.",
-    unresolved="the passes stay on their floor to {lengths} tokens, against {predicted_lengths} priced: the farthest, "
-               "{worst}, is **{measured}** its priced length, read off the points' medians and the two ends of their "
-               "intervals, and those readings lie on both sides of a grid step.")
+    "ends of their intervals).")
 
 def lean_words(m: Spread, target: float, factor: float) -> str:
     """Where an unresolved measurement's median lies against a prediction allowed a factor either way, in words."""
@@ -1133,13 +1103,20 @@ price_span = float(np.exp(np.mean([np.log(size_price(n, "fp32", short_c).median 
                                    for n in ran])))
 
 # %%
-show(register.decide("size_steps_as_priced", claims.within(pooled, Spread(1.0, 1.0, max(1.0, price_span)),
-                                                           claims.PREDICTED_TIME),
-                     predicted=f"{1 / claims.PREDICTED_TIME:.2f}x to {max(1.0, price_span) * claims.PREDICTED_TIME:.2f}x "
-                               f"(1.00x to {max(1.0, price_span):.2f}x, the price at chapter 0's fastest and median calls, "
-                               f"within {claims.PREDICTED_TIME:g}x)", measured=pooled.text(".2f", "x"), evidence=f"{len(ran)} sizes, fp32, context "
-                     f"{short_c}, {where}", n=len(ran), ratio=pooled.text(".2f", "x"), count=count,
-                     why=why + (f" {pacer.note()}" if pacer.note() else "")))
+span_top = max(1.0, price_span)  # the price at chapter 0's median calls over its fastest
+verdict = register.record(
+    "size_steps_as_priced", claims.within(pooled, Spread(1.0, 1.0, span_top), claims.PREDICTED_TIME),
+    predicted=f"{1 / claims.PREDICTED_TIME:.2f}x to {span_top * claims.PREDICTED_TIME:.2f}x (1.00x to "
+              f"{span_top:.2f}x, the price at chapter 0's fastest and median calls, within {claims.PREDICTED_TIME:g}x)",
+    measured=pooled.text(".2f", "x"), evidence=f"{len(ran)} sizes, fp32, context {short_c}, {where}")
+show(f"Over the {len(ran)} sizes the steps took **{pooled.text('.2f', 'x')}** their prices" + claims.pick(
+    verdict, held=f" (at chapter 0's fastest calls), within the tolerance for a predicted time around the price's span "
+                  f"from fastest to median calls; {count}.",
+    not_held=f", outside the tolerance for a predicted time; {count}: {why}"
+             + (f" {pacer.note()}" if pacer.note() else ""),
+    unresolved=f", an interval that crosses the edge of the tolerance for a predicted time (its median "
+               f"{claims.leaning(pooled, 1 / claims.PREDICTED_TIME, span_top * claims.PREDICTED_TIME)}), so this run "
+               f"cannot call it; {count}."))
 quick_ = by_size[by_size.step_ms_high < by_size.weights_ms]  # the whole step faster than its weights alone, as priced
 if len(quick_):
     show(f"{', '.join(quick_['size'])} ran faster than {'its' if len(quick_) == 1 else 'their'} weights alone take at "
@@ -1159,15 +1136,24 @@ if len(series) >= 2:
     target = predicted_transition / 1e6
     verdict = claims.within(transition, target, claims.PREDICTED_LENGTH) if transition.low > 0 else (
         claims.NOT_HELD if transition.high < target / claims.PREDICTED_LENGTH else claims.UNRESOLVED)
-    show(register.decide("floor_gives_way_where_predicted", verdict, predicted=f"{target:,.0f} MB",
-                         measured=transition.text(",.0f", "MB"), evidence=f"{len(series)} 12-layer sizes, {len(fits)} "
-                         f"runs, fp32, context {short_c}", floor=floors.text(".1f", "ms") + f" (predicted {floor_pred:.1f})",
-                         rate=f"{1 / slopes.mid:.1f} GB/s (predicted {1 / slope_pred:.1f})",
-                         lean=lean_words(transition, target, claims.PREDICTED_LENGTH),
-                         factor=f"{transition.mid / target:.2g}x"))
+    at_mb = transition.text(",.0f", "MB")
+    verdict = register.record("floor_gives_way_where_predicted", verdict, predicted=f"{target:,.0f} MB",
+                              measured=at_mb, evidence=f"{len(series)} 12-layer sizes, {len(fits)} runs, fp32, "
+                              f"context {short_c}")
+    show(f"A line through the 12-layer steps, one per run index, starts at {floors.text('.1f', 'ms')} (predicted "
+         f"{floor_pred:.1f}) and rises as if the bytes streamed at {1 / slopes.mid:.1f} GB/s (predicted "
+         f"{1 / slope_pred:.1f}): " + claims.pick(
+             verdict, held=f"its bytes' term equals its floor at **{at_mb}** of weights, within a factor of two of "
+                           f"the {target:,.0f} MB predicted.",
+             not_held=f"the transition lies at **{at_mb}** of weights, {transition.mid / target:.2g}x the "
+                      f"{target:,.0f} MB predicted, beyond the factor of two allowed.",
+             unresolved=f"its bytes' term equals its floor at **{at_mb}** of weights against {target:,.0f} MB "
+                        f"predicted; the tolerance is a factor of two and the interval crosses its edge, so this run "
+                        f"cannot call it: {lean_words(transition, target, claims.PREDICTED_LENGTH)}."))
 else:
     transition = None
-    show(register.decide("floor_gives_way_where_predicted", None))
+    register.record("floor_gives_way_where_predicted", None, evidence="fewer than two 12-layer sizes ran")
+    show(f"{floor_said} This run does not decide it: fewer than two 12-layer sizes ran.")
 
 # %% [markdown]
 # Each side of the transition in the 16-bit dtype, and a longer context on the floor and past it, each against
@@ -1176,22 +1162,31 @@ else:
 # %%
 for where_, which in (("on_the_floor", "on the floor"), ("past_the_floor", "past the floor")):
     names = [n for n in ran if prices.side[n] == which]
+    precision_, context_ = f"precision_{where_}_as_priced", f"context_{where_}_as_priced"
+    at_side = f"{which[:1].upper()}{which[1:]} ({', '.join(names)})"
     if low16 not in size_dtypes or not names:
-        show(register.decide(f"precision_{where_}_as_priced", None))
+        why_not = f"no size predicted {which} ran in two dtypes"
+        register.record(precision_, None, evidence=why_not)
+        show(f"{sides_said[precision_]} This run does not decide it: {why_not}.")
     else:
         measured_ = claims.geomean_of([paired(n, (low16, short_c), ("fp32", short_c)) for n in names])
         priced = claims.geomean(prices[f"{low16}_over_fp32"][names])
         direction = (f"; the textbook's 1.00x would have it cost the same" if which == "on the floor" else
                      f"; the bytes alone, {rate['fp32'] / rate[low16] / 2:.2f}x")
-        show(register.decide(f"precision_{where_}_as_priced", claims.within(measured_, priced, claims.PREDICTED_RATIO),
-                             predicted=f"{priced:.2f}x", measured=measured_.text(".2f", "x"),
-                             evidence=f"{', '.join(names)}; {low16} and fp32 in the same runs, context {short_c}",
-                             side=which, names=", ".join(names), low16=low16, direction=direction,
-                             below=" The floor's paragraph below takes it one layer down." if which == "on the floor"
-                             and profiled_size in names else "",
-                             lean=lean_words(measured_, priced, claims.PREDICTED_RATIO)))
+        below = (" The floor's paragraph below takes it one layer down." if which == "on the floor"
+                 and profiled_size in names else "")
+        verdict = register.record(precision_, claims.within(measured_, priced, claims.PREDICTED_RATIO),
+                                  predicted=f"{priced:.2f}x", measured=measured_.text(".2f", "x"),
+                                  evidence=f"{', '.join(names)}; {low16} and fp32 in the same runs, context {short_c}")
+        show(f"{at_side} a {low16} step took **{measured_.text('.2f', 'x')}** of fp32's time, " + claims.pick(
+            verdict, held=f"within the tolerance for a ratio of the {priced:.2f}x priced{direction}.",
+            not_held=f"outside the tolerance for a ratio of the {priced:.2f}x priced{direction}.{below}",
+            unresolved=f"against {priced:.2f}x priced: {lean_words(measured_, priced, claims.PREDICTED_RATIO)}, so "
+                       f"this run cannot call it{direction}.{below}"))
     if not names:
-        show(register.decide(f"context_{where_}_as_priced", None))
+        why_not = f"no size predicted {which} ran"
+        register.record(context_, None, evidence=why_not)
+        show(f"{sides_said[context_]} This run does not decide it: {why_not}.")
         continue
     # the milliseconds added from the short context to the long one, run by run, over the milliseconds the price adds
     added = [Spread.paired(step_spread(n, "fp32", long_c), step_spread(n, "fp32", short_c), lambda a, b: a - b)
@@ -1208,11 +1203,15 @@ for where_, which in (("on_the_floor", "on the floor"), ("past_the_floor", "past
                    + ", ".join(f"{v:+.2f} ms for {k}" for k, v in adds.items() if abs(v) >= 0.005) + ".")
     context_verdict = claims.within(growth, 1.0, claims.PREDICTED_RATIO) if growth.low > 0 else (
         claims.NOT_HELD if growth.high < 1 / claims.PREDICTED_RATIO else claims.UNRESOLVED)  # runs that did not grow
-    show(register.decide(f"context_{where_}_as_priced", context_verdict,
-                         predicted="1.00x", measured=growth.text(".2f", "x"), evidence=f"{', '.join(names)}; fp32, "
-                         f"contexts {short_c} and {long_c} in the same runs", side=which,
-                         names=", ".join(names), growth=prose.span(min(grew), max(grew), ".2f") + "x", short=short_c,
-                         long=long_c, lean=lean_words(growth, 1.0, claims.PREDICTED_RATIO), why=why_context))
+    verdict = register.record(context_, context_verdict, predicted="1.00x",
+                              measured=growth.text(".2f", "x"), evidence=f"{', '.join(names)}; fp32, contexts "
+                              f"{short_c} and {long_c} in the same runs")
+    show(f"{at_side} the fp32 steps grew {prose.span(min(grew), max(grew), '.2f')}x from context {short_c} to "
+         f"{long_c}, adding **{growth.text('.2f', 'x')}** the time their price adds" + claims.pick(
+             verdict, held=", within the tolerance for a ratio.",
+             not_held=f", outside the tolerance for a ratio. {why_context}",
+             unresolved=f" (the added milliseconds over the priced ones): "
+                        f"{lean_words(growth, 1.0, claims.PREDICTED_RATIO)}, so this run cannot call it. {why_context}"))
 
 flat, flat_priced, off, longest = {}, {}, {}, max(size_prompts)
 
@@ -1229,16 +1228,22 @@ for name, g in size_prefill.dropna(subset=["time_ms"]).groupby("size", sort=Fals
 farthest = max(off, key=lambda n: (off[n].low, off[n].mid))
 length_verdict = claims.verdict_of(all(v.high <= claims.PREDICTED_LENGTH for v in off.values()),
                                    any(v.low > claims.PREDICTED_LENGTH for v in off.values()))
-show(register.decide("prefill_floor_length_as_priced", length_verdict,
-                     predicted=f"at most {claims.PREDICTED_LENGTH:.0f}x off",
-                     measured=f"{off[farthest].text('.0f', 'x')} off",
-                     worst=farthest, far=sum(v.low > claims.PREDICTED_LENGTH for v in off.values()), n=len(off),
-                     straddle="".join(f"; {n} is {v.mid:.0f}x off at its median, within a grid step at one reading"
-                                      for n, v in off.items() if v.low <= claims.PREDICTED_LENGTH < v.high),
-                     evidence=f"{len(flat)} sizes, fp32, "
-                     f"prompts of {', '.join(map(str, size_prompts))} tokens (a length at the longest tried is a lower "
-                     "bound)", lengths=", ".join(f"{'≥' if flat[n] == longest else ''}{flat[n]} ({n})" for n in flat),
-                     predicted_lengths=", ".join(f"{'≥' if flat_priced[n] == longest else ''}{flat_priced[n]}" for n in flat)))
+off_text = f"{off[farthest].text('.0f', 'x')} off"
+verdict = register.record("prefill_floor_length_as_priced", length_verdict,
+                          predicted=f"at most {claims.PREDICTED_LENGTH:.0f}x off", measured=off_text,
+                          evidence=f"{len(flat)} sizes, fp32, prompts of {', '.join(map(str, size_prompts))} tokens (a "
+                          "length at the longest tried is a lower bound)")
+straddle = "".join(f"; {n} is {v.mid:.0f}x off at its median, within a grid step at one reading"
+                   for n, v in off.items() if v.low <= claims.PREDICTED_LENGTH < v.high)
+lengths = ", ".join(f"{'≥' if flat[n] == longest else ''}{flat[n]} ({n})" for n in flat)
+lengths_priced = ", ".join(f"{'≥' if flat_priced[n] == longest else ''}{flat_priced[n]}" for n in flat)
+show(f"The passes stay on their floor to {lengths} tokens, against {lengths_priced} priced: the farthest, "
+     f"{farthest}, is **{off_text}** its priced length" + claims.pick(
+         verdict, held=", within a grid step.",
+         not_held=f"; {sum(v.low > claims.PREDICTED_LENGTH for v in off.values())} of {len(off)} sizes lie more than a "
+                  f"grid step off at every reading (off the medians and both ends of their intervals){straddle}.",
+         unresolved=", read off the points' medians and the two ends of their intervals, and those readings lie on "
+                    "both sides of a grid step."))
 
 
 # %% [markdown]
@@ -1371,6 +1376,9 @@ if dtype_rows:  # the price's two halves, measured again with the dtypes in turn
     apart_ = {dt: step_spread(profiled_size, dt, short_c).mid for dt in size_dtypes}  # the steps' medians, ms
     gap_, placed_ = apart_[low16] - apart_["fp32"], repriced[low16] - repriced["fp32"]
     why_dtype += ("" if gap_ <= 0 else
+                  f" The {low16} step is {gap_:.2f} ms slower than fp32's, yet these parts cost "
+                  f"{-placed_:.2f} ms less in {low16}: the whole difference shows only in the whole step, in no part "
+                  f"timed here on its own." if placed_ < 0 else
                   f" Of the {gap_:.2f} ms between the two steps, these parts place {placed_:.2f} ms; the other "
                   f"{gap_ - placed_:.2f} ms shows only in the whole step, in no part timed here on its own."
                   if gap_ - placed_ > claims.NOISE * gap_ else

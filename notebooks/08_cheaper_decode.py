@@ -424,18 +424,7 @@ register.claim(
     "step_follows_its_bytes",
     "The PyTorch precisions' steps take the time predicted from their bytes at their own kernels' rates (the cost "
     "model; int8's matrices timed alone), within the tolerance for a time predicted from measured ceilings (the "
-    "geometric mean of the points' ratios).",
-    held="the PyTorch steps took **{pooled}** the time predicted from their bytes at their kernels' rates ({low:.2f} "
-         "to {high:.2f}x point by point), within the tolerance on their geometric mean ({band} allowed: "
-         "{tol:g}x around the price at its ceilings' fastest to median calls){outside}; the matrices timed alone "
-         "stream at {rates}.",
-    not_held="the PyTorch steps took **{pooled}** the time predicted from their bytes at their kernels' rates "
-             "({low:.2f} to {high:.2f}x point by point), outside the tolerance; furthest: {worst}. The matrices timed "
-             "alone stream at {rates}. {why}",
-    unresolved="the PyTorch steps took **{pooled}** the time predicted from their bytes at their kernels' rates "
-               "({low:.2f} to {high:.2f}x point by point): too near the tolerance's edge to call in this run; the "
-               "median lies {lean}.",
-    not_measured="no step has a prediction here: {why}")
+    "geometric mean of the points' ratios).")
 decided = {k: claims.within(spread[k], Spread(r.predicted_ms, r.predicted_ms, max(r.predicted_median_ms, r.predicted_ms)),
                             claims.PREDICTED_TIME)
            for r in sweep.itertuples() if not math.isnan(r.predicted_ms) for k in [(r.precision, r.context_tokens)]}
@@ -472,25 +461,30 @@ if decided:
         for p, c in off) + f" {'was' if len(off) == 1 else 'were'} not clearly within it on {'its' if len(off) == 1 else 'their'} own"
     top_steps = claims.geomean(max(r.predicted_median_ms, r.predicted_ms) / r.predicted_ms
                                for r in sweep.dropna(subset=["predicted_ms"]).itertuples())
-    show(register.decide("step_follows_its_bytes", claims.within(pooled_steps, Spread(1.0, 1.0, top_steps),
-                                                                 claims.PREDICTED_TIME),
-                         predicted=f"1.00x ({1 / claims.PREDICTED_TIME:.2f}x to "
-                                   f"{top_steps * claims.PREDICTED_TIME:.2f}x allowed: the tolerance around the price's "
-                                   "fastest to median ceilings)",
-                         measured=f"{pooled_steps.text('.2f', 'x')} geometric mean; per point "
-                                  + prose.span(ratios.over_predicted.min(), ratios.over_predicted.max(), ".2f", "x"),
-                         evidence="decode_sweep.csv, matrices_alone.csv",
-                         low=ratios.over_predicted.min(), high=ratios.over_predicted.max(),
-                         pooled=pooled_steps.text(".2f", "x"),
-                         worst=f"{worst.precision} at {worst.context_tokens} tokens, {worst.over_predicted:.2f}x",
-                         rates=", ".join(f"{r.precision} {r.gb_s:.1f} GB/s" for r in alone_table.itertuples()),
-                         band=f"{1 / claims.PREDICTED_TIME:.2f}x to {top_steps * claims.PREDICTED_TIME:.2f}x",
-                         tol=claims.PREDICTED_TIME,
-                         outside=off_points, lean=claims.leaning(pooled_steps, 1 / claims.PREDICTED_TIME,
-                                                                 top_steps * claims.PREDICTED_TIME),
-                         why=taken_apart(worst.precision, int(worst.context_tokens))))
+    low, high = ratios.over_predicted.min(), ratios.over_predicted.max()
+    band = f"{1 / claims.PREDICTED_TIME:.2f}x to {top_steps * claims.PREDICTED_TIME:.2f}x"
+    follows = register.record(
+        "step_follows_its_bytes", claims.within(pooled_steps, Spread(1.0, 1.0, top_steps), claims.PREDICTED_TIME),
+        predicted=f"1.00x ({band} allowed: the tolerance around the price's fastest to median ceilings)",
+        measured=f"{pooled_steps.text('.2f', 'x')} geometric mean; per point " + prose.span(low, high, ".2f", "x"),
+        evidence="decode_sweep.csv, matrices_alone.csv")
+    rates = ", ".join(f"{r.precision} {r.gb_s:.1f} GB/s" for r in alone_table.itertuples())
+    show(f"The PyTorch steps took **{pooled_steps.text('.2f', 'x')}** the time predicted from their bytes at their "
+         f"kernels' rates ({low:.2f} to {high:.2f}x point by point)" + claims.pick(
+             follows,
+             held=f", within the tolerance on their geometric mean ({band} allowed: {claims.PREDICTED_TIME:g}x around "
+                  f"the price at its ceilings' fastest to median calls){off_points}; the matrices timed alone stream "
+                  f"at {rates}.",
+             not_held=f", outside the tolerance; furthest: {worst.precision} at {worst.context_tokens} tokens, "
+                      f"{worst.over_predicted:.2f}x. The matrices timed alone stream at {rates}. "
+                      + taken_apart(worst.precision, int(worst.context_tokens)),
+             unresolved=": too near the tolerance's edge to call in this run; the median lies "
+                        + claims.leaning(pooled_steps, 1 / claims.PREDICTED_TIME, top_steps * claims.PREDICTED_TIME)
+                        + "."))
 else:
-    show(register.decide("step_follows_its_bytes", None, why="; ".join(unpriced.values()) or "no PyTorch path ran"))
+    unpriced_why = "; ".join(unpriced.values()) or "no PyTorch path ran"
+    register.record("step_follows_its_bytes", None, evidence=unpriced_why)
+    show(register.undecided("step_follows_its_bytes", f"no step has a prediction here: {unpriced_why}"))
 
 # %% [markdown]
 # llama.cpp has no kernel rate in chapter 0, so its claim is the fraction of the machine's streaming read it reaches
@@ -500,16 +494,7 @@ else:
 register.claim(
     "llama_close_to_the_read",
     "llama.cpp's Q4_1 step reads its bytes at a large fraction of chapter 0's streaming read (at least the fraction "
-    "this chapter counts as close to the machine's limit).",
-    held="against chapter 0's streaming read ({read:.1f} GB/s), llama.cpp's Q4_1 step reads its bytes at {fractions}: "
-         "at every context at or above the {limit:.0%} this chapter calls close to the machine's limit.",
-    not_held="against chapter 0's streaming read ({read:.1f} GB/s), llama.cpp's Q4_1 step reads its bytes at "
-             "{fractions}: below the {limit:.0%} this chapter calls close to the machine's limit (what stops it: "
-             "below).",
-    unresolved="against chapter 0's streaming read ({read:.1f} GB/s), llama.cpp's Q4_1 step reads its bytes at "
-               "{fractions}: too near the {limit:.0%} this chapter calls close to the machine's limit to call; the "
-               "lowest median lies {lean}.",
-    not_measured="{why}.")
+    "this chapter counts as close to the machine's limit).")
 llama_why = skipped.get("q4_1", "quick mode leaves llama.cpp out" if quick else
                         "llama.cpp was not asked for (precisions leaves out q4_1)")
 if use_llama:
@@ -517,14 +502,19 @@ if use_llama:
     frac = {c: Spread(step_bytes("q4_1", c + steps // 2) / s.high / 1e6 / (read / 1e9),
                       step_bytes("q4_1", c + steps // 2) / s.mid / 1e6 / (read / 1e9),
                       step_bytes("q4_1", c + steps // 2) / s.low / 1e6 / (read / 1e9)) for c, s in frac.items()}
-    show(register.decide("llama_close_to_the_read", claims.at_least(claims.extreme(frac.values(), largest=False), close_to_read),
-                         predicted=f"at least {close_to_read:.0%} of the read", evidence="decode_sweep.csv",
-                         measured=", ".join(f"{f.mid:.0%} at {c}" for c, f in frac.items()),
-                         fractions=", ".join(f"{f.mid:.0%} ({f.low:.0%}-{f.high:.0%}) at {c} tokens" for c, f in frac.items()),
-                         read=read / 1e9, limit=close_to_read,
-                         lean=claims.leaning(claims.extreme(frac.values(), largest=False), close_to_read)))
+    lowest = claims.extreme(frac.values(), largest=False)
+    reached = register.record("llama_close_to_the_read", claims.at_least(lowest, close_to_read),
+                              predicted=f"at least {close_to_read:.0%} of the read", evidence="decode_sweep.csv",
+                              measured=", ".join(f"{f.mid:.0%} at {c}" for c, f in frac.items()))
+    show(f"Against chapter 0's streaming read ({read / 1e9:.1f} GB/s), llama.cpp's Q4_1 step reads its bytes at "
+         + ", ".join(f"{f.mid:.0%} ({f.low:.0%}-{f.high:.0%}) at {c} tokens" for c, f in frac.items()) + ": "
+         + claims.pick(reached, held="at every context at or above", not_held="below", unresolved="too near")
+         + f" the {close_to_read:.0%} this chapter calls close to the machine's limit" + claims.pick(
+             reached, held=".", not_held=" (what stops it: below).",
+             unresolved=f" to call; the lowest median lies {claims.leaning(lowest, close_to_read)}."))
 else:
-    show(register.decide("llama_close_to_the_read", None, why=llama_why))
+    register.record("llama_close_to_the_read", None, evidence=llama_why)
+    show(register.undecided("llama_close_to_the_read", f"{llama_why}."))
 
 # %% [markdown]
 # What stops it? A step waiting on memory gains from more threads no more than chapter 0's streaming read does; a
@@ -537,17 +527,7 @@ else:
 register.claim(
     "llama_bound_by_its_cores",
     "All threads speed llama.cpp's step up, against one, by more than they speed up chapter 0's streaming read, "
-    "which a step waiting on memory cannot do.",
-    held="on {threads} threads llama.cpp's step ran {gain} faster than on one, more than the {read_gain:.2f}x chapter "
-         "0's streaming read gains: memory does not set its time, its cores' arithmetic does, so on this machine it "
-         "cannot reach the read. Published figures show the fraction falling where a chip has more bandwidth for its "
-         "cores: {reference}.",
-    not_held="on {threads} threads llama.cpp's step ran {gain} faster than on one, no more than the {read_gain:.2f}x "
-             "chapter 0's streaming read gains: a gain that memory could explain. {cause} Published "
-             "figures for comparison: {reference}.",
-    unresolved="on {threads} threads llama.cpp's step ran {gain} faster than on one, against the {read_gain:.2f}x "
-               "chapter 0's streaming read gains: {undecided}. Published figures for comparison: {reference}.",
-    not_measured="{why}.")
+    "which a step waiting on memory cannot do.")
 apple = load_reference("llama_cpp_apple_bandwidth")
 reference = ", ".join(f"{r.processor} {r.llama_cpp_gb_s:g} of {r.physical_gb_s:g} GB/s "
                       f"({r.llama_cpp_gb_s / r.physical_gb_s:.0%})" for r in apple.itertuples())
@@ -566,25 +546,30 @@ if llama_one:
                  "memory sets its time." if q4_read >= close_to_read else
                  f"But it moved only {q4_read:.0%} of the read in the sweep, below the {close_to_read:.0%} counted "
                  "close, so the read does not look like what holds it back.")
+    bound = register.record("llama_bound_by_its_cores",
+                            claims.verdict_of(gain.low > read_gain, gain.high <= read_gain) if decidable else None,
+                            predicted=f"more than the read's {read_gain:.2f}x" if decidable else "",
+                            measured=gain.text(".2f", "x"),
+                            evidence="llama_threads_runs.csv; data/00_machine (read at 1 and all threads)")
     if decidable:
-        show(register.decide("llama_bound_by_its_cores", claims.verdict_of(gain.low > read_gain, gain.high <= read_gain),
-                             undecided="too close to tell whether it gains more than a step waiting on memory could",
-                             predicted=f"more than the read's {read_gain:.2f}x", measured=gain.text(".2f", "x"),
-                             evidence="llama_threads_runs.csv; data/00_machine (read at 1 and all threads)",
-                             threads=threads, gain=gain.text(".2f", "x"), read_gain=read_gain, reference=reference,
-                             cause=held_back))
+        show(f"On {threads} threads llama.cpp's step ran {gain.text('.2f', 'x')} faster than on one, " + claims.pick(
+            bound, held=f"more than the {read_gain:.2f}x chapter 0's streaming read gains: memory does not set its "
+                        "time, its cores' arithmetic does, so on this machine it cannot reach the read. Published "
+                        f"figures show the fraction falling where a chip has more bandwidth for its cores: {reference}.",
+            not_held=f"no more than the {read_gain:.2f}x chapter 0's streaming read gains: a gain that memory could "
+                     f"explain. {held_back} Published figures for comparison: {reference}.",
+            unresolved=f"against the {read_gain:.2f}x chapter 0's streaming read gains: too close to tell whether it "
+                       f"gains more than a step waiting on memory could. Published figures for comparison: {reference}."))
     else:
-        show(register.decide(
-            "llama_bound_by_its_cores", None, measured=gain.text(".2f", "x"),
-            evidence="llama_threads_runs.csv; data/00_machine (read at 1 and all threads)",
-            why=f"on this machine the test cannot tell cores from memory, since chapter 0's streaming read itself gains {read_gain:.2f}x from "
-                f"{threads} threads (one core does not saturate the memory), within the tolerance for a ratio of a "
-                f"perfectly even split's {threads}x, so no step could gain clearly more than the read. llama.cpp's "
-                f"step gained {gain.text('.2f', 'x')}. {held_back} A machine with more cores than its memory needs "
-                f"would decide"))
+        show(register.undecided("llama_bound_by_its_cores", f"on this machine "
+             f"the test cannot tell cores from memory, since chapter 0's streaming read itself gains {read_gain:.2f}x "
+             f"from {threads} threads (one core does not saturate the memory), within the tolerance for a ratio of a "
+             f"perfectly even split's {threads}x, so no step could gain clearly more than the read. llama.cpp's step "
+             f"gained {gain.text('.2f', 'x')}. {held_back} A machine with more cores than its memory needs would decide."))
 else:
-    show(register.decide("llama_bound_by_its_cores", None, why=(
-        llama_why if not use_llama else "this run has one thread, so there is no second to add")))
+    no_second = llama_why if not use_llama else "this run has one thread, so there is no second to add"
+    register.record("llama_bound_by_its_cores", None, evidence=no_second)
+    show(register.undecided("llama_bound_by_its_cores", f"{no_second}."))
 
 # %%
 short = sweep[sweep.context_tokens == contexts[0]].sort_values("of_read", ascending=False)
@@ -682,30 +667,28 @@ ch3 = load_table("03_decode_sweep", "paired_steps", quick=quick)  # the growth c
 register.claim(
     "cache_growth_follows_its_bytes",
     "The fp32 step grows from the short to the long context by the time the cost model gives the cache's extra "
-    "bytes (attention's read and the growing cache's copy).",
-    held="the fp32 step grew by {growth} from {short} to {long} cached tokens, within the tolerance of the "
-         "{predicted} predicted from the cache's extra bytes: {per_k:.2f} ms per 1,000 cached tokens, for "
-         "{kib:.0f} KiB of cache a token.",
-    not_held="the fp32 step grew by {growth} from {short} to {long} cached tokens, not the {predicted} predicted "
-             "from the cache's extra bytes ({per_k:.2f} ms per 1,000 cached tokens, for {kib:.0f} KiB a token); "
-             "one layer down, below, says where the difference is.",
-    unresolved="the fp32 step grew by {growth} from {short} to {long} cached tokens, against {predicted} predicted "
-               "from the cache's extra bytes: too near the tolerance's edge to call in this run; the median lies "
-               "{lean}.",
-    not_measured="the fp32 step grew by {growth} from {short} to {long} cached tokens, with no prediction here: {why}")
+    "bytes (attention's read and the growing cache's copy).")
 if math.isnan(predicted_growth):
     verdict = None
 elif growth.low > 0 and predicted_growth > 0:
     verdict = claims.within(growth, predicted_growth, claims.PREDICTED_TIME)
 else:
     verdict = claims.UNRESOLVED if growth.high > 0 else claims.NOT_HELD
-show(register.decide("cache_growth_follows_its_bytes", verdict, predicted=f"{predicted_growth:.2f} ms",
-                     measured=growth.text(".2f", "ms"), evidence="decode_runs.csv (fp32, paired within runs)",
-                     growth=growth.text(".2f", "ms"), short=contexts[0], long=long,
-                     per_k=growth.mid / (long - contexts[0]) * 1e3,
-                     kib=shape.kv_bytes_per_token / 1024, why=unpriced.get("fp32", ""),
-                     lean="" if math.isnan(predicted_growth) else claims.leaning(
-                         growth, predicted_growth / claims.PREDICTED_TIME, predicted_growth * claims.PREDICTED_TIME)))
+verdict = register.record("cache_growth_follows_its_bytes", verdict, predicted=f"{predicted_growth:.2f} ms",
+                          measured=growth.text(".2f", "ms"), evidence="decode_runs.csv (fp32, paired within runs)")
+grew = f"fp32 step grew by {growth.text('.2f', 'ms')} from {contexts[0]} to {long} cached tokens"
+per_k, kib = growth.mid / (long - contexts[0]) * 1e3, shape.kv_bytes_per_token / 1024
+lean = "" if math.isnan(predicted_growth) else claims.leaning(growth, predicted_growth / claims.PREDICTED_TIME,
+                                                               predicted_growth * claims.PREDICTED_TIME)
+show(claims.pick(
+    verdict, held=f"The {grew}, within the tolerance of the {predicted_growth:.2f} ms predicted from the cache's extra "
+                  f"bytes: {per_k:.2f} ms per 1,000 cached tokens, for {kib:.0f} KiB of cache a token.",
+    not_held=f"The {grew}, not the {predicted_growth:.2f} ms predicted from the cache's extra bytes ({per_k:.2f} ms per "
+             f"1,000 cached tokens, for {kib:.0f} KiB a token); one layer down, below, says where the difference is.",
+    unresolved=f"The {grew}, against {predicted_growth:.2f} ms predicted from the cache's extra bytes: too near the "
+               f"tolerance's edge to call in this run; the median lies {lean}.",
+    not_measured=register.undecided("cache_growth_follows_its_bytes",
+                                    f"the {grew}, with no prediction here: {unpriced.get('fp32', '')}")))
 alone_parts = {c: sweeps.cache_costs(shape, 1, c + steps // 2, device) for c in (contexts[0], long)}
 alone_growth = sum(alone_parts[long][k].median - alone_parts[contexts[0]][k].median for k in ("attention", "concatenation")) * 1e3
 priced_parts = sum(cost["fp32"].decode(long + steps // 2).term(t).best - cost["fp32"].decode(contexts[0] + steps // 2)
@@ -785,18 +768,11 @@ widen_rate = q8.numel() * 9 / widen.median  # 1 byte read, 4 written; 4 read and
 register.claim(
     "fp8_cache_saves_memory_not_time",
     "transformers' fp8 cache stores a quarter of the fp32 cache's bytes but makes the step slower by the bytes its "
-    "de-quantisation moves, priced at chapter 0's copy rate.",
-    held="the fp8 cache stores {stored:.0%} of the fp32 cache's bytes, and over it the step at {long} tokens took "
-         "{extra} longer, within the tolerance of the {predicted} predicted from the bytes its de-quantisation moves.",
-    not_held="the fp8 cache stores {stored:.0%} of the fp32 cache's bytes; over it the step at {long} tokens took "
-             "{extra} longer, not the {predicted} predicted from the bytes its de-quantisation moves at chapter 0's "
-             "copy rate. {why}",
-    unresolved="the fp8 cache stores {stored:.0%} of the fp32 cache's bytes; over it the step at {long} tokens took "
-               "{extra} longer, against {predicted} predicted: too close to call in this run.")
+    "de-quantisation moves, priced at chapter 0's copy rate.")
 if extra.low > 0:
-    verdict = claims.within(extra, predicted_extra, claims.PREDICTED_TIME)
+    as_priced = claims.within(extra, predicted_extra, claims.PREDICTED_TIME)
 else:
-    verdict = claims.UNRESOLVED if extra.high > 0 else claims.NOT_HELD
+    as_priced = claims.UNRESOLVED if extra.high > 0 else claims.NOT_HELD
 repriced = values * quantize.cache_traffic("fp8", 4) / widen_rate * 1e3 - values * quantize.cache_traffic("dynamic", 4) / copy_rate * 1e3
 repriced_fits = claims.within(extra, repriced, claims.PREDICTED_TIME) if extra.low > 0 and repriced > 0 else None
 part = ("the larger part" if repriced > extra.mid / 2 else "a part") + (
@@ -813,21 +789,27 @@ why = (f"One layer down: widening one layer's fp8 keys to fp32 and scaling them,
               claims.UNRESOLVED: f"at the edge of the {claims.PREDICTED_TIME:g}x tolerance: the conversion is "
                                  f"{part}."}.get(repriced_fits, "") if widen_rate < copy_rate / claims.PREDICTED_TIME
           else "the conversion keeps the copy's rate, so the rest is elsewhere in the step."))
-register.claim(
-    "fp8_cache_is_no_faster",
-    "transformers' fp8 cache makes the decode step no faster than the fp32 cache it replaces.",
-    held="over transformers' fp8 cache the step at {long} tokens was slower than over the fp32 cache, by {extra}.",
-    not_held="over transformers' fp8 cache the step at {long} tokens was faster than over the fp32 cache, by "
-             "{saved}.",
-    unresolved="over transformers' fp8 cache the step at {long} tokens took {extra} longer than over the fp32 "
-               "cache: too close to zero to say which is faster.")
-show(register.decide("fp8_cache_is_no_faster", claims.verdict_of(extra.low >= 0, extra.high < 0),
-                     predicted="slower or equal", measured=extra.text(".1f", "ms") + " extra",
-                     evidence="fp8_cache_runs.csv (paired within runs)", long=long, extra=extra.text(".1f", "ms"),
-                     saved=(extra * -1).text(".1f", "ms")))
-show(register.decide("fp8_cache_saves_memory_not_time", verdict, predicted=f"+{predicted_extra:.1f} ms",
-                     measured=extra.text(".1f", "ms") + " extra", evidence="fp8_cache_runs.csv (paired within runs)",
-                     stored=stored, long=long, extra=extra.text(".1f", "ms"), why=why))
+register.claim("fp8_cache_is_no_faster",
+               "transformers' fp8 cache makes the decode step no faster than the fp32 cache it replaces.")
+slower = register.record("fp8_cache_is_no_faster", claims.verdict_of(extra.low >= 0, extra.high < 0),
+                         predicted="slower or equal", measured=extra.text(".1f", "ms") + " extra",
+                         evidence="fp8_cache_runs.csv (paired within runs)")
+show(f"Over transformers' fp8 cache the step at {long} tokens " + claims.pick(
+    slower, held=f"was slower than over the fp32 cache, by {extra.text('.1f', 'ms')}.",
+    not_held=f"was faster than over the fp32 cache, by {(extra * -1).text('.1f', 'ms')}.",
+    unresolved=f"took {extra.text('.1f', 'ms')} longer than over the fp32 cache: too close to zero to say which is "
+               "faster."))
+as_priced = register.record("fp8_cache_saves_memory_not_time", as_priced, predicted=f"+{predicted_extra:.1f} ms",
+                            measured=extra.text(".1f", "ms") + " extra", evidence="fp8_cache_runs.csv (paired within runs)")
+show(f"The fp8 cache stores {stored:.0%} of the fp32 cache's bytes; over it the step at {long} tokens took "
+     f"{extra.text('.1f', 'ms')} longer, " + claims.pick(
+         as_priced, held=f"within the tolerance of the +{predicted_extra:.1f} ms predicted from the bytes its "
+                     "de-quantisation moves.",
+         not_held=f"not the +{predicted_extra:.1f} ms predicted from the bytes its de-quantisation moves at chapter "
+                  f"0's copy rate. {why}",
+         unresolved=f"against +{predicted_extra:.1f} ms predicted: too close to call in this run; the median lies "
+                    + claims.leaning(extra, predicted_extra / claims.PREDICTED_TIME,
+                                     predicted_extra * claims.PREDICTED_TIME) + "."))
 prose.shown(fp8_runs.assign(extra_ms=(fp8_runs.median_s - fp8_runs.dynamic_s) * 1e3).round(4))
 
 # %% [markdown]
@@ -972,27 +954,10 @@ results.table(spec, "speculative")
 register.claim(
     "speculation_as_predicted",
     "Prompt lookup's speed-up over plain greedy decoding is the one predicted from the passes it made, each priced "
-    "by its length, within the tolerance for a predicted ratio.",
-    held="prompt lookup's speed-up over plain decoding was the one its passes predicted, within the tolerance: "
-         "{pairs}.",
-    not_held="prompt lookup's speed-up over plain decoding missed the one its passes predicted by more than the "
-             "tolerance (for at least one k): {pairs}.",
-    unresolved="prompt lookup's speed-up over plain decoding is too near the edge of the one its passes predicted "
-               "to call in this run: {pairs}.")
-register.claim(
-    "speculation_pays_where_predicted",
-    "Prompt lookup pays (runs faster than plain decoding) exactly where its prediction says it does.",
-    held="prompt lookup ran faster than plain decoding, or did not, as its prediction said for each k: {verdicts}.",
-    not_held="prompt lookup's speed-up fell on the other side of 1x from its prediction (for at least one k): "
-             "{verdicts}.",
-    unresolved="whether prompt lookup pays where its prediction says is too close to call in this run: {verdicts}.")
-register.claim(
-    "speculation_is_greedy",
-    "Prompt lookup's answer is plain greedy decoding's, token for token.",
-    held="every speculative run gave the plain answer's {n} tokens.",
-    not_held="prompt lookup with {which} differed from the plain answer (first difference after {agree}). A pass "
-             "over k positions rounds in another order than a pass over one, which can flip two logits that nearly "
-             "tie.")
+    "by its length, within the tolerance for a predicted ratio.")
+register.claim("speculation_pays_where_predicted",
+               "Prompt lookup pays (runs faster than plain decoding) exactly where its prediction says it does.")
+register.claim("speculation_is_greedy", "Prompt lookup's answer is plain greedy decoding's, token for token.")
 pairs, pays = {}, {}
 
 # %%
@@ -1006,21 +971,32 @@ for r in spec.itertuples():
     pays[r.guesses] = (claims.verdict_of((s.low > 1) == side and (s.high > 1) == side, (s.low > 1) != side and (s.high > 1) != side),
                        f"k = {r.guesses}: predicted to {'pay' if side else 'not pay'} ({r.predicted_speedup:.2f}x), "
                        f"measured {s.text('.2f', 'x')}")
-show(register.decide("speculation_as_predicted", claims.every(v for v, _ in pairs.values()),
-                     predicted="; ".join(f"k={r.guesses}: {r.predicted_speedup:.2f}x" for r in spec.itertuples()),
-                     measured="; ".join(f"k={r.guesses}: {r.speedup:.2f}x" for r in spec.itertuples()),
-                     evidence="speculative.csv, pass_costs.csv", pairs="; ".join(t for _, t in pairs.values())))
-show(register.decide("speculation_pays_where_predicted", claims.every(v for v, _ in pays.values()),
-                     predicted="; ".join(f"k={r.guesses}: {'pays' if r.predicted_speedup > 1 else 'does not pay'}"
-                                         for r in spec.itertuples()),
-                     measured="; ".join(f"k={r.guesses}: {r.speedup:.2f}x" for r in spec.itertuples()),
-                     evidence="speculative.csv", verdicts="; ".join(t for _, t in pays.values())))
+measured_speedups = "; ".join(f"k={r.guesses}: {r.speedup:.2f}x" for r in spec.itertuples())
+as_predicted = register.record(
+    "speculation_as_predicted", claims.every(v for v, _ in pairs.values()), measured=measured_speedups,
+    predicted="; ".join(f"k={r.guesses}: {r.predicted_speedup:.2f}x" for r in spec.itertuples()),
+    evidence="speculative.csv, pass_costs.csv")
+show("Prompt lookup's speed-up over plain decoding " + claims.pick(
+    as_predicted, held="was the one its passes predicted, within the tolerance",
+    not_held="missed the one its passes predicted by more than the tolerance (for at least one k)",
+    unresolved="is too near the edge of the one its passes predicted to call in this run",
+) + ": " + "; ".join(t for _, t in pairs.values()) + ".")
+pays_verdict = register.record(
+    "speculation_pays_where_predicted", claims.every(v for v, _ in pays.values()), measured=measured_speedups,
+    predicted="; ".join(f"k={r.guesses}: {'pays' if r.predicted_speedup > 1 else 'does not pay'}"
+                        for r in spec.itertuples()), evidence="speculative.csv")
+show(claims.pick(
+    pays_verdict, held="Prompt lookup ran faster than plain decoding, or did not, as its prediction said for each k",
+    not_held="Prompt lookup's speed-up fell on the other side of 1x from its prediction (for at least one k)",
+    unresolved="Whether prompt lookup pays where its prediction says is too close to call in this run",
+) + ": " + "; ".join(t for _, t in pays.values()) + ".")
 differ = [k for k in lookup_tokens if outputs[k] != outputs[0]]
-show(register.decide("speculation_is_greedy", claims.NOT_HELD if differ else claims.HELD,
-                     predicted="identical", measured="identical" if not differ else f"k={differ} differ",
-                     evidence="speculative_runs.csv", n=len(outputs[0]), which=", ".join(f"k = {k}" for k in differ),
-                     agree=prose.tokens(min((speculative.tokens_agreeing(outputs[k], outputs[0]) for k in differ),
-                                            default=0))))
+register.record("speculation_is_greedy", claims.NOT_HELD if differ else claims.HELD, predicted="identical",
+                measured="identical" if not differ else f"k={differ} differ", evidence="speculative_runs.csv")
+show(f"Prompt lookup with {', '.join(f'k = {k}' for k in differ)} differed from the plain answer (first difference "
+     f"after {prose.tokens(min(speculative.tokens_agreeing(outputs[k], outputs[0]) for k in differ))}). A pass over k "
+     "positions rounds in another order than a pass over one, which can flip two logits that nearly tie." if differ
+     else f"Every speculative run gave the plain answer's {len(outputs[0])} tokens.")
 prose.shown(spec.round(3))
 
 # %% [markdown]
@@ -1133,14 +1109,7 @@ _ = results.table(issue, "issuing")
 register.claim(
     "compiled_step_loses_its_dispatch",
     "Compiling the step saves what chapter 0 measured for issuing it: the eager static step less the compiled one "
-    "is chapter 0's dispatch, within the tolerance for a time predicted from measured ceilings.",
-    held="compiling saved {saved} a step (the compiled step took {step}), within the tolerance of the {dispatch} of "
-         "dispatch chapter 0 measured.",
-    not_held="compiling saved {saved} a step (the compiled step took {step}), not the {dispatch} of dispatch chapter "
-             "0 measured. One layer down, below: what the compiled step still issues.",
-    unresolved="compiling saved {saved} a step (the compiled step took {step}), against the {dispatch} of dispatch "
-               "chapter 0 measured: too near the tolerance's edge to call in this run; the median lies {lean}.",
-    not_measured="{why}.")
+    "is chapter 0's dispatch, within the tolerance for a time predicted from measured ceilings.")
 if compiled is not None and dispatch is not None:
     w = issue_runs.pivot(index="run", columns="path", values="step_ms")
     comp = Spread.of(w["compiled, static cache"])
@@ -1148,14 +1117,22 @@ if compiled is not None and dispatch is not None:
     expected = Spread(dispatch.best * 1e3, dispatch.best * 1e3, max(dispatch.median, dispatch.best) * 1e3)
     verdict = claims.within(saved, expected, claims.PREDICTED_TIME) if saved.low > 0 else \
         claims.verdict_of(False, saved.high < expected.low / claims.PREDICTED_TIME)
-    show(register.decide("compiled_step_loses_its_dispatch", verdict, predicted=f"{prose.ms(dispatch.best)} saved",
-                         measured=saved.text(".1f", "ms") + " saved", evidence="issuing_runs.csv",
-                         saved=saved.text(".1f", "ms"), step=comp.text(".1f", "ms"), dispatch=prose.ms(dispatch.best),
-                         lean=claims.leaning(saved, expected.low / claims.PREDICTED_TIME,
-                                             expected.high * claims.PREDICTED_TIME)))
+    verdict = register.record("compiled_step_loses_its_dispatch", verdict, predicted=f"{prose.ms(dispatch.best)} saved",
+                              measured=saved.text(".1f", "ms") + " saved", evidence="issuing_runs.csv")
+    show(f"Compiling saved {saved.text('.1f', 'ms')} a step (the compiled step took {comp.text('.1f', 'ms')}), "
+         + claims.pick(verdict, held=f"within the tolerance of the {prose.ms(dispatch.best)} of dispatch chapter 0 "
+                                     "measured.",
+                       not_held=f"not the {prose.ms(dispatch.best)} of dispatch chapter 0 measured. One layer down, "
+                                "below: what the compiled step still issues.",
+                       unresolved=f"against the {prose.ms(dispatch.best)} of dispatch chapter 0 measured: too near the "
+                                  "tolerance's edge to call in this run; the median lies " + claims.leaning(
+                                      saved, expected.low / claims.PREDICTED_TIME, expected.high * claims.PREDICTED_TIME)
+                                  + "."))
 else:
-    show(register.decide("compiled_step_loses_its_dispatch", None, why="quick mode" if quick else "compile_step = False"
-                         if compiled is None else "chapter 0 has no dispatch for this configuration: " + unpriced.get("fp32", "")))
+    unissued = "quick mode" if quick else "compile_step = False" if compiled is None else \
+        "chapter 0 has no dispatch for this configuration: " + unpriced.get("fp32", "")
+    register.record("compiled_step_loses_its_dispatch", None, evidence=unissued)
+    show(register.undecided("compiled_step_loses_its_dispatch", f"{unissued}."))
 again, swept = Spread.of(issue_runs[issue_runs.path == "eager, growing cache"].step_ms), spread[("fp32", c0)]
 show(f"The eager growing-cache step is the sweep's fp32 step at {c0} cached tokens (the same model, {threads} "
      f"thread{'s' * (threads > 1)}, one sequence), timed again in these {issuing_runs} runs, later in the process"

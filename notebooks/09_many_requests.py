@@ -256,19 +256,9 @@ per_q = in_process.groupby("question")[["cold_ms", "reused_ms"]].median()
 saving = Spread.of(per_q.cold_ms - per_q.reused_ms)
 cold, warm = Spread.of(in_process.cold_ms), Spread.of(in_process.reused_ms)
 shown = saving if saving.mid >= 0 else saving * -1  # a saving, or the time reuse lost
-register.claim(
-    "reuse_saves_the_prefix_prefill",
-    "In-process, reusing the shared prefix's cache saves what the cost model predicts (the prefix's prefill less "
-    "the copy and the suffix's attention over it), within the tolerance for a predicted time.",
-    held="the first token came **{saving_ms} sooner** ({cold_ms} cold against {warm_ms} reused), within the "
-         "tolerance of the {predicted} predicted: the prefix's prefill, as priced.",
-    not_held="the first token came {saving_ms} {sooner} with the prefix reused ({cold_ms} cold against {warm_ms} "
-             "reused), outside the tolerance of the {predicted} predicted: {why}",
-    unresolved="the first token came {saving_ms} sooner with the prefix reused ({cold_ms} cold against {warm_ms} "
-               "reused), against {predicted} predicted: the runs' interval straddles the tolerance for a predicted "
-               "time, so this run cannot say whether the saving is as priced.",
-    not_measured="the first token came {saving_ms} {sooner} with the prefix reused ({cold_ms} cold against "
-                 "{warm_ms} reused), and nothing here prices it: {why}")
+statement = ("In-process, reusing the shared prefix's cache saves what the cost model predicts (the prefix's "
+             "prefill less the copy and the suffix's attention over it), within the tolerance for a predicted time.")
+register.claim("reuse_saves_the_prefix_prefill", statement)
 if predicted_saving is None:
     verdict = None
 elif predicted_saving.low > 0 and saving.low > 0:
@@ -279,24 +269,32 @@ else:
     verdict = claims.NOT_HELD
 
 # %%
-show(register.decide(
-    "reuse_saves_the_prefix_prefill", verdict,
-    predicted=(f"{predicted_saving.low * 1e3:.0f} ms ({predicted_saving.high * 1e3:.0f} at chapter 0's median calls; "
-               "allowed " + prose.span(*(x * 1e3 for x in claims.allowed(predicted_saving, claims.PREDICTED_TIME)),
-                                        ".0f", "ms")
-               + f", the fastest calls' price over the tolerance of {claims.PREDICTED_TIME:g} to the median calls' times it)"
-               if predicted_saving is not None and predicted_saving.low > 0 else
-               f"{predicted_saving.mid * 1e3:.0f} ms (no saving: the copy costs what the prefix's prefill saves)"
-               if predicted_saving is not None else ""), measured=f"{saving.mid:.0f} ms",
+predicted = (f"{predicted_saving.low * 1e3:.0f} ms ({predicted_saving.high * 1e3:.0f} at chapter 0's median calls; "
+             "allowed " + prose.span(*(x * 1e3 for x in claims.allowed(predicted_saving, claims.PREDICTED_TIME)),
+                                      ".0f", "ms")
+             + f", the fastest calls' price over the tolerance of {claims.PREDICTED_TIME:g} to the median calls' times it)"
+             if predicted_saving is not None and predicted_saving.low > 0 else
+             f"{predicted_saving.mid * 1e3:.0f} ms (no saving: the copy costs what the prefix's prefill saves)"
+             if predicted_saving is not None else "")
+verdict = register.record(
+    "reuse_saves_the_prefix_prefill", verdict, predicted=predicted, measured=f"{saving.mid:.0f} ms",
     evidence=f"{questions} questions x {runs} run{'s' * (runs != 1)}; {shared} shared tokens, about {suffix} of each "
-             f"request's own; {n_threads} thread{'s' * (n_threads != 1)}",
-    saving_ms=prose.span(shown.low, shown.high, ".0f", "ms"), sooner="sooner" if saving.mid >= 0 else "later",
-    cold_ms=f"{cold.mid:.0f} ms", warm_ms=f"{warm.mid:.0f} ms",
-    why=why_not or (f"one layer down, the cold prefill took {cold.mid / (cold_p.best * 1e3):.2f}x its price and the "
-                    f"reused path {warm.mid / ((warm_p.best + copy_s) * 1e3):.2f}x its own (copy and prefill over the "
-                    "cached prefix); the saving is their difference, so it strays by neither factor alone"
-                    + (f" ({saving.mid / (predicted_saving.low * 1e3):.2f}x here)"
-                       if predicted_saving is not None and predicted_saving.low > 0 else "") + ".")))
+             f"request's own; {n_threads} thread{'s' * (n_threads != 1)}")
+why = why_not or (f"one layer down, the cold prefill took {cold.mid / (cold_p.best * 1e3):.2f}x its price and the "
+                  f"reused path {warm.mid / ((warm_p.best + copy_s) * 1e3):.2f}x its own (copy and prefill over the "
+                  "cached prefix); the saving is their difference, so it strays by neither factor alone"
+                  + (f" ({saving.mid / (predicted_saving.low * 1e3):.2f}x here)"
+                     if predicted_saving is not None and predicted_saving.low > 0 else "") + ".")
+came = (f"came {prose.span(shown.low, shown.high, '.0f', 'ms')} {'sooner' if saving.mid >= 0 else 'later'} with the "
+        f"prefix reused ({cold.mid:.0f} ms cold against {warm.mid:.0f} ms reused)")
+show(claims.pick(
+    verdict, held=f"The first token came **{prose.span(shown.low, shown.high, '.0f', 'ms')} sooner** ({cold.mid:.0f} "
+                  f"ms cold against {warm.mid:.0f} ms reused), within the tolerance of the {predicted} predicted: the "
+                  "prefix's prefill, as priced.",
+    not_held=f"The first token {came}, outside the tolerance of the {predicted} predicted: {why}",
+    unresolved=f"The first token {came}, against {predicted} predicted: the runs' interval straddles the tolerance "
+               "for a predicted time, so this run cannot say whether the saving is as priced.",
+    not_measured=f"{statement} This run does not decide it: the first token {came}, and nothing here prices it: {why}"))
 
 # %% [markdown]
 # ### The engines' prefix caches
@@ -449,27 +447,28 @@ prose.shown(reuse_table.round(1))
 
 # %%
 counted = reuse_table.dropna(subset=["hit_tokens", "reusable_tokens"])
-register.claim(
+statement = ("Where an engine counts its prefix-cache hits, each request reuses exactly the whole blocks of the "
+             "prefix it shares with a prompt served before, and nothing when that prefix is shorter than a block.")
+register.claim("engine_reuses_whole_blocks", statement)
+verdict = register.record(
     "engine_reuses_whole_blocks",
-    "Where an engine counts its prefix-cache hits, each request reuses exactly the whole blocks of the prefix it "
-    "shares with a prompt served before, and nothing when that prefix is shorter than a block.",
-    held="the hit counters counted exactly the whole blocks of each shared prefix: {rows}. A prefix is reused in "
-         "whole blocks only: the last, partial block is prefilled again.",
-    not_held="the hit counters did not count the whole blocks of each shared prefix: {rows}. The engine reuses by "
-             "another rule than its block size (or evicted the cached blocks between requests).",
-    not_measured="no server here counts its prefix-cache hits on /metrics ({why}).")
+    (claims.HELD if (counted.hit_tokens == counted.reusable_tokens).all() else claims.NOT_HELD) if len(counted) else None,
+    predicted=", ".join(f"{r.engine} {r.group}: {r.reusable_tokens:.0f}" for r in counted.itertuples()),
+    measured=", ".join(f"{r.engine} {r.group}: {r.hit_tokens:.0f}" for r in counted.itertuples()),
+    evidence=f"the median of {questions} requests per group; counters read before and after each")
 rows_text = "; ".join(f"{r.engine} {r.group}: **{r.hit_tokens:.0f}** tokens reused of {groups[r.group]} shared "
                       f"(blocks of {r.block_tokens:.0f}: {r.reusable_tokens:.0f} reusable)" for r in counted.itertuples())
-show(register.decide("engine_reuses_whole_blocks",
-                     (claims.HELD if (counted.hit_tokens == counted.reusable_tokens).all() else claims.NOT_HELD)
-                     if len(counted) else None,
-                     predicted=", ".join(f"{r.engine} {r.group}: {r.reusable_tokens:.0f}" for r in counted.itertuples()),
-                     measured=", ".join(f"{r.engine} {r.group}: {r.hit_tokens:.0f}" for r in counted.itertuples()),
-                     evidence=f"the median of {questions} requests per group; counters read before and after each",
-                     rows=rows_text, why="; ".join(
-                         ["transformers serve exposes no metrics"] * ("transformers serve" in wanted)
-                         + [f"vLLM did not run: {vllm_missing or 'not among the engines'}"] * ("vLLM" not in wanted and not base_url)
-                         + [f"{base_url} reports no vllm:prefix_cache_hits"] * bool(base_url))))
+uncounted = "; ".join(["transformers serve exposes no metrics"] * ("transformers serve" in wanted)
+                      + [f"vLLM did not run: {vllm_missing or 'not among the engines'}"] * ("vLLM" not in wanted and not base_url)
+                      + [f"{base_url} reports no vllm:prefix_cache_hits"] * bool(base_url))
+show(claims.pick(
+    verdict, held=f"The hit counters counted exactly the whole blocks of each shared prefix: {rows_text}. A prefix is "
+                  "reused in whole blocks only: the last, partial block is prefilled again.",
+    not_held=f"The hit counters did not count the whole blocks of each shared prefix: {rows_text}. The engine reuses "
+             "by another rule than its block size (or evicted the cached blocks between requests).",
+    unresolved="",  # a count is exact: held or not
+    not_measured=f"{statement} This run does not decide it: no server here counts its prefix-cache hits on /metrics "
+                 f"({uncounted})."))
 
 # %% [markdown]
 # And what the reuse saves in TTFT, against the cost model's price of the reusable tokens (the whole prompt's
@@ -527,19 +526,16 @@ for name, g in engine_runs.groupby("engine", sort=False):
         decided.append(v)
 
 # %%
-register.claim(
-    "engine_reuse_saves_its_blocks_prefill",
-    "Through each engine, a request whose prefix is cached reaches its first token sooner than one with a unique "
-    "prefix by the cost model's prefill of the reusable blocks on the cores the engine computes on, within the "
-    "tolerance for a predicted time.",
-    held="{sentences}.",
-    not_held="{sentences}.",
-    unresolved="{sentences}.",
-    not_measured="no engine ran here, or none could reuse a block: {sentences}")
-show(register.decide("engine_reuse_saves_its_blocks_prefill", claims.every(decided) if decided else None,
-                     predicted="; ".join(predicted_text), measured="; ".join(sentences),
-                     evidence=f"{questions} questions per group, the groups taking turns; two tokens a request",
-                     sentences="; ".join(sentences) or "none"))
+statement = ("Through each engine, a request whose prefix is cached reaches its first token sooner than one with a "
+             "unique prefix by the cost model's prefill of the reusable blocks on the cores the engine computes on, "
+             "within the tolerance for a predicted time.")
+register.claim("engine_reuse_saves_its_blocks_prefill", statement)
+verdict = register.record("engine_reuse_saves_its_blocks_prefill", claims.every(decided) if decided else None,
+                          predicted="; ".join(predicted_text), measured="; ".join(sentences),
+                          evidence=f"{questions} questions per group, the groups taking turns; two tokens a request")
+found = "; ".join(sentences)
+show(f"{found[:1].upper()}{found[1:]}." if verdict != claims.NOT_MEASURED else  # the same words, whatever the verdict
+     f"{statement} This run does not decide it: no engine ran here, or none could reuse a block: {found or 'none'}")
 
 # %% [markdown]
 # **Takeaway: judge a prefix cache by its blocks: the tokens its engine can reuse are the whole blocks of the
@@ -689,47 +685,33 @@ spread = lambda way, col: Spread.of(sep_runs[sep_runs.way == way][col])  # noqa:
 two = "two workers"
 sep_runs_text = f"{separation_runs} run{'s' * (separation_runs != 1)}"
 have_two = two in set(sep_runs.way)
-register.claim(
-    "two_workers_keep_the_stream_flat",
-    "With a prefill worker and a decode worker on a core each, A's worst gap is shorter than with one worker on "
-    "all cores, chunked or not, beyond the runs' spread.",
-    held="A's worst gap was **{two_gap:.0f} ms** with two workers, shorter beyond the runs' spread than with one "
-         "worker: {one_gap:.0f} ms unchunked and {chunk_gap:.0f} ms in chunks of {chunk}. B's prefill never ran "
-         "between A's steps.",
-    not_held="A's worst gap was {two_gap:.0f} ms with two workers, not shorter than with one worker ({one_gap:.0f} "
-             "ms unchunked, {chunk_gap:.0f} ms in chunks of {chunk}): one core's decode step (or the step that "
-             "held the hand-over) kept A waiting longer than one worker did.",
-    unresolved="A's worst gap was {two_gap:.0f} ms with two workers against {one_gap:.0f} ms with one worker "
-               "unchunked and {chunk_gap:.0f} ms in chunks of {chunk}; the runs' ranges overlap, so this run cannot "
-               "say whether two workers keep A's stream flatter.",
-    not_measured=f"two workers cannot run here: {sep_missing}.")
+statement = ("With a prefill worker and a decode worker on a core each, A's worst gap is shorter than with one "
+             "worker on all cores, chunked or not, beyond the runs' spread.")
+register.claim("two_workers_keep_the_stream_flat", statement)
 gaps = sep.set_index("way").a_worst_gap_ms
-show(register.decide("two_workers_keep_the_stream_flat",
-                     claims.every([claims.below(spread(two, "a_worst_gap_ms"), spread(w, "a_worst_gap_ms"))
-                                   for w, _ in settings]) if have_two else None,
-                     predicted="shorter than both one-worker ways", measured=", ".join(f"{w}: {v:.0f} ms" for w, v in gaps.items()),
-                     evidence=f"{sep_runs_text} each; {separation_model}, B's prompt {b_prompt_len} tokens, A's reply "
-                              f"{a_tokens} tokens",
-                     two_gap=gaps.get(two, np.nan), one_gap=gaps.iloc[0], chunk_gap=gaps.iloc[1], chunk=best_chunk))
+verdict = register.record(
+    "two_workers_keep_the_stream_flat",
+    claims.every([claims.below(spread(two, "a_worst_gap_ms"), spread(w, "a_worst_gap_ms")) for w, _ in settings])
+    if have_two else None,
+    predicted="shorter than both one-worker ways", measured=", ".join(f"{w}: {v:.0f} ms" for w, v in gaps.items()),
+    evidence=f"{sep_runs_text} each; {separation_model}, B's prompt {b_prompt_len} tokens, A's reply {a_tokens} tokens")
+two_gap = gaps.get(two, np.nan)
+one_ways = f"{gaps.iloc[0]:.0f} ms unchunked and {gaps.iloc[1]:.0f} ms in chunks of {best_chunk}"
+show(claims.pick(
+    verdict, held=f"A's worst gap was **{two_gap:.0f} ms** with two workers, shorter beyond the runs' spread than "
+                  f"with one worker: {one_ways}. B's prefill never ran between A's steps.",
+    not_held=f"A's worst gap was {two_gap:.0f} ms with two workers, not shorter than with one worker ({one_ways}): one "
+             "core's decode step (or the step that held the hand-over) kept A waiting longer than one worker did.",
+    unresolved=f"A's worst gap was {two_gap:.0f} ms with two workers against {one_ways} with one worker; the runs' "
+               "ranges overlap, so this run cannot say whether two workers keep A's stream flatter.",
+    not_measured=f"{statement} This run does not decide it: two workers cannot run here: {sep_missing}."))
 
 ttfts = sep.set_index("way").b_ttft_ms
 
 # %%
-register.claim(
-    "newcomer_pays_for_one_core",
-    "With two workers, B's TTFT is the cost model's prefill of B's prompt on one core, within the tolerance for a "
-    "predicted time.",
-    held="B waited **{two_ttft:.0f} ms** for its first token with two workers, within the tolerance of the "
-         "{predicted} predicted for its prefill on one core, against {one_ttft:.0f} ms with one worker on all cores: "
-         "separated, the newcomer's prefill gets the one core of its worker. {layer_down}",
-    not_held="B waited {two_ttft:.0f} ms for its first token with two workers, {longer} than the {predicted} "
-             "predicted for its prefill on one core, beyond the tolerance ({one_ttft:.0f} ms with one worker on all "
-             "cores, against {one_pred:.0f} ms predicted). {layer_down}",
-    unresolved="B waited {two_ttft:.0f} ms for its first token with two workers against {predicted} predicted for "
-               "its prefill on one core; its runs straddle the tolerance, so this run cannot say whether it is as "
-               "priced ({one_ttft:.0f} ms with one worker on all cores, against {one_pred:.0f} ms predicted). "
-               "{layer_down}",
-    not_measured="two workers did not run here, or chapter 0 measured no one-thread ceilings for this model.")
+statement = ("With two workers, B's TTFT is the cost model's prefill of B's prompt on one core, within the tolerance "
+             "for a predicted time.")
+register.claim("newcomer_pays_for_one_core", statement)
 two_ttft = ttfts.get(two, np.nan)
 predicted_b = sep.set_index("way").predicted_b_ttft_ms.get(two, np.nan)  # on one core
 measured_split = two_ttft / ttfts.iloc[0]
@@ -802,14 +784,24 @@ if alone_1t is not None and len(alone_1t) and have_two:
                           "memory bus and the last-level cache with a neighbour would make it (this run does not time "
                           "that sharing apart)." if b_prefill > alone_b else
                           "less than alone, so chapter 2's pass and this one differ by more than the neighbour."))
-show(register.decide("newcomer_pays_for_one_core",
-                     claims.within(spread(two, "b_ttft_ms"), sep.set_index("way").predicted_b_ttft_ms[two], claims.PREDICTED_TIME)
-                     if have_two and one_core else None,
-                     predicted=f"{sep.set_index('way').predicted_b_ttft_ms.get(two, np.nan):.0f} ms",
-                     measured=f"{two_ttft:.0f} ms", evidence=sep_runs_text,
-                     two_ttft=two_ttft, one_ttft=ttfts.iloc[0], ratio=two_ttft / ttfts.iloc[0],
-                     longer="longer" if two_ttft > predicted_b else "shorter",
-                     one_pred=sep.predicted_b_ttft_ms.iloc[0], layer_down=split_sentence))
+predicted = f"{predicted_b:.0f} ms"
+verdict = register.record(
+    "newcomer_pays_for_one_core", claims.within(spread(two, "b_ttft_ms"), predicted_b, claims.PREDICTED_TIME)
+    if have_two and one_core else None, predicted=predicted, measured=f"{two_ttft:.0f} ms", evidence=sep_runs_text)
+one_way = f"{ttfts.iloc[0]:.0f} ms with one worker on all cores"
+against_one = f"({one_way}, against {sep.predicted_b_ttft_ms.iloc[0]:.0f} ms predicted). {split_sentence}"
+show(claims.pick(
+    verdict, held=f"B waited **{two_ttft:.0f} ms** for its first token with two workers, within the tolerance of the "
+                  f"{predicted} predicted for its prefill on one core, against {one_way}: separated, the newcomer's "
+                  f"prefill gets the one core of its worker. {split_sentence}",
+    not_held=f"B waited {two_ttft:.0f} ms for its first token with two workers, "
+             f"{'longer' if two_ttft > predicted_b else 'shorter'} than the {predicted} predicted for its prefill on "
+             f"one core, beyond the tolerance {against_one}",
+    unresolved=f"B waited {two_ttft:.0f} ms for its first token with two workers against {predicted} predicted for its "
+               f"prefill on one core; its runs straddle the tolerance, so this run cannot say whether it is as priced "
+               f"{against_one}",
+    not_measured=f"{statement} This run does not decide it: two workers did not run here, or chapter 0 measured no "
+                 "one-thread ceilings for this model."))
 
 # %% [markdown]
 # The hand-over: B's cache is `b_prompt_len` tokens of keys and values, its bytes copied twice, each priced as
@@ -843,18 +835,10 @@ sides = {"write": (hand.write_ms, priced(hand.write_faults)), "read": (hand.read
          "read again": (hand.reread_ms, priced(hand.reread_faults))}
 faults_of = {"write": hand.write_faults, "read": hand.read_faults, "read again": hand.reread_faults}
 verdicts = {k: claims.within(Spread.of(v), p, claims.PREDICTED_TIME) for k, (v, p) in sides.items()} if have_two and rate1 else {}
-register.claim(
-    "handover_costs_its_bytes",
-    "The hand-over costs its bytes at chapter 0's one-thread copy of caches that size, plus the page faults each copy "
-    "took (chapter 0's cost per fault): the write into the shared buffer, the read into new tensors and the read "
-    "again into those, each within the tolerance for a predicted time.",
-    held="{mb:.1f} MB of cache, each copy within the tolerance of its price: {sides}. The first read's extra time "
-         "is the kernel mapping new pages, not the copy; the whole hand-over is small beside the prefill it spares "
-         "the decode worker.",
-    not_held="{mb:.1f} MB of cache, each copy against its price: {sides}. {off}",
-    unresolved="{mb:.1f} MB of cache, each copy against its price: {sides}; where an interval straddles its "
-               "prediction's tolerance, more runs would decide it.",
-    not_measured="two workers did not run here, or chapter 0 measured no one-thread copy rates.")
+statement = ("The hand-over costs its bytes at chapter 0's one-thread copy of caches that size, plus the page faults "
+             "each copy took (chapter 0's cost per fault): the write into the shared buffer, the read into new tensors "
+             "and the read again into those, each within the tolerance for a predicted time.")
+register.claim("handover_costs_its_bytes", statement)
 alone_ok = claims.within(alone_ms, copy_ms, claims.PREDICTED_TIME) == claims.HELD  # against the price printed
 slowed = hand.write_ms.median() > alone_ms * claims.PREDICTED_TIME
 
@@ -880,14 +864,24 @@ off = " ".join({"write": f"Writing into the shared buffer took {than['write']} t
                               f"({hand.reread_ms.median() / alone_ms:.2f}x); this run does not take the worker's copy "
                               "apart further."}[k]
                for k, v in verdicts.items() if v == claims.NOT_HELD or (k == "write" and v == claims.UNRESOLVED))
-show(register.decide("handover_costs_its_bytes", claims.every(verdicts.values()) if verdicts else None,
-                     predicted=", ".join(f"{k} {prose.ms(p / 1e3)}" for k, (_, p) in sides.items()),
-                     measured=", ".join(f"{k} {prose.ms(v.median() / 1e3)}" for k, (v, _) in sides.items())
-                     + f" (the write alone, here: {prose.ms(alone_ms / 1e3)})",
-                     evidence=f"{sep_runs_text}; {handover_bytes / 1e6:.1f} MB of cache handed over",
-                     mb=handover_bytes / 1e6, off=off,
-                     sides="; ".join(f"{k} in **{Spread.of(v).text('.1f', 'ms')}** with {faults_of[k].median():,.0f} page "
-                                     f"faults, against {prose.ms(p / 1e3)}" for k, (v, p) in sides.items())))
+verdict = register.record(
+    "handover_costs_its_bytes", claims.every(verdicts.values()) if verdicts else None,
+    predicted=", ".join(f"{k} {prose.ms(p / 1e3)}" for k, (_, p) in sides.items()),
+    measured=", ".join(f"{k} {prose.ms(v.median() / 1e3)}" for k, (v, _) in sides.items())
+    + f" (the write alone, here: {prose.ms(alone_ms / 1e3)})",
+    evidence=f"{sep_runs_text}; {handover_bytes / 1e6:.1f} MB of cache handed over")
+mb = f"{handover_bytes / 1e6:.1f} MB of cache"
+copies = "; ".join(f"{k} in **{Spread.of(v).text('.1f', 'ms')}** with {faults_of[k].median():,.0f} page faults, "
+                   f"against {prose.ms(p / 1e3)}" for k, (v, p) in sides.items())
+show(claims.pick(
+    verdict, held=f"{mb}, each copy within the tolerance of its price: {copies}. The first read's extra time is the "
+                  "kernel mapping new pages, not the copy; the whole hand-over is small beside the prefill it spares "
+                  "the decode worker.",
+    not_held=f"{mb}, each copy against its price: {copies}. {off}",
+    unresolved=f"{mb}, each copy against its price: {copies}; where an interval straddles its prediction's "
+               "tolerance, more runs would decide it.",
+    not_measured=f"{statement} This run does not decide it: two workers did not run here, or chapter 0 measured no "
+                 "one-thread copy rates."))
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 4))
@@ -1260,33 +1254,31 @@ for name in ([] if replay_missing else replayed.engine.unique()):
         which += (f". vLLM's CPU build computes on {compute_threads(name, ch7_threads)} of this machine's {ch7_threads} "
                   "cores, keeping one for its server and scheduler, and is priced on those")
     claim = f"replay_predicts_the_queue_{name.split()[0].lower()}"
-    register.claim(
-        claim, f"{name}: the token-budget replay's median TTFT and median TPOT are what chapter 7 measured, within the "
-               "tolerance for a predicted time (the geometric mean over the rates of measured over replayed, each "
-               "measured median with its interval over the rate's requests).",
-        held="measured over the token-budget replay, {engine}'s latencies came to **{pooled}** across the rates "
-             "({ratios}), within the tolerance: the scheduler's queueing and batching, priced step by step, are this "
-             "engine's latencies.",
-        not_held="measured over the token-budget replay, {engine}'s latencies came to **{pooled}** across the rates "
-                 "({ratios}), outside the tolerance. With the engine's own costs the replay gives {cal_ratios}, "
-                 "{which}.",
-        unresolved="measured over the token-budget replay, {engine}'s latencies came to **{pooled}** across the "
-                   "rates ({ratios}), whose interval straddles the tolerance: too close to call in this run. With the "
-                   "engine's own costs the replay gives {cal_ratios}, {which}.",
-        not_measured="nothing to replay here: {why}")
-    show(register.decide(claim, verdict_of_ratios(ratios) if ratios else None,
-                         predicted=", ".join(f"{r:g}/s: TTFT {pred.loc[r, 'ttft_p50_ms']:.0f}, TPOT {pred.loc[r, 'tpot_ms']:.0f} ms"
-                                             for r in pred.index),
-                         measured=", ".join(f"{r:g}/s: TTFT {got.loc[r, 'ttft_p50_ms']:.0f}, TPOT {got.loc[r, 'tpot_ms']:.0f} ms"
-                                            for r in got.index),
-                         evidence=f"chapter 7's {len(ch7_requests[ch7_requests.engine == name])} requests; a token "
-                                  f"budget of {budgets.get(name)} per step; each step at the cost model's fastest "
-                                  f"price on {compute_threads(name, ch7_threads)} thread"
-                                  f"{'s' * (compute_threads(name, ch7_threads) != 1)}",
-                         pooled=claims.geomean_of(ratios.values()).text(".2f", "x") if ratios else "",
-                         ratios=", ".join(f"{c} {v.text('.2f', 'x')}" for c, v in ratios.items()),
-                         cal_ratios=", ".join(f"{c} {v.mid:.2f}x" for c, v in cal_ratios.items()) or "nothing",
-                         which=which, engine=name, why=replay_missing or "chapter 7 has no request to compare"))
+    statement = (f"{name}: the token-budget replay's median TTFT and median TPOT are what chapter 7 measured, within "
+                 "the tolerance for a predicted time (the geometric mean over the rates of measured over replayed, "
+                 "each measured median with its interval over the rate's requests).")
+    register.claim(claim, statement)
+    verdict = register.record(
+        claim, verdict_of_ratios(ratios) if ratios else None,
+        predicted=", ".join(f"{r:g}/s: TTFT {pred.loc[r, 'ttft_p50_ms']:.0f}, TPOT {pred.loc[r, 'tpot_ms']:.0f} ms"
+                            for r in pred.index),
+        measured=", ".join(f"{r:g}/s: TTFT {got.loc[r, 'ttft_p50_ms']:.0f}, TPOT {got.loc[r, 'tpot_ms']:.0f} ms"
+                           for r in got.index),
+        evidence=f"chapter 7's {len(ch7_requests[ch7_requests.engine == name])} requests; a token budget of "
+                 f"{budgets.get(name)} per step; each step at the cost model's fastest price on "
+                 f"{compute_threads(name, ch7_threads)} thread{'s' * (compute_threads(name, ch7_threads) != 1)}")
+    came_to = (f"Measured over the token-budget replay, {name}'s latencies came to "
+               f"**{claims.geomean_of(ratios.values()).text('.2f', 'x') if ratios else ''}** across the rates ("
+               + ", ".join(f"{c} {v.text('.2f', 'x')}" for c, v in ratios.items()) + ")")
+    calibrated = (f"With the engine's own costs the replay gives "
+                  f"{', '.join(f'{c} {v.mid:.2f}x' for c, v in cal_ratios.items()) or 'nothing'}, {which}.")
+    show(claims.pick(
+        verdict, held=f"{came_to}, within the tolerance: the scheduler's queueing and batching, priced step by step, "
+                      "are this engine's latencies.",
+        not_held=f"{came_to}, outside the tolerance. {calibrated}",
+        unresolved=f"{came_to}, whose interval straddles the tolerance: too close to call in this run. {calibrated}",
+        not_measured=f"{statement} This run does not decide it: nothing to replay here: "
+                     f"{replay_missing or 'chapter 7 has no request to compare'}"))
     if ratios:
         pooled_of[name] = claims.geomean_of(ratios.values()), claim  # for the opening
 
@@ -1295,9 +1287,10 @@ for name in ([] if replay_missing else replayed.engine.unique()):
 
 # %%
 if replay_missing:
-    register.claim("replay_predicts_the_queue", "The token-budget replay predicts each engine's median TTFT and TPOT "
-                   "within the stated tolerance.", held="", not_held="", not_measured="nothing to replay here: {why}")
-    show(register.decide("replay_predicts_the_queue", None, why=replay_missing))
+    statement = "The token-budget replay predicts each engine's median TTFT and TPOT within the stated tolerance."
+    register.claim("replay_predicts_the_queue", statement)
+    register.record("replay_predicts_the_queue", None, evidence=f"nothing to replay here: {replay_missing}")
+    show(f"{statement} This run does not decide it: nothing to replay here: {replay_missing}")
 
 # %%
 fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))

@@ -61,6 +61,9 @@ def test_a_claim_declared_by_its_statement_is_recorded_and_its_words_picked():
                                              "Verdict": NOT_HELD, "From": "t.csv"}
     with pytest.raises(ValueError, match="no words"):
         claims.pick(NOT_MEASURED, **words)
+    assert r.undecided("f", "quick mode.") == "F holds. This run does not decide it: quick mode."
+    with pytest.raises(ValueError, match="say why"):
+        r.undecided("f", " ")
     with pytest.raises(ValueError, match="already decided"):
         r.record("e", HELD)
     with pytest.raises(ValueError, match="decide it with decide"):

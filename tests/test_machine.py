@@ -310,3 +310,6 @@ def test_products_between_times_the_products_alone_and_with_a_steps_small_kernel
     got = machine.products_between(shape, torch.device("cpu"), torch.float32, layout, calls=20)
     assert got["products"] == 4 * shape.layers
     assert got["alone_us"] > 0 and got["small_us"] > 0 and math.isfinite(got["between_us"])
+    for bad in (0, -3, 2.5):
+        with pytest.raises(ValueError, match="at least 1"):
+            machine.products_between(shape, torch.device("cpu"), torch.float32, layout, calls=bad)
