@@ -51,8 +51,9 @@ __all__ = ["Term", "Prediction", "CostModel", "FRESH_PAGES_BYTES"]
 @dataclass(frozen=True)
 class Term:
     """One part of a pass: ``name``, its time in seconds at the ceilings' fastest calls (``best``) and at their
-    medians (``median``), what limits it (``limit``: ``"memory"``, ``"compute"``, ``"slow kernel"`` or
-    ``"launch"``) and how it was priced (``how``)."""
+    medians (``median``), what limits it (``limit``: ``"memory"``, ``"compute"``, ``"slow kernel"``,
+    ``"page faults"`` or ``"dispatch"``: issuing the operations and running the small kernels between the matrices,
+    which on a GPU is its kernel launches) and how it was priced (``how``)."""
 
     name: str
     best: float
@@ -193,7 +194,7 @@ class CostModel:
         head_rows = batch * (tokens if logits == "all" else 1)
         terms += self._faults(expected, fresh_pages, c.matrix_faults(*args, "head", head_rows))
         d = c.dispatch(*args, "prefill", batch * tokens)
-        terms.append(Term("dispatch", d.best, d.median, "launch", "the same pass, its matrices and attention hollowed out"))
+        terms.append(Term("dispatch", d.best, d.median, "dispatch", "the same pass, its matrices and attention hollowed out"))
         return Prediction("prefill", tokens, batch, past, tuple(terms))
 
     def decode(self, context: int, *, batch: int = 1, cache: Literal["dynamic", "static"] = "dynamic",
@@ -223,7 +224,7 @@ class CostModel:
         terms += self._faults(expected, fresh_pages, c.matrix_faults(*args, "head", batch))
         d = c.dispatch(*args, "decode" if cache == "dynamic" else "decode_static", batch,
                        positions=context if cache == "dynamic" else max_len)
-        terms.append(Term("dispatch", d.best, d.median, "launch", "the same step, its matrices and attention hollowed "
+        terms.append(Term("dispatch", d.best, d.median, "dispatch", "the same step, its matrices and attention hollowed "
                           "out, at this cache's size"))
         return Prediction("decode", batch, batch, context, tuple(terms))
 

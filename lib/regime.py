@@ -10,7 +10,8 @@ the kernel that does the work. A measured pass is labelled by that prediction:
   measure one layer down before optimising;
 * otherwise ``"<limit>-bound"`` for the largest term's limit: ``memory`` (weights or cache streamed),
   ``compute`` (matrix FLOPs at the rate the rows reach), ``slow-kernel`` (a dtype without hardware instructions),
-  ``launch`` (issuing the operations) or ``page-faults`` (the operating system mapping pages the pass touches for
+  ``dispatch`` (issuing the operations and running the small kernels between the matrices: on a GPU, the kernel
+  launches) or ``page-faults`` (the operating system mapping pages the pass touches for
   the first time); except that a pass whose largest term is its FLOPs but whose arithmetic intensity lies left of
   the balance point (given by the chapter) is ``"few-row-kernel-bound"``: the roofline says its bytes should set
   its time, so what costs is the matrix kernel's slow rate for that few rows, not the arithmetic.

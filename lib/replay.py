@@ -184,6 +184,6 @@ def priced_step(cost: CostModel, step: Step) -> Prediction:
                       f"{len(step.pieces)} prompt pieces attending causally, {len(step.contexts)} caches read"))
     lone = not step.pieces and len(step.contexts) == 1
     d = c.dispatch(*args, "decode", 1, positions=step.contexts[0]) if lone else c.dispatch(*args, "prefill", step.tokens)
-    terms.append(Term("dispatch", d.best, d.median, "launch",
+    terms.append(Term("dispatch", d.best, d.median, "dispatch",
                       f"chapter 0's hollowed {'decode step' if lone else f'pass of {step.tokens} rows'}"))
     return Prediction("step", step.tokens, len(step.pieces) + len(step.contexts), sum(step.contexts), tuple(terms))

@@ -250,7 +250,7 @@ def _dispatch(ceilings: Ceilings, name: str, reference: str, ops: int, ops_refer
         cache_bytes / MODELS[measured][0].with_dtype(dtype).kv_bytes_per_token
     if own:
         d = ceilings.dispatch(name, dtype, threads, kind, rows, positions=positions)
-        return Term("dispatch", d.best, d.median, "launch", f"chapter 0's own measurement of {name}")
+        return Term("dispatch", d.best, d.median, "dispatch", f"chapter 0's own measurement of {name}")
     if ops_reference != ceilings.operations(reference, dtype, threads)[0]:
         raise ValueError(f"{reference}'s step issues {ceilings.operations(reference, dtype, threads)[0]} operations "
                          f"in chapter 0's count, not {ops_reference}: count them as chapter 0 does (lib.sizes.operations)")
@@ -258,7 +258,7 @@ def _dispatch(ceilings: Ceilings, name: str, reference: str, ops: int, ops_refer
                                           rows, reference)
     grown = ceilings.rest_growth(reference, dtype, threads, kind, rows, positions) if positions else None
     g = (0.0, 0.0) if grown is None else (grown.best, grown.median)
-    return Term("dispatch", best * ops + g[0], median * ops + g[1], "launch",
+    return Term("dispatch", best * ops + g[0], median * ops + g[1], "dispatch",
                 f"its {ops:,} operations at {source}"
                 + (f", and {reference}'s rest grown with its cache's bytes" if grown is not None else ""))
 

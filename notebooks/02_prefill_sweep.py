@@ -579,7 +579,7 @@ show((f"The time stays within {margin:.0%} of the 1-token pass "
 
 # %%
 by_rows = pd.DataFrame({"rows": f_rates.index, "F_gflop_s": f_rates.to_numpy() / 1e9,
-                        "arithmetic_at_F_ms": f_rates.index * flops_per_token / f_rates.to_numpy() * 1e3,
+                        "matrices_at_F_ms": f_rates.index * flops_per_token / f_rates.to_numpy() * 1e3,
                         "arithmetic_at_fastest_ms": f_rates.index * flops_per_token / f_many * 1e3,
                         "weight_read_ms": ceilings.matrices(model_name, main_dt, most, "blocks", 1).best * 1e3
                         }).set_index("rows")  # the one-row product: the weights read at the kernel's own rate
@@ -593,10 +593,19 @@ else:
             f"It stays flat about as long as the balance point says, or longer; at {tokens(off)}, where it gives way,")
     gives = (f"{lead} chapter 0 measured F({off}) = **{at_off.F_gflop_s:.1f} GFLOP/s**, "
              f"{at_off.F_gflop_s * 1e9 / f_many:.0%} of the {f_many / 1e9:.0f} GFLOP/s of many rows, so the matrices "
-             f"take {at_off.arithmetic_at_F_ms:.3g} ms where their arithmetic at the fastest rate would take "
-             f"{at_off.arithmetic_at_fastest_ms:.3g} ms, {'more' if at_off.arithmetic_at_F_ms > at_off.weight_read_ms else 'less'} "
-             f"than the {at_off.weight_read_ms:.3g} ms the one-row product takes to read their weights (chapter 0 "
-             "takes that time apart).")
+             f"take {at_off.matrices_at_F_ms:.3g} ms where their arithmetic at the fastest rate would take "
+             f"{at_off.arithmetic_at_fastest_ms:.3g} ms, {'more' if at_off.matrices_at_F_ms > at_off.weight_read_ms else 'less'} "
+             f"than the {at_off.weight_read_ms:.3g} ms the one-row product takes to read their weights.")
+    timed_rows = [r for r in ceilings.rows_measured(model_name, main_dt, most, "blocks") if r <= 16]
+    if len(timed_rows) >= 3 and timed_rows[:2] == [1, 2]:
+        t_r = {r: ceilings.matrices(model_name, main_dt, most, "blocks", r).best * 1e3 for r in timed_rows}
+        far_r = timed_rows[-1]
+        first_row, per_row = t_r[2] - t_r[1], (t_r[far_r] - t_r[2]) / (far_r - 2)
+        gives += (f" Chapter 0's block matrices took {t_r[1]:.1f} ms at one row, {t_r[2]:.1f} at two and "
+                  f"{t_r[far_r]:.1f} at {far_r}: the second row added {first_row:.1f} ms, each row after it "
+                  f"{per_row:.2f} ms" + (", so a few rows pay for how the kernel runs more than one row, not for "
+                                         "their arithmetic (chapter 0 does not take that kernel apart)."
+                                         if first_row > 3 * max(per_row, 0) else "."))
 show(f"By the balance point a pass should cost about the same up to **{balance_tokens:.0f} tokens**; measured, it "
      f"stays within {margin:.0%} of the 1-token pass " + (f"up to **{tokens(flats.mid)}**. " if floored[1] else
                                                          f"only at {tokens(first_tok)}: it has no floor. ") + gives)

@@ -785,14 +785,20 @@ show(claims.pick(
     not_measured=f"{waits} This run does not decide it: {one_count}."))
 if kn != k1 and (many.a_worst_gap_ms_high < one.a_worst_gap_ms_low or many.a_worst_gap_ms_low > one.a_worst_gap_ms_high):
     stalled_less = many.a_worst_gap_ms_high < one.a_worst_gap_ms_low  # though it waits for a longer step
+    step_n, step_1 = many.a_median_gap_ms, one.a_median_gap_ms  # the step of A's that B's first token waits behind
+    less_n = (many.b_ttft_ms_low - step_n, many.b_ttft_ms_high - step_n)  # B's TTFT less that step: its prefill
+    less_1 = (one.b_ttft_ms_low - step_1, one.b_ttft_ms_high - step_1)
+    apart_ = less_n[1] < less_1[0] or less_n[0] > less_1[1]
     show(f"The {kn} streams' stall was {'shorter' if stalled_less else 'longer'} than one stream's, their ranges apart, "
-         f"{'though' if stalled_less else 'and'} it holds a longer step. One layer down, B's prefill itself, its first "
-         f"token, took {prose.span(many.b_ttft_ms_low, many.b_ttft_ms_high, ',.0f', 'ms')} beside {kn} streams "
-         f"against {prose.span(one.b_ttft_ms_low, one.b_ttft_ms_high, ',.0f', 'ms')} beside one: "
-         + (f"the same prefill ran {'faster' if stalled_less else 'slower'} in those runs, and the stall is that "
-            "prefill."
-            if (many.b_ttft_ms < one.b_ttft_ms) == stalled_less else
-            "the prefill does not account for it; this run does not take it apart further."))
+         f"{'though' if stalled_less else 'and'} it holds a longer step. One layer down, B's first token (its prefill "
+         f"and the one step of A's it waits behind, {step_n:.0f} ms beside {kn} streams and {step_1:.0f} beside one) "
+         f"came at {prose.span(many.b_ttft_ms_low, many.b_ttft_ms_high, ',.0f', 'ms')} against "
+         f"{prose.span(one.b_ttft_ms_low, one.b_ttft_ms_high, ',.0f', 'ms')}; less that step, "
+         f"{prose.span(*less_n, ',.0f', 'ms')} against {prose.span(*less_1, ',.0f', 'ms')}: "
+         + (f"the same prefill ran {'faster' if less_n[1] < less_1[0] else 'slower'} in those runs, and the stall "
+            "is that prefill." if apart_ and (less_n[1] < less_1[0]) == stalled_less else
+            "the prefill alone, its ranges " + ("apart the other way" if apart_ else "overlapping") + ", does not "
+            "account for it; this run does not take it apart further."))
 
 # %% [markdown]
 # Every price in this chapter is made of chapter 0's ceilings. The same one-row matrices chapter 0 timed, timed

@@ -1762,7 +1762,7 @@ if _priced and _n:
                                 "one thread this page would place no batched steps."))
 elif device.type == "cuda":
     _said = ("On a GPU the thread count only drives the host: the passes run on the device, so expect their labels to "
-             "stay. A label that moves would be a pass bound by issuing its operations from the host (launch-bound).")
+             "stay. A label that moves would be a pass bound by issuing its operations from the host (dispatch-bound).")
 elif threads == 1:
     _said = "This page already places one thread's passes: the table above is the answer."
 else:
@@ -1804,19 +1804,22 @@ display(Markdown(
 # Every chapter of this book comes down to one rule: **find out which regime a pass is in before optimising it.**
 #
 # * **Memory-bound**: fewer bytes per token: quantised weights, a smaller cache (grouped-query attention), batching.
+#   Fewer bytes help only where the narrower dtype's kernels keep their rate: chapters 3 and 8 time whether they
+#   do on this machine, and a step bound by its kernel's rate rather than the memory gains nothing from them.
 # * **Compute-bound**: fewer FLOPs or faster arithmetic: last-position logits, a cached prefix, tensor cores.
-# * **Launch-bound**: fewer, larger operations: fused kernels, CUDA graphs, `torch.compile`, bigger chunks.
+# * **Dispatch-bound** (issuing the operations and the small kernels between the matrices; on a GPU, its kernel
+#   launches: launch-bound): fewer, larger operations: fused kernels, CUDA graphs, `torch.compile`, bigger chunks.
 # * **Page-faults-bound** (a growing cache copied into freshly mapped memory every step): a preallocated cache,
 #   written in place (chapter 3).
 # * **Few-row-kernel-bound** (left of the ridge, yet the matrix kernel at that many rows is slower than its bytes):
 #   a kernel made for few rows, or more rows per call (a larger batch, a longer chunk).
 # * **Mixed** (two terms of different limits about the same size): shrinking one alone buys at most about half.
 # * **Above its streaming floor** (a decode step whose bytes are its largest term but not what sets its time):
-#   what fills the rest (chapter 3 splits it), often dispatch: fewer, larger operations, as for launch-bound.
+#   what fills the rest (chapter 3 splits it), often dispatch: fewer, larger operations, as for dispatch-bound.
 # * **Unexplained** (far above its prediction): measure one layer down before optimising anything.
 
 # %%
-waits = {"memory-bound": "memory", "compute-bound": "arithmetic", "launch-bound": "issuing its operations",
+waits = {"memory-bound": "memory", "compute-bound": "arithmetic", "dispatch-bound": "issuing its operations and its small kernels",
          "few-row-kernel-bound": "the few-row kernel",
          "above its streaming floor": "more than its bytes (dispatch and the cache's work, chapter 3 shows)",
          "slow-kernel-bound": "a slow kernel", "page-faults-bound": "page faults",
@@ -1881,7 +1884,7 @@ def opening_text(missed_line: str) -> str:
     return (f"On this machine ({this_machine}), the textbook ridge lies at **{ridge:.1f} FLOP/byte**{roofs}. "
             + (f"Across GPT-2's sizes a decode step took **{pooled.text('.2f', 'x')}** its price ({as_priced})"
                if as_priced else "")
-            + (("; the" if as_priced else "The") + f" 12-layer steps' weights outweighed their floor from about {met}"
+            + (("; the" if as_priced else "The") + f" 12-layer steps' weights outweighed their fitted floor from about {met}"
                if met is not None else "") + ". " * bool(as_priced or met is not None)
             + missed_line + f"By the book's [regime rule](glossary.md#regimes), a decode step "
             f"{waits_on('decode', 'context')}; a prefill "

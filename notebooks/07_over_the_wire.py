@@ -1016,8 +1016,9 @@ else:
                       f"{bench_summary.loc[bench_tool, c]:,.1f} ms (round by round the book's over the benchmark's: "
                       f"median {ratio[c].mid:.4f}x, {ratio[c].low:.4f}-{ratio[c].high:.4f}x)" for c in BENCHED)
     lower = [label[c] for c in BENCHED if ratio[c].mid < 1]
-    lean_words = (f"the book's client read lower {', '.join(lower)} at the median" if lower else
-                  "the book's client read no lower at the median")
+    lean_words = (f"the rounds' paired ratios have the book's client lower on {', '.join(lower)} at their median"
+                  if lower else "the rounds' paired ratios have the book's client lower on none at their median")
+    across = [label[c] for c, v in zip(BENCHED, verdicts) if v == claims.UNRESOLVED]
     verdict = register.record("client_agrees_with_vllm_bench", claims.every(verdicts),
                               predicted=f"the same within {claims.SAME_QUANTITY:g}x",
                               measured="; ".join(f"{label[c]} {ratio[c].mid:.4f}x ({ratio[c].low:.4f}-"
@@ -1028,7 +1029,8 @@ else:
     show("Scored alike, the book's client and `vllm bench serve` " + claims.pick(
         verdict, held=f"agreed on the same requests: {pairs}, within {tol}.",
         not_held=f"did not agree: {pairs}, beyond {claims.SAME_QUANTITY:g}x ({lean_words}).",
-        unresolved=f"came out at {pairs}: the rounds' ratios reach across {tol}, so these {bench_rounds} rounds "
+        unresolved=f"came out at {pairs}: the {' and '.join(across) or 'no'} ratio{'s' * (len(across) != 1)} reach"
+                   f"{'es' * (len(across) == 1)} across {tol}, so these {bench_rounds} rounds "
                    f"cannot tell whether the two agree ({lean_words}; more rounds, `bench_rounds`, would decide).")
          + f" By the book's own definitions its TTFT was {bench_summary.loc[book_tool, 'book_ttft_ms']:,.1f} ms and "
            f"its TPOT {bench_summary.loc[book_tool, 'book_tpot_ms']:,.1f} ms: the first token, not the first event, "
@@ -1604,7 +1606,10 @@ def soon(name: str) -> str:
 
 def fast(name: str) -> str:
     """How fast the tokens after the first came through ``name`` against in-process, as its claim decided."""
-    return {claims.HELD: "as fast as in-process would be on its cores, within the tolerance",
+    return {claims.HELD: ("as fast as in-process would be on its cores, within the tolerance" if ratio_of[name].high >= 1
+                          and ratio_of[name].low <= 1 else
+                          "within the tolerance of in-process on its cores, though "
+                          + ("slower" if ratio_of[name].low > 1 else "faster")),
             claims.UNRESOLVED: f"perhaps {'faster' if ratio_of[name].mid < 1 else 'slower'} (too close to call)",
             claims.NOT_HELD: "slower" if ratio_of[name].mid > 1 else "faster",
             }.get(of("engine_gaps_close_to_in_process", name), "")

@@ -544,8 +544,9 @@ if llama_one:
     decidable = read_gain * claims.PREDICTED_RATIO < threads
     held_back = (f"It moved {q4_read:.0%} of the read in the sweep, at least the {close_to_read:.0%} counted close: "
                  "memory sets its time." if q4_read >= close_to_read else
-                 f"But it moved only {q4_read:.0%} of the read in the sweep, below the {close_to_read:.0%} counted "
-                 "close, so the read does not look like what holds it back.")
+                 f"But it moved only {q4_read:.0%} of the read in the sweep, below the {close_to_read:.0%} this chapter "
+                 "counts as close: its step does not draw what the memory gives, so something else sets its time, and "
+                 "this machine cannot tell whether that is its cores.")
     bound = register.record("llama_bound_by_its_cores",
                             claims.verdict_of(gain.low > read_gain, gain.high <= read_gain) if decidable else None,
                             predicted=f"more than the read's {read_gain:.2f}x" if decidable else "",
@@ -683,8 +684,9 @@ lean = "" if math.isnan(predicted_growth) else claims.leaning(growth, predicted_
 show(claims.pick(
     verdict, held=f"The {grew}, within the tolerance of the {predicted_growth:.2f} ms predicted from the cache's extra "
                   f"bytes: {per_k:.2f} ms per 1,000 cached tokens, for {kib:.0f} KiB of cache a token.",
-    not_held=f"The {grew}, not the {predicted_growth:.2f} ms predicted from the cache's extra bytes ({per_k:.2f} ms per "
-             f"1,000 cached tokens, for {kib:.0f} KiB a token); one layer down, below, says where the difference is.",
+    not_held=f"The {grew} ({per_k:.2f} ms per 1,000 cached tokens, for {kib:.0f} KiB a token), not the "
+             f"{predicted_growth:.2f} ms predicted from the cache's extra bytes; one layer down, below, says where the "
+             "difference is.",
     unresolved=f"The {grew}, against {predicted_growth:.2f} ms predicted from the cache's extra bytes: too near the "
                f"tolerance's edge to call in this run; the median lies {lean}.",
     not_measured=register.undecided("cache_growth_follows_its_bytes",
