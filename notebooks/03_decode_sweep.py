@@ -572,8 +572,9 @@ if narrow:
                  "faster" if priced_slower and all(m.high < 1 for m in priced_slower) else "")
     if wrong_way:
         against = priced_faster if wrong_way == "slower" else priced_slower
-        modes = (f" At each of the {len(against)} context{'s' * (len(against) > 1)} the cost model priced "
-                 f"{'faster' if wrong_way == 'slower' else 'slower'} by more than {claims.NOISE:.0%}, {nc[0]}'s step was "
+        modes = ((f" At each of the {len(against)} contexts" if len(against) > 1 else " At the one context")
+                 + f" the cost model priced {'faster' if wrong_way == 'slower' else 'slower'} by more than "
+                 f"{claims.NOISE:.0%}, {nc[0]}'s step was "
                  f"{wrong_way} than fp32's, its whole interval on the other side of 1x: a wrong-way step, which a "
                  "ratio's tolerance would hide." + modes)
     verdict = register.record("narrow_dtype_faster", claims.NOT_HELD if wrong_way else

@@ -1292,7 +1292,8 @@ show("Each lever's speed against the eager fp32 step, taken run by run where bot
                                                             for name in ranked) + f". Of these, {lead_text}. "
      f"On chapter 1's question, side by side ({threads} thread{'s' if threads > 1 else ''}), the fastest path in the "
      f"table is **{top.path}**: {top.tokens_per_s:.0f} tokens/s, {top.of_read:.0%} of the streaming read"
-     + ("." if top.path.startswith("eager fp32") else f", {top.speedup_over_eager_loop:.2f}x the book's eager loop."))
+     + ("." if top.path.startswith("eager fp32") else f", {top.speedup_over_eager_loop:.2f}x the book's eager loop "
+        "over that one answer, its own measure beside the run-by-run ratios above."))
 
 # %%
 if worker:
