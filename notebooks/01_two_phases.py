@@ -510,6 +510,14 @@ show(claims.pick(
                "which side it is on, and more runs would narrow it.",
     not_measured=register.undecided("choosing_is_cheap", "the answer had a single token, so there is no decode step "
                                     "to compare.")))
+logits_row = torch.randn(1, 1, shape.vocab, dtype=torch_dtype, device=lm.device)  # a row of the model's logits
+argmax_alone = timing.measure(lambda: int(logits_row.argmax(dim=-1)), lm.device, warmup=5, repeats=51)
+show(f"One layer down, the argmax and its read-back alone, on a row of {shape.vocab:,} logits, took a median "
+     f"**{argmax_alone.median * 1e6:.0f} us** here: {logit_bytes / argmax_alone.median / 1e9:.1f} GB/s, "
+     f"{'well below' if logit_bytes / argmax_alone.median < read_gb_s * 1e9 / 2 else 'near'} the streaming read, so "
+     f"{'its kernel, not the memory, sets its pace' if logit_bytes / argmax_alone.median < read_gb_s * 1e9 / 2 else 'the memory sets its pace'}"
+     + (f"; the rest of choosing's {choice_ms.median():.2f} ms is what the first call after a prefill pays beyond it, "
+        "which this chapter does not take apart." if choice_ms.median() > 2 * argmax_alone.median * 1e3 else "."))
 
 # %%
 register.claim("first_token_from_prefill", "The cached prefill's last position chooses the token a full uncached "
@@ -653,7 +661,8 @@ display(Markdown(
     "may change from some token on.\n</details>"))
 
 # %% [markdown]
-# * Tighten `tpot_slo_ms` until goodput drops below 100 per cent. What TPOT does your machine sustain?
+# * Lower `tpot_slo_ms` step by step: below what value does goodput start to fall? What TPOT does your machine
+#   sustain?
 
 # %% jupyter={"source_hidden": true} tags=["answer"]
 _follows = worst_gap_slo_ms is None  # the worst-gap objective is then WORST_GAP_FACTOR times the TPOT one

@@ -1579,7 +1579,7 @@ show(pacer.claim(register, results, "this chapter's requests"))
 
 
 # %% [markdown]
-# The paragraph at the top of this chapter, under *What this run found*, written from the findings above:
+# The code below writes the paragraph at the top of this chapter, under *What this run found*, from the findings above.
 
 # %%
 called = lambda name: "the server" if name == "server" else name  # noqa: E731  (base_url's server)

@@ -1393,7 +1393,8 @@ else:
 # hand-over to the decode worker comes on top. The findings above say what it took.
 # </details>
 #
-# 3. The replay is right at low arrival rates and wrong at high ones. Which part of it would you suspect first?
+# 3. Suppose a replay came out right at low arrival rates and wrong at high ones. Which part of it would you suspect
+#    first?
 #
 # <details><summary>Answer</summary>
 #
@@ -1507,7 +1508,7 @@ else:
 display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</details>"))
 
 # %% [markdown]
-# The paragraph at the top of this chapter, under *What this run found*, written from the findings above:
+# The code below writes the paragraph at the top of this chapter, under *What this run found*, from the findings above.
 
 # %%
 claims.invariant(not any(e.running for e in live.values()), "an engine is still running after the chapter")
