@@ -51,6 +51,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
+import torch.utils.benchmark
 from IPython.display import Markdown, display
 
 from lib import claims, costmodel, machine, metrics, objectives, params, phases, prose, roofline, shapes, timing
@@ -511,13 +512,14 @@ show(claims.pick(
     not_measured=register.undecided("choosing_is_cheap", "the answer had a single token, so there is no decode step "
                                     "to compare.")))
 logits_row = torch.randn(1, 1, shape.vocab, dtype=torch_dtype, device=lm.device)  # a row of the model's logits
-argmax_alone = timing.measure(lambda: int(logits_row.argmax(dim=-1)), lm.device, warmup=5, repeats=51)
+argmax_s = (torch.utils.benchmark.Timer("int(row.argmax(dim=-1))", globals={"row": logits_row})
+            .blocked_autorange(min_run_time=0.2).median)  # seconds a call, with its read-back
 show(f"One layer down, the argmax and its read-back alone, on a row of {shape.vocab:,} logits, took a median "
-     f"**{argmax_alone.median * 1e6:.0f} us** here: {logit_bytes / argmax_alone.median / 1e9:.1f} GB/s, "
-     f"{'well below' if logit_bytes / argmax_alone.median < read_gb_s * 1e9 / 2 else 'near'} the streaming read, so "
-     f"{'its kernel, not the memory, sets its pace' if logit_bytes / argmax_alone.median < read_gb_s * 1e9 / 2 else 'the memory sets its pace'}"
+     f"**{argmax_s * 1e6:.0f} us** here: {logit_bytes / argmax_s / 1e9:.1f} GB/s, "
+     f"{'well below' if logit_bytes / argmax_s < read_gb_s * 1e9 / 2 else 'near'} the streaming read, so "
+     f"{'its kernel, not the memory, sets its pace' if logit_bytes / argmax_s < read_gb_s * 1e9 / 2 else 'the memory sets its pace'}"
      + (f"; the rest of choosing's {choice_ms.median():.2f} ms is what the first call after a prefill pays beyond it, "
-        "which this chapter does not take apart." if choice_ms.median() > 2 * argmax_alone.median * 1e3 else "."))
+        "which this chapter does not take apart." if choice_ms.median() > 2 * argmax_s * 1e3 else "."))
 
 # %%
 register.claim("first_token_from_prefill", "The cached prefill's last position chooses the token a full uncached "
