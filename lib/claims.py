@@ -485,12 +485,9 @@ class Claims:
         self.declared[claim] = _Declared(statement, finding, held, not_held, unresolved or _GENERIC_UNRESOLVED,
                                          not_measured)
 
-    def decide(self, claim: str, verdict: str | None, *, predicted: str = "", measured: str = "",
-               evidence: str = "", **values) -> str:
-        """Record the ``verdict`` (``None``: not measured) of a declared claim and return the sentence for it
-        (markdown, its first letter capitalised unless its first word is a name such as ``bf16`` or ``vLLM``), which the chapter shows as a finding in its body: the verdict
-        itself is shown only in the evidence table at the chapter's end (:meth:`evidence`). ``values`` fill the
-        sentence's placeholders."""
+    def _open(self, claim: str, verdict: str | None) -> tuple["_Declared", str]:
+        """The declaration of ``claim``, which must be declared and not yet decided, and ``verdict`` checked
+        (``None`` read as not measured): what :meth:`decide` and :meth:`record` both require."""
         if claim not in self.declared:
             raise ValueError(f"claim {claim!r} was never declared; declared: {', '.join(self.declared) or 'none'}")
         if claim in self.rows:
@@ -498,7 +495,15 @@ class Claims:
         verdict = NOT_MEASURED if verdict is None else verdict
         if verdict not in VERDICTS:
             raise ValueError(f"claim {claim}: verdict must be one of {VERDICTS}, got {verdict!r}")
-        d = self.declared[claim]
+        return self.declared[claim], verdict
+
+    def decide(self, claim: str, verdict: str | None, *, predicted: str = "", measured: str = "",
+               evidence: str = "", **values) -> str:
+        """Record the ``verdict`` (``None``: not measured) of a declared claim and return the sentence for it
+        (markdown, its first letter capitalised unless its first word is a name such as ``bf16`` or ``vLLM``), which the chapter shows as a finding in its body: the verdict
+        itself is shown only in the evidence table at the chapter's end (:meth:`evidence`). ``values`` fill the
+        sentence's placeholders."""
+        d, verdict = self._open(claim, verdict)
         if not (d.held or d.not_held) and verdict != NOT_MEASURED:
             raise ValueError(f"claim {claim!r} was declared with its statement alone: record it with record()")
         template = {HELD: d.held, NOT_HELD: d.not_held, UNRESOLVED: d.unresolved, NOT_MEASURED: d.not_measured}[verdict]
@@ -521,16 +526,9 @@ class Claims:
         """Record the ``verdict`` (``None``: not measured, with ``evidence`` saying why) of a claim declared with
         its statement alone, and return the verdict (one of :data:`VERDICTS`) for :func:`pick`: the chapter's
         finding is its own prose, and the verdict is shown only in the evidence table (:meth:`evidence`)."""
-        if claim not in self.declared:
-            raise ValueError(f"claim {claim!r} was never declared; declared: {', '.join(self.declared) or 'none'}")
-        d = self.declared[claim]
+        d, verdict = self._open(claim, verdict)
         if d.held or d.not_held or d.finding:
             raise ValueError(f"claim {claim!r} was declared with its sentences: decide it with decide()")
-        if claim in self.rows:
-            raise ValueError(f"claim {claim!r} was already decided")
-        verdict = NOT_MEASURED if verdict is None else verdict
-        if verdict not in VERDICTS:
-            raise ValueError(f"claim {claim}: verdict must be one of {VERDICTS}, got {verdict!r}")
         self.rows[claim] = Claim(claim, d.statement, predicted, measured, verdict, evidence)
         return verdict
 

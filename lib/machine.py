@@ -92,8 +92,9 @@ LONG_CACHES = ((1, 1000), (16, 512))  # batch 64 in proportion past 16: timing i
 STREAM_KERNELS = ("read", "read_max", "copy", "fresh_copy", "triad")
 #: The most a pass of a memory system can stream, in bytes/s: a table above it was not measured here.
 _FASTEST_MEMORY = 20e12
-#: Tensors and models made for one dtype, kept while its thread counts are measured (:func:`measure_ceilings`
-#: empties it between dtypes): making 500 MB of random weights costs more than timing them.
+#: The tensors and models of the dtype being measured, kept across its thread counts and rounds
+#: (:func:`measure_ceilings` keeps one such dict per dtype and empties them at its end): making 500 MB of random
+#: weights costs more than timing them.
 _KEPT: dict = {}
 
 
@@ -695,7 +696,9 @@ def measure_ceilings(device: torch.device, dtypes: Sequence[str] = ("fp32",), th
     :data:`HEAD_ROWS` for the LM head), attention (:data:`ATTENTION_ROWS`) and dispatch (a decode step of 64 sequences at
     the most threads only, where the chapters batch that far); ``models_one_stream`` at the head's fewer rows and
     their dispatch for one stream (the chapters run those models one request at a time, with all threads or, as
-    vLLM's CPU build computes, on one). Quick mode measures :data:`QUICK_ROWS` only.
+    vLLM's CPU build computes, on one). Quick mode measures :data:`QUICK_ROWS` only. Each round times every dtype
+    in turn, so a slow spell of the host lands on all of them alike, not on one dtype's minutes (chapter 3 prices
+    bf16's step against fp32's from these rows).
     Returns one row per measurement (see the module docstring): ``device``, ``dtype``, ``threads``,
     ``kernel``, ``model``, ``rows``, bytes and FLOPs per call, the fastest, median and slowest call (``best_s``,
     ``median_s``, ``worst_s``), the rates of the fastest and the median (``gb_s``, ``gflop_s`` and their
@@ -709,50 +712,56 @@ def measure_ceilings(device: torch.device, dtypes: Sequence[str] = ("fp32",), th
     unknown = [m for m in [*models, *models_one_stream] if m not in MODELS]
     if unknown:
         raise ValueError(f"chapter 0 knows the matrices of {', '.join(MODELS)}, not {', '.join(unknown)}")
-    out = []
+    runnable, out = {}, []
     for name in dtypes:
         try:
-            dtype = resolve_dtype(name, device)
+            runnable[name] = resolve_dtype(name, device)
         except UnsupportedDtype as error:
             out.append(dict(device=str(device), dtype=name, kernel="square_matmul", status=f"unsupported: {error}"))
-            continue
-        support = hardware_support(device, dtype)
-        _KEPT.clear()  # one dtype's tensors at a time, kept across its thread counts and rounds
-        measured, took = [], dict.fromkeys(threads, 0.0)
-        for round_ in range(plan.rounds):
-            step = plan if round_ == 0 else dataclasses.replace(plan, warm_up=False)
+    global _KEPT
+    kept = {name: {} for name in runnable}  # each dtype's tensors, kept across its thread counts and rounds
+    measured = {name: [] for name in runnable}
+    took = {(name, n): 0.0 for name in runnable for n in threads}
+    # every dtype once per round, so a slow spell lands on all of them alike, not on one dtype's minutes
+    for round_ in range(plan.rounds):
+        step = plan if round_ == 0 else dataclasses.replace(plan, warm_up=False)
+        for name, dtype in runnable.items():
+            _KEPT = kept[name]
+            support = hardware_support(device, dtype)
             for n in threads:
                 started = time.perf_counter()
                 with use_threads(n), torch.inference_mode():
                     base = dict(device=str(device), device_name=device_name(device), dtype=dtype_name(dtype),
                                 threads=n, hardware_support=support)
                     # a page fault costs the kernel's work, whatever the dtype: the first dtype's copy prices them
-                    measured += stream(device, dtype, step, base, fresh=name == dtypes[0])
-                    measured.append(square_matmul(device, dtype, step, base))
+                    measured[name] += stream(device, dtype, step, base, fresh=name == dtypes[0])
+                    measured[name].append(square_matmul(device, dtype, step, base))
                     for model in [*models, *models_one_stream]:
                         few = head_rows if model in models_one_stream else rows  # chapters 1, 7 and 9 need fewer
-                        measured += matrices(model, device, dtype, step, base, few, head_rows, slow=not support)
+                        measured[name] += matrices(model, device, dtype, step, base, few, head_rows, slow=not support)
                         if quick:  # a one-stream model's dispatch as in a full run: one stream, a growing cache
-                            measured += attention(model, device, dtype, step, base, attention_rows, ((1, 16), (4, 64)))
-                            measured += dispatch(model, device, dtype, step, base, prompts=(1, 16),
-                                                 long_caches=((1, 64),),
-                                                 **({"batches": (1,), "caches": ("decode",)}
-                                                    if model in models_one_stream else {"batches": (1, 4)}))
+                            measured[name] += attention(model, device, dtype, step, base, attention_rows,
+                                                        ((1, 16), (4, 64)))
+                            measured[name] += dispatch(model, device, dtype, step, base, prompts=(1, 16),
+                                                       long_caches=((1, 64),),
+                                                       **({"batches": (1,), "caches": ("decode",)}
+                                                          if model in models_one_stream else {"batches": (1, 4)}))
                         elif model in models_one_stream:  # chapters 1, 7 and 9 price one stream's passes
-                            measured += attention(model, device, dtype, step, base, attention_rows,
-                                                  contexts=((1, 16), (1, 1024)))
-                            measured += dispatch(model, device, dtype, step, base, batches=(1,), caches=("decode",),
-                                                 long_caches=LONG_CACHES[:1])
+                            measured[name] += attention(model, device, dtype, step, base, attention_rows,
+                                                        contexts=((1, 16), (1, 1024)))
+                            measured[name] += dispatch(model, device, dtype, step, base, batches=(1,),
+                                                       caches=("decode",), long_caches=LONG_CACHES[:1])
                         else:  # the chapters batch decode steps at the most threads; fewer points elsewhere
-                            measured += attention(model, device, dtype, step, base, attention_rows)
-                            measured += dispatch(model, device, dtype, step, base, long_caches=LONG_CACHES,
-                                                 **({} if n == max(threads) else {"batches": (1, 16)}))
-                took[n] += time.perf_counter() - started
-        out += _merged(measured)
-        for n, seconds in took.items():
-            log(f"{name}, {n} thread{'s' * (n > 1)}: measured in {seconds:.1f} s ({plan.rounds} round"
-                f"{'s' * (plan.rounds > 1)})")
-    _KEPT.clear()
+                            measured[name] += attention(model, device, dtype, step, base, attention_rows)
+                            measured[name] += dispatch(model, device, dtype, step, base, long_caches=LONG_CACHES,
+                                                       **({} if n == max(threads) else {"batches": (1, 16)}))
+                took[name, n] += time.perf_counter() - started
+    _KEPT = {}
+    for name in runnable:
+        out += _merged(measured[name])
+    for (name, n), seconds in took.items():
+        log(f"{name}, {n} thread{'s' * (n > 1)}: measured in {seconds:.1f} s ({plan.rounds} round"
+            f"{'s' * (plan.rounds > 1)})")
     return pd.DataFrame(out)
 
 

@@ -120,9 +120,9 @@ show("Weights (the matrices a pass multiplies by), " + ", ".join(
 # ## The measurements
 #
 # Each kernel is timed within a budget, in rounds: in the first round it is warmed up once, and that call's time
-# sets how many repeats fit; every ceiling of a dtype is measured once per round, at every thread count, before
-# the next round begins, so a slow spell of a shared machine that lasts a few seconds lands on one round of
-# everything, not on every repeat of the few kernels timed during it (the plan this run used is printed below
+# sets how many repeats fit; every ceiling is measured once per round, in every dtype and at every thread count,
+# before the next round begins, so a slow spell of a shared machine that lasts a few seconds lands on one round of
+# everything, not on every repeat of the few kernels (or the one dtype) timed during it (the plan this run used is printed below
 # the table). **A ceiling is the fastest repeat**: other programs on a shared machine only ever slow a
 # kernel down, so the fastest call is the one closest to what the kernel can do, and the one a slow spell moves
 # least (a host whose own speed drifts between two builds moves every ceiling alike, and the chapters' times
@@ -443,9 +443,10 @@ show(f"The block matrices of {model} take {prose.ms(t1.best)} at one row and {pr
 # between weight streams. A decode step is timed that way from 16 cached tokens and again from longer caches
 # (`lib.machine.LONG_CACHES`): the difference, less what a growing cache's own copy grows when it is timed alone
 # (the cost model prices that copy apart), is how much the rest of a step grows with its cache, and the cost model
-# adds it to a step's dispatch at its cache's size. The square product runs at the
-# arithmetic units' rate only where the hardware has instructions for the dtype; without them its "rate" is a
-# slow kernel's (from the CPU's flags or the GPU's compute capability).
+# adds it to a step's dispatch at its cache's size. The square product can reach the
+# arithmetic units' rate only where the hardware has instructions for the dtype (the CPU's flags or the GPU's
+# compute capability say which); without them its rate is a slow kernel's. Its table gives each dtype's rate
+# against fp32's and against one thread's.
 
 # %%
 issue = ok[ok.kernel == "dispatch"][["model", "dtype", "threads", "pass_kind", "rows", "setting", "best_s",
@@ -481,8 +482,22 @@ if all(g is not None for g in grown.values()):
              f"{_no_growth}: on this machine the work outside the matrices and attention does not grow with the "
              "cache, and the cost model adds nothing for it.")
 peaks = ok[ok.kernel == "square_matmul"][["dtype", "threads", "note", "gflop_s", "spread", "hardware_support"]]
-display(prose.shown(peaks.assign(limited_by=["the arithmetic units" if s else "a slow kernel (no hardware instructions)"
-                                 for s in peaks.hardware_support]).round(2)))
+_fp32_at = dict(zip(peaks[peaks.dtype == "fp32"].threads, peaks[peaks.dtype == "fp32"].gflop_s))
+_one = {dt: float(g.gflop_s.iloc[0]) for dt, g in peaks[peaks.threads == 1].groupby("dtype")}
+display(prose.shown(peaks.rename(columns={"hardware_support": "instructions_for_dtype"}).assign(
+    x_fp32=lambda d: d.gflop_s / d.threads.map(_fp32_at),
+    x_one_thread=lambda d: d.gflop_s / d.dtype.map(_one)).round(2)))
+if most > 1 and not on_gpu:  # what the flags say, beside what the square product did with them
+    _gain = {dt: ceilings.square_flops(dt, most) / ceilings.square_flops(dt, 1) for dt in ceilings.dtypes()}
+    _flat = [dt for dt, g in _gain.items() if g < 1 + claims.NOISE * 2]
+    show("; ".join(f"{dt}'s square product on {most} threads ran **{ceilings.square_flops(dt, most) / 1e9:,.0f} GFLOP/s**, "
+                   f"{_gain[dt]:.2f} times its one thread's"
+                   + ("" if dt == "fp32" else f" and {ceilings.square_flops(dt, most) / ceilings.square_flops('fp32', most):.1f} times fp32's")
+                   for dt in ceilings.dtypes())
+         + ". The flags say only whether the CPU has instructions for a dtype (*instructions_for_dtype*), not what "
+         "rate its kernel reaches with them"
+         + (f": {' and '.join(_flat)}'s does not grow with more threads, so it is not the cores' arithmetic units "
+            "working side by side that set it, and this chapter does not take apart what does." if _flat else "."))
 ridge = ceilings.square_flops("fp32", most) / ceilings.stream_bandwidth("fp32", most)
 show(f"The textbook **balance point** in fp32 on {where}: the square product's {ceilings.square_flops('fp32', most) / 1e9:.1f} "
      f"GFLOP/s over the streaming read's {rates['read']:.1f} GB/s (both fastest calls) is {ridge:.1f} FLOP per byte. "
@@ -630,7 +645,7 @@ else:
 display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</details>"))
 
 # %% [markdown]
-# * Set `dtypes = ["fp32", "bf16", "fp16"]`: does this CPU have instructions for each (see the table's *limited by* column)?
+# * Set `dtypes = ["fp32", "bf16", "fp16"]`: does this CPU have instructions for each (the table's *instructions_for_dtype* column), and does each one's square product run faster than fp32's?
 
 # %% jupyter={"source_hidden": true} tags=["answer"]
 from lib.device import DTYPES as _DTYPES
@@ -644,10 +659,10 @@ if on_gpu:
              + (f" but not for {', '.join(_without)}." if _without else "."))
 else:
     _text = (f"This CPU's flags (`lib.machine.hardware_support` reads them) give matrix instructions for "
-             f"{', '.join(_with)}" + (f" and none for {', '.join(_without)}" if _without else "") + ", so *limited by* "
-             f"should read \"the arithmetic units\" for {', '.join(_with)}"
-             + (f" and \"a slow kernel\" for {', '.join(_without)}, whose square product should then fall far below "
-                f"fp32's {_fp32:.0f} GFLOP/s" if _without else "") + ". "
+             f"{prose.and_list(_with)}" + (f" and none for {prose.and_list(_without)}" if _without else "") + ", so "
+             f"*instructions_for_dtype* should read True for {prose.and_list(_with)}"
+             + (f" and False for {prose.and_list(_without)}, whose square product should then fall far below "
+                f"fp32's {_fp32:.0f} GFLOP/s (a slow kernel, without instructions)" if _without else "") + ". "
              + "".join(f"Here {dt}'s square product ran {ceilings.square_flops(dt, most) / 1e9:.0f} GFLOP/s against "
                        f"fp32's {_fp32:.0f}. " for dt in ceilings.dtypes() if dt != "fp32")
              + "A dtype with instructions whose rate still falls below fp32's shows that PyTorch's kernel for it does "
