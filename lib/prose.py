@@ -158,6 +158,17 @@ def show(text: str) -> None:
     display(Markdown(text))
 
 
+#: What a folded prediction's summary line asks of the reader.
+FOLDED_ASK = "open it once you have written yours"
+
+
+def prediction(text: str, summary: str = "The book's prediction") -> None:
+    """Display the book's answer to a "Predict first" question (markdown the chapter computed) folded, under
+    ``summary``, so that a reader makes their own guess before reading it: opened in JupyterLab and on the site
+    alike (an HTML ``<details>`` element). Introduced in chapter 2."""
+    show(f"<details><summary>{summary} ({FOLDED_ASK})</summary>\n\n{text}\n\n</details>")
+
+
 def machine(device, dtype: str | None = None) -> str:
     """The machine a run measured, for a sentence: ``"Intel Xeon Processor, 2 CPU threads, fp32"`` (on a GPU,
     its name); ``device`` a ``torch.device``, ``dtype`` a name or ``None``."""

@@ -485,8 +485,12 @@ show(f"The argmax reads one row of **{shape.vocab:,} logits** ({logit_bytes / 1e
 # same first token as the cached prefill?
 
 # %% [markdown]
-# The book's prediction: choosing should cost well under a tenth of a decode step, and the uncached pass should
+# <details><summary>The book's prediction (open it once you have written yours)</summary>
+#
+# Choosing should cost well under a tenth of a decode step, and the uncached pass should
 # choose the same first token.
+#
+# </details>
 
 # %%
 choice_ms = runs_table.choose_first_token_ms

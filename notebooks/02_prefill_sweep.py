@@ -198,11 +198,11 @@ show(f"For {label(*main)}, chapter 0 measured the streaming read at **{read_bw /
 balance = f_many / read_bw  # FLOP per byte
 balance_tokens = balance * block_bytes / flops_per_token
 square_balance = ceilings.square_flops(main_dt, most) / read_bw
-show(f"A balance point of **{balance:.1f} FLOP/byte**, where chapter 0's textbook one, {square_balance:.1f}, uses the "
-     f"square product's rate instead of the model's matrices. Reading the blocks' weights takes "
-     f"{block_bytes / read_bw * 1e3:.3g} ms; at the fastest rate one token's FLOPs take "
-     f"{flops_per_token / f_many * 1e3:.3g} ms. So by the balance point a pass should cost about the same up to "
-     f"**{balance_tokens:.0f} {main_dt} tokens** on this machine, and grow with its arithmetic after that.")
+prose.prediction(f"A balance point of **{balance:.1f} FLOP/byte**, where chapter 0's textbook one, {square_balance:.1f}, uses the "
+                 f"square product's rate instead of the model's matrices. Reading the blocks' weights takes "
+                 f"{block_bytes / read_bw * 1e3:.3g} ms; at the fastest rate one token's FLOPs take "
+                 f"{flops_per_token / f_many * 1e3:.3g} ms. So by the balance point a pass should cost about the same up to "
+                 f"**{balance_tokens:.0f} {main_dt} tokens** on this machine, and grow with its arithmetic after that.")
 
 # %% [markdown]
 # ## What the cost model predicts
@@ -266,10 +266,11 @@ p_second = first.predicted_ms.iloc[1] / first.predicted_ms.iloc[0]  # the second
 on_floor = (f"it stays within {margin:.0%} of that up to **{tokens(expected[main].flat_until_tokens)}**"
             if expected[main].flat_until_tokens > first.index[0] else
             f"it has no floor: {tokens(first.index[1])} are priced at **{p_second:.2f}x** that, beyond {margin:.0%} more")
-show(f"Prediction ({label(*main)}): a 1-token pass takes **{prose.ms(first.predicted_ms.iloc[0] / 1e3)}**, most of it "
-     f"{first.largest_term.iloc[0]}; {on_floor}, "
-     f"and it reaches {prose.ms(first.predicted_ms.iloc[-1] / 1e3)} at {tokens(first.index[-1])}. Its time per token comes "
-     f"within {margin:.0%} of its lowest at **{tokens(expected[main].knee_tokens)}**.")
+prose.prediction(f"Prediction ({label(*main)}): a 1-token pass takes **{prose.ms(first.predicted_ms.iloc[0] / 1e3)}**, most of it "
+                 f"{first.largest_term.iloc[0]}; {on_floor}, "
+                 f"and it reaches {prose.ms(first.predicted_ms.iloc[-1] / 1e3)} at {tokens(first.index[-1])}. Its time per token comes "
+                 f"within {margin:.0%} of its lowest at **{tokens(expected[main].knee_tokens)}**.",
+                 "The cost model's prediction")
 prose.shown(first[["block_matrices_ms", "LM_head_ms", "attention_ms", "dispatch_ms", "predicted_ms", "largest_term"]].round(1))
 
 # %% [markdown]
@@ -763,7 +764,8 @@ show(f"From 1 to {tokens(top.prompt_tokens)} the pass grows by {rise.text('+.1f'
 # The rest of a 1-token pass, its time less its matrices, is the difference of two larger numbers, each with an
 # interval of its own, so it is also measured directly: under the profiler, the pass's time that
 # is not in a matrix product (its small operators and the time between operators), less the profiler's own cost
-# per operator call (`lib.profiling.cost_per_operator`), in each of `profiled_runs` profiled passes.
+# per operator call (`lib.profiling.cost_per_operator`), in each of nine profiled passes (or `profiled_runs`, if
+# more).
 
 # %%
 register.claim("rest_is_launch_floor", "What is not matrix product in a 1-token pass is about the cost of issuing it "
@@ -774,9 +776,10 @@ issue_ = Spread(p1.term("dispatch").best + p1.term("attention").best, p1.term("d
 per_call_ms = profiling.cost_per_operator(device)
 lm_main = models[main_dt]
 one_ids = random_prompt(1, lm_main.vocab_size, device=device)
-with use_threads(most):
+one_token_runs = max(profiled_runs, 9)  # a 1-token pass profiles in milliseconds: nine give its median an interval
+with use_threads(most):                 # that leaves out the slowest and fastest runs (lib.claims.Spread.of)
     rest_runs, matrix_runs = [], []
-    for _ in range(profiled_runs):
+    for _ in range(one_token_runs):
         o = profiling.operators(lambda: phases.prefill(lm_main, one_ids), passes=2, device=device)
         off_matrix, on_matrix = o[o.term != "matrices"], o[o.term == "matrices"]
         rest_runs.append(max(off_matrix.self_ms.sum() - per_call_ms * off_matrix.calls.sum(), 1e-6) / 1e3)
@@ -785,7 +788,7 @@ rest, matrix_in_pass = Spread.of(rest_runs), Spread.of(matrix_runs)
 verdict = register.record("rest_is_launch_floor", claims.within(rest, issue_, claims.PREDICTED_TIME),
                           predicted=prose.span(issue_.low * 1e3, issue_.high * 1e3, ".1f", "ms"),
                           measured=(rest * 1e3).text(".1f", "ms"),
-                          evidence=f"{label(*main)}, 1 token, torch.profiler, {profiled_runs} runs")
+                          evidence=f"{label(*main)}, 1 token, torch.profiler, {one_token_runs} runs")
 issue_cost = (f"the {prose.span(issue_.low * 1e3, issue_.high * 1e3, '.1f', 'ms')} chapter 0's "
               "[dispatch](glossary.md#dispatch) and attention over one token cost")
 show(f"The rest of a 1-token pass is {(rest * 1e3).text('.1f', 'ms')} under the profiler (its own cost taken off), "

@@ -236,7 +236,7 @@ prose.shown(predicted[["dtype", "threads", "context_tokens", "block_matrices_ms"
 # %%
 display(prose.source(phases.decode))
 growth_configs = [(dt, n) for dt, n in configs if dt == "fp32"]
-rows, static_rows, kept = [], [], {}
+rows, static_rows, alone_runs, kept = [], [], [], {}
 keys = ["dtype", "threads", "context_tokens"]
 
 
@@ -278,7 +278,7 @@ def bound_by(m: dict, step: Spread) -> str:
     return {"weights": "[bound by the kernel's rate](glossary.md#regimes), the weights its largest part"
             if m["slow_kernel"] else "[memory-bound](glossary.md#regimes), the weights its largest part" if near
             else f"[above its streaming floor](glossary.md#regimes): the weights its largest part, "
-                 f"{ABOVE_NAMES[m['above']]} what keeps it above its bytes",
+                 f"{ABOVE_NAMES[m['above']]} the most its price adds above its bytes",
             "dispatch": "[dispatch-bound](glossary.md#regimes), dispatch its largest part",
             "cache": "bound by its cache's work"}[m["largest"]]
 
@@ -309,6 +309,14 @@ def decode_run(run: int, only: set | None = None) -> None:
                 table = sweeps.decode_sweep(models[dt], chosen, steps=steps, runs=1, prefill_model=fp32, cache=kind,
                                             label=f"{label(dt, n)}, {kind} cache", caches=kept.setdefault((dt, n, kind), {}),
                                             warmup_steps=warmup_steps)
+                if kind == "dynamic" and (dt, n) in growth_configs:  # the cache's parts alone, in the same minutes
+                    for c in chosen:
+                        parts = sweeps.cache_costs(shape, 1, c + steps // 2, device, models[dt].dtype, repeats=3,
+                                                   flush_bytes=int(shape.with_dtype(dt).weight_bytes))
+                        alone_runs.append(dict(run=run, dtype=dt, threads=n, context_tokens=c,
+                                               **{f"{part}_{what}": getattr(parts[part], what) * 1e3
+                                                  for part in ("attention", "concatenation")
+                                                  for what in ("median", "low")}))
             (rows if kind == "dynamic" else static_rows).append(
                 table.assign(run=run, dtype=dt, threads=n, **{"step_ms" if kind == "dynamic" else "static_step_ms":
                                                               table.median_s * 1e3}))
@@ -628,21 +636,18 @@ else:
 # of each context's size, the **attention** and the **concatenation** (`lib.sweeps.cache_costs`), the
 # concatenation each time after as many bytes as the weights have streamed past, as a step reaches a cache it
 # last touched a step ago (a cache this small, timed warm, would stay in a large last-level cache between calls).
+# Both were timed in the sweep above, three calls in each run right after that run's steps, so the parts and the
+# steps they are compared with shared the machine's minutes: a part's time is the median of its runs' median
+# calls, its fastest the fastest call of all.
 
 # %%
-alone = []
-for dt, n in growth_configs:
-    with use_threads(n):
-        for c in contexts:
-            parts = sweeps.cache_costs(shape, 1, c + steps // 2, device, models[dt].dtype, repeats=9,
-                                       flush_bytes=int(shape.with_dtype(dt).weight_bytes))
-            alone.append(dict(dtype=dt, threads=n, context_tokens=c, attention_ms=parts["attention"].median * 1e3,
-                              concatenation_ms=parts["concatenation"].median * 1e3,
-                              attention_fastest_ms=parts["attention"].low * 1e3,
-                              concatenation_fastest_ms=parts["concatenation"].low * 1e3))
+alone = (pd.DataFrame(alone_runs).groupby(keys, sort=False)  # each run's median call, and the fastest of all
+         .agg(attention_ms=("attention_median", "median"), concatenation_ms=("concatenation_median", "median"),
+              attention_fastest_ms=("attention_low", "min"), concatenation_fastest_ms=("concatenation_low", "min"))
+         .reset_index())
 results.table(static_runs, "static_decode_runs")  # decoded in the sweep above, in turn with the growing cache
 growth = (decode.merge(timing.median_range(static_runs, keys, ["static_step_ms"]), on=keys)
-          .merge(pd.DataFrame(alone).rename(columns={"attention_ms": "attention_alone_ms"}), on=keys))
+          .merge(alone.rename(columns={"attention_ms": "attention_alone_ms"}), on=keys))
 growth["predicted_static_ms"] = [cost[(r.dtype, r.threads)].decode(r.context_tokens + steps // 2, cache="static",
                                                                    max_len=r.context_tokens + steps).best * 1e3
                                  for r in growth.itertuples()]

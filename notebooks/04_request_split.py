@@ -176,8 +176,14 @@ prose.shown(split[["prompt_tokens", "output_tokens", "e2e_ms", "e2e_ms_low", "e2
 # cost per pass, paid at every prompt length, pull the fitted exponent above 1 or below it?
 
 # %% [markdown]
-# The book's expectation: TTFT is a prefill, whose FLOPs grow with every prompt token, so TTFT rises with the
-# prompt whatever the output length. The claim fits log TTFT against log prompt length over every request: its
+# <details><summary>The book's prediction (open it once you have written yours)</summary>
+#
+# TTFT is a prefill, whose FLOPs grow with every prompt token, so TTFT rises with the
+# prompt whatever the output length.
+#
+# </details>
+#
+# The claim fits log TTFT against log prompt length over every request: its
 # slope is the exponent, and two to that power is the factor per doubling.
 
 # %%
@@ -396,8 +402,12 @@ plt.show()
 # the parts alone leaves out.
 
 # %% [markdown]
+# <details><summary>The book's prediction (open it once you have written yours)</summary>
+#
 # If these two are what TPOT's growth is made of, the growth of their timed sum per 1,000 tokens of context
 # matches the slope measured above.
+#
+# </details>
 
 # %%
 display(prose.source(sweeps.cache_costs))

@@ -617,7 +617,13 @@ display(Markdown(
 # logits be: exactly equal, a few `eps`, or about the logits' own size?
 
 # %% [markdown]
-# Both compute the same function, so they should agree to rounding. Rounding scales with the dtype: the tolerance
+# <details><summary>The book's prediction (open it once you have written yours)</summary>
+#
+# Both compute the same function, so they should agree to rounding.
+#
+# </details>
+#
+# Rounding scales with the dtype: the tolerance
 # is `32 x eps(dtype)` relative to the largest logit. A different function (a chunk that did not see its prefix)
 # would miss by about the logits' own size, far beyond it; that would fail the build.
 
@@ -705,9 +711,13 @@ show(f"This section runs **k = {', '.join(map(str, stream_counts))}** streams (t
 # many milliseconds will each of the `k` streams stall?
 
 # %% [markdown]
+# <details><summary>The book's prediction (open it once you have written yours)</summary>
+#
 # The cost model predicts that a `k`-stream step costs what it prices a batch at, less than `k` one-stream steps
 # (the weights are shared), and that unchunked, every one of the `k` streams stalls for B's whole prefill plus one
 # `k`-stream step.
+#
+# </details>
 
 # %%
 stream_sizes = sorted({min(c, b_prompt_len) for c in stream_chunks} | {b_prompt_len}, reverse=True)

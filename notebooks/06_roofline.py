@@ -1443,8 +1443,9 @@ prose.shown(floor_table.round(3))
 #   caches (the heads are split), so the weights, attention and the cache's copy divide by `N`, but not the dispatch
 #   (every device issues every layer's operations); and every layer then adds two all-reduces
 #   of the batch's activations (after attention and after the feed-forward network), which cost a latency and the
-#   bytes over the link. This machine has no link to measure, so the link is an **assumption** too: chapter 0's
-#   streaming copy for its bandwidth, and chapter 0's cost of issuing one operation for each all-reduce's latency.
+#   bytes over the link. This machine has no link to measure, so the link is an **assumption** too, its best case:
+#   chapter 0's streaming copy for its bandwidth, and chapter 0's cost of issuing one operation for each
+#   all-reduce's latency; the table then says what latency would make the all-reduces cost as much as the bytes.
 
 # %%
 example = machine.MODELS[model_name][0].with_dtype(points_dtype)  # the shape chapter 2 ran, in the points' dtype
@@ -1571,6 +1572,8 @@ tp = pd.DataFrame([tp_step(n) for n in tp_devices])
 tp["speedup"] = tp.step_ms.iloc[0] / tp.step_ms
 tp["floor_share"] = tp.floor_ms / tp.step_ms
 tp["communication_share"] = tp.communication_ms / tp.step_ms
+# the latency per all-reduce at which a layer's two cost as long as that device's share of the bytes, microseconds
+tp["break_even_us"] = (tp.bytes_ms / (2 * example.layers) * 1e3).where(tp.devices > 1)
 results.table(tp, "tensor_parallel_decode")
 one_, top_ = tp.iloc[0], tp.iloc[-1]
 best_n = tp.loc[tp.step_ms.idxmin()]
@@ -1588,7 +1591,13 @@ display(Markdown(
     + (f"The quickest split here is {int(best_n.devices)} devices: past it the all-reduces cost more than the bytes "
        "they save." if best_n.devices < top_.devices else
        "The most devices tried is the quickest split here: the bytes divide by N, the floor falls by less and the "
-       "all-reduces grow.")))
+       "all-reduces grow.")
+    + f" That communication is a best case, an all-reduce as cheap as issuing one operation here: between devices it "
+    f"is a round trip over a link, and at **{top_.break_even_us:,.0f} us** each (the *break_even_us* column) the "
+    f"{2 * example.layers} all-reduces take as long as the bytes each of {int(top_.devices)} devices still reads, so "
+    f"the split would be {one_.step_ms / (top_.step_ms + top_.bytes_ms - top_.communication_ms):.1f} times quicker "
+    f"instead of {top_.speedup:.1f}. The fewer bytes each device reads, the lower that latency: the more devices, "
+    f"the sooner the link, not the memory, sets the step."))
 prose.shown(tp.round(3).set_index("devices"))
 
 # %% [markdown]

@@ -249,9 +249,13 @@ show(f"For scale, timed here: applying the chat template and tokenising the ques
 # in-process gaps, or to move further?
 
 # %% [markdown]
-# The book's prediction: these are fixed costs per request and per token, small beside a 135M-parameter model's
+# <details><summary>The book's prediction (open it once you have written yours)</summary>
+#
+# These are fixed costs per request and per token, small beside a 135M-parameter model's
 # forward pass on a CPU. So TTFT should be longer through an engine by a fixed amount, and the gaps should be
 # close to the in-process ones (within the tolerance the claim below names).
+#
+# </details>
 
 # %%
 eos = lm.tokenizer.eos_token_id
@@ -583,9 +587,13 @@ show(f"The levels: **{', '.join(map(str, concurrency))} users** at once (the par
 # than the number of users?
 
 # %% [markdown]
-# The book's prediction: up to the point where the step becomes compute-bound, a batch of `B` costs little more
+# <details><summary>The book's prediction (open it once you have written yours)</summary>
+#
+# Up to the point where the step becomes compute-bound, a batch of `B` costs little more
 # than one sequence. So, as more users stream at once, the total tokens per second should rise, and each user's
 # TPOT should rise too, but more slowly than the number of users.
+#
+# </details>
 
 # %%
 sweep_rows, sweep_traces, goals = [], {}, {}
@@ -711,9 +719,15 @@ show("Each engine's capacity, its most requests per second in the closed loop: "
 # objectives: about all of them, about half, or almost none?
 
 # %% [markdown]
-# The book's prediction: below the rate the engine can serve, requests rarely overlap and goodput is that of one
+# <details><summary>The book's prediction (open it once you have written yours)</summary>
+#
+# Below the rate the engine can serve, requests rarely overlap and goodput is that of one
 # request alone; above it, queues grow, TTFT climbs with every request in the queue, and goodput falls towards
-# zero. The capacity above is only what the closed loop's most users drew out: an engine that batches more
+# zero.
+#
+# </details>
+#
+# The capacity above is only what the closed loop's most users drew out: an engine that batches more
 # requests than that serves more, so its collapse can come above that rate, which is why the sweep goes to four
 # times it. Where the engine reports them (vLLM), its mean time queued and prefilling per request are kept beside the
 # client's TTFT, and every request's figures are saved (`poisson_requests.csv`): chapter 9 replays these
@@ -1074,11 +1088,15 @@ show(f"B's prompt is **{b_len:,} tokens** ({stall_prompt_tokens:,} of text in th
 # later?
 
 # %% [markdown]
-# The book's prediction, from chapter 5: A's worst gap should be about one of its ordinary gaps plus the prefill
+# <details><summary>The book's prediction (open it once you have written yours)</summary>
+#
+# From chapter 5: A's worst gap should be about one of its ordinary gaps plus the prefill
 # of one piece, which the cost model prices on the cores the engine computes on (vLLM's CPU build keeps one core
 # for its scheduler process); a piece of the whole prompt when the budget holds it all; the same piece timed
 # in-process on the same model is shown beside it; and B's TTFT grows by one step per piece as the budget
 # shrinks.
+#
+# </details>
 
 # %%
 a_chat = load_prompt  # a story: A must still be streaming when B arrives (transformers serve stops at end of turn)
@@ -1319,18 +1337,19 @@ plt.show()
 # another stream's step, that stream's worst gap. This chapter's numbers, side by side:
 
 # %%
-def went(a: float, b: float, why: str) -> str:
+def went(a: float, b: float, why: str = "") -> str:
     """``a`` to ``b`` ms in words, with ``why`` where it rose."""
     if abs(b - a) <= 0.05 * a:
         return f"stayed about {a:,.0f} ms ({b:,.0f})"
-    return f"went from {a:,.0f} to {b:,.0f} ms" + (f" ({why})" if b > a else "")
+    return f"went from {a:,.0f} to {b:,.0f} ms" + (f" ({why})" if b > a and why else "")
 
 
 lines = []
 for name, g in sweep.groupby("engine", sort=False):
     lo, hi = g.iloc[0], g.iloc[-1]
     lines.append(f"* **{name}**, {lo.concurrency} to {hi.concurrency} users at once: the median TTFT "
-                 f"{went(lo.ttft_ms, hi.ttft_ms, 'more requests waiting for a step to prefill them')}, and each user's "
+                 f"{went(lo.ttft_ms, hi.ttft_ms)} (how much of it was waiting and how much prefilling beside the others, "
+                 f"this sweep does not split), and each user's "
                  f"TPOT {went(lo.tpot_ms, hi.tpot_ms, 'more sequences in every decode step')}.")
 queued = own.dropna(subset=["server_queue_ms", "server_prefill_ms"])
 lines += [f"* **{r.path}**'s own histograms split one lone request's TTFT into {r.server_queue_ms:.1f} ms queued and "

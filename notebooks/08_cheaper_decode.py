@@ -1026,8 +1026,14 @@ except ValueError as error:  # chapter 0 did not time this model's step at these
 # step is that?
 
 # %% [markdown]
-# The book's prediction: the compiled step costs the eager static step's prediction less its dispatch; on a GPU,
-# compiling with CUDA graphs (`mode="reduce-overhead"`) removes the launches as well. Chapter 0's price of the
+# <details><summary>The book's prediction (open it once you have written yours)</summary>
+#
+# The compiled step costs the eager static step's prediction less its dispatch; on a GPU,
+# compiling with CUDA graphs (`mode="reduce-overhead"`) removes the launches as well.
+#
+# </details>
+#
+# Chapter 0's price of the
 # eager step, and of the dispatch inside it:
 
 # %%

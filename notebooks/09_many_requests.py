@@ -207,8 +207,14 @@ else:
 # you expect its first token to come than a cold request's?
 
 # %% [markdown]
-# The book's prediction: the saving is the prefix's part of the prefill, less the suffix's extra attention over it
-# and the copy. The in-process recipe, timed:
+# <details><summary>The book's prediction (open it once you have written yours)</summary>
+#
+# The saving is the prefix's part of the prefill, less the suffix's extra attention over it
+# and the copy.
+#
+# </details>
+#
+# The in-process recipe, timed:
 
 # %%
 display(prose.source(reuse.first_token_reusing))
@@ -335,8 +341,14 @@ show(f"The long prompt is {long_prompt} tokens, of which {shared} are shared. "
 # token through each engine?
 
 # %% [markdown]
-# The book's prediction: a prefix shorter than one block is never reused, and of a longer one only its whole blocks
-# are; vLLM's own counters should count exactly that. Each engine gets three groups of requests, taking turns:
+# <details><summary>The book's prediction (open it once you have written yours)</summary>
+#
+# A prefix shorter than one block is never reused, and of a longer one only its whole blocks
+# are; vLLM's own counters should count exactly that.
+#
+# </details>
+#
+# Each engine gets three groups of requests, taking turns:
 # **unique** (every system prompt starts with its own request number, so nothing can be reused: the prefix cache
 # in effect off, without a second engine start), **shared** (the long system prompt, served once before), and
 # **short** (the short system prompt, served once before). Every request asks for two tokens; TTFT is what
@@ -571,9 +583,15 @@ except ValueError as error:  # chapter 0 did not measure one of these thread cou
 # worker on all cores?
 
 # %% [markdown]
-# The book's prediction: with two workers, A's gaps are one-core decode steps (priced in the table below, beside
+# <details><summary>The book's prediction (open it once you have written yours)</summary>
+#
+# With two workers, A's gaps are one-core decode steps (priced in the table below, beside
 # the steps on both cores; never holding B's prefill), except the one that holds the hand-over, priced by the cache's bytes over chapter 0's
-# copy rate; B's TTFT is its prefill on one core. The decode worker's loop:
+# copy rate; B's TTFT is its prefill on one core.
+#
+# </details>
+#
+# The decode worker's loop:
 
 # %%
 display(prose.source(separation._decode_round))
@@ -1015,8 +1033,12 @@ if ch7_rates is not None:
 # you expect the first-come replay's TTFT there to be above or below what was measured?
 
 # %% [markdown]
-# The book's prediction: the token-budget replay, not the first-come one, matches what the engines did (both
+# <details><summary>The book's prediction (open it once you have written yours)</summary>
+#
+# The token-budget replay, not the first-come one, matches what the engines did (both
 # batch continuously).
+#
+# </details>
 
 # %%
 display(prose.source(replay.replay))
