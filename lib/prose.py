@@ -86,11 +86,40 @@ def label(column) -> str:
     return f"{text} ({unit})" if text and unit else unit or text
 
 
+def _number(x) -> str:
+    """One cell of a merged interval column: a whole number without its ".0", else up to six figures."""
+    if pd.isna(x):
+        return ""
+    x = float(x)
+    return f"{int(x):,}" if x.is_integer() and abs(x) < 1e15 else f"{x:,.6g}"
+
+
+def _intervals(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with each column that has its interval beside it (``x`` with ``x_low`` and ``x_high``, or ``_lo``
+    and ``_hi``) written as one column of text, ``"median (low–high)"``, the way the sentences write a measured
+    value, and the two edge columns dropped."""
+    out = frame.copy()
+    for column in list(frame.columns):
+        if not isinstance(column, str):
+            continue
+        for lo, hi in (("low", "high"), ("lo", "hi")):
+            low, high = f"{column}_{lo}", f"{column}_{hi}"
+            if low in out.columns and high in out.columns and pd.api.types.is_numeric_dtype(out[column]):
+                out[column] = [_number(m) if (_number(a), _number(b)) == (_number(m), _number(m)) or _number(m) == ""
+                               else f"{_number(m)} ({_number(a)}–{_number(b)})"
+                               for m, a, b in zip(out[column], out[low], out[high])]
+                out = out.drop(columns=[low, high])
+                break
+    return out
+
+
 def shown(frame: pd.DataFrame, digits: int | dict | None = None) -> pd.DataFrame:
-    """``frame`` as a reader sees it: its columns' and index's names (and a transposed table's row names) through
-    :func:`label`, rounded to ``digits`` (a number, or one per column as :meth:`pandas.DataFrame.round` takes it).
-    The data are unchanged; the chapter keeps the names its code uses."""
+    """``frame`` as a reader sees it: rounded to ``digits`` (a number, or one per column as
+    :meth:`pandas.DataFrame.round` takes it), each value kept with its interval (``x``, ``x_low``, ``x_high``)
+    written as one column, ``"median (low–high)"``, and its columns' and index's names (and a transposed table's
+    row names) through :func:`label`. The data are unchanged; the chapter keeps the names its code uses."""
     out = frame.round(digits) if digits is not None else frame.copy()
+    out = _intervals(out)
     out = out.rename(columns=label)
     if out.index.nlevels == 1 and out.index.dtype == object:  # a transposed table: its rows are the columns' names
         out = out.rename(index=label)

@@ -626,6 +626,9 @@ def chapter5_best() -> tuple[int, str]:
 
     best = best_of(halving.chunk_tokens.tolist(), halving.worst_gap_cut.tolist())
     where = f"chapter 5's measured best ({stop:.0%} rule)"
+    if best == min(halving.chunk_tokens):
+        where += (f", the smallest chunk chapter 5 tried: every halving down to it still cut A's worst gap by more "
+                  f"than {stop:.0%}, so a smaller chunk might serve one worker better still")
     if per_run is not None:  # each run's own best, by the same rule
         bests = []
         for _, r in per_run.sort_values("chunk_tokens", ascending=False).groupby("run"):

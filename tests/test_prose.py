@@ -42,6 +42,17 @@ def test_shown_renames_for_the_reader_and_keeps_the_frame():
     assert out.iloc[0, 0] == 1.2 and list(frame.columns) == ["step_ms", "over_predicted"]
 
 
+def test_shown_writes_an_interval_as_one_column():
+    frame = pd.DataFrame({"gap_ms": [902.0, 26.0, None], "gap_ms_low": [780.0, 26.0, None],
+                          "gap_ms_high": [970.5, 26.0, None], "share_lo": [0.1, 0.2, 0.3], "share": [0.15, 0.2, 0.3],
+                          "share_hi": [0.2, 0.2, 0.4], "runs": [9, 9, 9]})
+    out = prose.shown(frame, 1)
+    assert list(out.columns) == ["gap (ms)", "share", "runs"]
+    assert list(out["gap (ms)"]) == ["902 (780–970.5)", "26", ""]
+    assert list(out["share"]) == ["0.2 (0.1–0.2)", "0.2", "0.3 (0.3–0.4)"]
+    assert list(frame.columns)[:3] == ["gap_ms", "gap_ms_low", "gap_ms_high"]  # the chapter's frame is unchanged
+
+
 def test_table_is_whole_escaped_and_renders_bold():
     long = "x" * 300
     html = prose.table(pd.DataFrame({"claim": ["a"], "measured": [f"**166 ms** <script>{long}"]})).data
