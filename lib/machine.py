@@ -1242,8 +1242,10 @@ def pace_note(paced: dict[str, Pace]) -> str:
     if outside:
         low, high = min(outside), max(outside)
         times = f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}x to {high:.2f}x"
-        return (f"The model's one-row matrices took {times} their chapter 0 time here: absolute prices ran about "
-                f"that much too {'low' if high > 1 else 'high'}; ratios within runs move only where their parts slowed unalike.")
+        return (f"The model's one-row matrices took {times} their chapter 0 time here: the machine ran "
+                f"{'slower' if high > 1 else 'faster'} than when chapter 0 measured it, so absolute prices may run up "
+                f"to that much too {'low' if high > 1 else 'high'}; ratios within runs move only where their parts "
+                "slowed unalike.")
     near = [paced[k].ratio for k, v in verdicts.items() if v == claims.UNRESOLVED]
     if not near:
         return ""

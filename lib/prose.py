@@ -237,21 +237,28 @@ class Opening:
     def __init__(self) -> None:
         from IPython.display import Markdown, display
 
-        self.text = ""
+        self.text, self.note = "", ""
         self._handle = display(Markdown(OPENING_PENDING), display_id=True)
+        self._note_handle = display(Markdown(""), display_id=True)  # the pace note, where the paragraph has no room
 
     def write(self, *tellings: str, after: str = "") -> None:
         """Show the first of ``tellings`` (markdown, the longest telling first) that fits :data:`OPENING_WORDS`
         words as the opening paragraph; ``after`` (a sentence such as :func:`lib.machine.pace_note`'s) ends
-        each telling where one with it fits, else is left out. When none fits, the last is shown all the same,
+        the first telling it fits in, and where it fits in none, it is shown as a paragraph of its own right under
+        the opening (:attr:`note`): never left out. When no telling fits, the last is shown all the same,
         with a warning: which telling fits depends on the verdicts this run reached, and a reader's run must not
         fail over a sentence's length; the committed book is held to the limit by its tests."""
         from IPython.display import Markdown
 
         if not tellings:
             raise ValueError("an opening needs at least one telling")
+        self.note = ""
         if after:
-            tellings = tuple(f"{t.rstrip()} {after}" for t in tellings) + tellings
+            with_after = [f"{t.rstrip()} {after}" for t in tellings]
+            if any(opening_words(t) <= OPENING_WORDS for t in with_after):
+                tellings = tuple(with_after)
+            else:
+                self.note = f"**While this chapter ran.** {after}"
         text = next((t for t in tellings if opening_words(t) <= OPENING_WORDS), tellings[-1])
         if (words := opening_words(text)) > OPENING_WORDS:
             warnings.warn(f"the opening paragraph has {words} words; it is a paragraph of at most {OPENING_WORDS}",
@@ -259,3 +266,4 @@ class Opening:
         self.text = text
         if self._handle is not None:  # None outside IPython
             self._handle.update(Markdown(text))
+            self._note_handle.update(Markdown(self.note))

@@ -147,8 +147,11 @@ show(f"{lm.name} in {dtype} on {where}: the prompt is `T` = **{prose.tokens(prom
 # One warm-up request, then `runs` timed ones:
 
 # %%
+pacer = machine.Pacer(ceilings, model_name, dtype, torch.get_num_threads(), device)  # the machine's speed, watched
+pacer.check("before the runs")
 cold = phases.run_request(lm, prompt_ids, max_new_tokens, eos_token_id=eos)
 traces = [phases.run_request(lm, prompt_ids, max_new_tokens, eos_token_id=eos) for _ in range(runs)]
+pacer.check("after them")
 per_run = [metrics.request_metrics(t.request_time, t.token_times) for t in traces]
 cold_m = metrics.request_metrics(cold.request_time, cold.token_times)
 median_run = sorted(range(runs), key=lambda i: per_run[i].ttft)[runs // 2]  # the run drawn: its TTFT the median
@@ -284,7 +287,10 @@ costs = pd.DataFrame([
      "measured_ms_low": ph.decode_step_ms_low, "measured_ms_high": ph.decode_step_ms_high,
      "ms_per_token": ph.decode_step_ms, "predicted_ms": dec_pred.best * 1e3}])
 results.table(costs, "phase_costs")
-prose.shown(costs.round(3))
+display(prose.shown(costs.round(3)))
+# every price above is made of chapter 0's ceilings, measured minutes earlier: the model's one-row matrices, timed
+# before and after the runs as chapter 0 timed them, say whether the machine still ran at that speed
+show(pacer.claim(register, results, "the runs"))
 
 # %%
 register.claim("prompt_token_cheaper", "A prompt token costs less than a decoded token by the ratio the cost "
@@ -713,13 +719,14 @@ _told = (
     f"came after {ranged('ttft_ms')}, then one every {ranged('tpot_ms', '.1f')}; the answer was complete after "
     f"{ranged('e2e_ms')}. " + _gap_told
     + (f"A decoded token cost **{cheaper.mid:.1f}x** as much as a prompt token, "
-       f"{cheaper_outcome.get(register.verdict('prompt_token_cheaper'), 'not measured')}: prefill's matrices ran "
-       f"{T} rows at {model.ceilings.matrix_rate(model_name, dtype, model.threads, T) / 1e9:.0f} GFLOP/s, decode's "
-       f"one row at {model.ceilings.matrix_rate(model_name, dtype, model.threads, 1) / 1e9:.0f}, and each decode step "
+       f"{cheaper_outcome.get(register.verdict('prompt_token_cheaper'), 'not measured')}: chapter 0 ran the "
+       f"matrices at {T} rows at {model.ceilings.matrix_rate(model_name, dtype, model.threads, T) / 1e9:.0f} GFLOP/s "
+       f"and at one row at {model.ceilings.matrix_rate(model_name, dtype, model.threads, 1) / 1e9:.0f}, and each decode step "
        "pays a whole pass's issuing for its one token. " if cheaper else "")
     + f"So a run spent a median **{over_runs.decode_share:.0%}** of its time decoding: a short question with a "
     + job.get(register.verdict("short_question_is_a_decode_job"), "single token has no decode phase."))
-opening.write(_told, _told.replace(_gap_told, ""))  # the shorter telling leaves the longest gap to the body
+opening.write(_told, _told.replace(_gap_told, ""),  # the shorter telling leaves the longest gap to the body
+              after=pacer.note())  # the pace note, when the machine's speed moved
 
 # %% [markdown]
 # ## Key terms

@@ -375,7 +375,9 @@ print(f"{before} of {len(ratio)} points straddled their band after {runs} runs; 
 # stops, since chapter 0's table would then understate this machine). A short pass priced at `F(T)` whose `2T / b`
 # lies below its configuration's balance point (computed as above) is
 # [**few-row-kernel-bound**](glossary.md#regimes): by the roofline its bytes would set its time, so what it pays for
-# is the matrix kernel's slow rate at that few rows, not arithmetic.
+# is the matrix kernel's slow rate at that few rows, not arithmetic. A pass whose largest term is the weights
+# read at one row, by a kernel more than `REGIME_SLACK` slower than the streaming read, is
+# [**bound by the kernel's rate**](glossary.md#regimes), not by the memory.
 
 # %%
 faults = runs_table.groupby(keys, sort=False).faults.median()
@@ -401,8 +403,17 @@ def regime_of(k, measured: Spread | None = None) -> regime.Regime:
                          intensity=2 * t / base_shape.with_dtype(dt).bytes_per_param, balance=balance_of(dt, n))
 
 
+def shown_label(k, g: regime.Regime) -> str:
+    """The rule's label, except that weights read by a kernel more than the slack below the streaming read are
+    "bound by the kernel's rate" (the glossary's Regimes), not by the memory's."""
+    dt, n, _ = k
+    slow = ceilings.weight_rate(model_name, dt, n) * regime.REGIME_SLACK < ceilings.stream_bandwidth(dt, n)
+    return "bound by the kernel's rate" if g.label == "memory-bound" and slow else g.label
+
+
 labels = [regime_of(tuple(k)) for k in sweep[keys].itertuples(index=False)]
-sweep["regime"], sweep["over_predicted"] = [g.label for g in labels], sweep.ratio
+sweep["regime"] = [shown_label(tuple(k), g) for k, g in zip(sweep[keys].itertuples(index=False), labels)]
+sweep["over_predicted"] = sweep.ratio
 results.table(sweep, "prefill_sweep")
 warning = regime.check_floors({f"{label(r.dtype, r.threads)} at {tokens(r.prompt_tokens)}": g
                                for r, g in zip(sweep.itertuples(), labels)}, ceilings.strict)
@@ -682,8 +693,10 @@ plt.show()
 # %%
 register.claim("straight_line_fits", "A straight line misses the measured prefill times by about what it misses the "
                "cost model's curve by (the two worst misses within the tolerance for a ratio).")
-worst = Spread.of(float(np.abs(sweeps.fit_floor(mine.prompt_tokens, mine[c] / 1e3).predict(mine.prompt_tokens) * 1e3
-                               / mine[c] - 1).max()) for c in ("time_ms_low", "time_ms", "time_ms_high"))
+misses = {c: float(np.abs(sweeps.fit_floor(mine.prompt_tokens, mine[c] / 1e3).predict(mine.prompt_tokens) * 1e3
+                          / mine[c] - 1).max()) for c in ("time_ms_low", "time_ms", "time_ms_high")}
+worst = Spread(min(misses.values()), misses["time_ms"], max(misses.values()))  # the medians' line, and the ends'
+assert abs(misses["time_ms"] - np.abs(residual).max()) < 1e-9  # the figure's line is the medians' line
 model_worst = float(np.abs(model_line.predict(mine.prompt_tokens) * 1e3 / mine.predicted_ms - 1).max())
 verdict = register.record("straight_line_fits", claims.within(worst, model_worst, claims.PREDICTED_RATIO),
                           predicted=f"worst residual {model_worst:.0%} (the model's curve)",
@@ -1280,14 +1293,17 @@ least = tokens(short.prompt_tokens[short.matrix_share.idxmin()])
 issued = f"the {prose.span(issue_.low * 1e3, issue_.high * 1e3, '.1f', 'ms')} of dispatch and attention"
 
 
-def beside_model(claim: str, measured: int, predicted: int) -> str:
-    """How a length read off the points stood against the cost model's, by the claim's verdict."""
-    said_here = {claims.HELD: "as predicted" if measured == predicted else
-                 f"predicted {tokens(predicted)}: within a step",
-                 claims.NOT_HELD: f"not the predicted {tokens(predicted)}",
-                 claims.UNRESOLVED: f"predicted {tokens(predicted)}: unresolved, median "
-                                    + ("matching" if claims.within(measured, predicted, claims.PREDICTED_LENGTH)
-                                       == claims.HELD else "off")}
+def beside_model(claim: str, measured: int, predicted: int, what: str = "", matches: bool | None = None) -> str:
+    """How a length read off the points stood against the cost model's, by the claim's verdict: ``what`` the
+    model predicted (default: ``predicted`` tokens) and whether the median reading ``matches`` it (default: within
+    the claim's tolerance for a length), as the claim itself reads them."""
+    what = what or tokens(predicted)
+    if matches is None:
+        matches = claims.within(measured, predicted, claims.PREDICTED_LENGTH) == claims.HELD
+    said_here = {claims.HELD: "as predicted" if measured == predicted else f"predicted {what}: within a step",
+                 claims.NOT_HELD: f"predicted {what}",
+                 claims.UNRESOLVED: f"predicted {what}: unresolved, the median " + ("matching" if matches else
+                                                                                    "leaning away")}
     return said_here.get(said(claim), "not compared")
 
 
@@ -1301,11 +1317,13 @@ bound = {claims.HELD: "is compute-bound", claims.NOT_HELD: f"is {top_row.regime}
          claims.UNRESOLVED: "may be compute-bound"}
 knee_text = f"time per token stopped falling at **{tokens(knees.mid)}**" + ("" if fm.knee_confirmed else " or later")
 few_rows = int(second.prompt_tokens)
+floor_beside = beside_model("floor_flat_as_predicted", flats.mid, pflat, what="" if p_floored else "no floor",
+                            matches=None if all(floored) and p_floored else floored[1] == p_floored)
 floor_text = (f"It stayed within {margin:.0%} of that up to **{tokens(flats.mid)}** "
-              f"({beside_model('floor_flat_as_predicted', flats.mid, pflat)}; balance point: {balance_tokens:.0f} tokens)"
+              f"({floor_beside}; balance point: {balance_tokens:.0f} tokens)"
               if floored[1] else
               f"It had no floor: {tokens(few_rows)} took **{second.time_ms / fm.floor_ms:.2f}x** as long (cost model: "
-              f"{beside_model('floor_flat_as_predicted', flats.mid, pflat)}; the balance point alone says flat to "
+              f"{floor_beside}; the balance point alone says flat to "
               f"{balance_tokens:.0f} tokens, but F({few_rows}) is only {f_rates[few_rows] / f_many:.0%} of "
               f"F({f_rates.idxmax():,}))")
 with use_threads(most):
@@ -1321,7 +1339,9 @@ _body = (
 )
 _close = (f"So every prompt here, up to {tokens(n_top)}, costs one token's pass." if never else
           f"So here even {tokens(few_rows)} cost more than one token's pass." if not floored[1] else
-          f"So a prompt here costs one token's pass up to {tokens(flats.mid)}, then more with each token.")
+          f"So a prompt here costs one token's pass up to {tokens(flats.mid)}"
+          + (" by the medians" if said("floor_flat_as_predicted") == claims.UNRESOLVED else "")
+          + ", then more with each token.")
 _why = ("So here a prompt pays for its second token already: with few rows the matrices run far below their peak "
         "rate, and the balance point's flat stretch does not appear." if not never and not floored[1] else _close)
 opening.write(_body + _why, _body + _close,

@@ -412,8 +412,8 @@ for (dt, n), g in decode.groupby(["dtype", "threads"], sort=False):
     ax_b.axhline(ceilings.weight_rate(model_name, dt, n) / 1e9, ls="--", lw=1, color=color)
 mine = decode[(decode.dtype == main[0]) & (decode.threads == main[1])]
 ax_s.set(xscale="log", yscale="log", xlabel="context tokens at the start of the run", ylabel="decode step (ms)")
-ax_s.set_title(f"{label(*main)}: a step is {mine.over_predicted.min():.2f}-{mine.over_predicted.max():.2f}x its cost "
-               f"model, {mine.over_streaming_floor.min():.1f}-{mine.over_streaming_floor.max():.1f}x its streaming floor",
+ax_s.set_title(f"{label(*main)}: a step is {prose.span(mine.over_predicted.min(), mine.over_predicted.max(), '.2f')}x its cost "
+               f"model, {prose.span(mine.over_streaming_floor.min(), mine.over_streaming_floor.max())}x its streaming floor",
                fontsize=10)
 ax_b.set(xscale="log", xlabel="context tokens", ylabel="bytes a step must read / step time (GB/s)")
 ax_b.set_title("Implied bandwidth; dotted: streaming read, dashed: the model's matrix-vector rate", fontsize=10)
@@ -818,8 +818,8 @@ for dt, n in growth_configs:
          f"The step grows {grew_ms}, against {by_parts}: {across} "
          + claims.leaning(grew, *claims.allowed(alone_span, claims.PREDICTED_TIME)) + "."),
         (f"static_cache_saves_the_copy_{tag(dt, n)}", "At the longest context, the preallocated cache saves what the "
-         "cost model predicts (the copy and its page faults, and the growing cache's longer dispatch from chapter 0's "
-         "hollowed steps, less attention over the unwritten positions).",
+         "cost model predicts (the copy and its page faults, and the difference between the two caches' dispatch in "
+         "chapter 0's hollowed steps, less attention over the unwritten positions).",
          claims.within(saved, model_saved, claims.PREDICTED_TIME) if saved.low > 0 and model_saved > 0 else
          claims.NOT_HELD if saved.high < 0 < model_saved else claims.UNRESOLVED, model_saved, saved,
          f"The preallocated cache's step is {saved_ms} shorter, within the tolerance of the {prose.ms(model_saved)} "
@@ -828,7 +828,7 @@ for dt, n in growth_configs:
          f"the cost model predicted.{why_saved}",
          f"At {c1} tokens the preallocated cache's step is {saved_ms} shorter than the growing cache's (the saving per "
          f"step, in pairs of the two decoded in turn), against the {prose.ms(model_saved)} the cost model predicted "
-         f"(the copy, the growing cache's longer dispatch, less attention over the unwritten positions): {across} "
+         f"(the copy, the difference in the two caches' dispatch, less attention over the unwritten positions): {across} "
          f"{lean(saved, model_saved)}.{why_saved}")):
         register.claim(claim, statement)
         verdict = register.record(claim, verdict, measured=(meas * 1e3).text("+.1f", "ms"),
@@ -909,8 +909,10 @@ else:
 # missed. The profiler's own
 # cost per operator call is measured too, and taken off each part's profiled time (a part of many small calls
 # reads long under it by their number times that cost). The step is profiled `profiled_runs` times, so each part
-# has an interval. Parts whose predicted time is under ten times the profiler's own cost for them are too short
-# to compare.
+# has an interval, and after each profiled run the same step is timed without the profiler: the profiled step
+# still runs longer than that (the profiler slows more than its calls), so each part is counted as its share of
+# the profiled step times the step timed beside it. Parts whose predicted time is under ten times the profiler's
+# own cost for them are too short to compare.
 
 # %%
 worst_key = max(ratio, key=lambda k: max(np.log(ratio[k].low), -np.log(ratio[k].high)))  # furthest from 1, either way
@@ -923,17 +925,24 @@ with use_threads(w_n), torch.inference_mode():
         phases.decode(w_model, token, cache, 1)
         phases.truncate_cache(cache, w_c)
 
-    profiled = [profiling.operators(one_step, passes=5, device=device) for _ in range(profiled_runs)]
+    profiled, plain_ms = [], []
+    for _ in range(profiled_runs):  # each profiled run, then the same step without the profiler, beside it
+        profiled.append(profiling.operators(one_step, passes=5, device=device))
+        plain_ms.append(timing.measure(one_step, device, warmup=0, repeats=5).median * 1e3)
     per_call_ms = profiling.cost_per_operator(device)
 ops = profiled[0]
 w_price = cost[(w_dt, w_n)].decode(w_c, fresh_pages=faults[worst_key])
 tables = [profiling.beside_prediction(o, w_price).set_index("term") for o in profiled]
 corrected = pd.concat([t.profiled_ms - t.calls * per_call_ms for t in tables], axis=1)  # the profiler's cost taken off
+inflation = corrected.sum().to_numpy() / np.array(plain_ms)  # each run's profiled step over the same step without the profiler
+corrected = corrected / inflation  # each part's share of its profiled step, times the step timed beside it
 apart = tables[0].assign(profiled_ms=corrected.median(axis=1), low_ms=corrected.min(axis=1), high_ms=corrected.max(axis=1),
                          profiler_ms=tables[0].calls * per_call_ms)
 apart = apart.assign(excess_ms=apart.profiled_ms - apart.predicted_ms).sort_values("excess_ms", ascending=False).reset_index()
 results.table(apart, "worst_step_parts")
-print(f"the profiler's own cost: {per_call_ms * 1e3:.1f} us per operator call")
+print(f"the profiler's own cost: {per_call_ms * 1e3:.1f} us per operator call; the profiled step, that cost taken "
+      f"off, ran {prose.span(inflation.min(), inflation.max(), '.2f')}x the same step timed beside it "
+      f"({prose.span(min(plain_ms), max(plain_ms), '.1f', 'ms')})")
 display(prose.shown(ops.head(8).round(3)))
 prose.shown(apart.round(2))
 
@@ -1645,8 +1654,10 @@ opening.write(opening_start + kernel_note + ". " + narrow_text + batch_text + to
 #
 # <details><summary>Answer</summary>
 #
-# If the step is dispatch-bound, halving the bytes shortens a part that was not the bottleneck. If the device has no
-# instructions for the dtype, a slow conversion kernel replaces the fast one and the step can even slow down.
+# If the step is dispatch-bound, halving the bytes shortens a part that was not the bottleneck. And the bytes are
+# read by the dtype's own matrix-vector kernel, whose rate need not be fp32's: without instructions for the dtype
+# it is a slow conversion kernel, and even with them (this chapter's bf16 on a CPU with bf16 instructions, its
+# kernel's rate in the table of rates above) it can read fewer bytes more slowly, so the step can even slow down.
 # </details>
 #
 # 3. At batch 64 and context 512, how many bytes of GPT-2 small's fp32 cache does one step read, and how many does

@@ -448,14 +448,14 @@ if lines and steps3 is not None and len(steps3):
 inside3 = load_table("03_decode_sweep", "steps_inside_by_context", quick=quick)  # chapter 3's profiled steps
 _n3 = torch.get_num_threads()
 inside3 = None if inside3 is None else inside3[(inside3.configuration == f"{dtype}, {_n3} threads")
-                                               & (inside3.term == "dispatch")]
+                                               & ~inside3.term.isin(["attention", "cache copy"])]  # chapter 3's rest
 _at3 = [] if inside3 is None else sorted(int(c.split("_")[1]) for c in inside3.columns if c.startswith("dynamic_"))
-if lines and inside3 is not None and len(inside3) == 1 and len(_at3) == 2:  # one layer down: the growing step's rest
-    _r3, (_lo3, _hi3) = inside3.iloc[0], _at3
+if lines and inside3 is not None and len(inside3) and len(_at3) == 2:  # one layer down: the growing step's rest
+    _r3, (_lo3, _hi3) = inside3.sum(numeric_only=True), _at3
     _grew3 = _r3[f"dynamic_{_hi3}_ms"] - _r3[f"dynamic_{_lo3}_ms"]
     _rest3 = _grew3 * 1e3 / (_hi3 - _lo3)  # ms per 1k tokens
-    in_chapter_3 += (f" One layer down, chapter 3's profiler saw the rest of a growing-cache step (dispatch and the "
-                     f"time between operators, with attention and the copy taken out) grow "
+    in_chapter_3 += (f" One layer down, chapter 3's profiler saw the rest of a growing-cache step (the matrices, "
+                     f"dispatch and the time between operators: all but attention and the copy) grow "
                      f"{_grew3:+.1f} ms from {_lo3} to {_hi3} cached tokens, about "
                      f"{_rest3:.1f} ms per 1,000, "
                      + ("about what the line grows beyond the parts timed alone: that is the growth they leave out."

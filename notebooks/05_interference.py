@@ -383,7 +383,11 @@ show(claims.pick(verdict, held=f"At chunk {listed(measured_mask)}, B's prefill i
                                f"normal pace (predicted at chunk {listed(crowded_pred)})." if any(measured_mask) else
                                "No chunk size here spread B's prefill over half of A's gaps, as predicted.",
                  not_held=crowded_words + ".",
-                 unresolved=crowded_words + "; at some size it came too close to that line to call in this run."))
+                 unresolved=crowded_words + "; at " + ", ".join(
+                     f"{r.chunk_tokens} tokens (median gap {r.a_median_gap_ms:.0f} ms, "
+                     f"{prose.span(r.a_median_gap_ms_low, r.a_median_gap_ms_high, '.0f', 'ms')})"
+                     for r, v in zip(summary.itertuples(), crowded) if v == claims.UNRESOLVED)
+                 + f" the median gap's interval reached across that {limit:.0f} ms line, so this run cannot call it."))
 
 # %% [markdown]
 # One run's traces, unchunked and at the predicted best size:
@@ -445,7 +449,9 @@ for size, marker, text in [(best, "*", "measured best"), (best_pred, "D", "predi
 ax.set(xscale="log", yscale="log", xlabel="B's time to first token (ms)", ylabel="A's worst gap (ms)",
        title=(f"Chunking still cut A's worst gap at {best} tokens, the smallest run" if stop is None else
               "No chunk size cut A's worst gap enough to pay" if best == b_prompt_len else
-              f"Chunking first stopped paying off below {best} tokens") + f" (predicted best: {best_pred})")
+              f"Chunking first stopped paying off below {best} tokens"
+              + (", though smaller chunks cut it again" if len(paid_again) else ""))
+       + f"\n(predicted best: {best_pred})")
 ax.legend(fontsize=8)
 ax.grid(True, alpha=0.3)
 results.figure(fig, "tradeoff")
@@ -826,7 +832,7 @@ _ = pacer.claim(register, results, "the experiments")  # an evidence row: whethe
 #   control, many requests of many lengths, and a policy that decides what runs next.
 # * **One stall per run.** A stream of `a_tokens` tokens meets one newcomer; under load, newcomers keep arriving.
 # * **One machine's passes.** The best chunk size moves with the hardware and the model; that is why it is
-#   predicted from chapter 2's passes rather than fixed.
+#   predicted from this machine's measured rates (the cost model, from chapter 0's ceilings) rather than fixed.
 # * **No batching of B with A.** Real chunked-prefill schedulers (Sarathi-Serve, vLLM) put the chunk and the
 #   decode tokens in the same forward pass; here they alternate.
 #
@@ -837,9 +843,9 @@ smallest = summary[summary.chunk_tokens == sizes[-1]].iloc[0]
 chunk_line = (f"with {sizes[-1]}-token chunks A's worst gap was {smallest.a_worst_gap_ms:,.0f} ms against "
               f"{unchunked.a_worst_gap_ms:,.0f} ms unchunked, and B's TTFT {smallest.b_ttft_ms:,.0f} ms against "
               f"{unchunked.b_ttft_ms:,.0f} ms.")
-foreseen = {claims.HELD: f"chapter 2's passes predicted {best_pred} tokens, within one step of the grid",
-            claims.NOT_HELD: f"chapter 2's passes predicted {best_pred}",
-            claims.UNRESOLVED: f"chapter 2's passes predicted {best_pred}; the runs' bests ranged "
+foreseen = {claims.HELD: f"the cost model predicted {best_pred} tokens, within one step of the grid",
+            claims.NOT_HELD: f"the cost model predicted {best_pred}",
+            claims.UNRESOLVED: f"the cost model predicted {best_pred}; the runs' bests ranged "
                                f"{prose.span(min(per_run_best), max(per_run_best), '.0f')} tokens, too wide to call",
             claims.NOT_MEASURED: "not checked against chapter 2's passes"}[register.verdict("chunk_size_prediction")]
 display(Markdown("\n".join([

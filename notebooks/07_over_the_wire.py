@@ -1448,8 +1448,10 @@ show("\n".join(lines))
 # <details><summary>Answer</summary>
 #
 # About eight steps (1,000 / 128, less the decode tokens that share each step's budget). Each step runs every
-# stream's decode token beside one piece of the prompt, so the streams keep producing tokens, each step a little
-# slower than a pure decode step.
+# stream's decode token beside one piece of the prompt, so the streams keep producing tokens, but each of those
+# steps costs a decode step plus a 128-token piece of prefill: on a CPU that piece costs several decode steps
+# (chapter 5's chunks), so the streams' gaps grow several times over for those eight steps instead of stopping
+# once for the whole prefill (this chapter's stall table shows the worst gap at each budget).
 # </details>
 #
 # ## Try it

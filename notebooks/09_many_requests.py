@@ -764,6 +764,22 @@ if slow_host and off_all > 1:  # a machine running slower than chapter 0 makes e
                           if abs(off_all / pace_now - 1) <= claims.NOISE * 2 else
                           "which accounts for part of that miss." if pace_now < off_all else
                           "more than B's TTFT missed its price by."))
+def pace_then(stem: str) -> float | None:
+    """The slowest moment another chapter's pace check measured (its one-row matrices over chapter 0's median
+    call, as `pace_now` is here), or None where that chapter kept no pace table."""
+    table = load_table(stem, "pace", quick=quick)
+    return None if table is None or not len(table) else float(table.ratio.max())
+
+
+def paces_apart(stem: str) -> str:
+    """A clause giving both chapters' paces where they differ by more than the noise, else ""."""
+    then = pace_then(stem)
+    if then is None or abs(then / pace_now - 1) <= 2 * claims.NOISE:
+        return ""
+    return (f"chapter {int(stem[:2])} ran at up to {then:.2f}x chapter 0's time for the same matrices and this chapter "
+            f"at {pace_now:.2f}x, as their pace checks say: the machine's speed moved between the two")
+
+
 ch5_tables, ch5_params = one_run("05_interference", ["interference"])
 ch5_unchunked = ch5_tables["interference"]
 
@@ -780,9 +796,10 @@ if ch5_unchunked is not None and ch5_params.get("model_name", "gpt2-small") == s
                               if claims.ranges_overlap(one_b.low, one_b.high, r5.b_ttft_ms_low, r5.b_ttft_ms_high)
                               else f"{ttfts.iloc[0] / r5.b_ttft_ms:.2f}x chapter 5's, so part of this miss is "
                               "this run's, not the prefill's" + (
+                                  f" ({paces_apart('05_interference')})." if paces_apart("05_interference") else
                                   f" (this chapter ran at {pace_now:.2f}x chapter 0's pace, as its pace check says)."
-                                  if slow_host else " (these workers run in processes of their own, with the "
-                                  "hand-over's shared buffer mapped, which chapter 5's single process does not have).")))
+                                  if slow_host else " (a difference this run does not take apart; these workers run "
+                                  "in processes of their own, which chapter 5's single process does not).")))
 ch2 = load_table("02_prefill_sweep", "prefill_sweep", quick=quick)
 ch2_model = one_run("02_prefill_sweep", ["prefill_sweep"])[1].get("model_name")  # the model chapter 2 timed
 alone_1t = None if ch2 is None or one_core is None or ch2_model != separation_model else \
@@ -804,7 +821,8 @@ if alone_1t is not None and len(alone_1t) and have_two:
                           "apart)." if b_prefill > alone_b and slow_host else "slower than alone, as sharing the "
                           "memory bus and the last-level cache with a neighbour would make it (this run does not time "
                           "that sharing apart)." if b_prefill > alone_b else
-                          "less than alone, so chapter 2's pass and this one differ by more than the neighbour."))
+                          f"less than alone: {paces_apart('02_prefill_sweep')}." if paces_apart("02_prefill_sweep")
+                          else "less than alone, so chapter 2's pass and this one differ by more than the neighbour."))
 predicted = f"{predicted_b:.0f} ms"
 verdict = register.record(
     "newcomer_pays_for_one_core", claims.within(spread(two, "b_ttft_ms"), predicted_b, claims.PREDICTED_TIME)
@@ -1229,9 +1247,14 @@ def requests_apart(name: str, rate: float) -> str:
                               "further; the engine's own log of its steps would")
     alone_ratio = (alone[lat] / alone[f"{lat}_replayed"]).median()
     if len(alone) >= 3 and not 1 / claims.PREDICTED_TIME <= alone_ratio <= claims.PREDICTED_TIME:
+        moved = load_table("07_over_the_wire", "pace", quick=quick)
+        moved = "" if moved is None or len(moved) < 2 or moved.ratio.max() / moved.ratio.min() <= 1 + 2 * claims.NOISE \
+            else (f", or in the machine's speed, which moved from {moved.ratio.min():.2f}x to {moved.ratio.max():.2f}x "
+                  "chapter 0's time for the same matrices while chapter 7 ran (its pace check)")
         return head + said + (f": even alone the requests took {alone_ratio:.2f}x their replay (median of "
                               f"{len(alone)}), and those beside others no more than twice as much, so the miss lies "
-                              "in the engine's work per request beyond what one user alone showed, not in its queue")
+                              "in the engine's work per request beyond what one user alone showed, not in its queue"
+                              + moved)
     return head + said + ": neither group stands out, so these traces do not locate the miss; the engine's own log of " \
                          "its steps would"
 

@@ -215,7 +215,7 @@ def test_pace_times_chapter_0s_kernel_and_its_claim_can_fail_both_ways():
     slow = machine.Pace(ratio=claims.Spread.of([1.6, 1.65, 1.7] * 3), fastest=1.6, calls=9)
     slower = machine.Pace(ratio=claims.Spread.of([1.8, 1.85, 1.9] * 3), fastest=1.8, calls=9)
     note = machine.pace_note({"before": slow, "after": slower})
-    assert "took 1.65x to 1.85x their chapter 0 time" in note and "ran about that much too low;" in note and note.endswith("slowed unalike.")
+    assert "took 1.65x to 1.85x their chapter 0 time" in note and "may run up to that much too low;" in note and note.endswith("slowed unalike.")
     fast = machine.Pace(ratio=claims.Spread.of([0.5, 0.52, 0.55] * 3), fastest=0.5, calls=9)
     assert "much too high;" in machine.pace_note({"before": same, "after": fast})
     # held to chapter 0's own span of calls, fastest to median: a machine running at chapter 0's fastest call, whose

@@ -87,7 +87,7 @@ def test_the_opening_is_written_in_place_at_the_top_when_the_chapter_ends(tmp_pa
     papermill.execute_notebook(str(tmp_path / "in.ipynb"), str(tmp_path / "out.ipynb"), kernel_name="python3",
                                cwd=str(REPO_ROOT), progress_bar=False)
     first = nbformat.read(tmp_path / "out.ipynb", as_version=4).cells[0].outputs
-    assert [o["data"]["text/markdown"] for o in first] == ["The answer is **42**."]
+    assert [o["data"]["text/markdown"] for o in first] == ["The answer is **42**.", ""]  # the second: a note
 
 
 def test_an_opening_is_a_paragraph():
@@ -102,8 +102,11 @@ def test_an_opening_is_a_paragraph():
     assert opening.text.startswith("On this machine")
     opening.write("Short.", after="The machine ran slower.")  # a sentence after, where it fits
     assert opening.text == "Short. The machine ran slower."
-    opening.write(" ".join(["long"] * 138), after="The machine ran slower.")  # else left out
+    opening.write(" ".join(["long"] * 138), after="The machine ran slower.")  # else a paragraph of its own
     assert opening.text.endswith("long long") and "slower" not in opening.text
+    assert opening.note.endswith("The machine ran slower.")
+    opening.write("Short.")
+    assert opening.note == ""
 
 
 def test_a_factor_beside_its_tolerance_never_prints_as_the_tolerance():

@@ -250,7 +250,8 @@ def opening(notebook_path: Path) -> str:
         if cell.cell_type == "markdown" and cell.source.lstrip().startswith(f"## {FOUND}"):
             for later in cells[i + 1:]:
                 if later.cell_type == "code":
-                    return "".join(o.get("data", {}).get("text/markdown", "") for o in later.get("outputs", []))
+                    return next((o["data"]["text/markdown"] for o in later.get("outputs", [])
+                                 if "text/markdown" in o.get("data", {})), "")
     return ""
 
 
