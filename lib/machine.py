@@ -96,6 +96,10 @@ _FASTEST_MEMORY = 20e12
 #: (:func:`measure_ceilings` keeps one such dict per dtype and empties them at its end): making 500 MB of random
 #: weights costs more than timing them.
 _KEPT: dict = {}
+#: What :func:`measure_ceilings` makes again in each dtype's turn of a round rather than keep across rounds: arrays
+#: of random values, quick to make and large (a long context's caches run to gigabytes; both dtypes' at once
+#: exhausted a 24 GiB host). The models and their operation counts, slower to make, are kept.
+_REMADE = ("caches", "stream", "flush", "square")
 
 
 def _kept(key, make):
@@ -756,6 +760,8 @@ def measure_ceilings(device: torch.device, dtypes: Sequence[str] = ("fp32",), th
                             measured[name] += dispatch(model, device, dtype, step, base, long_caches=LONG_CACHES,
                                                        **({} if n == max(threads) else {"batches": (1, 16)}))
                 took[name, n] += time.perf_counter() - started
+            for key in [k for k in _KEPT if k[0] in _REMADE]:  # the next dtype's turn needs the memory
+                del _KEPT[key]
     _KEPT = {}
     for name in runnable:
         out += _merged(measured[name])
