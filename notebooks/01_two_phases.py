@@ -719,9 +719,9 @@ _told = (
     f"came after {ranged('ttft_ms')}, then one every {ranged('tpot_ms', '.1f')}; the answer was complete after "
     f"{ranged('e2e_ms')}. " + _gap_told
     + (f"A decoded token cost **{cheaper.mid:.1f}x** as much as a prompt token, "
-       f"{cheaper_outcome.get(register.verdict('prompt_token_cheaper'), 'not measured')}: chapter 0 ran the "
-       f"matrices at {T} rows at {model.ceilings.matrix_rate(model_name, dtype, model.threads, T) / 1e9:.0f} GFLOP/s "
-       f"and at one row at {model.ceilings.matrix_rate(model_name, dtype, model.threads, 1) / 1e9:.0f}, and each decode step "
+       f"{cheaper_outcome.get(register.verdict('prompt_token_cheaper'), 'not measured')}. Chapter 0's rates put the "
+       f"matrices at {model.ceilings.matrix_rate(model_name, dtype, model.threads, T) / 1e9:.0f} GFLOP/s with {T} rows "
+       f"and {model.ceilings.matrix_rate(model_name, dtype, model.threads, 1) / 1e9:.0f} with one, and each decode step "
        "pays a whole pass's issuing for its one token. " if cheaper else "")
     + f"So a run spent a median **{over_runs.decode_share:.0%}** of its time decoding: a short question with a "
     + job.get(register.verdict("short_question_is_a_decode_job"), "single token has no decode phase."))

@@ -636,9 +636,11 @@ else:
 # of each context's size, the **attention** and the **concatenation** (`lib.sweeps.cache_costs`), the
 # concatenation each time after as many bytes as the weights have streamed past, as a step reaches a cache it
 # last touched a step ago (a cache this small, timed warm, would stay in a large last-level cache between calls).
-# Both were timed in the sweep above, three calls in each run right after that run's steps, so the parts and the
-# steps they are compared with shared the machine's minutes: a part's time is the median of its runs' median
-# calls, its fastest the fastest call of all.
+# Both were timed in the sweep above, three calls in each run right after that run's steps, so they share the
+# sweep's minutes: a part's time is the median of its runs' median calls, its fastest the fastest call of all. (The
+# growth they are set against below is taken from steps decoded in pairs after the sweep, the tightest measure of
+# a difference; those steps ran faster than the sweep's, as the table after them shows, so a part and a growth
+# can still come from a machine at two speeds.)
 
 # %%
 alone = (pd.DataFrame(alone_runs).groupby(keys, sort=False)  # each run's median call, and the fastest of all
@@ -909,9 +911,9 @@ else:
 # missed. The profiler's own
 # cost per operator call is measured too, and taken off each part's profiled time (a part of many small calls
 # reads long under it by their number times that cost). The step is profiled `profiled_runs` times, so each part
-# has an interval, and after each profiled run the same step is timed without the profiler: the profiled step
-# still runs longer than that (the profiler slows more than its calls), so each part is counted as its share of
-# the profiled step times the step timed beside it. Parts whose predicted time is under ten times the profiler's
+# has an interval, and after each profiled run the same step is timed without the profiler: the profiled step, its
+# per-call cost taken off, need not take what the step takes without it (the profiler's cost is not only per call),
+# so each part is counted as its share of the profiled step times the step timed beside it. Parts whose predicted time is under ten times the profiler's
 # own cost for them are too short to compare.
 
 # %%

@@ -1834,7 +1834,7 @@ display(Markdown(
 # %%
 waits = {"memory-bound": "memory", "compute-bound": "arithmetic", "dispatch-bound": "issuing its operations and its small kernels",
          "few-row-kernel-bound": "the few-row kernel",
-         "above its streaming floor": "more than its bytes (dispatch and the cache's work, chapter 3 shows)",
+         "above its streaming floor": "more than its bytes (chapter 3 takes apart what fills the rest)",
          "slow-kernel-bound": "a slow kernel", "page-faults-bound": "page faults",
          "below its floor: a ceiling is wrong": "a ceiling chapter 0 understated"}
 

@@ -765,10 +765,10 @@ if slow_host and off_all > 1:  # a machine running slower than chapter 0 makes e
                           "which accounts for part of that miss." if pace_now < off_all else
                           "more than B's TTFT missed its price by."))
 def pace_then(stem: str) -> float | None:
-    """The slowest moment another chapter's pace check measured (its one-row matrices over chapter 0's median
-    call, as `pace_now` is here), or None where that chapter kept no pace table."""
+    """The moment furthest from chapter 0's speed that another chapter's pace check measured, either way (its
+    one-row matrices over chapter 0's median call, as `pace_now` is here), or None where it kept no pace table."""
     table = load_table(stem, "pace", quick=quick)
-    return None if table is None or not len(table) else float(table.ratio.max())
+    return None if table is None or not len(table) else float(table.ratio.iloc[np.abs(np.log(table.ratio)).argmax()])
 
 
 def paces_apart(stem: str) -> str:
@@ -776,7 +776,8 @@ def paces_apart(stem: str) -> str:
     then = pace_then(stem)
     if then is None or abs(then / pace_now - 1) <= 2 * claims.NOISE:
         return ""
-    return (f"chapter {int(stem[:2])} ran at up to {then:.2f}x chapter 0's time for the same matrices and this chapter "
+    return (f"chapter {int(stem[:2])} ran at {then:.2f}x chapter 0's time for the same matrices (its pace check's "
+            f"moment furthest from 1) and this chapter "
             f"at {pace_now:.2f}x, as their pace checks say: the machine's speed moved between the two")
 
 
@@ -821,8 +822,9 @@ if alone_1t is not None and len(alone_1t) and have_two:
                           "apart)." if b_prefill > alone_b and slow_host else "slower than alone, as sharing the "
                           "memory bus and the last-level cache with a neighbour would make it (this run does not time "
                           "that sharing apart)." if b_prefill > alone_b else
-                          f"less than alone: {paces_apart('02_prefill_sweep')}." if paces_apart("02_prefill_sweep")
-                          else "less than alone, so chapter 2's pass and this one differ by more than the neighbour."))
+                          "less than alone, so chapter 2's pass and this one differ by more than the neighbour.")
+                       + (f" Chapter 2's time is not this machine's speed now, though: {paces_apart('02_prefill_sweep')}."
+                          if paces_apart("02_prefill_sweep") else ""))
 predicted = f"{predicted_b:.0f} ms"
 verdict = register.record(
     "newcomer_pays_for_one_core", claims.within(spread(two, "b_ttft_ms"), predicted_b, claims.PREDICTED_TIME)
