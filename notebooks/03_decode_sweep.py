@@ -1556,6 +1556,10 @@ opening_start = (f"On this machine ({prose.machine(device, main[0])}), a {model_
                  "streaming floor"
                  + ("" if near or "above its streaming floor" in bound_by(kind_of, spread[k0])
                     else f", {kind_of['above']} adding the most above it"))
+short_start = (f"On this machine ({prose.machine(device, main[0])}), a {model_name} decode step took "
+               f"**{(spread[k0] * 1e3).text('.1f', 'ms')}** at context {contexts[0]} and "
+               f"**{(spread[k1] * 1e3).text('.1f', 'ms')}** at {contexts[-1]}{grew_text}: at {contexts[0]}, "
+               f"**{over_floor[contexts[0]].text('.2f', 'x')}** its streaming floor")
 kernel_note = (", not the kernel's rate" if w_rate >= s_rate and not near
                and kind_of["above"] != "the kernel's rate below the streaming read" else "") + rule
 
@@ -1610,6 +1614,7 @@ opening.write(opening_start + kernel_note + ". " + narrow_text + batch_text + to
               opening_start + rule + ". " + narrow_text + counted,
               opening_start + rule + ". " + counted,  # the misses counted, whatever else is left out
               opening_start + rule + ".",
+              short_start + rule + ".", short_start + ".",  # the step's times and its floor only
               after=pacer.note())  # why the prices missed, when the machine itself ran at another speed
 
 # %% [markdown]
