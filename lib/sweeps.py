@@ -203,36 +203,6 @@ def decode_sweep(model: LoadedModel, contexts, *, steps: int = 40, runs: int = 3
     return pd.DataFrame(rows).sort_values(["context_tokens", "run"], ignore_index=True)
 
 
-def alternating(model: LoadedModel, a: tuple, b: tuple, pairs: int, *, block: int = 8,
-                model_b: LoadedModel | None = None) -> pd.DataFrame:
-    """Two decodes in strict alternation, one step of each in turn, ``pairs`` times: the tightest pairing a
-    difference between them can have (a slow spell of a shared machine lasts far longer than two steps, so it
-    lands on both steps of a pair). ``a`` and ``b`` are ``(cache, first_token, context)``, each cache cropped back
-    to its context every ``block`` steps; ``model_b`` decodes ``b`` (default: ``model``). Returns one row per pair:
-    ``a_s``, ``b_s`` (seconds), ``a_faults``, ``b_faults`` (page faults) and ``difference_s`` (``b - a``).
-    Introduced in chapter 3."""
-    if pairs < 1 or block < 1:
-        raise ValueError(f"alternating needs pairs >= 1 and block >= 1, got {pairs} and {block}")
-    sides = [(model, *a), (model_b or model, *b)]
-    for m, kv, _, context in sides:
-        phases.check_fits(m, context, block)
-    tokens = [first for _, _, first, _ in sides]
-    rows = []
-    for i in range(pairs):
-        row = {}
-        for k, (m, kv, first, context) in enumerate(sides):
-            if i % block == 0:
-                phases.truncate_cache(kv, context)
-                tokens[k] = first
-            trace = phases.decode(m, tokens[k], kv, 1)
-            tokens[k] = trace.last_token
-            row[f"{'ab'[k]}_s"], row[f"{'ab'[k]}_faults"] = trace.step_times[0], trace.step_faults[0]
-        rows.append(dict(pair=i + 1, **row, difference_s=row["b_s"] - row["a_s"]))
-    for m, kv, _, context in sides:
-        phases.truncate_cache(kv, context)
-    return pd.DataFrame(rows)
-
-
 def cache_costs(shape: ModelShape, batch: int, context: int, device: torch.device | str,
                 dtype: torch.dtype = torch.float32, *, repeats: int = 3, warmup: int = 1,
                 flush_bytes: int = 0) -> dict[str, Timing]:

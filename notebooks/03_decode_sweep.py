@@ -45,7 +45,6 @@ warmup_steps = 2                 # untimed steps from each context before each r
 settle_s = 8.0                   # at most this long re-measuring the points whose interval straddles their prediction
 batch_runs = 3                   # runs of the batched sweep (a large batch's step is long: few runs, their range)
 profiled_runs = 5                # profiled steps, one layer down
-paired_steps = 48                # steps of two decodes in strict alternation, for a difference between them
 configs = None                   # [(dtype, threads)]; None: fp32 on all threads and on 1, and the 2-byte dtype
 batches = [1, 4, 16, 64]
 batch_context = 512
@@ -67,7 +66,6 @@ P = params.check(globals(), {
     "settle_s": params.number(min=0, max=600, quick=0),
     "batch_runs": params.integer(min=1, max=30, quick=2),
     "profiled_runs": params.integer(min=1, max=20, quick=2),
-    "paired_steps": params.integer(min=9, max=500, quick=9),
     "configs": params.listof(params.tuple_of(params.dtype(), params.integer(min=1, max=os.cpu_count() or 1,
                                                                             allow_none=True)), allow_none=True),
     "batches": params.int_list(min=1, max=256, quick=[1, 4], min_items=2, ascending=True),
@@ -553,7 +551,7 @@ narrow_claim = ("The 2-byte dtype's step takes the time relative to fp32's that 
                 "ratio, against the predicted one, their geometric mean over the contexts); it does not hold either if "
                 "the step was slower than fp32's, beyond its interval, at every context priced more than 5 % faster, or "
                 "the reverse.")
-register.claim("narrow_dtype_faster", narrow_claim)
+register.claim("narrow_dtype_as_priced", narrow_claim)
 narrow = [(dt, n) for dt, n in configs if dt != "fp32" and ("fp32", n) in configs]
 if narrow:
     nc = narrow[0]
@@ -585,7 +583,7 @@ if narrow:
                  f"{claims.NOISE:.0%}, {nc[0]}'s step was "
                  f"{wrong_way} than fp32's, its whole interval on the other side of 1x: a wrong-way step, which a "
                  "ratio's tolerance would hide." + modes)
-    verdict = register.record("narrow_dtype_faster", claims.NOT_HELD if wrong_way else
+    verdict = register.record("narrow_dtype_as_priced", claims.NOT_HELD if wrong_way else
                               claims.within(vs_predicted, 1.0, claims.PREDICTED_RATIO),
                               predicted=", ".join(f"{p:.2f}x" for _, p in pairs),
                               measured=", ".join(f"{m.mid:.2f}x" for m, _ in pairs),
@@ -617,7 +615,7 @@ if narrow:
          f"dispatch ({lo32['dispatch'] / lo32['total']:.0%} of it) stays, so the more of a step dispatch is, the less "
          f"its cost follows the precision.")
 else:
-    register.record("narrow_dtype_faster", None, evidence="no 2-byte dtype beside fp32 at the same thread count")
+    register.record("narrow_dtype_as_priced", None, evidence="no 2-byte dtype beside fp32 at the same thread count")
     show(f"{narrow_claim} This run does not decide it: no 2-byte dtype beside fp32 at the same thread count in this run.")
 
 # %% [markdown]
@@ -637,10 +635,7 @@ else:
 # concatenation each time after as many bytes as the weights have streamed past, as a step reaches a cache it
 # last touched a step ago (a cache this small, timed warm, would stay in a large last-level cache between calls).
 # Both were timed in the sweep above, three calls in each run right after that run's steps, so they share the
-# sweep's minutes: a part's time is the median of its runs' median calls, its fastest the fastest call of all. (The
-# growth they are set against below is taken from steps decoded in pairs after the sweep, the tightest measure of
-# a difference; those steps ran faster than the sweep's, as the table after them shows, so a part and a growth
-# can still come from a machine at two speeds.)
+# sweep's minutes: a part's time is the median of its runs' median calls, its fastest the fastest call of all.
 
 # %%
 alone = (pd.DataFrame(alone_runs).groupby(keys, sort=False)  # each run's median call, and the fastest of all
@@ -660,11 +655,10 @@ prose.shown(growth[["dtype", "threads", "context_tokens", "step_ms", "predicted_
 # %% [markdown]
 # From the shortest context to the longest, per configuration: the step's growth against what the cost model adds
 # (its cache terms, and the page faults the steps took), against the same parts timed alone here, and the
-# preallocated cache's saving at the longest context against the model's prediction of it. Both are small beside
-# the step they are taken from (the table above says how small), so each is measured as tightly as a difference can be: the two steps
-# decoded in strict alternation, one of each in turn, `paired_steps` times (`lib.sweeps.alternating`: a slow spell of the
-# machine lasts far longer than two steps, so it lands on both of a pair), and decided on the 95 % interval of the
-# median of the pairs' differences. One layer down, both
+# preallocated cache's saving at the longest context against the model's prediction of it. Both are differences
+# between two points of the sweep above, so each is taken within a run, where the two were decoded seconds apart and
+# a slow spell of the machine lands on both: the growth is the median of the runs' own differences, decided on its
+# 95 % interval, from the same runs as the parts timed alone and as the table above. One layer down, both
 # caches' steps at the shortest and the longest context run under the profiler, in turn, so the saving's parts
 # (the copy it avoids, the masked attention it adds) and the growth's parts can be read inside the steps.
 
@@ -732,28 +726,30 @@ def lean(measured: Spread, predicted: float) -> str:
 
 
 c0, c1 = contexts[0], contexts[-1]
-inside, inside_growth, paired_rows = {}, {}, []
+def within_runs(a: pd.Series, b: pd.Series, comparison: str) -> pd.DataFrame:
+    """Two points' steps (s, indexed by run) side by side in the runs that timed both, and ``b - a`` in each."""
+    both = pd.DataFrame({"a_s": a, "b_s": b}).dropna()  # a point measured again by itself has no partner
+    return both.assign(difference_s=both.b_s - both.a_s, comparison=comparison).rename_axis("run").reset_index()
+
+
+inside, inside_growth, run_rows = {}, {}, []
 for dt, n in growth_configs:
     g = growth[(growth.dtype == dt) & (growth.threads == n)].set_index("context_tokens")
-    with use_threads(n):  # the two contexts, then the two caches, one step of each in turn
-        short_, long_ = (kept[(dt, n, "dynamic")][c] for c in (c0, c1))
-        grow_pairs = sweeps.alternating(models[dt], (*short_, c0), (*long_, c1), paired_steps)
-        static_ = kept[(dt, n, "static")][c1]
-        save_pairs = sweeps.alternating(models[dt], (*static_, c1), (*long_, c1), paired_steps)
-    paired_rows.append(pd.concat([grow_pairs.assign(comparison=f"context {c0} against {c1}"),
-                                  save_pairs.assign(comparison=f"preallocated against growing, {c1}")])
-                       .assign(dtype=dt, threads=n))
+    grow_runs = within_runs(per_run(dt, n, c0), per_run(dt, n, c1), f"context {c0} against {c1}")
+    save_runs = within_runs(per_run(dt, n, c1, static_runs, "static_step_ms"), per_run(dt, n, c1),
+                            f"preallocated against growing, {c1}")
+    run_rows.append(pd.concat([grow_runs, save_runs]).assign(dtype=dt, threads=n))
     mid = steps // 2
-    grew = Spread.of(grow_pairs.difference_s)  # each pair's own difference: two steps in a row
-    model_growth = (cost[(dt, n)].decode(c1 + mid, fresh_pages=grow_pairs.b_faults.median()).best
-                    - cost[(dt, n)].decode(c0 + mid, fresh_pages=grow_pairs.a_faults.median()).best)
+    grew = Spread.of(grow_runs.difference_s)  # each run's own difference: two points decoded seconds apart
+    model_growth = (cost[(dt, n)].decode(c1 + mid, fresh_pages=faults[(dt, n, c1)]).best
+                    - cost[(dt, n)].decode(c0 + mid, fresh_pages=faults[(dt, n, c0)]).best)
     # the parts timed alone, priced as chapter 0 prices: from their fastest calls to their median ones (s)
     alone_growth = ((g.attention_fastest_ms + g.concatenation_fastest_ms)[c1]
                     - (g.attention_fastest_ms + g.concatenation_fastest_ms)[c0]) / 1e3
     alone_median = ((g.attention_alone_ms + g.concatenation_ms)[c1] - (g.attention_alone_ms + g.concatenation_ms)[c0]) / 1e3
     alone_span = Spread(min(alone_growth, alone_median), alone_growth, max(alone_growth, alone_median))
-    saved = Spread.of(save_pairs.difference_s)  # growing less preallocated, pair by pair
-    model_saved = (cost[(dt, n)].decode(c1 + mid, fresh_pages=save_pairs.b_faults.median()).best
+    saved = Spread.of(save_runs.difference_s)  # growing less preallocated, run by run
+    model_saved = (cost[(dt, n)].decode(c1 + mid, fresh_pages=faults[(dt, n, c1)]).best
                    - cost[(dt, n)].decode(c1 + mid, cache="static", max_len=c1 + steps).best)
     both = inside_steps(dt, n, (c0, c1))
     inside[(dt, n)] = parts = both[c1]
@@ -829,7 +825,7 @@ for dt, n in growth_configs:
          f"The preallocated cache's step is {saved_ms} shorter, beyond the tolerance of the {prose.ms(model_saved)} "
          f"the cost model predicted.{why_saved}",
          f"At {c1} tokens the preallocated cache's step is {saved_ms} shorter than the growing cache's (the saving per "
-         f"step, in pairs of the two decoded in turn), against the {prose.ms(model_saved)} the cost model predicted "
+         f"step, the two decoded in the same runs), against the {prose.ms(model_saved)} the cost model predicted "
          f"(the copy, the difference in the two caches' dispatch, less attention over the unwritten positions): {across} "
          f"{lean(saved, model_saved)}.{why_saved}")):
         register.claim(claim, statement)
@@ -858,7 +854,7 @@ results.table(pd.concat({f"{dt}, {n} threads": t for (dt, n), t in inside.items(
 results.table(pd.concat({f"{dt}, {n} threads": t for (dt, n), t in inside_growth.items()})
               .set_axis([f"{kind}_{c}_ms" for c, kind in next(iter(inside_growth.values())).columns], axis=1)
               .rename_axis(["configuration", "term"]).reset_index(), "steps_inside_by_context")
-_ = results.table(pd.concat(paired_rows, ignore_index=True), "paired_steps")  # not shown: a path
+_ = results.table(pd.concat(run_rows, ignore_index=True), "growth_by_run")  # not shown: a path
 
 # %% [markdown]
 # **Takeaway: the roofline's bytes are not all a step moves: a cache that grows by concatenation is copied at
@@ -1579,7 +1575,7 @@ if narrow:
         claims.NOT_HELD: f", where {spans[1]} was predicted. ",
         claims.UNRESOLVED: f", against the {spans[1]} predicted" + (": too close to call. " if below else
                            ": not the faster step predicted, though near enough its price that the claim is not "
-                           "decided. ")}[register.verdict("narrow_dtype_faster")]
+                           "decided. ")}[register.verdict("narrow_dtype_as_priced")]
 batch_text = "" if top == one else (
     f"Batch {top} gave **{gains['dynamic'][0].text('.1f', 'x')}** batch {one}'s throughput with a growing "
     f"cache, **{gains['static'][0].text('.1f', 'x')}** preallocated" + {
@@ -1587,7 +1583,7 @@ batch_text = "" if top == one else (
         claims.NOT_HELD: f", where {gains['dynamic'][1]:.1f}x and {gains['static'][1]:.1f}x were predicted. ",
         claims.UNRESOLVED: " (against the prediction: too close to call). ",
     }[register.verdict("batching_follows_its_bound")])
-covered = {"decode_memory_bound", "decode_as_predicted", "narrow_dtype_faster", "batching_follows_its_bound", grew_id}
+covered = {"decode_memory_bound", "decode_as_predicted", "narrow_dtype_as_priced", "batching_follows_its_bound", grew_id}
 short = {"growth_follows_bytes": "the step's growth", "growth_is_cache_work": "the growth against its parts alone",
          "static_cache_saves_the_copy": "the preallocated cache's saving", "thread_gain_follows_gemv": "the threads' gain",
          "machine_kept_its_pace": "the machine's pace", "static_cache_isolates_the_copy": f"batch {top}'s saving",

@@ -667,7 +667,7 @@ g = decode_runs[decode_runs.precision == "fp32"].pivot(index="run", columns="con
 growth = Spread.of(g[long] - g[contexts[0]])
 predicted_growth = (cost["fp32"].decode(long + steps // 2).best - cost["fp32"].decode(contexts[0] + steps // 2).best) * 1e3 \
     if "fp32" in cost else math.nan
-ch3 = load_table("03_decode_sweep", "paired_steps", quick=quick)  # the growth chapter 3 shows, pair by pair
+ch3 = load_table("03_decode_sweep", "growth_by_run", quick=quick)  # the growth chapter 3 shows, run by run
 register.claim(
     "cache_growth_follows_its_bytes",
     "The fp32 step grows from the short to the long context by the time the cost model gives the cache's extra "

@@ -203,18 +203,3 @@ def test_cublas_allocation_failure_counts_as_out_of_memory():
     assert sweeps._out_of_memory(RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate"))
     assert sweeps._out_of_memory(MemoryError())
     assert not sweeps._out_of_memory(RuntimeError("shape mismatch"))
-
-
-def test_alternating_decodes_two_caches_step_by_step_and_pairs_their_times():
-    from lib import phases
-    from lib.models import load_model
-    lm = load_model("tiny-gpt2", "cpu")
-    short, first_s = sweeps.prefilled(lm, None, 8, 0)
-    long_, first_l = sweeps.prefilled(lm, None, 200, 1)
-    table = sweeps.alternating(lm, (short, first_s, 8), (long_, first_l, 200), pairs=10, block=4)
-    assert len(table) == 10 and (table.a_s > 0).all() and (table.b_s > 0).all()
-    assert table.difference_s.tolist() == pytest.approx((table.b_s - table.a_s).tolist())
-    assert phases.cache_bytes(short) < phases.cache_bytes(long_)
-    assert short.get_seq_length() == 8 and long_.get_seq_length() == 200  # cropped back at the end
-    with pytest.raises(ValueError):
-        sweeps.alternating(lm, (short, first_s, 8), (long_, first_l, 200), pairs=0)
