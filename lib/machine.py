@@ -605,7 +605,7 @@ def _filled_cache(module: torch.nn.Module, model: str, batch: int, context: int,
 
 
 def dispatch(model: str, device: torch.device, dtype: torch.dtype, plan: Budget, base: dict, steps: int = 4,
-             prompts: Sequence[int] = (1, 64, 256), batches: Sequence[int] = (1, 16, 64),
+             prompts: Sequence[int] = (1, 64, 256, 1024), batches: Sequence[int] = (1, 16, 64),
              caches: Sequence[str] = ("decode", "decode_static"),
              long_caches: Sequence[tuple[int, int]] = ()) -> list[dict]:
     """The cost of a pass beyond its matrices and attention: the model at its own size, :func:`hollowed`, so it
@@ -1209,30 +1209,60 @@ def pace_claim(register, paced: dict[str, Pace], what: str, model: str = "") -> 
     """Declare and decide ``machine_kept_its_pace`` in a chapter's ``register`` (a :class:`lib.claims.Claims`):
     at every moment of ``paced`` the kernel ran within :data:`lib.claims.PREDICTED_TIME` of chapter 0's calls, from
     its fastest to its median (:meth:`Pace.expected`), the span and the tolerance every price of the chapter is
-    held to. Chapter 0's median alone is one of a few calls and moved by a quarter between quiet builds; a pace
-    read against it alone called a machine running at chapter 0's fastest call "faster". Returns the sentence."""
+    held to, and the moments ran within that tolerance of each other (:func:`pace_moved`: a machine that sped up
+    or slowed down by more during the chapter held none of its speeds throughout, though each moment alone may
+    lie inside chapter 0's band). Chapter 0's median alone is one of a few calls and moved by a quarter between
+    quiet builds; a pace read against it alone called a machine running at chapter 0's fastest call "faster".
+    Returns the sentence."""
     from lib import claims
 
     moments = "; ".join(f"{p.ratio.text('.2f', 'x')} {when}" for when, p in paced.items())
     slowest = max(paced.values(), key=lambda p: p.ratio.mid).ratio.mid
     drift = (f" It ran up to {slowest - 1:.0%} slower than chapter 0's median call, and a price made of chapter 0's "
              "ceilings is then about that much too low." if slowest > 1 + claims.NOISE else "")
+    moved = pace_moved(paced)
+    kept = [claims.within(p.ratio, p.expected(), claims.PREDICTED_TIME) for p in paced.values()]
+    steady = claims.HELD if moved is None else claims.within(moved[2], 1.0, claims.PREDICTED_TIME)
+    between = "" if moved is None else (
+        f" {moved[1][:1].upper()}{moved[1][1:]}, they took {moved[2].text('.2f', 'x')} their time {moved[0]} (the "
+        "widest ratio the two intervals allow): " + ("within the tolerance." if steady == claims.HELD else
+                                "beyond the tolerance: the machine changed speed while the chapter ran." if
+                                steady == claims.NOT_HELD else "too near the tolerance's edge to say it held still."))
     register.claim(
         "machine_kept_its_pace",
         f"While {what} ran, this machine ran the model's matrices at one row at the speed chapter 0 measured, within "
-        "the tolerance for a time predicted from measured ceilings: the chapter's prices describe the machine it "
-        "ran on.",
+        "the tolerance for a time predicted from measured ceilings, and at about one speed throughout: the "
+        "chapter's prices describe the machine it ran on.",
         held="against chapter 0's median call, {model}'s matrices at one row took {moments}, where chapter 0's "
-             "fastest call was {fastest:.2f}x its median: within the tolerance every price here is held to.{drift}",
+             "fastest call was {fastest:.2f}x its median: within the tolerance every price here is held to.{between}{drift}",
         not_held="against chapter 0's median call, {model}'s matrices at one row took {moments}, where chapter 0's "
-                 "fastest call was {fastest:.2f}x its median: beyond the tolerance, so the machine ran at another "
-                 "speed than chapter 0 measured. " + SCALED_BY_PACE)
-    verdict = claims.every(claims.within(p.ratio, p.expected(), claims.PREDICTED_TIME) for p in paced.values())
+                 "fastest call was {fastest:.2f}x its median" + (
+                     ": beyond the tolerance, so the machine ran at another speed than chapter 0 measured. "
+                     + SCALED_BY_PACE if claims.NOT_HELD in kept else ".") + "{between}",
+        unresolved="against chapter 0's median call, {model}'s matrices at one row took {moments}, where chapter "
+                   "0's fastest call was {fastest:.2f}x its median" + (
+                       ": a moment's interval reaches across the tolerance's edge, so this run cannot say the "
+                       "machine kept chapter 0's speed." if claims.UNRESOLVED in kept else ".") + "{between}{drift}")
+    verdict = claims.every([*kept, steady])
     fastest = min(p.reference_best for p in paced.values())
     return register.decide("machine_kept_its_pace", verdict,
-                           predicted=f"within {claims.PREDICTED_TIME:g}x of chapter 0's calls ({fastest:.2f}x to 1)",
+                           predicted=f"within {claims.PREDICTED_TIME:g}x of chapter 0's calls ({fastest:.2f}x to 1)"
+                                     + ("" if moved is None else ", and of each other"),
                            measured=moments, evidence="pace.csv", moments=moments, drift=drift, fastest=fastest,
-                           model=model or "the model")
+                           model=model or "the model", between=between)
+
+
+def pace_moved(paced: dict[str, Pace]) -> tuple[str, str, "Spread"] | None:
+    """The two moments of ``paced`` furthest apart in speed, earlier first, and the later's ratio over the
+    earlier's (a :class:`lib.claims.Spread`, the widest ratio their intervals allow: they are different calls);
+    ``None`` with fewer than two moments."""
+    import itertools
+
+    pairs = list(itertools.combinations(paced.items(), 2))
+    if not pairs:
+        return None
+    (a, pa), (b, pb) = max(pairs, key=lambda ab: abs(math.log(ab[1][1].ratio.mid / ab[0][1].ratio.mid)))
+    return a, b, pb.ratio / pa.ratio
 
 
 def pace_note(paced: dict[str, Pace]) -> str:

@@ -234,6 +234,22 @@ def test_pace_times_chapter_0s_kernel_and_its_claim_can_fail_both_ways():
     edge = machine.Pace(ratio=claims.Spread(1.18, 1.23, 1.29), fastest=1.18, calls=9)  # straddles 1.25x: not resolved
     note = machine.pace_note({"before": same, "after": edge})
     assert "up to 1.23x (1.18–1.29) their chapter 0 time" in note and "may run up to that much too low;" in note
+    # each moment inside chapter 0's band (0.68x to 1.25x), but the machine sped up by more than the tolerance
+    # between them (chapter 2 of build 89: 0.78x before its sweep, 0.98x after): it did not keep one pace
+    early = machine.Pace(ratio=claims.Spread(0.70, 0.71, 0.72), fastest=0.8, calls=9, reference_best=0.85)
+    late = machine.Pace(ratio=claims.Spread(0.97, 0.98, 0.99), fastest=1.1, calls=9, reference_best=0.85)
+    said = {}
+    for moments, verdict in (({"before": early, "after": late}, claims.NOT_HELD),
+                             ({"before": late, "after": late}, claims.HELD)):
+        register = claims.Claims()
+        said[verdict] = machine.pace_claim(register, moments, "the sweep")
+        assert register.frame().verdict.tolist() == [verdict]
+    assert "After, they took 1.38x (1.35–1.41) their time before" in said[claims.NOT_HELD]
+    assert "the machine changed speed while the chapter ran" in said[claims.NOT_HELD]
+    assert "another speed than chapter 0" not in said[claims.NOT_HELD]  # each moment alone was within the band
+    moved = machine.pace_moved({"before": early, "after": late})
+    assert moved[:2] == ("before", "after") and moved[2].low == pytest.approx(0.97 / 0.72)
+    assert machine.pace_moved({"before": early}) is None
 
 
 def test_a_pacer_checks_its_moments_claims_on_them_and_writes_its_evidence():
