@@ -23,7 +23,7 @@ from transformers import DynamicCache
 from lib import phases
 from lib.metrics import RequestMetrics, request_metrics
 from lib.models import LoadedModel, random_prompt
-from lib.timing import now
+from lib.timing import now, page_faults
 
 
 def _positive_int(name: str, value) -> int:
@@ -60,12 +60,14 @@ def chunked_prefill(model: LoadedModel | torch.nn.Module, input_ids: torch.Tenso
 
 @dataclass(frozen=True)
 class ChunkSpan:
-    """One B prefill chunk: its tokens ``[start, end)`` and host times (s) it began and ended."""
+    """One B prefill chunk: its tokens ``[start, end)``, host times (s) it began and ended, and the page faults
+    the process took meanwhile (``faults``: pages its new tensors were mapped afresh at, each zeroed on first touch)."""
 
     start: int
     end: int
     t_start: float
     t_end: float
+    faults: int = 0
 
 
 @dataclass(frozen=True)
@@ -153,9 +155,9 @@ def interference(model: LoadedModel, *, chunk: int | None = None, b_prompt_len: 
     for start, end in spans:
         if len(a_times) < a_tokens:
             a_step()
-        t_start = now(device)
+        t_start, f_start = now(device), page_faults()
         b_logits, b_cache = phases.prefill(module, b_ids[:, start:end], logits="last", cache=b_cache)
-        chunks.append(ChunkSpan(start, end, t_start, now(device)))
+        chunks.append(ChunkSpan(start, end, t_start, now(device), page_faults() - f_start))
     b_logits[:, -1:].argmax(dim=-1).item()  # B's first token chosen and read back
     b_first = now()
     while len(a_times) < a_tokens:

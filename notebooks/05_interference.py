@@ -307,9 +307,10 @@ for run in progress(range(1, runs + 1), desc="interference runs"):
                                                      a_tokens=a_tokens, arrival_step=arrival_step, seed=run)
         a, b = r.a_metrics, r.b_metrics
         per_run.append(dict(chunk_tokens=c, run=run, chunks=len(r.chunks), a_worst_gap_ms=a.worst_gap * 1e3,
-                            a_median_gap_ms=a.median_gap * 1e3, a_tpot_ms=a.tpot * 1e3, b_ttft_ms=b.ttft * 1e3))
+                            a_median_gap_ms=a.median_gap * 1e3, a_tpot_ms=a.tpot * 1e3, b_ttft_ms=b.ttft * 1e3,
+                            b_faults=sum(s.faults for s in r.chunks)))
         per_chunk += [dict(chunk_tokens=c, run=run, chunk_index=i, start_token=s.start, tokens=s.end - s.start,
-                           chunk_ms=(s.t_end - s.t_start) * 1e3, predicted_ms=chunk_ms(s.start, s.end))
+                           chunk_ms=(s.t_end - s.t_start) * 1e3, predicted_ms=chunk_ms(s.start, s.end), faults=s.faults)
                       for i, s in enumerate(r.chunks)]
 runs_table, chunk_table = pd.DataFrame(per_run), pd.DataFrame(per_chunk)
 results.table(runs_table, "interference_runs")
@@ -734,13 +735,37 @@ for run in progress(range(1, runs + 1), desc="several streams"):
             r = schedule.interference(lm, chunk=c, b_prompt_len=b_prompt_len, a_prompt_len=a_prompt_len,
                                       a_tokens=a_tokens, arrival_step=arrival_step, a_streams=k, seed=run)
             per_stream.append(dict(a_streams=k, chunk_tokens=c, run=run, a_worst_gap_ms=r.a_metrics.worst_gap * 1e3,
-                                   a_median_gap_ms=r.a_metrics.median_gap * 1e3, b_ttft_ms=r.b_metrics.ttft * 1e3))
+                                   a_median_gap_ms=r.a_metrics.median_gap * 1e3, b_ttft_ms=r.b_metrics.ttft * 1e3,
+                                   b_faults=sum(s_.faults for s_ in r.chunks)))
 stream_runs = pd.DataFrame(per_stream)
 results.table(stream_runs, "several_streams_runs")
 streams = timing.median_range(stream_runs, ["a_streams", "chunk_tokens"],
                               ["a_worst_gap_ms", "a_median_gap_ms", "b_ttft_ms"])
 results.table(streams, "several_streams")
 prose.shown(streams.round(1))
+
+# %%
+# One stream's unchunked stall was timed twice: in the experiment above and here. One layer down, the page faults
+# B's prefill took in each (its new tensors mapped afresh, every page zeroed on first touch), at chapter 0's cost.
+here = stream_runs[(stream_runs.a_streams == min(stream_counts)) & (stream_runs.chunk_tokens == b_prompt_len)]
+there = runs_table[runs_table.chunk_tokens == b_prompt_len]
+stall_here, stall_there = Spread.of(here.a_worst_gap_ms), Spread.of(there.a_worst_gap_ms)
+per_fault_ms = pacer.ceilings.fault_cost(dtype, threads) * 1e3
+faults_here, faults_there = here.b_faults.median(), there.b_faults.median()
+apart = stall_there.low > stall_here.high or stall_here.low > stall_there.high
+by_faults = (faults_there - faults_here) * per_fault_ms  # what the faults' difference costs, ms
+show(f"One stream's unchunked stall here was **{stall_here.text(',.0f', 'ms')}**, in the experiment above "
+     f"**{stall_there.text(',.0f', 'ms')}** (its runs in order: "
+     + ", ".join(f"{x:,.0f}" for x in there.sort_values("run").a_worst_gap_ms) + " ms)"
+     + (": the same stall, measured twice." if not apart else
+        f", their intervals apart. B's prefill took {faults_there:,.0f} page faults there (median; by run: "
+        + ", ".join(f"{x:,.0f}" for x in there.sort_values("run").b_faults) + f") and {faults_here:,.0f} here, which "
+        f"at chapter 0's {per_fault_ms * 1e3:.2f} us a fault cost {abs(by_faults):,.0f} ms "
+        f"{'more' if by_faults > 0 else 'less'} there: "
+        + ("most of the difference between the two stalls, so what moved is how much fresh memory the allocator "
+           "handed the prefill, not its arithmetic." if 0.5 * abs(stall_there.mid - stall_here.mid) <= by_faults *
+           np.sign(stall_there.mid - stall_here.mid) else
+           "not most of the difference between the two stalls, which this chapter does not take further apart.")))
 
 # %%
 pick = lambda k, c: streams[(streams.a_streams == k) & (streams.chunk_tokens == c)].iloc[0]  # rows by value
