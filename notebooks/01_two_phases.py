@@ -262,7 +262,9 @@ shape_table
 # prefill pays once for all `T` tokens and decode once for every token. The book's prediction: a prompt token costs less than a decoded token, and the cost model (`lib.costmodel`, on
 # chapter 0's ceilings) says where in that range this machine lands: the model's matrices at `T` rows
 # run at the rate `F(T)` chapter 0 measured, a decode step's at one row, and attention and issuing the pass are
-# priced beside them.
+# priced beside them. (A [price](glossary.md#price) is the cost model's prediction at chapter 0's fastest calls; a
+# measurement agrees with it within a [tolerance](glossary.md#tolerance), 1.25x; the machine's
+# [pace](glossary.md#pace), checked before and after the runs, says whether it still ran at chapter 0's speed.)
 
 # %%
 pre_cost = roofline.prefill_cost(shape, T, logits="last")
@@ -373,22 +375,27 @@ worst = int(run_table.worst_gap_ms.idxmax())
 longest = run_table.worst_gap_ms[worst]
 worst_at = int(np.argmax(per_run[worst].gaps)) + 2 if per_run[worst].gaps else 1  # gap before this token (1-based)
 near = run_table[run_table.worst_gap_ms > longest / 2]  # runs whose own worst gap comes within half of it
-stalled = int((run_table.worst_gap_ms > 2 * run_table.median_gap_ms).sum())  # runs with a gap over twice their median
-slow_gaps = int(sum(g > 2 * per_run[worst].median_gap for g in per_run[worst].gaps))
+stands_out = run_table.worst_gap_ms / run_table.median_gap_ms  # each run's longest gap over its own median gap
+line, tol = 2.0, claims.PREDICTED_TIME  # "a stall": twice the run's median gap; within the tolerance either way: too near
+stalled, near_line = int((stands_out > line * tol).sum()), int(((stands_out >= line / tol) & (stands_out <= line * tol)).sum())
 alone = len(near) == 1
 others = run_table.worst_gap_ms.drop(worst)
-where_gap = (f"before token {worst_at} of {per_run[worst].n_tokens}; no run had a gap over twice its own median gap, "
-             "so the longest is the steps' own spread, not a stall" if stalled == 0 else
-             f"before token {worst_at} of {per_run[worst].n_tokens}; run {run_table.run[worst]} had "
-             f"{count(slow_gaps, 'gap')} over twice its median gap, and "
-             + (f"no other run's worst gap came within half of it (the next longest, {others.max():.0f} ms): it stands "
-                "alone, one run's slow spell such as an interruption by another program, not a cost of decode's steps"
-                if alone and len(others) else
-                "it is the only run" if alone else
-                f"other runs' worst gaps came within half of it (the next longest, {others.max():.0f} ms), and "
-                f"{stalled} of the {runs} runs had a gap over twice their own median gap"
+ratios = prose.span(stands_out.min(), stands_out.max(), ".2f", "x")
+where_gap = (f"before token {worst_at} of {per_run[worst].n_tokens}; no run's longest gap came near twice its own median "
+             f"gap (they lay at {ratios} of it), so the longest is the steps' own spread, not a stall"
+             if stalled == near_line == 0 else
+             f"before token {worst_at} of {per_run[worst].n_tokens}, {stands_out[worst]:.2f} times its run's median gap, "
+             + (f"and no other run's worst gap came within half of it (the next longest, {others.max():.0f} ms): it "
+                "stands alone, one run's slow spell such as an interruption by another program, not a cost of decode's "
+                "steps" if alone and len(others) else
+                "and it is the only run" if alone else
+                f"and other runs' worst gaps came within half of it (the next longest, {others.max():.0f} ms). Each run's "
+                f"longest gap lay at {ratios} its own median gap: {stalled} of the {runs} runs beyond {line * tol:.1f}x "
+                f"(twice, with the {tol:g}x tolerance), {near_line} within the tolerance of twice, too near to call"
                 + (": a stall decode's steps meet in most runs" if 2 * stalled > runs else
-                   ": in most runs no gap stands out, so it is a slow spell of some runs, not a cost of every step")))
+                   ": in most runs no gap stands out, so it is a slow spell of some runs, not a cost of every step"
+                   if 2 * (runs - stalled - near_line) > runs else
+                   ": this run cannot say whether most runs meet a stall")))
 display(Markdown(
     f"Medians over {count(runs, 'run')}: TTFT {ranged('ttft_ms')}, TPOT {ranged('tpot_ms', '.1f')}, worst gap "
     f"{ranged('worst_gap_ms', '.1f')}, end-to-end {ranged('e2e_ms')}. "
@@ -731,7 +738,7 @@ opening.write(_told, _told.replace(_gap_told, ""),  # the shorter telling leaves
 # %% [markdown]
 # ## Key terms
 #
-# [Prefill](glossary.md#prefill), [Decode](glossary.md#decode), [KV cache](glossary.md#kv-cache), [TTFT, ITL, TPOT, worst gap, goodput](glossary.md#ttft-itl-tpot-worst-gap-goodput). Each links to the book's glossary, which says how the book measures it.
+# [Prefill](glossary.md#prefill), [Decode](glossary.md#decode), [KV cache](glossary.md#kv-cache), [TTFT, ITL, TPOT, worst gap, goodput](glossary.md#ttft-itl-tpot-worst-gap-goodput), [Price](glossary.md#price), [Tolerance](glossary.md#tolerance), [Pace](glossary.md#pace). Each links to the book's glossary, which says how the book measures it.
 
 # %% [markdown]
 # ## Evidence in this chapter

@@ -446,10 +446,11 @@ def as_predicted(claim: str, statement: str, points: list) -> str:
     banded = lambda k: (f"{name(k)[:-1]}, interval {ratio[k].low:.2f}x to {ratio[k].high:.2f}x, against its own band "  # noqa: E731
                         f"of {band(k)[0]:.2f}x to {band(k)[1]:.2f}x)")
     worst = max(points, key=lambda k: ratio[k].mid)
-    detail = (f"; the furthest is {name(worst)}" + (f"; {len(out)} of {len(points)} lie{'s' * (len(out) == 1)} "
+    detail = (f". The furthest is {name(worst)}" + (f"; {len(out)} of {len(points)} lie{'s' * (len(out) == 1)} "
               f"wholly outside their own band: {', '.join(map(banded, out))}" if out else
               "; no point lies wholly outside its own band")
-              + (f"; {len(open_)} straddle{'s' * (len(open_) == 1)} its edge: {', '.join(map(banded, open_))}"
+              + (f". {prose.count(len(open_), 'point').capitalize()} straddle{'s' * (len(open_) == 1)} "
+                 f"{'its' if len(open_) == 1 else 'their'} edge: {', '.join(map(banded, open_))}"
                  if open_ else "") + ". (Each point's band is its own price's spread, widened by the tolerance.)")
     verdict = register.record(claim, claims.within(pooled, Spread(1.0, 1.0, top), claims.PREDICTED_TIME),
                               predicted=f"time / price: 1.00x to {top:.2f}x (chapter 0's fastest to median calls), "
@@ -1040,8 +1041,9 @@ prose.shown(pd.DataFrame({"pass, last position (ms)": {p: pass_here.get(p, np.na
 # The FLOP count predicts the fraction saved (`lib.roofline.last_logits_saving`, the source chapter's prediction);
 # the cost model prices the two passes with the head at `T` rows and at one, at the rates chapter 0 measured for
 # those rows. Each run times both kinds back to back (in alternating order, one pass each, after a warm-up in the
-# first run) at every length, so the extra time is taken within a run; the claim adds the extra times of all the
-# lengths in each run, against the same sum predicted.
+# first run) at every length, so the extra time is taken within a run; the claim sets each length's extra time
+# against its price, run by run, and takes the geometric mean of those ratios over the lengths (a sum would be the
+# longest length's alone).
 
 # %%
 lm = models[main_dt]
@@ -1076,36 +1078,48 @@ prose.shown(saving.round(3))
 
 # %%
 saving_said = ("Over these lengths, the time the all-position logits add is what the cost model prices the LM head's "
-               "extra rows at, within the tolerance for a predicted time (the extra times added up, run by run).")
+               "extra rows at, within the tolerance for a predicted time (each length's extra time over its price, run "
+               "by run, their geometric mean over the lengths).")
 register.claim("last_logits_saving_as_predicted", saving_said)
 head_rows = ", ".join(map(str, ceilings.rows_measured(model_name, main[0], main[1], "head")))
-per_run_extra = Spread.of(pairs.groupby("run").extra_ms.sum() / 1e3)  # every length ran in every run
-predicted_span = price_span(saving.predicted_extra_ms.sum(), saving.predicted_extra_median_ms.sum())
-verdict = register.record("last_logits_saving_as_predicted", None if predicted_span.low <= 0 else
-                          claims.within(per_run_extra, predicted_span, claims.PREDICTED_TIME) if per_run_extra.low > 0
-                          else claims.NOT_HELD if per_run_extra.high <= 0 else claims.UNRESOLVED,
-                          predicted=f"{(predicted_span * 1e3).text('.1f', 'ms')} (fastest to median calls)",
-                          measured=(per_run_extra * 1e3).text(".1f", "ms"),
+priced = saving.set_index("prompt_tokens")
+over_price = {p: Spread.of(g.extra_ms / priced.predicted_extra_ms[p]) for p, g in pairs.groupby("prompt_tokens")
+              if priced.predicted_extra_ms[p] > 0}  # each length's extra time over its price, within its runs
+band_top = claims.geomean_of([priced.predicted_extra_median_ms[p] / priced.predicted_extra_ms[p] for p in over_price]
+                             ) if over_price else None  # chapter 0's median calls over its fastest: the band's top
+priced_all = bool(over_price) and len(over_price) == len(saving)
+zero = [p for p, v in over_price.items() if v.low <= 0]  # an extra time not told apart from none (or below it)
+geo = claims.geomean_of(list(over_price.values())) if priced_all and not zero else None
+verdict = register.record("last_logits_saving_as_predicted", None if not priced_all else
+                          claims.within(geo, Spread(1.0, 1.0, band_top.mid), claims.PREDICTED_TIME) if geo else
+                          claims.NOT_HELD if any(over_price[p].high <= 0 for p in zero) else claims.UNRESOLVED,
+                          predicted=f"1x their price (up to {band_top.mid:.2f}x at chapter 0's median calls)"
+                          if priced_all else "",
+                          measured=(geo.text(".2f", "x") + " (geometric mean over the lengths)" if geo else
+                                    ", ".join(f"{tokens(p)}: {v.text('.2f', 'x')}" for p, v in over_price.items())),
                           evidence=f"last_vs_all_runs.csv, {label(*main)}, {logits_runs} runs")
 over = f"the {len(saving)} lengths" if len(saving) > 1 else "the one length"
-head_cost = prose.span(predicted_span.low * 1e3, predicted_span.high * 1e3, ".1f", "ms")
 texts = "; ".join(f"{tokens(r.prompt_tokens)}: {r.extra_ms:.1f} ms against {r.predicted_extra_ms:.1f} "
                   f"(saving {r.saving:.0%})" for r in saving.itertuples())
-far_off = max(saving.itertuples(), key=lambda r: abs(np.log(max(r.extra_ms, 1e-3) / max(r.predicted_extra_ms, 1e-3))))
-cost_ = f"The extra head rows cost **{(per_run_extra * 1e3).text('.1f', 'ms')}** over {over}, "
+far_off = max(over_price, key=lambda p: abs(np.log(max(over_price[p].mid, 1e-3)))) if over_price else None
+cost_ = (f"The extra head rows cost **{geo.text('.2f', 'x')}** their price over {over}, geometric mean of each length's "
+         f"own ratio ({texts})" if geo else
+         f"Over {over} the all-position logits added {texts}; at {', '.join(tokens(p) for p in zero)} the runs' "
+         "interval of the extra time reaches none at all" if zero else "")
 flop = f" The FLOP count alone predicted savings of {', '.join(f'{x:.0%}' for x in saving.flop_count_saving)}."
+worst = (f"the length furthest from its price is {tokens(far_off)}, {over_price[far_off].text('.2f', 'x')}"
+         if far_off and geo else "so no ratio to the price is given")
 show(claims.pick(
-    verdict, held=f"{cost_}within the tolerance of the {head_cost} chapter 0's head costs at those rows ({texts}).{flop}",
-    not_held=f"{cost_}{'more' if per_run_extra.mid > predicted_span.mid else 'less'} than the {head_cost} chapter 0's "
-             f"head costs at those rows, beyond the tolerance ({texts}): the length furthest from its price is "
-             f"{tokens(far_off.prompt_tokens)} ({far_off.extra_ms:.1f} ms against {far_off.predicted_extra_ms:.1f}); "
-             f"one layer down, below, the profiler splits it.{flop}",
-    unresolved=f"{cost_}against {head_cost} for chapter 0's head at those rows ({texts}), give or take the tolerance: "
-               + (lean(per_run_extra * 1e3, *(x * 1e3 for x in claims.allowed(predicted_span, claims.PREDICTED_TIME)),
-                       ".1f", " ms") if predicted_span.low > 0 else "") + f".{flop}",
+    verdict, held=f"{cost_}: within the tolerance of chapter 0's head at those rows; {worst}.{flop}",
+    not_held=f"{cost_}: {'more' if geo and geo.mid > 1 else 'less'} than chapter 0's head at those rows costs, beyond the "
+             f"tolerance, and {worst}; one layer down, below, the profiler splits the longest.{flop}",
+    unresolved=f"{cost_}, give or take the tolerance: "
+               + (lean(geo, 1 / claims.PREDICTED_TIME, band_top.mid * claims.PREDICTED_TIME, ".2f", "x") if geo else
+                  "more runs would tell the extra time from none")
+               + f"; {worst}.{flop}",
     not_measured=f"{saving_said} This run does not decide it: the cost model prices no extra time for the head's extra "
-                 f"rows over {over} (chapter 0 timed the LM head at {head_rows} rows, and more rows took it no longer), "
-                 "so there is nothing to set the measured extra against."))
+                 f"rows at some of {over} (chapter 0 timed the LM head at {head_rows} rows, and more rows took it no "
+                 "longer), so there is nothing to set the measured extra against."))
 facts = load_reference("ch09_facts").set_index("fact").value.astype(float)
 show(f"The source chapter predicted {facts['last_position_logits_saving_predicted']:.0f} per cent for GPT-2 small from "
      f"the FLOP count and measured {facts['last_position_logits_saving_cpu_lo']:.0f} to "

@@ -464,6 +464,8 @@ prose.shown(points[["series", "tokens", "batch", "intensity_flop_per_byte", "pre
 
 # %%
 few = points[points.regime == "few-row-kernel-bound"]
+between = [f"{r.series} of {prose.tokens(int(r.tokens))}" for r in points.itertuples()  # left of this ridge only
+           if r.predicted == "few-row-kernel-bound" and r.intensity_flop_per_byte >= _f_model / read]
 if len(few):
     f0 = few.sort_values(["batch", "tokens"]).iloc[0]
     rows_f0 = int(f0.batch * (f0.tokens if f0.series == "prefill" else 1))
@@ -479,7 +481,12 @@ if len(few):
          f"measured for {rows_f0} rows, against {f0.blocks_one_row_ms:.0f} ms to stream their bytes at one row. The "
          f"cost model prices each term at the kernel that runs it, and this machine's kernel reached "
          f"{f_rate / 1e9:.1f} GFLOP/s with {rows_f0} rows, against {peak / 1e9:.1f} for the square product: a roof of "
-         "its own, which the two textbook roofs do not draw (the dashed F(M) line below does).")
+         "its own, which the two textbook roofs do not draw (the dashed F(M) line below does)."
+         + (f" Chapter 2 draws this line at its balance point instead, {_f_model / read:.1f} FLOP/byte (the model's "
+            "own matrices' fastest rate over the read, not the square product's), so "
+            + prose.count(len(between), "pass").replace("passs", "passes") + f" here ({', '.join(between)}) "
+            + ("is" if len(between) == 1 else "are") + " compute-bound there: both labels say the matrices' FLOPs at "
+            "F(rows) set the time, and differ only on which rate the pass falls short of." if between else ""))
 
 # %% [markdown]
 # **Measure, then place.** The figure draws the roofs of this machine's kernels and places every pass at its

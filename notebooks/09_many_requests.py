@@ -1261,16 +1261,24 @@ def requests_apart(name: str, rate: float) -> str:
                          "its steps would"
 
 
+def by_latency(ratios: dict[str, Spread]) -> dict[str, Spread]:
+    """The geometric mean over the rates of each latency's ratios ("TTFT", "TPOT"), kept apart: a TTFT replayed
+    too short and a TPOT replayed too long must not cancel."""
+    kinds = dict.fromkeys(k.split()[0] for k in ratios)
+    return {kind: claims.geomean_of([v for k, v in ratios.items() if k.split()[0] == kind]) for kind in kinds}
+
+
 def verdict_of_ratios(ratios: dict[str, Spread]) -> str:
-    """The replay as a whole: the geometric mean of its ratios, within the tolerance for a predicted time."""
-    return claims.within(claims.geomean_of(ratios.values()), 1.0, claims.PREDICTED_TIME)
+    """The replay as a whole: each latency's geometric mean over the rates (:func:`by_latency`) within the
+    tolerance for a predicted time."""
+    return claims.every(claims.within(v, 1.0, claims.PREDICTED_TIME) for v in by_latency(ratios).values())
 
 # %%
 def inside(ratios: dict[str, Spread]) -> bool:
     return bool(ratios) and verdict_of_ratios(ratios) == claims.HELD
 
 
-pooled_of = {}  # engine -> (measured over replayed, its claim)
+pooled_of = {}  # engine -> (measured over replayed, TTFT's and TPOT's, and its claim)
 for name in ([] if replay_missing else replayed.engine.unique()):
     g = replayed[replayed.engine == name]
     by = {k: g[g.scheduler == k].set_index("rate_per_s") for k in ("measured", replay.TOKEN_BUDGET, CALIBRATED)}
@@ -1283,7 +1291,7 @@ for name in ([] if replay_missing else replayed.engine.unique()):
         which = "chapter 7 has no one-user row for this engine, so the parts cannot be told apart"
     elif inside(cal_ratios):
         worst = max(cal_ratios, key=lambda c: abs(np.log(cal_ratios[c].mid)))
-        which = (f"so, on the engine's own costs, the replay comes within the tolerance overall (the geometric mean; "
+        which = (f"so, on the engine's own costs, the replay comes within the tolerance (TTFT's and TPOT's geometric means over the rates; "
                  f"furthest: {worst}, {cal_ratios[worst].mid:.2f}x), and most of what is off is the price of a pass: "
                  f"this engine's steps cost {k:.2f}x the cost model's, and its TTFT is {abs(overhead) * 1e3:.0f} ms "
                  f"{'longer' if overhead > 0 else 'shorter'} than its steps alone")
@@ -1297,16 +1305,16 @@ for name in ([] if replay_missing else replayed.engine.unique()):
         which += (". " + apart) if apart else ""
     which += ". " + batch_text
     if name == "vLLM" and pd.notna(got.wait_ms).all():
-        which += (". vLLM's own split of TTFT: " + ", ".join(f"{r:g}/s {got.loc[r, 'wait_ms']:.1f} ms queued and "
-                  f"{got.loc[r, 'prefill_ms']:.0f} ms prefilling" for r in got.index) + ", against the replay on the engine's own costs' "
-                  + ", ".join(f"{cal.loc[r, 'wait_ms']:.0f} and {cal.loc[r, 'prefill_ms']:.0f} ms" for r in cal.index)
-                  + " (vLLM counts a request as queued until a step takes it, then prefilling until its first token)")
+        which += (". vLLM splits its own TTFT into time queued (until a step takes the request) and time prefilling "
+                  "(until its first token): " + ", ".join(f"{got.loc[r, 'wait_ms']:.0f} + {got.loc[r, 'prefill_ms']:.0f} ms "
+                  f"at {r:g}/s" for r in got.index) + "; the replay on the engine's own costs splits it "
+                  + ", ".join(f"{cal.loc[r, 'wait_ms']:.0f} + {cal.loc[r, 'prefill_ms']:.0f}" for r in cal.index))
         which += (f". vLLM's CPU build computes on {compute_threads(name, ch7_threads)} of this machine's {ch7_threads} "
                   "cores, keeping one for its server and scheduler, and is priced on those")
     claim = f"replay_predicts_the_queue_{name.split()[0].lower()}"
     statement = (f"{name}: the token-budget replay's median TTFT and median TPOT are what chapter 7 measured, within "
-                 "the tolerance for a predicted time (the geometric mean over the rates of measured over replayed, "
-                 "each measured median with its interval over the rate's requests).")
+                 "the tolerance for a predicted time (for each of the two, the geometric mean over the rates of measured "
+                 "over replayed, each measured median with its interval over the rate's requests).")
     register.claim(claim, statement)
     verdict = register.record(
         claim, verdict_of_ratios(ratios) if ratios else None,
@@ -1317,9 +1325,9 @@ for name in ([] if replay_missing else replayed.engine.unique()):
         evidence=f"chapter 7's {len(ch7_requests[ch7_requests.engine == name])} requests; a token budget of "
                  f"{budgets.get(name)} per step; each step at the cost model's fastest price on "
                  f"{compute_threads(name, ch7_threads)} thread{'s' * (compute_threads(name, ch7_threads) != 1)}")
-    came_to = (f"Measured over the token-budget replay, {name}'s latencies came to "
-               f"**{claims.geomean_of(ratios.values()).text('.2f', 'x') if ratios else ''}** across the rates ("
-               + ", ".join(f"{c} {v.text('.2f', 'x')}" for c, v in ratios.items()) + ")")
+    came_to = (f"Measured over the token-budget replay, {name}'s "
+               + " and ".join(f"{kind} came to **{v.text('.2f', 'x')}**" for kind, v in by_latency(ratios).items())
+               + " across the rates (" + ", ".join(f"{c} {v.text('.2f', 'x')}" for c, v in ratios.items()) + ")")
     calibrated = (f"With the engine's own costs the replay gives "
                   f"{', '.join(f'{c} {v.mid:.2f}x' for c, v in cal_ratios.items()) or 'nothing'}, {which}.")
     show(claims.pick(
@@ -1330,7 +1338,7 @@ for name in ([] if replay_missing else replayed.engine.unique()):
         not_measured=f"{statement} This run does not decide it: nothing to replay here: "
                      f"{replay_missing or 'chapter 7 has no request to compare'}"))
     if ratios:
-        pooled_of[name] = claims.geomean_of(ratios.values()), claim  # for the opening
+        pooled_of[name] = by_latency(ratios), claim  # for the opening
 
 # %% [markdown]
 # Measured, replayed and calibrated latencies, side by side for each engine:
@@ -1541,17 +1549,17 @@ else:
     _said = []
     for _name in [_n for _n in ("vLLM", "transformers serve") if _n in pooled_of]:
         _c = compute_threads(_name, ch7_threads)
-        _ratio = pooled_of[_name][0].mid
+        _ratio = " and ".join(f"{k} {v.mid:.2f}x" for k, v in pooled_of[_name][0].items())
         if _c == 1:
             _said.append(f"{_name} was already priced on one core here (chapter 7 ran on {ch7_threads} "
                          f"thread{'s' * (ch7_threads != 1)}), so its replay should not move, and its measured "
-                         f"latencies ({_ratio:.2f}x the replay's) only as much as the engine's own threads change")
+                         f"latencies ({_ratio} the replay's) only as much as the engine's own threads change")
         else:
             _m1, _mc = cost_model(MODEL, 1), cost_model(MODEL, _c)
             _ctx = int(ch7_requests.prompt_tokens.median()) + int(ch7_params.get("load_tokens", 16)) // 2
             _f = _m1.decode(_ctx).best / _mc.decode(_ctx).best if _m1 and _mc else np.nan
             _said.append(f"{_name} was priced on {_c} cores here; on one its steps cost about {_f:.2f}x as much, "
-                         f"so the replay comes closer (from {_ratio:.2f}x) only if its measured latencies grow by "
+                         f"so the replay comes closer (from {_ratio}) only if its measured latencies grow by "
                          "a different factor")
     _text = ("; ".join(_said) + ". A ratio that moves toward 1x would show the threads, not the scheduler, "
              "behind the miss.") if _said else "No engine's replay was decided here, so there is nothing to compare."
@@ -1570,12 +1578,12 @@ def sooner(s: Spread, bold: bool = False) -> str:
     return (f"**{t}**" if bold else t) + (" sooner" if s.mid >= 0 else " later")
 
 
-def by_replay(verdict: str, ratio: Spread) -> str:
-    """How the replay came out against an engine's measured latencies (their ratio, ``ratio``), as decided."""
-    inside = 1 / claims.PREDICTED_TIME <= ratio.mid <= claims.PREDICTED_TIME
+def by_replay(verdict: str, ratios: dict[str, Spread]) -> str:
+    """How the replay came out against an engine's measured latencies (TTFT's and TPOT's ratios), as decided."""
+    inside = all(1 / claims.PREDICTED_TIME <= r.mid <= claims.PREDICTED_TIME for r in ratios.values())
     return {claims.HELD: f"within the {claims.PREDICTED_TIME:g}x tolerance",
             claims.NOT_HELD: f"outside the {claims.PREDICTED_TIME:g}x tolerance",
-            claims.UNRESOLVED: f"too close to call, the median {'inside' if inside else 'outside'} the "
+            claims.UNRESOLVED: f"too close to call, {'both medians inside' if inside else 'a median outside'} the "
                                f"{claims.PREDICTED_TIME:g}x tolerance"}.get(verdict, "")
 waits = [("longer" if spread(two, "b_ttft_ms").low > spread(w, "b_ttft_ms").high else "less"
           if spread(two, "b_ttft_ms").high < spread(w, "b_ttft_ms").low else "not told apart")
@@ -1615,7 +1623,8 @@ if pooled_of:
     said = [by_replay(register.verdict(c), r) for r, c in pooled_of.values()]
     replayed_told = ("Replaying chapter 7's arrivals through this chapter's queue model, the latencies chapter 7 "
                      "measured came to " + "; ".join(
-                         f"{r.text('.2f', 'x')} the replay's on {n}" + f", {w}" * (len(set(said)) > 1)
+                         " and ".join(f"{k} {v.text('.2f', 'x')}" for k, v in r.items()) + f" the replay's on {n}"
+                         + f", {w}" * (len(set(said)) > 1)
                          for (n, (r, _)), w in zip(pooled_of.items(), said))
                      + f", {said[0]}" * (len(set(said)) == 1) + ". ")
     text += replayed_told
