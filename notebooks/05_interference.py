@@ -744,9 +744,12 @@ streams = timing.median_range(stream_runs, ["a_streams", "chunk_tokens"],
 results.table(streams, "several_streams")
 prose.shown(streams.round(1))
 
+# %% [markdown]
+# One stream's unchunked stall was timed twice, in the experiment above and here. One layer down, the page faults
+# B's prefill took in each (its new tensors mapped afresh, every page zeroed on first touch), at chapter 0's cost
+# per fault:
+
 # %%
-# One stream's unchunked stall was timed twice: in the experiment above and here. One layer down, the page faults
-# B's prefill took in each (its new tensors mapped afresh, every page zeroed on first touch), at chapter 0's cost.
 here = stream_runs[(stream_runs.a_streams == min(stream_counts)) & (stream_runs.chunk_tokens == b_prompt_len)]
 there = runs_table[runs_table.chunk_tokens == b_prompt_len]
 stall_here, stall_there = Spread.of(here.a_worst_gap_ms), Spread.of(there.a_worst_gap_ms)

@@ -326,11 +326,11 @@ def priced_at_blocks(name: str) -> str:
 
 
 show(f"The long prompt is {long_prompt} tokens, of which {shared} are shared. "
-     + "; ".join(f"{name} computes on {compute_threads(name, n_threads)} of this machine's {n_threads} cores and keeps "
-               f"its cache in blocks of {stated_block[name]} tokens (its default); its prefill of the long prompt "
-               f"there is priced {priced_at_blocks(name)}"
+     + " ".join(f"{name} computes on {compute_threads(name, n_threads)} of this machine's {n_threads} cores and keeps "
+               f"its cache in blocks of {stated_block[name]} tokens (its default). Its prefill of the long prompt "
+               f"there is priced {priced_at_blocks(name)}."
                for name in ("transformers serve", "vLLM") if cost_model(MODEL, compute_threads(name, n_threads)))
-     + "." if any(cost_model(MODEL, compute_threads(n, n_threads)) for n in ("transformers serve", "vLLM")) else
+     if any(cost_model(MODEL, compute_threads(n, n_threads)) for n in ("transformers serve", "vLLM")) else
      f"chapter 0 measured no ceilings for {MODEL} on the engines' cores: nothing here is priced")
 
 # %% [markdown] tags=["predict"]
@@ -1045,7 +1045,7 @@ def served_alone(name: str) -> str | None:
 
 if ch7_rates is not None:
     alone_lines = [x for x in (served_alone(n) for n in ch7_rates.engine.unique()) if x]
-    show("Priced by the cost model on each engine's cores: " + "; ".join(alone_lines) + "."
+    show("Priced by the cost model on each engine's cores. " + " ".join(x[:1].upper() + x[1:] + "." for x in alone_lines)
          if alone_lines else "chapter 0 measured no ceilings for the engines' cores: nothing here is priced")
 
 # %% [markdown] tags=["predict"]
