@@ -1268,27 +1268,39 @@ def pace_moved(paced: dict[str, Pace]) -> tuple[str, str, "Spread"] | None:
 def pace_note(paced: dict[str, Pace]) -> str:
     """The sentence a chapter's opening adds when the machine's pace (:func:`pace`, at the moments of ``paced``)
     was not within the tolerance every price is held to at every moment, as :func:`pace_claim` decides it: how
-    far, and which way the chapter's prices miss for it; where no moment lies wholly outside but one straddles the
-    tolerance's edge, the furthest such moment, with its interval, as what the prices may be off by. Empty when
-    the pace held or was not measured."""
+    far, at which moments when not at all, and which way the chapter's prices miss for it; where no moment lies
+    wholly outside but one straddles the tolerance's edge, the furthest such moment, with its interval, as what the
+    prices may be off by; where every moment lies inside but the machine changed speed between them
+    (:func:`pace_moved`) by more than the tolerance, or by an amount across its edge, that change. Empty when the
+    pace held or was not measured."""
     from lib import claims
 
     verdicts = {k: claims.within(p.ratio, p.expected(), claims.PREDICTED_TIME) for k, p in paced.items()}
-    outside = [paced[k].ratio.mid for k, v in verdicts.items() if v == claims.NOT_HELD]
+    outside = {k: paced[k].ratio.mid for k, v in verdicts.items() if v == claims.NOT_HELD}
+    tail = "; ratios within runs move only where their parts slowed unalike."
     if outside:
-        low, high = min(outside), max(outside)
+        low, high = min(outside.values()), max(outside.values())
         times = f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}x to {high:.2f}x"
-        return (f"The model's one-row matrices took {times} their chapter 0 time here: the machine ran "
-                f"{'slower' if high > 1 else 'faster'} than when chapter 0 measured it, so absolute prices may run up "
-                f"to that much too {'low' if high > 1 else 'high'}; ratios within runs move only where their parts "
-                "slowed unalike.")
+        way = f"{'slower' if high > 1 else 'faster'} than when chapter 0 measured it"
+        miss = f"absolute prices may run up to that much too {'low' if high > 1 else 'high'}"
+        if len(outside) == len(paced):
+            return f"The model's one-row matrices took {times} their chapter 0 time here: the machine ran {way}, so {miss}{tail}"
+        others = ", ".join(f"{paced[k].ratio.mid:.2f}x {k}" for k in paced if k not in outside)
+        when = " and ".join(outside)
+        return (f"{when[:1].upper()}{when[1:]}, the model's one-row matrices took {times} their chapter 0 time "
+                f"({others}): the machine ran {way} for part of the chapter, so {miss}{tail}")
     near = [paced[k].ratio for k, v in verdicts.items() if v == claims.UNRESOLVED]
-    if not near:
+    if near:
+        worst = max(near, key=lambda r: abs(math.log(r.mid)))
+        return (f"The model's one-row matrices took up to {worst.text('.2f', 'x')} their chapter 0 time here: absolute "
+                f"prices may run up to that much too {'low' if worst.mid > 1 else 'high'}{tail}")
+    moved = pace_moved(paced)
+    if moved is None or claims.within(moved[2], 1.0, claims.PREDICTED_TIME) == claims.HELD:
         return ""
-    worst = max(near, key=lambda r: abs(math.log(r.mid)))
-    return (f"The model's one-row matrices took up to {worst.text('.2f', 'x')} their chapter 0 time here: absolute "
-            f"prices may run up to that much too {'low' if worst.mid > 1 else 'high'}; ratios within runs move only "
-            "where their parts slowed unalike.")
+    a, b, r = moved
+    return (f"The model's one-row matrices took {r.text('.2f', 'x')} as long {b} as {a}: the machine changed speed "
+            f"while the chapter ran, so prices made of chapter 0's ceilings may fit one part of it and miss the other "
+            f"by up to that much{tail}")
 
 
 def release_pace() -> None:
