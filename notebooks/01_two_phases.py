@@ -389,7 +389,8 @@ where_gap = (f"before token {worst_at} of {per_run[worst].n_tokens}; no run's lo
                 "stands alone, one run's slow spell such as an interruption by another program, not a cost of decode's "
                 "steps" if alone and len(others) else
                 "and it is the only run" if alone else
-                f"and other runs' worst gaps came within half of it (the next longest, {others.max():.0f} ms). Each run's "
+                f"and {'another run' if len(near) == 2 else f'{len(near) - 1} other runs'}' worst gap"
+                f"{'s' * (len(near) > 2)} came within half of it (the next longest, {others.max():.0f} ms). Each run's "
                 f"longest gap lay at {ratios} its own median gap: {stalled} of the {runs} runs beyond {line * tol:.1f}x "
                 f"(twice, with the {tol:g}x tolerance), {near_line} within the tolerance of twice, too near to call"
                 + (": a stall decode's steps meet in most runs" if 2 * stalled > runs else

@@ -266,8 +266,9 @@ p_second = first.predicted_ms.iloc[1] / first.predicted_ms.iloc[0]  # the second
 on_floor = (f"it stays within {margin:.0%} of that up to **{tokens(expected[main].flat_until_tokens)}**"
             if expected[main].flat_until_tokens > first.index[0] else
             f"it has no floor: {tokens(first.index[1])} are priced at **{p_second:.2f}x** that, beyond {margin:.0%} more")
-prose.prediction(f"Prediction ({label(*main)}): a 1-token pass takes **{prose.ms(first.predicted_ms.iloc[0] / 1e3)}**, most of it "
-                 f"{first.largest_term.iloc[0]}; {on_floor}, "
+_share = first[["block_matrices_ms", "LM_head_ms", "attention_ms", "dispatch_ms"]].iloc[0].max() / first.predicted_ms.iloc[0]
+prose.prediction(f"Prediction ({label(*main)}): a 1-token pass takes **{prose.ms(first.predicted_ms.iloc[0] / 1e3)}**, "
+                 f"{'most of it' if _share > 0.5 else 'its largest part'} {first.largest_term.iloc[0]} ({_share:.0%}); {on_floor}, "
                  f"and it reaches {prose.ms(first.predicted_ms.iloc[-1] / 1e3)} at {tokens(first.index[-1])}. Its time per token comes "
                  f"within {margin:.0%} of its lowest at **{tokens(expected[main].knee_tokens)}**.",
                  "The cost model's prediction")
@@ -915,10 +916,11 @@ for claim, at in (("half_long_prompt", max), ("half_short_prompt", min)):
         show(f"{half_said} This run does not decide it: one dtype only in this run.")
         continue
     verdict, gain, versus = ratio_claim(claim, main, (half, most), at(common), after=f" ({half} {kind})")
-    faster = "faster" if gain.mid > 1 else "slower"
+    faster = ("faster than" if gain.low > 1 else "slower than" if gain.high < 1 else
+              "about as fast as (its interval reaches 1x)")  # a direction only beyond the runs' interval
     show(f"At {tokens(at(common))} {half} " + claims.pick(
-        verdict, held=f"is {faster} than {main_dt}: it runs **{gain.mid:.2f}x** as fast",
-        not_held=f"is {faster} than {main_dt}: it runs {gain.mid:.2f}x as fast",
+        verdict, held=f"is {faster} {main_dt}: it runs **{gain.text('.2f', 'x')}** as fast",
+        not_held=f"is {faster} {main_dt}: it runs {gain.text('.2f', 'x')} as fast",
         unresolved=f"runs {gain.text('.2f', 'x')} as fast as {main_dt}") + f", {versus}.")
 
 # %% [markdown]
@@ -1527,7 +1529,7 @@ display(Markdown(
 # %% [markdown]
 # ## Key terms
 #
-# [Prefill](glossary.md#prefill), [Cost model](glossary.md#cost-model), [Floor](glossary.md#floor), [Knee](glossary.md#knee), [Balance point](glossary.md#balance-point), [Matrix rate F(M)](glossary.md#matrix-rate-fm). Each links to the book's glossary, which says how the book measures it.
+# [Prefill](glossary.md#prefill), [Cost model](glossary.md#cost-model), [Floor](glossary.md#floor), [Knee](glossary.md#knee), [Balance point](glossary.md#balance-point), [Matrix rate F(M)](glossary.md#matrix-rate-fm), [Price](glossary.md#price), [Tolerance](glossary.md#tolerance), [Pace](glossary.md#pace). Each links to the book's glossary, which says how the book measures it.
 
 # %% [markdown]
 # ## Evidence in this chapter

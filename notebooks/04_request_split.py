@@ -300,8 +300,12 @@ show(claims.pick(
                f"{bytes_slope:.2f}). The median slope is {prose.beside(slope / model_slope, tol)}x the cost model's, "
                f"{'inside' if allowed_slope[0] <= slope <= allowed_slope[1] else 'outside'} the allowed "
                f"{allowed_slope[0]:.2f}-{allowed_slope[1]:.2f} ms (the tolerance of {tol:g}x around the price at "
-               "chapter 0's fastest and median calls), but the line's interval reaches across that edge: more runs of "
-               "the grid would decide.",
+               "chapter 0's fastest and median calls), but the line's interval reaches across that edge"
+               + (f"; yet every run's own slope ({', '.join(f'{x:.1f}' for x in slopes)}) lies "
+                  f"{'above' if slope > allowed_slope[1] else 'below'} it: the interval is wide because the runs are few, "
+                  "and the runs lean one way." if len(slopes) and ((slopes > allowed_slope[1]).all()
+                                                                   or (slopes < allowed_slope[0]).all())
+                  else ": more runs of the grid would decide."),
     not_measured="The grid has one context length only, so there is no slope to measure: this run does not decide "
                  "whether TPOT grows with the context as the cost model's decode step does."))
 
@@ -494,8 +498,11 @@ show(claims.pick(
     unresolved=f"{parts_text}. " + (
         f"The line's median is {slope / cache_slope:.2f}x their sum, "
         + ("within" if 1 / tol <= slope / cache_slope <= tol else "outside")
-        + " the tolerance, but its interval reaches past it: more runs of the grid would decide whether they account "
-          f"for the growth.{in_chapter_3}" if lines and cache_slope > 0 else
+        + " the tolerance, but its interval reaches past it"
+        + (f"; every run's own slope ({', '.join(f'{x:.1f}' for x in slopes)}) lies beyond it, so they lean to "
+           "leaving growth out" if len(slopes) and (slopes > tol * cache_slope).all() else
+           ": more runs of the grid would decide whether they account for the growth")
+        + f".{in_chapter_3}" if lines and cache_slope > 0 else
         "Timed alone, the parts did not grow with the context, so their sum cannot be set against the line's slope."),
     not_measured="The grid has one context length only, so this run does not decide whether the growth of TPOT with "
                  "the context is the cache's concatenation and attention."))
@@ -923,7 +930,7 @@ opening.write(
 # %% [markdown]
 # ## Key terms
 #
-# [TTFT, ITL, TPOT, worst gap, goodput](glossary.md#ttft-itl-tpot-worst-gap-goodput), [KV cache](glossary.md#kv-cache), [Cost model](glossary.md#cost-model). Each links to the book's glossary, which says how the book measures it.
+# [TTFT, ITL, TPOT, worst gap, goodput](glossary.md#ttft-itl-tpot-worst-gap-goodput), [KV cache](glossary.md#kv-cache), [Cost model](glossary.md#cost-model), [Price](glossary.md#price), [Tolerance](glossary.md#tolerance), [Pace](glossary.md#pace). Each links to the book's glossary, which says how the book measures it.
 
 # %% [markdown]
 # ## Evidence in this chapter

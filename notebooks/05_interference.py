@@ -296,10 +296,13 @@ display(Markdown(
 display(prose.source(schedule.interference))
 
 # %% [markdown]
-# A warm-up run, then every chunk size `runs` times:
+# A warm-up run (B's whole prompt in one pass, then in the smallest chunks: the first pass of a size maps its
+# large tensors' memory afresh, every page of it faulting once, and a timed run should not pay for that alone;
+# the page faults each run's prefill took are counted, below), then every chunk size `runs` times:
 
 # %%
-schedule.interference(lm, chunk=sizes[-1], b_prompt_len=min(b_prompt_len, 64), a_tokens=6, arrival_step=2)  # warm-up
+for c in (b_prompt_len, sizes[-1]):  # warm-up
+    schedule.interference(lm, chunk=c, b_prompt_len=b_prompt_len, a_tokens=6, arrival_step=2)
 traces, per_run, per_chunk = {}, [], []
 for run in progress(range(1, runs + 1), desc="interference runs"):
     for c in sizes:
@@ -485,9 +488,10 @@ show(paid[:1].upper() + paid[1:] + claims.pick(
              f"{below}. What a chunk costs, below, shows where the prediction's inputs differ from the run.",
     unresolved=f". The runs' best chunk sizes spread from {min(per_run_best)} to {max(per_run_best)} tokens ({each}); "
                f"the cost model predicted {tokens(best_pred)}. That is too wide a spread to say whether the best lies "
-               "within one step of the grid of the prediction (the median of the runs' bests is "
-               f"{claims.leaning(best_spread, best_pred / claims.PREDICTED_LENGTH, best_pred * claims.PREDICTED_LENGTH)}"
-               f"); {below}."))
+               f"within one step of the grid of the prediction ({tokens(int(best_pred / claims.PREDICTED_LENGTH))} to "
+               f"{tokens(int(best_pred * claims.PREDICTED_LENGTH))}): the runs' median best, {best_spread.mid:.0f}, lies "
+               + ("inside that range" if best_pred / claims.PREDICTED_LENGTH <= best_spread.mid <= best_pred *
+                  claims.PREDICTED_LENGTH else "outside it") + f", and more runs would say whether the rest follow; {below}."))
 
 # %%
 register.claim("smaller_chunks_delay_b", "Smaller chunks delay B: in each run, the slope of log TTFT against log chunk "
@@ -759,10 +763,12 @@ apart = stall_there.low > stall_here.high or stall_here.low > stall_there.high
 by_faults = (faults_there - faults_here) * per_fault_ms  # what the faults' difference costs, ms
 show(f"One stream's unchunked stall here was **{stall_here.text(',.0f', 'ms')}**, in the experiment above "
      f"**{stall_there.text(',.0f', 'ms')}** (its runs in order: "
-     + ", ".join(f"{x:,.0f}" for x in there.sort_values("run").a_worst_gap_ms) + " ms)"
+     + ", ".join(f"{x:,.0f}" for x in there.sort_values("run").a_worst_gap_ms) + " ms, B's prefill taking "
+     + ", ".join(f"{x:,.0f}" for x in there.sort_values("run").b_faults) + f" page faults, at chapter 0's "
+     f"{per_fault_ms * 1e3:.2f} us a fault up to {there.b_faults.max() * per_fault_ms:,.0f} ms)"
      + (": the same stall, measured twice." if not apart else
-        f", their intervals apart. B's prefill took {faults_there:,.0f} page faults there (median; by run: "
-        + ", ".join(f"{x:,.0f}" for x in there.sort_values("run").b_faults) + f") and {faults_here:,.0f} here, which "
+        f", their intervals apart. B's prefill took a median {faults_there:,.0f} page faults there and "
+        f"{faults_here:,.0f} here, which "
         f"at chapter 0's {per_fault_ms * 1e3:.2f} us a fault cost {abs(by_faults):,.0f} ms "
         f"{'more' if by_faults > 0 else 'less'} there: "
         + ("most of the difference between the two stalls, so what moved is how much fresh memory the allocator "
@@ -1060,7 +1066,7 @@ display(Markdown(
 # %% [markdown]
 # ## Key terms
 #
-# [TTFT, ITL, TPOT, worst gap, goodput](glossary.md#ttft-itl-tpot-worst-gap-goodput), [Floor](glossary.md#floor), [Chunked prefill](glossary.md#chunked-prefill), [Prefill](glossary.md#prefill), [Decode](glossary.md#decode). Each links to the book's glossary, which says how the book measures it.
+# [TTFT, ITL, TPOT, worst gap, goodput](glossary.md#ttft-itl-tpot-worst-gap-goodput), [Floor](glossary.md#floor), [Chunked prefill](glossary.md#chunked-prefill), [Prefill](glossary.md#prefill), [Decode](glossary.md#decode), [Price](glossary.md#price), [Tolerance](glossary.md#tolerance), [Pace](glossary.md#pace). Each links to the book's glossary, which says how the book measures it.
 
 # %% [markdown]
 # ## Evidence in this chapter

@@ -196,7 +196,8 @@ plt.show()
 
 # %% [markdown]
 # **Takeaway: prefill's intensity grows with the prompt and crosses the ridge at a prompt of about as many tokens as
-# the ridge's FLOP per byte with two-byte weights (twice as many with fp32's four); decode's stays near one FLOP per
+# the ridge's FLOP per byte with two-byte weights (twice as many with fp32's four; more where the LM head is a large
+# share of the weights, as in GPT-2 small, since a pass reads it once whatever its length); decode's stays near one FLOP per
 # byte or below, far left of the ridge, so at batch 1 its bytes, not its arithmetic, are its largest cost, and it
 # owns most of a request's time.**
 #
@@ -342,12 +343,15 @@ here_ridge_tokens = roofline.prefill_crossover(machine.MODELS[reference_model][0
 _f_model = max(ceilings.matrix_rate(reference_model, points_dtype, threads, r)
                for r in ceilings.rows_measured(reference_model, points_dtype, threads, "blocks"))
 model_balance_tokens = _f_model / read * machine.MODELS[reference_model][0].with_dtype(points_dtype).bytes_per_param / 2
+_ref_shape = machine.MODELS[reference_model][0].with_dtype(points_dtype)
+_head_mb = _ref_shape.vocab * _ref_shape.d_model * _ref_shape.bytes_per_param / 1e6  # the LM head's weights
 show(f"This machine ({where}, {points_dtype}) streams **{read / 1e9:.1f} GB/s** (chapter 0's {'streaming read' if bandwidth_kernel == 'memory' else bandwidth_kernel}) and multiplies "
      f"large matrices at **{peak / 1e9:.1f} GFLOP/s**: the textbook ridge is **{peak / read:.1f} FLOP/byte**, against "
      f"{gpu.ridge:.0f} for the {gpu.name} in BF16. A {reference_model} prefill in {points_dtype} reaches it here at "
      f"**{prose.tokens(here_ridge_tokens)}** by the two roofs, against {crossover} for Llama-3-8B on the {gpu.name}"
-     f" (chapter 2's balance point, which takes the model's own matrices' fastest rate in place of the square "
-     f"product's, puts it at {model_balance_tokens:.0f})."
+     f" (chapter 2's balance point puts it at {model_balance_tokens:.0f}: it takes the model's own matrices' fastest "
+     "rate in place of the square product's, and counts the block matrices' bytes alone, where the two roofs count "
+     f"the whole pass's, the LM head's {_head_mb:,.0f} MB among them, read once by a pass of any length)."
      + ("" if ceilings.hardware_support(points_dtype) else
      f" This device has no {points_dtype} matrix instructions: its rates are a slow fallback kernel's."))
 ch2_model = prefill.model.iloc[0]  # the model chapter 2 ran
@@ -464,8 +468,10 @@ prose.shown(points[["series", "tokens", "batch", "intensity_flop_per_byte", "pre
 
 # %%
 few = points[points.regime == "few-row-kernel-bound"]
-between = [f"{r.series} of {prose.tokens(int(r.tokens))}" for r in points.itertuples()  # left of this ridge only
-           if r.predicted == "few-row-kernel-bound" and r.intensity_flop_per_byte >= _f_model / read]
+_bpp = machine.MODELS[reference_model][0].with_dtype(points_dtype).bytes_per_param
+between = [f"the {r.series} of {prose.tokens(int(r.tokens))}" for r in points.itertuples()  # chapter 2's rule says compute
+           if r.predicted == "few-row-kernel-bound" and r.series == "prefill"
+           and 2 * r.tokens / _bpp >= _f_model / read]
 if len(few):
     f0 = few.sort_values(["batch", "tokens"]).iloc[0]
     rows_f0 = int(f0.batch * (f0.tokens if f0.series == "prefill" else 1))
@@ -482,11 +488,12 @@ if len(few):
          f"cost model prices each term at the kernel that runs it, and this machine's kernel reached "
          f"{f_rate / 1e9:.1f} GFLOP/s with {rows_f0} rows, against {peak / 1e9:.1f} for the square product: a roof of "
          "its own, which the two textbook roofs do not draw (the dashed F(M) line below does)."
-         + (f" Chapter 2 draws this line at its balance point instead, {_f_model / read:.1f} FLOP/byte (the model's "
-            "own matrices' fastest rate over the read, not the square product's), so "
-            + prose.count(len(between), "pass").replace("passs", "passes") + f" here ({', '.join(between)}) "
-            + ("is" if len(between) == 1 else "are") + " compute-bound there: both labels say the matrices' FLOPs at "
-            "F(rows) set the time, and differ only on which rate the pass falls short of." if between else ""))
+         + (f" Chapter 2 draws this line otherwise: at its balance point, {_f_model / read:.1f} FLOP/byte (the "
+            "model's own matrices' fastest rate over the read, not the square product's), against the block "
+            "matrices' intensity alone, `2T / b` (the LM head's bytes, which every pass reads whatever its length, "
+            f"left out). So {', '.join(between)} here {'is' if len(between) == 1 else 'are'} compute-bound there: both "
+            "labels say the matrices' FLOPs at F(rows) set the time, and differ only on the line drawn."
+            if between else ""))
 
 # %% [markdown]
 # **Measure, then place.** The figure draws the roofs of this machine's kernels and places every pass at its
@@ -1921,7 +1928,7 @@ opening.write(opening_text(missed_line),  # too long (a long machine name, many 
 # %% [markdown]
 # ## Key terms
 #
-# [Roofline and arithmetic intensity](glossary.md#roofline-and-arithmetic-intensity), [Balance point](glossary.md#balance-point), [Grouped-query attention](glossary.md#grouped-query-attention), [Regimes](glossary.md#regimes), [Floor](glossary.md#floor), [Dispatch](glossary.md#dispatch), [Streaming read](glossary.md#streaming-read), [Kernel rate](glossary.md#kernel-rate). Each links to the book's glossary, which says how the book measures it.
+# [Roofline and arithmetic intensity](glossary.md#roofline-and-arithmetic-intensity), [Balance point](glossary.md#balance-point), [Grouped-query attention](glossary.md#grouped-query-attention), [Regimes](glossary.md#regimes), [Floor](glossary.md#floor), [Dispatch](glossary.md#dispatch), [Streaming read](glossary.md#streaming-read), [Kernel rate](glossary.md#kernel-rate), [Price](glossary.md#price), [Tolerance](glossary.md#tolerance), [Pace](glossary.md#pace). Each links to the book's glossary, which says how the book measures it.
 
 # %% [markdown]
 # ## Evidence in this chapter

@@ -645,7 +645,7 @@ for name, g in sweep.groupby("engine", sort=False):
         right.annotate(f"{r.concurrency}", (r.tokens_per_s, r.tpot_ms), fontsize=8)
 gain = sweep.groupby("engine").apply(lambda g: g.tokens_per_s.iloc[-1] / g.tokens_per_s.iloc[0])
 left.set(xscale="log", xlabel="concurrent users", ylabel="total output tokens / s",
-         title=f"{concurrency[-1]} users give {gain.min():.1f}x to {gain.max():.1f}x the tokens/s of {concurrency[0]}")
+         title=f"{concurrency[-1]} users: {gain.min():.1f}x to {gain.max():.1f}x the tokens/s of {concurrency[0]} (counted)")
 right.set(xlabel="total output tokens / s", ylabel="each user's median TPOT (ms)",
           title="total tokens/s against each user's TPOT (labels: users)")
 left.legend(fontsize=8)
@@ -1723,7 +1723,7 @@ opening.write(first + gaps + users + froze(chunked) + so,
 # %% [markdown]
 # ## Key terms
 #
-# [TTFT, ITL, TPOT, worst gap, goodput](glossary.md#ttft-itl-tpot-worst-gap-goodput), [Continuous batching](glossary.md#continuous-batching), [Chunked prefill](glossary.md#chunked-prefill), [Prefill](glossary.md#prefill), [Decode](glossary.md#decode). Each links to the book's glossary, which says how the book measures it.
+# [TTFT, ITL, TPOT, worst gap, goodput](glossary.md#ttft-itl-tpot-worst-gap-goodput), [Continuous batching](glossary.md#continuous-batching), [Chunked prefill](glossary.md#chunked-prefill), [Prefill](glossary.md#prefill), [Decode](glossary.md#decode), [Price](glossary.md#price), [Tolerance](glossary.md#tolerance), [Pace](glossary.md#pace). Each links to the book's glossary, which says how the book measures it.
 
 # %% [markdown]
 # ## Evidence in this chapter
