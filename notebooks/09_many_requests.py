@@ -532,7 +532,10 @@ for name, g in engine_runs.groupby("engine", sort=False):
     sentences.append(f"through {name}, the first token came {sooner} with {reusable} (TTFT "
                      f"{t.loc['unique'].ttft_ms:.0f} ms unique, {t.loc['shared'].ttft_ms:.0f} ms shared, "
                      f"{t.loc['short'].ttft_ms:.0f} ms short)" + (f", {p.mid * 1e3:.0f} ms predicted on {cores} "
-                                                                  f"core{'s' * (cores > 1)}" if p else "") + why)
+                                                                  f"core{'s' * (cores > 1)} ("
+                                                                  + "–".join(f"{x * 1e3:.0f}" for x in
+                                                                             claims.allowed(p, claims.PREDICTED_TIME))
+                                                                  + " ms allowed)" if p else "") + why)
     predicted_text.append(f"{name}: {p.mid * 1e3:.0f} ms" if p else f"{name}: none")
     if v is not None:
         decided.append(v)
@@ -893,8 +896,9 @@ slowed = hand.write_ms.median() > alone_ms * claims.PREDICTED_TIME
 # %%
 alone_says = (f"The same write timed here alone, on one thread with nothing else running, took {prose.ms(alone_ms / 1e3)}, "
               f"{alone_ms / copy_ms:.2f}x its price of {prose.ms(copy_ms / 1e3)}: "
-              + ("the copy runs at its price by itself, so in the worker it was slowed by what ran beside it (the "
-                 "decode worker on the other core)." if alone_ok and slowed else
+              + ("the copy runs at its price by itself, so in the worker something else took the time: what ran "
+                 "beside it (the decode worker on the other core) is one candidate, which this chapter does not time "
+                 "apart." if alone_ok and slowed else
                  "about its price, and about what it took in the worker." if alone_ok else
                  "off its price even alone, and about what it took in the worker: writing the cache's many tensors into "
                  "one shared buffer is not chapter 0's concatenation of caches that size, which the price uses."
