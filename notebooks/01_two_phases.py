@@ -263,7 +263,7 @@ shape_table
 # chapter 0's ceilings) says where in that range this machine lands: the model's matrices at `T` rows
 # run at the rate `F(T)` chapter 0 measured, a decode step's at one row, and attention and issuing the pass are
 # priced beside them. (A [price](glossary.md#price) is the cost model's prediction at chapter 0's fastest calls; a
-# measurement agrees with it within a [tolerance](glossary.md#tolerance), 1.25x; the machine's
+# measurement agrees with it within a [tolerance](glossary.md#tolerance), a factor `lib.claims` sets; the machine's
 # [pace](glossary.md#pace), checked before and after the runs, says whether it still ran at chapter 0's speed.)
 
 # %%
