@@ -1248,7 +1248,9 @@ def pace_claim(register, paced: dict[str, Pace], what: str, model: str = "") -> 
     return register.decide("machine_kept_its_pace", verdict,
                            predicted=f"within {claims.PREDICTED_TIME:g}x of chapter 0's calls ({fastest:.2f}x to 1)"
                                      + ("" if moved is None else ", and of each other"),
-                           measured=moments, evidence="pace.csv", moments=moments, drift=drift, fastest=fastest,
+                           measured=moments + ("" if moved is None else
+                                               f"; {moved[1]} over {moved[0]}: {moved[2].text('.2f', 'x')}"),
+                           evidence="pace.csv", moments=moments, drift=drift, fastest=fastest,
                            model=model or "the model", between=between)
 
 

@@ -20,7 +20,7 @@ import warnings
 import pandas as pd
 
 __all__ = ["ms", "tokens", "count", "and_list", "label", "shown", "span", "beside", "source", "table", "show", "machine", "Opening", "OpeningTooLong", "opening_words",
-           "OPENING_PENDING", "OPENING_WORDS"]
+           "OPENING_PENDING", "OPENING_WORDS", "HOW_DECIDED"]
 
 
 def ms(seconds: float) -> str:
@@ -180,11 +180,18 @@ def table(frame: pd.DataFrame, digits: int = 2) -> "object":
                 f'</thead><tbody>{body}</tbody></table>'.replace("<td>", f'<td style="{style}">'))
 
 
-def show(text: str) -> None:
-    """Display a sentence (markdown) the chapter computed."""
+#: The summary line of a finding's folded detail (:func:`show`'s ``how``).
+HOW_DECIDED = "How this run decided it"
+
+
+def show(text: str, how: str | None = None) -> None:
+    """Display a finding (markdown) the chapter computed. ``how``, if given, is the detail a reader needs only to
+    check the finding (intervals, the tolerance, which calls were compared), folded under :data:`HOW_DECIDED`
+    right below it (an HTML ``<details>`` element, opened by the reader in JupyterLab and on the site alike), so
+    that the page reads as the finding and the evidence table at the chapter's end keeps the verdict."""
     from IPython.display import Markdown, display
 
-    display(Markdown(text))
+    display(Markdown(text if not how else f"{text}\n\n<details><summary>{HOW_DECIDED}</summary>\n\n{how}\n\n</details>"))
 
 
 #: What a folded prediction's summary line asks of the reader.
@@ -215,7 +222,7 @@ def machine(device, dtype: str | None = None) -> str:
 #: What the opening paragraph says until the chapter has run to its end.
 OPENING_PENDING = "*What this run found is written here when the chapter has run to its end.*"
 #: The opening paragraph's length at most, in words (about 120: the source chapter's opening is 90).
-OPENING_WORDS = 140
+OPENING_WORDS = 120
 
 
 class OpeningTooLong(UserWarning):

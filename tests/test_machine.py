@@ -244,6 +244,8 @@ def test_pace_times_chapter_0s_kernel_and_its_claim_can_fail_both_ways():
         register = claims.Claims()
         said[verdict] = machine.pace_claim(register, moments, "the sweep")
         assert register.frame().verdict.tolist() == [verdict]
+        if verdict == claims.NOT_HELD:  # the evidence table's measured column carries the change between moments
+            assert register.frame().measured.iloc[0].endswith("; after over before: 1.38x (1.35–1.41)")
     assert "After, they took 1.38x (1.35–1.41) their time before" in said[claims.NOT_HELD]
     assert "the machine changed speed while the chapter ran" in said[claims.NOT_HELD]
     assert "another speed than chapter 0" not in said[claims.NOT_HELD]  # each moment alone was within the band

@@ -70,6 +70,18 @@ def test_source_is_folded_under_a_line_naming_it():
     assert data.rstrip().endswith("</details>") and "```python\ndef span" in data
 
 
+def test_a_finding_shows_its_deciding_detail_folded_below_it(monkeypatch):
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda m: shown.append(m.data))
+    prose.show("A step took **27 ms**.")
+    prose.show("A step took **27 ms**, as priced.", how="95 % interval 26-28 ms against 22-34 ms allowed.")
+    assert shown[0] == "A step took **27 ms**."
+    plain, folded = shown[1].split("\n\n", 1)
+    assert plain == "A step took **27 ms**, as priced."
+    assert folded.startswith(f"<details><summary>{prose.HOW_DECIDED}</summary>") and folded.endswith("</details>")
+    assert "26-28 ms" in folded
+
+
 def test_the_opening_is_written_in_place_at_the_top_when_the_chapter_ends(tmp_path):
     """papermill keeps the display update: the saved notebook's first output is the paragraph, not the pending
     line, as JupyterLab shows it after Run all."""
@@ -92,17 +104,18 @@ def test_the_opening_is_written_in_place_at_the_top_when_the_chapter_ends(tmp_pa
 
 def test_an_opening_is_a_paragraph():
     opening = prose.Opening()
-    with pytest.warns(prose.OpeningTooLong, match="has 141 words"):
-        opening.write(" ".join(["word"] * 141))
+    over = prose.OPENING_WORDS + 1
+    with pytest.warns(prose.OpeningTooLong, match=f"has {over} words"):
+        opening.write(" ".join(["word"] * over))
     assert opening.text.startswith("word word")  # shown all the same: a reader's run does not fail over it
-    opening.write(" ".join(["long"] * 141), "The shorter telling.")  # the first telling that fits is shown
+    opening.write(" ".join(["long"] * over), "The shorter telling.")  # the first telling that fits is shown
     assert opening.text == "The shorter telling."
     assert prose.opening_words("A step takes **12.3 ms** at `gpt2`, +8.6 %.") == 9
     opening.write("On this machine a step takes 12.3 ms (11.0–13.1).")
     assert opening.text.startswith("On this machine")
     opening.write("Short.", after="The machine ran slower.")  # a sentence after, where it fits
     assert opening.text == "Short. The machine ran slower."
-    opening.write(" ".join(["long"] * 138), after="The machine ran slower.")  # else a paragraph of its own
+    opening.write(" ".join(["long"] * (prose.OPENING_WORDS - 2)), after="The machine ran slower.")  # else a paragraph of its own
     assert opening.text.endswith("long long") and "slower" not in opening.text
     assert opening.note.endswith("The machine ran slower.")
     opening.write("Short.")
