@@ -1213,8 +1213,10 @@ def pace_claim(register, paced: dict[str, Pace], what: str, model: str = "") -> 
     or slowed down by more during the chapter held none of its speeds throughout, though each moment alone may
     lie inside chapter 0's band). Chapter 0's median alone is one of a few calls and moved by a quarter between
     quiet builds; a pace read against it alone called a machine running at chapter 0's fastest call "faster".
-    Returns the sentence."""
+    Returns the finding (markdown): a plain sentence, and the intervals that decided it folded below it
+    (:func:`lib.prose.show`'s ``how``)."""
     from lib import claims
+    from lib.prose import HOW_DECIDED
 
     moments = "; ".join(f"{p.ratio.text('.2f', 'x')} {when}" for when, p in paced.items())
     slowest = max(paced.values(), key=lambda p: p.ratio.mid).ratio.mid
@@ -1232,26 +1234,37 @@ def pace_claim(register, paced: dict[str, Pace], what: str, model: str = "") -> 
         "machine_kept_its_pace",
         f"While {what} ran, this machine ran the model's matrices at one row at the speed chapter 0 measured, within "
         "the tolerance for a time predicted from measured ceilings, and at about one speed throughout: the "
-        "chapter's prices describe the machine it ran on.",
-        held="against chapter 0's median call, {model}'s matrices at one row took {moments}, where chapter 0's "
-             "fastest call was {fastest:.2f}x its median: within the tolerance every price here is held to.{between}{drift}",
-        not_held="against chapter 0's median call, {model}'s matrices at one row took {moments}, where chapter 0's "
-                 "fastest call was {fastest:.2f}x its median" + (
-                     ": beyond the tolerance, so the machine ran at another speed than chapter 0 measured. "
-                     + SCALED_BY_PACE if claims.NOT_HELD in kept else ".") + "{between}",
-        unresolved="against chapter 0's median call, {model}'s matrices at one row took {moments}, where chapter "
-                   "0's fastest call was {fastest:.2f}x its median" + (
-                       ": a moment's interval reaches across the tolerance's edge, so this run cannot say the "
-                       "machine kept chapter 0's speed." if claims.UNRESOLVED in kept else ".") + "{between}{drift}")
+        "chapter's prices describe the machine it ran on.")
     verdict = claims.every([*kept, steady])
     fastest = min(p.reference_best for p in paced.values())
-    return register.decide("machine_kept_its_pace", verdict,
-                           predicted=f"within {claims.PREDICTED_TIME:g}x of chapter 0's calls ({fastest:.2f}x to 1)"
-                                     + ("" if moved is None else ", and of each other"),
-                           measured=moments + ("" if moved is None else
-                                               f"; {moved[1]} over {moved[0]}: {moved[2].text('.2f', 'x')}"),
-                           evidence="pace.csv", moments=moments, drift=drift, fastest=fastest,
-                           model=model or "the model", between=between)
+    register.record("machine_kept_its_pace", verdict,
+                    predicted=f"within {claims.PREDICTED_TIME:g}x of chapter 0's calls ({fastest:.2f}x to 1)"
+                              + ("" if moved is None else ", and of each other"),
+                    measured=moments + ("" if moved is None else
+                                        f"; {moved[1]} over {moved[0]}: {moved[2].text('.2f', 'x')}"),
+                    evidence="pace.csv")
+    items = list(paced.items())
+    took = (f"{model or 'the model'}'s one-row matrices took {items[0][1].ratio.mid:.2f}x chapter 0's time {items[0][0]}"
+            + "".join(f" and {p.ratio.mid:.2f}x {when}" for when, p in items[1:]))
+    off_band = claims.NOT_HELD in kept
+    if verdict == claims.HELD:
+        plain = f"While {what} ran, the machine kept the speed chapter 0 measured: {took}.{drift}"
+    elif verdict == claims.NOT_HELD and (off_band or moved is None):
+        plain = f"While {what} ran, the machine ran at another speed than chapter 0 measured: {took}. {SCALED_BY_PACE}"
+    elif verdict == claims.NOT_HELD:
+        plain = (f"While {what} ran, the machine changed speed: {took}: {moved[2].mid:.2f}x as long {moved[1]} as "
+                 f"{moved[0]}. A price made of chapter 0's ceilings can fit one of these moments at best.")
+    else:
+        plain = (f"While {what} ran, the machine may not have kept the speed chapter 0 measured: {took}, near the edge "
+                 f"of what a price is allowed.{drift}")
+    how = (f"Against chapter 0's median call, {model or 'the model'}'s matrices at one row took {moments} (95 % "
+           f"intervals of {', '.join(str(p.calls) for p in paced.values())} calls), where chapter 0's fastest call "
+           f"was {fastest:.2f}x its median: each moment is held to that span, within the tolerance of "
+           f"{claims.PREDICTED_TIME:g}x every price here is held to" + (
+               ", and one moment's interval lies beyond it." if off_band else
+               ", and one moment's interval reaches across its edge." if claims.UNRESOLVED in kept else
+               ", and every moment lies within it.") + between)
+    return f"{plain}\n\n<details><summary>{HOW_DECIDED}</summary>\n\n{how}\n\n</details>"
 
 
 def pace_moved(paced: dict[str, Pace]) -> tuple[str, str, "Spread"] | None:
@@ -1279,30 +1292,32 @@ def pace_note(paced: dict[str, Pace]) -> str:
 
     verdicts = {k: claims.within(p.ratio, p.expected(), claims.PREDICTED_TIME) for k, p in paced.items()}
     outside = {k: paced[k].ratio.mid for k, v in verdicts.items() if v == claims.NOT_HELD}
-    tail = "; ratios within runs move only where their parts slowed unalike."
+    tail = "; a ratio of two times from the same runs is hardly affected."
     if outside:
         low, high = min(outside.values()), max(outside.values())
         times = f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}x to {high:.2f}x"
         way = f"{'slower' if high > 1 else 'faster'} than when chapter 0 measured it"
-        miss = f"absolute prices may run up to that much too {'low' if high > 1 else 'high'}"
+        miss = f"times priced from chapter 0 may run up to that much too {'low' if high > 1 else 'high'}"
         if len(outside) == len(paced):
-            return f"The model's one-row matrices took {times} their chapter 0 time here: the machine ran {way}, so {miss}{tail}"
+            return f"The machine ran {way}: the model's one-row matrices took {times} their chapter 0 time, so {miss}{tail}"
         others = ", ".join(f"{paced[k].ratio.mid:.2f}x {k}" for k in paced if k not in outside)
         when = " and ".join(outside)
         return (f"{when[:1].upper()}{when[1:]}, the model's one-row matrices took {times} their chapter 0 time "
                 f"({others}): the machine ran {way} for part of the chapter, so {miss}{tail}")
     near = [paced[k].ratio for k, v in verdicts.items() if v == claims.UNRESOLVED]
     if near:
-        worst = max(near, key=lambda r: abs(math.log(r.mid)))
-        return (f"The model's one-row matrices took up to {worst.text('.2f', 'x')} their chapter 0 time here: absolute "
-                f"prices may run up to that much too {'low' if worst.mid > 1 else 'high'}{tail}")
+        worst = max(near, key=lambda r: max(abs(math.log(r.low)), abs(math.log(r.high))))
+        slow = abs(math.log(worst.high)) >= abs(math.log(worst.low))
+        edge = worst.high if slow else worst.low
+        return (f"The model's one-row matrices took {worst.mid:.2f}x their chapter 0 time here, some calls {edge:.2f}x, "
+                f"so times priced from chapter 0 may run up to that much too {'low' if slow else 'high'}{tail}")
     moved = pace_moved(paced)
     if moved is None or claims.within(moved[2], 1.0, claims.PREDICTED_TIME) == claims.HELD:
         return ""
     a, b, r = moved
-    return (f"The model's one-row matrices took {r.text('.2f', 'x')} as long {b} as {a}: the machine changed speed "
-            f"while the chapter ran, so prices made of chapter 0's ceilings may fit one part of it and miss the other "
-            f"by up to that much{tail}")
+    return (f"The machine changed speed while the chapter ran: the model's one-row matrices took {r.mid:.2f}x as long "
+            f"{b} as {a}, so prices made of chapter 0's ceilings may fit one part of the chapter and miss the other by "
+            f"up to that much{tail}")
 
 
 def release_pace() -> None:

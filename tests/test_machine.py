@@ -204,6 +204,8 @@ def test_pace_times_chapter_0s_kernel_and_its_claim_can_fail_both_ways():
     register = claims.Claims()
     sentence = machine.pace_claim(register, {"before": far, "after": far}, "the sweep")
     assert register.frame().verdict.tolist() == [claims.NOT_HELD] and "before" in sentence and "another speed" in sentence
+    plain, folded = sentence.split("\n\n", 1)  # the finding first, the intervals that decided it folded below
+    assert "another speed" in plain and "95 % intervals" not in plain and "<summary>How this run decided it" in folded
     assert list(machine.pace_table({"before": far}).columns) == ["when", "ratio", "ratio_low", "ratio_high",
                                                                  "fastest_ratio", "calls", "chapter0_fastest_over_median"]
     assert 0 < now.reference_best <= 1 and now.expected().low == now.reference_best and now.expected().high == 1
@@ -215,7 +217,7 @@ def test_pace_times_chapter_0s_kernel_and_its_claim_can_fail_both_ways():
     slow = machine.Pace(ratio=claims.Spread.of([1.6, 1.65, 1.7] * 3), fastest=1.6, calls=9)
     slower = machine.Pace(ratio=claims.Spread.of([1.8, 1.85, 1.9] * 3), fastest=1.8, calls=9)
     note = machine.pace_note({"before": slow, "after": slower})
-    assert "took 1.65x to 1.85x their chapter 0 time" in note and "may run up to that much too low;" in note and note.endswith("slowed unalike.")
+    assert "took 1.65x to 1.85x their chapter 0 time" in note and "may run up to that much too low;" in note and note.endswith("hardly affected.")
     fast = machine.Pace(ratio=claims.Spread.of([0.5, 0.52, 0.55] * 3), fastest=0.5, calls=9)
     assert "much too high;" in machine.pace_note({"before": same, "after": fast})
     # held to chapter 0's own span of calls, fastest to median: a machine running at chapter 0's fastest call, whose
@@ -233,7 +235,7 @@ def test_pace_times_chapter_0s_kernel_and_its_claim_can_fail_both_ways():
     assert register.frame().verdict.tolist() == [claims.NOT_HELD]
     edge = machine.Pace(ratio=claims.Spread(1.18, 1.23, 1.29), fastest=1.18, calls=9)  # straddles 1.25x: not resolved
     note = machine.pace_note({"before": same, "after": edge})
-    assert "up to 1.23x (1.18–1.29) their chapter 0 time" in note and "may run up to that much too low;" in note
+    assert "took 1.23x their chapter 0 time here, some calls 1.29x" in note and "may run up to that much too low;" in note
     # each moment inside chapter 0's band (0.68x to 1.25x), but the machine sped up by more than the tolerance
     # between them (chapter 2 of build 89: 0.78x before its sweep, 0.98x after): it did not keep one pace
     early = machine.Pace(ratio=claims.Spread(0.70, 0.71, 0.72), fastest=0.8, calls=9, reference_best=0.85)
@@ -248,6 +250,8 @@ def test_pace_times_chapter_0s_kernel_and_its_claim_can_fail_both_ways():
             assert register.frame().measured.iloc[0].endswith("; after over before: 1.38x (1.35–1.41)")
     assert "After, they took 1.38x (1.35–1.41) their time before" in said[claims.NOT_HELD]
     assert "the machine changed speed while the chapter ran" in said[claims.NOT_HELD]
+    assert "the machine changed speed: " in said[claims.NOT_HELD].split("\n\n")[0]
+    assert "kept the speed chapter 0 measured" in said[claims.HELD].split("\n\n")[0]
     assert "another speed than chapter 0" not in said[claims.NOT_HELD]  # each moment alone was within the band
     moved = machine.pace_moved({"before": early, "after": late})
     assert moved[:2] == ("before", "after") and moved[2].low == pytest.approx(0.97 / 0.72)
