@@ -470,21 +470,30 @@ show(f"A decode step of {model} in fp32 on {where}, fastest calls: alone, each o
 grown = {kind: ceilings.rest_growth(model, "fp32", most, kind, 1, 1000 + extra)
          for kind, extra in (("decode", 0), ("decode_static", 8))}
 if all(g is not None for g in grown.values()):
-    _longer = {kind: f"**{prose.ms(g.best)}** longer with a {name} cache{extra}" for (kind, g), name, extra in
+    # each a difference of two steps' times over the repeats: from the fastest calls' difference to the median ones'
+    # (chapter 0's fastest calls price the step; the median calls say how much of it one lucky pair could be)
+    _longer = {kind: f"**{prose.span(g.best * 1e3, g.median * 1e3, '.2f', 'ms')}** longer with a {name} cache{extra}"
+               for (kind, g), name, extra in
                zip(grown.items(), ("growing", "preallocated"), (", beyond that cache's own copy timed alone", ""))
                if g.best >= 5e-6}  # prints as 0.01 ms or more
     _same = [name for (kind, g), name in zip(grown.items(), ("growing", "preallocated")) if g.best < 5e-6]
+    _told_how = ("Each difference is taken twice over the repeats, between the two steps' fastest calls and between "
+                 "their median calls; the first is what the cost model adds, and a range says how far the median "
+                 "calls moved it" + ("" if all(g.median < 5e-6 for g in grown.values()) else
+                                     " (" + "; ".join(f"{name}: {prose.span(g.best * 1e3, g.median * 1e3, '.2f', 'ms')}"
+                                                      for g, name in zip(grown.values(), ("growing", "preallocated")))
+                                     + ")") + ".")
     _no_growth = (f"no longer with a {' or a '.join(_same)} cache (its step at 1,000 tokens, less what the cost "
                   "model prices apart, was no slower than at 16)") if _same else ""
     if _longer:
         show(f"From a cache of 1,000 tokens instead of 16, the rest of {model}'s step (fp32, {most} threads) takes "
              + ", and ".join(list(_longer.values()) + [_no_growth] * bool(_same))
              + ": work outside the matrices and attention that grows with the cache, which the cost model adds to "
-             "a step's dispatch (chapter 3 takes it apart under the profiler).")
+             "a step's dispatch at the first figure (chapter 3 takes it apart under the profiler).", how=_told_how)
     else:
         show(f"From a cache of 1,000 tokens instead of 16, the rest of {model}'s step (fp32, {most} threads) takes "
              f"{_no_growth}: on this machine the work outside the matrices and attention does not grow with the "
-             "cache, and the cost model adds nothing for it.")
+             "cache, and the cost model adds nothing for it.", how=_told_how)
 peaks = ok[ok.kernel == "square_matmul"][["dtype", "threads", "note", "gflop_s", "spread", "hardware_support"]]
 _fp32_at = dict(zip(peaks[peaks.dtype == "fp32"].threads, peaks[peaks.dtype == "fp32"].gflop_s))
 _one = {dt: float(g.gflop_s.iloc[0]) for dt, g in peaks[peaks.threads == 1].groupby("dtype")}
@@ -538,50 +547,43 @@ show(f"Clock reads and the token read-back cost a median **{(cost['clock'] + cos
                               "the timer distorts the steps."))
 
 # %%
-def rate(best: float, median: float, unit: str) -> str:
-    """A ceiling for a sentence: its median call (bold), then its fastest, the ceiling later chapters use."""
+def up_to(best: float, median: float, unit: str) -> str:
+    """A rate for the opening: its typical (median) call, bold, and the fastest in parentheses."""
     fmt = ",.0f" if best >= 100 else ".1f" if best >= 1 else ".3f"
-    return f"**{median:{fmt}} {unit}** ({best:{fmt}})"
+    return f"**{median:{fmt}} {unit}** (up to {best:{fmt}})"
 
 
-b1, h1 = (ceilings.matrices(model, "fp32", most, k, 1) for k in ("blocks", "head"))
-gemv_rate = rate(gemv[model], gemv[model] * (b1.best + h1.best) / (b1.median + h1.median), "GB/s")
 f_rows = ok[(ok.kernel == "blocks") & (ok.model == model) & (ok.dtype == "fp32") & (ok.threads == most)]
 f_rows = f_rows.set_index("rows")
-f_1, f_many = (rate(f_rows.gflop_s[r], f_rows.gflop_s_median[r], "GFLOP/s") for r in (1, f_rows.index.max()))
-read_rate = rate(rates["read"], read_spread(most).low, "GB/s")
 with use_threads(most):
     on_this = prose.machine(device, "fp32")
 
 # %%
-harness = {claims.HELD: "under the 1 % allowed", claims.NOT_HELD: "over the 1 % allowed",
-           claims.UNRESOLVED: "too close to 1 % to call"}
-_llc = machine.last_level_cache_bytes()
-_wmib = machine.MODELS[model][0].weight_bytes / 2**20
-_cache = (f", the {_llc / 2**20:.0f} MiB last-level cache able to keep some of the {_wmib:.0f} MiB of weights between "
-          "calls (this chapter does not measure how much)" if gemv[model] > rates["read"] and _llc else "")
-decode_meets = {claims.HELD: f"The products read their weights at {gemv[model] / rates['read']:.2f}x the streaming "
-                             f"read's rate (fastest calls), within the tolerance{_cache}.",
-                claims.NOT_HELD: f"The products read their weights at {gemv[model] / rates['read']:.2f}x the "
-                                 f"streaming read's rate (fastest calls){_cache}; the later chapters price a decode "
-                                 "step's weights at the products' own rate.",
-                claims.UNRESOLVED: "Whether the products read their weights at the memory's rate is too close to call "
-                                   "here; the later chapters price a decode step's weights at the products' own rate."}
-rows_outcome = {claims.HELD: "as predicted: the same weights stream once",
-                claims.NOT_HELD: f"where about 1x was predicted: {why_short}",
-                claims.UNRESOLVED: "too close to the 1x predicted to call in this run"}
-_rates_told = (f"On this machine ({on_this}), rates are median calls, with the fastest, the ceilings, in parentheses: "
-               f"a streaming read moves {read_rate} and {model}'s matrix-vector products {gemv_rate}; its block "
-               f"matrices run {f_1} at one row and {f_many} at {f_rows.index.max():,.0f} rows. With {few} rows they "
-               f"took {t2.best / t1.best:.2f} times as long as with one (fastest calls), "
-               f"{rows_outcome[register.verdict('two_rows_cost_no_more')]}. ")
-_meets = decode_meets.get(register.verdict("gemv_reaches_streaming_bandwidth"), "")
-opening.write(  # the longest telling that fits the opening's length, the shorter one without the harness
-    _rates_told + f"A decode step's operation costs {us_alone:.1f} us alone and {us_between:.1f} us between weight streams, which "
-    f"the cost model uses (fastest calls); the harness adds {share:.2%} to the shortest step timed, "
-    f"{harness.get(register.verdict('timer_under_one_percent'), 'not measured')}. " + _meets,
-    _rates_told + f"A decode step's operation costs {us_between:.1f} us between weight streams (fastest calls). " + _meets,
-    _rates_told + _meets.replace(_cache, ""))  # the shortest: no cost per operation, no cache aside
+gemv_vs_read = {claims.HELD: "about the streaming read's rate",
+                claims.NOT_HELD: f"{gemv[model] / rates['read']:.2f} times the streaming read's rate, so the later "
+                                 "chapters price a decode step's weights at the products' own rate, not the memory's",
+                claims.UNRESOLVED: "close to the streaming read's rate, too close to call; the later chapters price a "
+                                   "decode step's weights at the products' own rate"}
+rows_plain = {claims.HELD: "about as long as one, as predicted: the same weights stream once",
+              claims.NOT_HELD: f"{t2.best / t1.best:.2f} times as long as one, not about the same as predicted: "
+                               f"{why_short}",
+              claims.UNRESOLVED: f"{t2.best / t1.best:.2f} times as long as one, too close to the prediction (about "
+                                 "the same) to call"}
+_rates_told = (f"On this machine ({on_this}), a streaming read moves {up_to(rates['read'], read_spread(most).low, 'GB/s')}, "
+               f"and {model}'s matrix-vector products read their weights at "
+               f"{up_to(gemv[model], gemv_spread.low, 'GB/s')}: "
+               f"{gemv_vs_read.get(register.verdict('gemv_reaches_streaming_bandwidth'), 'not compared')}. ")
+_g = lambda x: f"{x:,.0f}" if x >= 100 else f"{x:.3g}"  # noqa: E731  a FLOP rate's digits
+_rows_told = (f"Its block matrices run **{_g(f_rows.gflop_s_median[1])} GFLOP/s** at one row and "
+              f"**{_g(f_rows.gflop_s_median[f_rows.index.max()])}** at {f_rows.index.max():,.0f} rows. ")
+_two = (f"With {few} rows they took "
+        f"{rows_plain.get(register.verdict('two_rows_cost_no_more'), 'an unmeasured time')}. ")
+_issue = f"Issuing one operation of a decode step costs about **{us_between:.0f} us**. "
+_answer = "So decode is priced at the products' reading rate, and a short prompt at the matrices' few-row rate."
+opening.write(_rates_told + _rows_told + _two + _issue + _answer,
+              _rates_told + _rows_told + _two + _answer,
+              _rates_told + _two + _answer,
+              _rates_told + _answer)
 
 # %% [markdown]
 # ## What these numbers do not show

@@ -433,9 +433,15 @@ if warning:
 # tolerance counted and those that straddle it named apart.
 
 # %%
-def as_predicted(claim: str, statement: str, points: list) -> str:
-    """Decide that the ``points`` (keys of ``ratio``) take their predicted time, on their pooled ratio, and return
-    the finding."""
+def beyond_doubt(r: Spread) -> tuple[float, float]:
+    """How far a ratio to its price lies from 1x, either way, on a log scale: first its interval's distance (0 when it
+    holds 1x), then its median's. The one measure by which this page names the pass "furthest from its price"."""
+    return max(np.log(r.low), -np.log(r.high), 0.0), abs(np.log(r.mid))
+
+
+def as_predicted(claim: str, statement: str, points: list) -> tuple[str, str]:
+    """Decide that the ``points`` (keys of ``ratio``) take their predicted time, on their pooled ratio; return the
+    finding and how it was decided."""
     register.claim(claim, statement)
     pooled = claims.geomean_of(ratio[k] for k in points)
     top = float(np.exp(np.mean([np.log(band(k)[1] / claims.PREDICTED_TIME) for k in points])))
@@ -443,33 +449,37 @@ def as_predicted(claim: str, statement: str, points: list) -> str:
                                               claims.PREDICTED_TIME) == claims.NOT_HELD]
     straddling = straddlers()
     open_ = [k for k in points if k in straddling]
-    name = lambda k: f"{label(*k[:2]) + ' at ' if len(configs) > 1 and k[:2] != main else ''}{tokens(k[2])} ({ratio[k].mid:.2f}x)"  # noqa: E731
-    banded = lambda k: (f"{name(k)[:-1]}, interval {ratio[k].low:.2f}x to {ratio[k].high:.2f}x, against its own band "  # noqa: E731
+    name = lambda k: f"{label(*k[:2]) + ' at ' if len(configs) > 1 and k[:2] != main else ''}{tokens(k[2])} ({ratio[k].text('.2f', 'x')})"  # noqa: E731
+    banded = lambda k: (f"{name(k)[:-1]}, against its own band "  # noqa: E731
                         f"of {band(k)[0]:.2f}x to {band(k)[1]:.2f}x)")
-    worst = max(points, key=lambda k: ratio[k].mid)
-    detail = (f". The furthest is {name(worst)}" + (f"; {len(out)} of {len(points)} lie{'s' * (len(out) == 1)} "
-              f"wholly outside their own band: {', '.join(map(banded, out))}" if out else
-              "; no point lies wholly outside its own band")
-              + (f". {prose.count(len(open_), 'point').capitalize()} straddle{'s' * (len(open_) == 1)} "
-                 f"{'its' if len(open_) == 1 else 'their'} edge: {', '.join(map(banded, open_))}"
-                 if open_ else "") + ". (Each point's band is its own price's spread, widened by the tolerance.)")
+    worst = max(points, key=lambda k: beyond_doubt(ratio[k]))
     verdict = register.record(claim, claims.within(pooled, Spread(1.0, 1.0, top), claims.PREDICTED_TIME),
                               predicted=f"time / price: 1.00x to {top:.2f}x (chapter 0's fastest to median calls), "
                                         f"within {claims.PREDICTED_TIME:g}x",
                               measured=pooled.text(".2f", "x"), evidence=f"prefill_sweep.csv, {len(points)} points")
     tol = claims.PREDICTED_TIME
-    band_ = (f"the band of {1 / tol:.2f}x to {top * tol:.2f}x (the 1.00x to {top:.2f}x its price spans, chapter 0's "
-             f"fastest calls to its median ones, widened by the tolerance of {tol:g}x)")
-    return (f"The passes of {'; '.join(dict.fromkeys(label(*k[:2]) for k in points))} took **{pooled.text('.2f', 'x')}** "
-            f"their price from chapter 0's kernel rates (measured time over price, the geometric mean of {len(points)} "
-            "points), " + claims.pick(
-                verdict, held=f"inside {band_}{detail}",
-                not_held=f"outside {band_}{detail} The section below takes the furthest pass apart.",
-                unresolved=f"against {band_}: {lean(pooled, 1 / tol, top * tol, '.2f', 'x')}{detail}"))
+    how = (f"The figure is the geometric mean of the {len(points)} points' ratios of measured time to price, with its "
+           f"95 % interval, set against the band of {1 / tol:.2f}x to {top * tol:.2f}x: the 1.00x to {top:.2f}x its "
+           f"price spans (chapter 0's fastest calls to its median ones), widened by the tolerance of {tol:g}x. "
+           + (f"{len(out)} of {len(points)} points lie{'s' * (len(out) == 1)} wholly outside their own band: "
+              f"{', '.join(map(banded, out))}. " if out else "No point lies wholly outside its own band. ")
+           + (f"{prose.count(len(open_), 'point').capitalize()} straddle{'s' * (len(open_) == 1)} "
+              f"{'its' if len(open_) == 1 else 'their'} edge: {', '.join(map(banded, open_))}. " if open_ else "")
+           + "The pass furthest from its price is the one whose ratio's interval lies furthest from 1x, either way, "
+             "on a log scale (the same measure picks the pass the profiler takes apart below)."
+           + ("" if verdict != claims.UNRESOLVED else " In this run " + lean(pooled, 1 / tol, top * tol, ".2f", "x") + "."))
+    direction = "less" if pooled.mid < 1 else "more"
+    text = (f"The passes of {'; '.join(dict.fromkeys(label(*k[:2]) for k in points))} took **{pooled.text('.2f', 'x')}** "
+            "the time the cost model priced them at, from chapter 0's kernel rates: " + claims.pick(
+                verdict, held="as priced, within the tolerance",
+                not_held=f"{direction} than priced, beyond the tolerance (the section below takes the furthest pass apart)",
+                unresolved=f"{direction} than priced by the median, too close to the tolerance's edge to call")
+            + f". The pass furthest from its price was {name(worst)}.")
+    return text, how
 
 
 mine = sweep[(sweep.dtype == main_dt) & (sweep.threads == most)]
-show(as_predicted("passes_as_predicted", "The prefills of the first configuration take the time the cost model "
+show(*as_predicted("passes_as_predicted", "The prefills of the first configuration take the time the cost model "
                   "predicts, within the tolerance for a time predicted from measured ceilings (their geometric mean).",
                   [k for k in ratio if k[:2] == main]))
 
@@ -491,7 +501,7 @@ others = [k for k in ratio if k[:2] != main]
 statement = ("The prefills of the other configurations take the time the cost model predicts, within the tolerance "
              "for a time predicted from measured ceilings (their geometric mean).")
 if others:
-    show(as_predicted("other_configurations_as_predicted", statement, others))
+    show(*as_predicted("other_configurations_as_predicted", statement, others))
 else:
     register.claim("other_configurations_as_predicted", statement)
     register.record("other_configurations_as_predicted", None, evidence="one configuration only in this run")
@@ -572,18 +582,21 @@ length_lean = (lean(flats, pflat / claims.PREDICTED_LENGTH, pflat * claims.PREDI
                "the median reading " + ("matches the prediction" if floored[1] == p_floored else "leans away from the "
                                         "prediction") + ", but the readings off the ends of the intervals do not all "
                "agree on whether there is a floor, so this run cannot decide")
-show((f"The time stays within {margin:.0%} of the 1-token pass "
-      f"({prose.span(fm.floor_ms_low, fm.floor_ms_high, '.1f', 'ms')}) up to **{tokens(flats.mid)}**"
-      if readings[1].flat_until_tokens > first_tok else
-      f"There is no floor: the cost rises from the first token ({tokens(second.prompt_tokens)} take "
-      f"{second.time_ms:.1f} ms, **{second.time_ms / fm.floor_ms:.2f}x** the 1-token pass's {fm.floor_ms:.1f} ms, "
-      f"beyond the {margin:.0%} margin)") + claims.pick(
-    verdict, held=f", as the cost model predicted: {expected_}{step}.",
-    not_held=f", but the cost model predicted {expected_}{step}: the pass "
-             + ("grows earlier" if flats.mid < pflat else "stays flat longer") + " than its parts say.",
-    unresolved=f" by the points' medians, but read off the ends of their intervals the floor ends anywhere from "
-               f"{flats.low:.0f} to {tokens(flats.high)}, against the cost model's prediction of {expected_}: "
-               f"{length_lean}."))
+show((f"The time stays within {margin:.0%} of the 1-token pass ({fm.floor_ms:.1f} ms) up to "
+       f"**{tokens(flats.mid)}**" if readings[1].flat_until_tokens > first_tok else
+       f"There is no floor: the cost rises from the first token, {tokens(second.prompt_tokens)} taking "
+       f"{second.time_ms:.1f} ms, **{second.time_ms / fm.floor_ms:.2f}x** the 1-token pass's {fm.floor_ms:.1f} ms")
+     + claims.pick(verdict, held=f", as the cost model predicted ({expected_}).",
+                   not_held=f", but the cost model predicted {expected_}: the pass "
+                            + ("grows earlier" if flats.mid < pflat else "stays flat longer") + " than its parts say.",
+                   unresolved=f"; the cost model predicted {expected_}, and this run's points are too noisy to say "
+                              "which is right."),
+     how=f"The 1-token pass is {prose.span(fm.floor_ms_low, fm.floor_ms_high, '.1f', 'ms')} (the 95 % interval of its "
+         f"median over runs). The floor's end is read three times, off the points' medians and off the two ends of "
+         f"their intervals: {flats.text('.0f', 'tokens') if all(floored) else ', '.join(f'flat to {tokens(r.flat_until_tokens)}' if f else 'no floor' for r, f in zip(readings, floored))}. "
+         "It holds when every reading agrees with the cost model's on whether there is a floor and, where both "
+         "have one, on where it ends, within one step of the sweep's grid (a factor of two); "
+         + (f"in this run {length_lean}." if verdict == claims.UNRESOLVED else f"here they {'do' if verdict == claims.HELD else 'do not'}."))
 
 # %% [markdown]
 # Back to the balance point: it assumed that the matrices reach their fastest rate however few rows they have.
@@ -629,18 +642,28 @@ prose.shown(by_rows[by_rows.index <= max(off or 0, 2 * balance_tokens)].round(1)
 register.claim("knee_as_predicted", "Time per token stops falling where the cost model's does (within one step "
                "of the sweep's grid).")
 pknee = expected[main].knee_tokens
+per_token_ms = (mine.time_ms / mine.prompt_tokens).to_numpy()
+at_knee = float(per_token_ms[list(mine.prompt_tokens).index(knees.mid)]) if knees.mid in set(mine.prompt_tokens) else None
+falls_on = ("" if not fm.knee_confirmed else
+            f"kept falling slowly, from {at_knee:.2f} ms a token there to {fm.best_ms_per_token:.2f} ms at "
+            f"{tokens(fm.best_at_tokens)}" if at_knee and fm.best_at_tokens > knees.mid else
+            f"it is lowest there, {fm.best_ms_per_token:.2f} ms a token" if at_knee else "")
+falls_on += ("" if fm.knee_confirmed else f"{tokens(knees.mid)} is the longest prompt measured, so time per token may "
+             "fall further beyond it")
 verdict = register.record("knee_as_predicted", claims.within(knees, pknee, claims.PREDICTED_LENGTH),
                           predicted=tokens(pknee), measured=knees.text(".0f", "tokens"),
                           evidence=f"{label(*main)}, margin {margin:.0%}")
-show(f"Time per token comes within {margin:.0%} of its lowest ({fm.best_ms_per_token:.2f} ms a token) at "
-     f"**{tokens(knees.mid)}**" + claims.pick(
-         verdict, held=f", where the cost model puts it at {tokens(pknee)} (within one step of the sweep's grid)",
-         not_held=f", more than one step of the sweep's grid from the cost model's {tokens(pknee)}",
-         unresolved=f" (its three readings: {knees.text('.0f', 'tokens')}), against the cost model's {tokens(pknee)}, "
-                    "give or take one step of the sweep's grid: "
-                    + lean(knees, pknee / claims.PREDICTED_LENGTH, pknee * claims.PREDICTED_LENGTH, ".0f", " tokens"))
-     + ("" if fm.knee_confirmed else f"; {tokens(knees.mid)} is the longest prompt measured, so the knee may lie "
-                                     "beyond it") + ".")
+show(f"Time per token falls as the prompt grows. It comes within {margin:.0%} of its lowest at **{tokens(knees.mid)}**"
+     + claims.pick(verdict, held=f", where the cost model puts it ({tokens(pknee)})",
+                   not_held=f", where the cost model put it at {tokens(pknee)}",
+                   unresolved=f", against the cost model's {tokens(pknee)}: too close to call")
+     + (f", and {falls_on}" if falls_on else "") + ".",
+     how=f"The knee is the shortest prompt whose time per token is within {margin:.0%} of the lowest measured "
+         f"({fm.best_ms_per_token:.2f} ms a token, at {tokens(fm.best_at_tokens)}), read off the points' medians and "
+         f"off the two ends of their intervals ({knees.text('.0f', 'tokens')}); it is as predicted when those "
+         "readings lie within one step of the sweep's grid (a factor of two) of the cost model's."
+         + (" In this run " + lean(knees, pknee / claims.PREDICTED_LENGTH, pknee * claims.PREDICTED_LENGTH, ".0f", " tokens") + "."
+            if verdict == claims.UNRESOLVED else ""))
 
 # %%
 fig, (ax_t, ax_p) = plt.subplots(1, 2, figsize=(12, 4.5))
@@ -662,8 +685,8 @@ ax_t.set(ylabel="prefill (ms): median and its 95 % interval; dotted: cost model"
          title=(f"{label(*main)}: on the 1-token floor up to {tokens(flats.mid)}" if floored[1] else
                 f"{label(*main)}: no floor, the cost rises from the first token")
                + f" (cost model: {f'up to {pflat}' if p_floored else 'no floor'})")
-ax_p.set(ylabel="time per prompt token (ms)", title=f"Time per token stops falling at {tokens(knees.mid)} "
-                                                    f"(cost model: {pknee})")
+ax_p.set(ylabel="time per prompt token (ms)", title=f"Time per token within {margin:.0%} of its lowest from "
+                                                    f"{tokens(knees.mid)} (cost model: {pknee})")
 fig.tight_layout()
 results.figure(fig, "prefill_time")
 plt.show()
@@ -677,17 +700,23 @@ plt.show()
 # A common summary fits `t(T) = fixed + per_token x T` and calls `fixed` the floor and `fixed / per_token` the
 # knee (`lib.sweeps.fit_floor`, weighted to relative error). The cost model says whether a line can describe
 # this machine's prefill: fitted to the model's own curve, a line misses it by some amount; fitted to the
-# measured points, it should miss them by about as much.
+# measured points, it should miss them by about as much. The line is fitted from the second prompt length on: the
+# step from the 1-token pass to the next length is the floor's question, decided above, and with it in the fit the
+# worst miss would be that step again. The 1-token pass is drawn against the line all the same (grey).
 
 # %%
-line = sweeps.fit_floor(mine.prompt_tokens, mine.time_ms / 1e3)
-model_line = sweeps.fit_floor(mine.prompt_tokens, mine.predicted_ms / 1e3)
+fitted = mine[mine.prompt_tokens > mine.prompt_tokens.min()]  # from the second length on
+line = sweeps.fit_floor(fitted.prompt_tokens, fitted.time_ms / 1e3)
+model_line = sweeps.fit_floor(fitted.prompt_tokens, fitted.predicted_ms / 1e3)
 residual = line.predict(mine.prompt_tokens) * 1e3 / mine.time_ms - 1
+fitted_miss = float(np.abs(residual[mine.prompt_tokens > mine.prompt_tokens.min()]).max())
 fig, ax = plt.subplots(figsize=(8, 3.2))
-ax.bar([str(p) for p in mine.prompt_tokens], residual * 100, color=np.where(residual > 0, "C3", "C0"))
+ax.bar([str(p) for p in mine.prompt_tokens], residual * 100,
+       color=["0.7" if p == mine.prompt_tokens.min() else "C3" if r > 0 else "C0" for p, r in zip(mine.prompt_tokens, residual)])
 ax.axhline(0, color="black", lw=0.8)
 ax.set(xlabel="prompt tokens", ylabel="fit minus measured (% of measured)",
-       title=f"A straight line misses the measured times by up to {np.abs(residual).max():.0%} ({label(*main)})")
+       title=f"A straight line through {tokens(fitted.prompt_tokens.min())} and more misses them by up to "
+             f"{fitted_miss:.0%} ({label(*main)})")
 fig.tight_layout()
 results.figure(fig, "line_residuals")
 plt.show()
@@ -695,24 +724,28 @@ plt.show()
 # %%
 register.claim("straight_line_fits", "A straight line misses the measured prefill times by about what it misses the "
                "cost model's curve by (the two worst misses within the tolerance for a ratio).")
-misses = {c: float(np.abs(sweeps.fit_floor(mine.prompt_tokens, mine[c] / 1e3).predict(mine.prompt_tokens) * 1e3
-                          / mine[c] - 1).max()) for c in ("time_ms_low", "time_ms", "time_ms_high")}
+misses = {c: float(np.abs(sweeps.fit_floor(fitted.prompt_tokens, fitted[c] / 1e3).predict(fitted.prompt_tokens) * 1e3
+                          / fitted[c] - 1).max()) for c in ("time_ms_low", "time_ms", "time_ms_high")}
 worst = Spread(min(misses.values()), misses["time_ms"], max(misses.values()))  # the medians' line, and the ends'
-assert abs(misses["time_ms"] - np.abs(residual).max()) < 1e-9  # the figure's line is the medians' line
-model_worst = float(np.abs(model_line.predict(mine.prompt_tokens) * 1e3 / mine.predicted_ms - 1).max())
+assert abs(misses["time_ms"] - fitted_miss) < 1e-9  # the figure's line is the medians' line
+model_worst = float(np.abs(model_line.predict(fitted.prompt_tokens) * 1e3 / fitted.predicted_ms - 1).max())
 verdict = register.record("straight_line_fits", claims.within(worst, model_worst, claims.PREDICTED_RATIO),
                           predicted=f"worst residual {model_worst:.0%} (the model's curve)",
-                          measured=f"worst residual {worst.text('.0%')}", evidence=f"{label(*main)}, lib.sweeps.fit_floor")
-show(f"A line misses the measured points by up to {worst.text('.0%')} and the cost model's curve by up to "
-     f"{model_worst:.0%}: " + claims.pick(
-         verdict, held=f"the bend is the kernels' (F(M) climbs with the rows), not noise. The line's 'fixed cost' is "
-                       f"{prose.ms(line.fixed_s)}, beside the measured 1-token pass "
-                       f"({prose.span(fm.floor_ms_low, fm.floor_ms_high, '.1f', 'ms')}); this chapter reads the floor "
-                       "and the knee off the points.",
-         not_held=f"the measured curve bends {'less' if worst.mid < model_worst else 'more'} than the model's, by more "
-                  "than the tolerance for a ratio.",
-         unresolved="against the model's worst miss, give or take the tolerance for a ratio, " + lean(
-             worst, model_worst / claims.PREDICTED_RATIO, model_worst * claims.PREDICTED_RATIO, ".0%") + "."))
+                          measured=f"worst residual {worst.text('.0%')}",
+                          evidence=f"{label(*main)}, lib.sweeps.fit_floor, {tokens(fitted.prompt_tokens.min())} and more")
+show(f"From {tokens(fitted.prompt_tokens.min())} on, a straight line misses the measured points by up to "
+     f"**{worst.mid:.0%}** and the cost model's curve by up to {model_worst:.0%}: " + claims.pick(
+         verdict, held="the measured curve bends as the cost model's does, because the matrices' rate F(M) climbs with "
+                       f"the rows. A line through those points would put a 'fixed cost' of {prose.ms(line.fixed_s)} "
+                       f"under every pass, where the 1-token pass measured {fm.floor_ms:.1f} ms; this chapter reads the "
+                       "floor and the knee off the points instead.",
+         not_held=f"the measured curve bends {'less' if worst.mid < model_worst else 'more'} than the model's.",
+         unresolved="too close to the model's miss, or too far from it, to call."),
+     how=f"The line is fitted three times, to the points' medians and to the two ends of their intervals; its worst "
+         f"misses are {worst.text('.0%')}. They count as the model's when they lie within the tolerance for a ratio "
+         f"({claims.PREDICTED_RATIO:g}x) of its {model_worst:.0%}."
+         + (" In this run " + lean(worst, model_worst / claims.PREDICTED_RATIO, model_worst * claims.PREDICTED_RATIO, ".0%") + "."
+            if verdict == claims.UNRESOLVED else ""))
 
 # %% [markdown]
 # ## What a short pass spends its time on
@@ -846,26 +879,36 @@ show(f"The table's rest, the pass less its matrices at chapter 0's price, is **{
 longest = sweep.groupby(["dtype", "threads"], sort=False).tail(1)
 results.table(longest[keys + ["time_ms", "time_ms_low", "time_ms_high", "predicted_ms", "tokens_per_s",
                               "achieved_gflop_s", "regime", "over_predicted"]], "achieved_rate")
-register.claim("longest_prompt_compute_bound", "At the longest prompt, the pass is compute-bound by the one regime rule.")
+register.claim("longest_prompt_compute_bound", "At the longest prompt, the pass is compute-bound: its matrices' "
+               "arithmetic, at the rate chapter 0 measured for that many rows, takes at least half of the measured pass.")
 top_row = longest[(longest.dtype == main_dt) & (longest.threads == most)].iloc[0]
 n_top = int(top_row.prompt_tokens)
 top_key = (main_dt, most, n_top)
-ends = [regime_of(top_key, Spread.at(x)).label for x in (spread[top_key].low, spread[top_key].high)]
-verdict = register.record("longest_prompt_compute_bound", claims.verdict_of(all(e == "compute-bound" for e in ends),
-                                                                           all(e != "compute-bound" for e in ends)),
-                          predicted="compute-bound", measured=top_row.regime, evidence=f"{label(*main)}, {tokens(n_top)}")
+f_top = ceilings.matrix_rate(model_name, main_dt, most, n_top)  # F(T), FLOP/s: chapter 0's rate at that many rows
+arithmetic_s = n_top * flops_per_token / f_top  # the blocks' FLOPs at F(T), seconds
+pass_top = spread[top_key]
+arith_share = Spread(arithmetic_s / pass_top.high, arithmetic_s / pass_top.mid, arithmetic_s / pass_top.low)
+verdict = register.record("longest_prompt_compute_bound", claims.at_least(arith_share, 0.5),
+                          predicted="compute-bound: at least 50 % arithmetic",
+                          measured=f"{arith_share.text('.0%')} of the pass ({prose.ms(arithmetic_s)} of "
+                                   f"{(pass_top * 1e3).text(',.0f', 'ms')})",
+                          evidence=f"{label(*main)}, {tokens(n_top)}: the blocks' FLOPs at chapter 0's F({n_top})")
 gflops = top_row.achieved_gflop_s
-show(f"At {tokens(n_top)} the pass is " + claims.pick(
-    verdict, held=f"compute-bound: it runs at **{gflops:.1f} GFLOP/s**, "
-                  f"{gflops * 1e9 / ceilings.square_flops(main_dt, most):.0%} of the square product's peak and "
-                  f"{gflops * 1e9 / ceilings.matrix_rate(model_name, main_dt, most, n_top):.0%} of the rate chapter 0 "
-                  f"measured for the model's matrices at that many rows: {top_row.tokens_per_s:,.0f} tokens per second "
-                  "(the whole interval of its time is within the rule's slack of its prediction).",
-    not_held=f"{top_row.regime}, not compute-bound ({top_row.over_predicted:.2f}x its prediction), at {gflops:.1f} GFLOP/s.",
-    unresolved=f"{top_row.regime} by its median ({top_row.over_predicted:.2f}x its prediction, at {gflops:.1f} GFLOP/s): "
-               f"its median {'matches' if top_row.regime == 'compute-bound' else 'leans away from'} the prediction, but "
-               "the ends of its interval fall in different regimes, so this run cannot decide whether it is "
-               "compute-bound."))
+rule_note = ("" if top_row.regime == "compute-bound" else
+             f" (the sweep's table labels it {top_row.regime}: the one rule also weighs the pass against its whole price)")
+show(f"At {tokens(n_top)} the blocks' arithmetic alone, at the rate chapter 0 measured for that many rows "
+     f"({f_top / 1e9:,.0f} GFLOP/s), takes {prose.ms(arithmetic_s)}, **{arith_share.mid:.0%}** of the measured pass "
+     f"({prose.ms(pass_top.mid)}): " + claims.pick(
+         verdict, held=f"the pass is compute-bound{rule_note}. It runs at {gflops:.1f} GFLOP/s, "
+                       f"{gflops * 1e9 / ceilings.square_flops(main_dt, most):.0%} of the square product's peak: "
+                       f"{top_row.tokens_per_s:,.0f} tokens per second.",
+         not_held="less than half, so the pass is not compute-bound: most of its time is not the arithmetic "
+                  f"at chapter 0's rate, either because the matrices ran slower inside the pass or because other "
+                  f"work took it{rule_note}.",
+         unresolved="about half, too close to call whether arithmetic takes most of the pass."),
+     how=f"The share is the arithmetic's time over the 95 % interval of the pass's median "
+         f"({(pass_top * 1e3).text(',.0f', 'ms')}), {arith_share.text('.0%')}; the pass is compute-bound when all of that "
+         "interval is at least half. A pass slower than its arithmetic allows would fail it.")
 
 
 # %%
@@ -935,11 +978,6 @@ for claim, at in (("half_long_prompt", max), ("half_short_prompt", min)):
 # the operators' table gives each operator's median over those runs.
 
 # %%
-def beyond_doubt(r: Spread) -> tuple[float, float]:
-    """How far a ratio's interval lies from 1, either way, on a log scale (0 when it holds 1), then its median's."""
-    return max(np.log(r.low), -np.log(r.high), 0.0), abs(np.log(r.mid))
-
-
 worst_key = max(ratio, key=lambda k: beyond_doubt(ratio[k]))
 sign = 1.0 if ratio[worst_key].mid >= 1 else -1.0  # a pass over its price: its excess; under it: its shortfall
 miss = "excess" if sign > 0 else "shortfall"
@@ -1304,63 +1342,37 @@ show(claims.pick(
 # %%
 first_len, said = int(mine.prompt_tokens.min()), register.verdict  # said(claim): its verdict
 t_one, t_top = spread[(main_dt, most, first_len)] * 1e3, spread[top_key] * 1e3
-lo, hi = short.matrix_share.min(), short.matrix_share.max()
-least = tokens(short.prompt_tokens[short.matrix_share.idxmin()])
-issued = f"the {prose.span(issue_.low * 1e3, issue_.high * 1e3, '.1f', 'ms')} of dispatch and attention"
-
-
-def beside_model(claim: str, measured: int, predicted: int, what: str = "", matches: bool | None = None) -> str:
-    """How a length read off the points stood against the cost model's, by the claim's verdict: ``what`` the
-    model predicted (default: ``predicted`` tokens) and whether the median reading ``matches`` it (default: within
-    the claim's tolerance for a length), as the claim itself reads them."""
-    what = what or tokens(predicted)
-    if matches is None:
-        matches = claims.within(measured, predicted, claims.PREDICTED_LENGTH) == claims.HELD
-    said_here = {claims.HELD: "as predicted" if measured == predicted else f"predicted {what}: within a step",
-                 claims.NOT_HELD: f"predicted {what}",
-                 claims.UNRESOLVED: f"predicted {what}: unresolved, the median " + ("matching" if matches else
-                                                                                    "leaning away")}
-    return said_here.get(said(claim), "not compared")
-
-
-matrices = {claims.HELD: f"take **{lo:.0%} to {hi:.0%}** of each pass up to {tokens(short.prompt_tokens.max())}",
-            claims.NOT_HELD: f"take less than half of a short pass ({lo:.0%} at {least})",
-            claims.UNRESOLVED: f"take {lo:.0%} to {hi:.0%} of a short pass, about half at {least}"}
-rest_is = {claims.HELD: f"matches, within {claims.PREDICTED_TIME:g}x, {issued}",
-           claims.NOT_HELD: f"is {'more' if rest.mid > issue_.high else 'less'} than {issued}",
-           claims.UNRESOLVED: f"is near {issued}, too close to call"}
-bound = {claims.HELD: "is compute-bound", claims.NOT_HELD: f"is {top_row.regime}, not compute-bound",
-         claims.UNRESOLVED: "may be compute-bound"}
-knee_text = f"time per token stopped falling at **{tokens(knees.mid)}**" + ("" if fm.knee_confirmed else " or later")
 few_rows = int(second.prompt_tokens)
-floor_beside = beside_model("floor_flat_as_predicted", flats.mid, pflat, what="" if p_floored else "no floor",
-                            matches=None if all(floored) and p_floored else floored[1] == p_floored)
-floor_text = (f"It stayed within {margin:.0%} of that up to **{tokens(flats.mid)}** "
-              f"({floor_beside}; balance point: {balance_tokens:.0f} tokens)"
-              if floored[1] else
-              f"It had no floor: {tokens(few_rows)} took **{second.time_ms / fm.floor_ms:.2f}x** as long (cost model: "
-              f"{floor_beside}; the balance point alone says flat to "
-              f"{balance_tokens:.0f} tokens, but F({few_rows}) is only {f_rates[few_rows] / f_many:.0%} of "
-              f"F({f_rates.idxmax():,}))")
+as_model = {claims.HELD: "as the cost model predicted", claims.NOT_HELD: "which the cost model did not predict",
+            claims.UNRESOLVED: "close to what the cost model predicted"}
 with use_threads(most):
     where = prose.machine(device, main_dt)
-_body = (
-    f"On this machine ({where}), a {model_name} prefill took **{t_one.text(',.1f', 'ms')}** for {tokens(first_len)} "
-    f"and **{t_top.text(',.0f', 'ms')}** for {n_top:,} (medians). "
-    f"{floor_text}; {knee_text} ({beside_model('knee_as_predicted', knees.mid, pknee)}). "
-    f"Its matrices, priced at F(rows), {matrices.get(said('short_passes_are_matmuls'), 'were not priced')}; "
-    f"what the profiler finds outside them at {tokens(first_len)}, {(rest * 1e3).text('.1f', 'ms')}, "
-    f"{rest_is.get(said('rest_is_launch_floor'), 'was not profiled')}; "
-    f"at {n_top:,} tokens the pass {bound.get(said('longest_prompt_compute_bound'), 'was not classed')}. "
-)
-_close = (f"So every prompt here, up to {tokens(n_top)}, costs one token's pass." if never else
-          f"So here even {tokens(few_rows)} cost more than one token's pass." if not floored[1] else
-          f"So a prompt here costs one token's pass up to {tokens(flats.mid)}"
-          + (" by the medians" if said("floor_flat_as_predicted") == claims.UNRESOLVED else "")
-          + ", then more with each token.")
-_why = ("So here a prompt pays for its second token already: with few rows the matrices run far below their peak "
-        "rate, and the balance point's flat stretch does not appear." if not never and not floored[1] else _close)
-opening.write(_body + _why, _body + _close,
+_times = (f"On this machine ({where}), a {model_name} prefill takes **{prose.ms(t_one.mid / 1e3)}** "
+          f"({prose.span(t_one.low, t_one.high, ',.1f')}) for a {first_len:,}-token prompt and "
+          f"**{prose.ms(t_top.mid / 1e3)}** ({prose.span(t_top.low, t_top.high, ',.0f')}) for {tokens(n_top)}. ")
+_few = (f" With few rows the model's matrices run far below their peak rate: F({few_rows}) is "
+        f"{f_rates[few_rows] / f_many:.0%} of F({f_rates.idxmax():,}).")
+_floor = (f"Every prompt up to {tokens(n_top)} costs about what one token costs. " if never else
+          f"There is no flat stretch: {tokens(few_rows)} already take **{second.time_ms / fm.floor_ms:.2f}x** as long "
+          f"as one, {as_model.get(said('floor_flat_as_predicted'), 'not compared')}." + _few + " "
+          if not floored[1] else
+          f"The time stays within {margin:.0%} of the 1-token pass up to **{tokens(flats.mid)}**, "
+          f"{as_model.get(said('floor_flat_as_predicted'), 'not compared')}. ")
+_knee = (f"Time per token falls to within {margin:.0%} of its lowest at **{tokens(knees.mid)}**"
+         + (f" and keeps falling slowly to {tokens(fm.best_at_tokens)}" if fm.knee_confirmed and fm.best_at_tokens > knees.mid
+            else "" if fm.knee_confirmed else ", the longest prompt measured") + ". ")
+_arith = {claims.HELD: f"At {tokens(n_top)} the matrices' arithmetic takes {arith_share.mid:.0%} of the pass: it is "
+                       "compute-bound. ",
+          claims.NOT_HELD: f"At {tokens(n_top)} the matrices' arithmetic takes only {arith_share.mid:.0%} of the pass. ",
+          claims.UNRESOLVED: f"At {tokens(n_top)} the matrices' arithmetic takes about half the pass "
+                             f"({arith_share.mid:.0%}). "}.get(said("longest_prompt_compute_bound"), "")
+_answer = ("So on this machine a prompt is nearly free up to its longest length here." if never else
+           "So on this machine a prompt's cost grows from its second token on." if not floored[1] else
+           f"So on this machine a prompt costs one token's pass up to about {tokens(flats.mid)}, then more with "
+           "each token.")
+opening.write(_times + _floor + _knee + _arith + _answer,
+              _times + _floor.replace(_few, "") + _knee + _answer,
+              _times + _floor.replace(_few, "") + _answer,
               after=pacer.note())  # why the prices missed, when the machine itself ran at another speed
 
 # %% [markdown]
