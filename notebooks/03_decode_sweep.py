@@ -193,7 +193,8 @@ prose.shown(step_inputs.round(2))
 # take? Is that close to its bytes at the streaming read, or well above them?
 
 # %% [markdown]
-# The cost model's price, term by term, for every configuration and context, with the streaming floor beside it:
+# The cost model's price, term by term, for every configuration and context, with the streaming floor beside it
+# (folded: open it once you have written your answer):
 
 # %%
 display(prose.source(costmodel.CostModel.decode))
@@ -207,13 +208,14 @@ for dt, n in configs:
                          streaming_floor_ms=nbytes / ceilings.stream_bandwidth(dt, n) * 1e3, largest_term=p.dominant.name))
 predicted = pd.DataFrame(rows)
 first = predicted[(predicted.dtype == main[0]) & (predicted.threads == main[1])].iloc[0]
-show(f"Prediction ({label(*main)}, context {first.context_tokens}): a step reads {first.bytes_per_step / 2**20:.0f} MiB. "
-     f"Its weights cost **{prose.ms((first.block_matrices_ms + first.LM_head_ms) / 1e3)}** at the model's own "
-     f"matrix-vector rate, its cache {prose.ms((first.attention_ms + first.cache_copy_ms) / 1e3)}, issuing it "
-     f"{prose.ms(first.dispatch_ms / 1e3)}: **{prose.ms(first.predicted_ms / 1e3)}** in all, against "
-     f"{prose.ms(first.streaming_floor_ms / 1e3)} for its bytes at the streaming read.")
-prose.shown(predicted[["dtype", "threads", "context_tokens", "block_matrices_ms", "LM_head_ms", "attention_ms", "cache_copy_ms",
-           "dispatch_ms", "predicted_ms", "streaming_floor_ms"]].round(2))
+price_table = prose.shown(predicted[["dtype", "threads", "context_tokens", "block_matrices_ms", "LM_head_ms", "attention_ms",
+                                     "cache_copy_ms", "dispatch_ms", "predicted_ms", "streaming_floor_ms"]].round(2))
+prose.prediction(f"Prediction ({label(*main)}, context {first.context_tokens}): a step reads "
+                 f"{first.bytes_per_step / 2**20:.0f} MiB. Its weights cost **{prose.ms((first.block_matrices_ms + first.LM_head_ms) / 1e3)}** "
+                 f"at the model's own matrix-vector rate, its cache {prose.ms((first.attention_ms + first.cache_copy_ms) / 1e3)}, "
+                 f"issuing it {prose.ms(first.dispatch_ms / 1e3)}: **{prose.ms(first.predicted_ms / 1e3)}** in all, against "
+                 f"{prose.ms(first.streaming_floor_ms / 1e3)} for its bytes at the streaming read. Every configuration and "
+                 f"context, term by term:\n\n{price_table.to_html(index=False)}", "The cost model's prediction")
 
 # %% [markdown]
 # ## The sweep
@@ -449,9 +451,9 @@ def at_contexts(which: str, verb: str) -> str:
 
 c_far = max(contexts, key=lambda c: over_floor[c].mid)  # the step furthest above its floor
 kind_first = made_of((*main, c_far))
-named = (f"By its parts the step at context {c_far} is {bound_by(kind_first, spread[(*main, c_far)])}: "
-         + "; ".join(f"{name} {'adds' if v >= 0 else 'saves'} {prose.ms(abs(v) / 1e3)}"
-                     for name, v in kind_first["excess"].items()) + " beyond the floor (split below).")
+why_far = (f"At {c_far} tokens, the furthest above, "  # the plain why: what adds most beyond the bytes' time
+           + "; ".join(f"{name} {'adds' if v >= 0 else 'saves'} {prose.ms(abs(v) / 1e3)}"
+                       for name, v in kind_first["excess"].items()) + " beyond that time (split below).")
 rest = "; ".join(f"{at_contexts(w, 'took')}, {t}" for w, t in (("within", "within it"), ("straddle", "straddling it"))
                  if at_contexts(w, "took"))
 
@@ -463,45 +465,49 @@ verdict = register.record("decode_memory_bound", claims.verdict_of(all(o.high <=
                           measured=", ".join(f"{c}: {o.text('.2f', 'x')}" for c, o in over_floor.items()),
                           evidence=f"decode_sweep.csv (over_streaming_floor), {label(*main)}")
 within_slack = at_contexts("within", "took")
-show(f"The steps took {floor_span} their streaming floor (their bytes at the streaming read's "
-     f"{ceilings.stream_bandwidth(*main) / 1e9:.1f} GB/s)" + claims.pick(
-         verdict, held=f", every one within {slack:g}x: bandwidth-bound, as the textbook says; the regime rule labels "
-                       f"the steps {', '.join(dict.fromkeys(r.label for r in mine_labels))}.",
-         not_held=f"; {at_contexts('over', 'took')} their streaming floor, more than {slack:g}x: not bandwidth-bound "
-                  f"in the source chapter's sense there, so fewer bytes would not speed them in proportion"
-                  f"{f'; {rest}' if rest else ''}. {named}",
-         unresolved=f"; {at_contexts('straddle', 'took')}, straddling {slack:g}x, the median "
-                    f"{'under it' if max(o.mid for o in over_floor.values()) <= slack else 'over it'}: this run cannot "
-                    f"tell whether every step is bandwidth-bound"
-                    f"{f'; {within_slack}, within it' if within_slack else ''}. {named}"))
+over_cs = [c for c in contexts if side[c] == "over"]
+show(f"The steps took **{floor_span}** the time their bytes take at the streaming read "
+     f"({ceilings.stream_bandwidth(*main) / 1e9:.1f} GB/s)" + claims.pick(
+         verdict, held=f", every one within {slack:g}x: bandwidth-bound, as the textbook says.",
+         not_held=f"; {'every step' if len(over_cs) == len(contexts) else 'at ' + prose.and_list(over_cs) + ' tokens the steps'}"
+                  f" took more than {slack:g}x, so {'none is' if len(over_cs) == len(contexts) else 'those are not'} "
+                  f"bandwidth-bound in the source chapter's sense: fewer bytes would not speed them in proportion. {why_far}",
+         unresolved=f"; whether every step is within {slack:g}x of it is too close to call in this run (the median "
+                    f"{'under' if max(o.mid for o in over_floor.values()) <= slack else 'over'} it). {why_far}"),
+     how="Each context's step over its streaming floor (the 95 % interval of the median over runs): "
+         + "; ".join(f"{c} tokens {o.text('.2f', 'x')}" for c, o in over_floor.items())
+         + f". The source chapter's rule calls a step bandwidth-bound when it takes at most {slack:g}x that floor; "
+         + claims.pick(verdict, held="every interval lies within it.", not_held=f"{at_contexts('over', 'took')}, wholly over it"
+                       f"{f'; {rest}' if rest else ''}.", unresolved=f"{at_contexts('straddle', 'took')}, straddling it"
+                       f"{f'; {within_slack}, within it' if within_slack else ''}.")
+         + f" The regime rule labels the steps {', '.join(dict.fromkeys(r.label for r in mine_labels))}; by its parts "
+         f"the step at {c_far} tokens is {bound_by(kind_first, spread[(*main, c_far)])}.")
 
 kind_of = made_of(k_first := (*main, contexts[0]))
 w_rate, s_rate = ceilings.weight_rate(model_name, *main) / 1e9, ceilings.stream_bandwidth(*main) / 1e9
 step_first = spread[k_first]  # the measured step, seconds, over runs
-show(f"What the time is made of ({label(*main)}, context {contexts[0]}, as the cost model splits its "
-     f"{prose.ms(kind_of['total'] / 1e3)}, which the measured step, {prose.ms(step_first.mid)}, "
-     f"took {step_first.mid * 1e3 / kind_of['total']:.2f} times"
-     + (", close enough for the split to describe it" if step_first.mid * 1e3 <= regime.REGIME_SLACK * kind_of['total']
-        else f", more than {regime.REGIME_SLACK:g} times: the split describes the price, not all of the step")
-     + f"): the weights at the kernel's rate **{prose.ms(kind_of['weights'] / 1e3)}**, "
-     f"dispatch **{prose.ms(kind_of['dispatch'] / 1e3)}**, the cache {prose.ms(kind_of['cache'] / 1e3)}; the streaming "
-     f"floor is {prose.ms(kind_of['floor'] / 1e3)}. The matrix-vector kernel reads the weights at {w_rate:.1f} GB/s, "
-     + ((f"faster than the streaming read's {s_rate:.1f}" if w_rate > s_rate * (1 + claims.NOISE) else
-         f"as fast as the streaming read ({s_rate:.1f}, within {claims.NOISE:.0%})")
-        + ", so the kernel's rate is not what keeps the step above its streaming floor: "
-        if w_rate >= s_rate / (1 + claims.NOISE) else f"below the streaming read's {s_rate:.1f}; ")
-     + f"the price lies {prose.ms(abs(kind_of['total'] - kind_of['floor']) / 1e3)} "
-     f"{'above' if kind_of['total'] >= kind_of['floor'] else 'below'} the streaming floor: "
-     + "; ".join(f"{name} {'adds' if v >= 0 else 'saves'} {prose.ms(abs(v) / 1e3)}"
-                 for name, v in kind_of["excess"].items()) + ". By its parts the "
-     f"step is {bound_by(kind_of, step_first)}" + ((", near its streaming floor: bandwidth-bound in the roofline's sense."
-                                       if w_rate < s_rate else
-                                       ", near its streaming floor only because a kernel faster than the streaming read "
-                                       "offsets dispatch: a nearness the two parts make, not the memory's bound.")
-                                      if not wholly_above(kind_of, step_first) else
-                                      f"; its price is {kind_of['total'] / kind_of['floor']:.1f}x its streaming floor "
-                                      f"and the measured step {step_first.mid * 1e3 / kind_of['floor']:.1f}x: not "
-                                      f"bandwidth-bound in the roofline's sense."))
+kernel_fast = w_rate >= s_rate / (1 + claims.NOISE)  # the kernel streams the weights as fast as the read, or faster
+show(f"What a step is made of ({label(*main)}, context {contexts[0]}): the cost model prices the weights at the kernel's "
+     f"rate at **{prose.ms(kind_of['weights'] / 1e3)}**, dispatch at **{prose.ms(kind_of['dispatch'] / 1e3)}** and the "
+     f"cache at {prose.ms(kind_of['cache'] / 1e3)}, {prose.ms(kind_of['total'] / 1e3)} in all; the step took "
+     f"{prose.ms(step_first.mid)}. Its bytes at the streaming read would take {prose.ms(kind_of['floor'] / 1e3)}, and "
+     f"the price lies {prose.ms(abs(kind_of['total'] - kind_of['floor']) / 1e3)} "
+     f"{'above' if kind_of['total'] >= kind_of['floor'] else 'below'} that: "
+     + "; ".join(f"{name} {'adds' if v >= 0 else 'saves'} {prose.ms(abs(v) / 1e3)}" for name, v in kind_of["excess"].items())
+     + f". The matrix-vector kernel reads the weights at {w_rate:.1f} GB/s against the streaming read's {s_rate:.1f}"
+     + (", so the kernel is not what keeps the step above its bytes' time" if kernel_fast
+        and wholly_above(kind_of, step_first) else "")
+     + ("; the step is not bandwidth-bound in the roofline's sense." if wholly_above(kind_of, step_first) else
+        ": the step is near its streaming floor, bandwidth-bound in the roofline's sense." if w_rate < s_rate else
+        ": the step is near its streaming floor only because a kernel faster than the streaming read offsets dispatch, "
+        "a nearness the two parts make, not the memory's bound."),
+     how=f"The measured step took {step_first.mid * 1e3 / kind_of['total']:.2f} times the price"
+         + (", close enough for the split to describe it" if step_first.mid * 1e3 <= regime.REGIME_SLACK * kind_of['total']
+            else f", more than {regime.REGIME_SLACK:g} times: the split describes the price, not all of the step")
+         + f". The kernel's rate against the streaming read is taken as equal within {claims.NOISE:.0%}. By its parts "
+         f"the step is {bound_by(kind_of, step_first)}; its price is {kind_of['total'] / kind_of['floor']:.1f}x its "
+         f"streaming floor and the measured step {step_first.mid * 1e3 / kind_of['floor']:.1f}x, against the "
+         f"{regime.REGIME_SLACK:g}x the source chapter's rule allows a bandwidth-bound step.")
 
 # %%
 register.claim(
@@ -522,15 +528,17 @@ verdict = register.record("decode_as_predicted",
                           claims.within(pooled, Spread(1.0, 1.0, top_band), claims.PREDICTED_TIME),
                           predicted=f"{band} (within {claims.PREDICTED_TIME:g}x of the fastest to the median calls' price)",
                           measured=pooled.text(".2f", "x"), evidence=f"decode_sweep.csv, {len(ratio)} points")
-show(f"The steps took **{pooled.text('.2f', 'x')}** their predicted time" + claims.pick(
-    verdict, held=f", inside the {band} the tolerance allows (the geometric mean of {len(ratio)} points, each with its "
-                  f"page faults priced): the weights at the model's matrix-vector rate ({w_rate:.1f} GB/s in "
-                  f"{label(*main)}), not at the streaming read's {s_rate:.1f}, plus the cache and the cost of issuing "
-                  f"the step{detail}",
-    not_held=f" (the geometric mean of {len(ratio)} points), outside the {band} the tolerance of "
-             f"{claims.PREDICTED_TIME:g}x allows{detail} The section below takes the furthest step apart.",
-    unresolved=f" (the geometric mean of {len(ratio)} points), reaching across an edge of the {band} the tolerance "
-               f"allows: this run cannot tell whether the cost model holds{detail}"))
+show(f"Over all {len(ratio)} points, the steps took **{pooled.mid:.2f}x** their predicted time (the geometric mean)"
+     + claims.pick(verdict, held=f": the cost model predicts them, with the weights at the model's matrix-vector rate "
+                                 f"({w_rate:.1f} GB/s in {label(*main)}), not at the streaming read's {s_rate:.1f}, plus "
+                                 "the cache and the cost of issuing the step.",
+                   not_held=": further from its price than a time predicted from measured rates may lie. The section "
+                            "below takes the furthest step apart.",
+                   unresolved=": too close to the edge of what a predicted time may take for this run to say whether "
+                              "the cost model holds."),
+     how=f"The geometric mean's 95 % interval is {pooled.text('.2f', 'x')}; a price runs from chapter 0's fastest calls "
+         f"to its median ones, and the tolerance of {claims.PREDICTED_TIME:g}x around that allows {band}. Each point "
+         f"is priced with the page faults its steps took{detail}")
 
 # %% [markdown]
 # These prices are made of chapter 0's ceilings, measured minutes earlier, and a shared machine's speed drifts. The
@@ -592,19 +600,18 @@ if narrow:
                               evidence=f"decode_sweep.csv, {label(*nc)} against fp32")
     priced_span = f"{min(p for _, p in pairs):.2f} to {max(p for _, p in pairs):.2f}"
     support = f"chapter 0: this device {'has' if ceilings.hardware_support(nc[0]) else 'has no'} {nc[0]} instructions"
-    show(f"Over the contexts, {nc[0]} steps take {min(m.mid for m, _ in pairs):.2f} to "
-         f"{max(m.mid for m, _ in pairs):.2f} times fp32's" + claims.pick(
-             verdict, held=f", within the tolerance for a ratio of the {priced_span} the cost model predicted "
-                           f"(measured over predicted: {vs_predicted.text('.2f', 'x')}; {support}).",
-             not_held=f", while the cost model predicted {priced_span}: measured over predicted is "
-                      f"{vs_predicted.text('.2f', 'x')}, "
-                      + (f"within the tolerance for a ratio ({support}), but the step went the wrong way:"
-                         + modes[:2].lower() + modes[2:] if wrong_way and claims.within(
-                             vs_predicted, 1.0, claims.PREDICTED_RATIO) == claims.HELD else
-                         f"beyond the tolerance for a ratio ({support}).{modes}"),
-             unresolved=f", against the {priced_span} the cost model predicted: measured over predicted is "
-                        f"{vs_predicted.text('.2f', 'x')}, across the edge of the tolerance for a ratio, so this run "
-                        f"cannot tell whether the prediction holds ({support}).{modes}"))
+    ratio_ok = claims.within(vs_predicted, 1.0, claims.PREDICTED_RATIO) == claims.HELD
+    show(f"Over the contexts, {nc[0]} steps took {min(m.mid for m, _ in pairs):.2f} to "
+         f"{max(m.mid for m, _ in pairs):.2f} times fp32's, where the cost model, from each dtype's own kernel rates, "
+         f"predicted {priced_span}" + claims.pick(
+             verdict, held=": close enough to the price for a predicted ratio.",
+             not_held=(": within what a predicted ratio may miss by, but the step went the wrong way:"
+                       + modes[:2].lower() + modes[2:] if wrong_way and ratio_ok else
+                       f": further from it than a predicted ratio may lie.{modes}"),
+             unresolved=f": too close to the edge of what a predicted ratio may miss by for this run to say.{modes}"),
+         how=f"Measured over predicted, each run's own ratio, their geometric mean over the contexts: "
+             f"{vs_predicted.text('.2f', 'x')}, against the tolerance for a ratio of {claims.PREDICTED_RATIO:g}x "
+             f"({support}).")
     lo32, lo16 = made_of(("fp32", nc[1], contexts[0])), made_of((*nc, contexts[0]))
     by_bytes = lo16["floor"] / lo32["floor"]  # what the bytes alone predict: the two streaming floors
     halved = (lo32["dispatch"] + (lo32["weights"] + lo32["cache"]) / 2) / lo32["total"]
@@ -733,6 +740,31 @@ def lean(measured: Spread, predicted: float) -> str:
 
 
 c0, c1 = contexts[0], contexts[-1]
+across = "the interval reaches across the edge of the tolerance, and its median lies"
+
+
+def spread_of_runs(ms: pd.Series) -> str:
+    """How a difference's runs (ms) spread, for a sentence: their range, and where they fall in two groups with a gap
+    between them (the gap at least twice the median step between neighbouring runs and 0.6 of the wider group's
+    range, each group at least two runs), the two groups: an interval of the median can hide such a split."""
+    x = np.sort(np.asarray(ms, dtype=float))
+    text = f"its {len(x)} runs {prose.span(x[0], x[-1], '+.1f', 'ms')}" if len(x) > 1 else f"one run, {x[0]:+.1f} ms"
+    if len(x) < 4:
+        return text
+    gaps = np.diff(x)
+    cut = max(range(1, len(x) - 2), key=lambda i: gaps[i])  # both sides at least two runs
+    low, high = x[:cut + 1], x[cut + 1:]
+    if gaps[cut] < 2 * np.median(gaps) or gaps[cut] < 0.6 * max(np.ptp(low), np.ptp(high)):
+        return text
+    return (f"its runs fell in two groups: {len(low)} from {low[0]:+.1f} to {low[-1]:+.1f} ms, {len(high)} from "
+            f"{high[0]:+.1f} to {high[-1]:+.1f}")
+
+
+def copy_share(g: pd.DataFrame) -> str:
+    """The copy's part of the cost model's growth from the shortest context to the longest, for a sentence."""
+    return f"(the copy {prose.ms((g.cache_copy_ms[c1] - g.cache_copy_ms[c0]) / 1e3)} of it)"
+
+
 def within_runs(a: pd.Series, b: pd.Series, comparison: str) -> pd.DataFrame:
     """Two points' steps (s, indexed by run) side by side in the runs that timed both, and ``b - a`` in each."""
     both = pd.DataFrame({"a_s": a, "b_s": b}).dropna()  # a point measured again by itself has no partner
@@ -800,47 +832,55 @@ for dt, n in growth_configs:
                  + f". The part furthest from its price is {off_most}, "
                  f"{saving_parts[off_most][0] - saving_parts[off_most][1]:+.1f} ms against it.")
     grew_ms, saved_ms = (grew * 1e3).text("+.1f", "ms"), (saved * 1e3).text(".1f", "ms")
-    by_cache = f"the {prose.ms(model_growth)} the cost model adds for its cache"
-    copy_share = f"(the copy {prose.ms((g.cache_copy_ms[c1] - g.cache_copy_ms[c0]) / 1e3)} of it)"
-    by_parts = (f"the {prose.span(alone_span.low * 1e3, alone_span.high * 1e3, '.1f', 'ms')} that attention and the "
-                "concatenation grow timed alone (their fastest calls to their median ones)")
-    across = "the interval reaches across the edge of the tolerance, and its median lies"
-    for claim, statement, verdict, pred, meas, held, not_held, unresolved in (
+    by_cache = f"the {prose.ms(model_growth)} the cost model adds for its cache {copy_share(g)}"
+    alone_ms = prose.span(alone_span.low * 1e3, alone_span.high * 1e3, '.1f', 'ms')
+    runs_of = {k: spread_of_runs(r.difference_s * 1e3) for k, r in (("grew", grow_runs), ("saved", save_runs))}
+    for claim, statement, verdict, pred, meas, held, not_held, unresolved, how in (
         (f"growth_follows_bytes_{tag(dt, n)}", "From the shortest context to the longest, the step grows by what the "
          "cost model adds for its cache (the read by attention, the copy by concatenation and its page faults, and the "
          "rest of the step's growth, from chapter 0's hollowed step).",
          claims.within(grew, model_growth, claims.PREDICTED_TIME) if grew.low > 0 and model_growth > 0 else
          claims.NOT_HELD if grew.high <= 0 < model_growth else claims.UNRESOLVED, model_growth, grew,
-         f"The step grows {grew_ms}, within the tolerance of {by_cache} {copy_share}.",
-         f"The step grows {grew_ms}, beyond the tolerance of {by_cache} {copy_share}.",
-         f"The step grows {grew_ms}, against {by_cache}: {across} {lean(grew, model_growth)}."),
+         f"the step grew **{prose.ms(grew.mid)}** ({runs_of['grew']}), as {by_cache} predicts.",
+         f"the step grew **{prose.ms(grew.mid)}** ({runs_of['grew']}), not {by_cache}.",
+         f"the step grew **{prose.ms(grew.mid)}** ({runs_of['grew']}), against {by_cache}: too close to call.",
+         f"The growth is each run's own difference between the two contexts, decoded seconds apart: median {grew_ms} "
+         f"with its 95 % interval, against {prose.ms(model_growth)} and the tolerance for a predicted time, "
+         f"{claims.PREDICTED_TIME:g}x" + claims.pick(verdict, held=".", not_held=".",
+                                                    unresolved=f"; {across} {lean(grew, model_growth)}.")),
         (f"growth_is_cache_work_{tag(dt, n)}", "From the shortest context to the longest, the step's growth is the "
          "attention and the concatenation timed alone in this chapter.",
          claims.within(grew, alone_span, claims.PREDICTED_TIME) if grew.low > 0 and alone_span.low > 0 else
          claims.NOT_HELD if grew.high <= 0 < alone_growth else claims.UNRESOLVED, alone_span, grew,
-         f"The step grows {grew_ms}, within the tolerance of {by_parts}.",
-         f"The step grows {grew_ms}, beyond the tolerance of {by_parts}, each with the cores to itself.",
-         f"The step grows {grew_ms}, against {by_parts}: {across} "
-         + claims.leaning(grew, *claims.allowed(alone_span, claims.PREDICTED_TIME)) + "."),
+         f"That is about what attention and the concatenation grow timed alone here ({alone_ms}).",
+         f"That is more than attention and the concatenation grow timed alone here ({alone_ms}), each with the cores "
+         "to itself.",
+         f"Timed alone here, attention and the concatenation grow {alone_ms}: too close to call against the step's growth.",
+         f"The parts alone run from their fastest calls to their median ones ({alone_ms}); the step's growth, {grew_ms}, "
+         f"is set against that span widened by the tolerance of {claims.PREDICTED_TIME:g}x"
+         + claims.pick(verdict, held=".", not_held=".", unresolved=f"; {across} "
+                       + claims.leaning(grew, *claims.allowed(alone_span, claims.PREDICTED_TIME)) + ".")),
         (f"static_cache_saves_the_copy_{tag(dt, n)}", "At the longest context, the preallocated cache saves what the "
          "cost model predicts (the copy and its page faults, and the difference between the two caches' dispatch in "
          "chapter 0's hollowed steps, less attention over the unwritten positions).",
          claims.within(saved, model_saved, claims.PREDICTED_TIME) if saved.low > 0 and model_saved > 0 else
          claims.NOT_HELD if saved.high < 0 < model_saved else claims.UNRESOLVED, model_saved, saved,
-         f"The preallocated cache's step is {saved_ms} shorter, within the tolerance of the {prose.ms(model_saved)} "
-         "the cost model predicted.",
-         f"The preallocated cache's step is {saved_ms} shorter, beyond the tolerance of the {prose.ms(model_saved)} "
-         f"the cost model predicted.{why_saved}",
-         f"At {c1} tokens the preallocated cache's step is {saved_ms} shorter than the growing cache's (the saving per "
-         f"step, the two decoded in the same runs), against the {prose.ms(model_saved)} the cost model predicted "
-         f"(the copy, the difference in the two caches' dispatch, less attention over the unwritten positions): {across} "
-         f"{lean(saved, model_saved)}.{why_saved}")):
+         f"At {c1} tokens the preallocated cache's step was **{prose.ms(saved.mid)}** shorter than the growing cache's "
+         f"({runs_of['saved']}), about the {prose.ms(model_saved)} the cost model predicted.",
+         f"At {c1} tokens the preallocated cache's step was **{prose.ms(saved.mid)}** shorter than the growing cache's "
+         f"({runs_of['saved']}), not the {prose.ms(model_saved)} the cost model predicted.{why_saved}",
+         f"At {c1} tokens the preallocated cache's step was **{prose.ms(saved.mid)}** shorter than the growing cache's "
+         f"({runs_of['saved']}), against the {prose.ms(model_saved)} the cost model predicted (the copy, the difference "
+         f"in the two caches' dispatch, less attention over the unwritten positions): too close to call.{why_saved}",
+         f"The saving is each run's own difference, the two caches decoded in the same runs: median {saved_ms} with its "
+         f"95 % interval, against the tolerance for a predicted time, {claims.PREDICTED_TIME:g}x"
+         + claims.pick(verdict, held=".", not_held=".", unresolved=f"; {across} {lean(saved, model_saved)}."))):
         register.claim(claim, statement)
         verdict = register.record(claim, verdict, measured=(meas * 1e3).text("+.1f", "ms"),
                                   predicted=(pred * 1e3).text(".1f", "ms") if isinstance(pred, Spread) else prose.ms(pred),
                                   evidence=f"growth_by_run.csv, {label(dt, n)}")
-        show(f"{label(dt, n)}, {c0} to {c1} tokens: "
-             + claims.pick(verdict, held=held, not_held=not_held, unresolved=unresolved))
+        show((f"{label(dt, n)}, {c0} to {c1} tokens: " if claim.startswith("growth_follows") else "")
+             + claims.pick(verdict, held=held, not_held=not_held, unresolved=unresolved), how=how)
     if register.verdict(f"growth_follows_bytes_{tag(dt, n)}") != claims.HELD and missed > 0:
         show(why_grew)
     elif register.verdict(f"growth_is_cache_work_{tag(dt, n)}") != claims.HELD:
@@ -897,13 +937,17 @@ else:
                               evidence="decode_sweep.csv; chapter 0 at each thread count")
     gemv_gain = ceilings.weight_rate(model_name, "fp32", many) / ceilings.weight_rate(model_name, "fp32", few)
     read_gain = ceilings.stream_bandwidth("fp32", many) / ceilings.stream_bandwidth("fp32", few)
-    show(f"{many} threads against {few}: at context {contexts[0]} the step runs {gains[0].text('.2f', 'x')} as fast, "
-         f"where the cost model predicted {model_gains[0]:.2f}x (the model's matrix-vector products gain "
-         f"{gemv_gain:.2f}x, a streaming read {read_gain:.2f}x); over the contexts the measured gain is "
-         f"{vs_gemv.text('.2f', 'x')} the predicted one, " + claims.pick(
-             verdict, held="within the tolerance for a ratio.", not_held="beyond the tolerance for a ratio.",
-             unresolved="across the edge of the tolerance for a ratio: this run cannot tell whether the prediction "
-                        "holds."))
+    show(f"{many} threads against {few}: at context {contexts[0]} the step ran **{gains[0].mid:.2f}x** as fast, where "
+         f"the cost model predicted {model_gains[0]:.2f}x (the model's matrix-vector products gain {gemv_gain:.2f}x, a "
+         f"streaming read {read_gain:.2f}x)" + claims.pick(
+             verdict, held="; over the contexts the gain is the one predicted.",
+             not_held=f"; over the contexts the gain is {vs_gemv.mid:.2f}x the predicted one, further than a predicted "
+                      "ratio may lie.",
+             unresolved=f"; over the contexts the gain is {vs_gemv.mid:.2f}x the predicted one, too close to the edge "
+                        "of what a predicted ratio may miss by to call."),
+         how=f"Each run's own gain (the thread counts took turns within every run), at {contexts[0]} tokens "
+             f"{gains[0].text('.2f', 'x')}; over the contexts, the geometric mean of measured over predicted is "
+             f"{vs_gemv.text('.2f', 'x')}, against the tolerance for a ratio of {claims.PREDICTED_RATIO:g}x.")
 
 # %% [markdown]
 # ## One layer down: the step furthest from its prediction
@@ -968,11 +1012,17 @@ row = apart.set_index("term").loc[top_part]
 most_ms = miss_ms.idxmax()  # the part holding most of the step's milliseconds over its price, judged or not
 most = ("" if most_ms == top_part or miss_ms[most_ms] <= 0 else
         f". The part holding most of the step's excess is {most_ms}, +{prose.ms(miss_ms[most_ms] / 1e3)} over its price"
-        + (f" yet within the tolerance at {timed[most_ms].text('.2f', 'x')}: many parts a little over add up"
+        + (f" yet near its own price ({timed[most_ms].text('.2f', 'x')}): many parts a little over add up"
            if most_ms in timed and most_ms not in outside_parts else ""))
-_short = [f"{t} {apart.set_index('term').profiled_ms[t]:.1f} ms against {apart.set_index('term').predicted_ms[t]:.1f}"
-          for t in apart.term if t not in timed and apart.set_index("term").predicted_ms[t] > 0]
-unjudged = ("; not judged, priced at under ten times the profiler's own cost: " + ", ".join(_short)) if _short else ""
+by_term = apart.set_index("term")
+_short = [f"{t} ({by_term.profiled_ms[t]:.1f} ms against {by_term.predicted_ms[t]:.1f} priced; "
+          f"{by_term.calls[t]:,.0f} calls a step, {by_term.profiler_ms[t]:.1f} ms of the profiler's own)"
+          for t in apart.term if t not in timed and by_term.predicted_ms[t] > 0]
+_one = len(_short) == 1
+unjudged = (f" {prose.and_list(_short)[:1].upper()}{prose.and_list(_short)[1:]} {'is' if _one else 'are'} left out of "
+            f"this comparison: the profiler's own cost for {'its' if _one else 'their'} calls is more than a tenth of "
+            f"{'its' if _one else 'their'} price, so what it reads for {'it' if _one else 'them'} is too much its own to "
+            "judge." if _short else "")
 verdict = register.record("worst_step_taken_apart", verdict, predicted="each part within tolerance",
                           measured=f"{top_part}: {row.profiled_ms:.1f} ms against {row.predicted_ms:.1f}",
                           evidence=f"worst_step_parts.csv, torch.profiler, {profiled_runs} runs" if timed else
@@ -980,15 +1030,16 @@ verdict = register.record("worst_step_taken_apart", verdict, predicted="each par
 multiples = ", ".join(f"{t} {v.text('.2f', 'x')}" for t, v in timed.items())
 step_text = f"{label(w_dt, w_n)} at context {w_c} took {ratio[worst_key].mid:.2f}x its prediction; under the profiler "
 show(claims.pick(
-    verdict, held=f"{step_text}each part judged took about what the model gave it ({multiples}){unjudged}.",
+    verdict, held=f"{step_text}each part it can judge took about what the model gave it.{unjudged}",
     not_held=f"{step_text}**{top_part}** took {prose.ms(row.profiled_ms / 1e3)} against the "
-             f"{prose.ms(row.predicted_ms / 1e3)} the cost model gave it: of the parts wholly outside the tolerance, it "
-             f"misses the most milliseconds ({multiples}){unjudged}{most}.",
-    unresolved=f"{step_text}the parts judged took these multiples of their terms: {multiples}{unjudged}. None lies "
-               "wholly outside the tolerance but at least one reaches across its edge, so this run cannot say whether "
-               "every part takes its term's time.",
+             f"{prose.ms(row.predicted_ms / 1e3)} the cost model gave it, the largest miss in milliseconds of the parts "
+             f"the profiler can judge.{unjudged}{most.removeprefix('.')}" + ("." if most else ""),
+    unresolved=f"{step_text}no part it can judge is clearly off its price, but at least one is too close to call.{unjudged}",
     not_measured=f"{apart_claim} This run does not decide it: every part of this step is too short to compare under "
-                 "the profiler."))
+                 "the profiler."),
+     how=f"Each judged part's profiled time over its term, over {profiled_runs} profiled runs: {multiples}; the "
+         f"tolerance for a predicted time is {claims.PREDICTED_TIME:g}x. A part is judged only where its price is at "
+         "least ten times the profiler's own cost for its calls." if timed else None)
 worst_miss = (f"the worst step's {top_part} ({label(w_dt, w_n)}, context {w_c}) took {row.profiled_ms:.1f} ms, priced "
               f"{row.predicted_ms:.1f}")  # for the opening, if this claim missed
 alone_ms = None  # the same work timed alone in this chapter, where it was (the growing configurations' cache parts)
@@ -1087,7 +1138,8 @@ prose.shown(batch_inputs.round(1))
 
 # %% [markdown]
 # The cost model's terms for each batch at context `batch_context`, over a growing and a preallocated cache. If
-# the step follows them, the tokens per second of the batch over those of one sequence is *predicted gain*.
+# the step follows them, the tokens per second of the batch over those of one sequence is *predicted gain*
+# (folded: open it once you have written your answer).
 
 # %%
 rows = []
@@ -1099,7 +1151,11 @@ for kind in ("dynamic", "static"):
                          cache_mb=b * batch_context * shape.kv_bytes_per_token / 1e6, weight_mb=shape.weight_bytes / 1e6))
 batch_pred = pd.DataFrame(rows).fillna(0.0)
 batch_pred["predicted_gain"] = batch_pred.batch / batch_pred.predicted_ms * batch_pred.groupby("cache").predicted_ms.transform("first")
-prose.shown(batch_pred.round(1))
+_at_top = batch_pred[batch_pred.batch == batches[-1]].set_index("cache").predicted_gain
+prose.prediction(f"At batch {batches[-1]} the cost model gives **{_at_top['dynamic']:.1f}x** batch {batches[0]}'s tokens "
+                 f"per second with a growing cache and **{_at_top['static']:.1f}x** with a preallocated one, against "
+                 f"the {batches[-1] // batches[0]}x of the batch itself. Each batch, term by term:\n\n"
+                 f"{prose.shown(batch_pred.round(1)).to_html(index=False)}", "The cost model's prediction")
 
 # %% [markdown]
 # ### Measured: a growing cache and a preallocated one
@@ -1150,6 +1206,16 @@ prose.shown(batched[["cache", "batch", "step_ms", "step_ms_low", "step_ms_high",
 # %%
 dyn, stat = (batched[batched.cache == k].set_index("batch") for k in ("dynamic", "static"))
 top, one = ok_batches[-1], ok_batches[0]
+
+
+def gain(cache_kind: str) -> Spread:
+    """Each run's tokens per second at the largest batch over the smallest, with one cache (both ran in the run)."""
+    g = batched_runs[batched_runs.cache == cache_kind].pivot_table(index="run", columns="batch", values="step_ms")
+    return Spread.of((g[one] / g[top] * top / one).dropna())
+
+
+waits = batched_runs[batched_runs.cache == "dynamic"].pivot_table(index="run", columns="batch", values="step_ms")
+waits = Spread.of((waits[top] / waits[one]).dropna())  # each run's own: the largest batch's step over the smallest's
 wf = load_reference("wordfactory_part3_cpu")
 wf_table = next(t for t in wf.table.unique() if t.startswith("batched_decode_ctx"))
 ref_context = int(wf_table.removeprefix("batched_decode_ctx"))
@@ -1163,9 +1229,9 @@ for frame, name, style in ((dyn, "growing cache (DynamicCache)", "o-"), (stat, "
 ax.plot(wf.batch, wf.tokens_per_s, "d--", label=f"reference: Word Factory, GPT-2 small at context {ref_context}, 2-core NumPy")
 ax.set(xscale="log", yscale="log", xlabel="sequences decoded together (batch)", ylabel="tokens per second, all sequences")
 ax.set_xscale("log", base=2)
-ax.set_title(f"Batch {top}: {dyn.tokens_per_s[top] / dyn.tokens_per_s[one]:.1f}x the tokens of batch {one} with a growing "
-             f"cache, {stat.tokens_per_s[top] / stat.tokens_per_s[one]:.1f}x preallocated; each user waits "
-             f"{dyn.step_ms[top] / dyn.step_ms[one]:.1f}x longer", fontsize=10)
+ax.set_title(f"Batch {top}: {gain('dynamic').mid:.1f}x the tokens of batch {one} with a growing cache, "
+             f"{gain('static').mid:.1f}x preallocated; each user waits {waits.mid:.1f}x longer\n(medians of the runs' "
+             "own ratios; points: medians of the runs, bars: their range)", fontsize=10)
 ax.legend(fontsize=7)
 ax.grid(True, alpha=0.3)
 results.figure(fig, "batched_decode")
@@ -1181,12 +1247,6 @@ register.claim(
     "Tokens per second grow with the batch as the cost model predicts: from the smallest batch to the largest, with "
     "either cache, the measured gain is the predicted one, within the tolerance for a ratio (each run's gain against "
     "the gain its own prices give, page faults counted).")
-
-
-def gain(cache_kind: str) -> Spread:
-    """Each run's tokens per second at the largest batch over the smallest, with one cache (both ran in the run)."""
-    g = batched_runs[batched_runs.cache == cache_kind].pivot_table(index="run", columns="batch", values="step_ms")
-    return Spread.of((g[one] / g[top] * top / one).dropna())
 
 
 def predicted_gain(cache_kind: str) -> float:
@@ -1213,16 +1273,21 @@ verdict = register.record("batching_follows_its_bound", gain_verdict,
                           predicted=", ".join(f"{k}: {p_:.1f}x" for k, (_, p_) in gains.items()),
                           measured=", ".join(f"{k}: {m.text('.1f', 'x')}" for k, (m, _) in gains.items()),
                           evidence="batched_decode_runs.csv")
-show(f"At batch {top} the machine gave **{gains['dynamic'][0].text('.1f', 'x')}** the tokens per second of batch {one} "
-     f"with a growing cache (predicted {gains['dynamic'][1]:.1f}x) and {gains['static'][0].text('.1f', 'x')} with a "
-     f"preallocated one (predicted {gains['static'][1]:.1f}x)" + claims.pick(
-         verdict, held=": both within the tolerance for a ratio.",
-         not_held=f". The {'growing' if worse == 'dynamic' else 'preallocated'} cache's gain, run by run against its own "
-                  f"prices, is beyond the tolerance for a ratio: its batch-{top} steps run "
+show(f"At batch {top} the machine gave **{gains['dynamic'][0].mid:.1f}x** the tokens per second of batch {one} with a "
+     f"growing cache (predicted {gains['dynamic'][1]:.1f}x) and **{gains['static'][0].mid:.1f}x** with a preallocated one "
+     f"(predicted {gains['static'][1]:.1f}x)" + claims.pick(
+         verdict, held=": both as predicted.",
+         not_held=f". The {'growing' if worse == 'dynamic' else 'preallocated'} cache's batch-{top} steps ran "
                   f"{'slower' if short else 'faster'} than priced against its batch-{one} steps (below: where their "
                   "time goes).",
-         unresolved=": a gain, run by run against its own prices, reaches across the edge of the tolerance for a ratio, "
-                    "so this run cannot tell whether batching follows the cost model."))
+         unresolved=": one of them too close to its prediction's edge for this run to say whether batching follows "
+                    "the cost model."),
+     how="Each run's gain against the gain its own prices give (each batch priced with the page faults it took): "
+         + ", ".join(f"{'growing' if k == 'dynamic' else 'preallocated'} {gain_over_priced(k).text('.2f', 'x')}"
+                     for k in gains)
+         + f", against the tolerance for a ratio of {claims.PREDICTED_RATIO:g}x. The measured gains over the runs: "
+         + ", ".join(f"{'growing' if k == 'dynamic' else 'preallocated'} {m.text('.1f', 'x')}" for k, (m, _) in gains.items())
+         + ".")
 
 
 def peak_text(frame: pd.DataFrame, name: str) -> str:
@@ -1310,21 +1375,22 @@ verdict = register.record("static_cache_isolates_the_copy",  # each run against 
                           predicted=prose.ms(model_saved), measured=(saved * 1e3).text(".0f", "ms"),
                           evidence="batched_decode_runs.csv")
 saved_ms = (saved * 1e3).text(".0f", "ms")
-show(f"The growing cache's step takes {prose.ms(bspread[('dynamic', big)].mid)}, the preallocated one's "
-     f"{prose.ms(bspread[('static', big)].mid)}: " + claims.pick(
-         verdict, held=f"**{saved_ms}** apart, within the tolerance of", not_held=f"{saved_ms} apart, beyond the "
-         "tolerance of", unresolved=f"{saved_ms} apart, against")
+show(f"At batch {big} the growing cache's step takes {prose.ms(bspread[('dynamic', big)].mid)}, the preallocated one's "
+     f"{prose.ms(bspread[('static', big)].mid)}: **{prose.ms(saved.mid)}** apart, " + claims.pick(
+         verdict, held="about", not_held="not", unresolved="against")
      + f" the {prose.ms(model_saved)} the model gives the difference (the copy "
      f"{prose.ms(dyn_big.term('cache copy').best)}, its {bfaults[('dynamic', big)]:,.0f} page faults a step "
      f"{prose.ms(dyn_big.term('page faults').best)}); the concatenation timed alone here took "
      f"{prose.ms(alone_big['concatenation'].median)}." + claims.pick(
-         verdict, held="", not_held="", unresolved=" Run by run against its own price, the saving reaches across the "
-         f"edge of the tolerance, the median "
-         f"{claims.leaning(saving_ratio, 1 / claims.PREDICTED_TIME, claims.PREDICTED_TIME)}"
-         + (f"; the concatenation timed alone, {prose.ms(alone_big['concatenation'].median)}, also lies below the "
-            f"tolerance's lower edge, {prose.ms(model_saved / claims.PREDICTED_TIME)}, so the price of the copy leans "
-            "high, not only the runs too few." if alone_big['concatenation'].median < model_saved / claims.PREDICTED_TIME
-            else ": more runs of the batched steps would decide it.")))
+         verdict, held="", not_held="", unresolved=" Too close to call"
+         + (f": the concatenation timed alone also lies below the least the price allows, "
+            f"{prose.ms(model_saved / claims.PREDICTED_TIME)}, so the price of the copy leans high, not only the runs too "
+            "few." if alone_big['concatenation'].median < model_saved / claims.PREDICTED_TIME
+            else ": more runs of the batched steps would decide it.")),
+     how=f"The saving is each run's own difference ({saved_ms}); run by run against its own price (its faults are its "
+         f"own), it is {saving_ratio.text('.2f', 'x')} of it, against the tolerance for a predicted time of "
+         f"{claims.PREDICTED_TIME:g}x" + claims.pick(verdict, held=".", not_held=".", unresolved=", the median "
+         f"{claims.leaning(saving_ratio, 1 / claims.PREDICTED_TIME, claims.PREDICTED_TIME)}."))
 
 # %% [markdown]
 # Which costs more at that batch: the caches' work, or the matrices the batch shares? Measured inside the step,
@@ -1357,13 +1423,14 @@ attention_ms, copy_ms, matrices_ms = (prose.ms(inside_big.get(t, pd.Series([0.0]
 show(claims.pick(
     verdict, held=f"Under the profiler attention takes {attention_ms} and copying {copy_ms} a step, against "
                   f"{matrices_ms} for every matrix product (medians over the profiled steps): the private caches cost "
-                  f"**{cache_share.text('.2f', 'x')}** what the products that share the weights cost (each step's own "
-                  "ratio, so not quite the ratio of those medians).",
+                  f"**{cache_share.mid:.2f}x** what the products that share the weights cost.",
     not_held=f"Under the profiler attention ({attention_ms}) and copying ({copy_ms}) cost {cache_share.text('.2f', 'x')} "
              f"what the {big}-row matrix products ({matrices_ms}) cost: less than the products that share the weights.",
     unresolved=f"Under the profiler attention ({attention_ms}) and copying ({copy_ms}) cost "
                f"{cache_share.text('.2f', 'x')} what the {big}-row matrix products ({matrices_ms}) cost: too close to 1x "
-               "for this run to say which costs more."))
+               "for this run to say which costs more."),
+     how=f"Each profiled step's own ratio of the caches' work to the matrices', {cache_share.text('.2f', 'x')} over "
+         f"{profiled_runs} steps: so not quite the ratio of the medians above.")
 
 # %%
 register.claim(
@@ -1387,12 +1454,15 @@ shares = ", ".join(f"B={k[1]}: {bratio[k].text('.2f', 'x')}" for k in dyn_keys)
 may_take = f"the {allowed_b} (the price's span widened by the tolerance) a predicted time may take"
 rests = ("a positive rest is work no term covers (the parts timed alone run with the caches and the cores to "
          "themselves), a negative one parts that cost more alone than inside the step.")
-show(f"The steps took **{pooled_b.text('.2f', 'x')}** their priced time over the batches, " + claims.pick(
-    verdict, held=f"a geometric mean within {may_take}; {extremes} ({shares}).",
-    not_held=f"outside {may_take} ({shares}): the highest is batch {worst_b[1]}; {rests}",
-    unresolved=f"an interval that straddles an edge of {may_take} ({shares}), the median "
-               f"{claims.leaning(pooled_b, _lo_b, _hi_b)}: more runs of the batched steps would decide it. The highest "
-               f"is batch {worst_b[1]}; {rests}"))
+show(f"Over the batches, the growing cache's steps took **{pooled_b.mid:.2f}x** their priced time (the geometric mean; "
+     f"{extremes})" + claims.pick(
+         verdict, held=": the cost model's terms add up to the step.",
+         not_held=f": the terms do not add up to the step; {rests}",
+         unresolved=f": too close to the edge of what a predicted time may take to call; {rests}"),
+     how=f"Each step's ratio to its price, page faults counted ({shares}); the geometric mean's interval "
+         f"{pooled_b.text('.2f', 'x')} against {may_take}" + claims.pick(
+             verdict, held=".", not_held=".", unresolved=f", the median {claims.leaning(pooled_b, _lo_b, _hi_b)}: more "
+             "runs of the batched steps would decide it."))
 
 # %% [markdown]
 # Last, attention timed alone here, against chapter 0's kernel for caches of that size:
@@ -1411,13 +1481,14 @@ verdict = register.record("attention_at_its_bytes", claims.within(Spread.of(a.sa
 around = (f"the {prose.span(*(x * 1e3 for x in _attention_band), '.1f', 'ms')} allowed around the "
           f"{prose.ms(attention_term.best)} chapter 0's kernel at that size predicts")
 show(f"Attention over {big} caches ({last.cache_mb:.0f} MB) takes {prose.ms(a.median)} alone here, " + claims.pick(
-    verdict, held=f"within the tolerance of the {prose.ms(attention_term.best)} chapter 0's kernel at that size predicts "
+    verdict, held=f"about the {prose.ms(attention_term.best)} chapter 0's kernel at that size predicts "
                   f"({last.cache_mb * 1e6 / attention_term.best / 1e9:.1f} GB/s; the streaming read: "
                   f"{ceilings.stream_bandwidth(*main) / 1e9:.1f} GB/s).",
-    not_held=f"outside {around}.",
-    unresolved=f"its runs straddling an edge of {around}, the median "
-               f"{claims.leaning(Spread.of(a.samples), *_attention_band)}: more repeats of attention alone would "
-               "decide it."))
+    not_held=f"not the {prose.ms(attention_term.best)} chapter 0's kernel at that size predicts.",
+    unresolved=f"against the {prose.ms(attention_term.best)} chapter 0's kernel at that size predicts: too close to "
+               "call; more repeats of attention alone would decide it."),
+     how=f"Its calls, against {around}" + claims.pick(verdict, held=".", not_held=".", unresolved=", the median "
+         f"{claims.leaning(Spread.of(a.samples), *_attention_band)}."))
 
 # %% [markdown]
 # ### Beside the Word Factory reference
@@ -1541,91 +1612,63 @@ k0, k1 = (*main, contexts[0]), (*main, contexts[-1])
 grew_id = f"growth_follows_bytes_{tag(*main)}"  # how the first configuration's step grew with the context
 grew_row = found.loc[grew_id] if grew_id in found.index else None
 grew_text = "" if grew_row is None else {
-    claims.NOT_HELD: f", growing {grew_row.measured}, not the {grew_row.predicted} the cost model predicts",
-    claims.UNRESOLVED: f", growing {grew_row.measured} against {grew_row.predicted} predicted, too close to call",
+    claims.HELD: f", growing {grew_row.measured} as predicted",
+    claims.NOT_HELD: f", growing {grew_row.measured}, not the {grew_row.predicted} predicted",
+    claims.UNRESOLVED: f", growing {grew_row.measured} against {grew_row.predicted} predicted",
 }.get(grew_row.verdict, "")
 over_c = [c for c in contexts if side[c] == "over"]
-rule = {claims.NOT_HELD: f"; at {prose.and_list(over_c)} tokens of context the steps ({label(*main)}) took over "
-                         f"{regime.REGIME_SLACK:g}x their streaming floor, so "
-                         + ("none" if len(over_c) == len(contexts) else "not every one")
-                         + " is bandwidth-bound in the sense of the source chapter (a step near its streaming floor)",
-        claims.HELD: f"; every step ({label(*main)}) bandwidth-bound, as the textbook says",
-        claims.UNRESOLVED: f"; whether every step ({label(*main)}) is bandwidth-bound is too close to call"}[register.verdict("decode_memory_bound")]
-made = {claims.HELD: f"The steps took {pooled.text('.2f', 'x')} the cost model's price at its fastest calls, inside "
-                     f"the {1 / claims.PREDICTED_TIME:.2f}x to {top_band * claims.PREDICTED_TIME:.2f}x its tolerance "
-                     "allows up to its median calls (every configuration):",
-        claims.NOT_HELD: "It did not take the cost model's price (the body says where), whose parts say:",
-        claims.UNRESOLVED: "Whether it took the cost model's price is too close to call; its parts say:",
-        }[register.verdict("decode_as_predicted")]
-near = mine.over_streaming_floor.max() < regime.REGIME_SLACK  # the measured steps, against their bytes at the read
-opening_start = (f"On this machine ({prose.machine(device, main[0])}), a {model_name} decode step took "
-                 f"**{(spread[k0] * 1e3).text('.1f', 'ms')}** at context {contexts[0]}, "
-                 f"**{(spread[k1] * 1e3).text('.1f', 'ms')}** at {contexts[-1]}{grew_text}. {made} at {contexts[0]}, "
-                 f"{bound_by(kind_of, spread[k0])} (weights {prose.ms(kind_of['weights'] / 1e3)}, dispatch "
-                 f"{prose.ms(kind_of['dispatch'] / 1e3).removesuffix(' ms')}, cache "
-                 f"{prose.ms(kind_of['cache'] / 1e3).removesuffix(' ms')}), **{over_floor[contexts[0]].text('.2f', 'x')}** its "
-                 "streaming floor"
-                 + ("" if near or "above its streaming floor" in bound_by(kind_of, spread[k0])
-                    else f", {kind_of['above']} adding the most above it"))
-short_start = (f"On this machine ({prose.machine(device, main[0])}), a {model_name} decode step took "
-               f"**{(spread[k0] * 1e3).text('.1f', 'ms')}** at context {contexts[0]} and "
-               f"**{(spread[k1] * 1e3).text('.1f', 'ms')}** at {contexts[-1]}{grew_text}: at {contexts[0]}, "
-               f"**{over_floor[contexts[0]].text('.2f', 'x')}** its streaming floor")
-kernel_note = (", not the kernel's rate" if w_rate >= s_rate and not near
-               and kind_of["above"] != "the kernel's rate below the streaming read" else "") + rule
+
+
+def rule(that: str) -> str:
+    """The regime verdict of the first configuration's steps, in a clause; ``that`` names their streaming floor."""
+    return {claims.NOT_HELD: ("every step" if len(over_c) == len(contexts) else f"at {prose.and_list(over_c)} tokens "
+                                                                                 "the steps")
+            + f" took over {regime.REGIME_SLACK:g}x {that}, so " + ("none is" if len(over_c) == len(contexts)
+                                                                    else "those are not")
+            + " bandwidth-bound: halving the bytes would not halve them",
+            claims.HELD: f"every step took at most {regime.REGIME_SLACK:g}x {that}: bandwidth-bound, as the textbook says",
+            claims.UNRESOLVED: f"whether every step took at most {regime.REGIME_SLACK:g}x {that}, bandwidth-bound, is too "
+                               "close to call"}[register.verdict("decode_memory_bound")]
+
+
+price = {claims.HELD: f"The cost model predicted them ({pooled.mid:.2f}x its price). ",
+         claims.NOT_HELD: f"They took {pooled.mid:.2f}x the cost model's price (the body says why). ",
+         claims.UNRESOLVED: f"They took {pooled.mid:.2f}x the cost model's price, too close to call. ",
+         }[register.verdict("decode_as_predicted")]
+head = (f"On this machine ({prose.machine(device, main[0])}), a {model_name} decode step took "
+        f"**{(spread[k0] * 1e3).text('.1f', 'ms')}** at context {contexts[0]} and "
+        f"**{(spread[k1] * 1e3).text('.1f', 'ms')}** at {contexts[-1]}")
+excess_names = {"dispatch": "issuing the step", "the kernel (its rate against the streaming read)": "the kernel",
+                "the cache's work beyond its bytes": "the cache's work", "the rest of the price": "the rest"}
+top_excess = max(kind_of["excess"], key=kind_of["excess"].get)
+parts_text = (f"At {contexts[0]} tokens that is **{over_floor[contexts[0]].text('.2f', 'x')}** its bytes' time at the "
+              "memory's streaming rate"
+              + (f", mostly for {excess_names[top_excess]} ({prose.ms(kind_of['excess'][top_excess] / 1e3)})"
+                 if kind_of["excess"][top_excess] > 0 else "") + f"; {rule('that')}. ")
 
 # %%
 narrow_text = ""
 if narrow:
-    mids = [m.mid for m, _ in pairs]
-    spans = [prose.span(min(x), max(x), ".2f", "x") for x in (mids, [p_ for _, p_ in pairs])]
-    above, below = any(m.low > 1 for m, _ in pairs), any(m.high < 1 for m, _ in pairs)  # beyond each run's interval
-    level = not all(m.low > 1 or m.high < 1 for m, _ in pairs)  # some context's interval holds 1x
-    way = ("faster at some contexts, slower at others" if above and below else
-           ("slower" if above else "faster" if below else "level with fp32")
-           + (" at some contexts, level at others" if level and (above or below) else ""))
-    narrow_text = (f"{nc[0]} decode was **{way}**: its kernel streams {rates[0]:.1f} GB/s against fp32's "
-                   f"{rates[1]:.1f}, its step **{spans[0]}** fp32's") + {
-        claims.HELD: f", within the tolerance of the {spans[1]} predicted. ",
-        claims.NOT_HELD: f", where {spans[1]} was predicted. ",
-        claims.UNRESOLVED: f", against the {spans[1]} predicted" + (": too close to call. " if below else
-                           ": not the faster step predicted, though near enough its price that the claim is not "
-                           "decided. ")}[register.verdict("narrow_dtype_as_priced")]
+    spans = [prose.span(min(x), max(x), ".2f", "x") for x in ([m.mid for m, _ in pairs], [p_ for _, p_ in pairs])]
+    narrow_text = f"{nc[0]}, half the bytes, took **{spans[0]}** fp32's time" + {
+        claims.HELD: ", as predicted. ", claims.NOT_HELD: f", where {spans[1]} was predicted. ",
+        claims.UNRESOLVED: f", against {spans[1]} predicted (too close to call). "}[register.verdict("narrow_dtype_as_priced")]
 batch_text = "" if top == one else (
-    f"Batch {top} gave **{gains['dynamic'][0].text('.1f', 'x')}** batch {one}'s throughput with a growing "
-    f"cache, **{gains['static'][0].text('.1f', 'x')}** preallocated" + {
+    f"Batch {top} gave **{gains['dynamic'][0].mid:.1f}x** batch {one}'s throughput (growing cache), "
+    f"**{gains['static'][0].mid:.1f}x** preallocated" + {
         claims.HELD: ", as predicted. ",
         claims.NOT_HELD: f", where {gains['dynamic'][1]:.1f}x and {gains['static'][1]:.1f}x were predicted. ",
-        claims.UNRESOLVED: " (against the prediction: too close to call). ",
+        claims.UNRESOLVED: " (against the prediction, too close to call). ",
     }[register.verdict("batching_follows_its_bound")])
-covered = {"decode_memory_bound", "decode_as_predicted", "narrow_dtype_as_priced", "batching_follows_its_bound", grew_id}
-short = {"growth_follows_bytes": "the step's growth", "growth_is_cache_work": "the growth against its parts alone",
-         "static_cache_saves_the_copy": "the preallocated cache's saving", "thread_gain_follows_gemv": "the threads' gain",
-         "machine_kept_its_pace": "the machine's pace", "static_cache_isolates_the_copy": f"batch {top}'s saving",
-         "cache_outweighs_shared_weights": "the caches against the shared matrices",
-         "parts_add_up": "the batched steps", "attention_at_its_bytes": "attention alone",
-         "reference_gap_is_head_and_copy": "the gap to the reference", "timer_under_one_percent": "the harness"}
-missed = [c for c in found.index if found.verdict[c] == claims.NOT_HELD and c not in covered]
-named = [next((v for k, v in short.items() if c.startswith(k)), c.replace("_", " ")) for c in missed]
-told = [worst_miss if c == "worst_step_taken_apart" else f"{n}, {found.measured[c]} against {found.predicted[c]}"
-        for c, n in zip(missed, named)]
 n_missed = int((found.verdict == claims.NOT_HELD).sum())  # every miss in the evidence table below
-told_above = any(found.verdict.get(c) == claims.NOT_HELD for c in covered)  # some told in the sentences above
-more = " more" if told_above else ""  # beyond the misses the sentences above tell
-one_miss = f"{len(missed)}{more} claims below did not hold" if len(missed) > 1 else f"One{more} claim below did not hold"
-told_all, named_all = (f"{one_miss}: {'; '.join(x)}." if missed else "" for x in (told, named))
-counted = ((f"{n_missed} claims below did not hold." if n_missed > 1 else "One claim below did not hold.")
-           if n_missed else "")
-worst_first = (f"{one_miss}: {'; '.join([worst_miss] + [n for c, n in zip(missed, named) if c != 'worst_step_taken_apart'])}."
-               if "worst_step_taken_apart" in missed else named_all)  # the one taken apart told, the rest named
-opening.write(opening_start + kernel_note + ". " + narrow_text + batch_text + told_all,  # the longest that fits
-              opening_start + kernel_note + ". " + narrow_text + batch_text + worst_first,
-              opening_start + rule + ". " + narrow_text + batch_text + worst_first,
-              opening_start + rule + ". " + narrow_text + batch_text + named_all,
-              opening_start + rule + ". " + narrow_text + counted,
-              opening_start + rule + ". " + counted,  # the misses counted, whatever else is left out
-              opening_start + rule + ".",
-              short_start + rule + ".", short_start + ".",  # the step's times and its floor only
+counted = (f"{n_missed} of {len(found)} predictions did not hold." if n_missed > 1
+           else f"One of {len(found)} predictions did not hold." if n_missed else "")
+opening.write(head + grew_text + ". " + price + parts_text + narrow_text + batch_text + counted,  # the longest that fits
+              head + ". " + price + parts_text + narrow_text + batch_text + counted,
+              head + ". " + price + parts_text + batch_text + counted,
+              head + ". " + price + parts_text + counted,
+              head + ". " + parts_text,
+              head + "; " + rule("the time their bytes take at the memory's streaming rate") + ".",  # times and regime
               after=pacer.note())  # why the prices missed, when the machine itself ran at another speed
 
 # %% [markdown]
