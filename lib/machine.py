@@ -1200,7 +1200,7 @@ def pace_table(paced: dict[str, Pace]) -> pd.DataFrame:
 
 #: What a pace that did not hold changes, and what it leaves alone: the sentence :func:`pace_claim` adds.
 SCALED_BY_PACE = ("It scales what is priced or measured in absolute units (milliseconds, GB/s, a share of the "
-                  "streaming read) by about that much; a ratio of two times taken together in the same runs (one "
+                  "streaming read) by about that much. A ratio of two times taken together in the same runs (one "
                   "point against another, paired runs) moves only where its parts slowed unalike, and a miss far "
                   "larger than that has another cause.")
 
@@ -1248,22 +1248,22 @@ def pace_claim(register, paced: dict[str, Pace], what: str, model: str = "") -> 
             + "".join(f" and {p.ratio.mid:.2f}x {when}" for when, p in items[1:]))
     off_band = claims.NOT_HELD in kept
     if verdict == claims.HELD:
-        plain = f"While {what} ran, the machine kept the speed chapter 0 measured: {took}.{drift}"
+        plain = f"While {what} ran, the machine kept the speed chapter 0 measured: {took}."
     elif verdict == claims.NOT_HELD and (off_band or moved is None):
         plain = f"While {what} ran, the machine ran at another speed than chapter 0 measured: {took}. {SCALED_BY_PACE}"
     elif verdict == claims.NOT_HELD:
         plain = (f"While {what} ran, the machine changed speed: {took}: {moved[2].mid:.2f}x as long {moved[1]} as "
                  f"{moved[0]}. A price made of chapter 0's ceilings can fit one of these moments at best.")
     else:
-        plain = (f"While {what} ran, the machine may not have kept the speed chapter 0 measured: {took}, near the edge "
-                 f"of what a price is allowed.{drift}")
+        plain = (f"While {what} ran, the machine ran at about the speed chapter 0 measured, too close to call whether "
+                 f"it kept it: {took}.")
     how = (f"Against chapter 0's median call, {model or 'the model'}'s matrices at one row took {moments} (95 % "
            f"intervals of {', '.join(str(p.calls) for p in paced.values())} calls), where chapter 0's fastest call "
            f"was {fastest:.2f}x its median: each moment is held to that span, within the tolerance of "
            f"{claims.PREDICTED_TIME:g}x every price here is held to" + (
                ", and one moment's interval lies beyond it." if off_band else
                ", and one moment's interval reaches across its edge." if claims.UNRESOLVED in kept else
-               ", and every moment lies within it.") + between)
+               ", and every moment lies within it.") + between + drift)
     return f"{plain}\n\n<details><summary>{HOW_DECIDED}</summary>\n\n{how}\n\n</details>"
 
 
@@ -1292,7 +1292,7 @@ def pace_note(paced: dict[str, Pace]) -> str:
 
     verdicts = {k: claims.within(p.ratio, p.expected(), claims.PREDICTED_TIME) for k, p in paced.items()}
     outside = {k: paced[k].ratio.mid for k, v in verdicts.items() if v == claims.NOT_HELD}
-    tail = "; a ratio of two times from the same runs is hardly affected."
+    tail = ". A ratio of two times from the same runs is hardly affected."
     if outside:
         low, high = min(outside.values()), max(outside.values())
         times = f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}x to {high:.2f}x"

@@ -103,7 +103,8 @@ def check_floors(regimes: dict[str, Regime], strict: bool) -> str:
     below = [name for name, r in regimes.items() if r.label.startswith("below")]
     if not below:
         return ""
-    message = (f"{len(below)} pass(es) ran faster than the floor chapter 0's ceilings put under them "
-               f"({', '.join(below[:5])}): a ceiling understates this machine; re-run chapter 0 on a quiet machine")
+    passes = "1 pass" if len(below) == 1 else f"{len(below)} passes"
+    message = (f"{passes} ran faster than the floor chapter 0's ceilings put under them ({', '.join(below[:5])}): a "
+               "ceiling understates this machine. Re-run chapter 0 on a quiet machine")
     invariant(not strict, message)
     return f"**Warning:** {message} (not a full build on the machine chapter 0 measured, so this run goes on)."

@@ -217,9 +217,9 @@ def test_pace_times_chapter_0s_kernel_and_its_claim_can_fail_both_ways():
     slow = machine.Pace(ratio=claims.Spread.of([1.6, 1.65, 1.7] * 3), fastest=1.6, calls=9)
     slower = machine.Pace(ratio=claims.Spread.of([1.8, 1.85, 1.9] * 3), fastest=1.8, calls=9)
     note = machine.pace_note({"before": slow, "after": slower})
-    assert "took 1.65x to 1.85x their chapter 0 time" in note and "may run up to that much too low;" in note and note.endswith("hardly affected.")
+    assert "took 1.65x to 1.85x their chapter 0 time" in note and "may run up to that much too low." in note and note.endswith("hardly affected.")
     fast = machine.Pace(ratio=claims.Spread.of([0.5, 0.52, 0.55] * 3), fastest=0.5, calls=9)
-    assert "much too high;" in machine.pace_note({"before": same, "after": fast})
+    assert "much too high." in machine.pace_note({"before": same, "after": fast})
     # held to chapter 0's own span of calls, fastest to median: a machine running at chapter 0's fastest call, whose
     # median call was a slow one, kept its pace; against the median alone it would not have
     at_fastest = machine.Pace(ratio=claims.Spread.of([0.77, 0.78, 0.79] * 3), fastest=1.02, calls=9,
@@ -235,7 +235,7 @@ def test_pace_times_chapter_0s_kernel_and_its_claim_can_fail_both_ways():
     assert register.frame().verdict.tolist() == [claims.NOT_HELD]
     edge = machine.Pace(ratio=claims.Spread(1.18, 1.23, 1.29), fastest=1.18, calls=9)  # straddles 1.25x: not resolved
     note = machine.pace_note({"before": same, "after": edge})
-    assert "took 1.23x their chapter 0 time here, some calls 1.29x" in note and "may run up to that much too low;" in note
+    assert "took 1.23x their chapter 0 time here, some calls 1.29x" in note and "may run up to that much too low." in note
     # each moment inside chapter 0's band (0.68x to 1.25x), but the machine sped up by more than the tolerance
     # between them (chapter 2 of build 89: 0.78x before its sweep, 0.98x after): it did not keep one pace
     early = machine.Pace(ratio=claims.Spread(0.70, 0.71, 0.72), fastest=0.8, calls=9, reference_best=0.85)
@@ -279,7 +279,7 @@ def test_a_pacer_checks_its_moments_claims_on_them_and_writes_its_evidence():
     sentence = pacer.claim(register, results, "the sweep")
     assert register.frame().verdict.tolist() == [claims.NOT_HELD] and "before the sweep" in sentence
     assert results.tables["pace"].when.tolist() == ["before the sweep", "after it"]
-    assert "much too high;" in pacer.note()  # 1000 times faster than chapter 0: the prices ran too high
+    assert "much too high." in pacer.note()  # 1000 times faster than chapter 0: the prices ran too high
     absent, results, register = machine.Pacer(machine.Ceilings(table, "cpu"), "gpt2-small", "fp32", 1, CPU), \
         Written(), claims.Claims()
     assert absent.check("before the sweep") is None and absent.moments == {}
