@@ -70,9 +70,10 @@ def count(n: int, word: str) -> str:
 
 
 def with_interval(spread: Spread, fmt: str, unit: str = "", bold: bool = False) -> str:
-    """A median over runs and its 95 % interval (:func:`lib.claims.median_interval`), for a sentence."""
+    """A median over runs and, in parentheses, its 95 % interval (:func:`lib.claims.median_interval`), for a
+    sentence."""
     mid, span = f"{'**' * bold}{spread.mid:{fmt}}{unit}{'**' * bold}", prose.span(spread.low, spread.high, fmt)
-    return mid if "–" not in span else f"{mid} (95 % interval {span}{unit})"  # ends that print alike: the number  # the book's models that have a chat template to wrap a question in
+    return mid if "–" not in span else f"{mid} ({span}{unit})"  # ends that print alike: the number  # the book's models that have a chat template to wrap a question in
 
 P = params.check(globals(), {
     "device": params.device(), "dtype": params.dtype(), "model_name": params.Rule(
@@ -144,7 +145,8 @@ show(f"{lm.name} in {dtype} on {where}: the prompt is `T` = **{prose.tokens(prom
 # ratio, beside the book's own prediction.)
 
 # %% [markdown]
-# One warm-up request, then `runs` timed ones:
+# One warm-up request, then `runs` timed ones. A number measured over runs is their median; the range in
+# parentheses beside it is the median's 95 % interval, where its true value lies with 95 % confidence (`lib.claims`).
 
 # %%
 pacer = machine.Pacer(ceilings, model_name, dtype, torch.get_num_threads(), device)  # the machine's speed, watched
@@ -383,6 +385,7 @@ stalled, near_line = int((stands_out > line * tol).sum()), int(((stands_out >= l
 alone = len(near) == 1
 others = run_table.worst_gap_ms.drop(worst)
 ratios = prose.span(stands_out.min(), stands_out.max(), ".2f", "x")
+others_near = "another run's worst gap" if len(near) == 2 else f"{len(near) - 1} other runs' worst gaps"
 where_gap = (f"before token {worst_at} of {per_run[worst].n_tokens}; no run's longest gap came near twice its own median "
              f"gap (they lay at {ratios} of it), so the longest is the steps' own spread, not a stall"
              if stalled == near_line == 0 else
@@ -391,18 +394,23 @@ where_gap = (f"before token {worst_at} of {per_run[worst].n_tokens}; no run's lo
                 "stands alone, one run's slow spell such as an interruption by another program, not a cost of decode's "
                 "steps" if alone and len(others) else
                 "and it is the only run" if alone else
-                f"and {'another run' if len(near) == 2 else f'{len(near) - 1} other runs'}' worst gap"
-                f"{'s' * (len(near) > 2)} came within half of it (the next longest, {others.max():.0f} ms). Each run's "
-                f"longest gap lay at {ratios} its own median gap: {stalled} of the {runs} runs beyond {line * tol:.1f}x "
-                f"(twice, with the {tol:g}x tolerance), {near_line} within the tolerance of twice, too near to call"
-                + (": a stall decode's steps meet in most runs" if 2 * stalled > runs else
-                   ": in most runs no gap stands out, so it is a slow spell of some runs, not a cost of every step"
+                f"and {others_near} came within half of it (the next longest, {others.max():.0f} ms). Each run's "
+                f"longest gap lay at {ratios} its own median gap: in {stalled} of the {runs} runs it was more than "
+                f"{line * tol:.1f} times it, a stall"
+                + (f", and in {near_line} near twice it, too near to call" if near_line else "")
+                + (". So decode's steps meet a stall in most runs" if 2 * stalled > runs else
+                   ". In most runs no gap stands out, so it is a slow spell of some runs, not a cost of every step"
                    if 2 * (runs - stalled - near_line) > runs else
-                   ": this run cannot say whether most runs meet a stall")))
+                   ". Neither side has most of the runs, so whether most runs meet a stall is open")))
+
+# %% [markdown]
+# The medians over runs, the longest gap between two tokens, and how the runs fared against the objectives:
+
+# %%
 display(Markdown(
     f"Medians over {count(runs, 'run')}: TTFT {ranged('ttft_ms')}, TPOT {ranged('tpot_ms', '.1f')}, worst gap "
     f"{ranged('worst_gap_ms', '.1f')}, end-to-end {ranged('e2e_ms')}. "
-    + ("The interval leaves the slowest runs out: the" if over_runs.worst_gap_ms_high < run_table.worst_gap_ms.max()
+    + ("The worst gap's range leaves the slowest runs out: the" if over_runs.worst_gap_ms_high < run_table.worst_gap_ms.max()
        else "The")
     + f" longest single gap of all, in run {run_table.run[worst]}, was **{longest:.0f} ms**, {where_gap}."
     "\n\n"
@@ -495,7 +503,7 @@ plt.show()
 logit_bytes = shape.vocab * torch_dtype.itemsize
 read_gb_s = ceilings.stream_bandwidth(dtype, torch.get_num_threads()) / 1e9
 show(f"The argmax reads one row of **{shape.vocab:,} logits** ({logit_bytes / 1e3:,.0f} KB in {dtype}): at chapter 0's "
-     f"streaming read of {read_gb_s:.1f} GB/s that is **{logit_bytes / (read_gb_s * 1e9) * 1e6:.1f} us**; issuing one "
+     f"streaming read of {read_gb_s:.1f} GB/s that is **{logit_bytes / (read_gb_s * 1e9) * 1e6:.1f} us**. Issuing one "
      f"operation costs about {ceilings.operations(model_name, dtype, torch.get_num_threads())[1]:.1f} us (chapter 0, "
      "alone), and reading the chosen id back to the host is one more.")
 
@@ -531,11 +539,13 @@ show(claims.pick(
     held=f"{chose}. The shorthand would report a TTFT of {np.median(shorthand_ms):.0f} ms instead of the measured "
          f"{over_runs.ttft_ms:.0f} ms, {overstated:.0%} too much.",
     not_held=f"{chose}: on this device reading one id back is not negligible beside a step.",
-    unresolved=f"{chose}: the 95 % interval lies partly inside and partly outside the tenth of a step allowed, with "
-               f"the median {claims.leaning(Spread.of(choice_ms), 0.0, 0.1 * ph.decode_step_ms)}, so this run cannot tell "
-               "which side it is on, and more runs would narrow it.",
+    unresolved=f"{chose}: too close to a tenth of a step to call, the median "
+               f"{claims.leaning(Spread.of(choice_ms), 0.0, 0.1 * ph.decode_step_ms)}; more runs would decide it.",
     not_measured=register.undecided("choosing_is_cheap", "the answer had a single token, so there is no decode step "
-                                    "to compare.")))
+                                    "to compare.")),
+     how=None if verdict == claims.NOT_MEASURED else
+     f"Choosing counts as cheap when the whole 95 % interval of its median over runs lies under a tenth of the "
+     f"decode step, {0.1 * ph.decode_step_ms:.2f} ms; {'all of it does' if verdict == claims.HELD else 'none of it does' if verdict == claims.NOT_HELD else 'it lies partly on each side'}.")
 logits_row = torch.randn(1, 1, shape.vocab, dtype=torch_dtype, device=lm.device)  # a row of the model's logits
 argmax_s = (torch.utils.benchmark.Timer("int(row.argmax(dim=-1))", globals={"row": logits_row})
             .blocked_autorange(min_run_time=0.2).median)  # seconds a call, with its read-back

@@ -534,8 +534,8 @@ show(f"Over all {len(ratio)} points, the steps took **{pooled.mid:.2f}x** their 
                                  "the cache and the cost of issuing the step.",
                    not_held=": further from its price than a time predicted from measured rates may lie. The section "
                             "below takes the furthest step apart.",
-                   unresolved=": too close to the edge of what a predicted time may take for this run to say whether "
-                              "the cost model holds."),
+                   unresolved=f": too close to call, the mean "
+                              f"{claims.leaning(pooled, 1 / claims.PREDICTED_TIME, top_band * claims.PREDICTED_TIME)}."),
      how=f"The geometric mean's 95 % interval is {pooled.text('.2f', 'x')}; a price runs from chapter 0's fastest calls "
          f"to its median ones, and the tolerance of {claims.PREDICTED_TIME:g}x around that allows {band}. Each point "
          f"is priced with the page faults its steps took{detail}")
@@ -608,10 +608,21 @@ if narrow:
              not_held=(": within what a predicted ratio may miss by, but the step went the wrong way:"
                        + modes[:2].lower() + modes[2:] if wrong_way and ratio_ok else
                        f": further from it than a predicted ratio may lie.{modes}"),
-             unresolved=f": too close to the edge of what a predicted ratio may miss by for this run to say.{modes}"),
+             unresolved=f": too close to call, the mean of measured over predicted "
+                        f"{claims.leaning(vs_predicted, 1 / claims.PREDICTED_RATIO, claims.PREDICTED_RATIO)}.{modes}"),
          how=f"Measured over predicted, each run's own ratio, their geometric mean over the contexts: "
              f"{vs_predicted.text('.2f', 'x')}, against the tolerance for a ratio of {claims.PREDICTED_RATIO:g}x "
              f"({support}).")
+else:
+    register.record("narrow_dtype_as_priced", None, evidence="no 2-byte dtype beside fp32 at the same thread count")
+    show(f"{narrow_claim} This run does not decide it: no 2-byte dtype beside fp32 at the same thread count in this run.")
+
+# %% [markdown]
+# Next, the source chapter's regime test asks the same from the bytes alone: does the 2-byte step take what the
+# two streaming floors say it should, against fp32's?
+
+# %%
+if narrow:
     lo32, lo16 = made_of(("fp32", nc[1], contexts[0])), made_of((*nc, contexts[0]))
     by_bytes = lo16["floor"] / lo32["floor"]  # what the bytes alone predict: the two streaming floors
     halved = (lo32["dispatch"] + (lo32["weights"] + lo32["cache"]) / 2) / lo32["total"]
@@ -627,9 +638,6 @@ if narrow:
          + f"Even at fp32's kernel rate, half the bytes would take fp32's step only to {halved:.2f}x its time: the "
          f"dispatch ({lo32['dispatch'] / lo32['total']:.0%} of it) stays, so the more of a step dispatch is, the less "
          f"its cost follows the precision.")
-else:
-    register.record("narrow_dtype_as_priced", None, evidence="no 2-byte dtype beside fp32 at the same thread count")
-    show(f"{narrow_claim} This run does not decide it: no 2-byte dtype beside fp32 at the same thread count in this run.")
 
 # %% [markdown]
 # **Takeaway: price a decode step's weights at the rate the model's own matrix-vector kernels stream them, not
@@ -715,7 +723,7 @@ def growth_reason(grew_inside: pd.DataFrame, rest_grew: dict, rest_priced: float
     grown, priced = parts[top]
     if beyond[top] <= 0.25 or grown <= max(priced, 0.0) * claims.PREDICTED_TIME:
         return (f"So under the profiler each part grew about as priced: {missed_text} did not show in the profiled "
-                "steps, so this run cannot place it.")
+                "steps, so the profiler does not show where it went.")
     text = f"So {top} grew {grown:+.1f} ms against {priced:+.1f} ms priced: that is what the cost model misses ({missed_text})."
     if (top.startswith("the rest") and grew_inside.dynamic["matrices"] > 0.5 * rest_grew["dynamic"]
             and w_gbs > s_gbs * (1 + claims.NOISE)):
@@ -770,8 +778,12 @@ def within_runs(a: pd.Series, b: pd.Series, comparison: str) -> pd.DataFrame:
     both = pd.DataFrame({"a_s": a, "b_s": b}).dropna()  # a point measured again by itself has no partner
     return both.assign(difference_s=both.b_s - both.a_s, comparison=comparison).rename_axis("run").reset_index()
 
+# %% [markdown]
+# For each fp32 configuration, the growth and the saving run by run, beside what the cost model and the parts timed
+# alone give for them, and both caches' steps under the profiler at the shortest and the longest context:
 
-inside, inside_growth, run_rows = {}, {}, []
+# %%
+inside, inside_growth, run_rows, found = {}, {}, [], {}
 for dt, n in growth_configs:
     g = growth[(growth.dtype == dt) & (growth.threads == n)].set_index("context_tokens")
     grow_runs = within_runs(per_run(dt, n, c0), per_run(dt, n, c1), f"context {c0} against {c1}")
@@ -790,10 +802,22 @@ for dt, n in growth_configs:
     saved = Spread.of(save_runs.difference_s)  # growing less preallocated, run by run
     model_saved = (cost[(dt, n)].decode(c1 + mid, fresh_pages=faults[(dt, n, c1)]).best
                    - cost[(dt, n)].decode(c1 + mid, cache="static", max_len=c1 + steps).best)
-    both = inside_steps(dt, n, (c0, c1))
-    inside[(dt, n)] = parts = both[c1]
+    both = inside_steps(dt, n, (c0, c1))  # one layer down: both caches at both contexts, profiled
+    inside[(dt, n)] = both[c1]
     inside_growth[(dt, n)] = pd.concat({c: both[c] for c in (c0, c1)}, axis=1)
-    grew_inside = (both[c1] - both[c0]).reindex(["attention", "cache copy", "matrices", "dispatch", "copies"]).fillna(0.0)
+    found[(dt, n)] = dict(g=g, grow_runs=grow_runs, save_runs=save_runs, grew=grew, model_growth=model_growth,
+                          alone_growth=alone_growth, alone_span=alone_span, saved=saved, model_saved=model_saved)
+
+# %% [markdown]
+# Where the growth or the saving misses its price, the profiled steps say which part made the difference; the
+# next cell writes that down, part by part, for each configuration:
+
+# %%
+for dt, n in growth_configs:
+    grew, model_growth, alone_span = (found[(dt, n)][k] for k in ("grew", "model_growth", "alone_span"))
+    parts, mid = inside[(dt, n)], steps // 2
+    grew_inside = (inside_growth[(dt, n)][c1] - inside_growth[(dt, n)][c0]).reindex(
+        ["attention", "cache copy", "matrices", "dispatch", "copies"]).fillna(0.0)
     rest_grew = {k: grew_inside[k][["matrices", "dispatch", "copies"]].sum() for k in ("dynamic", "static")}
     missed = grew.mid * 1e3 - model_growth * 1e3  # the growth the cost model does not have, unprofiled (ms)
     priced_growth = {t: (cost[(dt, n)].decode(c1 + mid).term(t).best - cost[(dt, n)].decode(c0 + mid).term(t).best) * 1e3
@@ -805,13 +829,23 @@ for dt, n in growth_configs:
     why_grew = (f"{label(dt, n)}, one layer down (both caches at both contexts under the profiler, in turn, "
                 f"{profiled_runs} times): from {c0} to {c1} tokens the growing cache's attention grew {grew_inside.dynamic['attention']:+.1f} ms "
                 f"and its copy {grew_inside.dynamic['cache copy']:+.1f} ms (the cost model adds "
-                f"{priced_growth['attention']:+.1f} and {priced_growth['cache copy']:+.1f}), and the rest of the step "
+                f"{priced_growth['attention']:+.1f} and {priced_growth['cache copy']:+.1f}). The rest of the step "
                 f"grew {rest_grew['dynamic']:+.1f} ms (the matrices {grew_inside.dynamic['matrices']:+.1f}, dispatch and "
                 f"the time between operators {grew_inside.dynamic['dispatch']:+.1f}), where the cost model adds "
-                f"{priced_growth['dispatch']:+.1f} ms from chapter 0's hollowed step timed from both caches; with the "
+                f"{priced_growth['dispatch']:+.1f} ms from chapter 0's hollowed step timed from both caches. With the "
                 f"preallocated cache, which copies nothing, the rest grew {rest_grew['static']:+.1f} ms. "
                 + growth_reason(grew_inside, rest_grew, priced_growth["dispatch"], cache_ops_grew, cache_ops_priced,
                                 copied_mb, w_gbs, s_gbs, missed))
+    inside_more = cache_ops_grew > claims.PREDICTED_TIME * alone_span.high * 1e3
+    why_alone = (f"{label(dt, n)}, one layer down: timed alone, attention and the concatenation grew "
+                 f"{prose.span(alone_span.low * 1e3, alone_span.high * 1e3, '.1f', 'ms')}. Inside the profiled steps (the profiler adds its own cost to every call) they "
+                 f"grew {cache_ops_grew:+.1f} ms (attention {grew_inside.dynamic['attention']:+.1f}, the copy "
+                 f"{grew_inside.dynamic['cache copy']:+.1f}), and the rest of the step {rest_grew['dynamic']:+.1f} ms (the "
+                 f"matrices {grew_inside.dynamic['matrices']:+.1f}, dispatch and the time between operators "
+                 f"{grew_inside.dynamic['dispatch']:+.1f}). "
+                 + ("So the cache's own work costs more inside a step than alone." if inside_more else
+                    "So the rest of the step, which the parts timed alone leave out, grew too." if rest_grew["dynamic"] > 0.25
+                    else "No part grew much beyond its time alone, so the profiler does not show where the difference went."))
     priced_dyn, priced_stat = (cost[(dt, n)].decode(c1 + steps // 2, cache=k, max_len=c1 + steps,
                                                     fresh_pages=faults[(dt, n, c1)] if k == "dynamic" else None)
                                for k in ("dynamic", "static"))
@@ -827,15 +861,27 @@ for dt, n in growth_configs:
         "dispatch and the time between operators": (
             disp.dynamic - disp.static, (priced_dyn.term("dispatch").best - priced_stat.term("dispatch").best) * 1e3)}
     off_most = max(saving_parts, key=lambda k: abs(saving_parts[k][0] - saving_parts[k][1]))
-    why_saved = (f" One layer down, inside the two steps at context {c1} under the profiler, the saving's parts: "
+    why_saved = (f" Under the profiler, inside the two steps at context {c1}, the saving's parts: "
                  + "; ".join(f"{k} {m:+.1f} ms (priced {p_:+.1f})" for k, (m, p_) in saving_parts.items())
                  + f". The part furthest from its price is {off_most}, "
                  f"{saving_parts[off_most][0] - saving_parts[off_most][1]:+.1f} ms against it.")
+    found[(dt, n)].update(missed=missed, why_grew=why_grew, why_alone=why_alone, why_saved=why_saved)
+
+# %% [markdown]
+# Then the three findings for each configuration: the growth against its price, the growth against the parts timed
+# alone, and the preallocated cache's saving at the longest context.
+
+# %%
+for dt, n in growth_configs:
+    got = found[(dt, n)]  # what the two cells above measured and wrote for this configuration
+    grew, model_growth, alone_growth, alone_span, saved, model_saved = (got[k] for k in (
+        "grew", "model_growth", "alone_growth", "alone_span", "saved", "model_saved"))
     grew_ms, saved_ms = (grew * 1e3).text("+.1f", "ms"), (saved * 1e3).text(".1f", "ms")
-    by_cache = f"the {prose.ms(model_growth)} the cost model adds for its cache {copy_share(g)}"
+    by_cache = f"the {prose.ms(model_growth)} the cost model adds for its cache {copy_share(got['g'])}"
     alone_ms = prose.span(alone_span.low * 1e3, alone_span.high * 1e3, '.1f', 'ms')
-    runs_of = {k: spread_of_runs(r.difference_s * 1e3) for k, r in (("grew", grow_runs), ("saved", save_runs))}
-    for claim, statement, verdict, pred, meas, held, not_held, unresolved, how in (
+    runs_of = {k: spread_of_runs(got[r].difference_s * 1e3) for k, r in (("grew", "grow_runs"), ("saved", "save_runs"))}
+    why_saved = got["why_saved"]
+    for claim, statement, verdict, pred, meas, held, not_held, unresolved, how, lean_ in (
         (f"growth_follows_bytes_{tag(dt, n)}", "From the shortest context to the longest, the step grows by what the "
          "cost model adds for its cache (the read by attention, the copy by concatenation and its page faults, and the "
          "rest of the step's growth, from chapter 0's hollowed step).",
@@ -846,8 +892,7 @@ for dt, n in growth_configs:
          f"the step grew **{prose.ms(grew.mid)}** ({runs_of['grew']}), against {by_cache}: too close to call.",
          f"The growth is each run's own difference between the two contexts, decoded seconds apart: median {grew_ms} "
          f"with its 95 % interval, against {prose.ms(model_growth)} and the tolerance for a predicted time, "
-         f"{claims.PREDICTED_TIME:g}x" + claims.pick(verdict, held=".", not_held=".",
-                                                    unresolved=f"; {across} {lean(grew, model_growth)}.")),
+         f"{claims.PREDICTED_TIME:g}x", f"; {across} {lean(grew, model_growth)}"),
         (f"growth_is_cache_work_{tag(dt, n)}", "From the shortest context to the longest, the step's growth is the "
          "attention and the concatenation timed alone in this chapter.",
          claims.within(grew, alone_span, claims.PREDICTED_TIME) if grew.low > 0 and alone_span.low > 0 else
@@ -857,9 +902,8 @@ for dt, n in growth_configs:
          "to itself.",
          f"Timed alone here, attention and the concatenation grow {alone_ms}: too close to call against the step's growth.",
          f"The parts alone run from their fastest calls to their median ones ({alone_ms}); the step's growth, {grew_ms}, "
-         f"is set against that span widened by the tolerance of {claims.PREDICTED_TIME:g}x"
-         + claims.pick(verdict, held=".", not_held=".", unresolved=f"; {across} "
-                       + claims.leaning(grew, *claims.allowed(alone_span, claims.PREDICTED_TIME)) + ".")),
+         f"is set against that span widened by the tolerance of {claims.PREDICTED_TIME:g}x",
+         f"; {across} {claims.leaning(grew, *claims.allowed(alone_span, claims.PREDICTED_TIME))}"),
         (f"static_cache_saves_the_copy_{tag(dt, n)}", "At the longest context, the preallocated cache saves what the "
          "cost model predicts (the copy and its page faults, and the difference between the two caches' dispatch in "
          "chapter 0's hollowed steps, less attention over the unwritten positions).",
@@ -870,30 +914,23 @@ for dt, n in growth_configs:
          f"At {c1} tokens the preallocated cache's step was **{prose.ms(saved.mid)}** shorter than the growing cache's "
          f"({runs_of['saved']}), not the {prose.ms(model_saved)} the cost model predicted.{why_saved}",
          f"At {c1} tokens the preallocated cache's step was **{prose.ms(saved.mid)}** shorter than the growing cache's "
-         f"({runs_of['saved']}), against the {prose.ms(model_saved)} the cost model predicted (the copy, the difference "
-         f"in the two caches' dispatch, less attention over the unwritten positions): too close to call.{why_saved}",
+         f"({runs_of['saved']}), against the {prose.ms(model_saved)} the cost model predicted: too close to call."
+         f"{why_saved}",
          f"The saving is each run's own difference, the two caches decoded in the same runs: median {saved_ms} with its "
-         f"95 % interval, against the tolerance for a predicted time, {claims.PREDICTED_TIME:g}x"
-         + claims.pick(verdict, held=".", not_held=".", unresolved=f"; {across} {lean(saved, model_saved)}."))):
+         f"95 % interval, against the {prose.ms(model_saved)} predicted (the copy, the difference in the two caches' "
+         f"dispatch, less attention over the unwritten positions) and the tolerance for a predicted time, "
+         f"{claims.PREDICTED_TIME:g}x", f"; {across} {lean(saved, model_saved)}")):
         register.claim(claim, statement)
         verdict = register.record(claim, verdict, measured=(meas * 1e3).text("+.1f", "ms"),
                                   predicted=(pred * 1e3).text(".1f", "ms") if isinstance(pred, Spread) else prose.ms(pred),
                                   evidence=f"growth_by_run.csv, {label(dt, n)}")
         show((f"{label(dt, n)}, {c0} to {c1} tokens: " if claim.startswith("growth_follows") else "")
-             + claims.pick(verdict, held=held, not_held=not_held, unresolved=unresolved), how=how)
-    if register.verdict(f"growth_follows_bytes_{tag(dt, n)}") != claims.HELD and missed > 0:
-        show(why_grew)
+             + claims.pick(verdict, held=held, not_held=not_held, unresolved=unresolved),
+             how=how + claims.pick(verdict, held=".", not_held=".", unresolved=f"{lean_}."))
+    if register.verdict(f"growth_follows_bytes_{tag(dt, n)}") != claims.HELD and got["missed"] > 0:
+        show(got["why_grew"])
     elif register.verdict(f"growth_is_cache_work_{tag(dt, n)}") != claims.HELD:
-        inside_more = cache_ops_grew > claims.PREDICTED_TIME * alone_span.high * 1e3
-        show(f"{label(dt, n)}, one layer down: timed alone, attention and the concatenation grew "
-             f"{prose.span(alone_span.low * 1e3, alone_span.high * 1e3, '.1f', 'ms')}; inside the profiled steps (the profiler adds its own cost to every call) they "
-             f"grew {cache_ops_grew:+.1f} ms (attention {grew_inside.dynamic['attention']:+.1f}, the copy "
-             f"{grew_inside.dynamic['cache copy']:+.1f}), and the rest of the step {rest_grew['dynamic']:+.1f} ms (the "
-             f"matrices {grew_inside.dynamic['matrices']:+.1f}, dispatch and the time between operators "
-             f"{grew_inside.dynamic['dispatch']:+.1f}): "
-             + ("the cache's own work costs more inside a step than alone." if inside_more else
-                "the rest of the step, which the parts timed alone leave out, grew too." if rest_grew["dynamic"] > 0.25
-                else "no part grew much beyond its time alone, so this run cannot place the difference."))
+        show(got["why_alone"])
 
 # %%
 results.table(pd.concat({f"{dt}, {n} threads": t for (dt, n), t in inside.items()}).rename_axis(["configuration", "term"])
@@ -940,11 +977,11 @@ else:
     show(f"{many} threads against {few}: at context {contexts[0]} the step ran **{gains[0].mid:.2f}x** as fast, where "
          f"the cost model predicted {model_gains[0]:.2f}x (the model's matrix-vector products gain {gemv_gain:.2f}x, a "
          f"streaming read {read_gain:.2f}x)" + claims.pick(
-             verdict, held="; over the contexts the gain is the one predicted.",
-             not_held=f"; over the contexts the gain is {vs_gemv.mid:.2f}x the predicted one, further than a predicted "
+             verdict, held=". Over the contexts the gain is the one predicted.",
+             not_held=f". Over the contexts the gain is {vs_gemv.mid:.2f}x the predicted one, further than a predicted "
                       "ratio may lie.",
-             unresolved=f"; over the contexts the gain is {vs_gemv.mid:.2f}x the predicted one, too close to the edge "
-                        "of what a predicted ratio may miss by to call."),
+             unresolved=f". Over the contexts the gain is {vs_gemv.mid:.2f}x the predicted one, too close to call, "
+                        f"{claims.leaning(vs_gemv, 1 / claims.PREDICTED_RATIO, claims.PREDICTED_RATIO)}."),
          how=f"Each run's own gain (the thread counts took turns within every run), at {contexts[0]} tokens "
              f"{gains[0].text('.2f', 'x')}; over the contexts, the geometric mean of measured over predicted is "
              f"{vs_gemv.text('.2f', 'x')}, against the tolerance for a ratio of {claims.PREDICTED_RATIO:g}x.")
@@ -1035,8 +1072,7 @@ show(claims.pick(
              f"{prose.ms(row.predicted_ms / 1e3)} the cost model gave it, the largest miss in milliseconds of the parts "
              f"the profiler can judge.{unjudged}{most.removeprefix('.')}" + ("." if most else ""),
     unresolved=f"{step_text}no part it can judge is clearly off its price, but at least one is too close to call.{unjudged}",
-    not_measured=f"{apart_claim} This run does not decide it: every part of this step is too short to compare under "
-                 "the profiler."),
+    not_measured=f"{step_text}every part of this step is too short to set against its price."),
      how=f"Each judged part's profiled time over its term, over {profiled_runs} profiled runs: {multiples}; the "
          f"tolerance for a predicted time is {claims.PREDICTED_TIME:g}x. A part is judged only where its price is at "
          "least ten times the profiler's own cost for its calls." if timed else None)
@@ -1119,11 +1155,11 @@ show(f"Chapter 0 ({label(*main)}): the streaming read **{ceilings.stream_bandwid
      f"per MB** (page faults, on top of the copy), at batch 1 the matrix-vector rate of the weights "
      f"**{ceilings.weight_rate(model_name, *main) / 1e9:.1f} GB/s**. Each sequence's cache holds `batch_context` = "
      f"{batch_context} tokens, and a step is priced at the middle of its run, {kv_mid} tokens. In the table, "
-     "`matrices_ms` is chapter 0's time for the weights' products at `batch` rows (blocks and LM head); "
-     "`cache_read_gb_s` its rate for attention reading the batch's caches, and `masked_read_gb_s` for reading every "
-     f"position of a preallocated cache of {batch_context + batch_steps} (masked); `dispatch_ms` and "
-     "`dispatch_static_ms` its times for issuing a step of that many sequences over each cache. A growing cache's "
-     f"new key or value tensor of one layer (`layer_tensor_mib`) gets fresh pages from the operating system once it "
+     "*matrices (ms)* is chapter 0's time for the weights' products at `batch` rows (blocks and LM head). "
+     "*Cache read (GB/s)* is its rate for attention reading the batch's caches, and *masked read (GB/s)* for reading "
+     f"every position of a preallocated cache of {batch_context + batch_steps} (masked); *dispatch (ms)* and "
+     "*dispatch static (ms)* are its times for issuing a step of that many sequences over each cache. A growing cache's "
+     f"new key or value tensor of one layer (*layer tensor (MiB)*) gets fresh pages from the operating system once it "
      f"is {costmodel.FRESH_PAGES_BYTES >> 20} MiB or more (the allocator's threshold for mapping memory afresh): "
      + (f"here from batch {fresh_from}." if fresh_from else "at none of these batches."))
 prose.shown(batch_inputs.round(1))
@@ -1280,8 +1316,7 @@ show(f"At batch {top} the machine gave **{gains['dynamic'][0].mid:.1f}x** the to
          not_held=f". The {'growing' if worse == 'dynamic' else 'preallocated'} cache's batch-{top} steps ran "
                   f"{'slower' if short else 'faster'} than priced against its batch-{one} steps (below: where their "
                   "time goes).",
-         unresolved=": one of them too close to its prediction's edge for this run to say whether batching follows "
-                    "the cost model."),
+         unresolved=": at least one of them too close to its prediction to call."),
      how="Each run's gain against the gain its own prices give (each batch priced with the page faults it took): "
          + ", ".join(f"{'growing' if k == 'dynamic' else 'preallocated'} {gain_over_priced(k).text('.2f', 'x')}"
                      for k in gains)
@@ -1452,13 +1487,13 @@ verdict = register.record("parts_add_up", claims.within(pooled_b, Spread(1.0, 1.
                           evidence="batched_decode_runs.csv, page faults counted")
 shares = ", ".join(f"B={k[1]}: {bratio[k].text('.2f', 'x')}" for k in dyn_keys)
 may_take = f"the {allowed_b} (the price's span widened by the tolerance) a predicted time may take"
-rests = ("a positive rest is work no term covers (the parts timed alone run with the caches and the cores to "
+rests = ("A positive rest is work no term covers (the parts timed alone run with the caches and the cores to "
          "themselves), a negative one parts that cost more alone than inside the step.")
 show(f"Over the batches, the growing cache's steps took **{pooled_b.mid:.2f}x** their priced time (the geometric mean; "
      f"{extremes})" + claims.pick(
          verdict, held=": the cost model's terms add up to the step.",
-         not_held=f": the terms do not add up to the step; {rests}",
-         unresolved=f": too close to the edge of what a predicted time may take to call; {rests}"),
+         not_held=f": the terms do not add up to the step. {rests}",
+         unresolved=f": too close to call, the mean {claims.leaning(pooled_b, _lo_b, _hi_b)}. {rests}"),
      how=f"Each step's ratio to its price, page faults counted ({shares}); the geometric mean's interval "
          f"{pooled_b.text('.2f', 'x')} against {may_take}" + claims.pick(
              verdict, held=".", not_held=".", unresolved=f", the median {claims.leaning(pooled_b, _lo_b, _hi_b)}: more "
@@ -1538,16 +1573,17 @@ if same_shape:
     show(f"{where}, " + claims.pick(
         verdict, held=f"within {claims.ACROSS_MACHINES:g}x of the reference's {prose.ms(ref_ms / 1e3)}: the copy, the "
                       "head and the kernels' rates are where the difference came from.",
-        not_held=f"{against_ref}, beyond the {claims.ACROSS_MACHINES:g}x allowed across machines: the rest is not "
+        not_held=f"{against_ref}, further apart than two machines' times may be: the rest is not "
                  "separated here (NumPy against PyTorch's eager loop, and machines whose other ceilings differ).",
-        unresolved=f"{against_ref}: its interval ({like_ref.text('.0f', 'ms')}) reaches across an edge of the "
-                   f"{claims.ACROSS_MACHINES:g}x allowed across machines, the median "
-                   f"{claims.leaning(like_ref, ref_ms / claims.ACROSS_MACHINES, ref_ms * claims.ACROSS_MACHINES)}: more "
-                   "runs of the batched steps would decide it."))
+        unresolved=f"{against_ref}: too close to call, the median "
+                   f"{claims.leaning(like_ref, ref_ms / claims.ACROSS_MACHINES, ref_ms * claims.ACROSS_MACHINES)}; more "
+                   "runs of the batched steps would decide it."),
+        how=f"The step over the runs, {like_ref.text('.0f', 'ms')} (the 95 % interval of the median), against the "
+            f"reference's {prose.ms(ref_ms / 1e3)} within the {claims.ACROSS_MACHINES:g}x allowed across machines.")
 else:
     register.record("reference_gap_is_head_and_copy", None, evidence="not the reference's model, context or batch")
-    show(f"{gap_claim} This run does not decide it: the reference ran GPT-2 small at its context up to its largest "
-         "batch; this run is not the same shape.")
+    show("The reference machine's batched step is not set beside this run's: the reference ran GPT-2 small at its "
+         "context up to its largest batch, and this run is not the same shape.")
 
 # %% [markdown]
 # **Takeaway: price a batched step as the weights read once for the batch plus every user's cache, read and, if

@@ -207,8 +207,8 @@ show(claims.pick(
     not_held="TTFT did not rise with the prompt ("
              + ", ".join(f"{p} tokens {t:.0f} ms" for p, t in ttft_by_prompt.ttft_ms.items())
              + f"; the fitted exponent {exponent}).",
-    unresolved=f"TTFT went from {went}, but the fitted exponent {exponent} does not exclude zero: this run cannot say "
-               "that TTFT rises with the prompt.",
+    unresolved=f"TTFT went from {went}, too close to call: the fitted exponent {exponent} reaches zero, so a flat "
+               "TTFT is not ruled out.",
     not_measured="The grid has a single prompt length, so this run does not decide whether TTFT rises with the prompt."))
 
 # %% [markdown]
@@ -297,11 +297,11 @@ show(claims.pick(
     verdict, held=f"{growth_text}, as the cost model predicts ({model_slope:.2f} ms): the cache's read and its copy, and "
                   "the rest of the step's growth with its cache that chapter 0 measured on the hollowed step, are what "
                   f"TPOT pays for a longer prompt (its bytes alone would give {bytes_slope:.2f} ms per 1,000 tokens).",
-    not_held=f"{growth_text}, not the cost model's {model_slope:.2f} ms (its bytes alone: {bytes_slope:.2f}). The section "
+    not_held=f"{growth_text}, not the cost model's {model_slope:.2f} ms (its bytes alone: {bytes_slope:.2f} ms). The section "
              "*What grows with the cache*, below, times the two parts that grow with the cache alone, here, to see "
              "whether they account for the growth.",
-    unresolved=f"{growth_text}, against the cost model's {model_slope:.2f} ms (its bytes alone: {bytes_slope:.2f}): too "
-               "close to call" + (f"; yet every run's own slope lies {'above' if slope > allowed_slope[1] else 'below'} "
+    unresolved=f"{growth_text}, against the cost model's {model_slope:.2f} ms (its bytes alone: {bytes_slope:.2f} ms): too "
+               "close to call" + (f". Yet every run's own slope lies {'above' if slope > allowed_slope[1] else 'below'} "
                                   "what the price allows: the runs are few, and they lean one way." if runs_lean else
                                   ": more runs of the grid would decide."),
     not_measured="The grid has one context length only, so there is no slope to measure: this run does not decide "
@@ -361,7 +361,7 @@ show(f"Over the {len(split)} pairs, TTFT took **{pooled_r['ttft'].mid:.2f}x** th
      f"**{pooled_r['tpot'].mid:.2f}x** its own (geometric means)" + claims.pick(
          verdict, held=": both as predicted.",
          not_held=": not both as close as a time predicted from measured rates may be.",
-         unresolved=": too close to the edge of what a predicted time may take for this run to say."),
+         unresolved=": too close to call."),
      how=f"{each_r}: the tolerance of {tol:g}x around the prediction's own range (chapter 0's fastest calls to its "
          f"median ones){worst_text}.")
 prose.shown(split[["prompt_tokens", "output_tokens", "ttft_ms", "predicted_ttft_ms", "tpot_ms", "predicted_tpot_ms"]].round(1))
@@ -449,10 +449,10 @@ if lines and steps3 is not None and len(steps3):
     in_chapter_3 = (f" Chapter 3's steps of the same model grew **{(Spread.of(steps3.difference_s) * 1e3).text('+.1f', 'ms')}** "
                     f"from context {c3[0]} to {c3[1]} (the median of its runs' own differences), "
                     f"**{grown3.text('.1f', 'ms')}** per 1,000 tokens, "
-                    + (f"{'less' if grown3.high < slope_spread.low else 'more'} than this line, their intervals "
+                    + (f"{'less' if grown3.high < slope_spread.low else 'more'} than this line, their ranges "
                        "apart: chapter 3 crops one cache back to each context, where a request's cache grows as it "
                        "decodes, and this book does not take that difference apart." if apart3 else
-                       "an interval overlapping this line's: the same growth, measured twice."))
+                       "a range overlapping this line's: the same growth, measured twice."))
 inside3 = load_table("03_decode_sweep", "steps_inside_by_context", quick=quick)  # chapter 3's profiled steps
 _n3 = torch.get_num_threads()
 inside3 = None if inside3 is None else inside3[(inside3.configuration == f"{dtype}, {_n3} threads")
@@ -465,13 +465,18 @@ if lines and inside3 is not None and len(inside3) and len(_at3) == 2:  # one lay
     in_chapter_3 += (f" One layer down, chapter 3's profiler saw the rest of a growing-cache step (the matrices, "
                      f"dispatch and the time between operators: all but attention and the copy) grow "
                      f"{_grew3:+.1f} ms from {_lo3} to {_hi3} cached tokens, about "
-                     f"{_rest3:.1f} ms per 1,000, "
-                     + (f"within {tol:g}x of the {slope - cache_slope:.1f} ms per 1,000 the line grows beyond the parts "
-                        "timed alone: that is the growth they leave out."
+                     f"{_rest3:.1f} ms per 1,000. "
+                     + (f"That is within {tol:g}x of the {slope - cache_slope:.1f} ms per 1,000 the line grows beyond the "
+                        "parts timed alone: the growth they leave out."
                         if slope > cache_slope and _rest3 > 0 and claims.within(_rest3, slope - cache_slope, tol) == claims.HELD
-                        else "while the line grows no more than the parts timed alone." if slope <= cache_slope
-                        else f"against the {slope - cache_slope:.1f} ms per 1,000 the line grows beyond the parts timed "
-                        f"alone: not within {tol:g}x of it, so the profiled rest does not account for that growth."))
+                        else "Here the line grows no more than the parts timed alone." if slope <= cache_slope
+                        else f"The line grows {slope - cache_slope:.1f} ms per 1,000 beyond the parts timed alone, not "
+                        f"within {tol:g}x of that, so the profiled rest does not account for the line's extra growth."))
+
+# %% [markdown]
+# Then the finding: does TPOT's line grow by what the cache's copy and its attention, timed alone, add per 1,000 tokens?
+
+# %%
 register.claim("tpot_growth_is_cache_work", "The growth of TPOT with the context is the cache's concatenation and "
                "attention, timed alone here (within the tolerance for a predicted time).")
 verdict = register.record(
@@ -500,16 +505,22 @@ show(claims.pick(
         f"step grew.{in_chapter_3}" if lines and slope > cache_slope else
         "The parts alone grow faster than the line: timed alone they miss the overlap a real step gives them."),
     unresolved=f"{parts_text}. " + (
-        f"The line's median is {slope / cache_slope:.2f}x their sum, "
-        + ("within" if 1 / tol <= slope / cache_slope <= tol else "outside")
-        + " the tolerance, but its interval reaches past it"
-        + (f"; every run's own slope ({', '.join(f'{x:.1f}' for x in slopes)}) lies beyond it, so they lean to "
-           "leaving growth out" if len(slopes) and (slopes > tol * cache_slope).all() else
+        (f"The line grows {slope / cache_slope:.2f}x as fast as their sum" if slope > 0 else
+         "The line does not rise (its median slope is not positive), while their sum does")
+        + ", too close to call"
+        + (f": every run's own line ({', '.join(f'{x:.1f}' for x in slopes)} ms) is steeper than "
+           f"{tol * cache_slope:.1f} ms, so the runs lean to growth the parts leave out"
+           if len(slopes) and (slopes > tol * cache_slope).all() else
            ": more runs of the grid would decide whether they account for the growth")
         + f".{in_chapter_3}" if lines and cache_slope > 0 else
         "Timed alone, the parts did not grow with the context, so their sum cannot be set against the line's slope."),
     not_measured="The grid has one context length only, so this run does not decide whether the growth of TPOT with "
-                 "the context is the cache's concatenation and attention."))
+                 "the context is the cache's concatenation and attention."),
+     how=(f"The line's slope, {slope_spread.text('.2f', 'ms')} per 1,000 tokens, is Theil and Sen's with its 95 % "
+          f"interval; it is set against the parts' {cache_slope:.2f} ms with the tolerance for a predicted time, "
+          f"{tol:g}x either way ({cache_slope / tol:.2f} to {cache_slope * tol:.2f} ms)"
+          + claims.pick(verdict, held=".", not_held=".", unresolved=f", the median "
+                        f"{claims.leaning(slope_spread, cache_slope / tol, cache_slope * tol)}.")) if lines else None)
 
 # %%
 fig, ax = plt.subplots(figsize=(8, 4))
@@ -527,15 +538,15 @@ ax.legend(fontsize=8)
 results.figure(fig, "tpot_against_context")
 plt.show()
 priced_here = {  # the takeaway follows this run's verdict on TPOT's slope
-    claims.HELD: f"here the cost model priced TPOT's slope ({model_slope:.1f} ms per 1,000 tokens against {slope:.1f} "
+    claims.HELD: f"Here the cost model priced TPOT's slope ({model_slope:.1f} ms per 1,000 tokens against {slope:.1f} "
                  "measured), so it is a cost per token you can price before you measure it",
-    claims.NOT_HELD: f"here TPOT's slope ran {slope / model_slope:.2f}x the cost model's price, so measure it: the parts "
+    claims.NOT_HELD: f"Here TPOT's slope ran {slope / model_slope:.2f}x the cost model's price, so measure it: the parts "
                      "the model prices do not yet add up to it",
-    claims.UNRESOLVED: f"here TPOT's slope ({slope:.1f} ms per 1,000 tokens) lies too near the edge of the cost model's "
-                       f"price ({model_slope:.1f}) to call it priced, so measure it"}
+    claims.UNRESOLVED: f"Here TPOT's slope ({slope:.1f} ms per 1,000 tokens) lies too near the cost model's price "
+                       f"({model_slope:.1f}) to call it priced, so measure it"}
 show("**Takeaway: TTFT is paid once per request and TPOT once per later token; fit each against the length it depends "
-     "on (the prompt, the context) over every request: "
-     + priced_here.get(register.verdict("tpot_follows_cache_bytes"), "a grid of one context length gives TPOT no slope "
+     "on (the prompt, the context) over every request. "
+     + priced_here.get(register.verdict("tpot_follows_cache_bytes"), "A grid of one context length gives TPOT no slope "
                        "to price") + ".**")
 
 # %% [markdown]
@@ -645,7 +656,7 @@ even = arch.measured_phase.str.startswith("neither")
 phases_differ = ((arch.predicted_phase != arch.measured_phase) & ~even).any()
 ok = [claims.within(claims.geomean_of(e2e_x.values()), 1.0, claims.PREDICTED_TIME) if e2e_x else claims.NOT_HELD,
       claims.NOT_HELD if phases_differ or unpriced else claims.UNRESOLVED if even.any() else claims.HELD] if lines else None
-described = "; ".join(f"{'an' if r.workload[0] in 'aeiou' else 'a'} **{r.workload}** ({r.prompt_tokens} in, "
+described = ". ".join(f"{'An' if r.workload[0] in 'aeiou' else 'A'} **{r.workload}** ({r.prompt_tokens} in, "
                       f"{r.output_tokens} out) measured {r.e2e_ms:.0f} ms, predicted {r.predicted_e2e_ms:.0f} from the "
                       f"grid and {r.cost_model_e2e_ms:.0f} by the cost model, "
                       + ("a job split about evenly" if r.measured_phase.startswith("neither") else
@@ -669,17 +680,17 @@ missed = ", ".join([f"{w}: the lines predicted {p:.0f} ms, no time at all"  # wh
                           (r.predicted_phase != r.measured_phase and not e)
                           or claims.within(e2e_x[r.workload], 1.0, tol) != claims.HELD)])
 show(claims.pick(
-    verdict, held=f"{described}. The grid's lines predicted each one's dominant phase and, within the tolerance of "
-                  f"{tol:g}x, their time ({ratio} the prediction, geometric mean). The dominant phase is the one to "
+    verdict, held=f"{described}. The grid's lines predicted each one's dominant phase and "
+                  f"their time ({ratio} the prediction, geometric mean). The dominant phase is the one to "
                   "optimise: TPOT for a decode job, TTFT for a prefill job.",
     not_held=f"{described}. Not every archetype landed where the grid's lines put it ({missed}): a line is a poor "
              "guide outside the grid or where noise is large.",
     unresolved=f"{described}. " + (
-        f"The {' and '.join(arch.workload[even])} spent about half its time in each phase (its runs' interval holds "
-        f"50 %), so no phase dominates for the lines to predict; the times came to {ratio} the prediction (geometric "
+        f"The {' and '.join(arch.workload[even])} spent about half its time in each phase (the median's range over its runs "
+        f"holds 50 %), so no phase dominates for the lines to predict; the times came to {ratio} the prediction (geometric "
         "mean)." if even.any() else
         f"The grid's lines predicted each one's dominant phase, but the times, {ratio} the prediction (geometric "
-        f"mean), are too close to the tolerance of {tol:g}x to call in this run."),
+        f"mean), are too close to the prediction to call."),
     not_measured="The grid has one context length only, so there is no TPOT line to predict the archetypes with: "
                  "this run does not decide whether the grid's lines predict their times and dominant phases."))
 
@@ -721,10 +732,10 @@ source = (f"the defaults for {'a GPU' if on_gpu else 'a CPU'}" if goals.defaults
           f"yours; the defaults here are {default_ttft_s * 1e3:.0f} ms and {default_tpot_s * 1e3:.0f} ms")
 headroom = {k: goal / worst for k, goal, worst in (("TTFT", goals.ttft_ms, per_pair.ttft_ms.max()),
                                                     ("TPOT", goals.tpot_ms, per_pair.tpot_ms.max())) if worst > 0}
-budget_text = (" These objectives are fixed budgets, not scaled to this machine's speed: "
-               + "; ".join(f"the slowest pair's median {k} is {1 / h:.0%} of its budget, so "
-                           + (f"a machine about {h:.1f} times slower would miss it" if h > 1 else "this machine misses it")
-                           for k, h in headroom.items()) + ".") if headroom else ""
+budget_text = (" These objectives are fixed budgets, not scaled to this machine's speed. "
+               + " ".join(f"The slowest pair's median {k} is {1 / h:.0%} of its budget, so "
+                          + (f"a machine about {h:.1f} times slower would miss it." if h > 1 else "this machine misses it.")
+                          for k, h in headroom.items())) if headroom else ""
 display(Markdown(
     f"Objectives ({source}): TTFT at most **{goals.ttft_ms:.0f} ms**, TPOT at most **{goals.tpot_ms:.0f} ms**. "
     f"Goodput over all {len(grid)} grid requests: **{good:.0%}**. "
@@ -925,7 +936,7 @@ slope_text = "" if slope_spread is None else (
     f", **{slope_spread.text('.1f', 'ms')}** more per 1,000 tokens of context"
     + slope_text.get(register.verdict("tpot_follows_cache_bytes"), ""))
 tpot_text = "" if split.tpot_ms.isna().all() else \
-    f"; each later token took {prose.span(split.tpot_ms.min(), split.tpot_ms.max(), '.0f', 'ms')}{slope_text}"
+    f". Each later token took {prose.span(split.tpot_ms.min(), split.tpot_ms.max(), '.0f', 'ms')}{slope_text}"
 model_text = {claims.HELD: f"The cost model predicted both (TTFT {pooled_r['ttft'].mid:.2f}x its price, TPOT "
                            f"{pooled_r['tpot'].mid:.2f}x). ",
               claims.NOT_HELD: f"TTFT took {pooled_r['ttft'].mid:.2f}x the cost model's price and TPOT "
