@@ -283,7 +283,7 @@ display(Markdown(
        ": every step down still pays, to a single token.")
     + f" Against the estimate from chapter 2's passes: the cost model prices a first chunk (nothing cached yet) at "
       f"{prose.span(min(fresh_over_pass), max(fresh_over_pass), '.2f')}x chapter 2's measured pass of its length "
-      f"over these sizes, and the last chunk at {_smallest} tokens a chunk ({tokens(_last[1] - _last[0])}, after "
+      f"over these sizes. It prices the last chunk at {_smallest} tokens a chunk ({tokens(_last[1] - _last[0])}, after "
       f"{tokens(_last[0])} cached) at {last_over_first:.2f}x a first chunk of its length."))
 
 # %% [markdown]
@@ -384,18 +384,24 @@ verdict = register.record("crowded_median_gap", claims.every(agree), predicted=l
                           measured=listed(measured_mask), evidence=f"A decodes {a_tokens} tokens, B arrives after "
                           f"{arrival_step}; median gaps (ms): " + ", ".join(
                               f"{c}: {g:.0f}" for c, g in zip(summary.chunk_tokens, summary.a_median_gap_ms)))
-crowded_words = (f"A's median gap held a chunk (over {limit:.0f} ms, 1.5 times the unchunked median) at "
+crowded_words = (f"A's median gap held a chunk (rose over {limit:.0f} ms, 1.5 times the unchunked median) at "
                  f"{listed(measured_mask)}, where the cost model predicted {listed(crowded_pred)}")
+open_sizes = [r for r, v in zip(summary.itertuples(), crowded) if v == claims.UNRESOLVED]
 show(claims.pick(verdict, held=f"At chunk {listed(measured_mask)}, B's prefill is spread over so many of A's gaps that even "
                                "A's *median* gap includes a chunk: the stall is no longer one event but the stream's "
                                f"normal pace (predicted at chunk {listed(crowded_pred)})." if any(measured_mask) else
                                "No chunk size here spread B's prefill over half of A's gaps, as predicted.",
                  not_held=crowded_words + ".",
-                 unresolved=crowded_words + "; at " + ", ".join(
-                     f"{r.chunk_tokens} tokens (median gap {r.a_median_gap_ms:.0f} ms, "
-                     f"{prose.span(r.a_median_gap_ms_low, r.a_median_gap_ms_high, '.0f', 'ms')})"
-                     for r, v in zip(summary.itertuples(), crowded) if v == claims.UNRESOLVED)
-                 + f" the median gap's interval reached across that {limit:.0f} ms line, so this run cannot call it."))
+                 unresolved=crowded_words + ". At " + prose.and_list(
+                     f"{r.chunk_tokens} tokens (a median gap of {r.a_median_gap_ms:.0f} ms, "
+                     f"{'over' if r.a_median_gap_ms > limit else 'under'} {limit:.0f})" for r in open_sizes)
+                 + " it is too close to call."),
+     how=f"A median gap holds a chunk when the interval of its median over runs lies wholly above {limit:.0f} ms (1.5 "
+         "times the unchunked median), and none when it lies wholly below; the cost model predicts a chunk there "
+         "where half or more of A's gaps hold one and a chunk costs over half an A step. Median gaps by chunk "
+         "size: " + "; ".join(
+             f"{r.chunk_tokens} tokens {prose.span(r.a_median_gap_ms_low, r.a_median_gap_ms_high, '.0f', 'ms')}"
+             for r in summary.itertuples()) + ".")
 
 # %% [markdown]
 # One run's traces, unchunked and at the predicted best size:
@@ -577,8 +583,10 @@ show(f"A chunk of B's prefill cost **{pooled_chunk.text('.2f', 'x')}** its price
          verdict, held=": the cost model prices a chunk about right.",
          not_held=f": the cost model misprices a chunk. The {first_chunk}; {grew}, where the cost model predicts "
                   f"{spread(growth_model)}x.",
-         unresolved=": too near the edge of what a price may miss by to say whether the cost model prices a chunk "
-                    "right (more runs would narrow it)."),
+         unresolved=": too close to call whether the cost model prices a chunk right, the median leaning toward "
+                    + {"on the held side": "a right price", "above what would hold": "chunks dearer than priced",
+                       "below what would hold": "chunks cheaper than priced"}[claims.leaning(
+                           pooled_chunk, *claims.allowed(priced, claims.PREDICTED_TIME))] + " (more runs would decide it)."),
      how=f"The geometric mean over the chunk sizes of each size's median over its chunks, run by run, against the range "
          f"the tolerance for a predicted time allows around the price at chapter 0's fastest to median calls, "
          f"{prose.span(*claims.allowed(priced, claims.PREDICTED_TIME), '.2f', 'x')}. Size by size: {spread(cost_ratio)}"
@@ -612,7 +620,8 @@ next_c = int(alone.index[1])  # the next size up from the smallest: what halving
 quicker = 1 - alone[smallest_c] / alone[next_c]  # a pass as costly as its tokens would be quicker by 1 - smallest / next
 share = 1 - smallest_c / next_c
 halved = (f"going from {next_c}- to {smallest_c}-token chunks made a chunk "
-          + (f"only {quicker:.0%} quicker" if quicker < share / 2 else f"{quicker:.0%} quicker") +
+          + ("no quicker" if quicker <= 0 else f"only {quicker:.0%} quicker" if quicker < share / 2 else
+             f"{quicker:.0%} quicker") +
           f" ({prose.ms(alone[next_c] / 1e3)} to {prose.ms(alone[smallest_c] / 1e3)}) for {share:.0%} fewer tokens, and "
           f"all of B's chunks together took {prose.ms(total[smallest_c] / 1e3)} against {prose.ms(total[next_c] / 1e3)}")
 show(f"A chunk is a pass, and a shorter pass was quicker by {'less than' if quicker < share else 'about'} its share of "
@@ -709,7 +718,7 @@ display(Markdown(
     f"GPU's chunking kept cutting the worst gap down to a chunk size of **{gpu_best} tokens**; here "
     f"{paid_off(best).replace(PAID_RULE, '')}. The reference GPU's fp32 prefill cost within {floor2.margin:.0%} of its "
     f"1-token pass up to {gpu_floor.flat_until_tokens} tokens, so there a chunk shorter than that is hardly a quicker "
-    f"pass; here {halved}. The Word Factory's "
+    f"pass. Here {halved}. The Word Factory's "
     f"eight typers on a 2-core CPU with a 1,024-token newcomer: a normal gap of {typers['normal']:.0f} ms, a worst gap "
     f"of {typers['unchunked_worst']:,.0f} ms unchunked and {typers['chunk128_worst']:.0f} ms with 128-token chunks."))
 
@@ -777,19 +786,22 @@ faults_here, faults_there = here.b_faults.median(), there.b_faults.median()
 apart = stall_there.low > stall_here.high or stall_here.low > stall_there.high
 by_faults = (faults_there - faults_here) * per_fault_ms  # what the faults' difference costs, ms
 show(f"One stream's unchunked stall here was **{stall_here.text(',.0f', 'ms')}**, in the experiment above "
-     f"**{stall_there.text(',.0f', 'ms')}** (its runs in order: "
-     + ", ".join(f"{x:,.0f}" for x in there.sort_values("run").a_worst_gap_ms) + " ms, B's prefill taking "
-     + ", ".join(f"{x:,.0f}" for x in there.sort_values("run").b_faults) + f" page faults, at chapter 0's "
-     f"{per_fault_ms * 1e3:.2f} us a fault up to {there.b_faults.max() * per_fault_ms:,.0f} ms)"
+     f"**{stall_there.text(',.0f', 'ms')}**"
      + (": the same stall, measured twice." if not apart else
-        f", their intervals apart. B's prefill took a median {faults_there:,.0f} page faults there and "
+        f", their ranges apart. B's prefill took a median {faults_there:,.0f} page faults there and "
         f"{faults_here:,.0f} here, which "
         f"at chapter 0's {per_fault_ms * 1e3:.2f} us a fault cost {abs(by_faults):,.0f} ms "
         f"{'more' if by_faults > 0 else 'less'} there: "
         + ("most of the difference between the two stalls, so what moved is how much fresh memory the allocator "
            "handed the prefill, not its arithmetic." if 0.5 * abs(stall_there.mid - stall_here.mid) <= by_faults *
            np.sign(stall_there.mid - stall_here.mid) else
-           "not most of the difference between the two stalls, which this chapter does not take further apart.")))
+           "not most of the difference between the two stalls, which this chapter does not take further apart.")),
+     how="Each stall is the median of its runs' worst gaps, with the interval of that median. The experiment's runs in "
+         "order: " + ", ".join(f"{x:,.0f}" for x in there.sort_values("run").a_worst_gap_ms) + " ms, B's prefill "
+         "taking " + ", ".join(f"{x:,.0f}" for x in there.sort_values("run").b_faults) + f" page faults, at chapter "
+         f"0's {per_fault_ms * 1e3:.2f} us a fault up to {there.b_faults.max() * per_fault_ms:,.0f} ms; here, "
+         + ", ".join(f"{x:,.0f}" for x in here.sort_values("run").a_worst_gap_ms) + " ms and "
+         + ", ".join(f"{x:,.0f}" for x in here.sort_values("run").b_faults) + " page faults.")
 
 # %%
 pick = lambda k, c: streams[(streams.a_streams == k) & (streams.chunk_tokens == c)].iloc[0]  # rows by value
@@ -808,15 +820,22 @@ verdict = register.record("streams_share_the_weights", None if batch_ratio is No
                           predicted=f"{model_ratio:.2f}x (cost model)", measured=ratio_text,
                           evidence=f"median gaps, unchunked runs, {runs} runs" if batch_ratio else one_count)
 gaps = (f"With {kn} streams, each stream's median gap is {many.a_median_gap_ms:.0f} ms against "
-        f"{one.a_median_gap_ms:.0f} ms for {k1}: {ratio_text} the time for {kn / k1:g}x the tokens")
+        f"{one.a_median_gap_ms:.0f} ms for {k1}: {batch_ratio.mid if batch_ratio else np.nan:.2f}x the time for "
+        f"{kn / k1:g}x the tokens")
+leans = {"on the held side": "toward the prediction", "above what would hold": "above it",
+         "below what would hold": "below it"}  # an unresolved median's side, in words
 show(claims.pick(
     verdict, held=f"{gaps}; the cost model predicted {model_ratio:.2f}x.",
-    not_held=f"{gaps}, outside the tolerance for a ratio around the cost model's {model_ratio:.2f}x.",
-    unresolved=f"{gaps}, against the cost model's {model_ratio:.2f}x; the interval reaches past the tolerance for a "
-               "ratio, so this run cannot tell whether the batch's step is the one priced (its median is " + (
-                   "" if batch_ratio is None else claims.leaning(batch_ratio, model_ratio / claims.PREDICTED_RATIO,
-                                                                 model_ratio * claims.PREDICTED_RATIO)) + ").",
-    not_measured=f"{shared} This run does not decide it: {one_count}."))
+    not_held=f"{gaps}, not the cost model's {model_ratio:.2f}x: the batch's step is "
+             f"{'dearer' if batch_ratio and batch_ratio.mid > model_ratio else 'cheaper'} than priced.",
+    unresolved=f"{gaps}, against the cost model's {model_ratio:.2f}x: too close to call, the median leaning " + (
+        "" if batch_ratio is None else leans[claims.leaning(batch_ratio, *claims.allowed(model_ratio,
+                                                                                       claims.PREDICTED_RATIO))]) + ".",
+    not_measured=f"{shared} This run does not decide it: {one_count}."),
+     how=None if batch_ratio is None else
+     f"Run by run, the {kn}-stream median gap over the one-stream median gap of the same run, {ratio_text} (the "
+     f"interval of its median), against the cost model's ratio within the tolerance for a ratio, "
+     f"{claims.PREDICTED_RATIO:g}x either way ({prose.span(*claims.allowed(model_ratio, claims.PREDICTED_RATIO), '.2f', 'x')}).")
 
 # %%
 expected = one.a_worst_gap_ms - one.a_median_gap_ms + many.a_median_gap_ms
@@ -833,21 +852,24 @@ verdict = register.record("every_stream_waits_the_prefill", None if paired_stall
                           measured=f"{many.a_worst_gap_ms:,.0f} ms ({span_many})",
                           evidence=f"unchunked, {b_prompt_len} tokens, {runs} runs" if paired_stall else one_count)
 paired = "" if paired_stall is None else paired_stall.text(".2f", "x")
+paired_mid = "" if paired_stall is None else f"{paired_stall.mid:.2f}x"
 show(claims.pick(
     verdict, held=f"An unchunked prefill stalls **{'both' if kn == 2 else f'all {kn}'}** streams at once, each for "
                   f"**{span_many}** (one stream: "
-                  f"{prose.span(one.a_worst_gap_ms_low, one.a_worst_gap_ms_high, ',.0f', 'ms')}), {paired} of one "
-                  "stream's stall plus the longer step, run by run, within the tolerance: the newcomer's prefill is "
-                  "paid by every stream in the batch.",
+                  f"{prose.span(one.a_worst_gap_ms_low, one.a_worst_gap_ms_high, ',.0f', 'ms')}), {paired_mid} of one "
+                  "stream's stall plus the longer step: the newcomer's prefill is paid by every stream in the batch.",
     not_held=f"With {kn} streams the unchunked stall was {span_many}, "
              f"{'longer' if many.a_worst_gap_ms > expected else 'shorter'} than the {expected:,.0f} ms predicted from "
-             "one stream's stall and the longer step, beyond the tolerance for a predicted time.",
+             f"one stream's stall and the longer step ({paired_mid} of it, run by run).",
     unresolved=f"With {kn} streams the unchunked stall was {span_many}, against {expected:,.0f} ms predicted from one "
-               "stream's stall and the longer step; set against its own run's one-stream stall, each run's ratio, "
-               f"{paired}, straddles the tolerance's edge (a run whose one stream stalled long moves its own ratio), so "
-               "this run cannot call it (the median of those ratios is " + ("" if paired_stall is None else
-               claims.leaning(paired_stall, 1 / claims.PREDICTED_TIME, claims.PREDICTED_TIME)) + ").",
-    not_measured=f"{waits} This run does not decide it: {one_count}."))
+               f"stream's stall and the longer step: {paired_mid} of it, run by run, too close to call, the median "
+               "leaning " + ("" if paired_stall is None else
+                             leans[claims.leaning(paired_stall, 1 / claims.PREDICTED_TIME, claims.PREDICTED_TIME)]) + ".",
+    not_measured=f"{waits} This run does not decide it: {one_count}."),
+     how=None if paired_stall is None else
+     f"Each run's {kn}-stream stall is set against that run's own one-stream stall plus the longer step: {paired} (the "
+     "interval of the median ratio), against 1.00x within the tolerance for a predicted time, "
+     f"{claims.PREDICTED_TIME:g}x either way. A run whose one stream stalled long moves its own ratio.")
 if kn != k1 and (many.a_worst_gap_ms_high < one.a_worst_gap_ms_low or many.a_worst_gap_ms_low > one.a_worst_gap_ms_high):
     stalled_less = many.a_worst_gap_ms_high < one.a_worst_gap_ms_low  # though it waits for a longer step
     step_n, step_1 = many.a_median_gap_ms, one.a_median_gap_ms  # the step of A's that B's first token waits behind
@@ -858,7 +880,7 @@ if kn != k1 and (many.a_worst_gap_ms_high < one.a_worst_gap_ms_low or many.a_wor
          f"{'though' if stalled_less else 'and'} it holds a longer step. One layer down, B's first token (its prefill "
          f"and the one step of A's it waits behind, {step_n:.0f} ms beside {kn} streams and {step_1:.0f} beside one) "
          f"came at {prose.span(many.b_ttft_ms_low, many.b_ttft_ms_high, ',.0f', 'ms')} against "
-         f"{prose.span(one.b_ttft_ms_low, one.b_ttft_ms_high, ',.0f', 'ms')}; less that step, "
+         f"{prose.span(one.b_ttft_ms_low, one.b_ttft_ms_high, ',.0f', 'ms')}. Less that step, it came at "
          f"{prose.span(*less_n, ',.0f', 'ms')} against {prose.span(*less_1, ',.0f', 'ms')}: "
          + (f"the same prefill ran {'faster' if less_n[1] < less_1[0] else 'slower'} in those runs, and the stall "
             "is that prefill." if apart_ and (less_n[1] < less_1[0]) == stalled_less else

@@ -225,7 +225,7 @@ display(Markdown(
     f"**{other.name}.** {other.flops / gpu.flops:.2f}x the arithmetic and {other.bandwidth / gpu.bandwidth:.2f}x the "
     f"bandwidth of the {gpu.name} move the ridge from {gpu.ridge:.0f} to **{other.ridge:.0f} FLOP/byte**: prefill "
     f"turns compute-bound at **{int(swapped.prefill_crossover_tokens)} tokens** instead of "
-    f"{int(mine.prefill_crossover_tokens)}, and decode's bandwidth bound (its weights over the bandwidth, which the "
+    f"{int(mine.prefill_crossover_tokens)}. Decode's bandwidth bound (its weights over the bandwidth, which the "
     f"course page calls the decode floor) goes from {mine.decode_bound_ms:.2f} to "
     f"**{swapped.decode_bound_ms:.2f} ms**, in proportion to the bandwidth alone.\n\n"
     f"**{big.name}.** {large.weight_gb:,.3g} GB of matmul weights in BF16; its bandwidth bound on one {gpu.name} would "
@@ -348,10 +348,10 @@ _head_mb = _ref_shape.vocab * _ref_shape.d_model * _ref_shape.bytes_per_param / 
 show(f"This machine ({where}, {points_dtype}) streams **{read / 1e9:.1f} GB/s** (chapter 0's {'streaming read' if bandwidth_kernel == 'memory' else bandwidth_kernel}) and multiplies "
      f"large matrices at **{peak / 1e9:.1f} GFLOP/s**: the textbook ridge is **{peak / read:.1f} FLOP/byte**, against "
      f"{gpu.ridge:.0f} for the {gpu.name} in BF16. A {reference_model} prefill in {points_dtype} reaches it here at "
-     f"**{prose.tokens(here_ridge_tokens)}** by the two roofs, against {crossover} for Llama-3-8B on the {gpu.name}"
-     f" (chapter 2's balance point puts it at {model_balance_tokens:.0f}: it takes the model's own matrices' fastest "
+     f"**{prose.tokens(here_ridge_tokens)}** by the two roofs, against {crossover} for Llama-3-8B on the {gpu.name}. "
+     f"Chapter 2's balance point puts it at {model_balance_tokens:.0f}: it takes the model's own matrices' fastest "
      "rate in place of the square product's, and counts the block matrices' bytes alone, where the two roofs count "
-     f"the whole pass's, the LM head's {_head_mb:,.0f} MB among them, read once by a pass of any length)."
+     f"the whole pass's (the LM head's {_head_mb:,.0f} MB among them, read once by a pass of any length)."
      + ("" if ceilings.hardware_support(points_dtype) else
      f" This device has no {points_dtype} matrix instructions: its rates are a slow fallback kernel's."))
 ch2_model = prefill.model.iloc[0]  # the model chapter 2 ran
@@ -542,10 +542,12 @@ for series, g in points.groupby("series", sort=False):
                     r.textbook_bound_ms / r.measured_ms_low) for r in g.itertuples()]
     highest = roof_reach[series] = claims.extreme(reach)
     near = g.iloc[int(np.argmax([x.mid for x in reach]))]
-    listed = "; ".join(f"{name} at " + (f"batch {', '.join(map(str, o.batch))}" if series == "batched decode" else
+    by_regime = list(g.groupby("regime", sort=False))
+    listed = "; ".join(f"*{name}* at " + (f"batch {', '.join(map(str, o.batch))}" if series == "batched decode" else
                                         f"{', '.join(f'{t:,}' for t in o.tokens)} token{'s' * (list(o.tokens) != [1])}")
-                       + f" ({prose.span(o.over_median_price.min(), o.over_median_price.max(), '.2f')}x its "
-                         "price at chapter 0's median calls)" for name, o in g.groupby("regime", sort=False))
+                       for name, o in by_regime)
+    priced_at = "; ".join(f"{name}, {prose.span(o.over_median_price.min(), o.over_median_price.max(), '.2f')}x"
+                          for name, o in by_regime)
     top_reach = highest.text(".0%")
     closest = (f"batch {int(near.batch)}" if near.batch > 1 else
                f"{int(near.tokens):,} token{'s' * (int(near.tokens) != 1)}")
@@ -553,14 +555,19 @@ for series, g in points.groupby("series", sort=False):
                               measured=f"at most {top_reach} of it", evidence=f"{len(g)} {series} passes, "
                               f"{points_dtype}, {where}")
     show(claims.pick(
-        verdict, held=f"The {series} passes reach at most **{top_reach}** of the textbook roof ({closest}); their "
-                      f"regimes (the one rule, read against the roofline drawn): {listed}.",
-        not_held=f"A {series} pass ran above the textbook roof ({closest}, {top_reach} of it): the streaming read or "
-                 f"the square product chapter 0 measured understates this machine. Their regimes: {listed}.",
-        unresolved=f"The {series} passes reach at most {top_reach} of the textbook roof ({closest}): the interval "
-                   f"reaches both sides of the roof, its median {'under' if highest.mid <= 1 else 'above'} it, so "
-                   f"this run cannot tell whether a pass ran above it; more runs would narrow it. Their regimes: "
-                   f"{listed}."))
+        verdict, held=f"The {series} passes reach at most **{highest.mid:.0%}** of the textbook roof ({closest}). By "
+                      f"the one rule, read against the roofline drawn, they are {listed}.",
+        not_held=f"A {series} pass ran above the textbook roof ({closest}, {highest.mid:.0%} of it): the streaming read "
+                 f"or the square product chapter 0 measured understates this machine. By the one rule they are "
+                 f"{listed}.",
+        unresolved=f"The {series} passes reach at most {highest.mid:.0%} of the textbook roof ({closest}): whether a "
+                   f"pass ran above it is too close to call, the median {'under' if highest.mid <= 1 else 'above'} "
+                   f"it. By the one rule they are {listed}."),
+         how=f"A pass's fraction of the roof is the textbook bound over its measured time, {top_reach} at most (the "
+             "interval of the median over runs); the claim holds when that interval lies at or under one. Each label "
+             "reads the pass's measured time over its price at chapter 0's median calls (the *over median price* "
+             f"column): {priced_at}; a pass more than the rule's {regime.REGIME_SLACK:g}x over its price is "
+             "*unexplained overhead*, and one faster than its largest term alone says a ceiling is wrong.")
 
 # %% [markdown]
 # Why batched decode's label changes from one batch to the next: the largest term of each step, and the one after it.
@@ -571,22 +578,25 @@ what = {"block matrices": "the blocks' matrices", "LM head": "the LM head", "att
         "dispatch": "issuing the operations"}
 g = points[points.series == "batched decode"].sort_values("batch")
 if len(g):
-    show("Batched decode, step by step: " + "; ".join(
-        f"batch {r.batch}: {what.get(r.largest_term, r.largest_term)} {r.largest_share:.0%} of the priced step, then "
-        f"{what.get(r.second_term, r.second_term)} {r.second_share:.0%} (**{r.regime}**)" for r in g.itertuples())
-        + (". Where a step ran within the rule's 1.25x of its price at chapter 0's median calls (the *over median "
-           "price* column) the label follows its largest term, and each term grows with the "
-           "batch at its own pace (the matrices' at the rate F(rows) reaches with more rows, the caches' in proportion "
-           "to the sequences), so which one is largest changes: such a change of label is a change of term, not "
-           "noise. Where two terms of different limits are within "
-           f"{claims.PREDICTED_TIME:g}x of each other the label says mixed rather than pick one by noise."
+    changed = g.regime.nunique() > 1
+    show("Batched decode, step by step. " + " ".join(
+        f"At batch {r.batch} the priced step is {r.largest_share:.0%} {what.get(r.largest_term, r.largest_term)}, "
+        f"then {r.second_share:.0%} {what.get(r.second_term, r.second_term)} (**{r.regime}**)." for r in g.itertuples())
+        + (" Each term grows with the batch at its own pace (the matrices' at the rate F(rows) reaches with more "
+           "rows, the caches' in proportion to the sequences), so which one is largest changes: a change of label is "
+           "a change of term, not noise."
            + "".join(f" Batch {r.batch}'s *{r.regime}* is not a change of term: the step took "
-                     f"{r.over_median_price:.2f}x its price at chapter 0's median calls, "
-                     + (f"more than the {regime.REGIME_SLACK:g}x the rule allows" if r.over_median_price > 1 else
+                     f"{r.over_median_price:.2f}x its price, "
+                     + (f"more than the rule's {regime.REGIME_SLACK:g}x" if r.over_median_price > 1 else
                         "less than its largest term alone")
                      + f", while its largest priced term was {what.get(r.largest_term, r.largest_term)}."
                      for r in g[~g.explained.astype(bool)].itertuples())
-           if g.regime.nunique() > 1 else ": one label at every batch."))
+           if changed else " One label at every batch."),
+        how=None if not changed else
+        "A step's price here is at chapter 0's median calls (the *over median price* column). Where a step ran within "
+        f"the rule's {regime.REGIME_SLACK:g}x of it, the label follows its largest term; where two terms of different "
+        f"limits are within {claims.PREDICTED_TIME:g}x of each other the label says mixed rather than pick one by "
+        "noise.")
 
 # %% [markdown]
 # Two more checks: batching's FLOP rate, and (on a GPU) the measured ceilings beside the datasheet's:
@@ -654,15 +664,21 @@ if comparable:
                               measured=f"{read / 1e9:,.0f} GB/s, {peak / 1e12:,.1f} TFLOP/s", evidence=where)
     show(f"The {name} reaches {read / entry.bandwidth:.0%} of its datasheet bandwidth and {peak / entry.flops:.0%} "
          f"of its datasheet FLOP rate ({entry.name})" + claims.pick(
-             verdict, held=": both within the tolerance for a datasheet.",
-             not_held=", outside the tolerance for a datasheet: a kernel, a clock or the table entry is off.",
-             unresolved=", at the edge of the tolerance for a datasheet: this run cannot tell which side it is on."))
+             verdict, held=": both near the datasheet, as simple kernels on a healthy GPU should be.",
+             not_held=": further off the datasheet than simple kernels should be, so a kernel, a clock or the table "
+                      "entry is off.",
+             unresolved=": whether both are near the datasheet is too close to call."),
+         how=f"Each measured ceiling is held within a factor of {claims.DATASHEET:g} of its datasheet peak (simple "
+             "kernels against a vendor's figure), from "
+             f"{entry.bandwidth / claims.DATASHEET / 1e9:,.0f} to {entry.bandwidth * claims.DATASHEET / 1e9:,.0f} GB/s "
+             f"and {entry.flops / claims.DATASHEET / 1e12:,.0f} to {entry.flops * claims.DATASHEET / 1e12:,.0f} TFLOP/s.")
 else:
     why_not = (f"{name} has no entry in the hardware table ({', '.join(table_gpus)}): there is no datasheet to set it "
                "beside" if entry is None else
                f"the table quotes 16-bit peaks for the {entry.name}; set `dtype` to fp16 or bf16 to compare")
     register.record("gpu_near_its_datasheet", None, evidence=why_not)
-    show(f"{datasheet_said} This run does not decide it: {why_not}.")
+    show(f"On a GPU the chapter sets the bandwidth and FLOP rate chapter 0 measured beside the datasheet's peaks; "
+         f"not here: {why_not}.")
 
 # %% [markdown]
 # **Takeaway: draw the machine's roofline from its kernels' own ceilings, not only from the streaming read and the
@@ -833,7 +849,7 @@ show(f"Predicted ({where}): a GPT-2 step issues {fixed_ops:.0f} operations outsi
      f"from {source_steps.context_tokens.min()} to {source_steps.context_tokens.max()} tokens, in fp32 and fp16. "
      f"That GPU (a floor of {prose.ms(source_floor)}, {source_bw / 1e9:.0f} GB/s) would leave its floor at "
      f"**{source_transition / 1e9:.1f} GB** of weights, just above GPT-2 large in fp32 "
-     f"({gpt2_sizes.SIZES['gpt2-large'].weight_bytes / 1e9:.1f} GB) or GPT-2 XL in fp16; past it in this section's "
+     f"({gpt2_sizes.SIZES['gpt2-large'].weight_bytes / 1e9:.1f} GB) or GPT-2 XL in fp16. Past it in this section's "
      f"sense (weights four times the floor) needs about {4 * source_transition / 1e9:.0f} GB, the source's 7B model "
      "in fp16: why it called GPT-2 small the wrong size.")
 prose.shown(size_plan.round(2))
@@ -1245,6 +1261,7 @@ for where_, which in (("on_the_floor", "on the floor"), ("past_the_floor", "past
              + (f": {lean_words(growth, 1.0, claims.PREDICTED_RATIO)}." if verdict == claims.UNRESOLVED else "."))
 
 flat, flat_priced, off, readings_by, longest = {}, {}, {}, {}, max(size_prompts)
+edge_x = 1 + sweeps.floor_and_knee([1, 2], [1.0, 1.0]).margin  # where a floor ends: a pass over the one-token pass
 
 # %%
 for name, g in size_prefill.dropna(subset=["time_ms"]).groupby("size", sort=False):
@@ -1278,12 +1295,13 @@ longer = flat[farthest] > flat_priced[farthest]
 show(f"Each size's prefill cost about what its one-token pass costs up to a prompt of {lengths} tokens, against "
      f"{lengths_priced} by its price: the farthest, {farthest}, stayed flat **{off[farthest].text('.0f', 'x')}** "
      f"{'longer' if longer else 'shorter'} than priced" + claims.pick(
-         verdict, held=", and every size within a step of the grid of its price.",
-         not_held=f", and {prose.count(len(beyond_all), 'size')} of {len(off)} lay more than a step of the grid off. "
-                  "Near the floor's edge a pass's growth decides the length: the prompts of 4 tokens, below, show how "
+         verdict, held=". Every size lay within a step of the grid of its price.",
+         not_held=f". {prose.count(len(beyond_all), 'size').capitalize()} of {len(off)} lay more than a step of the "
+                  "grid off. "
+                  "Near the floor's end a pass's growth decides the length: the prompts of 4 tokens, below, show how "
                   "close to the margin the sizes grew.",
-         unresolved=", and whether the sizes lie within a step of the grid of their prices is too close to call."),
-     how=f"A floor's length is where a pass first costs more than {1 + sweeps.floor_and_knee([1, 2], [1.0, 1.0]).margin:.2f}x the one-token pass, read "
+         unresolved=". Whether the sizes lie within a step of the grid of their prices is too close to call."),
+     how=f"A floor's length is where a pass first costs more than {edge_x:.2f}x the one-token pass, read "
          "off the points' medians and off both ends of their intervals (the table below); the prediction holds when "
          f"every size's readings lie within a step of the grid (a factor of {claims.PREDICTED_LENGTH:g}) of its priced "
          f"length. Of the table's {len(off)} sizes: within a step at every reading, {len(within_all)}; beyond it at "
@@ -1322,7 +1340,7 @@ floor_table["paid_over_priced"] = floor_table.paid_ms / floor_table.floor_ms
 floor_table["us_per_operation"] = floor_table.paid_ms / floor_table.operations * 1e3
 floor_table = floor_table.rename_axis("size").reset_index()
 results.table(floor_table, "size_floor")
-why_floor = ""
+why_floor, how_floor = "", ""  # each part of the paragraph below: the finding, and how it was read
 ref_bytes = machine.MODELS[reference_model][0].with_dtype("fp32").weight_bytes / 1e6
 narrower = [n for n in twelve_sizes if size_plan.set_index("size").weight_mb[n] < ref_bytes]
 if len(narrower) >= 2:  # where the reads are a small part of the hollowed pass, the difference is the floor's
@@ -1335,44 +1353,47 @@ if len(twelve_sizes) >= 2:
     as_priced = ratio.between(1 / claims.PREDICTED_TIME, claims.PREDICTED_TIME)
     why_floor = (
         f"Hollowed, with the caches to itself, a 12-layer step's {twelve} operations took "
-        f"**{prose.span(f12.alone_ms.min(), f12.alone_ms.max(), '.1f')} ms** at every width (the fastest of "
-        f"{floor_repeats}), "
-        f"{f12.alone_ms.min() / twelve * 1e3:.1f} us an operation or more (chapter 0, alone too: {ops_alone[1]:.1f} us for "
-        f"{reference_model}); between their own weights' streams they "
-        f"cost **{f12.paid_ms[narrow]:.1f} ms** at {f12.weight_mb[narrow]:,.0f} MB ({narrow}) and "
-        f"**{f12.paid_ms[wide]:.1f} ms** at {f12.weight_mb[wide]:,.0f} MB ({wide}), "
-        f"{f12.us_per_operation[narrow]:.1f} to {f12.us_per_operation[wide]:.1f} us an operation. "
+        f"**{prose.span(f12.alone_ms.min(), f12.alone_ms.max(), '.1f')} ms** at every width; between their own "
+        f"weights' streams they cost **{f12.paid_ms[narrow]:.1f} ms** at {f12.weight_mb[narrow]:,.0f} MB ({narrow}) "
+        f"and **{f12.paid_ms[wide]:.1f} ms** at {f12.weight_mb[wide]:,.0f} MB ({wide}). "
         + ("The floor grew with the bytes that streamed between the operations (the book's explanation, not measured "
            "here: they push the interpreter's and the small kernels' data out of the faster caches), so on this CPU "
-           "a wider model pays a higher floor, and a line through the "
-           "steps does not see one fixed floor: it starts at the floor of a model with no bytes, and the floor's "
-           "growth rides on every byte"
-           + (f", so it rises as if the weights streamed at {1 / slopes.mid:.1f} GB/s where they stream at "
-              f"{rate['fp32'] / 1e9:.1f}" if slopes is not None else "") + ". "
-           if grew else "The floor stayed within the tolerance of one number across the widths. ")
+           "a wider model pays a higher floor."
+           + (f" A line through the steps therefore rises as if the weights streamed at {1 / slopes.mid:.1f} GB/s "
+              f"where they stream at {rate['fp32'] / 1e9:.1f}." if slopes is not None else "") + " "
+           if grew else "The floor fell as the weights grew, which the price does not expect. "
+           if f12.paid_ms[narrow] > claims.PREDICTED_TIME * f12.paid_ms[wide] else
+           f"The floor stayed within {claims.PREDICTED_TIME:g}x of one number across the widths. ")
+        + f"The floors paid were {prose.span(ratio.min(), ratio.max(), '.2f')}x their prices"
+        + (", as priced." if as_priced.all() else
+           f"; {prose.and_list(ratio.index[~as_priced])} missed by more than {claims.PREDICTED_TIME:g}x: the price "
+           "draws the floor on a straight line in the bytes, and the eviction need not grow in proportion to them."
+           if len(anchored) > 1 else f"; {prose.and_list(ratio.index[~as_priced])} missed by more than "
+           f"{claims.PREDICTED_TIME:g}x."))
+    how_floor = (
+        f"The hollowed step's time is the fastest of {floor_repeats}, {f12.alone_ms.min() / twelve * 1e3:.1f} us an "
+        f"operation or more (chapter 0, alone too: {ops_alone[1]:.1f} us for {reference_model}); between the "
+        f"weights' streams, {f12.us_per_operation[narrow]:.1f} to {f12.us_per_operation[wide]:.1f} us an operation. "
+        + ("A line through the steps does not see one fixed floor: it starts at the floor of a model with no bytes, "
+           "and the floor's growth rides on every byte. " if grew else "")
         + (f"The price drew the floor on a straight line in the bytes between chapter 0's {' and '.join(per_operation)}, "
            f"{prose.span(f12.floor_ms.min(), f12.floor_ms.max(), '.1f')} ms across these widths" if len(anchored) > 1 else
            f"The price held chapter 0's cost per operation of {', '.join(per_operation)} at every width, "
            f"{f12.floor_ms.min():.1f} ms")
-        + "; the floors paid were "
-        f"{prose.span(ratio.min(), ratio.max(), '.2f')}x their prices"
-        + (", each within the tolerance for a predicted time." if as_priced.all() else
-           f", {', '.join(ratio.index[~as_priced])} outside the tolerance for a predicted time (the straight line is "
-           "the price's assumption: the eviction need not grow in proportion to the bytes)." if len(anchored) > 1 else
-           "."))
+        + f"; a floor paid is as priced within the tolerance for a predicted time, {claims.PREDICTED_TIME:g}x either way.")
     if reference_model in set(floor_runs["size"]) and reference_model not in twelve_sizes:
         r_ = floor_runs[floor_runs["size"] == reference_model]
         ft = floor_table.set_index("size")
         less_weights = (by_size.set_index("size").step_ms[reference_model]
                         - size_plan.set_index("size").weights_ms[reference_model])
-        why_floor += (f" From {reference_model} up the reads are most of the hollowed pass ({r_.reads_ms.min():.1f} of "
+        how_floor += (f" From {reference_model} up the reads are most of the hollowed pass ({r_.reads_ms.min():.1f} of "
                       f"{r_.between_ms.min():.1f} ms for {reference_model}), so its floor is a small difference of two "
                       f"long times: this run puts it at {ft.paid_ms[reference_model]:.1f} ms, chapter 0 at "
                       f"{ceilings.dispatch(reference_model, 'fp32', threads).best * 1e3:.1f}, and its step less its "
                       f"weights' price leaves {less_weights:.1f} (the table gives every size's).")
 
 # %%
-why_dtype = ""
+why_dtype, how_dtype = "", ""
 if profiled:
     prof = pd.concat(profiled, ignore_index=True)
     results.table(prof, "size_profile")
@@ -1385,15 +1406,17 @@ if profiled:
                  f"{per_op['fp32'].sum():.1f} ms in fp32; "
                  + (f"{extra[top].sum() / (per_op[low16].sum() - per_op['fp32'].sum()):.0%} of the difference is "
                     if slower else f"the {low16} step's largest extra operators are ")
-                 + " and ".join(f"`{o}` (+{extra[o]:.2f} ms over {calls.get(o, 0):.0f} "
-                                f"call{'' if calls.get(o, 0) == 1 else 's'})" for o in top)
-                 + (f", with {extra[profiling.BETWEEN]:+.2f} ms between operators"
-                    if slower and abs(extra.get(profiling.BETWEEN, 0.0)) >= 0.01 else "")
+                 + " and ".join(f"`{o}`" for o in top)
                  + (f": on this machine those {low16} kernels ran slower than fp32's on the same weights, though they "
                     "read half the bytes" + ("" if slower else f", and the profiler's other operators, its own cost "
-                                            "included, more than made up for them")
-                    + " (the profiler adds its own cost to every call, most of a step this small: compare parts, not "
-                      "totals)." if extra[top].sum() > 0 else "."))
+                                            "included, more than made up for them") + "."
+                    if extra[top].sum() > 0 else "."))
+    how_dtype = ("Under the profiler: " + " and ".join(
+        f"`{o}` +{extra[o]:.2f} ms over {calls.get(o, 0):.0f} call{'' if calls.get(o, 0) == 1 else 's'}" for o in top)
+                 + (f", {extra[profiling.BETWEEN]:+.2f} ms between operators"
+                    if slower and abs(extra.get(profiling.BETWEEN, 0.0)) >= 0.01 else "")
+                 + "; the profiler adds its own cost to every call, most of a step this small: compare parts, not "
+                   "totals.")
 if dtype_rows:  # the price's two halves, measured again with the dtypes in turn
     dtype_down = pd.DataFrame(dtype_rows)
     results.table(dtype_down, "size_dtype_floor")
@@ -1406,21 +1429,25 @@ if dtype_rows:  # the price's two halves, measured again with the dtypes in turn
                 + n_products * d_.between_us[dt] / 1e3 for dt in size_dtypes}
     took_ = by_size.set_index("size")[f"{low16}_over_fp32"][profiled_size]
     _sh = gpt2_sizes.SIZES[profiled_size].with_dtype(low16)
+    bytes_us = _sh.layers * _sh.block_params * _sh.bytes_per_param / n_products / ceilings.stream_bandwidth(low16, threads) * 1e6
     why_dtype += (
+        f" Its {n_products} block products cost **{d_.alone_us[low16]:.0f} us** a call in {low16} against "
+        f"{d_.alone_us['fp32']:.1f} us in fp32"
+        + (f": at this size a {low16} product costs its kernel's fixed cost per call, not its bytes ({bytes_us:.1f} us "
+           "at chapter 0's streaming read)." if d_.alone_us[low16] > 2 * bytes_us else
+           f", about its bytes at chapter 0's streaming read ({bytes_us:.1f} us).")
+        + f" With this run's floors and products in place of chapter 0's, the price's ratio would be "
+        f"**{repriced[low16] / repriced['fp32']:.2f}x** against the {took_:.2f}x measured "
+        f"({priced_[low16].best / priced_['fp32'].best:.2f}x priced).")
+    how_dtype += (
         f" One layer further down, the two dtypes in turn ({floor_repeats} times each): {profiled_size}'s hollowed "
         f"step, its floor as the price counts it (between its weights' streams, less them; the median of "
-        f"{floor_repeats}), took **{d_.floor_ms[low16]:.2f} ms** in {low16} and **{d_.floor_ms['fp32']:.2f} ms** in "
+        f"{floor_repeats}), took {d_.floor_ms[low16]:.2f} ms in {low16} and {d_.floor_ms['fp32']:.2f} ms in "
         f"fp32 ({d_.floor_ms[low16] / d_.floor_ms['fp32']:.2f}x), where the price took chapter 0's floors, each timed "
         f"in its own minutes, {floor0[low16]:.2f} and {floor0['fp32']:.2f} ms ({floor0[low16] / floor0['fp32']:.2f}x). "
-        f"Its {n_products} block products cost **{d_.alone_us[low16]:.0f} us** a call in {low16} back to back, as "
-        f"chapter 0 times them ({d_.alone_us['fp32']:.1f} us in fp32), and {d_.between_us[low16]:.0f} us with a "
-        f"step's small kernels between them ({d_.between_us['fp32']:.1f} us in fp32). At this size a {low16} product "
-        f"costs its kernel's fixed cost per call, not its bytes (which at chapter 0's streaming read would take "
-        f"{_sh.layers * _sh.block_params * _sh.bytes_per_param / n_products / ceilings.stream_bandwidth(low16, threads) * 1e6:.1f} "
-        "us). With this run's floors and products in place of chapter "
-        f"0's, the price's ratio would be **{repriced[low16] / repriced['fp32']:.2f}x** against the "
-        f"{took_:.2f}x measured ({priced_[low16].best / priced_['fp32'].best:.2f}x priced; chapter 0's block products "
-        f"{blocks0[low16] / n_products * 1e3:.0f} us a call in {low16}, {blocks0['fp32'] / n_products * 1e3:.1f} in fp32).")
+        f"The block products were timed back to back, as chapter 0 times them, and cost {d_.between_us[low16]:.0f} us "
+        f"with a step's small kernels between them ({d_.between_us['fp32']:.1f} us in fp32); chapter 0's cost "
+        f"{blocks0[low16] / n_products * 1e3:.0f} us a call in {low16}, {blocks0['fp32'] / n_products * 1e3:.1f} in fp32.")
     apart_ = {dt: step_spread(profiled_size, dt, short_c).mid for dt in size_dtypes}  # the steps' medians, ms
     gap_, placed_ = apart_[low16] - apart_["fp32"], repriced[low16] - repriced["fp32"]
     why_dtype += ("" if gap_ <= 0 else
@@ -1440,7 +1467,7 @@ for name, g in size_prefill.dropna(subset=["time_ms"]).groupby("size", sort=Fals
         price = [gpt2_sizes.price_prefill(ceilings, name, reference_model, int(size_plan.set_index("size").operations[name]),
                                           ops_ref, "fp32", threads, t).best for t in (1, 4)]
         growth_rows.append(dict(size=name, measured_4_over_1=g[4] / g[1], priced_4_over_1=price[1] / price[0]))
-why_prefill = ""
+why_prefill, how_prefill = "", ""
 
 # %%
 if growth_rows:
@@ -1459,10 +1486,13 @@ if growth_rows:
                    + (f"; {reference_model}'s price is chapter 0's own kernels unscaled, so its miss lies between "
                       "those kernels timed alone and the same kernels inside a pass, and this run does not take it "
                       "apart." if reference_model in set(miss["size"]) else "." if len(miss) else "")
-                   + " A floor's length is read where a pass first exceeds 1.25x the one-token pass (off the medians "
-                     "and off both ends of their intervals): a growth near that margin, measured or priced, moves the "
-                     "length by a grid step or more.")
-show("\n\n".join(part.strip() for part in (why_floor, why_dtype, why_prefill) if part.strip()))  # a paragraph each
+                   + f" A floor's length is read where a pass first costs more than {edge_x:.2f}x the one-token "
+                     "pass, so a growth near that margin, measured or priced, moves the length by a grid step or more.")
+    how_prefill = (f"A size grew as priced where its 4-token pass over its 1-token pass lies within the tolerance for a "
+                   f"ratio, {claims.PREDICTED_RATIO:g}x either way, of the priced ratio; a floor's length is read off "
+                   "the points' medians and off both ends of their intervals, as in the table above.")
+show("\n\n".join(part.strip() for part in (why_floor, why_dtype, why_prefill) if part.strip()),  # a paragraph each
+     how="\n\n".join(part.strip() for part in (how_floor, how_dtype, how_prefill) if part.strip()) or None)
 prose.shown(floor_table.round(3))
 
 # %% [markdown]
@@ -1629,7 +1659,7 @@ one_, top_ = tp.iloc[0], tp.iloc[-1]
 best_n = tp.loc[tp.step_ms.idxmin()]
 show(f"{example.name} at batch 1, context {moe_context}: on {int(one_.devices)} device{'s' if one_.devices > 1 else ''} a "
      f"step is priced at **{prose.ms(one_.step_ms / 1e3)}**; on {int(top_.devices)} it is **{top_.speedup:.1f} times "
-     f"quicker**, not {top_.devices / one_.devices:.0f}: each device reads {one_.bytes_ms / top_.bytes_ms:.0f} times fewer "
+     f"quicker**, not {top_.devices / one_.devices:.0f}. Each device reads {one_.bytes_ms / top_.bytes_ms:.0f} times fewer "
      f"bytes ({prose.ms(top_.bytes_ms / 1e3)}), but still issues every layer's operations, so the floor only falls from "
      f"{prose.ms(one_.floor_ms / 1e3)} to {prose.ms(top_.floor_ms / 1e3)}, {top_.floor_share:.0%} of the step. "
      + (f"The quickest split here is {int(best_n.devices)} devices: past it the all-reduces cost more than the bytes "
