@@ -237,9 +237,9 @@ show(f"For scale, timed here: applying the chat template and tokenising the ques
      f"**{template_t.low_ms:.2f} ms** (once a request); one HTTP exchange on a new loopback connection (Python's "
      f"standard-library server, a 2-byte reply) **{http_t.low_ms:.2f} ms** (once a request); detokenising one token "
      f"{detok_t.low_ms * 1e3:.0f} us and encoding its server-sent event as JSON {event_t.low_ms * 1e3:.0f} us (once a "
-     f"token).{_fewer} The engines' own HTTP servers and schedulers are not timed here. The book's tolerance for a predicted time "
-     f"(`lib.claims.PREDICTED_TIME`) is **{claims.PREDICTED_TIME:g}x** either way: a gap counts as the in-process one "
-     f"between {1 / claims.PREDICTED_TIME:.2f} and {claims.PREDICTED_TIME:.2f} times it.")
+     f"token).{_fewer} The engines' own HTTP servers and schedulers are not timed here. The book counts a gap as the "
+     f"in-process one when it lies between {1 / claims.PREDICTED_TIME:.2f} and **{claims.PREDICTED_TIME:.2f} times** it "
+     "(`lib.claims.PREDICTED_TIME`, the same factor for every predicted time).")
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** What an engine adds (the HTTP request, the template, the scheduler, writing each token to
@@ -421,7 +421,7 @@ show(claims.pick(
          + ", ".join(f"**{r.outside_server_ms:.1f} ms** through {r.path}" for r in reported.itertuples()) + " of TTFT.",
     not_held="The server's own mean TTFT exceeds the client's for the same requests: the two spans do not nest as "
              "assumed (the server records a first token after sending it, or the client stamps its send late), so "
-             "this run cannot split TTFT into inside and outside the server.",
+             "TTFT is not split here into inside and outside the server.",
     not_measured=register.undecided("client_ttft_covers_server_ttft", "no engine here reports its timings on "
                                     "/metrics (transformers serve has none).")))
 prose.shown(own.round(1).rename(columns={"client_ttft_ms": "mean client TTFT (ms)", "server_ttft_ms": "mean server TTFT (ms)"}))
@@ -457,27 +457,23 @@ for r in engine_rows.itertuples():
     in_price_ms = priced_on[in_process_threads].prefill(int(base.prompt_tokens)).best * 1e3  # the in-process path's
     histogram = cores < in_process_threads and np.isfinite(prefill_ms)  # the engine's own prefill, to split TTFT by
     mostly_prefill = histogram and prefill_ms - base.ttft_ms > 0.5 * r.ttft_added_ms
-    where_added = (("above all its prefill" if mostly_prefill else "less its prefill than the rest; its prefill")
-                   + f" on the {cores} core{'s' * (cores > 1)} {r.path} computes on: the engine's "
-                   f"own histogram puts it at {prefill_ms:.0f} ms against the whole in-process TTFT of "
-                   f"{base.ttft_ms:.0f} ms, {prefill_ms - base.ttft_ms:+.0f} ms of the {r.ttft_added_ms:.0f} added, "
-                   f"where the cost model prices that prefill at {engine_price_ms:.0f} ms on "
-                   f"{cores} core{'s' * (cores > 1)} ({prefill_x:.2f}x its in-process price"
-                   + (f"; the engine's kernels ran it {engine_price_ms / prefill_ms:.2f}x faster than that price, "
-                      f"where the in-process TTFT ran {in_price_ms / base.ttft_ms:.2f}x faster than its own price of "
-                      f"{in_price_ms:.0f} ms on {in_process_threads} threads"
-                      if engine_price_ms > claims.PREDICTED_TIME * prefill_ms else "")
-                   + "); the HTTP path, the template and the scheduler add the rest"
-                   if histogram else
-                   f"the prefill on the {cores} core{'s' * (cores > 1)} {r.path} computes on, which the cost model "
-                   f"prices at {prefill_x:.2f}x the in-process one on {in_process_threads} threads "
-                   f"({prefill_x * base.ttft_ms:.0f} ms at the in-process TTFT's rate"
-                   + (f", more than the whole {r.ttft_ms:.0f} ms measured" if prefill_x * base.ttft_ms > r.ttft_ms else "")
-                   + (f"; the engine's own histogram puts its prefill at {prefill_ms:.0f} ms, "
-                      f"{prefill_ms / (prefill_x * base.ttft_ms):.2f}x that price" if np.isfinite(prefill_ms)
-                      else "") + "), and what the HTTP path, the template and the scheduler add"
-                   if cores < in_process_threads else
-                   "what the HTTP path, the template and tokenisation, and the scheduler cost before the first token")
+    on = f"the {prose.count(cores, 'core')} {r.path} computes on"
+    rest = "the HTTP path, the template and the scheduler add the rest"
+    over = abs(prefill_ms - base.ttft_ms), "more" if prefill_ms > base.ttft_ms else "less"
+    where_added = (  # the plain reason, a sentence of its own; the prices that back it are folded below it
+        (f"Most of that is its prefill on {on}: its own histogram puts it at {prefill_ms:.0f} ms, {over[0]:.0f} ms "
+         f"{over[1]} than the whole in-process TTFT; {rest}" if mostly_prefill else
+         f"Less of that is its prefill than the rest: its own histogram puts its prefill on {on} at {prefill_ms:.0f} "
+         f"ms, {over[0]:.0f} ms {over[1]} than the whole in-process TTFT; {rest}") if histogram else
+        f"It is the prefill on {on}, which the cost model prices at {prefill_x:.2f}x the in-process one, and what "
+        "the HTTP path, the template and the scheduler add" if cores < in_process_threads else
+        "It is what the HTTP path, the template and tokenisation, and the scheduler cost before the first token")
+    priced_how = (f"The cost model prices this prefill at {engine_price_ms:.0f} ms on {prose.count(cores, 'core')}"
+                  + (f", {prefill_x:.2f}x its price of {in_price_ms:.0f} ms on the in-process path's "
+                     f"{in_process_threads} threads" if cores != in_process_threads else "")
+                  + f". The in-process TTFT took {base.ttft_ms / in_price_ms:.2f}x its price"
+                  + (f", and the engine's own prefill ({prefill_ms:.0f} ms) {prefill_ms / engine_price_ms:.2f}x its "
+                     "own" if np.isfinite(prefill_ms) else "") + ". ")
     inside = (f" The engine's own histogram puts its prefill at {prefill_ms:.0f} ms, against the whole in-process TTFT "
               f"of {base.ttft_ms:.0f} ms: its kernels run the same prefill faster than the plain model call, by more "
               "than the HTTP path costs." if np.isfinite(prefill_ms) and prefill_ms < base.ttft_ms else
@@ -493,16 +489,20 @@ for r in engine_rows.itertuples():
     span, base_span = (Spread.in_row(row, "ttft_ms").text(".0f", "ms") for row in (r, base))
     show(f"Through {r.path}, TTFT " + claims.pick(
         verdict,
-        held=f"was **{span}**, {r.ttft_added_ms:.0f} ms longer than the in-process {base_span}, beyond both ranges: "
+        held=f"was **{span}**, {r.ttft_added_ms:.0f} ms longer than the in-process {base.ttft_ms:.0f} ms. "
              f"{where_added}.",
-        not_held=f"was **{span}**, {-r.ttft_added_ms:.0f} ms shorter than the in-process {base_span}, beyond both "
-                 f"ranges: the engine reached its first token sooner than the plain model call.{inside}",
-        unresolved=f"was {span} against the in-process {base_span}: the median "
-                   f"{'later' if r.ttft_added_ms > 0 else 'sooner'} by {abs(r.ttft_added_ms):.0f} ms, but the runs' "
-                   "ranges overlap, so this run cannot tell what the engine adds to TTFT; more runs per path would "
-                   "decide.",
-        not_measured="is longer than in-process, beyond both paths' intervals. This run does not decide it: the "
-                     "server serves another model than the in-process path: nothing is compared."))
+        not_held=f"was **{span}**, {-r.ttft_added_ms:.0f} ms shorter than the in-process {base.ttft_ms:.0f} ms: the "
+                 f"engine reached its first token sooner than the plain model call.{inside}",
+        unresolved=f"was {span} against the in-process {base_span}: too close to call, the median "
+                   f"{'later' if r.ttft_added_ms > 0 else 'sooner'} by {abs(r.ttft_added_ms):.0f} ms; more runs per "
+                   "path would decide.",
+        not_measured="was not set beside the in-process one: the server serves another model than the in-process "
+                     "path."),
+        how=(f"{priced_how}Decided on each path's median over its {runs} runs with its range (in-process {base_span}): "
+             "the engine's range lies wholly " + claims.pick(verdict, held="above the in-process one.",
+                                                             not_held="below the in-process one.",
+                                                             unresolved="on neither side of the in-process one.",
+                                                             not_measured="apart.")) if same_model else None)
 
 # %%
 if not same_prompt:
@@ -538,7 +538,8 @@ for r in engine_rows.itertuples():
                else f" scaled to the {prose.count(cores, 'core')} the engine computes on"))
     allowed = f"the allowed {1 / claims.PREDICTED_TIME:.2f}–{claims.PREDICTED_TIME:.2f}x of the in-process gap"
     how = (f"The in-process gap, {Spread.in_row(base, 'median_gap_ms').text('.1f', 'ms')} on {in_process_threads} "
-           f"threads{on_its_cores}, is {expected_gap.text('.1f', 'ms')} here; the engine's gap over it, {ratio} (the "
+           f"threads" + (f"{on_its_cores}, is {expected_gap.text('.1f', 'ms')} here" if on_its_cores else "")
+           + f"; the engine's gap over it, {ratio} (the "
            f"widest ratio the two intervals allow), is held to {allowed} (`lib.claims.PREDICTED_TIME`).")
     above = gap_ratio.low > 1
     show(claims.pick(
@@ -558,11 +559,10 @@ for r in engine_rows.itertuples():
             "Each token costs the engine more than the plain model call: its own loop (scheduling, its cache's "
             "bookkeeping, a Python server thread beside the model's) and its threads (*Threads*, below), which this "
             "chapter does not take apart."),
-        unresolved=f"{was} {r.median_gap_ms:.0f} ms, {against}: too close to the edge of what counts as the same "
-                   f"pace for this run to tell whether each token through the engine is "
+        unresolved=f"{was} {r.median_gap_ms:.0f} ms, {against}: too close to call, though the median leans "
                    f"{'quicker' if gap_ratio.mid < 1 else 'slower'} than in-process; more runs would decide.",
-        not_measured=f"{statement} This run does not decide it: the server serves another model than the "
-                     "in-process path: nothing is compared."), how=how if same_model else None)
+        not_measured=f"{was} {r.median_gap_ms:.0f} ms, not set beside the in-process gap: the server serves another "
+                     "model than the in-process path."), how=how if same_model else None)
 
 # %% [markdown]
 # ## Load: many users at once
@@ -694,10 +694,9 @@ for name, g in sweep.groupby("engine", sort=False):
                  f"{last.tpot_ms:.0f} ms: on this machine a larger batch costs about its size in time (a step already "
                  "compute-bound, or cores busy with other work).",
         unresolved=f"from {first.concurrency} to {last.concurrency} concurrent users, the total output tokens per "
-                   f"second went from {tps} ({gain_x}), but the gain's interval reaches one: this run cannot tell "
-                   "whether batching raised throughput.",
-        not_measured="the most concurrent users get more total tokens per second than the fewest (the interval of the "
-                     "gain, from the requests' end-to-end times, above one). This run does not decide it: one "
+                   f"second went from {tps} ({gain_x}): too close to call whether batching raised throughput, the "
+                   "gain's range reaching 1x.",
+        not_measured="whether more users at once raise the total tokens per second is not measured in this run: one "
                      "concurrency level only."))
 
 # %% [markdown]
@@ -835,17 +834,17 @@ def collapse_text(g: pd.DataFrame, where) -> str:
     if where is not None:
         down = g[g.goodput_high < collapse_below].rate_per_s
         if (down >= where).sum() == (g.rate_per_s >= where).sum():  # every rate from there up collapsed
-            return f"It collapsed (its whole interval below {collapse_below:.0%}) from **{where:g} requests/s**."
-        return (f"Its whole interval fell below {collapse_below:.0%} (a collapse) only at "
+            return f"It collapsed (its whole range below {collapse_below:.0%}) from **{where:g} requests/s**."
+        return (f"Its whole range fell below {collapse_below:.0%} (a collapse) only at "
                 + ", ".join(f"{r:g}" for r in down) + " requests/s, not at every rate above.")
     reached = g[g.goodput_low < collapse_below]
     if len(reached):
         r = reached.iloc[0]
-        return (f"No rate's whole interval fell below {collapse_below:.0%}, this chapter's mark of a collapse; the "
-                f"lowest rate whose interval reached below it was {r.rate_per_s:g} requests/s ({r.goodput:.0%}, "
-                f"interval {r.goodput_low:.0%} to {r.goodput_high:.0%}).")
-    return (f"No rate tried reached a collapse: at every rate its whole goodput interval stayed at or above "
-            f"{collapse_below:.0%}.")
+        return (f"No rate's goodput fell clearly below {collapse_below:.0%}, this chapter's mark of a collapse; its "
+                f"range first reached below it at {r.rate_per_s:g} requests/s ({r.goodput:.0%}, from "
+                f"{r.goodput_low:.0%} to {r.goodput_high:.0%}).")
+    return (f"No rate tried reached a collapse: goodput stayed at or above {collapse_below:.0%} at every rate, its "
+            "whole range included.")
 
 
 for name, g in poisson.groupby("engine", sort=False):
@@ -872,10 +871,9 @@ for name, g in poisson.groupby("engine", sort=False):
                      f"With {arrivals} arrivals per rate, no queue at the highest rate grew long enough to break the "
                      "objectives. " if g1 == 1 else f"Median TPOT went from {low_rate.tpot_ms:.0f} to "
                      f"{high_rate.tpot_ms:.0f} ms against an objective of {goals[name].tpot_ms:.0f} ms. "),
-        unresolved=f"went from {g0:.0%} at {r0:g} requests/s to {g1:.0%} at {r1:g}/s, but their intervals overlap: "
-                   f"this run's {arrivals} arrivals per rate cannot tell. ",
-        not_measured="at the highest arrival rate is below goodput at the lowest, beyond their intervals. This run "
-                     "does not decide it: one arrival rate only.")
+        unresolved=f"went from {g0:.0%} at {r0:g} requests/s to {g1:.0%} at {r1:g}/s: too close to call with "
+                   f"{arrivals} arrivals per rate, their ranges overlapping. ",
+        not_measured="was measured at one arrival rate only, so whether it falls with load is not measured here.")
          + ("" if verdict == claims.NOT_MEASURED else collapse_text(g, where)))
 
 # %% [markdown]
@@ -913,28 +911,35 @@ def first_choice(name: str) -> str:
     roles = sum(e.is_role_chunk for e in firsts)
     at = np.median([(e.time - t.sent) * 1e3 for t, e in zip(ok, firsts)])
     if lead > 1.0:
-        return (f". In {early} of {len(ok)} requests {name} first sent an event without a token (a role chunk "
-                f"in {roles} of them), a median {at:,.0f} ms after each was sent and {lead:,.0f} ms "
-                "before its first token. vLLM's benchmark stops its clock at that event, the book at the first "
-                "token; the requests and the clock are the same, so what lies between is the prefill and the wait "
-                "for it.")
-    return (f", nearly alike: {name}'s first event with a choice came a median {lead:.1f} ms before its first "
-            f"token ({roles} of {len(ok)} a role chunk), so on the same requests the two definitions end at about "
-            "the same moment.")
+        return (f" In {early} of {len(ok)} requests {name} first sent an event without a token (a role chunk in "
+                f"{roles} of them), a median {at:,.0f} ms after each was sent and {lead:,.0f} ms before its first "
+                "token. vLLM's benchmark stops its clock at that event, the book at the first token, so what lies "
+                "between is the prefill and the wait for it.")
+    return (f" They nearly agree: {name}'s first event with a choice came a median {lead:.1f} ms before its first "
+            f"token ({roles} of {len(ok)} a role chunk), so the two definitions end at about the same moment.")
+
+
+def quoted(per_token: dict) -> str:
+    """The tools that quote the same number per token, grouped: ``"81.1 ms by the book's TPOT and GenAI-Perf's ..."``."""
+    groups = {}
+    for tool, ms in per_token.items():
+        groups.setdefault(f"{ms:.1f}", []).append(tool)
+    return "; ".join(f"{ms} ms by {prose.and_list(tools)}" for ms, tools in groups.items())
 
 
 spreads_by = {}
 for name, g in scored.groupby("engine", sort=False):
     g = g.set_index("convention")
-    per_token = {"book TPOT": g.loc["book", "tpot_mean_ms"], "GuideLLM time_per_output_token": g.loc["guidellm", "tpot_mean_ms"],
-                 "LLMPerf inter_token_latency": g.loc["llmperf", "itl_mean_ms"],
-                 "GenAI-Perf inter_token_latency": g.loc["genai-perf", "itl_mean_ms"]}
+    per_token = {"the book's TPOT": g.loc["book", "tpot_mean_ms"],
+                 "GuideLLM's time_per_output_token": g.loc["guidellm", "tpot_mean_ms"],
+                 "LLMPerf's inter_token_latency": g.loc["llmperf", "itl_mean_ms"],
+                 "GenAI-Perf's inter_token_latency": g.loc["genai-perf", "itl_mean_ms"]}
     spreads_by[name] = (per_token, max(per_token.values()) / min(per_token.values()), g)
-show(" ".join(f"**{name}**: the same requests are quoted from **{min(p.values()):.1f}** to **{max(p.values()):.1f} ms** "
-              f"per token ({spread:.2f}x) depending on the tool ({', '.join(f'{k} {v:.1f} ms' for k, v in p.items())}). "
-              f"vLLM's benchmark scores their mean TTFT at {g.loc['vllm', 'ttft_mean_ms']:.0f} ms against the "
-              f"book's {g.loc['book', 'ttft_mean_ms']:.0f} ms{first_choice(name)}" for name, (p, spread, g) in spreads_by.items())
-     + " They differ by definition, not by noise: GuideLLM and LLMPerf spread TTFT over the tokens. Quote the "
+show("\n".join(f"* **{name}**: the same requests are quoted at **{min(p.values()):.1f}** to **{max(p.values()):.1f} ms** "
+                f"per token ({spread:.2f}x apart) depending on the tool: {quoted(p)}. vLLM's benchmark scores their "
+                f"mean TTFT at {g.loc['vllm', 'ttft_mean_ms']:.0f} ms, the book at {g.loc['book', 'ttft_mean_ms']:.0f} "
+                f"ms.{first_choice(name)}" for name, (p, spread, g) in spreads_by.items())
+     + "\n\nThey differ by definition, not by noise: GuideLLM and LLMPerf spread TTFT over the tokens. Quote the "
        "definition with the number.")
 
 # %% [markdown]
@@ -1021,7 +1026,7 @@ statement = ("On the same vLLM server and request, scored by vLLM's benchmark's 
 register.claim("client_agrees_with_vllm_bench", statement)
 if bench_missing:
     register.record("client_agrees_with_vllm_bench", None, evidence=f"vllm bench serve was not run ({bench_missing})")
-    show(f"{statement} This run does not decide it: vllm bench serve was not run ({bench_missing}).")
+    show(f"The book's client was not set beside `vllm bench serve` in this run: {bench_missing}.")
 else:
     ratio, verdicts = {}, []
     for col in BENCHED:
@@ -1030,12 +1035,11 @@ else:
         verdicts.append(claims.within(ratio[col], 1.0, claims.SAME_QUANTITY))
     label = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "end-to-end"}
     book_tool, bench_tool = "book's client", "vllm bench serve"
-    pairs = "; ".join(f"{label[c]} {bench_summary.loc[book_tool, c]:,.1f} against "
-                      f"{bench_summary.loc[bench_tool, c]:,.1f} ms (round by round the book's over the benchmark's: "
-                      f"median {ratio[c].mid:.4f}x, {ratio[c].low:.4f}-{ratio[c].high:.4f}x)" for c in BENCHED)
+    pairs = ", ".join(f"{label[c]} {bench_summary.loc[book_tool, c]:,.1f} against {bench_summary.loc[bench_tool, c]:,.1f} ms"
+                      for c in BENCHED)  # medians over every request: the book's client's, then the benchmark's
     lower = [label[c] for c in BENCHED if ratio[c].mid < 1]
-    lean_words = (f"the rounds' paired ratios have the book's client lower on {', '.join(lower)} at their median"
-                  if lower else "the rounds' paired ratios have the book's client lower on none at their median")
+    lean_words = (f"the book's client lower on {prose.and_list(lower)} at the median" if lower else
+                  "the book's client lower on none at the median")
     across = [label[c] for c, v in zip(BENCHED, verdicts) if v == claims.UNRESOLVED]
     verdict = register.record("client_agrees_with_vllm_bench", claims.every(verdicts),
                               predicted=f"the same within {claims.SAME_QUANTITY:g}x",
@@ -1045,14 +1049,19 @@ else:
                                        f"{max_new_tokens} tokens with ignore_eos; beside_vllm_bench.csv")
     tol = f"{claims.SAME_QUANTITY:g}x ({1 / claims.SAME_QUANTITY:.4f}-{claims.SAME_QUANTITY:.4f})"
     show("Scored alike, the book's client and `vllm bench serve` " + claims.pick(
-        verdict, held=f"agreed on the same requests: {pairs}, within {tol}.",
-        not_held=f"did not agree: {pairs}, beyond {claims.SAME_QUANTITY:g}x ({lean_words}).",
-        unresolved=f"came out at {pairs}: the {' and '.join(across) or 'no'} ratio{'s' * (len(across) != 1)} reach"
-                   f"{'es' * (len(across) == 1)} across {tol}, so these {bench_rounds} rounds "
-                   f"cannot tell whether the two agree ({lean_words}; more rounds, `bench_rounds`, would decide).")
+        verdict, held=f"agreed on the same requests within {claims.SAME_QUANTITY:g}x: {pairs}.",
+        not_held=f"did not agree within {claims.SAME_QUANTITY:g}x: {pairs}, {lean_words}.",
+        unresolved=f"came out at {pairs}: too close to call whether they agree within {claims.SAME_QUANTITY:g}x, "
+                   f"{lean_words}; more rounds (`bench_rounds`) would decide.")
          + f" By the book's own definitions its TTFT was {bench_summary.loc[book_tool, 'book_ttft_ms']:,.1f} ms and "
            f"its TPOT {bench_summary.loc[book_tool, 'book_tpot_ms']:,.1f} ms: the first token, not the first event, "
-           "ends its TTFT.")
+           "ends its TTFT.",
+         how=f"Round by round, the book's client's median over the benchmark's, over {bench_rounds} rounds (the 95 % "
+             "interval of the rounds' paired ratios): " + "; ".join(
+                 f"{label[c]} {ratio[c].mid:.4f}x ({ratio[c].low:.4f}-{ratio[c].high:.4f})" for c in BENCHED)
+             + f". The two agree where every interval lies within {tol}"
+             + (f"; the {prose.and_list(across)} interval{'s' * (len(across) != 1)} reach{'es' * (len(across) == 1)} "
+                "across it." if across else "."))
 
 
 # %% [markdown]
@@ -1263,7 +1272,7 @@ def miss(r, v: str) -> str:
     subject = "it" if as_priced else "A's worst gap"  # after the settings that matched, or first
     return (f"at {where(r)} {subject} was {r.a_worst_gap_ms:,.0f} ms against {r.predicted_worst_gap_ms:,.0f} ms predicted "
             f"({ratio:.2f}x, {abs(1 - ratio):.0%} {'less' if less else 'more'})"
-            + (", too close to the edge of a match for this run to call" if v == claims.UNRESOLVED else "")
+            + (", too close to call" if v == claims.UNRESOLVED else "")
             + f": the engine ran that piece {'faster' if less else 'slower'} than the cost model prices it on "
             f"{prose.count(r.priced_threads, 'core')} (the same piece timed in-process on {n_threads}, plus an "
             f"ordinary gap, took {r.in_process_worst_gap_ms:,.0f} ms)")
@@ -1289,13 +1298,12 @@ show(claims.pick(
                      for r in tested)
          + ". A production scheduler stalls a decoding stream for one step holding a piece of the newcomer's prompt, "
            "as chapter 5's loop did.",
-    not_held=f"{told}. What the traces show: "
-             + " ".join(stall_sentence(r) for r, v in zip(tested, ok) if v != claims.HELD),
+    not_held=f"{told} (the list above says what the traces show).",
     unresolved=f"{told}.",
-    not_measured=f"{statement} This run does not decide it: " + (
-        "the server serves another model than the one the cost model prices: its stall is shown above, not decided"
-        if not same_model else "in no setting was A still streaming when B arrived, so the stall was not measured: "
-        + " ".join(stall_sentence(r) for r in stall.itertuples()))), how=how if tested and same_model else None)
+    not_measured=("The stall was not set beside its price: the server serves another model than the one the cost "
+                  "model prices (its stall is shown above)." if not same_model else
+                  "The stall was not measured: in no setting was A still streaming when B arrived. "
+                  + " ".join(stall_sentence(r) for r in stall.itertuples()))), how=how if tested and same_model else None)
 
 # %% [markdown]
 # And in vLLM, the trade across its budgets:
@@ -1329,12 +1337,12 @@ if len(vl) > 1:
                   "ranges: chunked prefill in a production scheduler makes chapter 5's trade.",
              not_held=f"{took}: not chapter 5's trade (a shorter stall bought with a longer TTFT), so with this prompt "
                       "and machine something other than the piece's size, such as each step's fixed cost, set them.",
-             unresolved=f"{took}, but the runs' ranges of one of the two overlap (the table above has both): this run "
-                        "cannot tell whether the budget made chapter 5's trade."))
+             unresolved=f"{took}: too close to call whether the budget made chapter 5's trade, the runs' ranges "
+                        "of one of the two overlapping (the table above has both)."))
 else:
-    show(f"{statement} This run does not decide it: " + ("only one vLLM budget was measured" if "vLLM" in urls else
-         "a server at base_url was measured instead" if base_url else vllm_missing
-         or "vLLM is not among this run's engines") + ".")
+    show("Whether a smaller vLLM budget trades A's worst gap for B's TTFT is not measured in this run: "
+         + ("only one vLLM budget was measured" if "vLLM" in urls else "a server at base_url was measured instead"
+            if base_url else vllm_missing or "vLLM is not among this run's engines") + ".")
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 4))

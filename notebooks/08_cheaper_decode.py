@@ -316,12 +316,12 @@ if "int8" in models:
     display(profiled.head(8).round(3))
     r8, r32 = alone_table.set_index("precision").gb_s[["int8", "fp32"]]
     show(f"Timed alone, that kernel streams int8's {weight_bytes['int8'] / 2**20:.3g} MiB at **{r8:.1f} GB/s**, against "
-         f"fp32's matrix-vector products at {r32:.1f} GB/s timed the same way" + (
-             f" (chapter 0's {kernel_rates['fp32'] / 1e9:.1f} GB/s is the fastest call of its fused blocks; this "
-             "is the median over one module call per matrix, each issued on its own)" if "fp32" in kernel_rates else "")
-         + ": " + (
+         f"fp32's matrix-vector products at {r32:.1f} GB/s timed the same way: " + (
              f"a quarter of the bytes at {r8 / r32:.0%} of fp32's rate, so int8 weights make this machine's step slower, "
-             "not faster." if r8 * 4 < r32 else "it keeps enough of fp32's rate for the smaller weights to pay."))
+             "not faster." if r8 * 4 < r32 else "it keeps enough of fp32's rate for the smaller weights to pay."),
+         how=(f"Both rates are medians over one module call per matrix, each issued on its own; chapter 0's "
+              f"{kernel_rates['fp32'] / 1e9:.1f} GB/s for fp32 is the fastest call of its fused blocks, so it runs "
+              "higher." if "fp32" in kernel_rates else None))
 else:
     print("int8 is not run here: " + skipped.get("int8", "not asked for"))
 
@@ -476,9 +476,10 @@ if decided:
              not_held=f", far from it; furthest: {worst.precision} at {worst.context_tokens} tokens, "
                       f"{worst.over_predicted:.2f}x. The matrices timed alone stream at {rates}. "
                       + taken_apart(worst.precision, int(worst.context_tokens)),
-             unresolved=": close, but too near the edge of a match for this run to call (the median lies "
-                        + claims.leaning(pooled_steps, 1 / claims.PREDICTED_TIME, top_steps * claims.PREDICTED_TIME)
-                        + f"); the matrices timed alone stream at {rates}."),
+             unresolved=": too close to call, the median leaning " + {
+                 "above what would hold": "slower than priced", "below what would hold": "faster than priced"}.get(
+                     claims.leaning(pooled_steps, 1 / claims.PREDICTED_TIME, top_steps * claims.PREDICTED_TIME),
+                     "towards the price") + f". The matrices timed alone stream at {rates}."),
          how=f"Decided on the geometric mean of the points' ratios (the 95 % interval of its median over runs), "
              f"allowed {band}: the tolerance for a predicted time, {claims.PREDICTED_TIME:g}x, around the price at its "
              f"ceilings' fastest to median calls{off_points}.")
@@ -568,8 +569,8 @@ if llama_one:
     else:
         show(register.undecided("llama_bound_by_its_cores", f"on this machine "
              f"the test cannot tell cores from memory, since chapter 0's streaming read itself gains {read_gain:.2f}x "
-             f"from {threads} threads (one core does not saturate the memory), within the tolerance for a ratio of a "
-             f"perfectly even split's {threads}x, so no step could gain clearly more than the read. llama.cpp's step "
+             f"from {threads} threads (one core does not saturate the memory), close to a perfectly even split's "
+             f"{threads}x, so no step could gain clearly more than the read. llama.cpp's step "
              f"gained {gain.text('.2f', 'x')}. {held_back} A machine with more cores than its memory needs would decide."))
 else:
     no_second = llama_why if not use_llama else "this run has one thread, so there is no second to add"
@@ -692,8 +693,9 @@ show(claims.pick(
              f"{predicted_growth:.2f} ms predicted from the cache's extra bytes; one layer down, below, says where the "
              "difference is.",
     unresolved=f"The {grew}, {growth.mid / predicted_growth:.2f}x the {predicted_growth:.2f} ms predicted from the "
-               f"cache's extra bytes: close, but its runs spread too far for this run to call it (the median lies "
-               f"{lean}); the parts timed alone, next, say where the time goes.",
+               f"cache's extra bytes: too close to call, its runs spread wide (the median "
+               + {"above what would hold": "above the prediction", "below what would hold": "below the prediction"}
+               .get(lean, "near the prediction") + "); the parts timed alone, next, say where the time goes.",
     not_measured=register.undecided("cache_growth_follows_its_bytes",
                                     f"the {grew}, with no prediction here: {unpriced.get('fp32', '')}")),
     how=None if math.isnan(predicted_growth) else
@@ -710,16 +712,20 @@ priced_right = (claims.within(alone_growth, priced_parts, claims.PREDICTED_TIME)
 # %%
 parts_price = "" if priced_right is None else (
     f" The cost model prices the same parts' growth at {priced_parts:.2f} ms, {priced_parts / alone_growth:.2f}x what "
-    f"they cost alone: " + (f"within the {claims.PREDICTED_TIME:g}x tolerance." if priced_right else
-                            f"outside the {claims.PREDICTED_TIME:g}x tolerance, so what is off is its price of these "
-                            "parts (chapter 0's rates for attention and the concatenation at these sizes)"
-                            + (", not the step around them." if inside else ", and the step around them.")))
+    "they cost alone: " + ("as priced." if priced_right else
+                           "not as priced, so what is off is its price of these parts (chapter 0's rates for "
+                           "attention and the concatenation at these sizes)"
+                           + (", not the step around them." if inside else ", and the step around them.")))
 show(f"One layer down: attention and the growing cache's copy, timed alone on caches of these sizes "
      f"(`lib.sweeps.cache_costs`), cost **{alone_growth:.2f} ms** more at {long} tokens than at {contexts[0]}, "
-     + (f"inside the interval of the step's growth, {growth.text('.2f', 'ms')}: the parts account for it." if inside
-        else f"{'below' if alone_growth < growth.low else 'above'} the interval of the step's growth, "
-        f"{growth.text('.2f', 'ms')}: the step around them {'adds' if alone_growth < growth.low else 'takes away'} the "
-        "rest.") + parts_price)
+     + (f"about the step's own growth, {growth.text('.2f', 'ms')}: the parts account for it." if inside
+        else f"{'less' if alone_growth < growth.low else 'more'} than the step's growth, {growth.text('.2f', 'ms')}: "
+        f"the step around them {'adds' if alone_growth < growth.low else 'takes away'} the rest.") + parts_price,
+     how=(f"The parts' growth is set against the 95 % interval of the step's growth, {growth.text('.2f', 'ms')}: "
+          + ("inside it." if inside else "outside it.")
+          + ("" if priced_right is None else f" The cost model's price of the parts is held to "
+             f"{claims.PREDICTED_TIME:g}x either way of what they cost alone (the tolerance for a predicted time): "
+             + ("within it." if priced_right else "outside it."))))
 g3 = None if ch3 is None else ch3[(ch3.dtype == "fp32") & ch3.comparison.str.startswith("context ")]
 if g3 is not None and not g3.empty:
     g3 = g3[g3.threads == (threads if threads in set(g3.threads) else g3.threads.max())]
@@ -790,36 +796,48 @@ part = ("the larger part" if repriced > extra.mid / 2 else "a part") + (
     else " of the cost, not all of it")
 
 # %%
+slow_widen = widen_rate < copy_rate / claims.PREDICTED_TIME  # the conversion runs well below the copy's rate
 why = (f"One layer down: widening one layer's fp8 keys to fp32 and scaling them, timed alone, moves "
        f"{widen_rate / 1e9:.1f} GB/s against the copy's {copy_rate / 1e9:.1f}: "
        + (f"the conversion from fp8 is the slow part, not the bytes. Priced at that rate, the extra is "
-          f"{repriced:.1f} ms, {repriced / extra.mid:.2f}x the {extra.text('.1f', 'ms')} measured, " + {
-              claims.HELD: f"within the {claims.PREDICTED_TIME:g}x tolerance: the conversion accounts for it.",
-              claims.NOT_HELD: f"outside the {claims.PREDICTED_TIME:g}x tolerance: the conversion is {part}.",
-              claims.UNRESOLVED: f"its interval reaching across the {claims.PREDICTED_TIME:g}x tolerance's edge, so "
-                                 f"this run cannot say whether the conversion is all of it or {part}."}.get(repriced_fits, "") if widen_rate < copy_rate / claims.PREDICTED_TIME
-          else "the conversion keeps the copy's rate, so the rest is elsewhere in the step."))
+          f"{repriced:.1f} ms, {repriced / extra.mid:.2f}x the {extra.mid:.1f} ms measured: " + {
+              claims.HELD: "the conversion accounts for it.",
+              claims.NOT_HELD: f"the conversion is {part}.",
+              claims.UNRESOLVED: f"too close to call whether the conversion is all of it or {part}."}.get(
+                  repriced_fits, f"the conversion is {part}.")
+          if slow_widen else "the conversion keeps the copy's rate, so the rest is elsewhere in the step."))
+fp8_low, fp8_high = claims.allowed(predicted_extra, claims.PREDICTED_TIME)
+fp8_how = (f"The extra is taken run by run, the fp8 cache's step less the fp32 cache's, {extra.text('.1f', 'ms')} (the "
+           f"95 % interval of its median), against {fp8_low:.1f}–{fp8_high:.1f} ms allowed around the prediction (the "
+           f"tolerance for a predicted time, {claims.PREDICTED_TIME:g}x either way)"
+           + ("" if repriced_fits is None or not slow_widen else
+              f"; the conversion's price, {repriced:.1f} ms, is held to the same tolerance of the measured extra: "
+              + {claims.HELD: "within it", claims.NOT_HELD: "outside it",
+                 claims.UNRESOLVED: "the interval reaches across its edge"}[repriced_fits]) + ".")
 register.claim("fp8_cache_is_no_faster",
                "transformers' fp8 cache makes the decode step no faster than the fp32 cache it replaces.")
 slower = register.record("fp8_cache_is_no_faster", claims.verdict_of(extra.low >= 0, extra.high < 0),
                          predicted="slower or equal", measured=extra.text(".1f", "ms") + " extra",
                          evidence="fp8_cache_runs.csv (paired within runs)")
+took_extra = (f"{extra.text('.1f', 'ms')} longer" if extra.mid >= 0 else
+              f"{(extra * -1).text('.1f', 'ms')} less")  # a cache that ran faster took less time, not "-4.5 ms longer"
 show(f"Over transformers' fp8 cache the step at {long} tokens " + claims.pick(
     slower, held=f"was slower than over the fp32 cache, by {extra.text('.1f', 'ms')}.",
     not_held=f"was faster than over the fp32 cache, by {(extra * -1).text('.1f', 'ms')}.",
-    unresolved=f"took {extra.text('.1f', 'ms')} longer than over the fp32 cache: too close to zero to say which is "
-               "faster."))
+    unresolved=f"took {took_extra} than over the fp32 cache: too close to zero to say which is "
+               "faster."), how=f"Decided on the extra taken run by run, {extra.text('.1f', 'ms')} (the 95 % interval of "
+                               "its median): slower where all of it lies at or above zero.")
 as_priced = register.record("fp8_cache_saves_memory_not_time", as_priced, predicted=f"+{predicted_extra:.1f} ms",
                             measured=extra.text(".1f", "ms") + " extra", evidence="fp8_cache_runs.csv (paired within runs)")
 show(f"The fp8 cache stores {stored:.0%} of the fp32 cache's bytes; over it the step at {long} tokens took "
-     f"{extra.text('.1f', 'ms')} longer, " + claims.pick(
-         as_priced, held=f"within the tolerance of the +{predicted_extra:.1f} ms predicted from the bytes its "
-                     "de-quantisation moves.",
+     f"{took_extra}, " + claims.pick(
+         as_priced, held=f"about the +{predicted_extra:.1f} ms predicted from the bytes its de-quantisation moves.",
          not_held=f"not the +{predicted_extra:.1f} ms predicted from the bytes its de-quantisation moves at chapter "
                   f"0's copy rate. {why}",
-         unresolved=f"against +{predicted_extra:.1f} ms predicted: too close to call in this run; the median lies "
-                    + claims.leaning(extra, predicted_extra / claims.PREDICTED_TIME,
-                                     predicted_extra * claims.PREDICTED_TIME) + "."))
+         unresolved=f"against +{predicted_extra:.1f} ms predicted: too close to call, the median "
+                    + {"above what would hold": "above the prediction", "below what would hold": "below it"}.get(
+                        claims.leaning(extra, predicted_extra / claims.PREDICTED_TIME,
+                                       predicted_extra * claims.PREDICTED_TIME), "near it") + "."), how=fp8_how)
 prose.shown(fp8_runs.assign(extra_ms=(fp8_runs.median_s - fp8_runs.dynamic_s) * 1e3).round(4))
 
 # %% [markdown]
@@ -986,11 +1004,19 @@ as_predicted = register.record(
     "speculation_as_predicted", claims.every(v for v, _ in pairs.values()), measured=measured_speedups,
     predicted="; ".join(f"k={r.guesses}: {r.predicted_speedup:.2f}x" for r in spec.itertuples()),
     evidence="speculative.csv, pass_costs.csv")
+leans = {r.guesses: "faster" if r.speedup > r.predicted_speedup else "slower" for r in spec.itertuples()}  # than predicted
 show("Prompt lookup's speed-up over plain decoding " + claims.pick(
-    as_predicted, held="was the one its passes predicted, within the tolerance",
-    not_held="missed the one its passes predicted by more than the tolerance (for at least one k)",
-    unresolved="is too near the edge of the one its passes predicted to call in this run",
-) + ": " + "; ".join(t for _, t in pairs.values()) + ".")
+    as_predicted, held="was the one its passes predicted",
+    not_held="missed the one its passes predicted (for at least one k)",
+    unresolved="is too close to call against the one its passes predicted, the median running "
+               + prose.and_list(sorted({leans[k] for k, (v, _) in pairs.items() if v == claims.UNRESOLVED}))
+               + " than predicted",
+) + ": " + "; ".join(t for _, t in pairs.values()) + ".",
+     how=f"Each k's speed-up over its {runs} runs (the 95 % interval of its median) is held to "
+         f"{1 / claims.PREDICTED_RATIO:.2f}–{claims.PREDICTED_RATIO:.2f}x its prediction (the tolerance for a predicted "
+         "ratio, `lib.claims.PREDICTED_RATIO`): " + "; ".join(
+             f"k = {k}: " + {claims.HELD: "within it", claims.NOT_HELD: "outside it",
+                             claims.UNRESOLVED: "reaching across its edge"}[v] for k, (v, _) in pairs.items()) + ".")
 pays_verdict = register.record(
     "speculation_pays_where_predicted", claims.every(v for v, _ in pays.values()), measured=measured_speedups,
     predicted="; ".join(f"k={r.guesses}: {'pays' if r.predicted_speedup > 1 else 'does not pay'}"
@@ -1158,7 +1184,7 @@ else:
     unissued = "quick mode" if quick else "compile_step = False" if compiled is None else \
         "chapter 0 has no dispatch for this configuration: " + unpriced.get("fp32", "")
     register.record("compiled_step_loses_its_dispatch", None, evidence=unissued)
-    show(register.undecided("compiled_step_loses_its_dispatch", f"{unissued}."))
+    show(f"The compiled step was not timed in this run ({unissued}), so what compiling saves is not measured here.")
 again, swept = Spread.of(issue_runs[issue_runs.path == "eager, growing cache"].step_ms), spread[("fp32", c0)]
 show(f"The eager growing-cache step is the sweep's fp32 step at {c0} cached tokens (the same model, {threads} "
      f"thread{'s' * (threads > 1)}, one sequence), timed again in these {issuing_runs} runs, later in the process"
@@ -1177,8 +1203,7 @@ if compiled is not None and dispatch is not None:  # the table's ratio for the c
              verdict, held="it matched, so compiling removed the cost of issuing the step.",
              not_held=f"it came to {saved.mid / (dispatch.best * 1e3):.0%} of it, so compiling removed less than the "
              "whole cost of issuing the step.",
-             unresolved="its interval reaches across the edge of a match, so this run cannot tell; more issuing runs "
-             "(`issuing_runs`) would decide."))
+             unresolved="too close to call; more issuing runs (`issuing_runs`) would decide."))
 prose.shown(issue.round(2))
 
 # %% [markdown]
@@ -1224,13 +1249,15 @@ if compiled is not None:
     matrices_saved = less_matrices > 0.2 * max(less_issuing + less_matrices, 1e-9)  # a fifth of the saving
     timed = (f", of the {saved.text('.1f', 'ms')} timed without the profiler above"
              if compiled is not None and dispatch is not None else "")
-    show(f"The profiler adds its own cost to every operator call it records. Each step under it took longer than "
-         f"the same step timed without it: by {prose.ms(own_ms['eager, static cache'] / 1e3)} eager "
-         f"({e_own * 1e3:.1f} us a call) and {prose.ms(own_ms['compiled, static cache'] / 1e3)} compiled "
-         f"({c_own * 1e3:.1f} us a call). Charging that to each part by its calls, the compiled step saved "
-         f"**{prose.ms(less_issuing / 1e3)}** of issuing and {prose.ms(less_matrices / 1e3)} in its matrices{timed}. "
+    show(f"Without the profiler's own cost, the compiled step saved **{prose.ms(less_issuing / 1e3)}** of issuing and "
+         f"{prose.ms(less_matrices / 1e3)} in its matrices{timed}. "
          + ("So not dispatch alone: part of the saving is in the matrices, which this run does not take apart further."
-            if matrices_saved else "So the saving is issuing: the matrices took about the same time on both paths."))
+            if matrices_saved else "So the saving is issuing: the matrices took about the same time on both paths."),
+         how=f"The profiler adds its own cost to every operator call it records: each step under it took longer than "
+             f"the same step timed without it, by {prose.ms(own_ms['eager, static cache'] / 1e3)} eager "
+             f"({e_own * 1e3:.1f} us a call) and {prose.ms(own_ms['compiled, static cache'] / 1e3)} compiled "
+             f"({c_own * 1e3:.1f} us a call). That cost is charged to each part by its operator calls and taken off "
+             "before the two steps' parts are compared.")
     display(prose.shown(parts.round(2)))
 
 # %% [markdown]

@@ -756,29 +756,33 @@ off_all = ttfts.iloc[0] / sep.predicted_b_ttft_ms.iloc[0]  # B's TTFT over its p
 _paired = sep_runs.pivot(index="run", columns="way", values="b_ttft_ms")
 split_over_price = (Spread.of(_paired[two] / _paired[sep.way.iloc[0]]) / priced_split  # run by run: a paired ratio
                     if have_two and np.isfinite(priced_split) else None)
-split_said = {  # how one core's prefill against all cores' compares with its price, on each run's own ratio
-    claims.HELD: "The split is within the tolerance for a ratio of its price ({r}, each run's ratio over the price): "
-                 "what one core costs against two is about as priced, and most of the miss is in the price of the "
-                 "prefill itself, on either core count.",
-    claims.NOT_HELD: "The split itself is off ({r} its price, each run's ratio): one core's prefill is not what the "
+split_fits = (claims.within(split_over_price, 1.0, claims.PREDICTED_RATIO) if split_over_price is not None
+              else None)  # one core's prefill against all cores', each run's ratio over its price
+split_said = {  # what that says, plainly
+    claims.HELD: " One core against all of them cost about as priced, so what B's TTFT misses lies in the price of "
+                 "the prefill itself, on either core count.",
+    claims.NOT_HELD: " One core against all of them did not cost as priced: one core's prefill is not what the "
                      "one-thread ceilings make of it.",
-    claims.UNRESOLVED: "The split is {r} its price (each run's ratio), its runs straddling the tolerance for a ratio: "
-                       "this run cannot say whether one core against two costs as priced, so the miss may lie in the "
-                       "split as well as in the prefill's price."}
+    claims.UNRESOLVED: " Whether one core against all of them costs as priced is too close to call, so a miss may lie "
+                       "in the split as well as in the prefill's price."}
 split_sentence = (f"With two workers B's first token (its prefill on one core, then the hand-over) took "
-                  f"{measured_split:.2f}x its time with one worker on all cores, against {priced_split:.2f}x "
-                  f"priced; B's TTFT ran {off_all:.2f}x its price on all cores and {two_ttft / predicted_b:.2f}x on one. "
-                  + ("" if split_over_price is None else split_said[claims.within(split_over_price, 1.0, claims.PREDICTED_RATIO)]
-                     .format(r=split_over_price.text(".2f", "x"))))
+                  f"{measured_split:.2f}x its time with one worker on all cores, against {priced_split:.2f}x priced."
+                  + split_said.get(split_fits, ""))
+split_how = (f"B's TTFT ran {off_all:.2f}x its price on all cores and {two_ttft / predicted_b:.2f}x on one. "
+             + ("" if split_over_price is None else
+                f"The split is decided on each run's ratio over the price, {split_over_price.text('.2f', 'x')}, held "
+                f"to {1 / claims.PREDICTED_RATIO:.2f}–{claims.PREDICTED_RATIO:.2f}x (the tolerance for a predicted "
+                "ratio): " + {claims.HELD: "within it.", claims.NOT_HELD: "outside it.",
+                              claims.UNRESOLVED: "its interval reaches across the edge."}[split_fits]))
 pace_now = max((m.ratio.mid for m in pacer.moments.values()), default=1.0)  # 1: chapter 0's speed
 slow_host = pace_now > 1 + claims.NOISE
 if slow_host and off_all > 1:  # a machine running slower than chapter 0 makes every price here too low
-    split_sentence += (f" This chapter's pace check found the machine running chapter 0's one-row matrices at "
-                       f"{pace_now:.2f}x their chapter 0 time, "
-                       + ("about as much as B's TTFT missed its price by: the slower machine accounts for that miss."
-                          if abs(off_all / pace_now - 1) <= claims.NOISE * 2 else
-                          "which accounts for part of that miss." if pace_now < off_all else
-                          "more than B's TTFT missed its price by."))
+    split_sentence += (f" With one worker on all cores B's TTFT ran {off_all:.2f}x its price, and this chapter's pace "
+                       f"check found the machine running chapter 0's one-row matrices at {pace_now:.2f}x their chapter "
+                       "0 time, " + ("about as much: the slower machine accounts for that miss."
+                                     if abs(off_all / pace_now - 1) <= claims.NOISE * 2 else
+                                     "which accounts for part of that miss." if pace_now < off_all else
+                                     "more than B's TTFT missed its price by."))
 def pace_then(stem: str) -> float | None:
     """The moment furthest from chapter 0's speed that another chapter's pace check measured, either way (its
     one-row matrices over chapter 0's median call, as `pace_now` is here), or None where it kept no pace table."""
@@ -804,7 +808,7 @@ if ch5_unchunked is not None and ch5_params.get("model_name", "gpt2-small") == s
     ch5_unchunked = ch5_unchunked[ch5_unchunked.chunk_tokens >= b_prompt_len]
     if len(ch5_unchunked):  # the same computation: one loop, B's whole prompt in one pass after A's tenth token
         r5, one_b = ch5_unchunked.iloc[0], spread(sep.way.iloc[0], "b_ttft_ms")
-        split_sentence += (f" Chapter 5 ran this same one-worker loop (B's whole {b_prompt_len:,}-token prompt in one "
+        split_how += (f" Chapter 5 ran this same one-worker loop (B's whole {b_prompt_len:,}-token prompt in one "
                            f"pass beside A's stream) with B's TTFT at {r5.b_ttft_ms:,.0f} ms, "
                            f"{r5.b_ttft_ms / sep.predicted_b_ttft_ms.iloc[0]:.2f}x this chapter's price for it (chapter "
                            f"5's own price adds one of A's steps), where here it took {ttfts.iloc[0]:,.0f} ms: "
@@ -826,10 +830,10 @@ if alone_1t is not None and len(alone_1t) and have_two:
     hand_b = sep_runs[sep_runs.way == two]
     b_prefill = hand_b.b_ttft_ms.median() - hand_b.write_ms.median() - hand_b.read_ms.median()
     split_sentence += (f" One layer down: chapter 2 timed this model's pass of {int(nearest.prompt_tokens):,} tokens on one "
-                       f"thread with nothing beside it at {nearest.time_ms:,.0f} ms ({alone_b:,.0f} ms for "
-                       f"{b_prompt_len:,} tokens, scaled by the cost model); here, with the decode worker streaming the "
-                       f"weights on the other core, B's prefill took about {b_prefill:,.0f} ms (its TTFT less the "
-                       f"hand-over): {b_prefill / alone_b:.2f}x, "
+                       f"thread, alone, at {nearest.time_ms:,.0f} ms ({alone_b:,.0f} ms for {b_prompt_len:,} tokens, "
+                       f"scaled by the cost model). Here, beside the decode worker streaming the weights on the other "
+                       f"core, B's prefill took about {b_prefill:,.0f} ms (its TTFT less the hand-over): "
+                       f"{b_prefill / alone_b:.2f}x, "
                        + ("about its time alone: sharing the memory bus and the last-level cache with a neighbour cost it "
                           "little." if 1 / 1.1 <= b_prefill / alone_b <= 1.1 else
                           f"slower than alone, though this chapter also ran at {pace_now:.2f}x chapter 0's pace, which "
@@ -846,18 +850,23 @@ verdict = register.record(
     if have_two and one_core else None, predicted=predicted, measured=f"{two_ttft:.0f} ms", evidence=sep_runs_text)
 one_way = f"{ttfts.iloc[0]:.0f} ms with one worker on all cores"
 against_one = f"({one_way}, against {sep.predicted_b_ttft_ms.iloc[0]:.0f} ms predicted). {split_sentence}"
+b_low, b_high = claims.allowed(predicted_b, claims.PREDICTED_TIME) if np.isfinite(predicted_b) else (np.nan, np.nan)
 show(claims.pick(
-    verdict, held=f"B waited **{two_ttft:.0f} ms** for its first token with two workers, within the tolerance of the "
-                  f"{predicted} predicted for its prefill on one core, against {one_way}: separated, the newcomer's "
-                  f"prefill gets the one core of its worker. {split_sentence}",
+    verdict, held=f"B waited **{two_ttft:.0f} ms** for its first token with two workers, about the {predicted} "
+                  f"predicted for its prefill on one core ({one_way}): separated, the newcomer's prefill gets the one "
+                  f"core of its worker. {split_sentence}",
     not_held=f"B waited {two_ttft:.0f} ms for its first token with two workers, "
              f"{'longer' if two_ttft > predicted_b else 'shorter'} than the {predicted} predicted for its prefill on "
-             f"one core, beyond the tolerance {against_one}",
+             f"one core {against_one}",
     unresolved=f"B waited {two_ttft:.0f} ms for its first token with two workers against {predicted} predicted for its "
-               f"prefill on one core; its runs straddle the tolerance, so this run cannot say whether it is as priced "
-               f"{against_one}",
-    not_measured=f"{statement} This run does not decide it: two workers did not run here, or chapter 0 measured no "
-                 "one-thread ceilings for this model."))
+               f"prefill on one core: too close to call, the median "
+               f"{'above' if two_ttft > predicted_b else 'below'} the price {against_one}",
+    not_measured="B's wait with two workers is not measured here: two workers did not run, or chapter 0 measured no "
+                 "one-thread ceilings for this model."),
+    how=None if verdict == claims.NOT_MEASURED else
+    f"{split_how} B's TTFT with two workers over its {sep_runs_text}, {spread(two, 'b_ttft_ms').text('.0f', 'ms')}, is "
+    f"held to {b_low:.0f}–{b_high:.0f} ms, the tolerance for a predicted time ({claims.PREDICTED_TIME:g}x) either "
+    f"way of its price.")
 
 # %% [markdown]
 # The hand-over: B's cache is `b_prompt_len` tokens of keys and values, its bytes copied twice, each priced as
@@ -1210,8 +1219,8 @@ def batching_sentence(name: str) -> tuple[str, str | None]:
     return (f"One layer down, in chapter 7's closed loop the engine's TPOT grew {grew:.2f}x from 1 user to {top}, where "
             f"the cost model's step grows {priced:.2f}x from 1 sequence to {top}: "
             + {"as priced": "the engine batches about as the model prices it",
-               "edge": f"{x:.2f}x the model's growth, within {claims.NOISE:.0%} of the {tol:g}x tolerance's edge: "
-                       "one ratio of medians this near the edge does not say whether the engine batches as priced",
+               "edge": f"{x:.2f}x the model's growth, too close to {tol:g}x to say whether the engine batches as "
+                       "priced (one ratio of medians, with no range)",
                "cheaper": "the engine's TPOT grew less than the model's step (a closed loop's TPOT also carries the "
                           "newcomers' prefills between steps, and this chapter does not time the engine's own kernels, "
                           "so which part batches better is not measured here)",
@@ -1251,33 +1260,35 @@ def requests_apart(name: str, rate: float) -> str:
     g["extra"] = g[lat] - g[f"{lat}_replayed"]
     busy, alone = g[g.busy], g[~g.busy]
     lowest = rate == ch7_requests[ch7_requests.engine == name].rate_per_s.min() and len(busy)
-    head = (f"Request by request at {rate:g}/s" + (" (the lowest rate, but chapter 7 sends the same seeded pattern of "
-                                                   "arrivals at every rate, only spaced wider, so some still overlap)"
-                                                   if lowest else "") + ": ")
+    head = (f"Request by request at {rate:g}/s" + (" (the lowest rate; chapter 7's arrivals are one seeded pattern at "
+                                                   "every rate, only spaced wider, so some still overlap)"
+                                                   if lowest else "") + ", ")
     if not len(busy) or not len(alone):
         return head + (f"all {len(g)} requests arrived {'while another was being served' if len(busy) else 'alone'}, "
                        "so the requests cannot tell the engine's work per request from how it serves several at once; "
                        "arrivals at other spacings would")
-    said = (f"the {len(busy)} that arrived while another was being served took a median {busy.extra.median():+.0f} ms "
-            f"against their replay on the engine's own costs (which queued them {busy.wait_ms.mean():.0f} ms on average), the {len(alone)} that "
-            f"arrived alone {alone.extra.median():+.0f} ms")
+    def off(ms: float) -> str:
+        return f"{abs(ms):.0f} ms {'longer' if ms > 0 else 'shorter'}"
+    said = (f"the {len(busy)} that arrived while another was being served took a median {off(busy.extra.median())} "
+            f"than their replay on the engine's own costs (which queued them {busy.wait_ms.mean():.0f} ms on average); "
+            f"the {len(alone)} that arrived alone, {off(alone.extra.median())}")
     if busy.extra.median() > 0 and abs(busy.extra.median()) > 2 * abs(alone.extra.median()):
-        return head + said + (": the miss is in requests that joined others already being served, which the replay "
-                              "prices as sharing one step: how the engine admits a request beside running ones (a "
-                              "later step for it, or slower steps once it joins), which these traces cannot split "
-                              "further; the engine's own log of its steps would")
+        return head + said + (". So the miss is in requests that joined others already being served, which the replay "
+                              "prices as sharing one step. How the engine admits a request beside running ones (a "
+                              "later step for it, or slower steps once it joins), these traces cannot split; the "
+                              "engine's own log of its steps would")
     alone_ratio = (alone[lat] / alone[f"{lat}_replayed"]).median()
     if len(alone) >= 3 and not 1 / claims.PREDICTED_TIME <= alone_ratio <= claims.PREDICTED_TIME:
         moved = load_table("07_over_the_wire", "pace", quick=quick)
         moved = "" if moved is None or len(moved) < 2 or moved.ratio.max() / moved.ratio.min() <= 1 + 2 * claims.NOISE \
             else (f", or in the machine's speed, which moved from {moved.ratio.min():.2f}x to {moved.ratio.max():.2f}x "
                   "chapter 0's time for the same matrices while chapter 7 ran (its pace check)")
-        return head + said + (f": even alone the requests took {alone_ratio:.2f}x their replay (median of "
+        return head + said + (f". Even alone the requests took {alone_ratio:.2f}x their replay (median of "
                               f"{len(alone)}), and those beside others no more than twice as much, so the miss lies "
                               "in the engine's work per request beyond what one user alone showed, not in its queue"
                               + moved)
-    return head + said + ": neither group stands out, so these traces do not locate the miss; the engine's own log of " \
-                         "its steps would"
+    return head + said + ". Neither group stands out, so these traces do not locate the miss; the engine's own log " \
+                         "of its steps would"
 
 
 def by_latency(ratios: dict[str, Spread]) -> dict[str, Spread]:
@@ -1306,30 +1317,29 @@ for name in ([] if replay_missing else replayed.engine.unique()):
     cal_ratios = ratios_of(name, cal) if len(cal) else {}
     k, overhead = calibrations[name] or (np.nan, np.nan)
     batch_text, kind = batching_sentence(name)
+    worst = max(cal_ratios, key=lambda c: abs(np.log(cal_ratios[c].mid))) if cal_ratios else None
     if not cal_ratios:
-        which = "chapter 7 has no one-user row for this engine, so the parts cannot be told apart"
+        which = "Chapter 7 has no one-user row for this engine, so the parts cannot be told apart."
     elif inside(cal_ratios):
-        worst = max(cal_ratios, key=lambda c: abs(np.log(cal_ratios[c].mid)))
-        which = (f"so, on the engine's own costs, the replay comes within the tolerance (TTFT's and TPOT's geometric means over the rates; "
-                 f"furthest: {worst}, {cal_ratios[worst].mid:.2f}x), and most of what is off is the price of a pass: "
-                 f"this engine's steps cost {k:.2f}x the cost model's, and its TTFT is {abs(overhead) * 1e3:.0f} ms "
-                 f"{'longer' if overhead > 0 else 'shorter'} than its steps alone")
+        which = (f"Replayed on the engine's own costs, it matches (furthest: {worst}, {cal_ratios[worst].mid:.2f}x), so "
+                 f"most of what is off is the price of a pass: this engine's steps cost {k:.2f}x the cost model's, "
+                 f"and its TTFT is {abs(overhead) * 1e3:.0f} ms {'longer' if overhead > 0 else 'shorter'} than its "
+                 "steps alone.")
     else:
-        worst = max(cal_ratios, key=lambda c: abs(np.log(cal_ratios[c].mid)))
-        which = (f"so more than the price of a pass is off (worst: {worst}, {cal_ratios[worst].mid:.2f}x): "
-                 + ("the engine's batched steps, which grow unlike the priced ones (next sentence)" if kind in ("cheaper", "dearer") else
-                    "not its batching, which grows as priced (next sentence)" if kind == "as priced" else
-                    "the batching, or how the engine queues and admits requests"))
-        apart = requests_apart(name, key_at[worst][0]) if worst.startswith("TTFT") else ""  # a TTFT: whom it waited for
-        which += (". " + apart) if apart else ""
-    which += ". " + batch_text
+        which = (f"Replayed on the engine's own costs, it is still off (worst: {worst}, {cal_ratios[worst].mid:.2f}x), "
+                 "so more than the price of a pass is wrong: "
+                 + ("the engine's batched steps, which grow unlike the priced ones (below)." if kind in ("cheaper", "dearer") else
+                    "not its batching, which grows as priced (below)." if kind == "as priced" else
+                    "the batching, or how the engine queues and admits requests."))
+    apart = requests_apart(name, key_at[worst][0]) if worst and not inside(cal_ratios) and worst.startswith("TTFT") else ""
+    below = [x for x in ((apart + ".") if apart else "", batch_text + ".") if x]  # one layer down: whom it waited for, the batch
     if name == "vLLM" and pd.notna(got.wait_ms).all():
-        which += (". vLLM splits its own TTFT into time queued (until a step takes the request) and time prefilling "
-                  "(until its first token): " + ", ".join(f"{got.loc[r, 'wait_ms']:.0f} + {got.loc[r, 'prefill_ms']:.0f} ms "
-                  f"at {r:g}/s" for r in got.index) + "; the replay on the engine's own costs splits it "
-                  + ", ".join(f"{cal.loc[r, 'wait_ms']:.0f} + {cal.loc[r, 'prefill_ms']:.0f}" for r in cal.index))
-        which += (f". vLLM's CPU build computes on {compute_threads(name, ch7_threads)} of this machine's {ch7_threads} "
-                  "cores, keeping one for its server and scheduler, and is priced on those")
+        below.append("vLLM splits its own TTFT into time queued (until a step takes the request) and time prefilling "
+                     "(until its first token): " + ", ".join(f"{got.loc[r, 'wait_ms']:.0f} + {got.loc[r, 'prefill_ms']:.0f} ms "
+                     f"at {r:g}/s" for r in got.index) + "; the replay on the engine's own costs splits it "
+                     + ", ".join(f"{cal.loc[r, 'wait_ms']:.0f} + {cal.loc[r, 'prefill_ms']:.0f}" for r in cal.index)
+                     + f". vLLM's CPU build computes on {compute_threads(name, ch7_threads)} of this machine's "
+                       f"{ch7_threads} cores, keeping one for its server and scheduler, and is priced on those.")
     claim = f"replay_predicts_the_queue_{name.split()[0].lower()}"
     statement = (f"{name}: the token-budget replay's median TTFT and median TPOT are what chapter 7 measured, within "
                  "the tolerance for a predicted time (for each of the two, the geometric mean over the rates of measured "
@@ -1344,18 +1354,30 @@ for name in ([] if replay_missing else replayed.engine.unique()):
         evidence=f"chapter 7's {len(ch7_requests[ch7_requests.engine == name])} requests; a token budget of "
                  f"{budgets.get(name)} per step; each step at the cost model's fastest price on "
                  f"{compute_threads(name, ch7_threads)} thread{'s' * (compute_threads(name, ch7_threads) != 1)}")
-    came_to = (f"Measured over the token-budget replay, {name}'s "
-               + " and ".join(f"{kind} came to **{v.text('.2f', 'x')}**" for kind, v in by_latency(ratios).items())
-               + " across the rates (" + ", ".join(f"{c} {v.text('.2f', 'x')}" for c, v in ratios.items()) + ")")
-    calibrated = (f"With the engine's own costs the replay gives "
-                  f"{', '.join(f'{c} {v.mid:.2f}x' for c, v in cal_ratios.items()) or 'nothing'}, {which}.")
+    pooled = by_latency(ratios)
+    far = [kind for kind, v in pooled.items() if not 1 / claims.PREDICTED_TIME <= v.mid <= claims.PREDICTED_TIME]
+    came_to = (f"Against the token-budget replay, {name}'s measured "
+               + " and ".join(f"{kind} came to **{v.text('.2f', 'x')}**" for kind, v in pooled.items())
+               + " the replayed ones, across the rates")
     show(claims.pick(
-        verdict, held=f"{came_to}, within the tolerance: the scheduler's queueing and batching, priced step by step, "
-                      "are this engine's latencies.",
-        not_held=f"{came_to}, outside the tolerance. {calibrated}",
-        unresolved=f"{came_to}, whose interval straddles the tolerance: too close to call in this run. {calibrated}",
-        not_measured=f"{statement} This run does not decide it: nothing to replay here: "
-                     f"{replay_missing or 'chapter 7 has no request to compare'}"))
+        verdict, held=f"{came_to}: as predicted. The scheduler's queueing and batching, priced step by step, are this "
+                      "engine's latencies.",
+        not_held=f"{came_to}: not as predicted. {which}",
+        unresolved=f"{came_to}: too close to call ("
+                   + (f"{prose.and_list(far)} beyond {claims.PREDICTED_TIME:g}x at the median" if far else
+                      f"{'both' if len(pooled) > 1 else 'it'} within {claims.PREDICTED_TIME:g}x at the median")
+                   + f"). {which}",
+        not_measured=f"There is nothing to replay for {name} here: "
+                     f"{replay_missing or 'chapter 7 has no request to compare'}."),
+        how=None if not ratios else
+        "Measured over replayed, rate by rate (each measured median with its 95 % interval over the rate's requests): "
+        + ", ".join(f"{c} {v.text('.2f', 'x')}" for c, v in ratios.items())
+        + f". Each latency's geometric mean over the rates is held to {1 / claims.PREDICTED_TIME:.2f}–"
+          f"{claims.PREDICTED_TIME:.2f}x (the tolerance for a predicted time)"
+        + ("" if not cal_ratios else "; on the engine's own costs the replay gives "
+           + ", ".join(f"{c} {v.mid:.2f}x" for c, v in cal_ratios.items())) + ".")
+    if below and verdict != claims.HELD and verdict != claims.NOT_MEASURED:
+        show("\n\n".join(below))
     if ratios:
         pooled_of[name] = by_latency(ratios), claim  # for the opening
 
