@@ -169,23 +169,24 @@ verdict = register.record("streaming_read_cross_checked", claims.within(maximum,
                           predicted=f"{total:.1f} GB/s (sum)", measured=f"{maximum:.1f} GB/s (maximum)",
                           evidence=f"fp32, {where}, fastest of the repeats")
 apart = max(maximum, total) / min(maximum, total)
-show(f"With {where}, at their fastest calls, the sum reads {total:.1f} GB/s and the running maximum {maximum:.1f} "
-     "GB/s, " + claims.pick(
-         verdict, held=f"{apart:.2f}x apart, within the {claims.PREDICTED_RATIO:g}x this book allows between two "
-                       "measures of one rate: neither kernel's arithmetic sets it.",
+show(f"With {where}, the sum reads {total:.1f} GB/s and the running maximum {maximum:.1f} GB/s, " + claims.pick(
+         verdict, held=f"{apart:.2f}x apart: the same rate, as predicted, so neither kernel's arithmetic sets it.",
          not_held=f"{maximum / total:.2f} times as much: one of the two kernels, not the memory, limits its rate, and "
                   "the faster one is the better measure of the memory.",
-         unresolved=f"{apart:.2f}x apart, on the edge of the {claims.PREDICTED_RATIO:g}x allowed: this run cannot "
-                    "tell whether a kernel limits the rate, and more repeats would."))
+         unresolved=f"{apart:.2f}x apart: too close to call whether a kernel limits the rate."),
+     how=f"Each rate is its kernel's fastest call (a ceiling, as above). Two measures of one rate count as the same "
+         f"within {claims.PREDICTED_RATIO:g}x of each other; "
+         + ("more repeats would decide a pair on that line." if verdict == claims.UNRESOLVED else
+            f"these are {apart:.2f}x apart."))
 read_kernel = ceilings.read_kernel("fp32", most)  # the faster of the two: "the streaming read" from here on
 rates["read"] = rates[read_kernel]
 _streaming = (f"From here on, as in every later chapter, **the streaming read** is the faster of the two, "
               f"{rates['read']:.1f} GB/s ({'the sum' if read_kernel == 'read' else 'the maximum'})")
 if "bf16" in ceilings.dtypes() and not on_gpu:
     _max16 = ceilings.stream_bandwidth("bf16", most, "read_max") / 1e9
-    _streaming += (f"; in bf16 the sum reads {ceilings.stream_bandwidth('bf16', most, 'read') / 1e9:.1f} GB/s and the "
+    _streaming += (f". In bf16 the sum reads {ceilings.stream_bandwidth('bf16', most, 'read') / 1e9:.1f} GB/s and the "
                    f"maximum {_max16:.1f} (over 16-bit whole numbers, the same bytes)"
-                   + (": the streaming read is what these simple kernels reach, as STREAM's are, and a kernel that "
+                   + (". So the streaming read is what these simple kernels reach, as STREAM's are; a kernel that "
                       "reads the same bytes faster shows the memory can give more" if _max16 > rates["read"] *
                       claims.PREDICTED_RATIO else ""))
 show(_streaming + ".")
@@ -218,20 +219,22 @@ verdict = register.record(
     evidence="a GPU: its caching allocator reuses memory" if on_gpu else
     f"fp32, {where}, {fresh_row.bytes_per_call / 2 / 2**20:.0f} MiB arrays; page_faults.csv")
 fault_us, fault_us_1 = (0, 0) if on_gpu else (ceilings.fault_cost("fp32", n) * 1e6 for n in (most, min(threads)))
-copied = (f"At its fastest call a copy moves {rates['copy']:.1f} GB/s into memory in use and {rates['fresh_copy']:.1f} "
-          "GB/s into fresh memory")
+copied = (f"A copy moves {rates['copy']:.1f} GB/s into memory in use and {rates['fresh_copy']:.1f} GB/s into fresh "
+          "memory")
 show(claims.pick(
     verdict,
-    held=f"{copied}. The fresh copy took {fresh_row.faults_per_call:,.0f} page faults for its {fresh_pages:,.0f} pages "
-         f"of {timing.PAGE_BYTES / 1024:g} KiB: each costs {fault_us:.2f} us on {where} and {fault_us_1:.2f} us on one "
-         "thread, which the cost model adds for every fault a pass takes.",
-    not_held=f"{copied}, not 1.25 times slower: its {fresh_row.faults_per_call:,.0f} page faults for "
+    held=f"{copied}: slower, as predicted. The fresh copy took {fresh_row.faults_per_call:,.0f} page faults for its "
+         f"{fresh_pages:,.0f} pages of {timing.PAGE_BYTES / 1024:g} KiB. Each costs {fault_us:.2f} us on {where} and "
+         f"{fault_us_1:.2f} us on one thread, which the cost model adds for every fault a pass takes.",
+    not_held=f"{copied}: not as predicted, the fresh copy is not clearly slower. Its {fresh_row.faults_per_call:,.0f} page faults for "
              f"{fresh_pages:,.0f} pages cost {fault_us:.2f} us each on {where}, so the cost model's page faults cost "
              "next to nothing here.",
-    unresolved=f"{copied}: on the edge of 1.25 times slower, so this run cannot tell whether its page faults slow it; "
-               "more repeats would.",
+    unresolved=f"{copied}: too close to call whether its page faults slow it.",
     not_measured=register.undecided("fresh_memory_copies_slower", "on a GPU the caching allocator reuses memory; "
-                                    "both copies are priced at the copy rate.")))
+                                    "both copies are priced at the copy rate.")),
+     how=None if on_gpu else f"Both rates are fastest calls. The fresh copy counts as slower when the copy into memory "
+         f"in use is more than {claims.PREDICTED_RATIO:g} times as fast"
+         + ("; this pair lies on that line, and more repeats would decide it." if verdict == claims.UNRESOLVED else "."))
 prose.shown(faults_table.round(3))
 
 # %% [markdown]
@@ -268,13 +271,13 @@ which = ("The machine delivers more than the model's kernels draw" if short else
 
 # %%
 threads_note = "" if not one or not short else (
-    f"; on one thread the products read {gemv_1:.1f} GB/s and the sum {read_1:.1f} GB/s, so "
+    f". On one thread the products read {gemv_1:.1f} GB/s and the sum {read_1:.1f} GB/s, so "
     + ("even one core's kernel falls short of what that core streams" if gemv_1 * claims.PREDICTED_RATIO < read_1
        else "on one core the two agree: the gap opens with more cores"))
 one_note = "" if not one or short else (  # the one-thread pair, which later chapters price too, told beside
     f" (on one thread {gemv_1:.1f} GB/s against {read_1:.1f}, {gemv_1 / read_1:.2f}x: "
-    + ("also within it)" if 1 / claims.PREDICTED_RATIO <= gemv_1 / read_1 <= claims.PREDICTED_RATIO
-       else "beyond it, the one core's kernel drawing more than one core's streaming read)"))
+    + ("the same rate there too)" if 1 / claims.PREDICTED_RATIO <= gemv_1 / read_1 <= claims.PREDICTED_RATIO
+       else f"the one core's kernel drawing {'more' if gemv_1 > read_1 else 'less'} than one core's streaming read)"))
 others = [m for m in gemv if m != model and MODELS[m][1] != MODELS[model][1]]
 layouts = "" if not others or not short else (
     f" {others[0]}'s products, in the other layout ({MODELS[others[0]][1]}), read {gemv[others[0]]:.1f} GB/s: "
@@ -294,24 +297,25 @@ verdict = register.record("gemv_reaches_streaming_bandwidth", claims.within(gemv
                           measured=f"{gemv_spread.text('.1f', 'GB/s')} ({model}, median to fastest call): "
                                    f"{gemv_ratio.text('.2f', 'x')} the read",
                           evidence=f"fp32, {where}, blocks and head at one row")
-fastest = (f"With {where}, at their fastest calls, {model}'s matrix-vector products read their weights at "
-           f"{gemv[model]:.1f} GB/s")
+fastest = f"With {where}, {model}'s matrix-vector products read their weights at {gemv[model]:.1f} GB/s"
 show(claims.pick(
     verdict,
-    held=f"{fastest}, {gemv[model] / rates['read']:.2f} times the streaming read's {rates['read']:.1f} GB/s, within "
-         f"the tolerance{one_note}: a decode step's weights cost about their bytes at the memory's rate, and the "
+    held=f"{fastest}, {gemv[model] / rates['read']:.2f} times the streaming read's {rates['read']:.1f} GB/s: the same "
+         f"rate, as predicted{one_note}. A decode step's weights cost about their bytes at the memory's rate, and the "
          "later chapters price them at the products' own rate."
          + (f" The products read faster than the streaming read{cache_note}."
             if gemv[model] > rates["read"] * (1 + claims.NOISE) else ""),
     not_held=f"{fastest}, {compare}{threads_note}.{layouts} {which}, so every later chapter prices a decode step's "
              "weights at the kernels' rate, not the memory's.",
     unresolved=f"With {where}, {model}'s matrix-vector products read their weights at "
-               f"{gemv_spread.text('.1f', 'GB/s')} and the streaming read moves {read_spread.text('.1f', 'GB/s')} "
-               f"(each from its median call to its fastest): the products reach {gemv_ratio.text('.2f', 'x')} the "
-               "read (fastest calls against fastest, then median against median), which straddles the edge of the "
-               f"{claims.PREDICTED_RATIO:g}x tolerance, so this run cannot tell whether the kernels draw the memory's "
-               f"rate; more repeats in chapter 0 would decide it{one_note}. Either way every later chapter prices a "
-               "decode step's weights at the kernels' own rate."))
+               f"{gemv_spread.text('.1f', 'GB/s')} and the streaming read moves {read_spread.text('.1f', 'GB/s')}: "
+               f"too close to call whether the kernels draw the memory's rate{one_note}. Either way every later "
+               "chapter prices a decode step's weights at the kernels' own rate."),
+     how=f"A rate is its kernel's fastest call; the range beside one runs from its median call to its fastest. The "
+         f"products reach {gemv_ratio.text('.2f', 'x')} the read, fastest call against fastest and median against "
+         f"median, and count as reading at the same rate when that lies within {claims.PREDICTED_RATIO:g}x either "
+         "way" + ("; here it crosses that line, and more repeats in chapter 0 would decide it."
+                  if verdict == claims.UNRESOLVED else "."))
 
 # %% [markdown]
 # ## Does a second thread help?
@@ -343,14 +347,16 @@ else:
     moves = f"{r1:.1f} GB/s on one thread and {rates['read']:.1f} GB/s on {most}"
     show(claims.pick(
         verdict,
-        held=f"At its fastest calls the streaming read goes from {r1:.1f} GB/s on one thread to {rates['read']:.1f} "
-             f"GB/s on {most}, {rates['read'] / r1:.2f}x; the model's matrix-vector products go from {g1:.1f} to "
+        held=f"The streaming read goes from {r1:.1f} GB/s on one thread to {rates['read']:.1f} GB/s on {most}, "
+             f"{rates['read'] / r1:.2f}x, more as predicted; the model's matrix-vector products go from {g1:.1f} to "
              f"{gm:.1f} GB/s, {gm / g1:.2f}x.",
         not_held=f"The streaming read moves {moves} ({rates['read'] / r1:.2f}x): one core already draws what this "
                  f"memory gives. The model's matrix-vector products: {gm / g1:.2f}x.",
-        unresolved=f"The streaming read moves {moves} ({rates['read'] / r1:.2f}x), within the spread of the "
-                   "repeats: this run cannot tell whether more threads help. The model's matrix-vector products: "
-                   f"{gm / g1:.2f}x."))
+        unresolved=f"The streaming read moves {moves} ({rates['read'] / r1:.2f}x): too close to call whether more "
+                   f"threads help. The model's matrix-vector products: {gm / g1:.2f}x."),
+        how=f"Each rate is its kernel's fastest call. More threads count as faster when one thread's read, from its "
+            f"median call to its fastest ({prose.span(read_spread(1).low, r1, '.1f', 'GB/s')}), lies wholly below {most} "
+            f"threads' ({prose.span(read_spread(most).low, read_spread(most).high, '.1f', 'GB/s')}), and as no faster when it lies wholly at or above it.")
 
 # %% [markdown]
 # ## The matrix rate with few rows: F(M)
@@ -431,9 +437,11 @@ show(f"The block matrices of {model} take {prose.ms(t1.best)} at one row and {pr
                   "with more than one row the product's kernel no longer streams the weights at the one-row rate. One "
                   f"layer down, {why}. Every short prompt of chapter 2 meets this, and so does any decode step that "
                   "checks several tokens at once.",
-         unresolved=f", fastest calls): between their fastest and median calls the ratio straddles the "
-                    f"{claims.PREDICTED_RATIO:g}x allowed, so this run cannot tell whether the extra rows cost more "
-                    "than one."))
+         unresolved="): too close to call whether the extra rows cost more than one."),
+     how=f"Both times are fastest calls. Paired the other ways (one's fastest call with the other's median) the ratio "
+         f"runs {prose.span(measured_ratio.low, measured_ratio.high, '.2f', 'x')}; a few rows count as costing no more "
+         f"than one while all of that stays within {claims.PREDICTED_RATIO:g}x, and as costing more when none of it "
+         "does.")
 
 # %% [markdown]
 # ## Issuing the work, and what limits each dtype
@@ -464,9 +472,11 @@ _row = issue[(issue.model == model) & (issue.dtype == "fp32") & (issue.threads =
 _counted = ("" if _row.empty or int(_row.operations.iloc[0]) == ops else
             f" (the table's row divides by {int(_row.operations.iloc[0]):,}: it counts each product's read as an "
             f"operation, {_row.us_per_operation.iloc[0]:.1f} us each)")
-show(f"A decode step of {model} in fp32 on {where}, fastest calls: alone, each of its {ops:,} operations costs "
-     f"{us_alone:.1f} us; between weight streams, the same {ops:,} take {prose.ms(shortest)}, {us_between:.1f} us "
-     f"each{_counted}, {us_between / us_alone:.1f} times as much. The cost model uses the second.")
+show(f"A decode step of {model} in fp32 on {where}: alone, each of its {ops:,} operations costs {us_alone:.1f} us. "
+     f"Between weight streams the same {ops:,} take {prose.ms(shortest)}, {us_between:.1f} us each, "
+     f"{us_between / us_alone:.1f} times as much. The cost model uses the second.",
+     how="Both are the hollowed step's fastest calls, divided by the operations the step issues" + (
+         f"{_counted}." if _counted else "."))
 grown = {kind: ceilings.rest_growth(model, "fp32", most, kind, 1, 1000 + extra)
          for kind, extra in (("decode", 0), ("decode_static", 8))}
 if all(g is not None for g in grown.values()):
@@ -488,11 +498,11 @@ if all(g is not None for g in grown.values()):
     if _longer:
         show(f"From a cache of 1,000 tokens instead of 16, the rest of {model}'s step (fp32, {most} threads) takes "
              + ", and ".join(list(_longer.values()) + [_no_growth] * bool(_same))
-             + ": work outside the matrices and attention that grows with the cache, which the cost model adds to "
+             + ". That is work outside the matrices and attention that grows with the cache, which the cost model adds to "
              "a step's dispatch at the first figure (chapter 3 takes it apart under the profiler).", how=_told_how)
     else:
         show(f"From a cache of 1,000 tokens instead of 16, the rest of {model}'s step (fp32, {most} threads) takes "
-             f"{_no_growth}: on this machine the work outside the matrices and attention does not grow with the "
+             f"{_no_growth}. On this machine the work outside the matrices and attention does not grow with the "
              "cache, and the cost model adds nothing for it.", how=_told_how)
 peaks = ok[ok.kernel == "square_matmul"][["dtype", "threads", "note", "gflop_s", "spread", "hardware_support"]]
 _fp32_at = dict(zip(peaks[peaks.dtype == "fp32"].threads, peaks[peaks.dtype == "fp32"].gflop_s))
@@ -509,13 +519,13 @@ if most > 1 and not on_gpu:  # what the flags say, beside what the square produc
                    for dt in ceilings.dtypes())
          + ". The flags say only whether the CPU has instructions for a dtype (*instructions_for_dtype*), not what "
          "rate its kernel reaches with them"
-         + (f": {' and '.join(_flat)}'s does not grow with more threads, so it is not the cores' arithmetic units "
-            "working side by side that set it, and this chapter does not take apart what does." if _flat else "."))
+         + (f". In {' and '.join(_flat)} the rate does not grow with more threads, so the cores' arithmetic units "
+            "working side by side do not set it; this chapter does not take apart what does." if _flat else "."))
 ridge = ceilings.square_flops("fp32", most) / ceilings.stream_bandwidth("fp32", most)
 show(f"The textbook **balance point** in fp32 on {where}: the square product's {ceilings.square_flops('fp32', most) / 1e9:.1f} "
-     f"GFLOP/s over the streaming read's {rates['read']:.1f} GB/s (both fastest calls) is {ridge:.1f} FLOP per byte. "
+     f"GFLOP/s over the streaming read's {rates['read']:.1f} GB/s is {ridge:.1f} FLOP per byte. "
      "It uses the square product's rate, not the model's own matrices' F(M) (chapter 2 uses those). Chapter 6 draws it beside the kernels' own roofs "
-     "measured above.")
+     "measured above.", how="Both rates are fastest calls, the ceilings.")
 
 # %% [markdown]
 # ## The timer's own cost
@@ -538,13 +548,16 @@ results.table(pd.DataFrame([dict(part="clock reads", median_us=cost["clock"] * 1
               "timer_overhead")
 verdict = register.record("timer_under_one_percent", claims.at_most(share, claims.HARNESS), predicted="under 1 %",
                           measured=f"{share:.3%}", evidence=f"fp32 hollowed decode step of {least_model}, {where}")
-of_step = (f"of the shortest step timed here ({least_model}'s hollowed decode step, {prose.ms(shortest_any)} at its "
-           "fastest call)")
-show(f"Clock reads and the token read-back cost a median **{(cost['clock'] + cost['readback']) * 1e6:.1f} us**, "
-     + claims.pick(verdict, held=f"{share:.2%} {of_step}: the timer does not distort the steps.",
-                   not_held=f"{share:.1%} {of_step}, over the 1 % allowed: the shortest steps read that much too long.",
-                   unresolved=f"{share:.2%} {of_step}, on the edge of the 1 % allowed: more repeats would tell whether "
-                              "the timer distorts the steps."))
+of_step = f"of the shortest step timed here ({least_model}'s hollowed decode step, {prose.ms(shortest_any)})"
+show(f"Clock reads and the token read-back cost **{(cost['clock'] + cost['readback']) * 1e6:.1f} us**, "
+     + claims.pick(verdict, held=f"{share:.2%} {of_step}: under 1 %, as predicted, so the timer does not distort "
+                                 "the steps.",
+                   not_held=f"{share:.1%} {of_step}, not under 1 % as predicted: the shortest steps read that much "
+                            "too long.",
+                   unresolved=f"{share:.2%} {of_step}: too close to 1 % to call whether the timer distorts the "
+                              "steps."),
+     how="The harness's cost is the median of many clock reads and read-backs; the step is its fastest call, the "
+         "shortest the book times, so this is the largest share of a step the harness takes.")
 
 # %%
 def up_to(best: float, median: float, unit: str) -> str:
@@ -559,11 +572,11 @@ with use_threads(most):
     on_this = prose.machine(device, "fp32")
 
 # %%
-gemv_vs_read = {claims.HELD: "about the streaming read's rate",
-                claims.NOT_HELD: f"{gemv[model] / rates['read']:.2f} times the streaming read's rate, so the later "
-                                 "chapters price a decode step's weights at the products' own rate, not the memory's",
-                claims.UNRESOLVED: "close to the streaming read's rate, too close to call; the later chapters price a "
-                                   "decode step's weights at the products' own rate"}
+gemv_vs_read = {claims.HELD: "That is about the streaming read's rate",
+                claims.NOT_HELD: f"That is {gemv[model] / rates['read']:.2f} times the streaming read's rate, so the "
+                                 "later chapters price a decode step's weights at the products' own rate, not the memory's",
+                claims.UNRESOLVED: "That is close to the streaming read's rate, too close to call; the later chapters "
+                                   "price a decode step's weights at the products' own rate"}
 rows_plain = {claims.HELD: "about as long as one, as predicted: the same weights stream once",
               claims.NOT_HELD: f"{t2.best / t1.best:.2f} times as long as one, not about the same as predicted: "
                                f"{why_short}",
@@ -571,8 +584,8 @@ rows_plain = {claims.HELD: "about as long as one, as predicted: the same weights
                                  "the same) to call"}
 _rates_told = (f"On this machine ({on_this}), a streaming read moves {up_to(rates['read'], read_spread(most).low, 'GB/s')}, "
                f"and {model}'s matrix-vector products read their weights at "
-               f"{up_to(gemv[model], gemv_spread.low, 'GB/s')}: "
-               f"{gemv_vs_read.get(register.verdict('gemv_reaches_streaming_bandwidth'), 'not compared')}. ")
+               f"{up_to(gemv[model], gemv_spread.low, 'GB/s')}. "
+               f"{gemv_vs_read.get(register.verdict('gemv_reaches_streaming_bandwidth'), 'They were not compared')}. ")
 _g = lambda x: f"{x:,.0f}" if x >= 100 else f"{x:.3g}"  # noqa: E731  a FLOP rate's digits
 _rows_told = (f"Its block matrices run **{_g(f_rows.gflop_s_median[1])} GFLOP/s** at one row and "
               f"**{_g(f_rows.gflop_s_median[f_rows.index.max()])}** at {f_rows.index.max():,.0f} rows. ")

@@ -153,6 +153,15 @@ def lean(measured, low: float, high: float = np.inf, fmt: str = ".2f", unit: str
             "inside the tolerance, so this run cannot decide")
 
 
+def close_call(measured, low: float, high: float = np.inf) -> str:
+    """For a claim not resolved, the plain words: too close to call, and which way its median leans (the detail,
+    :func:`lean`, goes in the fold)."""
+    side = claims.leaning(measured if isinstance(measured, Spread) else Spread.at(float(measured)), low, high)
+    return "too close to call, " + ("though its median agrees with the prediction" if side == "on the held side" else
+                                    f"its median leaning {'lower' if side.startswith('below') else 'higher'} than "
+                                    "predicted")
+
+
 pd.Series({**describe_environment(device, None, model_name), "configurations": "; ".join(label(*c) for c in configs),
            "not run": "; ".join(not_run) or "none",
            "matrix instructions (chapter 0)": ", ".join(
@@ -234,8 +243,8 @@ show(f"A pass counts as on the floor while it costs within **{margin:.0%}** of a
      f"operations at every length, yet grows to {prose.ms(dispatch_long)} at {tokens(longest)}"
      + (f" (chapter 0 timed it up to {tokens(top_rows)}, and beyond that it is priced in proportion to the length)"
         if (top_rows := max(ceilings.dispatch_rows_measured(model_name, main_dt, most))) < longest else "")
-     + ": its small kernels "
-     f"(norms, activations, residual adds) work over every row, so "
+     + ". Its small kernels "
+     "(norms, activations, residual adds) work over every row, so "
      + (f"from about {tokens(past_rows)} their work, not the issuing, is most of it. "
         if (past_rows := next((p for p in prompts if ceilings.dispatch(model_name, main_dt, most, "prefill", p).best
                                > 2 * dispatch_1), None)) else "their work grows beside the issuing. ")
@@ -449,7 +458,8 @@ def as_predicted(claim: str, statement: str, points: list) -> tuple[str, str]:
                                               claims.PREDICTED_TIME) == claims.NOT_HELD]
     straddling = straddlers()
     open_ = [k for k in points if k in straddling]
-    name = lambda k: f"{label(*k[:2]) + ' at ' if len(configs) > 1 and k[:2] != main else ''}{tokens(k[2])} ({ratio[k].text('.2f', 'x')})"  # noqa: E731
+    at = lambda k: f"{label(*k[:2]) + ' at ' if len(configs) > 1 and k[:2] != main else ''}{tokens(k[2])}"  # noqa: E731
+    name = lambda k: f"{at(k)} ({ratio[k].text('.2f', 'x')})"  # noqa: E731
     banded = lambda k: (f"{name(k)[:-1]}, against its own band "  # noqa: E731
                         f"of {band(k)[0]:.2f}x to {band(k)[1]:.2f}x)")
     worst = max(points, key=lambda k: beyond_doubt(ratio[k]))
@@ -471,10 +481,11 @@ def as_predicted(claim: str, statement: str, points: list) -> tuple[str, str]:
     direction = "less" if pooled.mid < 1 else "more"
     text = (f"The passes of {'; '.join(dict.fromkeys(label(*k[:2]) for k in points))} took **{pooled.text('.2f', 'x')}** "
             "the time the cost model priced them at, from chapter 0's kernel rates: " + claims.pick(
-                verdict, held="as priced, within the tolerance",
-                not_held=f"{direction} than priced, beyond the tolerance (the section below takes the furthest pass apart)",
-                unresolved=f"{direction} than priced by the median, too close to the tolerance's edge to call")
-            + f". The pass furthest from its price was {name(worst)}.")
+                verdict, held="as priced",
+                not_held=f"{direction} than priced (the section below takes the furthest pass apart)",
+                unresolved=f"{direction} than priced by the median, but too close to call")
+            + f". The pass furthest from its price was {at(worst)}, at {ratio[worst].mid:.2f}x "
+              "its price.")
     return text, how
 
 
@@ -619,7 +630,7 @@ else:
             if off <= balance_tokens else
             f"It stays flat about as long as the balance point says, or longer; at {tokens(off)}, where it gives way,")
     gives = (f"{lead} chapter 0 measured F({off}) = **{at_off.F_gflop_s:.1f} GFLOP/s**, "
-             f"{at_off.F_gflop_s * 1e9 / f_many:.0%} of the {f_many / 1e9:.0f} GFLOP/s of many rows, so the matrices "
+             f"{at_off.F_gflop_s * 1e9 / f_many:.0%} of the {f_many / 1e9:.0f} GFLOP/s of many rows. So the matrices "
              f"take {at_off.matrices_at_F_ms:.3g} ms where their arithmetic at the fastest rate would take "
              f"{at_off.arithmetic_at_fastest_ms:.3g} ms, {'more' if at_off.matrices_at_F_ms > at_off.weight_read_ms else 'less'} "
              f"than the {at_off.weight_read_ms:.3g} ms the one-row product takes to read their weights.")
@@ -776,8 +787,12 @@ show("The model's matrices, at chapter 0's rates for their rows, take " + claims
     verdict, held=f"**{low_share:.0%} to {high_share:.0%}** of each pass up to {tokens(short.prompt_tokens.max())}: "
                   "more than half of every short pass.",
     not_held=f"{low_share:.0%} of the pass at {at_min}, less than half: most of that pass is elsewhere.",
-    unresolved=f"{low_share:.0%} to {high_share:.0%} of each pass up to {tokens(short.prompt_tokens.max())}; at {at_min}, "
-               f"against at least half, {lean(claims.extreme(shares, largest=False), 0.5, np.inf, '.0%')}."))
+    unresolved=f"{low_share:.0%} to {high_share:.0%} of each pass up to {tokens(short.prompt_tokens.max())}; whether "
+               f"they take at least half at {at_min} is {close_call(claims.extreme(shares, largest=False), 0.5)}."),
+    how="Each share is the matrices' price over the pass's median, and over the two ends of that median's 95 % "
+        "interval; the claim holds when the smallest share's whole range is at least half."
+        + ("" if verdict != claims.UNRESOLVED else
+           f" At {at_min}, {lean(claims.extreme(shares, largest=False), 0.5, np.inf, '.0%')}."))
 
 # %% [markdown]
 # Whether the pass rises as its matrices do, from one token to the longest short prompt:
@@ -800,13 +815,20 @@ verdict = register.record(
     evidence=f"{label(*main)}, each run's own rise")
 parts = f"the matrices, timed alone, {rise_mm:+.1f} ms; the longer pass's small kernels and issuing {rise_issue:+.1f} ms"
 show(f"From 1 to {tokens(top.prompt_tokens)} the pass grows by {rise.text('+.1f', 'ms')}, " + claims.pick(
-    verdict, held=f"within the tolerance of the {rise_model:+.1f} ms priced, of which the matrices, timed alone, are "
-                  f"{rise_mm:+.1f} ms and the longer pass's small kernels and issuing {rise_issue:+.1f} ms.",
-    not_held=f"{'more' if rise.mid > rise_model else 'less'} than the {rise_model:+.1f} ms priced, beyond the tolerance "
-             f"({parts}): the parts do not account for the pass's rise here.",
+    verdict, held=f"as priced ({rise_model:+.1f} ms), of which the matrices, timed alone, are {rise_mm:+.1f} ms and the "
+                  f"longer pass's small kernels and issuing {rise_issue:+.1f} ms.",
+    not_held=f"{'more' if rise.mid > rise_model else 'less'} than the {rise_model:+.1f} ms priced ({parts}). Beyond "
+             f"the matrices' priced rise the pass grew {rise.mid - rise_mm:+.1f} ms, so the parts timed alone do not "
+             "account for its rise here.",
     unresolved=f"against {rise_model:+.1f} ms priced ({parts}): " + (
-        lean(rise, rise_model / claims.PREDICTED_TIME, rise_model * claims.PREDICTED_TIME, "+.1f", " ms")
-        if rise_model > 0 else "the cost model priced no rise to compare it with") + "."))
+        close_call(rise, rise_model / claims.PREDICTED_TIME, rise_model * claims.PREDICTED_TIME)
+        if rise_model > 0 else "the cost model priced no rise to compare it with") + "."),
+    how=f"The rise is taken within each run (both lengths ran in every run); its range is the 95 % interval of the "
+        f"median rise. It counts as priced within {claims.PREDICTED_TIME:g}x of the price either way"
+        + (f" ({prose.span(rise_model / claims.PREDICTED_TIME, rise_model * claims.PREDICTED_TIME, '+.1f', 'ms')})"
+           if rise_model > 0 else "")
+        + (f"; in this run {lean(rise, rise_model / claims.PREDICTED_TIME, rise_model * claims.PREDICTED_TIME, '+.1f', ' ms')}."
+           if verdict == claims.UNRESOLVED and rise_model > 0 else "."))
 
 # %% [markdown]
 # The rest of a 1-token pass, its time less its matrices, is the difference of two larger numbers, each with an
@@ -841,15 +863,20 @@ issue_cost = (f"the {prose.span(issue_.low * 1e3, issue_.high * 1e3, '.1f', 'ms'
               "[dispatch](glossary.md#dispatch) and attention over one token cost")
 show(f"The rest of a 1-token pass is {(rest * 1e3).text('.1f', 'ms')} under the profiler (its own cost taken off), "
      + claims.pick(
-         verdict, held=f"within the tolerance of {issue_cost}.",
-         unresolved=f"against {issue_cost}: " + lean(rest * 1e3, issue_.low * 1e3 / claims.PREDICTED_TIME,
-                                                     issue_.high * 1e3 * claims.PREDICTED_TIME, ".1f", " ms") + ".",
-         not_held=f"against {issue_cost}: the profiler names what took it (the last run, its own cost a call taken off): "
+         verdict, held=f"about {issue_cost}, as predicted.",
+         unresolved=f"against {issue_cost}: " + close_call(rest, issue_.low / claims.PREDICTED_TIME,
+                                                           issue_.high * claims.PREDICTED_TIME) + ".",
+         not_held=f"against {issue_cost}. The profiler names what took it (the last run, its own cost a call taken off): "
                   + prose.and_list([f"{'issuing between operators' if r.operator == profiling.BETWEEN else '`' + r.operator + '`'} "
                                     f"{max(r.self_ms - per_call_ms * r.calls, 0):.1f} ms"
                                     for r in off_matrix.head(3).itertuples()])
-                  + f"; chapter 0's hollowed pass, which issues the same operations, priced them "
-                    f"{'lower' if rest.mid > issue_.high else 'higher'}, and this run does not time which of them differ."))
+                  + f". Chapter 0's hollowed pass, which issues the same operations, priced them "
+                    f"{'lower' if rest.mid > issue_.high else 'higher'}; this run does not time which of them differ."),
+     how=f"The rest is measured in each of {one_token_runs} profiled passes; its range is the 95 % interval of the "
+         f"median. It counts as the predicted cost within {claims.PREDICTED_TIME:g}x either way of the price's range "
+         f"({prose.span(issue_.low * 1e3 / claims.PREDICTED_TIME, issue_.high * 1e3 * claims.PREDICTED_TIME, '.1f', 'ms')})"
+         + (f"; in this run {lean(rest * 1e3, issue_.low * 1e3 / claims.PREDICTED_TIME, issue_.high * 1e3 * claims.PREDICTED_TIME, '.1f', ' ms')}."
+            if verdict == claims.UNRESOLVED else "."))
 
 # %% [markdown]
 # The table of short passes above also has a rest for the 1-token pass, and it is not the same number: both take
@@ -895,16 +922,17 @@ verdict = register.record("longest_prompt_compute_bound", claims.at_least(arith_
                           evidence=f"{label(*main)}, {tokens(n_top)}: the blocks' FLOPs at chapter 0's F({n_top})")
 gflops = top_row.achieved_gflop_s
 rule_note = ("" if top_row.regime == "compute-bound" else
-             f" (the sweep's table labels it {top_row.regime}: the one rule also weighs the pass against its whole price)")
+             f" The sweep's table labels it *{top_row.regime}*, since the one rule also weighs the pass against its "
+             "whole price.")
 show(f"At {tokens(n_top)} the blocks' arithmetic alone, at the rate chapter 0 measured for that many rows "
      f"({f_top / 1e9:,.0f} GFLOP/s), takes {prose.ms(arithmetic_s)}, **{arith_share.mid:.0%}** of the measured pass "
      f"({prose.ms(pass_top.mid)}): " + claims.pick(
-         verdict, held=f"the pass is compute-bound{rule_note}. It runs at {gflops:.1f} GFLOP/s, "
+         verdict, held=f"the pass is compute-bound.{rule_note} It runs at {gflops:.1f} GFLOP/s, "
                        f"{gflops * 1e9 / ceilings.square_flops(main_dt, most):.0%} of the square product's peak: "
                        f"{top_row.tokens_per_s:,.0f} tokens per second.",
-         not_held="less than half, so the pass is not compute-bound: most of its time is not the arithmetic "
-                  f"at chapter 0's rate, either because the matrices ran slower inside the pass or because other "
-                  f"work took it{rule_note}.",
+         not_held="less than half, so the pass is not compute-bound. Most of its time is not the arithmetic "
+                  f"at chapter 0's rate: either the matrices ran slower inside the pass or other work took "
+                  f"it.{rule_note}",
          unresolved="about half, too close to call whether arithmetic takes most of the pass."),
      how=f"The share is the arithmetic's time over the 95 % interval of the pass's median "
          f"({(pass_top * 1e3).text(',.0f', 'ms')}), {arith_share.text('.0%')}; the pass is compute-bound when all of that "
@@ -912,10 +940,10 @@ show(f"At {tokens(n_top)} the blocks' arithmetic alone, at the rate chapter 0 me
 
 
 # %%
-def ratio_claim(claim: str, a: tuple, b: tuple, n: int, after: str = "") -> tuple[str, Spread, str]:
+def ratio_claim(claim: str, a: tuple, b: tuple, n: int, after: str = "") -> tuple[str, Spread, str, str]:
     """Decide that config ``a`` is slower than ``b`` at ``n`` tokens by the ratio the cost model predicts, on each
-    run's own ratio (both configurations ran in every run). Returns the verdict, the measured ratio and the words
-    that set it beside the prediction (``after`` follows the prediction)."""
+    run's own ratio (both configurations ran in every run). Returns the verdict, the measured ratio, the words
+    that set it beside the prediction (``after`` follows the prediction) and how it was decided."""
     pair = runs_table[runs_table.prompt_tokens == n].pivot_table(index="run", columns=["dtype", "threads"],
                                                                  values="time_ms").dropna(subset=[a, b])
     measured = Spread.of(pair[a] / pair[b])
@@ -923,12 +951,15 @@ def ratio_claim(claim: str, a: tuple, b: tuple, n: int, after: str = "") -> tupl
     verdict = register.record(claim, claims.within(measured, predicted, claims.PREDICTED_RATIO),
                               predicted=f"{predicted:.2f}x", measured=measured.text(".2f", "x"),
                               evidence=f"{label(*a)} against {label(*b)} at {tokens(n)}")
+    lo, hi = predicted / claims.PREDICTED_RATIO, predicted * claims.PREDICTED_RATIO
     return verdict, measured, claims.pick(
-        verdict, held=f"within the tolerance for a ratio of the {predicted:.2f}x the cost model predicted{after}",
-        not_held=f"outside the tolerance for a ratio of the {predicted:.2f}x the cost model predicted{after}",
-        unresolved=f"against the {predicted:.2f}x the cost model predicted{after}, give or take the tolerance for a "
-                   "ratio: " + lean(measured, predicted / claims.PREDICTED_RATIO, predicted * claims.PREDICTED_RATIO,
-                                    ".2f", "x"))
+        verdict, held=f"as the cost model predicted ({predicted:.2f}x{after})",
+        not_held=f"not the {predicted:.2f}x the cost model predicted{after}",
+        unresolved=f"against the {predicted:.2f}x the cost model predicted{after}: {close_call(measured, lo, hi)}"), (
+        f"The ratio is taken within each run (both ran in every run), and its range is the 95 % interval of the "
+        f"median ratio, {measured.text('.2f', 'x')}. It counts as predicted within {claims.PREDICTED_RATIO:g}x either "
+        f"way, {lo:.2f}x to {hi:.2f}x" + (f"; in this run {lean(measured, lo, hi, '.2f', 'x')}."
+                                          if verdict == claims.UNRESOLVED else "."))
 
 
 threads_said = "More threads speed up the longest prompt both ran by the ratio the cost model predicts."
@@ -936,10 +967,10 @@ register.claim("threads_speed_long_prompt", threads_said)
 fewest = min(threads)
 both = [p for p in kept[main] if p in kept.get((main_dt, fewest), []) and (main_dt, fewest, p) in spread]
 if fewest != most and both:
-    verdict, gain, versus = ratio_claim("threads_speed_long_prompt", (main_dt, fewest), main, max(both))
+    verdict, gain, versus, how = ratio_claim("threads_speed_long_prompt", (main_dt, fewest), main, max(both))
     show(f"{most} threads make the pass of {tokens(max(both))} "
          + claims.pick(verdict, held=f"**{gain.mid:.2f}x**", not_held=f"{gain.mid:.2f}x", unresolved=gain.text(".2f", "x"))
-         + f" as fast as {fewest} thread{'s' * (fewest != 1)}, {versus}.")
+         + f" as fast as {fewest} thread{'s' * (fewest != 1)}, {versus}.", how=how)
 else:
     why_not = "one thread count only (a GPU, or `threads` set to one value)"
     register.record("threads_speed_long_prompt", None, evidence=why_not)
@@ -958,13 +989,13 @@ for claim, at in (("half_long_prompt", max), ("half_short_prompt", min)):
         register.record(claim, None, evidence="one dtype only in this run")
         show(f"{half_said} This run does not decide it: one dtype only in this run.")
         continue
-    verdict, gain, versus = ratio_claim(claim, main, (half, most), at(common), after=f" ({half} {kind})")
+    verdict, gain, versus, how = ratio_claim(claim, main, (half, most), at(common), after=f" for {half} {kind}")
     faster = ("faster than" if gain.low > 1 else "slower than" if gain.high < 1 else
-              "about as fast as (its interval reaches 1x)")  # a direction only beyond the runs' interval
+              "about as fast as")  # a direction only beyond the runs' interval
     show(f"At {tokens(at(common))} {half} " + claims.pick(
         verdict, held=f"is {faster} {main_dt}: it runs **{gain.text('.2f', 'x')}** as fast",
         not_held=f"is {faster} {main_dt}: it runs {gain.text('.2f', 'x')} as fast",
-        unresolved=f"runs {gain.text('.2f', 'x')} as fast as {main_dt}") + f", {versus}.")
+        unresolved=f"runs {gain.text('.2f', 'x')} as fast as {main_dt}") + f", {versus}.", how=how)
 
 # %% [markdown]
 # ## One layer down: where the worst pass's time went
@@ -1035,14 +1066,19 @@ show(claims.pick(
                   f"({prose.ms(in_part.self_ms / 1e3)}).{note}",
     not_held=f"{took}, and its {miss} is spread over the parts (the largest, {top_part.term}, holds {share:.0%} of it): "
              "no one part explains it.",
-    unresolved=f"{took}; under the profiler {top_part.term}, the part furthest {'over' if sign > 0 else 'under'} its "
-               f"price, holds {shares.text('.0%')} of the {miss} over the profiled runs: against more than half, "
-               f"{lean(shares, 0.5, np.inf, '.0%')}.",
-    not_measured=f"No pass lay wholly outside the tolerance of its price (the furthest, {label(*w_cfg)} at "
-                 f"{tokens(w_tokens)}, took {ratio[worst_key].text('.2f', 'x')} its prediction), so there was no miss to "
-                 f"take apart; its parts are tabled above, where **{top_part.term}** holds the most of its {miss} "
+    unresolved=f"{took}. Under the profiler {top_part.term}, the part furthest {'over' if sign > 0 else 'under'} its "
+               f"price, holds {shares.text('.0%')} of the {miss}: whether that is most of it is "
+               f"{close_call(shares, 0.5)}.",
+    not_measured=f"The pass furthest from its price ({label(*w_cfg)} at {tokens(w_tokens)}, "
+                 f"{ratio[worst_key].text('.2f', 'x')} its prediction) was not clearly off it, so there was no miss to "
+                 "take apart. Its parts "
+                 f"are tabled above, where **{top_part.term}** holds the most of its {miss} "
                  f"({top_part.excess_ms:+.1f} ms: {prose.ms(top_part.profiled_ms / 1e3)} under the profiler against "
-                 f"{prose.ms(top_part.predicted_ms / 1e3)} priced)."))
+                 f"{prose.ms(top_part.predicted_ms / 1e3)} priced)."),
+    how=f"A pass is a miss when the 95 % interval of its ratio to its price lies wholly outside its band (its price's "
+        f"range, widened by {claims.PREDICTED_TIME:g}x). A part holds most of the {miss} when its share, over the "
+        f"{profiled_runs} profiled runs, is at least half"
+        + (f"; in this run {lean(shares, 0.5, np.inf, '.0%')}." if verdict == claims.UNRESOLVED else "."))
 
 # %% [markdown]
 # ## Computing less of the output
@@ -1139,27 +1175,35 @@ verdict = register.record("last_logits_saving_as_predicted", None if not priced_
                                     ", ".join(f"{tokens(p)}: {v.text('.2f', 'x')}" for p, v in over_price.items())),
                           evidence=f"last_vs_all_runs.csv, {label(*main)}, {logits_runs} runs")
 over = f"the {len(saving)} lengths" if len(saving) > 1 else "the one length"
-texts = "; ".join(f"{tokens(r.prompt_tokens)}: {r.extra_ms:.1f} ms against {r.predicted_extra_ms:.1f} "
-                  f"(saving {r.saving:.0%})" for r in saving.itertuples())
+texts = (f"{prose.and_list(f'{x:.1f}' for x in saving.extra_ms)} ms at "
+         f"{prose.and_list(f'{p:,}' for p in saving.prompt_tokens)} tokens, priced at "
+         f"{prose.and_list(f'{x:.1f}' for x in saving.predicted_extra_ms)} ms. Taking the last position's logits only "
+         f"saved {prose.and_list(f'{x:.0%}' for x in saving.saving)} of the all-position pass")
 far_off = max(over_price, key=lambda p: abs(np.log(max(over_price[p].mid, 1e-3)))) if over_price else None
-cost_ = (f"The extra head rows cost **{geo.text('.2f', 'x')}** their price over {over}, geometric mean of each length's "
-         f"own ratio ({texts})" if geo else
-         f"Over {over} the all-position logits added {texts}; at {', '.join(tokens(p) for p in zero)} the runs' "
-         "interval of the extra time reaches none at all" if zero else "")
-flop = f" The FLOP count alone predicted savings of {', '.join(f'{x:.0%}' for x in saving.flop_count_saving)}."
-worst = (f"the length furthest from its price is {tokens(far_off)}, {over_price[far_off].text('.2f', 'x')}"
-         if far_off and geo else "so no ratio to the price is given")
-show(claims.pick(
-    verdict, held=f"{cost_}: within the tolerance of chapter 0's head at those rows; {worst}.{flop}",
-    not_held=f"{cost_}: {'more' if geo and geo.mid > 1 else 'less'} than chapter 0's head at those rows costs, beyond the "
-             f"tolerance, and {worst}; one layer down, below, the profiler splits the longest.{flop}",
-    unresolved=f"{cost_}, give or take the tolerance: "
-               + (lean(geo, 1 / claims.PREDICTED_TIME, band_top.mid * claims.PREDICTED_TIME, ".2f", "x") if geo else
-                  "more runs would tell the extra time from none")
-               + f"; {worst}.{flop}",
+flop = f" The FLOP count alone predicted savings of {prose.and_list(f'{x:.0%}' for x in saving.flop_count_saving)}."
+worst = (f"The length furthest from its price is {tokens(far_off)}, {over_price[far_off].text('.2f', 'x')}."
+         if far_off and geo else "")
+lo_, hi_ = 1 / claims.PREDICTED_TIME, (band_top.mid * claims.PREDICTED_TIME if band_top else np.inf)
+cost_ = f"Over {over} the extra head rows cost **{geo.text('.2f', 'x')}** their price" if geo else ""
+show((f"Computing every position's logits added {texts}. " if priced_all else "") + claims.pick(
+    verdict, held=f"{cost_}, as predicted. {worst}{flop}",
+    not_held=(f"{cost_}: {'more' if geo.mid > 1 else 'less'} than chapter 0's head at those rows costs. {worst}"
+              if geo else f"At {prose.and_list(tokens(p) for p in zero if over_price[p].high <= 0)} the all-position "
+              "pass took no longer than the last-position one, so no ratio to the price is given.")
+             + f" One layer down, below, the profiler splits the longest.{flop}",
+    unresolved=(f"{cost_}: {close_call(geo, lo_, hi_)}. {worst}" if geo else
+                f"At {prose.and_list(tokens(p) for p in zero)} the extra time is too small to tell from none, so no "
+                "ratio to the price is given.")
+               + flop,
     not_measured=f"{saving_said} This run does not decide it: the cost model prices no extra time for the head's extra "
                  f"rows at some of {over} (chapter 0 timed the LM head at {head_rows} rows, and more rows took it no "
-                 "longer), so there is nothing to set the measured extra against."))
+                 "longer), so there is nothing to set the measured extra against."),
+    how=None if not priced_all else
+    "Each length's extra time is taken within a run (the two passes back to back) and set over its price; the "
+    "figure is the geometric mean of those ratios over the lengths, with its 95 % interval. It counts as priced "
+    f"within {lo_:.2f}x to {hi_:.2f}x: the price's own range (chapter 0's fastest calls to its median ones), widened by "
+    f"{claims.PREDICTED_TIME:g}x. A length whose extra time's interval reaches zero gives no ratio"
+    + (f"; in this run {lean(geo, lo_, hi_, '.2f', 'x')}." if geo and verdict == claims.UNRESOLVED else "."))
 facts = load_reference("ch09_facts").set_index("fact").value.astype(float)
 show(f"The source chapter predicted {facts['last_position_logits_saving_predicted']:.0f} per cent for GPT-2 small from "
      f"the FLOP count and measured {facts['last_position_logits_saving_cpu_lo']:.0f} to "
@@ -1199,22 +1243,26 @@ verdict = register.record("logits_extra_is_the_head", None if not head_priced el
                           measured=(extra_mm_runs * 1e3).text(".1f", "ms"),
                           evidence=f"logits_parts.csv, torch.profiler, {tokens(n_logits)}")
 head_extra = prose.span(extra_span.low * 1e3, extra_span.high * 1e3, ".1f", "ms")
-whole = f"; the whole pass takes {prose.ms(logits_parts.extra_ms.sum() / 1e3)} more under the profiler."
+whole = f". Under the profiler the whole pass takes {prose.ms(logits_parts.extra_ms.sum() / 1e3)} more."
+_ok = [x * 1e3 for x in claims.allowed(extra_span, claims.PREDICTED_TIME)]  # ms: what counts as priced
 show(claims.pick(
     verdict, held=f"At {tokens(n_logits)} the matrices take {prose.ms(extra_mm_runs.mid)} more with every position's "
-                  f"logits, within the tolerance of the {head_extra} the head's extra rows cost at chapter 0's rate{whole}",
+                  f"logits, as predicted: the head's extra rows cost {head_extra} at chapter 0's rate{whole}",
     not_held=f"At {tokens(n_logits)} the matrices take {prose.ms(extra_mm_runs.mid)} more with every position's logits, "
              f"{'more' if extra_mm_runs.mid > extra_span.mid else 'less'} than the {head_extra} the head's extra rows "
-             "cost at chapter 0's rate, beyond the tolerance: inside the pass the head's product does not cost what "
-             f"chapter 0 timed alone{whole}",
+             f"cost at chapter 0's rate: inside the pass the head's product does not cost what chapter 0 timed "
+             f"alone{whole}",
     unresolved=f"At {tokens(n_logits)} the matrices take {(extra_mm_runs * 1e3).text('.1f', 'ms')} more with every "
-               f"position's logits over the profiled pairs, against {head_extra} for the head's extra rows at chapter "
-               "0's rate, give or take the tolerance: "
-               + (lean(extra_mm_runs * 1e3, *(x * 1e3 for x in claims.allowed(extra_span, claims.PREDICTED_TIME)),
-                       ".1f", " ms") if head_priced else "") + whole,
+               f"position's logits, against {head_extra} for the head's extra rows at chapter 0's rate: "
+               + (close_call(extra_mm_runs * 1e3, *_ok) if head_priced else "") + whole,
     not_measured=f"{head_said} This run does not decide it: the cost model prices no extra time for the head's extra "
                  f"rows at {tokens(n_logits)} (chapter 0 timed the LM head at {head_rows} rows, and more rows took it no "
-                 "longer), so there is nothing to set the profiled extra against."))
+                 "longer), so there is nothing to set the profiled extra against."),
+    how=None if not head_priced else
+    f"The matrices' extra is taken in each of {profiled_runs} profiled pairs; its range is the 95 % interval of the "
+    f"median, {(extra_mm_runs * 1e3).text('.1f', 'ms')}. It counts as priced within {claims.PREDICTED_TIME:g}x either "
+    f"way of the price's range, {prose.span(*_ok, '.1f', 'ms')}"
+    + (f"; in this run {lean(extra_mm_runs * 1e3, *_ok, '.1f', ' ms')}." if verdict == claims.UNRESOLVED else "."))
 prose.shown(logits_parts.round(2))
 
 # %%
@@ -1231,12 +1279,17 @@ if again:
                               evidence=f"{label(*main)}, {tokens(again[-1])}")
     show(f"The {again[-1]:,}-token pass took {(s * 1e3).text(',.0f', 'ms')} in the sweep and "
          f"{(cell * 1e3).text(',.0f', 'ms')} here: " + claims.pick(
-             verdict, held="the same, within the tolerance for a ratio.",
-             not_held="the machine's speed moved between the two cells by more than the tolerance, so compare the two "
-                      "kinds of logits only within one cell.",
-             unresolved="against a ratio of 1, give or take the tolerance, "
-                        + lean(cell / s, 1 / claims.PREDICTED_RATIO, claims.PREDICTED_RATIO, ".2f", "x")
-                        + "; compare the two kinds of logits within one cell."))
+             verdict, held="the same, as predicted.",
+             not_held=f"{(cell / s).mid:.2f} times as long, so the machine's speed moved between the two cells; "
+                      "compare the two kinds of logits only within one cell.",
+             unresolved="whether that is the same time is "
+                        + close_call(cell / s, 1 / claims.PREDICTED_RATIO, claims.PREDICTED_RATIO)
+                        + "; compare the two kinds of logits within one cell."),
+         how=f"The two count as the same time when the ratio of this cell's time to the sweep's, "
+             f"{(cell / s).text('.2f', 'x')} (the range is the widest the 95 % intervals of the two medians allow), lies within "
+             f"{claims.PREDICTED_RATIO:g}x of 1 either way"
+             + (f"; in this run {lean(cell / s, 1 / claims.PREDICTED_RATIO, claims.PREDICTED_RATIO, '.2f', 'x')}."
+                if verdict == claims.UNRESOLVED else "."))
 else:
     register.record("same_pass_reproduces", None, evidence="no logits length is also in the sweep")
     show(f"{same_said} This run does not decide it: no logits length is also in the sweep.")
@@ -1311,17 +1364,21 @@ verdict = register.record("floor_shorter_than_reference_gpu",
                           evidence=f"{label(*main)} against the source chapter's GPU, margin {margin:.0%}")
 show(claims.pick(
     verdict, held=(f"Here the time leaves the 1-token floor after {tokens(flat_spread.mid)}"
-                   if flat_spread.high > ours_first else
+                   if flat_spread.mid > ours_first else
                    "Here there is no floor at all: the cost rises from the first token")
     + f", sooner than on the reference GPU, whose {gpu.floor_ms:.1f} ms floor hid the prompt's work up to "
       f"{tokens(gpu.flat_until_tokens)}.",
-    unresolved=f"Here the time stays on the 1-token floor up to {tokens(flat_spread.mid)} (its readings: "
-               f"{readings_text}), about as long as the reference GPU's {tokens(gpu.flat_until_tokens)}: against leaving "
-               f"it sooner, {lean(flat_spread, 0.0, float(gpu.flat_until_tokens) - 1, '.0f', ' tokens')}.",
+    unresolved=f"Here the time stays on the 1-token floor up to {tokens(flat_spread.mid)}, about as long as the "
+               f"reference GPU's {tokens(gpu.flat_until_tokens)}: whether it leaves it sooner is "
+               f"{close_call(flat_spread, 0.0, float(gpu.flat_until_tokens) - 1)}.",
     not_held=f"This machine stays on its floor up to {tokens(flat_spread.mid)}, at least as long as the reference GPU "
              f"({tokens(gpu.flat_until_tokens)}): its floor hides the per-token work as well.",
     not_measured=f"{gpu_said} This run does not decide it: this run's time never left its floor up to its longest "
-                 "prompt."))
+                 "prompt."),
+    how=None if verdict != claims.UNRESOLVED else
+    f"The floor's end is read off the points' medians and off the two ends of their 95 % intervals ({readings_text}); "
+    f"it leaves the floor sooner than the GPU when every reading is shorter than {tokens(gpu.flat_until_tokens)}. In "
+    f"this run {lean(flat_spread, 0.0, float(gpu.flat_until_tokens) - 1, '.0f', ' tokens')}.")
 
 # %% [markdown]
 # ## What these numbers do not show
