@@ -146,8 +146,9 @@ opening = prose.Opening()
 # ## Predict first
 #
 # Each step is priced at the middle of its run (the context plus half the steps): the weights at one row (the
-# larger of their bytes at the rate the model's matrix-vector products stream them and their FLOPs at `F(1)`:
-# at one row they are the same number), attention's read of the cache at chapter 0's rate for that size, the
+# larger of their bytes at the rate the model's matrix-vector products stream them and their FLOPs at
+# [`F(1)`](glossary.md#matrix-rate-fm), chapter 0's matrix rate at one row: the two give the same number),
+# attention's read of the cache at chapter 0's rate for that size, the
 # growing cache's copy, and dispatch (the same step, its matrices and attention hollowed out). The textbook's
 # streaming floor, the same bytes over the streaming read, is shown beside it. What a step reads, and chapter 0's
 # rates for each configuration:
@@ -171,7 +172,7 @@ def cache_copy_gb_s(dt: str, n: int, tokens_: int) -> float:
 
 
 step_inputs = pd.DataFrame([dict(configuration=label(dt, n), weights_mb=shape.with_dtype(dt).weight_bytes / 1e6,
-                                 cache_kb_per_token=shape.with_dtype(dt).kv_bytes_per_token / 1e3,
+                                 cache_kib_per_token=shape.with_dtype(dt).kv_bytes_per_token / 1024,
                                  matrix_vector_gb_s=ceilings.weight_rate(model_name, dt, n) / 1e9,
                                  cache_read_gb_s=cache_read_gb_s(dt, n, mid_first),
                                  cache_copy_gb_s=cache_copy_gb_s(dt, n, mid_first),
@@ -185,7 +186,7 @@ show(f"The shortest context is {contexts[0]} tokens and a run takes `steps` = {s
 prose.shown(step_inputs.round(2))
 
 # %% [markdown] tags=["predict"]
-# **Predict first.** From the table above: a step reads every weight once and its cache (*cache (kB per token)* times
+# **Predict first.** From the table above: a step reads every weight once and its cache (*cache (KiB per token)* times
 # the cached tokens just printed), its matrix-vector products stream the weights at *matrix vector (GB/s)*,
 # attention reads the cache at *cache read (GB/s)* and the copy moves it twice at *cache copy (GB/s)*, and issuing the
 # step costs *dispatch (ms)* beside them. For the
@@ -220,9 +221,9 @@ prose.prediction(f"Prediction ({label(*main)}, context {first.context_tokens}): 
 # %% [markdown]
 # ## The sweep
 #
-# For each context, one prefill builds the cache; then `runs` runs, each of `steps` greedy steps from every
-# context of every configuration in turn (the cache cropped back to its context first, and `warmup_steps` untimed
-# steps), so that a slow spell of a shared machine lands on one run of everything rather than on one
+# For each context, one prefill builds the cache; then nine runs by default (`runs`), each of eight greedy steps
+# (`steps`) from every context of every configuration in turn (the cache cropped back to its context first, and
+# `warmup_steps` untimed steps), so that a slow spell of a shared machine lands on one run of everything rather than on one
 # configuration, and a difference or a ratio between two points is taken within a run. Each step's time runs from
 # one token's host readback to the next, and its page faults are counted; a run's step time is the median of its
 # steps, and a point is the median of its runs with the 95 % interval of that median. Each run is set beside its
@@ -413,10 +414,10 @@ for (dt, n), g in decode.groupby(["dtype", "threads"], sort=False):
 mine = decode[(decode.dtype == main[0]) & (decode.threads == main[1])]
 ax_s.set(xscale="log", yscale="log", xlabel="context tokens at the start of the run", ylabel="decode step (ms)")
 ax_s.set_title(f"{label(*main)}: a step is {prose.span(mine.over_predicted.min(), mine.over_predicted.max(), '.2f')}x its cost "
-               f"model, {prose.span(mine.over_streaming_floor.min(), mine.over_streaming_floor.max())}x its streaming floor",
+               f"model,\n{prose.span(mine.over_streaming_floor.min(), mine.over_streaming_floor.max())}x its streaming floor",
                fontsize=10)
 ax_b.set(xscale="log", xlabel="context tokens", ylabel="bytes a step must read / step time (GB/s)")
-ax_b.set_title("Implied bandwidth; dotted: streaming read, dashed: the model's matrix-vector rate", fontsize=10)
+ax_b.set_title("Implied bandwidth\n(dotted: streaming read; dashed: matrix-vector rate)", fontsize=10)
 for ax in (ax_s, ax_b):
     ax.set_xscale("log", base=2)
     ax.legend(fontsize=6)
@@ -465,8 +466,35 @@ verdict = register.record("decode_memory_bound", claims.verdict_of(all(o.high <=
                           measured=", ".join(f"{c}: {o.text('.2f', 'x')}" for c, o in over_floor.items()),
                           evidence=f"decode_sweep.csv (over_streaming_floor), {label(*main)}")
 within_slack = at_contexts("within", "took")
+rule_says = list(dict.fromkeys(r.label for r in mine_labels))  # the regime rule's labels, by the largest term
+table_says = list(dict.fromkeys(mine.regime))  # the table's regime column: the rule's, or by the parts above the floor
+said = {k: prose.and_list(f"*{x}*" for x in v) for k, v in (("rule", rule_says), ("table", table_says))}
+named_as = (f"The regime rule and the table's regime column label these steps {said['table']}" if table_says == rule_says
+            else f"The regime rule labels these steps {said['rule']}, by their largest term; the table's regime column "
+            f"says {said['table']}, because a step whose whole interval lies over {slack:g}x its streaming floor is "
+            "named there by what adds most above that floor (the glossary's Regimes)")
+
+
+def other_threads(dt: str, n: int) -> str:
+    """The same test for another fp32 configuration (fewer threads), in plain words from the table's regimes."""
+    g = decode[(decode.dtype == dt) & (decode.threads == n)].set_index("context_tokens")
+    near = [c for c in contexts if g.regime[c] == "memory-bound"]
+    times = prose.and_list(f"{g.over_streaming_floor[c]:.2f}x" for c in near)
+    rest_ = [c for c in contexts if c not in near]
+    where_ = (f"up to {near[-1]} tokens" if near == contexts[:len(near)] and len(near) > 1 else
+              f"at {prose.and_list(near)} tokens")
+    core = "on one core" if n == 1 else f"on {n} threads"
+    if not near:
+        took = prose.span(g.over_streaming_floor.min(), g.over_streaming_floor.max(), ".2f", "x")
+        return f"With {label(dt, n)}, the steps took {took} their streaming floor, none of them memory-bound in the table above."
+    return (f"With {label(dt, n)}, the steps took {times} their streaming floor {where_}"
+            + (f", within {slack:g}x of it" if all(g.over_streaming_floor[c] <= slack for c in near) else "")
+            + f": memory-bound in the table above, the textbook's regime {core}"
+            + ("." if not rest_ else "; " + "; ".join(f"at {c} tokens {g.over_streaming_floor[c]:.2f}x, "
+                                                                 f"{g.regime[c].replace('floor: ', 'floor, by ')}"
+                                                       for c in rest_) + "."))
 over_cs = [c for c in contexts if side[c] == "over"]
-show(f"The steps took **{floor_span}** the time their bytes take at the streaming read "
+show(f"With {label(*main)}, the steps took **{floor_span}** the time their bytes take at the streaming read "
      f"({ceilings.stream_bandwidth(*main) / 1e9:.1f} GB/s)" + claims.pick(
          verdict, held=f", every one within {slack:g}x: bandwidth-bound, as the textbook says.",
          not_held=f"; {'every step' if len(over_cs) == len(contexts) else 'at ' + prose.and_list(over_cs) + ' tokens the steps'}"
@@ -480,8 +508,9 @@ show(f"The steps took **{floor_span}** the time their bytes take at the streamin
          + claims.pick(verdict, held="every interval lies within it.", not_held=f"{at_contexts('over', 'took')}, wholly over it"
                        f"{f'; {rest}' if rest else ''}.", unresolved=f"{at_contexts('straddle', 'took')}, straddling it"
                        f"{f'; {within_slack}, within it' if within_slack else ''}.")
-         + f" The regime rule labels the steps {', '.join(dict.fromkeys(r.label for r in mine_labels))}; by its parts "
-         f"the step at {c_far} tokens is {bound_by(kind_first, spread[(*main, c_far)])}.")
+         + f" {named_as}; by its parts the step at {c_far} tokens is {bound_by(kind_first, spread[(*main, c_far)])}.")
+for other in [c for c in growth_configs if c != main]:  # the other thread counts, told plainly
+    show(other_threads(*other))
 
 kind_of = made_of(k_first := (*main, contexts[0]))
 w_rate, s_rate = ceilings.weight_rate(model_name, *main) / 1e9, ceilings.stream_bandwidth(*main) / 1e9
@@ -558,9 +587,9 @@ show(pacer.claim(register, results, "the sweep"))
 
 # %%
 narrow_claim = ("The 2-byte dtype's step takes the time relative to fp32's that the cost model predicts (each run's own "
-                "ratio, against the predicted one, their geometric mean over the contexts); it does not hold either if "
-                "the step was more than 5 % slower than fp32's, beyond its interval, at every context priced more than "
-                "5 % faster, or the reverse.")
+                "ratio, against the predicted one, their geometric mean over the contexts); it does not hold either if, "
+                "at every context where the cost model priced it faster than fp32's, its step was slower, its whole "
+                "interval above 1x and more than 5 % above the priced ratio, or the reverse.")
 register.claim("narrow_dtype_as_priced", narrow_claim)
 narrow = [(dt, n) for dt, n in configs if dt != "fp32" and ("fp32", n) in configs]
 if narrow:
@@ -579,40 +608,45 @@ if narrow:
              f"products at {ceilings.weight_rate(model_name, nc[0], 1) / 1e9:.1f} GB/s on one thread against "
              f"{ceilings.weight_rate(model_name, *nc) / 1e9:.1f} on {nc[1]}." if 0.1 < two_modes < 0.9 and apart and nc[1] > 1
              and 1 in ceilings.threads(nc[0]) else "")
-    # The tolerance for a ratio is wider than the difference the two dtypes are priced at: a step measured slower
-    # (or faster), beyond its interval, at every context priced the other way by more than the noise did not do
-    # what was predicted, whatever the factor.
-    priced_faster = [m for m, p in pairs if p < 1 - claims.NOISE]
-    priced_slower = [m for m, p in pairs if p > 1 + claims.NOISE]
-    wrong_way = ("slower" if priced_faster and all(m.low > 1 + claims.NOISE for m in priced_faster) else
-                 "faster" if priced_slower and all(m.high < 1 - claims.NOISE for m in priced_slower) else "")
+    # The tolerance for a ratio is wider than the difference the two dtypes are priced at: at every context priced
+    # faster than fp32 (a ratio under 1x), a step measured slower (its whole interval above 1x) and more than the
+    # noise from the price did not do what was predicted, whatever the factor (and the reverse).
+    priced_faster = [(c, m, p) for c, (m, p) in zip(contexts, pairs) if p < 1]
+    priced_slower = [(c, m, p) for c, (m, p) in zip(contexts, pairs) if p > 1]
+    wrong_way = ("slower" if priced_faster and all(m.low > 1 and m.low > p * (1 + claims.NOISE)
+                                                   for _, m, p in priced_faster) else
+                 "faster" if priced_slower and all(m.high < 1 and m.high < p / (1 + claims.NOISE)
+                                                   for _, m, p in priced_slower) else "")
+    against = priced_faster if wrong_way == "slower" else priced_slower if wrong_way else []
     if wrong_way:
-        against = priced_faster if wrong_way == "slower" else priced_slower
-        modes = ((f" At each of the {len(against)} contexts" if len(against) > 1 else " At the one context")
-                 + f" the cost model priced {'faster' if wrong_way == 'slower' else 'slower'} by more than "
-                 f"{claims.NOISE:.0%}, {nc[0]}'s step was "
-                 f"{wrong_way} than fp32's by more than {claims.NOISE:.0%}, its whole interval beyond that: a wrong-way "
-                 "step, which a ratio's tolerance would hide." + modes)
+        modes = (f" At {prose.and_list(c for c, _, _ in against)} tokens, where the cost model priced {nc[0]}'s step "
+                 f"{'faster' if wrong_way == 'slower' else 'slower'} than fp32's ("
+                 + ", ".join(f"{p:.2f}x" for _, _, p in against) + f"), it was {wrong_way} ("
+                 + ", ".join(f"{m.mid:.2f}x" for _, m, _ in against) + "): the price got the direction wrong." + modes)
     verdict = register.record("narrow_dtype_as_priced", claims.NOT_HELD if wrong_way else
                               claims.within(vs_predicted, 1.0, claims.PREDICTED_RATIO),
                               predicted=", ".join(f"{p:.2f}x" for _, p in pairs),
                               measured=", ".join(f"{m.mid:.2f}x" for m, _ in pairs),
                               evidence=f"decode_sweep.csv, {label(*nc)} against fp32")
     priced_span = f"{min(p for _, p in pairs):.2f} to {max(p for _, p in pairs):.2f}"
+    way_how = ("" if not priced_faster + priced_slower else " Its direction, context by context: "
+               + "; ".join(f"{c} tokens priced {p:.2f}x, measured {m.text('.2f', 'x')}" for c, (m, p) in zip(contexts, pairs))
+               + f". The step went the wrong way if, at every context priced faster than fp32 (under 1x), its whole "
+               f"interval lies above 1x and more than {claims.NOISE:.0%} above the price, or the reverse: "
+               + ("so it did." if wrong_way else "not so here."))
     support = f"chapter 0: this device {'has' if ceilings.hardware_support(nc[0]) else 'has no'} {nc[0]} instructions"
     ratio_ok = claims.within(vs_predicted, 1.0, claims.PREDICTED_RATIO) == claims.HELD
     show(f"Over the contexts, {nc[0]} steps took {min(m.mid for m, _ in pairs):.2f} to "
          f"{max(m.mid for m, _ in pairs):.2f} times fp32's, where the cost model, from each dtype's own kernel rates, "
          f"predicted {priced_span}" + claims.pick(
              verdict, held=": close enough to the price for a predicted ratio.",
-             not_held=(": within what a predicted ratio may miss by, but the step went the wrong way:"
-                       + modes[:2].lower() + modes[2:] if wrong_way and ratio_ok else
+             not_held=(": close to the price in size, but" + modes[:2].lower() + modes[2:] if wrong_way and ratio_ok else
                        f": further from it than a predicted ratio may lie.{modes}"),
              unresolved=f": too close to call, the mean of measured over predicted "
                         f"{claims.leaning(vs_predicted, 1 / claims.PREDICTED_RATIO, claims.PREDICTED_RATIO)}.{modes}"),
          how=f"Measured over predicted, each run's own ratio, their geometric mean over the contexts: "
              f"{vs_predicted.text('.2f', 'x')}, against the tolerance for a ratio of {claims.PREDICTED_RATIO:g}x "
-             f"({support}).")
+             f"({support}).{way_how}")
 else:
     register.record("narrow_dtype_as_priced", None, evidence="no 2-byte dtype beside fp32 at the same thread count")
     show(f"{narrow_claim} This run does not decide it: no 2-byte dtype beside fp32 at the same thread count in this run.")
@@ -881,6 +915,7 @@ for dt, n in growth_configs:
     alone_ms = prose.span(alone_span.low * 1e3, alone_span.high * 1e3, '.1f', 'ms')
     runs_of = {k: spread_of_runs(got[r].difference_s * 1e3) for k, r in (("grew", "grow_runs"), ("saved", "save_runs"))}
     why_saved = got["why_saved"]
+    beside_alone = ("above" if grew.mid > alone_span.high else "below" if grew.mid < alone_span.low else "about")
     for claim, statement, verdict, pred, meas, held, not_held, unresolved, how, lean_ in (
         (f"growth_follows_bytes_{tag(dt, n)}", "From the shortest context to the longest, the step grows by what the "
          "cost model adds for its cache (the read by attention, the copy by concatenation and its page faults, and the "
@@ -897,7 +932,8 @@ for dt, n in growth_configs:
          "attention and the concatenation timed alone in this chapter.",
          claims.within(grew, alone_span, claims.PREDICTED_TIME) if grew.low > 0 and alone_span.low > 0 else
          claims.NOT_HELD if grew.high <= 0 < alone_growth else claims.UNRESOLVED, alone_span, grew,
-         f"That is about what attention and the concatenation grow timed alone here ({alone_ms}).",
+         f"That is {beside_alone} what attention and the concatenation grow timed alone here ({alone_ms})"
+         + ("." if beside_alone == "about" else ", yet near enough to be theirs."),
          f"That is more than attention and the concatenation grow timed alone here ({alone_ms}), each with the cores "
          "to itself.",
          f"Timed alone here, attention and the concatenation grow {alone_ms}: too close to call against the step's growth.",
@@ -941,6 +977,9 @@ results.table(pd.concat({f"{dt}, {n} threads": t for (dt, n), t in inside_growth
 _ = results.table(pd.concat(run_rows, ignore_index=True), "growth_by_run")  # not shown: a path
 
 # %% [markdown]
+# Chapter 4 measures the same growth another way, over whole requests whose caches grow as they decode, rather than
+# one cache cropped back to each context as here, and sets its slope beside this chapter's growth per 1,000 tokens.
+#
 # **Takeaway: the roofline's bytes are not all a step moves: a cache that grows by concatenation is copied at
 # every step as well as read; price the copy, or preallocate the cache.**
 #
@@ -1085,6 +1124,8 @@ if (w_dt, w_n) in growth_configs and top_part in ("cache copy", "attention"):
     alone_ms = float(growth.set_index(keys).loc[worst_key, "concatenation_ms" if top_part == "cache copy"
                                                  else "attention_alone_ms"])
 if verdict == claims.NOT_HELD:
+    not_alone = (f"this chapter timed the cache's parts alone only for {prose.and_list(label(*c) for c in growth_configs)}"
+                 if top_part in ("cache copy", "attention") else f"this chapter did not time the {top_part} alone")
     of_part = ops[ops.term == top_part]
     op = of_part.sort_values("self_ms").iloc[-1] if len(of_part) and of_part.self_ms.sum() > 0 else None
     off = row.profiled_ms - row.predicted_ms
@@ -1092,8 +1133,11 @@ if verdict == claims.NOT_HELD:
          f"from chapter 0's rate for that work; one layer down, the profiler measured {prose.ms(row.profiled_ms / 1e3)} "
          f"of it inside the step" + (f", {op.self_ms / of_part.self_ms.sum():.0%} of it in `{op.operator}` ({op.calls:.0f} calls a step)"
                                      if op is not None else "")
-         + ". " + ("This chapter did not time that part alone for this configuration, so whether its rate or its "
-                   "setting is off is not separated here." if alone_ms is None else
+         + ". " + (f"What was measured is that profiled {top_part} against its price, nothing more: {not_alone}. "
+                   f"Timing the same {top_part} alone "
+                   "here, at this step's sizes, would separate the two possible causes: if it took about its price "
+                   "alone, the extra time comes from running inside the step, among its other work; if it took about "
+                   "what it took in the step, chapter 0's rate for this work is wrong at this size." if alone_ms is None else
                    f"Timed alone in this chapter on a cache of that size, the same work took {prose.ms(alone_ms / 1e3)}, "
                    + (f"about its price: the price is right for the {top_part} by itself, and the {prose.ms(abs(off) / 1e3)} "
                       f"{'more' if off > 0 else 'less'} appears only inside the step, among its other work (the "
@@ -1159,9 +1203,11 @@ show(f"Chapter 0 ({label(*main)}): the streaming read **{ceilings.stream_bandwid
      "*Cache read (GB/s)* is its rate for attention reading the batch's caches, and *masked read (GB/s)* for reading "
      f"every position of a preallocated cache of {batch_context + batch_steps} (masked); *dispatch (ms)* and "
      "*dispatch static (ms)* are its times for issuing a step of that many sequences over each cache. A growing cache's "
-     f"new key or value tensor of one layer (*layer tensor (MiB)*) gets fresh pages from the operating system once it "
-     f"is {costmodel.FRESH_PAGES_BYTES >> 20} MiB or more (the allocator's threshold for mapping memory afresh): "
-     + (f"here from batch {fresh_from}." if fresh_from else "at none of these batches."))
+     f"new key or value tensor of one layer (*layer tensor (MiB)*) gets fresh pages from the operating system every "
+     f"step once it is {costmodel.FRESH_PAGES_BYTES >> 20} MiB or more (the allocator's threshold for mapping memory "
+     "afresh), "
+     + (f"here from batch {fresh_from}" if fresh_from else "at none of these batches")
+     + "; a smaller one may get them too, or reuse freed pages, as the allocator decides (the runs below count them).")
 prose.shown(batch_inputs.round(1))
 
 # %% [markdown] tags=["predict"]
@@ -1218,6 +1264,25 @@ ok_batches = [b for b in batches if fits[b]]
 batched_runs = batched_runs[batched_runs.batch.isin(ok_batches)].reset_index(drop=True)
 
 
+def fresh_pages_text(g: pd.DataFrame) -> str:
+    """Where the growing cache's runs took fresh pages (``g.fresh``), batch by batch, from the faults they counted."""
+    every = [b for b, r in g.groupby("batch") if r.fresh.all()]
+    some = [(b, r) for b, r in g.groupby("batch") if r.fresh.any() and not r.fresh.all()]
+    told = [f"in every run at batch{'es' * (len(every) > 1)} {prose.and_list(every)}"] if every else []
+    for b, r in some:
+        took, other = r[r.fresh], r[~r.fresh]
+        told.append(f"at batch {b} in {len(took)} of {len(r)} runs ({took.faults_per_step.median():,.0f} faults a step; "
+                    f"{'its' if len(took) == 1 else 'their'} step took {prose.ms(took.step_ms.median() / 1e3)} against "
+                    f"{prose.ms(other.step_ms.median() / 1e3)} in the others)")
+    none = [b for b, r in g.groupby("batch") if not r.fresh.any()]
+    if not told:
+        return "Counted in the runs, the growing cache took no fresh pages at any batch."
+    return ("Counted in the runs, the growing cache took fresh pages (a tenth or more of the pages its new tensors "
+            "would need, all mapped afresh) " + "; ".join(told)
+            + (f"; in no run at batch{'es' * (len(none) > 1)} {prose.and_list(none)}" if none else "")
+            + ". Each run is priced with the faults it took.")
+
+
 def batch_price(cache_kind: str, b: int, pages: float | None = None):
     """The cost model's batched step at ``batch_context`` (its page faults counted, when given)."""
     return cost[main].decode(batch_context + batch_steps // 2, batch=b, cache=cache_kind,
@@ -1236,8 +1301,12 @@ bgroups = batched_runs.groupby(["cache", "batch"], sort=False)
 bspread = {k: Spread.of(g.step_ms / 1e3) for k, g in bgroups}
 bratio = {k: Spread.of(g.ratio) for k, g in bgroups}
 bfaults = {k: float(g.faults_per_step.median()) for k, g in bgroups}
-prose.shown(batched[["cache", "batch", "step_ms", "step_ms_low", "step_ms_high", "predicted_ms", "over_predicted", "largest_term",
-         "tokens_per_s"]].round(2))
+display(prose.shown(batched[["cache", "batch", "step_ms", "step_ms_low", "step_ms_high", "predicted_ms", "over_predicted",
+                             "largest_term", "tokens_per_s"]].round(2)))
+grow_runs = batched_runs[batched_runs.cache == "dynamic"]
+afresh = grow_runs.batch * (kv_mid + 1) * shape.kv_bytes_per_token * ceilings.faults_per_byte(*main)  # all mapped afresh
+grow_runs = grow_runs.assign(fresh=grow_runs.faults_per_step >= 0.1 * afresh)  # a tenth of that or more: fresh pages
+show(fresh_pages_text(grow_runs))
 
 # %%
 dyn, stat = (batched[batched.cache == k].set_index("batch") for k in ("dynamic", "static"))
@@ -1345,8 +1414,11 @@ show("Where throughput peaked: " + "; ".join(peak_text(f, k) for f, k in ((dyn, 
      + ". " + ("Every batch's caches weighed less than the weights." if outweigh is None else
                f"The caches outweigh the weights from batch {outweigh} on ({outweigh * batch_context * shape.kv_bytes_per_token / 1e6:.0f} "
                f"MB against {shape.weight_bytes / 1e6:.0f} MB)" + (
-                   f", yet with a {' and a '.join(rose_past)} cache throughput kept rising past it: it rises while the "
-                   f"step grows more slowly than the batch, whichever bytes are larger." if rose_past else "."))
+                   f", yet with a {' and a '.join(rose_past)} cache throughput kept rising past it: from batch "
+                   f"{outweigh} to {top} " + " and ".join(
+                       f"the {k} cache's step grew {f.step_ms[top] / f.step_ms[outweigh]:.1f}x"
+                       for k, f in (("preallocated", stat), ("growing", dyn)) if k in rose_past)
+                   + f" while the batch grew {top / outweigh:g}x." if rose_past else "."))
      )
 
 # %% [markdown]
@@ -1562,17 +1634,22 @@ if same_shape:
     head_ms = cost[main].decode(batch_context, batch=top).term("LM head").best * 1e3 if head_left_out else 0.0
     like_ref = (bspread[("static", top)] * 1e3 - head_ms) * (comparison.matrix_vector_gb_s.iloc[1]
                                                              / comparison.matrix_vector_gb_s.iloc[0])
-    where = (f"This machine's preallocated step at batch {top} ({prose.ms(bspread[('static', top)].mid)}: no copy) less "
-             + (f"its LM head ({prose.ms(head_ms / 1e3)}), which the reference's {ref_weights_mb:.0f} MB of weights leave out, "
-                if head_left_out else "") + f"scaled by {comparison.matrix_vector_gb_s.iloc[1]:.1f} over "
-             f"{comparison.matrix_vector_gb_s.iloc[0]:.1f} GB/s, is **{prose.ms(like_ref.mid / 1e3)}**")
+    static_top = batch_price("static", top)  # its price's parts: what runs at the matrix-vector rate, and the rest
+    not_gemv = (static_top.best - static_top.term("block matrices").best - static_top.term("LM head").best) / (
+        static_top.best - (static_top.term("LM head").best if head_left_out else 0.0))
+    where = (f"This machine's preallocated step at batch {top} ({prose.ms(bspread[('static', top)].mid)}: no copy)"
+             + (f" less its LM head ({prose.ms(head_ms / 1e3)}), which the reference's {ref_weights_mb:.0f} MB of weights "
+                "leave out," if head_left_out else "") + " was scaled as a whole by the two machines' matrix-vector rates "
+             f"({comparison.matrix_vector_gb_s.iloc[1]:.1f} over {comparison.matrix_vector_gb_s.iloc[0]:.1f} GB/s), as if "
+             f"its attention and dispatch ({not_gemv:.0%} of its price) slowed on the reference in the same proportion as "
+             f"the weights' products: that gives **{prose.ms(like_ref.mid / 1e3)}**")
     verdict = register.record("reference_gap_is_head_and_copy", claims.within(like_ref, ref_ms, claims.ACROSS_MACHINES),
                               predicted=f"{prose.ms(ref_ms / 1e3)} (reference)", measured=like_ref.text(".0f", "ms"),
                               evidence="batched_decode.csv; wordfactory_part3_cpu.csv")
     against_ref = f"{like_ref.mid / ref_ms:.1f}x the reference's {prose.ms(ref_ms / 1e3)}"
     show(f"{where}, " + claims.pick(
-        verdict, held=f"within {claims.ACROSS_MACHINES:g}x of the reference's {prose.ms(ref_ms / 1e3)}: the copy, the "
-                      "head and the kernels' rates are where the difference came from.",
+        verdict, held=f"within {claims.ACROSS_MACHINES:g}x of the reference's {prose.ms(ref_ms / 1e3)}: on that "
+                      "assumption, the copy, the head and the matrix-vector rates account for the difference.",
         not_held=f"{against_ref}, further apart than two machines' times may be: the rest is not "
                  "separated here (NumPy against PyTorch's eager loop, and machines whose other ceilings differ).",
         unresolved=f"{against_ref}: too close to call, the median "
@@ -1686,9 +1763,13 @@ parts_text = (f"At {contexts[0]} tokens that is **{over_floor[contexts[0]].text(
 narrow_text = ""
 if narrow:
     spans = [prose.span(min(x), max(x), ".2f", "x") for x in ([m.mid for m, _ in pairs], [p_ for _, p_ in pairs])]
+    no_faster = all(m.mid >= 1 for m, _ in pairs)  # the narrower dtype gained nothing at any context
     narrow_text = f"{nc[0]}, half the bytes, took **{spans[0]}** fp32's time" + {
-        claims.HELD: ", as predicted. ", claims.NOT_HELD: f", where {spans[1]} was predicted. ",
-        claims.UNRESOLVED: f", against {spans[1]} predicted (too close to call). "}[register.verdict("narrow_dtype_as_priced")]
+        claims.HELD: (", no faster, " if no_faster else ", ") + f"near the {spans[1]} priced. ",
+        claims.NOT_HELD: (f": {wrong_way} at {prose.and_list(c for c, _, _ in against)} tokens, where priced "
+                          f"{'faster' if wrong_way == 'slower' else 'slower'}. " if wrong_way else
+                          f", where {spans[1]} was priced. "),
+        claims.UNRESOLVED: f", against {spans[1]} priced (too close to call). "}[register.verdict("narrow_dtype_as_priced")]
 batch_text = "" if top == one else (
     f"Batch {top} gave **{gains['dynamic'][0].mid:.1f}x** batch {one}'s throughput (growing cache), "
     f"**{gains['static'][0].mid:.1f}x** preallocated" + {
@@ -1696,9 +1777,12 @@ batch_text = "" if top == one else (
         claims.NOT_HELD: f", where {gains['dynamic'][1]:.1f}x and {gains['static'][1]:.1f}x were predicted. ",
         claims.UNRESOLVED: " (against the prediction, too close to call). ",
     }[register.verdict("batching_follows_its_bound")])
-n_missed = int((found.verdict == claims.NOT_HELD).sum())  # every miss in the evidence table below
-counted = (f"{n_missed} of {len(found)} predictions did not hold." if n_missed > 1
-           else f"One of {len(found)} predictions did not hold." if n_missed else "")
+n_failed, n_open = (int((found.verdict == v).sum()) for v in (claims.NOT_HELD, claims.UNRESOLVED))  # the table's misses
+counted = " and ".join(filter(None, (
+    f"{prose.count(n_failed, 'prediction')} failed" if n_failed else "",
+    f"{prose.count(n_open, 'prediction').split()[0] if n_failed else prose.count(n_open, 'prediction')} "
+    f"{'was' if n_open == 1 else 'were'} left open" if n_open else "")))
+counted = f"{counted[:1].upper()}{counted[1:]}: see the evidence table." if counted else ""
 opening.write(head + grew_text + ". " + price + parts_text + narrow_text + batch_text + counted,  # the longest that fits
               head + ". " + price + parts_text + narrow_text + batch_text + counted,
               head + ". " + price + parts_text + batch_text + counted,

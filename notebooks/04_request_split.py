@@ -49,7 +49,7 @@ import pandas as pd
 import torch
 from IPython.display import Markdown, display
 
-from lib import claims, costmodel, machine, metrics, objectives, params, phases, prose, roofline, shapes, sweeps, timing
+from lib import claims, costmodel, machine, metrics, objectives, params, phases, prose, shapes, sweeps, timing
 from lib.claims import Spread
 from lib.device import describe_environment, resolve_dtype
 from lib.models import load_model, random_prompt
@@ -164,8 +164,8 @@ split["predicted_tpot_median_ms"] = [np.mean([cost.decode(p + i).median for i in
 split["predicted_tpot_ms"] = [np.mean([cost.decode(p + i).best for i in range(1, o)]) * 1e3 if o > 1 else np.nan
                               for p, o in zip(split.prompt_tokens, split.output_tokens)]
 results.table(split, "request_split")
-prose.shown(split[["prompt_tokens", "output_tokens", "e2e_ms", "e2e_ms_low", "e2e_ms_high",
-       "goodput"]].round(3))  # TTFT, TPOT and the phases' shares: in the sections that ask about them first
+prose.shown(split[["prompt_tokens", "output_tokens", "e2e_ms", "e2e_ms_low", "e2e_ms_high"]].round(3))  # the rest: in
+# the sections that ask about them first (TTFT, TPOT, the phases' shares, and goodput once it is defined)
 
 # %% [markdown] tags=["predict"]
 # ## TTFT and the prompt
@@ -175,14 +175,23 @@ prose.shown(split[["prompt_tokens", "output_tokens", "e2e_ms", "e2e_ms_low", "e2
 # arithmetic at one rate, would it stay the same, double or quadruple each time the prompt doubles? Would a fixed
 # cost per pass, paid at every prompt length, pull the fitted exponent above 1 or below it?
 
+# %%
+prompts = sorted({p for p, _ in pairs})  # the grid's prompt lengths
+priced_ttft = {p: cost.prefill(p).best * 1e3 for p in prompts}  # ms, the cost model's TTFT
+priced_exponent = np.polyfit(np.log(prompts), np.log(list(priced_ttft.values())), 1)[0] if len(prompts) > 1 else None
+prose.prediction(
+    "If TTFT were all arithmetic at one rate, it would **double** each time the prompt doubles: the matrices' FLOPs, "
+    "`2 x parameters x T`, grow in proportion to `T` (an exponent of 1); it would quadruple only if attention's "
+    "`T x T` part were most of the pass, and at these lengths it is small. A fixed cost per pass, paid at every length "
+    "(issuing the pass's operations, reading every weight once), adds the same milliseconds to a short prompt as to a "
+    "long one, so it weighs most on the short prompts and pulls the fitted exponent **below 1**."
+    + (f" The cost model has both: it prices TTFT at {prose.ms(priced_ttft[prompts[0]] / 1e3)} for {prompts[0]} prompt "
+       f"tokens and {prose.ms(priced_ttft[prompts[-1]] / 1e3)} for {prompts[-1]:,}, "
+       f"{priced_ttft[prompts[-1]] / priced_ttft[prompts[0]]:.0f}x "
+       f"for {prompts[-1] / prompts[0]:.0f}x the tokens; fitted over the grid's prompt lengths, its exponent is "
+       f"{priced_exponent:.2f}, {2 ** priced_exponent:.2f}x per doubling." if priced_exponent is not None else ""))
+
 # %% [markdown]
-# <details><summary>The book's prediction (open it once you have written yours)</summary>
-#
-# TTFT is a prefill, whose FLOPs grow with every prompt token, so TTFT rises with the
-# prompt whatever the output length.
-#
-# </details>
-#
 # The claim fits log TTFT against log prompt length over every request: its
 # slope is the exponent, and two to that power is the factor per doubling.
 
@@ -264,8 +273,7 @@ model_slope = (cost.decode(int(c_high)).best - cost.decode(int(c_low)).best) * 1
 model_slope_median = (cost.decode(int(c_high)).median - cost.decode(int(c_low)).median) * 1e6 / (c_high - c_low)
 # the price's slope at chapter 0's fastest and median calls: the range every cost-model price is allowed (lib.claims)
 price_slope = Spread(min(model_slope, model_slope_median), model_slope, max(model_slope, model_slope_median))
-predicted_growth = (roofline.decode_cost(shape, 1, int(c_high)).bytes
-                    / roofline.decode_cost(shape, 1, int(c_low)).bytes - 1)
+priced_growth = cost.decode(int(c_high)).best / cost.decode(int(c_low)).best - 1  # the cost model's, shortest to longest
 slope = claims.theil_sen(decoded.context_tokens, decoded.tpot_ms * 1e3).mid if lines else np.nan  # ms per 1k tokens
 # the requests' own TPOTs at the shortest and the longest context (medians over their runs), not a line's ends
 measured_growth = (decoded[decoded.context_tokens == c_high].tpot_ms.median()
@@ -293,6 +301,8 @@ growth_text = (f"From mean context {c_low:.0f} to {c_high:.0f}, TPOT {'grew' if 
                f"**{abs(measured_growth):.0%}**: **{slope:.1f} ms** per 1,000 tokens of context, by the line through every "
                "request") if lines else ""
 runs_lean = len(slopes) and ((slopes > allowed_slope[1]).all() or (slopes < allowed_slope[0]).all())
+lean_way = "above" if len(slopes) and (slopes > allowed_slope[1]).all() else "below"  # where every run's slope lies
+times_price = f"about {slope / model_slope:.1f}x" if model_slope > 0 else "against"  # the slope over the price
 show(claims.pick(
     verdict, held=f"{growth_text}, as the cost model predicts ({model_slope:.2f} ms): the cache's read and its copy, and "
                   "the rest of the step's growth with its cache that chapter 0 measured on the hollowed step, are what "
@@ -300,10 +310,10 @@ show(claims.pick(
     not_held=f"{growth_text}, not the cost model's {model_slope:.2f} ms (its bytes alone: {bytes_slope:.2f} ms). The section "
              "*What grows with the cache*, below, times the two parts that grow with the cache alone, here, to see "
              "whether they account for the growth.",
-    unresolved=f"{growth_text}, against the cost model's {model_slope:.2f} ms (its bytes alone: {bytes_slope:.2f} ms): too "
-               "close to call" + (f". Yet every run's own slope lies {'above' if slope > allowed_slope[1] else 'below'} "
-                                  "what the price allows: the runs are few, and they lean one way." if runs_lean else
-                                  ": more runs of the grid would decide."),
+    unresolved=f"{growth_text}, {times_price} the cost model's {model_slope:.2f} ms (its bytes alone: {bytes_slope:.2f} ms)"
+               + (f". Every run's own slope lies {lean_way} what the price allows, but the line fitted over all "
+                  f"{len(slopes)} runs is not sure enough to rule the price out: not resolved, leaning to a miss; more "
+                  "runs would decide." if runs_lean else ": too close to call; more runs of the grid would decide."),
     not_measured="The grid has one context length only, so there is no slope to measure: this run does not decide "
                  "whether TPOT grows with the context as the cost model's decode step does."),
      how=(f"The line is Theil and Sen's over the grid's requests, its slope {slope_spread.text('.1f', 'ms')} with its "
@@ -449,10 +459,12 @@ if lines and steps3 is not None and len(steps3):
     in_chapter_3 = (f" Chapter 3's steps of the same model grew **{(Spread.of(steps3.difference_s) * 1e3).text('+.1f', 'ms')}** "
                     f"from context {c3[0]} to {c3[1]} (the median of its runs' own differences), "
                     f"**{grown3.text('.1f', 'ms')}** per 1,000 tokens, "
-                    + (f"{'less' if grown3.high < slope_spread.low else 'more'} than this line, their ranges "
-                       "apart: chapter 3 crops one cache back to each context, where a request's cache grows as it "
-                       "decodes, and this book does not take that difference apart." if apart3 else
-                       "a range overlapping this line's: the same growth, measured twice."))
+                    + (f"{'less' if grown3.high < slope_spread.low else 'more'} than this line's {slope:.1f}, their "
+                       "ranges apart. The two measure the growth differently: chapter 3 times steps in a sweep over one "
+                       "cache cropped back to each context, this line whole requests whose caches grow as they decode; "
+                       "this book does not take that difference apart." if apart3 else
+                       f"a range overlapping this line's {slope:.1f}: the same growth, measured twice (chapter 3 in a "
+                       "sweep over one cache cropped back to each context, this line over whole requests)."))
 inside3 = load_table("03_decode_sweep", "steps_inside_by_context", quick=quick)  # chapter 3's profiled steps
 _n3 = torch.get_num_threads()
 inside3 = None if inside3 is None else inside3[(inside3.configuration == f"{dtype}, {_n3} threads")
@@ -491,7 +503,7 @@ parts_text = ("Per 1,000 tokens of context, the parts timed alone add "
               + (slope_spread.text(".1f", "ms") if lines else ""))
 show(claims.pick(
     verdict, held=f"{parts_text}: the copy a growing cache makes at every step and the attention that reads it account "
-                  "for TPOT's growth.",
+                  f"for TPOT's growth.{in_chapter_3}",
     not_held=f"{parts_text}: timed alone they do not account for the growth. " + (
         f"The line grows {slope - cache_slope:.1f} ms per 1,000 tokens more than the two parts timed alone: work that "
         "grows with the context inside a real step and that the parts timed alone do not price. Chapter 0's hollowed "
@@ -533,7 +545,7 @@ for label, rate, style in ((f"bytes: {bytes_slope:.1f} ms per 1k tokens", bytes_
     ax.plot(span_c, tpot_at_0 + rate * span_c / 1e3, style, label=label)
 ax.set_xlabel("mean context while decoding (tokens)")
 ax.set_ylabel("TPOT (ms)")
-ax.set_title(f"TPOT grew {measured_growth:+.0%} over the grid's contexts; its bytes alone predict {predicted_growth:+.0%}")
+ax.set_title(f"TPOT grew {measured_growth:+.0%} over the grid's contexts; the cost model predicts {priced_growth:+.0%}")
 ax.legend(fontsize=8)
 results.figure(fig, "tpot_against_context")
 plt.show()
@@ -542,8 +554,9 @@ priced_here = {  # the takeaway follows this run's verdict on TPOT's slope
                  "measured), so it is a cost per token you can price before you measure it",
     claims.NOT_HELD: f"Here TPOT's slope ran {slope / model_slope:.2f}x the cost model's price, so measure it: the parts "
                      "the model prices do not yet add up to it",
-    claims.UNRESOLVED: f"Here TPOT's slope ({slope:.1f} ms per 1,000 tokens) lies too near the cost model's price "
-                       f"({model_slope:.1f}) to call it priced, so measure it"}
+    claims.UNRESOLVED: f"Here TPOT's slope ({slope:.1f} ms per 1,000 tokens) ran {times_price} the cost model's price "
+                       f"({model_slope:.1f})" + (f", leaning to a miss that {len(slopes)} runs could not confirm, so "
+                                                 "measure it" if runs_lean else ", too close to call, so measure it")}
 show("**Takeaway: TTFT is paid once per request and TPOT once per later token; fit each against the length it depends "
      "on (the prompt, the context) over every request. "
      + priced_here.get(register.verdict("tpot_follows_cache_bytes"), "A grid of one context length gives TPOT no slope "
@@ -718,9 +731,8 @@ failing = per_pair[per_pair.goodput < 1]
 missed_ttft = int(failing.missed.str.contains("TTFT").sum())
 missed_tpot = int(failing.missed.str.contains("TPOT").sum())
 fixes = ("" if failing.empty else
-         (f"Of the pairs that missed at their median, {missed_ttft} missed TTFT and {missed_tpot} TPOT. "
-          if missed_ttft or missed_tpot else "Each of them met both objectives at its median: it missed only in "
-          "its slower runs. ")
+         (f"Of these, {missed_ttft} missed TTFT at its median and {missed_tpot} TPOT. " if missed_ttft or missed_tpot
+          else "")
          + ("A TTFT miss is the prompt's pass: it is fixed by making prefill cheaper or shorter (a faster "
             "matrix kernel, a cached prefix), and a slower decode would not hurt it. " if missed_ttft else "")
          + ("A TPOT miss is the decode step: it is fixed by making the step cheaper (fewer bytes where the kernel "
@@ -734,7 +746,9 @@ headroom = {k: goal / worst for k, goal, worst in (("TTFT", goals.ttft_ms, per_p
                                                     ("TPOT", goals.tpot_ms, per_pair.tpot_ms.max())) if worst > 0}
 budget_text = (" These objectives are fixed budgets, not scaled to this machine's speed. "
                + " ".join(f"The slowest pair's median {k} is {1 / h:.0%} of its budget, so "
-                          + (f"a machine about {h:.1f} times slower would miss it." if h > 1 else "this machine misses it.")
+                          + (f"a machine about {h:.1f} times slower would miss it." if h >= 1.5 else
+                             f"a machine about {h - 1:.0%} slower would miss it." if h >= 1.005 else
+                             "a machine any slower would miss it." if h > 1 else "this machine misses it.")
                           for k, h in headroom.items())) if headroom else ""
 display(Markdown(
     f"Objectives ({source}): TTFT at most **{goals.ttft_ms:.0f} ms**, TPOT at most **{goals.tpot_ms:.0f} ms**. "
@@ -744,8 +758,9 @@ display(Markdown(
        + ("" if per_pair.tpot_ms.isna().all() else f" and TPOT **{per_pair.tpot_ms.max():.0f} ms**")
        + " (the largest medians): those are where the line would bite."
        if failing.empty else
-       "The pairs that missed (median run's TTFT and TPOT against the objectives): "
-       + ", ".join(f"{r.prompt_tokens} in / {r.output_tokens} out ({r.missed or 'in some runs'})"
+       "The pairs with at least one run that missed an objective: "
+       + ", ".join(f"{r.prompt_tokens} in / {r.output_tokens} out ("
+                   + (f"{r.missed} at its median" if r.missed else "in its slower runs only; its median met both") + ")"
                    for r in failing.itertuples())
        + ". A request with one output token has no TPOT; it is judged on TTFT alone (see `lib.metrics.goodput`). "
        + fixes.rstrip())
@@ -760,7 +775,7 @@ prose.shown(per_pair.round(2))
 
 # %%
 pacer.check("after the archetypes")
-_ = pacer.claim(register, results, "the requests")  # an evidence row: whether the machine ran at chapter 0's speed
+show(pacer.claim(register, results, "the requests"))  # whether the machine ran at chapter 0's speed, and its row
 
 # %% [markdown]
 # ## What these numbers do not show
@@ -931,13 +946,14 @@ ttft_text = (f"the first token came {at(first)} after a {p0}-token prompt and {a
                 claims.UNRESOLVED: " (a rise the fitted line does not confirm)"}.get(register.verdict("ttft_rises_with_prompt"), ""))
 slope_text = {claims.HELD: ", as the cost model predicts",
               claims.NOT_HELD: f", not the {model_slope:.1f} ms the cost model predicts",
-              claims.UNRESOLVED: f", against the cost model's {model_slope:.1f} ms (too close to call)"}
+              claims.UNRESOLVED: f", {times_price} the cost model's {model_slope:.1f} ms"
+                                 + (" (not resolved, leaning to a miss)" if runs_lean else " (too close to call)")}
 slope_text = "" if slope_spread is None else (
     f", **{slope_spread.text('.1f', 'ms')}** more per 1,000 tokens of context"
     + slope_text.get(register.verdict("tpot_follows_cache_bytes"), ""))
 tpot_text = "" if split.tpot_ms.isna().all() else \
     f". Each later token took {prose.span(split.tpot_ms.min(), split.tpot_ms.max(), '.0f', 'ms')}{slope_text}"
-model_text = {claims.HELD: f"The cost model predicted both (TTFT {pooled_r['ttft'].mid:.2f}x its price, TPOT "
+model_text = {claims.HELD: f"The cost model predicted both on average (TTFT {pooled_r['ttft'].mid:.2f}x its price, TPOT "
                            f"{pooled_r['tpot'].mid:.2f}x). ",
               claims.NOT_HELD: f"TTFT took {pooled_r['ttft'].mid:.2f}x the cost model's price and TPOT "
                                f"{pooled_r['tpot'].mid:.2f}x: not both as predicted. ",
@@ -951,10 +967,19 @@ opening_head = (f"On this machine ({prose.machine(device, dtype)}), over {len(sp
                 f"each, {ttft_text}{tpot_text}. ")
 opening_tail = (f"So both lengths decide where the time goes: prefill took {job(light, 'request')} and "
                 f"{job(heavy, 'one')}.")
-opening.write(opening_head + model_text + opening_tail + " " + goodput_text,
-              opening_head + model_text + opening_tail,
-              opening_head + opening_tail,  # the predictions in the evidence table: room for the pace note
-              f"On this machine ({prose.machine(device, dtype)}), {ttft_text}{tpot_text}. " + opening_tail,
+verdicts = register.frame().verdict  # the evidence table's misses, counted as the whole book counts them
+n_failed, n_open = int((verdicts == claims.NOT_HELD).sum()), int((verdicts == claims.UNRESOLVED).sum())
+counted = " and ".join(filter(None, (
+    f"{prose.count(n_failed, 'prediction')} failed" if n_failed else "",
+    f"{prose.count(n_open, 'prediction').split()[0] if n_failed else prose.count(n_open, 'prediction')} "
+    f"{'was' if n_open == 1 else 'were'} left open" if n_open else "")))
+counted = f" {counted[:1].upper()}{counted[1:]}: see the evidence table." if counted else ""
+short_head = f"On this machine ({prose.machine(device, dtype)}), {ttft_text}{tpot_text}. "
+opening.write(opening_head + model_text + opening_tail + " " + goodput_text.rstrip() + counted,
+              opening_head + model_text + opening_tail + counted,
+              short_head + model_text + opening_tail + counted,
+              opening_head + opening_tail + counted,  # the predictions in the evidence table: room for the pace note
+              short_head + opening_tail,
               after=pacer.note())  # the pace note, when the machine's speed moved
 
 # %% [markdown]
