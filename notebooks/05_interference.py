@@ -283,8 +283,10 @@ display(Markdown(
        ": every step down still pays, to a single token.")
     + f" Against the estimate from chapter 2's passes: the cost model prices a first chunk (nothing cached yet) at "
       f"{prose.span(min(fresh_over_pass), max(fresh_over_pass), '.2f')}x chapter 2's measured pass of its length "
-      f"over these sizes. It prices the last chunk at {_smallest} tokens a chunk ({tokens(_last[1] - _last[0])}, after "
-      f"{tokens(_last[0])} cached) at {last_over_first:.2f}x a first chunk of its length."))
+      f"over these sizes. With {_smallest}-token chunks, it prices the last chunk ("
+    + (f"{tokens(_last[1] - _last[0])}, " if _last[1] - _last[0] != _smallest else "")
+    + f"after {tokens(_last[0])} cached) at {last_over_first:.2f}x "
+    + ("the first." if _last[1] - _last[0] == _smallest else "a first chunk of its length.")))
 
 # %% [markdown]
 # ## The experiment
@@ -493,7 +495,8 @@ verdict = register.record("chunk_size_prediction", claims.within(best_spread, be
                               f"{c}: {x:.0%}" for c, x in zip(summary.chunk_tokens[1:], summary.worst_gap_cut[1:])))
 paid, each = paid_off(best, costs=True), ", ".join(map(str, per_run_best))
 plain = (paid_off(best).replace(PAID_RULE, "") + claims.pick(
-    verdict, held=f", where the cost model put it ({tokens(best_pred)}); {below}.",
+    verdict, held=(", where the cost model put it" if best == best_pred else ", within one step of the grid (a factor "
+                   f"of {claims.PREDICTED_LENGTH:g}) of the cost model's **{tokens(best_pred)}**") + f"; {below}.",
     not_held=f", more than one step of the grid from the predicted **{tokens(best_pred)}**; {below}. What a chunk "
              "costs, below, shows where the prediction's inputs differ from the run.",
     unresolved=f"; the cost model predicted {tokens(best_pred)}, but the runs' own best sizes ({each}) spread too wide "
@@ -577,16 +580,36 @@ off = [c for c, v in chunk_verdicts.items() if v == claims.NOT_HELD]  # sizes wh
 by_chunk = costs.set_index("chunk_tokens").chunk_over_predicted
 first_chunk = f"first chunk of a run, with no prefix, cost {spread(first_ratio)} times chapter 2's pass of the same length"
 grew = f"from the first to the last full chunk the cost grew {spread(growth)}x"
-show(f"A chunk of B's prefill cost **{pooled_chunk.text('.2f', 'x')}** its price over the sizes, from "
-     f"{by_chunk[by_chunk.index.max()]:.2f}x at {by_chunk.index.max():,} tokens to {by_chunk[by_chunk.index.min()]:.2f}x "
-     f"at {by_chunk.index.min():,}" + claims.pick(
-         verdict, held=": the cost model prices a chunk about right.",
-         not_held=f": the cost model misprices a chunk. The {first_chunk}; {grew}, where the cost model predicts "
+big_c, small_c = int(by_chunk.index.max()), int(by_chunk.index.min())
+r_big, r_small = by_chunk[big_c], by_chunk[small_c]
+side = lambda r: "low" if r > 1 else "high"  # noqa: E731  a price under the measured time runs low
+fresh_at = dict(zip(sizes, fresh_over_pass))  # the price of a chunk with nothing cached over chapter 2's pass
+grow_at = costs.set_index("chunk_tokens")[["last_over_first", "predicted_last_over_first"]]
+if max(r_big, r_small) / min(r_big, r_small) < claims.PREDICTED_TIME:
+    ends = f" The two ends were alike: {r_big:.2f}x its price at {big_c:,} tokens, {r_small:.2f}x at {small_c:,}."
+else:
+    ends = (f" But the price runs {side(r_big)} for large chunks and {side(r_small)} for small ones"
+            if side(r_big) != side(r_small) else
+            f" But the price runs {side(r_big)} at both ends, most for "
+            f"{'large' if abs(np.log(r_big)) > abs(np.log(r_small)) else 'small'} chunks")
+    ends += f": a chunk cost {r_big:.2f}x its price at {big_c:,} tokens and {r_small:.2f}x at {small_c:,}."
+    if r_big > 1 and fresh_at.get(big_c, 1.0) < 1:  # the whole pass priced under chapter 2's measured pass
+        ends += (f" The cost model prices a {big_c:,}-token pass with nothing cached at {fresh_at[big_c]:.2f}x "
+                 "chapter 2's measured pass of that length.")
+    if r_small < 1 and grow_at.predicted_last_over_first[small_c] > grow_at.last_over_first[small_c]:
+        ends += (f" With {small_c}-token chunks it prices the last chunk at {grow_at.predicted_last_over_first[small_c]:.2f}x "
+                 f"the first (its attention over the cached prefix and the cache's copy), where it cost "
+                 f"{grow_at.last_over_first[small_c]:.2f}x.")
+show(f"A chunk of B's prefill cost **{pooled_chunk.text('.2f', 'x')}** its price on average over the sizes"
+     + claims.pick(
+         verdict, held=f": about right.{ends}",
+         not_held=f": the cost model misprices a chunk.{ends} The {first_chunk}; {grew}, where the cost model predicts "
                   f"{spread(growth_model)}x.",
          unresolved=": too close to call whether the cost model prices a chunk right, the median leaning toward "
                     + {"on the held side": "a right price", "above what would hold": "chunks dearer than priced",
                        "below what would hold": "chunks cheaper than priced"}[claims.leaning(
-                           pooled_chunk, *claims.allowed(priced, claims.PREDICTED_TIME))] + " (more runs would decide it)."),
+                           pooled_chunk, *claims.allowed(priced, claims.PREDICTED_TIME))] + f" (more runs would decide "
+                    f"it).{ends}"),
      how=f"The geometric mean over the chunk sizes of each size's median over its chunks, run by run, against the range "
          f"the tolerance for a predicted time allows around the price at chapter 0's fastest to median calls, "
          f"{prose.span(*claims.allowed(priced, claims.PREDICTED_TIME), '.2f', 'x')}. Size by size: {spread(cost_ratio)}"
@@ -619,11 +642,13 @@ smallest_c = int(alone.index.min())
 next_c = int(alone.index[1])  # the next size up from the smallest: what halving the chunk there saved
 quicker = 1 - alone[smallest_c] / alone[next_c]  # a pass as costly as its tokens would be quicker by 1 - smallest / next
 share = 1 - smallest_c / next_c
-halved = (f"going from {next_c}- to {smallest_c}-token chunks made a chunk "
-          + ("no quicker" if quicker <= 0 else f"only {quicker:.0%} quicker" if quicker < share / 2 else
-             f"{quicker:.0%} quicker") +
-          f" ({prose.ms(alone[next_c] / 1e3)} to {prose.ms(alone[smallest_c] / 1e3)}) for {share:.0%} fewer tokens, and "
-          f"all of B's chunks together took {prose.ms(total[smallest_c] / 1e3)} against {prose.ms(total[next_c] / 1e3)}")
+quicker_words = ("no quicker" if quicker <= 0 else f"only {quicker:.0%} quicker" if quicker < share / 2 else
+                 f"{quicker:.0%} quicker")
+halved = (f"going from {next_c}- to {smallest_c}-token chunks made a chunk {quicker_words} "
+          f"({prose.ms(alone[next_c] / 1e3)} to {prose.ms(alone[smallest_c] / 1e3)}) for {share:.0%} fewer tokens, and "
+          f"all of B's chunks together took {prose.ms(total[smallest_c] / 1e3)} with {smallest_c}-token chunks against "
+          f"{prose.ms(total[next_c] / 1e3)} with {next_c}-token ones")  # said in full once, below
+halved_short = f"halving the {next_c}-token chunks made each {quicker_words}"  # how the page refers to it after
 show(f"A chunk is a pass, and a shorter pass was quicker by {'less than' if quicker < share else 'about'} its share of "
      f"the tokens: {halved}."
      + (f" Measured by A's worst gap, chunking first stopped paying off at the step down to {tokens(stop)}"
@@ -635,8 +660,10 @@ show(f"A chunk is a pass, and a shorter pass was quicker by {'less than' if quic
                               > stops_helping for r in paid_again.itertuples()) else
               ": each step is one median over runs, so near the threshold the cuts need not fall in order."))
         if stop else " Measured by A's worst gap, every step down still paid."),
-     how=(f"Chapter 2's rule, with its margin of {floor2.margin:.0%}, on each run's first chunk (no prefix; the median "
-          f"over runs), measured from the smallest chunk tried rather than from a 1-token pass: "
+     how=(f"Where the chunks' cost stays flat: chapter 2's rule, with its margin of {floor2.margin:.0%}, on each run's "
+          "first chunk (no prefix; the median over runs). It is not chapter 2's floor: that is measured from a 1-token "
+          f"pass, this from the smallest chunk tried, {tokens(smallest_c)}, so the chunks can run flat where chapter 2 "
+          "found no floor: "
           + (f"chunks up to {tokens(on_floor)} cost within the margin of the {smallest_c}-token chunk's "
              f"{prose.ms(alone[smallest_c] / 1e3)} ({prose.ms(alone[on_floor] / 1e3)} at {on_floor})."
              if on_floor > smallest_c else
@@ -718,7 +745,7 @@ display(Markdown(
     f"GPU's chunking kept cutting the worst gap down to a chunk size of **{gpu_best} tokens**; here "
     f"{paid_off(best).replace(PAID_RULE, '')}. The reference GPU's fp32 prefill cost within {floor2.margin:.0%} of its "
     f"1-token pass up to {gpu_floor.flat_until_tokens} tokens, so there a chunk shorter than that is hardly a quicker "
-    f"pass. Here {halved}. The Word Factory's "
+    f"pass. Here {halved_short} (the chunks' own times, above). The Word Factory's "
     f"eight typers on a 2-core CPU with a 1,024-token newcomer: a normal gap of {typers['normal']:.0f} ms, a worst gap "
     f"of {typers['unchunked_worst']:,.0f} ms unchunked and {typers['chunk128_worst']:.0f} ms with 128-token chunks."))
 
@@ -734,7 +761,8 @@ _one, _many = cost.decode(context + 5), cost.decode(context + 5, batch=_k)
 _weights = lambda p: p.term("block matrices").best + p.term("LM head").best  # noqa: E731  the shared weights' products
 _per_stream = lambda p: p.term("attention").best + p.term("cache copy").best + p.term("page faults").best  # noqa: E731
 show(f"This section runs **k = {', '.join(map(str, stream_counts))}** streams (the parameter `stream_counts`), "
-     f"B's chunks at {', '.join(map(str, stream_chunks))} tokens. Chapter 0's parts of a step at context {context + 5}: "
+     f"B's chunks at {', '.join(map(str, stream_chunks))} tokens. Chapter 0's parts of a step at context "
+     f"{context + 5} (the middle of the ten steps A's step was timed over, from context {context}, where B arrives): "
      f"the weights' products take **{prose.ms(_weights(_one))}** at one row and **{prose.ms(_weights(_many))}** at "
      f"{_k} rows (the same weights, read once); each stream's own cache (its read and its copy) "
      f"**{prose.ms(_per_stream(_one))}**; issuing the step **{prose.ms(_one.term('dispatch').best)}** for one stream.")
@@ -894,7 +922,7 @@ if kn != k1 and (many.a_worst_gap_ms_high < one.a_worst_gap_ms_low or many.a_wor
 
 # %%
 pacer.check("after the streams")
-_ = pacer.claim(register, results, "the experiments")  # an evidence row: whether the machine ran at chapter 0's speed
+show(pacer.claim(register, results, "the experiments"))
 
 # %% [markdown]
 # ## What these numbers do not show
@@ -926,32 +954,55 @@ display(Markdown("\n".join([
     f"* Predict where chunking stops paying off from the pass times, then measure: here {paid_off(best, costs=True)}; "
     f"{foreseen}.",
     f"* Read off the chunks' own times what a smaller chunk saves: a chunk is a pass, and once a shorter pass is "
-    f"hardly quicker, a smaller chunk mostly adds passes before the newcomer's first token (here {halved})."])))
+    f"hardly quicker, a smaller chunk mostly adds passes before the newcomer's first token (here {halved_short}, as "
+    "the chunks' own times showed)."])))
 
 # %%
 shown = by_size.loc[best if best != b_prompt_len else sizes[-1]]  # the best size, or the smallest if none paid
-guess = {claims.HELD: "as the cost model predicted" if best == best_pred else f"the cost model predicted {best_pred}",
-         claims.NOT_HELD: f"the cost model predicted {best_pred}, a miss"}.get(register.verdict("chunk_size_prediction"),
-                                                                        f"the cost model predicted {best_pred}")
+guess = {claims.HELD: "as predicted" if best == best_pred else f"{best_pred} predicted",  # by the cost model
+         claims.NOT_HELD: f"{best_pred} predicted, a miss"}.get(register.verdict("chunk_size_prediction"),
+                                                                f"{best_pred} predicted")
 answer = {claims.HELD: "Chunking bounds one stream's stall at the cost of the newcomer's first token.",
           claims.NOT_HELD: "Here chunking bounded A's stall without delaying B's first token.",
           claims.UNRESOLVED: "Chunking bounded A's stall; whether it delays B is too close to call here."}
-chunked = (f"Split into chunks, B's prefill kept shortening A's stall down to {shown.name}-token chunks ({guess}): there"
-           if best != b_prompt_len else f"With {shown.name}-token chunks, the smallest tried,")
+cut_rule = f"by more than {stops_helping:.0%} a step"  # the rule `stopping_point` applies, in words
+chunked = (f"With {shown.name}-token chunks, the smallest tried," if best == b_prompt_len else
+           f"Chunked, B's prefill kept cutting A's stall {cut_rule} down to the smallest chunks tried, "
+           f"{shown.name} tokens ({guess}): there" if stop is None else
+           f"Chunked, B's prefill stopped cutting A's stall {cut_rule} at {shown.name}-token chunks ({guess}): there")
+median_there = f", its median gap {shown.a_median_gap_ms:,.0f} ms against {unchunked.a_median_gap_ms:,.0f}"
+n_failed = sum(r.verdict == claims.NOT_HELD for r in register.rows.values())
+n_open = sum(r.verdict == claims.UNRESOLVED for r in register.rows.values())
+missed = " and ".join(filter(None, (
+    f"{prose.count(n_failed, 'prediction')} failed" if n_failed else "",
+    f"{prose.count(n_open, 'prediction').split()[0] if n_failed else prose.count(n_open, 'prediction')} "
+    f"{'was' if n_open == 1 else 'were'} left open" if n_open else "")))
+misses = f" {missed[:1].upper()}{missed[1:]}: see the evidence table." if missed else ""
 told = (
     f"On this machine ({prose.machine(device, dtype)}), {lm.name}'s stream A received a token every "
-    f"**{Spread.in_row(unchunked, 'a_median_gap_ms').text('.0f', 'ms')}** until request B arrived with a "
-    f"{b_prompt_len:,}-token prompt. Prefilled in one pass, B froze A for "
+    f"**{Spread.in_row(unchunked, 'a_median_gap_ms').text('.0f', 'ms')}** until request B's {b_prompt_len:,}-token "
+    f"prompt arrived. Prefilled at once, B froze A for "
     f"**{Spread.in_row(unchunked, 'a_worst_gap_ms').text(',.0f', 'ms')}**, {worst_x:.0f} times that gap. "
-    f"{chunked} A's worst gap was **{Spread.in_row(shown, 'a_worst_gap_ms').text(',.0f', 'ms')}**, and B's first token "
-    f"came after **{Spread.in_row(shown, 'b_ttft_ms').text(',.0f', 'ms')}** instead of {unchunked.b_ttft_ms:,.0f} ms. "
+    f"{chunked} A's worst gap was **{Spread.in_row(shown, 'a_worst_gap_ms').text(',.0f', 'ms')}**{median_there}, and "
+    f"B's first token came after **{Spread.in_row(shown, 'b_ttft_ms').text(',.0f', 'ms')}**, not "
+    f"{unchunked.b_ttft_ms:,.0f} ms. "
     + ("Here no chunk size shortened A's stall enough to pay." if best == b_prompt_len
        else answer.get(register.verdict("smaller_chunks_delay_b"), "Chunking bounded A's stall."))
-    + f" (Medians of {runs} runs, with their ranges.)")
-_lean = told.replace(f" ({guess})", "").replace(f" (Medians of {runs} runs, with their ranges.)", "")
-opening.write(told, _lean, _lean.replace(f", {worst_x:.0f} times that gap", "").replace(
-    "Split into chunks, B's prefill kept", "Chunking kept"),
-              after=pacer.note())  # the pace note, when the machine's speed moved: the longest telling that fits it
+    + f" (Medians of {runs} runs, with their ranges.){misses}")
+_brief = told.replace(f" (Medians of {runs} runs, with their ranges.)", "")
+_lean = _brief.replace(f" ({guess})", "")
+pace_v = register.verdict("machine_kept_its_pace")  # lib.machine.pace_note's verdict, in plain words
+pace_said = "" if not pacer.note() else pacer.note() if pace_v not in (claims.NOT_HELD, claims.UNRESOLVED) else (
+    f"The machine {'may have run' if pace_v == claims.UNRESOLVED else 'ran'} at another speed than in chapter 0, so "
+    f"prices here {'may be' if pace_v == claims.UNRESOLVED else 'are'} off (the pace finding near the end says how far).")
+_short = _lean.replace(f", {worst_x:.0f} times that gap", "").replace(median_there, "").replace("Chunked, B's prefill",
+                                                                                               "Chunking")
+_ranged = [(Spread.in_row(r, c), f) for r, c, f in ((unchunked, "a_median_gap_ms", ".0f"), (unchunked, "a_worst_gap_ms",
+           ",.0f"), (shown, "a_worst_gap_ms", ",.0f"), (shown, "b_ttft_ms", ",.0f"))]  # the opening's ranged numbers
+_bare = _short
+for _x, _f in _ranged:  # the shortest telling: the medians without their ranges
+    _bare = _bare.replace(_x.text(_f, "ms"), f"{_x.mid:{_f}} ms")
+opening.write(told, _brief, _lean, _short, _bare, after=pace_said)  # the pace sentence: in the longest telling that fits it
 
 # %% [markdown]
 # ## Check yourself
@@ -1024,16 +1075,20 @@ display(Markdown(f"<details><summary>What to expect</summary>\n\n{_said}\n</deta
 _k, _c = 8, min(stream_sizes)
 _ratio = cost.decode(context + 5, batch=_k).best / cost.decode(context + 5, batch=k1).best
 _gap = one.a_median_gap_ms * _ratio  # each stream's gap with 8 streams, by the cost model's ratio
+_off = batch_ratio.mid / model_ratio if batch_ratio else 1.0  # how far this run's batch ran from its price
+_as_run = (f"; if the {_k}-stream step runs as far {'over' if _off > 1 else 'under'} its price as this run's {kn} "
+           f"streams did ({_off:.2f}x), about {_gap * _off:.0f} ms" if batch_ratio and abs(_off - 1) >= 0.02 else "")
 _prefill = many.a_worst_gap_ms - many.a_median_gap_ms  # B's whole prefill, from this run's largest stream count
 _chunk = pick(kn, _c).a_worst_gap_ms - many.a_median_gap_ms  # B's costliest chunk of _c tokens
 _read = {claims.HELD: f"this run's {kn} streams took {batch_ratio.text('.2f', 'x') if batch_ratio else ''} one "
-                      f"stream's step against the cost model's {model_ratio:.2f}x, within the tolerance, so expect about the "
-                      f"price, a little off the same way",
+                      f"stream's step against the cost model's {model_ratio:.2f}x, close enough for the prediction "
+                      f"to hold, so expect about the price{_as_run}",
          claims.NOT_HELD: f"this run's {kn} streams took {batch_ratio.text('.2f', 'x') if batch_ratio else ''} one "
-                          f"stream's step against the cost model's {model_ratio:.2f}x, so expect a miss the same way",
+                          f"stream's step against the cost model's {model_ratio:.2f}x, so expect a miss the same "
+                          f"way{_as_run}",
          claims.UNRESOLVED: f"this run's {kn} streams took {batch_ratio.text('.2f', 'x') if batch_ratio else ''} one "
                             f"stream's step, too near the cost model's {model_ratio:.2f}x to call, so read it as a "
-                            "rough guide"}.get(register.verdict("streams_share_the_weights"), "this run measured one "
+                            f"rough guide{_as_run}"}.get(register.verdict("streams_share_the_weights"), "this run measured one "
                                                                                                "stream count only")
 display(Markdown(
     f"<details><summary>What to expect</summary>\n\nThe cost model prices an {_k}-stream step at {_ratio:.2f} times one stream's, "

@@ -390,9 +390,9 @@ except (ValueError, IndexError) as error:  # chapter 0 did not time this model's
 # the two roofs say bytes set the time), the label says what set it: **few-row-kernel-bound**, the rate this
 # machine's matrix kernel reaches with that few rows. Where the two largest terms have different limits and lie
 # within the tolerance for a predicted time of each other, the model cannot say which sets the time: **mixed**.
-# And a decode step the rule calls memory-bound but whose every run took more than 1.25 times its bytes at the
-# streaming read (the whole interval over runs, as chapter 3 decides it) is, as in chapter 3, **above its streaming
-# floor**: its bytes are its largest term, but not what sets its time.
+# And a pass the rule calls memory-bound (a decode step, or a prefill of one token) but whose every run took more
+# than 1.25 times its bytes at the streaming read (the whole interval over runs, as chapter 3 decides it for a
+# decode step) is **above its streaming floor**: its bytes are its largest term, but not what sets its time.
 
 # %%
 ridge = peak / read  # the textbook ridge the figure draws, FLOP/byte
@@ -412,11 +412,12 @@ def shown_regime(r: regime.Regime, pred: costmodel.Prediction) -> str:
 
 def point_regime(r: regime.Regime, pred: costmodel.Prediction, series: str, low_s: float, bytes_: float,
                  read_rate: float) -> str:
-    """The label a point gets on this page: :func:`shown_regime`'s, except that a decode step it calls memory-bound
-    whose whole interval (``low_s``, seconds) lies more than the slack above its ``bytes_`` at ``read_rate`` (bytes
-    per second, the streaming read) is, as in chapter 3, "above its streaming floor"."""
+    """The label a point gets on this page: :func:`shown_regime`'s, except that a pass it calls memory-bound (a
+    decode step of any ``series``, or a prefill of one token) whose whole interval (``low_s``, seconds) lies more than
+    the slack above its ``bytes_`` at ``read_rate`` (bytes per second, the streaming read) is, as chapter 3 says of a
+    decode step, "above its streaming floor": one rule for every series."""
     shown = shown_regime(r, pred)
-    if shown == "memory-bound" and series != "prefill" and low_s > regime.REGIME_SLACK * bytes_ / read_rate:
+    if shown == "memory-bound" and low_s > regime.REGIME_SLACK * bytes_ / read_rate:
         return "above its streaming floor"  # chapter 3's word for a step the bytes alone do not set
     return shown
 
@@ -497,10 +498,13 @@ if len(few):
 
 # %% [markdown]
 # **Measure, then place.** The figure draws the roofs of this machine's kernels and places every pass at its
-# intensity and achieved FLOP rate; its label is its fraction of the textbook roof (the streaming read and the
-# square product). Whether each pass took what the cost model predicts was decided in chapters 2 and 3; here each
-# series is one claim about the roof itself: a roof is an upper bound, so no pass may run above it (one that did
-# would mean chapter 0 understated the machine).
+# intensity and achieved FLOP rate; its label is its fraction of the textbook roof. That roof is chapter 0's
+# streaming read (a long array read from memory) and its square product. The model's own matrix-vector products,
+# the dotted line, may read their weights faster than the streaming read: chapter 0 found that where they do, part
+# of the weights comes from a cache rather than from memory. Whether each pass took what the cost model predicts
+# was decided in chapters 2 and 3; here each series is one claim about the textbook roof: no pass should run above
+# it. One that did would have moved its bytes faster than memory streams them, or done its arithmetic faster than
+# the square product: either a cache served it, or chapter 0 understated the machine.
 
 # %%
 fig, ax = plt.subplots(figsize=(10, 6))
@@ -557,8 +561,9 @@ for series, g in points.groupby("series", sort=False):
     show(claims.pick(
         verdict, held=f"The {series} passes reach at most **{highest.mid:.0%}** of the textbook roof ({closest}). By "
                       f"the one rule, read against the roofline drawn, they are {listed}.",
-        not_held=f"A {series} pass ran above the textbook roof ({closest}, {highest.mid:.0%} of it): the streaming read "
-                 f"or the square product chapter 0 measured understates this machine. By the one rule they are "
+        not_held=f"A {series} pass ran above the textbook roof ({closest}, {highest.mid:.0%} of it): a cache served "
+                 f"its bytes, or the streaming read or the square product chapter 0 measured understates this machine. "
+                 f"By the one rule they are "
                  f"{listed}.",
         unresolved=f"The {series} passes reach at most {highest.mid:.0%} of the textbook roof ({closest}): whether a "
                    f"pass ran above it is too close to call, the median {'under' if highest.mid <= 1 else 'above'} "
@@ -577,14 +582,30 @@ what = {"block matrices": "the blocks' matrices", "LM head": "the LM head", "att
         "cache copy": "copying the growing caches", "page faults": "fresh pages for the copied caches",
         "dispatch": "issuing the operations"}
 g = points[points.series == "batched decode"].sort_values("batch")
+limit_words = lambda label, rows: {  # noqa: E731  what a largest term's limit prices it at, in words
+    "memory-bound": "their bytes", "compute-bound": "their arithmetic",
+    "few-row-kernel-bound": f"the rate the matrix kernel reaches with {rows} rows"}.get(label, label)
+moved = []  # each change of label between neighbouring batches, and what changed under it
+for a, b in zip(g.itertuples(), list(g.itertuples())[1:]):
+    if a.regime == b.regime or not (a.explained and b.explained):
+        continue  # an unexplained step is said on its own below
+    moved.append((f"from batch {a.batch} to {b.batch} the largest term becomes {what.get(b.largest_term, b.largest_term)}",
+                  "term") if a.largest_term != b.largest_term else
+                 (f"from batch {a.batch} to {b.batch} {what.get(a.largest_term, a.largest_term)} stay the largest term "
+                  f"but are priced at {limit_words(b.predicted, b.batch)} rather than at "
+                  f"{limit_words(a.predicted, a.batch)}", "limit") if a.predicted != b.predicted else
+                 (f"from batch {a.batch} to {b.batch} the largest term and its limit stay, and the step's measured time "
+                  "against them moves the label", "time"))
 if len(g):
     changed = g.regime.nunique() > 1
     show("Batched decode, step by step. " + " ".join(
         f"At batch {r.batch} the priced step is {r.largest_share:.0%} {what.get(r.largest_term, r.largest_term)}, "
         f"then {r.second_share:.0%} {what.get(r.second_term, r.second_term)} (**{r.regime}**)." for r in g.itertuples())
         + (" Each term grows with the batch at its own pace (the matrices' at the rate F(rows) reaches with more "
-           "rows, the caches' in proportion to the sequences), so which one is largest changes: a change of label is "
-           "a change of term, not noise."
+           "rows, the caches' in proportion to the sequences), so which one is largest, and what limits it, changes"
+           + (": " + "; ".join(m for m, _ in moved) + "." if moved else ".")
+           + (" Each change of label here is a change of the largest term or of its limit, not noise."
+              if moved and all(k != "time" for _, k in moved) else "")
            + "".join(f" Batch {r.batch}'s *{r.regime}* is not a change of term: the step took "
                      f"{r.over_median_price:.2f}x its price, "
                      + (f"more than the rule's {regime.REGIME_SLACK:g}x" if r.over_median_price > 1 else
@@ -682,41 +703,49 @@ else:
 
 # %% [markdown]
 # **Takeaway: draw the machine's roofline from its kernels' own ceilings, not only from the streaming read and the
-# square product; a pass's largest term in the cost model names what sets its time, and the pass's measured place
-# under the roofs says how far it is from it.**
-#
+# square product. A pass's largest term in the cost model is where to look first; its measured time against that
+# term alone says whether the term sets the time or only leads a longer sum (a pass above its streaming floor).**
+
+# %% [markdown]
 # ## Where the floor gives way to the bytes: GPT-2 from two layers up
 #
 # The source chapter's headline finding was that GPT-2 small on its GPU sat in neither textbook regime: a decode
-# step took the same time whatever the context and whatever the precision (its times are printed below the
-# prediction), which it attributed to issuing the step's few hundred operations (inferred there, not isolated).
-# It argued, by arithmetic only, that a model with far more weight bytes would leave that floor and follow them.
-# This machine can measure the transition: GPT-2's architecture at the sizes `sizes` lists (`lib.sizes`), with
-# seeded random weights (a step's time does not depend on their values): the book's two-layer `tiny-gpt2`, 12-layer
-# models 128 to 512 wide (GPT-2 small's depth, so its floor, with fewer bytes), and GPT-2 small, medium, large and
-# XL, as many of them as the memory and the budget allow (the plan below says which ran).
+# step took the same time whatever the context and the precision (its times are printed below the prediction),
+# which it put down to issuing the step's few hundred operations (inferred there, not isolated). It argued, by
+# arithmetic only, that a model with far more weight bytes would leave that floor. This machine can measure the
+# transition: GPT-2's architecture at the sizes `sizes` lists (`lib.sizes`), with seeded random weights (a step's
+# time does not depend on their values), from the two-layer `tiny-gpt2` through 12-layer models 128 to 512 wide
+# (GPT-2 small's depth, so its operations, with fewer bytes) to GPT-2 small, medium, large and XL, as many as the
+# memory and the budget allow (the plan below says which ran).
 #
-# Each size is priced before it is built, from what chapter 0 measured on `reference_model` (GPT-2 small in a
-# full build) and on `tiny-gpt2`. Its **floor** = the operations its step issues (every GPT-2 block issues the
-# same operations, so their count is a line in the layers) x what one operation costs. On a CPU that cost is not
-# one number: chapter 0 timed each model's operations between its own weights' streams, and an operation costs
-# more when more bytes streamed past since the one before. The book's explanation, which no counter in this run
-# measures: those bytes push the data the interpreter and the small kernels work from out of the processor's
-# smaller, faster caches (`tiny-gpt2`'s 0.7 MB push out almost nothing; GPT-2 small's 494 MB pass through every
-# level). The price draws a straight line in the weight bytes between the two models' costs per operation, and
-# holds GPT-2 small's beyond it. Its **weights** = their bytes / the GB/s the reference's matrix-vector products
-# reached. A step's price is the sum,
-# plus its cache's terms. A size is "on the floor" when its weights take at most a quarter of its floor's time
-# (they are under a fifth of the step), "past the floor" when they take at least four times as long (the floor is
-# under a fifth of the step), "between" otherwise. Where
-# the two are equal lies the transition (so a size somewhat past it is still "between": its floor is more than a
-# fifth of its step). Since on a CPU the floor grows with the bytes (below), the transition is read the same way
-# from the prices and from the measured steps: a line through the 12-layer models' steps against their bytes, whose
-# bytes' term equals its time with no bytes. Below it the weight bytes stop setting the step, so a narrower dtype
-# should change it only by what its floor costs in that dtype, and the context only by its cache's price
-# (`tiny-gpt2`, which chapter 0 measured itself, is priced from its own kernels); above it the step should
-# follow the bytes, and a 16-bit dtype should change it as its kernel's rate allows (a measured rate, not a
-# halved time: on some CPUs the 16-bit kernel is the slower).
+# Each size is priced before it is built, from what chapter 0 measured on `reference_model` (GPT-2 small in a full
+# build) and on `tiny-gpt2`:
+#
+# * its **floor**: the operations its step issues (every GPT-2 block issues the same ones, so their count is a
+#   line in the layers) times what one operation costs. On a CPU an operation costs more when more weight bytes
+#   streamed past since the one before, so the price draws that cost on a straight line in the weight bytes between
+#   the two models chapter 0 measured;
+# * its **weights**: their bytes over the rate the reference's matrix-vector products reached.
+#
+# A step's price is the sum, plus its cache's terms. A size is **on the floor** when its weights take at most a
+# quarter of its floor's time, **past the floor** when they take at least four times as long, **between**
+# otherwise; the **transition** lies where the two are equal. On the floor, a narrower dtype or a longer context
+# should change the step only by what its floor and its cache cost; past it, the step should follow the bytes.
+#
+# <details><summary>Why the floor grows with the bytes, and how the transition is read</summary>
+#
+# The book's explanation, which no counter in this run measures: the bytes streamed between two operations push the
+# data the interpreter and the small kernels work from out of the processor's smaller, faster caches (`tiny-gpt2`'s
+# 0.7 MB push out almost nothing; GPT-2 small's 494 MB pass through every level). The price holds GPT-2 small's
+# cost per operation for the larger models, and prices `tiny-gpt2`, which chapter 0 measured itself, from its own
+# kernels.
+# Since the floor grows with the bytes, the transition is read the same way from the prices and from the measured
+# steps: a line through the 12-layer models' steps against their bytes, where its bytes' term equals its time with
+# no bytes. So a size somewhat past the transition is still "between": its floor is more than a fifth of its step.
+# Past the floor, a 16-bit dtype should change the step as its kernel's measured rate allows, not halve it: on some
+# CPUs the 16-bit kernel is the slower.
+#
+# </details>
 
 # %% [markdown]
 # The inputs, from chapter 0: what one issued operation costs between each measured model's weight streams, how
@@ -1133,6 +1162,11 @@ count = (f"{inside} of {len(ran)} size{'s' * (len(ran) != 1)} {'lies' if inside 
          + ("; reaching across its edge: " + ", ".join(f"{n} {ratios[n].text('.2f', 'x')}" for n in straddling)
             if straddling else ""))
 worst = max(ratios, key=lambda n: abs(math.log(ratios[n].mid)))
+mids = [r.mid for r in ratios.values()]
+all_over, all_under = min(mids) > 1, max(mids) < 1
+near = [n for n in ran if abs(math.log(ratios[n].mid)) <= math.log(claims.PREDICTED_TIME)]  # medians within it
+inside_words = ("all" if len(near) == len(ran) else "most" if 2 * len(near) > len(ran) else
+                f"{prose.count(len(near), 'size')} of {len(ran)}" if near else "none")
 why = (f"{worst} took {ratios[worst].mid:.2f}x its price; its floor is {prices.floor_ms[worst]:.1f} ms of "
        f"{prices.step_ms[worst]:.1f} priced.")
 # each price spans chapter 0's fastest to median calls (as every chapter's cost-model price does): its median over best
@@ -1148,7 +1182,13 @@ verdict = register.record(
     measured=pooled.text(".2f", "x"), evidence=f"{len(ran)} sizes, fp32, context {short_c}, {where}")
 show(f"Over the {len(ran)} sizes, from {prices.weight_mb[ran].min():,.1f} MB of weights to "
      f"{prices.weight_mb[ran].max():,.0f} MB, a decode step took **{pooled.text('.2f', 'x')}** its price" + claims.pick(
-         verdict, held=": the price, a floor plus the weights at the kernel's rate, holds across the sizes.",
+         verdict, held=": on average the price, a floor plus the weights at the kernel's rate, holds. "
+                       + (f"Every size ran {'over' if all_over else 'under'} its price "
+                          f"({prose.span(min(mids), max(mids), '.2f')}x), "
+                          if all_over or all_under else f"Size by size it ran {prose.span(min(mids), max(mids), '.2f')}x "
+                          "its price, ")
+                       + (f"{inside_words} by less than a price may miss by; furthest, {worst} at "
+                          f"{ratios[worst].mid:.2f}x."),
          not_held=f", more than a price may miss by: {why}" + (f" {pacer.note()}" if pacer.note() else ""),
          unresolved=", too near the edge of what a price may miss by to call."),
      how=f"The geometric mean over the sizes of each size's step over its price at chapter 0's fastest calls, run by "
@@ -1182,8 +1222,8 @@ if len(series) >= 2:
                               measured=at_mb, evidence=f"{len(series)} 12-layer sizes, {len(fits)} runs, fp32, "
                               f"context {short_c}")
     show(f"A line through the 12-layer steps starts at {floors.text('.1f', 'ms')} with no weights and rises as if the "
-         f"bytes streamed at {1 / slopes.mid:.1f} GB/s: the weights outweigh that fixed cost from **{at_mb}** of "
-         "weights" + claims.pick(
+         f"bytes streamed at {1 / slopes.mid:.1f} GB/s: a step takes twice that start at **{at_mb}** of weights"
+         + claims.pick(
              verdict, held=f", where the prices put it ({target:,.0f} MB).",
              not_held=f", {transition.mid / target:.2g}x the {target:,.0f} MB the prices put it at. The floor, taken "
                       "apart one layer down below, shows where the price's line parts from the steps'.",
@@ -1214,17 +1254,29 @@ for where_, which in (("on_the_floor", "on the floor"), ("past_the_floor", "past
     else:
         measured_ = claims.geomean_of([paired(n, (low16, short_c), ("fp32", short_c)) for n in names])
         priced = claims.geomean(prices[f"{low16}_over_fp32"][names])
-        direction = (f"; the textbook's 1.00x would have it cost the same" if which == "on the floor" else
-                     f"; the bytes alone, {rate['fp32'] / rate[low16] / 2:.2f}x")
+        direction = f"; the bytes alone, {rate['fp32'] / rate[low16] / 2:.2f}x"  # past the floor, the textbook's
         below = (" The floor's paragraph below takes it one layer down." if which == "on the floor"
                  and profiled_size in names else "")
         verdict = register.record(precision_, claims.within(measured_, priced, claims.PREDICTED_RATIO),
                                   predicted=f"{priced:.2f}x", measured=measured_.text(".2f", "x"),
                                   evidence=f"{', '.join(names)}; {low16} and fp32 in the same runs, context {short_c}")
-        show(f"{at_side} a {low16} step took **{measured_.text('.2f', 'x')}** fp32's time, against "
-             f"{priced:.2f}x priced{direction}" + claims.pick(
+        lean = {"on the held side": "the price"}.get(claims.leaning(measured_, *claims.allowed(priced, claims.PREDICTED_RATIO)),
+                                                       "a miss")  # an unresolved median's side, in words
+        textbook_v = claims.within(measured_, 1.0, claims.PREDICTED_RATIO)  # the floor's textbook: no change
+        textbook_said = {
+            claims.HELD: "as the textbook's 1.00x (no change on the floor) has it",
+            claims.NOT_HELD: f"clearly {'slower' if measured_.mid > 1 else 'faster'} than the textbook's 1.00x (no change "
+                             f"on the floor): on this machine the {low16} step itself costs "
+                             f"{'more' if measured_.mid > 1 else 'less'}",
+            claims.UNRESOLVED: "near the textbook's 1.00x (no change on the floor), too near to call"}[textbook_v]
+        show(f"{at_side} a {low16} step took **{measured_.text('.2f', 'x')}** fp32's time"
+             + (f": {textbook_said}. Against the {priced:.2f}x priced, " + claims.pick(
+                 verdict, held="the price holds.", not_held=f"the price misses it.{below}",
+                 unresolved=f"it is too close to call, leaning to {lean}.{below}")
+                if which == "on the floor" else
+                f", against {priced:.2f}x priced{direction}" + claims.pick(
                  verdict, held=".", not_held=f": the price misses it.{below}",
-                 unresolved=f": too close to call.{below}"),
+                 unresolved=f": too close to call.{below}")),
              how=f"Run by run, the {low16} step over the fp32 step of the same run, against the priced ratio within "
                  f"the tolerance for a ratio, {claims.PREDICTED_RATIO:g}x either way"
                  + (f": {lean_words(measured_, priced, claims.PREDICTED_RATIO)}." if verdict == claims.UNRESOLVED
@@ -1291,21 +1343,29 @@ beyond_some = [n for n, v in off.items() if v.low <= claims.PREDICTED_LENGTH < v
 within_all = [n for n, v in off.items() if v.high <= claims.PREDICTED_LENGTH]
 lengths = ", ".join(f"{'≥' if flat[n] == longest else ''}{flat[n]} ({n})" for n in flat)
 lengths_priced = ", ".join(f"{'≥' if flat_priced[n] == longest else ''}{flat_priced[n]}" for n in flat)
-longer = flat[farthest] > flat_priced[farthest]
+by_median = [n for n, v in off.items() if v.mid > claims.PREDICTED_LENGTH]  # beyond a grid step at the medians
+way = lambda n: "longer" if flat[n] > flat_priced[n] else "shorter"  # noqa: E731  flat longer or shorter than priced
+median_said = (f" By those medians, {prose.count(len(by_median), 'size')} of {len(off)} stayed flat more than a step of "
+               f"the grid (a factor of {claims.PREDICTED_LENGTH:g}) from the priced length: "
+               + prose.and_list(f"{n}, {off[n].mid:.0f}x {way(n)}" for n in by_median) + "." if by_median else
+               f" By those medians, every size stayed flat within a step of the grid (a factor of "
+               f"{claims.PREDICTED_LENGTH:g}) of the priced length.")
 show(f"Each size's prefill cost about what its one-token pass costs up to a prompt of {lengths} tokens, against "
-     f"{lengths_priced} by its price: the farthest, {farthest}, stayed flat **{off[farthest].text('.0f', 'x')}** "
-     f"{'longer' if longer else 'shorter'} than priced" + claims.pick(
-         verdict, held=". Every size lay within a step of the grid of its price.",
-         not_held=f". {prose.count(len(beyond_all), 'size').capitalize()} of {len(off)} lay more than a step of the "
-                  "grid off. "
+     f"{lengths_priced} by its price." + claims.pick(
+         verdict, held=" Every size lay within a step of the grid of its price, however its points' spread is read.",
+         not_held=f"{median_said} {prose.and_list(beyond_all)} stayed that far off at either end of "
+                  f"{'its' if len(beyond_all) == 1 else 'their'} measurements' spread too, which decides the miss. "
                   "Near the floor's end a pass's growth decides the length: the prompts of 4 tokens, below, show how "
                   "close to the margin the sizes grew.",
-         unresolved=". Whether the sizes lie within a step of the grid of their prices is too close to call."),
+         unresolved=f"{median_said} Whether every size lies within a step of the grid of its price is too close to call: "
+                    + prose.and_list(beyond_some) + f" {'lies' if len(beyond_some) == 1 else 'lie'} more than a step off "
+                    "at one end of the measurements' spread and within it at another."),
      how=f"A floor's length is where a pass first costs more than {edge_x:.2f}x the one-token pass, read "
          "off the points' medians and off both ends of their intervals (the table below); the prediction holds when "
          f"every size's readings lie within a step of the grid (a factor of {claims.PREDICTED_LENGTH:g}) of its priced "
-         f"length. Of the table's {len(off)} sizes: within a step at every reading, {len(within_all)}; beyond it at "
-         f"every reading, {len(beyond_all)}"
+         f"length. Of the table's {len(off)} sizes: beyond a step at the medians, {len(by_median)}"
+         + (f" ({prose.and_list(by_median)})" if by_median else "")
+         + f"; within a step at every reading, {len(within_all)}; beyond it at every reading, {len(beyond_all)}"
          + (f" ({prose.and_list(beyond_all)})" if beyond_all else "")
          + f"; beyond it at some readings only, {len(beyond_some)}"
          + (f" ({prose.and_list(beyond_some)})" if beyond_some else "") + ".")
@@ -1345,12 +1405,19 @@ ref_bytes = machine.MODELS[reference_model][0].with_dtype("fp32").weight_bytes /
 narrower = [n for n in twelve_sizes if size_plan.set_index("size").weight_mb[n] < ref_bytes]
 if len(narrower) >= 2:  # where the reads are a small part of the hollowed pass, the difference is the floor's
     twelve_sizes = narrower
+twelve_words = f"12-layer models narrower than {reference_model}" if len(narrower) >= 2 else "12-layer models"
 if len(twelve_sizes) >= 2:
     f12 = floor_table.set_index("size").loc[twelve_sizes]
     narrow, wide = twelve_sizes[0], twelve_sizes[-1]
     grew = f12.paid_ms[wide] > claims.PREDICTED_TIME * f12.paid_ms[narrow]
     ratio = f12.paid_over_priced
     as_priced = ratio.between(1 / claims.PREDICTED_TIME, claims.PREDICTED_TIME)
+    all_paid = floor_table.set_index("size").paid_over_priced  # every size's floor paid over its price
+    others = all_paid.drop(twelve_sizes)
+    every_word = "Every" if (all_paid > 1).all() else "No" if (all_paid <= 1).all() else "Not every"
+    all_said = "" if others.empty else (
+        f" {every_word} size's floor ran over its price: {prose.span(all_paid.min(), all_paid.max(), '.2f')}x across "
+        f"all {len(all_paid)}, the others " + ", ".join(f"{n} {x:.2f}x" for n, x in others.items()) + ".")
     why_floor = (
         f"Hollowed, with the caches to itself, a 12-layer step's {twelve} operations took "
         f"**{prose.span(f12.alone_ms.min(), f12.alone_ms.max(), '.1f')} ms** at every width; between their own "
@@ -1364,12 +1431,13 @@ if len(twelve_sizes) >= 2:
            if grew else "The floor fell as the weights grew, which the price does not expect. "
            if f12.paid_ms[narrow] > claims.PREDICTED_TIME * f12.paid_ms[wide] else
            f"The floor stayed within {claims.PREDICTED_TIME:g}x of one number across the widths. ")
-        + f"The floors paid were {prose.span(ratio.min(), ratio.max(), '.2f')}x their prices"
+        + f"The {twelve_words} paid floors of {prose.span(ratio.min(), ratio.max(), '.2f')}x their prices"
         + (", as priced." if as_priced.all() else
            f"; {prose.and_list(ratio.index[~as_priced])} missed by more than {claims.PREDICTED_TIME:g}x: the price "
            "draws the floor on a straight line in the bytes, and the eviction need not grow in proportion to them."
            if len(anchored) > 1 else f"; {prose.and_list(ratio.index[~as_priced])} missed by more than "
-           f"{claims.PREDICTED_TIME:g}x."))
+           f"{claims.PREDICTED_TIME:g}x.")
+        + all_said)
     how_floor = (
         f"The hollowed step's time is the fastest of {floor_repeats}, {f12.alone_ms.min() / twelve * 1e3:.1f} us an "
         f"operation or more (chapter 0, alone too: {ops_alone[1]:.1f} us for {reference_model}); between the "
@@ -1393,7 +1461,7 @@ if len(twelve_sizes) >= 2:
                       f"weights' price leaves {less_weights:.1f} (the table gives every size's).")
 
 # %%
-why_dtype, how_dtype = "", ""
+why_dtype, how_dtype, prof_share = "", "", None  # prof_share: the profiler's share of the difference, its top two
 if profiled:
     prof = pd.concat(profiled, ignore_index=True)
     results.table(prof, "size_profile")
@@ -1402,6 +1470,7 @@ if profiled:
     calls = prof[prof.dtype == low16].set_index("operator").calls
     top = [o for o in extra.index if o != profiling.BETWEEN][:2]
     slower = per_op[low16].sum() > per_op["fp32"].sum()
+    prof_share = extra[top].sum() / (per_op[low16].sum() - per_op["fp32"].sum()) if slower else None
     why_dtype = (f" One {profiled_size} step under the profiler took {per_op[low16].sum():.1f} ms in {low16} against "
                  f"{per_op['fp32'].sum():.1f} ms in fp32; "
                  + (f"{extra[top].sum() / (per_op[low16].sum() - per_op['fp32'].sum()):.0%} of the difference is "
@@ -1454,8 +1523,12 @@ if dtype_rows:  # the price's two halves, measured again with the dtypes in turn
                   f" The {low16} step is {gap_:.2f} ms slower than fp32's, yet these parts cost "
                   f"{-placed_:.2f} ms less in {low16}: the whole difference shows only in the whole step, in no part "
                   f"timed here on its own." if placed_ < 0 else
-                  f" Of the {gap_:.2f} ms between the two steps, these parts place {placed_:.2f} ms; the other "
-                  f"{gap_ - placed_:.2f} ms shows only in the whole step, in no part timed here on its own."
+                  f" Of the {gap_:.2f} ms between the two steps, these parts, timed without the profiler, place "
+                  f"{placed_:.2f} ms; the other {gap_ - placed_:.2f} ms shows only in the whole step, in no part timed "
+                  "here on its own"
+                  + ("." if prof_share is None else
+                     f": the profiler's {prof_share:.0%} is a share of its own step, slowed by what it adds to every "
+                     "call, and timed alone the same kernels account for less.")
                   if gap_ - placed_ > claims.NOISE * gap_ else
                   f" These parts add up to {placed_:.2f} ms, more than the {gap_:.2f} ms between the two steps."
                   if placed_ - gap_ > claims.NOISE * gap_ else
@@ -1901,7 +1974,7 @@ display(Markdown(
 # * **Few-row-kernel-bound** (left of the ridge, yet the matrix kernel at that many rows is slower than its bytes):
 #   a kernel made for few rows, or more rows per call (a larger batch, a longer chunk).
 # * **Mixed** (two terms of different limits about the same size): shrinking one alone buys at most about half.
-# * **Above its streaming floor** (a decode step whose bytes are its largest term but not what sets its time):
+# * **Above its streaming floor** (a pass whose bytes are its largest term but not what sets its time):
 #   what fills the rest (chapter 3 splits it), often dispatch: fewer, larger operations, as for dispatch-bound.
 # * **Unexplained** (far above its prediction): measure one layer down before optimising anything.
 
@@ -1942,49 +2015,45 @@ met = None if transition is None else (f"**{transition.text(',.0f', 'MB')}** ({p
                                                       claims.UNRESOLVED: "; too close to call"}[fell] + ")")
 under = all(register.verdict(f"{x.replace(' ', '_')}_under_the_roof") == claims.HELD for x in roof_reach)
 beat = any(register.verdict(f"{x.replace(' ', '_')}_under_the_roof") == claims.NOT_HELD for x in roof_reach)
-roofs = (", and no pass ran above it" if under else ", and some passes ran above it: a ceiling is understated" if beat
-         else ", and some passes came too near it to call")
-brief = {f"precision_{w}_as_priced": f"a {low16} step {t} took {{m}} fp32's time ({{p}} priced)"
-         for w, t in (("on_the_floor", "on the floor"), ("past_the_floor", "past the floor"))}
+roofs = (", and no pass ran above the roof" if under else
+         ", and some passes ran above the roof: a ceiling is understated" if beat else
+         ", and some passes came too near the roof to call")
+verdicts = [r.verdict for r in register.rows.values()]
+n_failed, n_open = verdicts.count(claims.NOT_HELD), verdicts.count(claims.UNRESOLVED)
 
 # %%
-brief |= {"prefill_floor_length_as_priced": "{far} of {n} sizes' prefill floors ended more than a grid step from "
-                                            "their priced lengths (the farthest {m})",
-          "batching_raises_the_rate": "batched decode's rate did not move as priced at every step",
-          "context_on_the_floor_as_priced": "on the floor, a longer context added {m} the milliseconds its price adds"}
-said = {"size_steps_as_priced", "floor_gives_way_where_predicted"}  # their verdicts are in the opening already
-missed = [r for r in register.rows.values() if r.verdict == claims.NOT_HELD and r.claim not in said]
-far_count = dict(far=sum(v.low > claims.PREDICTED_LENGTH for v in off.values()), n=len(off))  # as its claim counts
-misses = [brief.get(r.claim, "a claim in the table below").format(m=r.measured.split(" (")[0], p=r.predicted, **far_count)
-          for r in missed[:2]]
-count_words = {1: "One claim", 2: "Two claims"}.get(len(missed), f"{len(missed)} claims")
-also = any(register.verdict(c) == claims.NOT_HELD for c in said)  # a miss the opening has named already
-count_words = "Also missed" if also else f"{count_words} missed"
-missed_line = "" if not missed else (f"{count_words}: " + "; ".join(misses)
-                                     + (f"; and {len(missed) - 2} more" if len(missed) > 2 else "") + ". ")
+missed = " and ".join(filter(None, (
+    f"{prose.count(n_failed, 'prediction')} failed" if n_failed else "",
+    f"{prose.count(n_open, 'prediction').split()[0] if n_failed else prose.count(n_open, 'prediction')} "
+    f"{'was' if n_open == 1 else 'were'} left open" if n_open else "")))
+misses = f"{missed[:1].upper()}{missed[1:]}: see the evidence table. " if missed else ""
 
 
-def opening_text(missed_line: str, prefill: bool = True) -> str:
+def opening_text(prefill: bool = True, sizes_said: bool = True, transition_said: bool = True) -> str:
+    """The opening paragraph: with `prefill`, the prefills' regimes; with `sizes_said`, the size sweep's price, and
+    with `transition_said` too, the 12-layer models' transition."""
+    priced_said = as_priced is not None and sizes_said
     return (f"On this machine ({this_machine}), the textbook roofline turns from memory to arithmetic at "
             f"**{ridge:.1f} FLOP/byte**{roofs}. "
-            + (f"Across GPT-2's {len(ran)} sizes a decode step took **{pooled.text('.2f', 'x')}** the time the cost "
-               f"model predicts{as_priced}" if as_priced is not None else "")
-            + (("; a" if as_priced is not None else "A") + " 12-layer model's weights outweigh its fixed cost per "
-               f"step from about {met}" if met is not None and prefill else "")
-            + ". " * bool(as_priced is not None or (met is not None and prefill))
-            + missed_line + f"A decode step here [{waits_on('decode', 'context')[:5]}](glossary.md#regimes)"
+            + (f"Across GPT-2's {len(ran)} sizes a decode step took **{pooled.text('.2f', 'x')}** its predicted "
+               f"time{as_priced}" if priced_said else "")
+            + (("; a" if priced_said else "A") + f" 12-layer model's step is twice its time with no weights at {met}"
+               if met is not None and sizes_said and transition_said else "")
+            + ". " * bool(priced_said or (met is not None and sizes_said and transition_said))
+            + misses + f"A decode step here [{waits_on('decode', 'context')[:5]}](glossary.md#regimes)"
             f"{waits_on('decode', 'context')[5:]}; "
             + (f"a prefill {waits_on('prefill', 'prompt length')}." if prefill else
                "this machine's roofline, below, names each prefill's regime."))
 
 
-n_missed = ("One" if len(missed) == 1 else str(len(missed))) + (" more" if also else "")
-opening.write(opening_text(missed_line),  # too long (a long machine name, many misses): the misses by count only
-              opening_text(f"{n_missed} claim{'s' * (len(missed) > 1)} did not hold (the table below names "
-                           f"{'it' if len(missed) == 1 else 'them'}). " if missed else ""),
-              opening_text(""),  # shorter still: the evidence table at the end names the misses
-              opening_text("", prefill=False),  # shortest: the prefills' regimes left to the table
-              after=pacer.note())  # why the prices missed, when the machine itself ran at another speed
+pace_v = register.verdict("machine_kept_its_pace")  # lib.machine.pace_note's verdict, in plain words
+pace_said = "" if not pacer.note() else pacer.note() if pace_v not in (claims.NOT_HELD, claims.UNRESOLVED) else (
+    f"The machine {'may have run' if pace_v == claims.UNRESOLVED else 'ran'} at another speed than in chapter 0, so "
+    f"prices here {'may be' if pace_v == claims.UNRESOLVED else 'are'} off (the pace finding near the end says how far).")
+opening.write(opening_text(),  # too long (a long machine name): the transition, the prefills' regimes, the sizes out
+              opening_text(transition_said=False), opening_text(prefill=False, transition_said=False),
+              opening_text(prefill=False, sizes_said=False),
+              after=pace_said)  # why the prices missed, when the machine itself ran at another speed
 
 # %% [markdown]
 # ## Key terms
