@@ -1220,7 +1220,7 @@ def pace_claim(register, paced: dict[str, Pace], what: str, model: str = "") -> 
 
     moments = "; ".join(f"{p.ratio.text('.2f', 'x')} {when}" for when, p in paced.items())
     slowest = max(paced.values(), key=lambda p: p.ratio.mid).ratio.mid
-    drift = (f" It ran up to {slowest - 1:.0%} slower than chapter 0's median call, and a price made of chapter 0's "
+    drift = (f" At the median it ran up to {slowest - 1:.0%} slower than chapter 0's median call, and a price made of chapter 0's "
              "ceilings is then about that much too low." if slowest > 1 + claims.NOISE else "")
     moved = pace_moved(paced)
     kept = [claims.within(p.ratio, p.expected(), claims.PREDICTED_TIME) for p in paced.values()]

@@ -300,10 +300,12 @@ verdict = register.record("gemv_reaches_streaming_bandwidth", claims.within(gemv
 fastest = f"With {where}, {model}'s matrix-vector products read their weights at {gemv[model]:.1f} GB/s"
 show(claims.pick(
     verdict,
-    held=f"{fastest}, {gemv[model] / rates['read']:.2f} times the streaming read's {rates['read']:.1f} GB/s: the same "
-         f"rate, as predicted{one_note}. A decode step's weights cost about their bytes at the memory's rate, and the "
-         "later chapters price them at the products' own rate."
-         + (f" The products read faster than the streaming read{cache_note}."
+    held=f"{fastest}, {gemv[model] / rates['read']:.2f} times the streaming read's {rates['read']:.1f} GB/s: "
+         + ("a little faster, near enough to count as the same rate, as predicted"
+            if gemv[model] > rates["read"] * (1 + claims.NOISE) else "the same rate, as predicted")
+         + f"{one_note}. A decode step's weights cost about their bytes at the memory's rate, and the later chapters "
+         "price them at the products' own rate."
+         + (f" A kernel reading faster than the memory streams gets part of its weights from a cache{cache_note}."
             if gemv[model] > rates["read"] * (1 + claims.NOISE) else ""),
     not_held=f"{fastest}, {compare}{threads_note}.{layouts} {which}, so every later chapter prices a decode step's "
              "weights at the kernels' rate, not the memory's.",
@@ -410,12 +412,13 @@ elif g_few * claims.PREDICTED_RATIO >= square:
     why = (f"at {few} rows the product already runs at {g_few:.1f} GFLOP/s, near the square product's {square:.0f}: "
            "its arithmetic, not its weights' bytes, sets its time")
 elif far > few and per_row * (few - 1) * 2 < extra:
-    why_short = "the extra time comes once, with the first extra row"
+    why_short = "a one-off step at the first extra row"
     why = (f"the extra time is not the extra row's arithmetic: each row from {few} to {far} adds only "
-           f"{prose.ms(per_row)}, against {prose.ms(extra)} for going from one row to {few}; at {few} rows the product "
-           f"runs {g_few:.1f} GFLOP/s, far below the square product's {square:.0f}, and {fault_text}. A cost that "
-           "comes once, with the first extra row, is not the rows' work: the kernel does something else for more "
-           "than one row, which this chapter does not take apart")
+           f"{prose.ms(per_row)}, against {prose.ms(extra)} for going from one row to {few} (at {few} rows the product "
+           f"runs {g_few:.1f} GFLOP/s, far below the square product's {square:.0f}), and {fault_text}. So the time "
+           f"steps up once, going from one row to {few}, and then grows only a little with each further "
+           "row: the shape of a kernel that takes another, slower path for more than one row, a step in its time, not a "
+           "cost per row. What that path does inside the library, this chapter does not measure")
 elif far > few:
     why_short = "each extra row adds its own time, at a fraction of the machine's FLOP rate"
     why = (f"each row from {few} to {far} adds {prose.ms(per_row)}, about what the first extra row did, and at {few} "
@@ -485,8 +488,9 @@ if all(g is not None for g in grown.values()):
     _longer = {kind: f"**{prose.span(g.best * 1e3, g.median * 1e3, '.2f', 'ms')}** longer with a {name} cache{extra}"
                for (kind, g), name, extra in
                zip(grown.items(), ("growing", "preallocated"), (", beyond that cache's own copy timed alone", ""))
-               if g.best >= 5e-6}  # prints as 0.01 ms or more
-    _same = [name for (kind, g), name in zip(grown.items(), ("growing", "preallocated")) if g.best < 5e-6]
+               if max(g.best, g.median) >= 5e-6}  # either end prints as 0.01 ms or more
+    _same = [name for (kind, g), name in zip(grown.items(), ("growing", "preallocated"))
+             if max(g.best, g.median) < 5e-6]  # "no longer" only where the median calls agree
     _told_how = ("Each difference is taken twice over the repeats, between the two steps' fastest calls and between "
                  "their median calls; the first is what the cost model adds, and a range says how far the median "
                  "calls moved it" + ("" if all(g.median < 5e-6 for g in grown.values()) else
@@ -578,7 +582,7 @@ gemv_vs_read = {claims.HELD: "That is about the streaming read's rate",
                 claims.UNRESOLVED: "That is close to the streaming read's rate, too close to call; the later chapters "
                                    "price a decode step's weights at the products' own rate"}
 rows_plain = {claims.HELD: "about as long as one, as predicted: the same weights stream once",
-              claims.NOT_HELD: f"{t2.best / t1.best:.2f} times as long as one, not about the same as predicted: "
+              claims.NOT_HELD: f"{t2.best / t1.best:.2f} times as long as one, where about the same was predicted: "
                                f"{why_short}",
               claims.UNRESOLVED: f"{t2.best / t1.best:.2f} times as long as one, too close to the prediction (about "
                                  "the same) to call"}
@@ -587,8 +591,8 @@ _rates_told = (f"On this machine ({on_this}), a streaming read moves {up_to(rate
                f"{up_to(gemv[model], gemv_spread.low, 'GB/s')}. "
                f"{gemv_vs_read.get(register.verdict('gemv_reaches_streaming_bandwidth'), 'They were not compared')}. ")
 _g = lambda x: f"{x:,.0f}" if x >= 100 else f"{x:.3g}"  # noqa: E731  a FLOP rate's digits
-_rows_told = (f"Its block matrices run **{_g(f_rows.gflop_s_median[1])} GFLOP/s** at one row and "
-              f"**{_g(f_rows.gflop_s_median[f_rows.index.max()])}** at {f_rows.index.max():,.0f} rows. ")
+_rows_told = (f"Its block matrices run up to **{_g(f_rows.gflop_s[1])} GFLOP/s** at one row and "  # fastest calls: ceilings
+              f"**{_g(f_rows.gflop_s[f_rows.index.max()])} GFLOP/s** at {f_rows.index.max():,.0f} rows. ")
 _two = (f"With {few} rows they took "
         f"{rows_plain.get(register.verdict('two_rows_cost_no_more'), 'an unmeasured time')}. ")
 _issue = f"Issuing one operation of a decode step costs about **{us_between:.0f} us**. "
@@ -698,9 +702,10 @@ display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</deta
 # ## Evidence in this chapter
 #
 # Each claim this chapter made, what was predicted, what this run measured, the verdict, and the data it came
-# from. A verdict is decided on the 95 % interval of the median over runs (`lib.claims` says how): *held* when
-# all of the interval agrees with the prediction, *did not hold* when none of it does, *not resolved* when it
-# straddles the line. `data/00_machine/claims.csv` holds the same rows, and the book's status page counts them.
+# from. A verdict here is decided on a range one lucky or one slow call cannot fake: a kernel's time or rate from
+# its fastest call to its median one, or the 95 % interval of a median where calls were repeated as runs (the
+# fold under each finding says which; `lib.claims` says how): *held* when all of the range agrees with the
+# prediction, *did not hold* when none of it does, *not resolved* when it straddles the line. `data/00_machine/claims.csv` holds the same rows, and the book's status page counts them.
 
 # %%
 results.table(register.frame(), "claims")

@@ -308,8 +308,8 @@ verdict = register.record(
     evidence=f"median decode step over prefill time per prompt token; {runs} runs, {lm.name}, {dtype}, {where}")
 told = f"A decoded token cost **{cheaper.mid:.1f}x** as much as a prompt token" if cheaper else ""
 lean = claims.leaning(cheaper, *claims.allowed(predicted_ratio, claims.PREDICTED_RATIO)) if cheaper else ""
-priced = (f"prefill {prose.ms(ph.prefill_ms / 1e3)} against {prose.ms(pre_pred.best)}, a decode step "
-          f"{prose.ms(ph.decode_step_ms / 1e3)} against {prose.ms(dec_pred.best)}")
+priced = (f"prefill {prose.ms(ph.prefill_ms / 1e3)} against {prose.ms(pre_pred.best)}, a decode step (a run's median "
+          f"gap between two tokens) {prose.ms(ph.decode_step_ms / 1e3)} against {prose.ms(dec_pred.best)}")
 show(claims.pick(
     verdict,
     held=f"{told}, as the cost model predicted ({predicted_ratio:.1f}x). A pass that only "
@@ -382,6 +382,7 @@ near = run_table[run_table.worst_gap_ms > longest / 2]  # runs whose own worst g
 stands_out = run_table.worst_gap_ms / run_table.median_gap_ms  # each run's longest gap over its own median gap
 line, tol = 2.0, claims.PREDICTED_TIME  # "a stall": twice the run's median gap; within the tolerance either way: too near
 stalled, near_line = int((stands_out > line * tol).sum()), int(((stands_out >= line / tol) & (stands_out <= line * tol)).sum())
+over_line = int((stands_out > line).sum())  # over twice the median gap, the glossary's line, beyond doubt or not
 alone = len(near) == 1
 others = run_table.worst_gap_ms.drop(worst)
 ratios = prose.span(stands_out.min(), stands_out.max(), ".2f", "x")
@@ -395,13 +396,21 @@ where_gap = (f"before token {worst_at} of {per_run[worst].n_tokens}; no run's lo
                 "steps" if alone and len(others) else
                 "and it is the only run" if alone else
                 f"and {others_near} came within half of it (the next longest, {others.max():.0f} ms). Each run's "
-                f"longest gap lay at {ratios} its own median gap: in {stalled} of the {runs} runs it was more than "
-                f"{line * tol:.1f} times it, a stall"
-                + (f", and in {near_line} near twice it, too near to call" if near_line else "")
+                f"longest gap lay at {ratios} its own median gap, and "
+                + (f"in {over_line} of the {runs} runs more than twice it. " if over_line else
+                   "in none of the runs more than twice it. ") + (f"No run's was clearly a stall, more than {line * tol:.1f} times its median gap" if not stalled
+                          else f"In {stalled} of them it was clearly a stall, more than {line * tol:.1f} times its "
+                               "median gap")
+                + (f"; in {count(near_line, 'run')} it lay too near twice the median gap to call either way" if near_line else "")
                 + (". So decode's steps meet a stall in most runs" if 2 * stalled > runs else
                    ". In most runs no gap stands out, so it is a slow spell of some runs, not a cost of every step"
                    if 2 * (runs - stalled - near_line) > runs else
-                   ". Neither side has most of the runs, so whether most runs meet a stall is open")))
+                   f". With {near_line} of the {runs} runs too near to call, whether most runs meet a stall is open")))
+gap_how = (f"The glossary's line for a stall is twice a run's median gap, held with the same {tol:g}x tolerance as "
+           f"every prediction here: a run's longest gap counts as a stall beyond {line * tol:.1f} times its median gap, "
+           f"as no stall under {line / tol:.1f} times, and between the two it is too near to call. The runs' ratios: "
+           + ", ".join(f"{x:.2f}x" for x in stands_out) + ".")
+
 
 # %% [markdown]
 # The medians over runs, the longest gap between two tokens, and how the runs fared against the objectives:
@@ -413,7 +422,8 @@ display(Markdown(
     + ("The worst gap's range leaves the slowest runs out: the" if over_runs.worst_gap_ms_high < run_table.worst_gap_ms.max()
        else "The")
     + f" longest single gap of all, in run {run_table.run[worst]}, was **{longest:.0f} ms**, {where_gap}."
-    "\n\n"
+    + ("" if stalled == near_line == 0 else f"\n\n<details><summary>{prose.HOW_DECIDED}</summary>\n\n{gap_how}\n\n</details>")
+    + "\n\n"
     f"Objectives ({source}): TTFT at most {goals.ttft_ms:.0f} ms, TPOT at most {goals.tpot_ms:.0f} ms, worst gap "
     f"at most {goals.worst_gap_ms:.0f} ms. They are fixed budgets, typed, not measured here: they do not follow this "
     "machine's speed, so whether a run meets them says as much about the machine as about the request. At most, a "
@@ -502,10 +512,15 @@ plt.show()
 # %%
 logit_bytes = shape.vocab * torch_dtype.itemsize
 read_gb_s = ceilings.stream_bandwidth(dtype, torch.get_num_threads()) / 1e9
+n_ops, us_alone = ceilings.operations(model_name, dtype, torch.get_num_threads())
+hollow_step = ceilings.dispatch(model_name, dtype, torch.get_num_threads(), "decode").best  # between weight streams
 show(f"The argmax reads one row of **{shape.vocab:,} logits** ({logit_bytes / 1e3:,.0f} KB in {dtype}): at chapter 0's "
-     f"streaming read of {read_gb_s:.1f} GB/s that is **{logit_bytes / (read_gb_s * 1e9) * 1e6:.1f} us**. Issuing one "
-     f"operation costs about {ceilings.operations(model_name, dtype, torch.get_num_threads())[1]:.1f} us (chapter 0, "
-     "alone), and reading the chosen id back to the host is one more.")
+     f"streaming read of {read_gb_s:.1f} GB/s that is **{logit_bytes / (read_gb_s * 1e9) * 1e6:.1f} us**. Chapter 0 "
+     f"measured issuing one operation of this model two ways: {us_alone:.1f} us when nothing else runs, and "
+     f"{hollow_step / n_ops * 1e6:.1f} us inside a pass, between its weight streams (its hollowed decode step, "
+     f"{prose.ms(hollow_step)} over {n_ops:,} operations), the setting the cost model prices a pass's issuing in. "
+     "Choosing comes right after the prefill has streamed every weight, so the second applies, to the argmax and to "
+     "reading the chosen id back to the host.")
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** Choosing is that `argmax` and one read-back of the chosen id; a decode step, a whole pass over
@@ -533,7 +548,8 @@ verdict = register.record("choosing_is_cheap", claims.at_most(Spread.of(choice_m
                           predicted=f"under {0.1 * ph.decode_step_ms:.2f} ms", measured=f"{choice_ms.median():.2f} ms",
                           evidence=f"{count(runs, 'run')}, {where}")
 chose = (f"Choosing took a median {with_interval(Spread.of(choice_ms), '.2f', ' ms', bold=True)}, against a decode "
-         f"step of {ph.decode_step_ms:.1f} ms")
+         f"step of {ph.decode_step_ms:.1f} ms (a run's median gap between two tokens; TPOT, "
+         f"{over_runs.tpot_ms:.1f} ms, is the mean of every gap)")
 show(claims.pick(
     verdict,
     held=f"{chose}. The shorthand would report a TTFT of {np.median(shorthand_ms):.0f} ms instead of the measured "
@@ -747,8 +763,9 @@ _gap_told = (f"A run's longest gap was {run_table.worst_gap_ms.median():.0f} ms 
              + (f", over the {goals.worst_gap_ms:.0f} ms objective" if longest > goals.worst_gap_ms else "")
              + ("; one run's slow spell). " if alone and runs > 1 else "). "))
 _why = (f"Prefill pushes all {T} tokens through each weight it reads, at "
-        f"{model.ceilings.matrix_rate(model_name, dtype, model.threads, T) / 1e9:.0f} GFLOP/s, while each decode step "
-        f"reads every weight for one token, at {model.ceilings.matrix_rate(model_name, dtype, model.threads, 1) / 1e9:.0f}. ")
+        f"{model.ceilings.matrix_rate(model_name, dtype, model.threads, T) / 1e9:.0f} GFLOP/s; each decode step "
+        f"reads every weight for one token, at {model.ceilings.matrix_rate(model_name, dtype, model.threads, 1) / 1e9:.0f}, "
+        "and pays for issuing a whole pass. ")
 _told = (
     f"On this machine ({prose.machine(device, dtype)}), {lm.name} answered a {T}-token question with "
     f"{prose.tokens(m.n_tokens)}. Over {count(runs, 'run')}, the first token typically "

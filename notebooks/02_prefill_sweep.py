@@ -237,14 +237,15 @@ longest = max(prompts)
 dispatch_long = ceilings.dispatch(model_name, main_dt, most, "prefill", longest).best
 attention_1, attention_long = (ceilings.attention_prefill(model_name, main_dt, most, t).best for t in (1, longest))
 show(f"A pass counts as on the floor while it costs within **{margin:.0%}** of a 1-token pass (the parameter `margin`). "
-     f"Chapter 0 timed the LM head at one row at **{prose.ms(head_1)}** and issuing a 1-token pass (its small "
-     f"operations, matrices hollowed out) at **{prose.ms(dispatch_1)}**; the blocks' weights stream at one row in "
+     f"Chapter 0 timed the LM head at one row at **{prose.ms(head_1)}** and the hollowed 1-token pass (the model with "
+     f"its matrices and attention hollowed out, so it only issues its operations and runs its small kernels) at "
+     f"**{prose.ms(dispatch_1)}**; the blocks' weights stream at one row in "
      f"{prose.ms(ceilings.matrices(model_name, main_dt, most, 'blocks', 1).best)}. The hollowed pass issues the same "
      f"operations at every length, yet grows to {prose.ms(dispatch_long)} at {tokens(longest)}"
      + (f" (chapter 0 timed it up to {tokens(top_rows)}, and beyond that it is priced in proportion to the length)"
         if (top_rows := max(ceilings.dispatch_rows_measured(model_name, main_dt, most))) < longest else "")
-     + ". Its small kernels "
-     "(norms, activations, residual adds) work over every row, so "
+     + ". That figure is not issuing alone, which chapter 0 puts at microseconds an operation: it is issuing plus the "
+     "small kernels (norms, activations, residual adds), which work over every row, so "
      + (f"from about {tokens(past_rows)} their work, not the issuing, is most of it. "
         if (past_rows := next((p for p in prompts if ceilings.dispatch(model_name, main_dt, most, "prefill", p).best
                                > 2 * dispatch_1), None)) else "their work grows beside the issuing. ")
@@ -479,13 +480,34 @@ def as_predicted(claim: str, statement: str, points: list) -> tuple[str, str]:
              "on a log scale (the same measure picks the pass the profiler takes apart below)."
            + ("" if verdict != claims.UNRESOLVED else " In this run " + lean(pooled, 1 / tol, top * tol, ".2f", "x") + "."))
     direction = "less" if pooled.mid < 1 else "more"
+    tails = []  # each configuration's longest prompts that all ran wholly above (or all below) their price
+    for cfg in dict.fromkeys(k[:2] for k in points):
+        ks = sorted((k for k in points if k[:2] == cfg), key=lambda k: k[2])
+        for word, off in (("above", lambda r: r.low > 1), ("below", lambda r: r.high < 1)):
+            n = next((i for i in range(len(ks)) if all(off(ratio[k]) for k in ks[i:])), len(ks))
+            if len(ks) - n >= 2:
+                tail = ks[n:]
+                tails.append((f"{'in ' + label(*cfg) + ', ' if len(configs) > 1 and cfg != main else ''}"
+                              + ("every pass" if n == 0 else f"every pass from {tokens(tail[0][2])} on")
+                              + f" ran {word} its price, by "
+                              + prose.span(min(ratio[k].mid for k in tail), max(ratio[k].mid for k in tail), ".2f", "x"),
+                              len([k for k in tail if k in out])))  # and how many of them miss on their own
+    missed = sum(m for _, m in tails)
+    told_tails = "; ".join(t for t, _ in tails) + (
+        "" if not tails else ", none by enough to count as a miss on its own" if not missed else
+        f" ({missed} of those passes by enough to count as a miss on its own)")
+    top_mid = max(points, key=lambda k: abs(np.log(ratio[k].mid)))
     text = (f"The passes of {'; '.join(dict.fromkeys(label(*k[:2]) for k in points))} took **{pooled.text('.2f', 'x')}** "
             "the time the cost model priced them at, from chapter 0's kernel rates: " + claims.pick(
                 verdict, held="as priced",
                 not_held=f"{direction} than priced (the section below takes the furthest pass apart)",
                 unresolved=f"{direction} than priced by the median, but too close to call")
-            + f". The pass furthest from its price was {at(worst)}, at {ratio[worst].mid:.2f}x "
-              "its price.")
+            + (". " + told_tails[0].upper() + told_tails[1:] if tails else "")
+            + f". The pass furthest from its price, counting its whole range over the runs, was {at(worst)}, at "
+              f"{ratio[worst].text('.2f', 'x')} its price"
+            + ("." if top_mid == worst else
+               f"; the median of {at(top_mid)} lay further off, {ratio[top_mid].text('.2f', 'x')}, but its range "
+               "reached nearer to its price."))
     return text, how
 
 
@@ -585,7 +607,7 @@ verdict = register.record(
     evidence=f"{label(*main)}, margin {margin:.0%}")
 p_rise = second.predicted_ms / mine.sort_values("prompt_tokens").iloc[0].predicted_ms
 expected_ = (f"a floor up to {tokens(pflat)}" if p_floored else
-             f"no floor (it prices {tokens(second.prompt_tokens)} at {p_rise:.2f}x the 1-token pass)")
+             f"no floor, pricing {tokens(second.prompt_tokens)} at {p_rise:.2f}x the 1-token pass")
 step = ("" if not (all(floored) and p_floored) else ", within one step of the sweep's grid" if verdict == claims.HELD
         else ", more than one step of the sweep's grid away")
 length_lean = (lean(flats, pflat / claims.PREDICTED_LENGTH, pflat * claims.PREDICTED_LENGTH, ".0f", " tokens")
@@ -597,7 +619,9 @@ show((f"The time stays within {margin:.0%} of the 1-token pass ({fm.floor_ms:.1f
        f"**{tokens(flats.mid)}**" if readings[1].flat_until_tokens > first_tok else
        f"There is no floor: the cost rises from the first token, {tokens(second.prompt_tokens)} taking "
        f"{second.time_ms:.1f} ms, **{second.time_ms / fm.floor_ms:.2f}x** the 1-token pass's {fm.floor_ms:.1f} ms")
-     + claims.pick(verdict, held=f", as the cost model predicted ({expected_}).",
+     + claims.pick(verdict, held=(f", as the cost model predicted ({expected_})." if p_floored else
+                                  f", as the cost model predicted: it prices {tokens(second.prompt_tokens)} at "
+                                  f"{p_rise:.2f}x the 1-token pass."),
                    not_held=f", but the cost model predicted {expected_}: the pass "
                             + ("grows earlier" if flats.mid < pflat else "stays flat longer") + " than its parts say.",
                    unresolved=f"; the cost model predicted {expected_}, and this run's points are too noisy to say "
@@ -641,8 +665,9 @@ else:
         first_row, per_row = t_r[2] - t_r[1], (t_r[far_r] - t_r[2]) / (far_r - 2)
         gives += (f" Chapter 0's block matrices took {t_r[1]:.1f} ms at one row, {t_r[2]:.1f} at two and "
                   f"{t_r[far_r]:.1f} at {far_r}: the second row added {first_row:.1f} ms, each row after it "
-                  f"{per_row:.2f} ms" + (", so a few rows pay for how the kernel runs more than one row, not for "
-                                         "their arithmetic (chapter 0 does not take that kernel apart)."
+                  f"{per_row:.2f} ms" + (": a one-off step at the second row, not a cost per row, the shape of a "
+                                         "kernel that takes another, slower path for more than one row (what that "
+                                         "path does inside the library, chapter 0 does not measure)."
                                          if first_row > 3 * max(per_row, 0) else "."))
 show(f"By the balance point a pass should cost about the same up to **{balance_tokens:.0f} tokens**; measured, it "
      f"stays within {margin:.0%} of the 1-token pass " + (f"up to **{tokens(flats.mid)}**. " if floored[1] else
@@ -685,20 +710,22 @@ for i, ((dt, n), g) in enumerate(sweep.groupby(["dtype", "threads"], sort=False)
     ax_p.plot(g.prompt_tokens, g.time_ms / g.prompt_tokens, "o-", ms=3, color=f"C{i}", label=label(dt, n))
     ax_p.plot(g.prompt_tokens, g.predicted_ms / g.prompt_tokens, ":", color=f"C{i}")
 ax_t.axhspan(fm.floor_ms_low, fm.floor_ms_high * (1 + margin), color="grey", alpha=0.2,
-             label=f"on the floor ({label(*main)})")
+             label=f"on the floor ({label(*main)})" if floored[1] else
+             f"within {margin:.0%} of the 1-token pass ({label(*main)}, no floor)")
 ax_p.axvline(knees.mid, color="grey", ls="--", label=f"knee, {label(*main)}")
 for ax in (ax_t, ax_p):
     ax.set(xscale="log", yscale="log", xlabel="prompt tokens")
     ax.set_xscale("log", base=2)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=7)
-ax_t.set(ylabel="prefill (ms): median and its 95 % interval; dotted: cost model",
-         title=(f"{label(*main)}: on the 1-token floor up to {tokens(flats.mid)}" if floored[1] else
+ax_t.set_ylabel("prefill (ms): median and its 95 % interval;\ndotted: cost model", fontsize=9)
+ax_t.set_title((f"{label(*main)}: on the 1-token floor up to {tokens(flats.mid)}" if floored[1] else
                 f"{label(*main)}: no floor, the cost rises from the first token")
-               + f" (cost model: {f'up to {pflat}' if p_floored else 'no floor'})")
-ax_p.set(ylabel="time per prompt token (ms)", title=f"Time per token within {margin:.0%} of its lowest from "
-                                                    f"{tokens(knees.mid)} (cost model: {pknee})")
-fig.tight_layout()
+               + f"\n(cost model: {f'up to {pflat}' if p_floored else 'no floor'})", fontsize=10)
+ax_p.set_ylabel("time per prompt token (ms)", fontsize=9)
+ax_p.set_title(f"Time per token within {margin:.0%} of its lowest\nfrom {tokens(knees.mid)} (cost model: {pknee})",
+               fontsize=10)
+fig.tight_layout(w_pad=3)
 results.figure(fig, "prefill_time")
 plt.show()
 
@@ -813,10 +840,12 @@ verdict = register.record(
     claims.NOT_HELD if rise.high <= 0 < rise_model else claims.UNRESOLVED,
     predicted=f"{rise_model:+.1f} ms (the cost model)", measured=f"{rise.text('+.1f', 'ms')} (the pass)",
     evidence=f"{label(*main)}, each run's own rise")
-parts = f"the matrices, timed alone, {rise_mm:+.1f} ms; the longer pass's small kernels and issuing {rise_issue:+.1f} ms"
+parts = (f"of that price, the matrices' rates account for {rise_mm:+.1f} ms and the longer pass's small kernels and "
+         f"issuing for {rise_issue:+.1f} ms")
 show(f"From 1 to {tokens(top.prompt_tokens)} the pass grows by {rise.text('+.1f', 'ms')}, " + claims.pick(
-    verdict, held=f"as priced ({rise_model:+.1f} ms), of which the matrices, timed alone, are {rise_mm:+.1f} ms and the "
-                  f"longer pass's small kernels and issuing {rise_issue:+.1f} ms.",
+    verdict, held=f"as priced ({rise_model:+.1f} ms). Of that price, the matrices' rates (chapter 0's, timed alone) "
+                  f"account for {rise_mm:+.1f} ms and the longer pass's small kernels and issuing for "
+                  f"{rise_issue:+.1f} ms; the pass's own rise is measured whole, not split.",
     not_held=f"{'more' if rise.mid > rise_model else 'less'} than the {rise_model:+.1f} ms priced ({parts}). Beyond "
              f"the matrices' priced rise the pass grew {rise.mid - rise_mm:+.1f} ms, so the parts timed alone do not "
              "account for its rise here.",
@@ -1072,7 +1101,7 @@ show(claims.pick(
     not_measured=f"The pass furthest from its price ({label(*w_cfg)} at {tokens(w_tokens)}, "
                  f"{ratio[worst_key].text('.2f', 'x')} its prediction) was not clearly off it, so there was no miss to "
                  "take apart. Its parts "
-                 f"are tabled above, where **{top_part.term}** holds the most of its {miss} "
+                 f"are tabled above, where **{top_part.term}** holds the largest part of its {miss} "
                  f"({top_part.excess_ms:+.1f} ms: {prose.ms(top_part.profiled_ms / 1e3)} under the profiler against "
                  f"{prose.ms(top_part.predicted_ms / 1e3)} priced)."),
     how=f"A pass is a miss when the 95 % interval of its ratio to its price lies wholly outside its band (its price's "
@@ -1243,7 +1272,15 @@ verdict = register.record("logits_extra_is_the_head", None if not head_priced el
                           measured=(extra_mm_runs * 1e3).text(".1f", "ms"),
                           evidence=f"logits_parts.csv, torch.profiler, {tokens(n_logits)}")
 head_extra = prose.span(extra_span.low * 1e3, extra_span.high * 1e3, ".1f", "ms")
-whole = f". Under the profiler the whole pass takes {prose.ms(logits_parts.extra_ms.sum() / 1e3)} more."
+_runs_extra = saving.set_index("prompt_tokens").loc[n_logits]  # the timed runs' extra, without the profiler
+_whole = logits_parts.extra_ms.sum()
+whole = (f". Under the profiler the whole pass takes {prose.ms(_whole / 1e3)} more (its parts' medians over the "
+         f"{profiled_runs} profiled pairs, summed); the {prose.ms(_runs_extra.extra_ms / 1e3)} "
+         f"({prose.span(_runs_extra.extra_ms_low, _runs_extra.extra_ms_high, '.1f', 'ms')}) above is the median over the "
+         f"{logits_runs} timed runs without the profiler, "
+         + ("and the profiled figure lies within that range."
+            if _runs_extra.extra_ms_low <= _whole <= _runs_extra.extra_ms_high else
+            "and the profiled figure lies outside that range: the two measures of one difference disagree here."))
 _ok = [x * 1e3 for x in claims.allowed(extra_span, claims.PREDICTED_TIME)]  # ms: what counts as priced
 show(claims.pick(
     verdict, held=f"At {tokens(n_logits)} the matrices take {prose.ms(extra_mm_runs.mid)} more with every position's "
@@ -1503,12 +1540,16 @@ else:
         index="run", columns=["dtype", "threads"], values="time_ms").dropna(subset=[(main_dt, fewest), main])
     _gain = Spread.of(_pair[(main_dt, fewest)] / _pair[main])  # as `threads_speed_long_prompt` takes it
     _floor_x = _slow.iloc[0].floor_ms / fm.floor_ms
-    _gemv_x = ceilings.weight_rate(model_name, main_dt, most) / ceilings.weight_rate(model_name, main_dt, fewest)
     _end = [int(f.flat_until_tokens) for f in (_slow.iloc[0], fm)]
     _has = [f"flat to {tokens(e)}" if e > mine.prompt_tokens.min() else "rising from the second token" for e in _end]
     _ends = (f"the pass {_has[0]} on either" if _has[0] == _has[1] else
              f"the pass {_has[0]} on {fewest} and {_has[1]} on {most}")
     _priced = cost[(main_dt, fewest)].prefill(_n).best / cost[main].prefill(_n).best
+    _at = lambda n, p: sweep[(sweep.dtype == main_dt) & (sweep.threads == n) & (sweep.prompt_tokens == p)].iloc[0]  # noqa: E731
+    _one, _one_slow = _at(most, mine.prompt_tokens.min()), _at(fewest, mine.prompt_tokens.min())  # priced parts
+    _long = _at(most, _n)
+    _parts_x = {name: _one_slow[c] / _one[c] for name, c in (("block matrices", "block_matrices_ms"),
+                                                             ("the LM head", "LM_head_ms"), ("dispatch", "dispatch_ms"))}
     _text = (f"Here {most} threads against {fewest} made the pass of {tokens(_n)} **{_gain.text('.2f', 'x')}** as fast "
              f"(the cost model: {_priced:.2f}x), "
              + (("close to" if _gain.low >= 0.9 * most / fewest else "short of" if _gain.high < 0.9 * most / fewest
@@ -1519,12 +1560,19 @@ else:
              + f" The 1-token pass went {_floor_x:.2f}x as "
              f"fast (from {_slow.iloc[0].floor_ms:.1f} ms to {fm.floor_ms:.1f} ms, with {_ends})"
              + ((": less than the long prompt" if _floor_x < _gain.mid else ": not less than the long prompt")
-                + (", as" if (_floor_x < _gain.mid) == (_gemv_x < _priced) else ", although")
-                + f" its matrices read the weights one row at a time, which chapter 0's one-row rate says gain "
-                f"{_gemv_x:.2f}x from {fewest} thread{'s' * (fewest > 1)} to {most}, against the {_priced:.2f}x priced "
-                "for the long prompt's arithmetic at many rows"
-                + ("." if (_floor_x < _gain.mid) == (_gemv_x < _priced) else
-                   ": the 1-token pass's other parts (dispatch, which gains least from a second thread) set its gain, not the products' rates.")
+                + f". Priced part by part (the sweep's table), from {fewest} thread{'s' * (fewest > 1)} to {most} its "
+                f"block matrices gain {_parts_x['block matrices']:.2f}x and its LM head {_parts_x['the LM head']:.2f}x, "
+                + ("but its dispatch (issuing the pass and running its small kernels) only "
+                   if min(_parts_x, key=_parts_x.get) == "dispatch" else
+                   "and its dispatch (issuing the pass and running its small kernels) ")
+                + f"{_parts_x['dispatch']:.2f}x "
+                f"({_one_slow.dispatch_ms:.2f} ms to {_one.dispatch_ms:.2f} ms), and dispatch is "
+                f"{_one.dispatch_ms / _one.predicted_ms:.0%} of the 1-token pass's price on {most} threads, against "
+                f"{_long.dispatch_ms / _long.predicted_ms:.0%} of the long prompt's"
+                + (": dispatch, which gains least from more threads, holds the 1-token pass's gain down, not the "
+                   "products' rates." if _floor_x < _gain.mid and min(_parts_x, key=_parts_x.get) == "dispatch"
+                   and _one.dispatch_ms / _one.predicted_ms > _long.dispatch_ms / _long.predicted_ms else
+                   ".")
                 if min(_floor_x, _gain.mid) >= 1 else
                 "; with times like these, this run cannot tell how a pass's work shares out over threads.")
              + " With four threads, if the book's explanation holds, "
