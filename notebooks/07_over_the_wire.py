@@ -416,9 +416,9 @@ show(claims.pick(
     held="The client's mean TTFT was at least the engine's own ("
          + ", ".join(f"{r.path} {r.client_ttft_ms:.0f} ms against its own {r.server_ttft_ms:.0f} ms"
                      for r in reported.itertuples())
-         + "), so the part outside the server (the connection, the request's parsing before the server's clock "
-           "starts, the wire back) took "
-         + ", ".join(f"**{r.outside_server_ms:.1f} ms** through {r.path}" for r in reported.itertuples()) + " of TTFT.",
+         + "), so the part of TTFT outside the server (the connection, the request's parsing before the server's "
+           "clock starts, the wire back) took "
+         + ", ".join(f"**{r.outside_server_ms:.1f} ms** through {r.path}" for r in reported.itertuples()) + ".",
     not_held="The server's own mean TTFT exceeds the client's for the same requests: the two spans do not nest as "
              "assumed (the server records a first token after sending it, or the client stamps its send late), so "
              "TTFT is not split here into inside and outside the server.",
@@ -493,9 +493,9 @@ for r in engine_rows.itertuples():
              f"{where_added}.",
         not_held=f"was **{span}**, {-r.ttft_added_ms:.0f} ms shorter than the in-process {base.ttft_ms:.0f} ms: the "
                  f"engine reached its first token sooner than the plain model call.{inside}",
-        unresolved=f"was {span} against the in-process {base_span}: too close to call, the median "
-                   f"{'later' if r.ttft_added_ms > 0 else 'sooner'} by {abs(r.ttft_added_ms):.0f} ms; more runs per "
-                   "path would decide.",
+        unresolved=f"was {span} against the in-process {base_span}: the first token came about as soon, the "
+                   f"median {abs(r.ttft_added_ms):.0f} ms {'later' if r.ttft_added_ms > 0 else 'sooner'} and the "
+                   "runs' ranges overlapping; more runs per path would decide which is sooner.",
         not_measured="was not set beside the in-process one: the server serves another model than the in-process "
                      "path."),
         how=(f"{priced_how}Decided on each path's median over its {runs} runs with its range (in-process {base_span}): "
@@ -513,11 +513,12 @@ if not same_prompt:
 
 # %%
 gap_ratio_of = {}  # each engine's median gap over the in-process one on the cores it computes on
+expected_gap_of = {}  # the in-process gap scaled to each engine's cores (ms), what its gap is set beside
 for r in engine_rows.itertuples():
     tag = r.path.split()[0].lower()
     cores = engine_cores[r.path]
     step_x = on_cores(r.path, lambda m: m.decode(int(base.prompt_tokens + base.output_tokens // 2)).best)
-    expected_gap = Spread.in_row(base, "median_gap_ms") * step_x  # the in-process gap, on the engine's cores
+    expected_gap = expected_gap_of[r.path] = Spread.in_row(base, "median_gap_ms") * step_x  # on the engine's cores
     gap_ratio = gap_ratio_of[r.path] = Spread.in_row(r, "median_gap_ms") / expected_gap  # not paired: the widest ratio
     on_its_cores = ("" if cores == in_process_threads else
                     f", scaled to the {cores} core{'s' * (cores > 1)} the engine computes on ({step_x:.2f}x: the cost "
@@ -534,8 +535,10 @@ for r in engine_rows.itertuples():
         measured=f"{r.median_gap_ms:.0f} ms ({gap_ratio.text('.2f', 'x')})",
         evidence=f"{runs} runs per path; in-process on {in_process_threads} threads, the engine on {cores}")
     was, ratio = f"Through {r.path}, the median gap between tokens was", gap_ratio.text(".2f", "x")
-    against = (f"{gap_ratio.mid:.2f}x the in-process {base.median_gap_ms:.0f} ms" + ("" if cores == in_process_threads
-               else f" scaled to the {prose.count(cores, 'core')} the engine computes on"))
+    against = (f"{gap_ratio.mid:.2f}x the in-process {base.median_gap_ms:.0f} ms" if cores == in_process_threads else
+               f"against {base.median_gap_ms:.0f} ms in-process on {prose.count(in_process_threads, 'thread')}; "
+               f"in-process would take about {expected_gap.mid:.0f} ms on the {prose.count(cores, 'core')} the engine "
+               f"computes on, and the engine's gap was {gap_ratio.mid:.2f}x that")
     allowed = f"the allowed {1 / claims.PREDICTED_TIME:.2f}–{claims.PREDICTED_TIME:.2f}x of the in-process gap"
     how = (f"The in-process gap, {Spread.in_row(base, 'median_gap_ms').text('.1f', 'ms')} on {in_process_threads} "
            f"threads" + (f"{on_its_cores}, is {expected_gap.text('.1f', 'ms')} here" if on_its_cores else "")
@@ -559,8 +562,8 @@ for r in engine_rows.itertuples():
             "Each token costs the engine more than the plain model call: its own loop (scheduling, its cache's "
             "bookkeeping, a Python server thread beside the model's) and its threads (*Threads*, below), which this "
             "chapter does not take apart."),
-        unresolved=f"{was} {r.median_gap_ms:.0f} ms, {against}: too close to call, though the median leans "
-                   f"{'quicker' if gap_ratio.mid < 1 else 'slower'} than in-process; more runs would decide.",
+        unresolved=f"{was} {r.median_gap_ms:.0f} ms, {against}: too close to call whether the engine keeps the "
+                   "in-process pace on its cores; more runs would decide.",
         not_measured=f"{was} {r.median_gap_ms:.0f} ms, not set beside the in-process gap: the server serves another "
                      "model than the in-process path."), how=how if same_model else None)
 
@@ -664,6 +667,20 @@ def e2e_of(name: str, c: int) -> Spread:
     return Spread.of(t.metrics().e2e for t in sweep_traces[(name, c)] if t.ok)
 
 
+def tpot_growth(name: str, lo, hi) -> str:
+    """How engine ``name``'s median TPOT grew from closed-loop level ``lo`` to ``hi`` (sweep rows), beside the cost
+    model's decode step for those batch sizes on the cores the engine computes on."""
+    cores = engine_cores.get(name, in_process_threads)
+    s0, s1 = (priced_on[cores].decode(load_context, batch=int(c)).best * 1e3 for c in (lo.concurrency, hi.concurrency))
+    x, sx = hi.tpot_ms / lo.tpot_ms, s1 / s0
+    price = (f"one decode step of {lo.concurrency} to {hi.concurrency} sequences as the cost model prices it on "
+             f"{prose.count(cores, 'core')} ({s0:.0f} to {s1:.0f} ms, {sx:.2f}x)")
+    return (f"{x:.2f}x, as much as {price}: more sequences in every step" if round(x, 2) == round(sx, 2) else
+            f"{x:.2f}x, more than {price}: besides more sequences in every step, a closed loop's TPOT carries the "
+            "newcomers' prefills run between steps (chapter 9)" if x > sx else
+            f"{x:.2f}x, less than {price}, which this chapter does not take apart")
+
+
 gains = {}  # each engine's throughput gain from the fewest users to the most (None: one level only)
 for name, g in sweep.groupby("engine", sort=False):
     first, last = g.iloc[0], g.iloc[-1]
@@ -685,10 +702,10 @@ for name, g in sweep.groupby("engine", sort=False):
     show(f"{name}: " + claims.pick(
         verdict,
         held=f"from {first.concurrency} to {last.concurrency} concurrent users, the total output tokens per second "
-             f"rose **{gain_x}** (from the requests' end-to-end times; {tps} counted over each level) while each "
-             f"user's median TPOT went from {first.tpot_ms:.0f} to **{last.tpot_ms:.0f} ms**: each step carries the whole "
-             "batch but reads the weights once for all of it (chapter 3), so throughput rose while each user waited "
-             "longer.",
+             f"rose **{gain_x}** (from the requests' end-to-end times; {tps} counted over each level): each step "
+             "carries the whole batch but reads the weights once for all of it (chapter 3). Each user waited longer: "
+             f"the median TPOT went from {first.tpot_ms:.0f} to **{last.tpot_ms:.0f} ms**, "
+             f"{tpot_growth(name, first, last)}.",
         not_held=f"from {first.concurrency} to {last.concurrency} concurrent users, the total output tokens per second "
                  f"did not rise: it went from {tps} ({gain_x}) and each user's median TPOT from {first.tpot_ms:.0f} to "
                  f"{last.tpot_ms:.0f} ms: on this machine a larger batch costs about its size in time (a step already "
@@ -799,9 +816,14 @@ def in_flight(name: str, rate: float) -> float:
 
 at_capacity = {name: min(rates_of[name], key=lambda r: abs(np.log(r / float(sweep[sweep.engine == name].requests_per_s.max()))))
                for name in urls}
-show(f"Every rate replays one seeded pattern of {arrivals} arrivals, scaled: its requests came at "
-     f"{float((poisson.realized_per_s / poisson.rate_per_s).median()):.2f} times the nominal rate "
-     "(`realized_per_s`), as a Poisson sample of that size may; the rates here are the nominal ones. At the rate "
+achieved = float((poisson.realized_per_s / poisson.rate_per_s).median())  # the rate sent over the rate named
+show(f"Every rate replays one seeded pattern of {arrivals} arrivals, scaled, so the requests actually came at "
+     f"{achieved:.2f} times the rate each run is named by (`realized_per_s`), as a Poisson sample of that size may: "
+     "the rates in the table and the figure below are these nominal ones, "
+     + (f"about {abs(1 / achieved - 1):.0%} {'above' if achieved < 1 else 'below'} the rates achieved"
+        if round(achieved, 2) != 1 else "the same as the rates achieved")
+     + ". The book's goodput is a fraction, the share of requests that met both objectives (the benchmark tools "
+       "below report goodput as a rate, requests or tokens per second). At the rate "
      "nearest its capacity, " + "; ".join(
          f"{name} had **{in_flight(name, r):.1f} requests** in flight on average (their summed time over the run's "
          f"span) against the closed loop's {int(sweep[sweep.engine == name].concurrency.max())}"
@@ -820,7 +842,8 @@ for name, g in poisson.groupby("engine", sort=False):
                 fmt="o-", capsize=3, label=name)
 ax.axhline(collapse_below, color="grey", ls=":", label=f"collapse: interval below {collapse_below:.0%}")
 collapsed = poisson[poisson.goodput_high < collapse_below].groupby("engine").rate_per_s.min()
-ax.set(xscale="log", xlabel="arrival rate (requests / s)", ylabel="goodput (fraction meeting objectives)",
+ax.set(xscale="log", xlabel=f"nominal arrival rate (requests / s; achieved {achieved:.2f}x this)",
+       ylabel="goodput (fraction meeting objectives)",
        ylim=(-0.05, 1.05), title=("goodput collapses at " + ", ".join(f"{r:g}/s ({n})" for n, r in collapsed.items()))
        if len(collapsed) else "goodput did not collapse at the rates tried")
 ax.legend(fontsize=8)
@@ -1037,10 +1060,22 @@ else:
     book_tool, bench_tool = "book's client", "vllm bench serve"
     pairs = ", ".join(f"{label[c]} {bench_summary.loc[book_tool, c]:,.1f} against {bench_summary.loc[bench_tool, c]:,.1f} ms"
                       for c in BENCHED)  # medians over every request: the book's client's, then the benchmark's
-    lower = [label[c] for c in BENCHED if ratio[c].mid < 1]
-    lean_words = (f"the book's client lower on {prose.and_list(lower)} at the median" if lower else
-                  "the book's client lower on none at the median")
+    lower = [label[c] for c in BENCHED if bench_summary.loc[book_tool, c] < bench_summary.loc[bench_tool, c]]
+    lean_words = ("these medians over every request put the book's client lower on "
+                  + (prose.and_list(lower) if lower else "none of them"))
     across = [label[c] for c, v in zip(BENCHED, verdicts) if v == claims.UNRESOLVED]
+    worst = max(BENCHED, key=lambda c: abs(np.log((rounds[c].unstack("tool")[book_tool]
+                                                   / rounds[c].unstack("tool")[bench_tool]).values)).max())
+    by_round = rounds[worst].unstack("tool")[book_tool] / rounds[worst].unstack("tool")[bench_tool]
+    far = int(abs(np.log(by_round)).idxmax())  # the round furthest from agreeing, on the measure furthest from it
+    slower_tool = bench_tool if by_round[far] < 1 else book_tool  # the side whose time set that round apart
+    slow = bench[(bench.tool == slower_tool) & (bench["round"] == far)].sort_values(worst).iloc[-1]
+    outlier = (f" The furthest round was round {far}, where the book's client's median {label[worst]} was "
+               f"{by_round[far]:.2f}x the benchmark's; "
+               + ("the benchmark's" if slower_tool == bench_tool else "the book's client's") + " slowest request there "
+               f"took {slow[worst]:,.1f} ms (" + ("its first of the round" if int(slow.request) == 0 else
+                                                  f"request {int(slow.request)} of the round")
+               + f"), against its median over every request of {bench_summary.loc[slower_tool, worst]:,.1f} ms.")
     verdict = register.record("client_agrees_with_vllm_bench", claims.every(verdicts),
                               predicted=f"the same within {claims.SAME_QUANTITY:g}x",
                               measured="; ".join(f"{label[c]} {ratio[c].mid:.4f}x ({ratio[c].low:.4f}-"
@@ -1050,9 +1085,10 @@ else:
     tol = f"{claims.SAME_QUANTITY:g}x ({1 / claims.SAME_QUANTITY:.4f}-{claims.SAME_QUANTITY:.4f})"
     show("Scored alike, the book's client and `vllm bench serve` " + claims.pick(
         verdict, held=f"agreed on the same requests within {claims.SAME_QUANTITY:g}x: {pairs}.",
-        not_held=f"did not agree within {claims.SAME_QUANTITY:g}x: {pairs}, {lean_words}.",
-        unresolved=f"came out at {pairs}: too close to call whether they agree within {claims.SAME_QUANTITY:g}x, "
-                   f"{lean_words}; more rounds (`bench_rounds`) would decide.")
+        not_held=f"did not agree within {claims.SAME_QUANTITY:g}x: {pairs}; {lean_words}.{outlier}",
+        unresolved=f"came out at {pairs} (medians over every request; {lean_words}): too close to call whether "
+                   f"they agree within {claims.SAME_QUANTITY:g}x round by round; more rounds (`bench_rounds`) would "
+                   f"decide.{outlier}")
          + f" By the book's own definitions its TTFT was {bench_summary.loc[book_tool, 'book_ttft_ms']:,.1f} ms and "
            f"its TPOT {bench_summary.loc[book_tool, 'book_tpot_ms']:,.1f} ms: the first token, not the first event, "
            "ends its TTFT.",
@@ -1088,7 +1124,8 @@ b_ids = lm.tokenizer.apply_chat_template(b_chat, add_generation_prompt=True, ret
                                          return_dict=True)["input_ids"]
 b_len = b_ids.shape[1]  # B's prompt as the engines see it: the text's tokens and the chat template's
 piece_sizes = sorted({min(b, b_len) for b in [tf_batch_tokens, *vllm_budgets]} | {b_len})
-show(f"B's prompt is **{b_len:,} tokens** ({stall_prompt_tokens:,} of text in the chat template); vLLM's budgets are "
+show(f"B's prompt is **{b_len:,} tokens** as this chapter's tokenizer counts it in the chat template "
+     f"({stall_prompt_tokens:,} of text; each engine counts its own template's, below); vLLM's budgets are "
      f"{', '.join(f'{b:,}' for b in vllm_budgets)} tokens, `transformers serve`'s {tf_batch_tokens:,}. On {torch.get_num_threads()} threads the cost model prices "
      "a prefill of " + ", ".join(f"{n:,} tokens at **{priced.prefill(n).best * 1e3:,.0f} ms**" for n in piece_sizes)
      + f"; vLLM's CPU build keeps one core for its server and scheduler processes and computes on {vllm_cores}, where the same "
@@ -1243,6 +1280,10 @@ def stall_sentence(r) -> str:
 
 
 display(Markdown("\n".join(f"* {stall_sentence(r)}" for r in stall.itertuples())))
+counted = stalls.b_prompt_tokens.dropna()
+if len(counted):
+    show(f"The engines counted B's prompt at {prose.span(counted.min(), counted.max(), ',.0f')} tokens, against "
+         f"{b_len:,} by this chapter's tokenizer: each applies its own chat template.")
 
 # %%
 tested = [r for r in stall.itertuples() if r.case not in ("after_a", "not_measured")]
@@ -1353,7 +1394,11 @@ ax.axhline(piece_ms[b_ids.shape[1]].median_ms, color="grey", ls=":", label="B's 
 worst = stall.loc[stall.a_worst_gap_ms.idxmax()]
 ax.set(xscale="log" if (stall.budget_tokens > 0).all() else "linear", yscale="log",
        xlabel="token budget per step (0: the server's own)", ylabel="ms",
-       title=f"a {b_ids.shape[1]}-token prompt froze A for up to {worst.a_worst_gap_ms:.0f} ms ({worst.engine})")
+       title=f"a {b_len:,}-token prompt froze A for up to {worst.a_worst_gap_ms:.0f} ms ({worst.engine}, "
+             + (f"budget {worst.budget_tokens:.0f}" if worst.budget_tokens else "its own budget")
+             + (": the whole prompt in one step)" if worst.budget_tokens >= stalls[
+                 (stalls.engine == worst.engine) & (stalls.budget_tokens == worst.budget_tokens)].b_prompt_tokens.max()
+                else ")"))
 ax.legend(fontsize=8)
 results.figure(fig, "stall_against_budget")
 plt.show()
@@ -1383,7 +1428,7 @@ for name, g in sweep.groupby("engine", sort=False):
     lines.append(f"* **{name}**, {lo.concurrency} to {hi.concurrency} users at once: the median TTFT "
                  f"{went(lo.ttft_ms, hi.ttft_ms)} (how much of it was waiting and how much prefilling beside the others, "
                  f"this sweep does not split), and each user's "
-                 f"TPOT {went(lo.tpot_ms, hi.tpot_ms, 'more sequences in every decode step')}.")
+                 f"TPOT {went(lo.tpot_ms, hi.tpot_ms, tpot_growth(name, lo, hi))}.")
 queued = own.dropna(subset=["server_queue_ms", "server_prefill_ms"])
 lines += [f"* **{r.path}**'s own histograms split one lone request's TTFT into {r.server_queue_ms:.1f} ms queued and "
           f"{r.server_prefill_ms:.0f} ms prefilling" + (": alone, its TTFT is almost all prefill." if r.server_queue_ms
@@ -1653,18 +1698,21 @@ def by_engine(say, differed: str) -> str:
 
 def soon(name: str) -> str:
     """What engine ``name`` did to a lone request's first token against in-process, as its claim decided."""
-    return {claims.HELD: "delayed the first token", claims.NOT_HELD: "sped up the first token",
-            claims.UNRESOLVED: "perhaps " + ("delayed" if ttft_added_of.get(name, 0) > 0 else "sped up")
-                               + " the first token (too close to call)"}.get(of("engine_adds_to_ttft", name), "")
+    return {claims.HELD: "answered later", claims.NOT_HELD: "answered sooner",
+            claims.UNRESOLVED: "answered about as soon as in-process"}.get(of("engine_adds_to_ttft", name), "")
 
 
 def fast(name: str) -> str:
-    """How fast the tokens after the first came through ``name`` against in-process, as its claim decided."""
-    q = ratio_of[name]
-    return {claims.HELD: "kept nearly the in-process pace after it" + (
+    """How fast the tokens after the first came through ``name`` against in-process on the engine's cores, as its
+    claim decided."""
+    q, cores = ratio_of[name], engine_cores[name]
+    on = "" if cores == in_process_threads else f" on its {prose.count(cores, 'core')}"
+    return {claims.HELD: ("kept pace" if not on else f"kept the in-process pace{on}") + (
                 "" if q.low <= 1 <= q.high else f", if a little {'slower' if q.low > 1 else 'faster'}"),
-            claims.UNRESOLVED: f"ran perhaps {'faster' if q.mid < 1 else 'slower'} after it (too close to call)",
-            claims.NOT_HELD: f"ran markedly {'slower' if q.mid > 1 else 'faster'} after it",
+            claims.UNRESOLVED: f"kept about the in-process pace{on}" if 1 / claims.PREDICTED_TIME <= q.mid
+                               <= claims.PREDICTED_TIME else
+                               f"ran {'slower' if q.mid > 1 else 'faster'} than in-process{on}, if not clearly",
+            claims.NOT_HELD: f"ran markedly {'slower' if q.mid > 1 else 'faster'} than in-process{on}",
             }.get(of("engine_gaps_close_to_in_process", name), "")
 
 
@@ -1736,15 +1784,16 @@ first_tokens = [f"**{Spread.in_row(base, 'ttft_ms').text(',.0f', 'ms')}** in-pro
     f"**{Spread.in_row(r, 'ttft_ms').text(',.0f', 'ms')}** through {called(r.path)}" + ("" if same_model else
                                                                                    " of another model")
     for r in engine_rows.itertuples()]
-ratios = " and ".join(f"{called(n)}{' took' * (i == 0)} **{q.text('.2f', 'x')}**"
-                      for i, (n, q) in enumerate(ratio_of.items()))
+every = [f"{base.median_gap_ms:.0f} ms in-process"] + [f"{r.median_gap_ms:.0f} through {called(r.path)}"
+                                                        for r in engine_rows.itertuples()]
+scaled = prose.and_list(f"{expected_gap_of[n].mid:.0f} ms on {called(n)}'s {prose.count(c, 'core')}"
+                        for n, c in engine_cores.items() if c != in_process_threads)  # in-process, on fewer cores
 gains_text = " and ".join(f"**{g.text('.1f', 'x')}**" for g in gains.values() if g)
 rose = "rose" if all(of("batching_raises_throughput", n) == claims.HELD for n in urls) else "changed by"
 first = (f"On this machine ({prose.machine(cpu, 'fp32')}), one request's first token came after "
          f"{', '.join(first_tokens[:-1])} and {first_tokens[-1]} ({runs}-run medians). ")
-gaps = ((f"Between tokens, {ratios} the in-process gap of {base.median_gap_ms:,.0f} ms, scaled to each "
-         "engine's cores. " if set(engine_cores.values()) != {in_process_threads} else
-         f"Between tokens, {ratios} the in-process gap of {base.median_gap_ms:,.0f} ms. ") if same_model else "")
+gaps = (f"Tokens came every {prose.and_list(every)}" + (f", where in-process would take about {scaled}" if scaled
+                                                        else "") + ". ") if same_model else ""
 users = f"From {levels[0]} to {levels[-1]} users, throughput {rose} {gains_text}. " if gains_text else ""
 so = f"So {answer}." if answer else ""
 # The longest telling first; the users' gains, the budgets' trade, the gaps' ratios, then the stall give way when the

@@ -467,7 +467,12 @@ if decided:
         predicted=f"1.00x ({band} allowed: the tolerance around the price's fastest to median ceilings)",
         measured=f"{pooled_steps.text('.2f', 'x')} geometric mean; per point " + prose.span(low, high, ".2f", "x"),
         evidence="decode_sweep.csv, matrices_alone.csv")
-    rates = ", ".join(f"{r.precision} {r.gb_s:.1f} GB/s" for r in alone_table.itertuples())
+    below_ch0 = all(alone_table.set_index("precision").gb_s.get(dt, 0) * 1e9 < r for dt, r in kernel_rates.items())
+    rates = ", ".join(f"{r.precision} {r.gb_s:.1f} GB/s" for r in alone_table.itertuples()) + (
+        f"; {'these run below' if below_ch0 else 'beside them are'} chapter 0's rates that price the step (" + ", ".join(
+            f"{dt} {r / 1e9:.1f}" for dt, r in kernel_rates.items()) + " GB/s), which time a whole block's matrices "
+        "in one call and keep its fastest, where here each matrix is timed alone and its median kept: how much of the "
+        "difference that accounts for, this page does not measure" if kernel_rates else "")
     show(f"The PyTorch steps took **{pooled_steps.text('.2f', 'x')}** the time predicted from their bytes at their "
          f"kernels' rates ({low:.2f} to {high:.2f}x point by point)" + claims.pick(
              follows,
@@ -544,11 +549,14 @@ if llama_one:
     # One core that does not saturate the memory leaves no room between the read's gain and the cores': the test
     # cannot then tell a step waiting on memory from one waiting on its cores, so it is not decided at all.
     decidable = read_gain * claims.PREDICTED_RATIO < threads
+    at_read_ms = step_bytes("q4_1", contexts[0] + steps // 2) / read * 1e3  # its bytes at chapter 0's streaming read
     held_back = (f"It moved {q4_read:.0%} of the read in the sweep, at least the {close_to_read:.0%} counted close: "
                  "memory sets its time." if q4_read >= close_to_read else
-                 f"But it moved only {q4_read:.0%} of the read in the sweep, below the {close_to_read:.0%} this chapter "
-                 "counts as close: its step does not draw what the memory gives, so something else sets its time, and "
-                 "this machine cannot tell whether that is its cores.")
+                 f"Its step took {spread[('q4_1', contexts[0])].mid:.1f} ms at {contexts[0]} cached tokens, where its "
+                 f"bytes at chapter 0's streaming read would take {at_read_ms:.1f} ms ({q4_read:.0%} of the read, below "
+                 f"the {close_to_read:.0%} this chapter counts as close): reading its bytes is not what fills its step, "
+                 "and this page does not measure what does. Timing its kernels alone, as the int8 matrices are timed "
+                 "above, or its threads' gain on a machine with more cores than its memory needs would take it apart.")
     bound = register.record("llama_bound_by_its_cores",
                             claims.verdict_of(gain.low > read_gain, gain.high <= read_gain) if decidable else None,
                             predicted=f"more than the read's {read_gain:.2f}x",
@@ -567,11 +575,11 @@ if llama_one:
             unresolved=f"against the {read_gain:.2f}x chapter 0's streaming read gains: too close to tell whether it "
                        f"gains more than a step waiting on memory could. Published figures for comparison: {reference}."))
     else:
-        show(register.undecided("llama_bound_by_its_cores", f"on this machine "
-             f"the test cannot tell cores from memory, since chapter 0's streaming read itself gains {read_gain:.2f}x "
-             f"from {threads} threads (one core does not saturate the memory), close to a perfectly even split's "
-             f"{threads}x, so no step could gain clearly more than the read. llama.cpp's step "
-             f"gained {gain.text('.2f', 'x')}. {held_back} A machine with more cores than its memory needs would decide."))
+        show(f"On {threads} threads llama.cpp's step ran **{gain.text('.2f', 'x')}** faster than on one. That cannot "
+             "tell cores from memory on this machine: chapter 0's streaming read itself gains "
+             f"{read_gain:.2f}x from {threads} threads (one core does not saturate the memory), close to a perfectly "
+             f"even split's {threads}x, so no step could gain clearly more than the read, and the claim that it would "
+             f"(the evidence table) is left unmeasured here. {held_back}")
 else:
     no_second = llama_why if not use_llama else "this run has one thread, so there is no second to add"
     register.record("llama_bound_by_its_cores", None, evidence=no_second)
@@ -672,8 +680,8 @@ predicted_growth = (cost["fp32"].decode(long + steps // 2).best - cost["fp32"].d
 ch3 = load_table("03_decode_sweep", "growth_by_run", quick=quick)  # the growth chapter 3 shows, run by run
 register.claim(
     "cache_growth_follows_its_bytes",
-    "The fp32 step grows from the short to the long context by the time the cost model gives the cache's extra "
-    "bytes (attention's read and the growing cache's copy).")
+    "The fp32 step grows from the short to the long context by the growth of the cost model's price of the step: "
+    "attention's read and the growing cache's copy, and the small kernels around them at that cache's size.")
 if math.isnan(predicted_growth):
     verdict = None
 elif growth.low > 0 and predicted_growth > 0:
@@ -683,19 +691,29 @@ else:
 verdict = register.record("cache_growth_follows_its_bytes", verdict, predicted=f"{predicted_growth:.2f} ms",
                           measured=growth.text(".2f", "ms"), evidence="decode_runs.csv (fp32, paired within runs)")
 grew = f"fp32 step grew by {growth.text('.2f', 'ms')} from {contexts[0]} to {long} cached tokens"
+term_growth = {} if math.isnan(predicted_growth) else {  # the price's growth, term by term (ms)
+    t.name: (cost["fp32"].decode(long + steps // 2).term(t.name).best - t.best) * 1e3
+    for t in cost["fp32"].decode(contexts[0] + steps // 2).terms}
+priced_as = "" if not term_growth else (
+    f"{predicted_growth:.2f} ms the cost model's step grows by (attention's read and the cache's copy "
+    f"{term_growth.get('attention', 0) + term_growth.get('cache copy', 0):.2f} ms, the small kernels around them "
+    f"{term_growth.get('dispatch', 0):.2f} ms)")
 per_k, kib = growth.mid / (long - contexts[0]) * 1e3, shape.kv_bytes_per_token / 1024
 lean = "" if math.isnan(predicted_growth) else claims.leaning(growth, predicted_growth / claims.PREDICTED_TIME,
                                                                predicted_growth * claims.PREDICTED_TIME)
 show(claims.pick(
-    verdict, held=f"The {grew}, about the {predicted_growth:.2f} ms predicted from the cache's extra "
-                  f"bytes: {per_k:.2f} ms per 1,000 cached tokens, for {kib:.0f} KiB of cache a token.",
-    not_held=f"The {grew} ({per_k:.2f} ms per 1,000 cached tokens, for {kib:.0f} KiB a token), not the "
-             f"{predicted_growth:.2f} ms predicted from the cache's extra bytes; one layer down, below, says where the "
-             "difference is.",
-    unresolved=f"The {grew}, {growth.mid / predicted_growth:.2f}x the {predicted_growth:.2f} ms predicted from the "
-               f"cache's extra bytes: too close to call, its runs spread wide (the median "
-               + {"above what would hold": "above the prediction", "below what would hold": "below the prediction"}
-               .get(lean, "near the prediction") + "); the parts timed alone, next, say where the time goes.",
+    verdict, held=f"The {grew}, about the {priced_as}: {per_k:.2f} ms per 1,000 cached tokens, for {kib:.0f} KiB "
+                  "of cache a token.",
+    not_held=f"The {grew} ({per_k:.2f} ms per 1,000 cached tokens, for {kib:.0f} KiB a token), not the {priced_as}; "
+             "one layer down, below, says where the difference is.",
+    unresolved=f"The {grew}, {growth.mid / predicted_growth:.2f}x the {priced_as}: " + {
+        "above what would hold": f"longer than priced at the median, though the low end of its runs' range "
+                                 f"({growth.low:.2f} ms) " + (f"lies within {claims.PREDICTED_TIME:g}x of the price"
+                                 if growth.low >= predicted_growth / claims.PREDICTED_TIME else "reaches below it"),
+        "below what would hold": f"shorter than priced at the median, though the high end of its runs' range "
+                                 f"({growth.high:.2f} ms) " + (f"lies within {claims.PREDICTED_TIME:g}x of the price"
+                                 if growth.high <= predicted_growth * claims.PREDICTED_TIME else "reaches above it")}.get(
+        lean, "near the price") + "; the parts timed alone, next, say where the time goes.",
     not_measured=register.undecided("cache_growth_follows_its_bytes",
                                     f"the {grew}, with no prediction here: {unpriced.get('fp32', '')}")),
     how=None if math.isnan(predicted_growth) else
@@ -711,8 +729,8 @@ priced_right = (claims.within(alone_growth, priced_parts, claims.PREDICTED_TIME)
 
 # %%
 parts_price = "" if priced_right is None else (
-    f" The cost model prices the same parts' growth at {priced_parts:.2f} ms, {priced_parts / alone_growth:.2f}x what "
-    "they cost alone: " + ("as priced." if priced_right else
+    f" The cost model prices these two parts' growth at {priced_parts:.2f} ms (of its step's {predicted_growth:.2f} "
+    f"ms), {priced_parts / alone_growth:.2f}x what they cost alone: " + ("as priced." if priced_right else
                            "not as priced, so what is off is its price of these parts (chapter 0's rates for "
                            "attention and the concatenation at these sizes)"
                            + (", not the step around them." if inside else ", and the step around them.")))
@@ -726,6 +744,20 @@ show(f"One layer down: attention and the growing cache's copy, timed alone on ca
           + ("" if priced_right is None else f" The cost model's price of the parts is held to "
              f"{claims.PREDICTED_TIME:g}x either way of what they cost alone (the tolerance for a predicted time): "
              + ("within it." if priced_right else "outside it."))))
+def growth_beside(per_token: float, per_byte: float, other: str, other_layers: int) -> str:
+    """What this model's growth per cached token, ``per_token`` times model ``other``'s, says beside its bytes a
+    token, ``per_byte`` times ``other``'s: whether fewer bytes a token bought time here (a sentence)."""
+    said = f" Per cached token, {model_name}'s step grew {per_token:.2f}x as much as {other}'s, for {per_byte:.2f}x the bytes a token"
+    if per_token > per_byte * claims.PREDICTED_TIME:
+        return (said + ": at these sizes the growth does not follow the cache's bytes, so the fewer bytes a token "
+                + ("bought no time here" if per_token >= 1 else "bought less time than they would say")
+                + f" ({model_name} runs attention and the cache's copy in {shape.layers} layers to "
+                f"{other}'s {other_layers}; this page does not take the growth apart by model).")
+    if per_token < per_byte / claims.PREDICTED_TIME:
+        return said + ": it grew less than its bytes alone would say."
+    return said + ": about in proportion, as the cache's bytes would say."
+
+
 g3 = None if ch3 is None else ch3[(ch3.dtype == "fp32") & ch3.comparison.str.startswith("context ")]
 if g3 is not None and not g3.empty:
     g3 = g3[g3.threads == (threads if threads in set(g3.threads) else g3.threads.max())]
@@ -738,7 +770,9 @@ if g3 is not None and not g3.empty:
          f"{grew3.mid / (c3[1] - c3[0]) * 1e3:.2f} ms per 1,000 ({kib3:.3g} KiB a token); {model_name}'s grew by "
          f"**{growth.mid / (long - contexts[0]) * 1e3:.2f} ms** per 1,000 here ({shape.kv_bytes_per_token / 1024:.3g} KiB a "
          f"token). As multi-head, SmolLM2 would store {mha.kv_bytes_per_token / real.kv_bytes_per_token:.0f} times the "
-         "bytes a token.")
+         "bytes a token." + ("" if math.isnan(kib3) or min(grew3.mid, growth.mid) <= 0 or m3 == model_name else
+                             growth_beside(growth.mid / (long - contexts[0]) / (grew3.mid / (c3[1] - c3[0])),
+                                           shape.kv_bytes_per_token / 1024 / kib3, m3, machine.MODELS[m3][0].layers)))
 
 # %% [markdown]
 # ### A quantized cache: memory or time?
@@ -791,9 +825,8 @@ else:
     as_priced = claims.UNRESOLVED if extra.high > 0 else claims.NOT_HELD
 repriced = values * quantize.cache_traffic("fp8", 4) / widen_rate * 1e3 - values * quantize.cache_traffic("dynamic", 4) / copy_rate * 1e3
 repriced_fits = claims.within(extra, repriced, claims.PREDICTED_TIME) if extra.low > 0 and repriced > 0 else None
-part = ("the larger part" if repriced > extra.mid / 2 else "a part") + (
-    " of the cost, and priced at that rate it comes to more than the step lost" if repriced > extra.mid
-    else " of the cost, not all of it")
+part = ("at that rate the conversion alone would cost more than the step lost" if repriced > extra.mid else
+        f"at that rate the conversion accounts for {repriced / extra.mid:.0%} of what the step lost, not all of it")
 
 # %%
 slow_widen = widen_rate < copy_rate / claims.PREDICTED_TIME  # the conversion runs well below the copy's rate
@@ -802,9 +835,11 @@ why = (f"One layer down: widening one layer's fp8 keys to fp32 and scaling them,
        + (f"the conversion from fp8 is the slow part, not the bytes. Priced at that rate, the extra is "
           f"{repriced:.1f} ms, {repriced / extra.mid:.2f}x the {extra.mid:.1f} ms measured: " + {
               claims.HELD: "the conversion accounts for it.",
-              claims.NOT_HELD: f"the conversion is {part}.",
-              claims.UNRESOLVED: f"too close to call whether the conversion is all of it or {part}."}.get(
-                  repriced_fits, f"the conversion is {part}.")
+              claims.NOT_HELD: f"{part}.",
+              claims.UNRESOLVED: (f"about what the step lost, a little {'more' if repriced > extra.mid else 'less'}"
+                                  if 1 / claims.PREDICTED_TIME <= repriced / extra.mid <= claims.PREDICTED_TIME
+                                  else f"{repriced / extra.mid:.2f}x what the step lost at the median") + "; too close "
+                                 "to call whether the conversion accounts for all of it."}.get(repriced_fits, f"{part}.")
           if slow_widen else "the conversion keeps the copy's rate, so the rest is elsewhere in the step."))
 fp8_low, fp8_high = claims.allowed(predicted_extra, claims.PREDICTED_TIME)
 fp8_how = (f"The extra is taken run by run, the fp8 cache's step less the fp32 cache's, {extra.text('.1f', 'ms')} (the "
@@ -1175,10 +1210,16 @@ if compiled is not None and dispatch is not None:
                        not_held=f"{saved.mid / (dispatch.best * 1e3):.0%} of the {prose.ms(dispatch.best)} chapter 0 "
                                 "measured for issuing its operations" if saved.mid > 0 else
                                 f"nothing of the {prose.ms(dispatch.best)} chapter 0 measured for issuing its operations",
-                       unresolved=f"against the {prose.ms(dispatch.best)} chapter 0 measured for issuing its "
-                                  "operations: too close to call in this run; the median lies " + claims.leaning(
-                                      saved, *edges) + ".")
-         + (": one layer down, below, what the compiled step still issues." if verdict == claims.NOT_HELD else ""),
+                       unresolved=f"{saved.mid / (dispatch.best * 1e3):.0%} of the {prose.ms(dispatch.best)} chapter "
+                                  "0 measured for issuing its operations at the median" + {
+                                      "below what would hold": ", short of it, though the high end of its runs' range "
+                                                               f"({saved.high:.1f} ms) comes within "
+                                                               f"{claims.PREDICTED_TIME:g}x of it",
+                                      "above what would hold": ", more than it, though the low end of its runs' range "
+                                                               f"({saved.low:.1f} ms) comes within "
+                                                               f"{claims.PREDICTED_TIME:g}x of it",
+                                  }.get(claims.leaning(saved, *edges), ""))
+         + (": one layer down, below, what the compiled step still issues." if verdict != claims.HELD else ""),
          how=compile_how)
 else:
     unissued = "quick mode" if quick else "compile_step = False" if compiled is None else \
@@ -1203,7 +1244,8 @@ if compiled is not None and dispatch is not None:  # the table's ratio for the c
              verdict, held="it matched, so compiling removed the cost of issuing the step.",
              not_held=f"it came to {saved.mid / (dispatch.best * 1e3):.0%} of it, so compiling removed less than the "
              "whole cost of issuing the step.",
-             unresolved="too close to call; more issuing runs (`issuing_runs`) would decide."))
+             unresolved=f"its median came to {saved.mid / (dispatch.best * 1e3):.0%} of it, though not clearly "
+                        "apart from it; the profiler, below, measures how much issuing the compiled step keeps."))
 prose.shown(issue.round(2))
 
 # %% [markdown]
@@ -1249,8 +1291,12 @@ if compiled is not None:
     matrices_saved = less_matrices > 0.2 * max(less_issuing + less_matrices, 1e-9)  # a fifth of the saving
     timed = (f", of the {saved.text('.1f', 'ms')} timed without the profiler above"
              if compiled is not None and dispatch is not None else "")
+    left_issuing = c.dispatch_ms - c.dispatch_calls * c_own  # what the compiled step still spends issuing
     show(f"Without the profiler's own cost, the compiled step saved **{prose.ms(less_issuing / 1e3)}** of issuing and "
-         f"{prose.ms(less_matrices / 1e3)} in its matrices{timed}. "
+         f"{prose.ms(less_matrices / 1e3)} in its matrices{timed}, and still spent "
+         f"**{prose.ms(max(left_issuing, 0) / 1e3)}** issuing"
+         + (f": compiling removed {less_issuing / (less_issuing + left_issuing):.0%} of what issuing cost the eager "
+            "step. " if less_issuing > 0 and left_issuing > 0 else ". ")
          + ("So not dispatch alone: part of the saving is in the matrices, which this run does not take apart further."
             if matrices_saved else "So the saving is issuing: the matrices took about the same time on both paths."),
          how=f"The profiler adds its own cost to every operator call it records: each step under it took longer than "
@@ -1343,14 +1389,15 @@ levers = {{"q4_1": "llama.cpp on the Q4_1 file", "compiled fp32": "the compiled 
           for p, s in speedups.items()}  # each against the eager fp32 step, run by run
 if not spec.empty:
     b = spec.loc[spec.speedup.idxmax()]
-    levers[f"prompt lookup (k = {int(b.guesses)}, a quoting task)"] = Spread.in_row(b, "speedup")
+    levers[f"prompt lookup (k = {int(b.guesses)}, against plain decoding on a quoting task)"] = Spread.in_row(
+        b, "speedup")  # the one lever not set against the eager step: its own plain greedy decoding
 ranked = sorted(levers, key=lambda name: -levers[name].mid)
 lead = ranked[0] if ranked else None
 lead_text = ("no lever ran here" if lead is None else f"the fastest was **{lead}**" if levers[lead].low > 1 else
              f"none was clearly faster than the eager step ({lead}'s range reaches below 1x)" if levers[lead].mid > 1
              else "none was faster than the eager step")
-show("Each lever's speed against the eager fp32 step, taken run by run where both took turns (prompt lookup: against "
-     "plain greedy decoding of the same task): " + "; ".join(f"{name} **{levers[name].text('.2f', 'x')}**"
+show("Each lever's speed against the eager fp32 step (prompt lookup's against plain greedy decoding of the same "
+     "quoting task), taken run by run where both took turns: " + "; ".join(f"{name} **{levers[name].text('.2f', 'x')}**"
                                                             for name in ranked) + f". Of these, {lead_text}. "
      f"On chapter 1's question, side by side ({threads} thread{'s' if threads > 1 else ''}), the fastest path in the "
      f"table is **{top.path}**: {top.tokens_per_s:.0f} tokens/s, {top.of_read:.0%} of the streaming read"
@@ -1391,11 +1438,12 @@ if use_llama:
                  f"{prose.span(lo, hi, '.0%')} of what this machine's memory streams" + {
                      claims.HELD: ": close to the limit.", claims.NOT_HELD: ": well short of the limit.",
                      claims.UNRESOLVED: ": near the limit, perhaps."}.get(v("llama_close_to_the_read"), "."))
-answer = {claims.HELD: "So a PyTorch step here costs its bytes at its kernel's rate: fewer bytes pay only where that "
-                       "kernel is fast.",
-          claims.NOT_HELD: "So a step's bytes at its kernel's rate did not set its time here (the findings say what "
-                           "did).",
-          claims.UNRESOLVED: "Whether a step here costs its bytes at its kernel's rate, this run could not tell.",
+took = (f"The PyTorch steps took **{pooled_steps.text('.2f', 'x')}** the time priced from their bytes at their "
+        "kernels' rates") if decided else "The PyTorch steps, priced from their bytes at their kernels' rates,"
+answer = {claims.HELD: f"{took}: fewer bytes pay only where the kernel is fast.",
+          claims.NOT_HELD: f"{took}, far from it: bytes at a kernel's rate did not set a step's time here (the "
+                           "findings say what did).",
+          claims.UNRESOLVED: f"{took}: too close to call whether that sets a step's time here.",
           }.get(v("step_follows_its_bytes"), "")
 verdicts = register.frame().verdict
 n_failed, n_open = int((verdicts == claims.NOT_HELD).sum()), int((verdicts == claims.UNRESOLVED).sum())
@@ -1414,9 +1462,9 @@ pace_said = "" if not pacer.note() else (f"The machine {'may have run' if maybe 
                                          "finding near the end says how far).")
 # The longest telling first; the side-by-side, the slower levers, llama.cpp's share of the read, then the levers give
 # way (the evidence table keeps them all; the misses are counted in every telling).
-said = [machine_said, sped + slowed, read_said, side_found.strip(), answer, misses]
-opening.write(*(" ".join(filter(None, t)) for t in (
-    said, said[:3] + said[4:], [machine_said, sped, read_said, answer, misses], [machine_said, sped, answer, misses],
+said = [machine_said, sped + slowed, answer, read_said, side_found.strip(), misses]  # the PyTorch steps' evidence
+opening.write(*(" ".join(filter(None, t)) for t in (  # before what it says of them, llama.cpp's read after it
+    said, said[:4] + said[5:], [machine_said, sped, answer, read_said, misses], [machine_said, sped, answer, misses],
     [machine_said, answer, misses])), after=pace_said)  # the machine's pace, where it did not hold
 
 # %% [markdown]
@@ -1503,12 +1551,15 @@ else:
              "Chapter 0 has no one-thread price for the PyTorch steps here. ")
     if llama_one:
         _t1 = float(np.median([_r["median_s"] for _r in llama_one]))
-        _loss = _t1 * 1e3 / spread[("q4_1", contexts[0])].mid
+        _loss = gain  # its step on one thread over on all of them, run by run (the second-thread finding's)
         _of1 = step_bytes("q4_1", _mid) / _t1 / _read1
         _most = max(_loses, key=_loses.get) if _loses else None
-        _text += (f"llama.cpp was timed on one thread in this run: its step took {_loss:.2f}x as long as on {threads}, "
+        _text += (f"llama.cpp was timed on one thread in this run: its step took {_loss.text('.2f', 'x')} as long as "
+                  f"on {threads}, "
                   + ("" if not _most else "more than any PyTorch step is priced to lose, so expect it to lose most, "
-                     if _loss > _loses[_most] else f"less than {_most} is priced to lose, so expect {_most} to lose most, ")
+                     if _loss.low > _loses[_most] else f"less than {_most} is priced to lose, so expect {_most} to lose "
+                     "most, " if _loss.high < _loses[_most] else f"about what {_most} is priced to lose "
+                     f"({_loses[_most]:.2f}x), so expect the two to lose about alike, ")
                   + f"and it read {_of1:.0%} of one thread's streaming read: "
                   + (f"at or above the {close_to_read:.0%} this chapter counts as close." if _of1 >= close_to_read else
                      f"still short of the {close_to_read:.0%} this chapter counts as close, "

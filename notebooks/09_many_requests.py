@@ -556,6 +556,21 @@ show(f"{found[:1].upper()}{found[1:]}." if verdict != claims.NOT_MEASURED else  
      f"{statement} This run does not decide it: no engine ran here, or none could reuse a block: {found or 'none'}",
      how=f"Each engine's saving over its runs (the 95 % interval of its median) is held to the tolerance for a "
          f"predicted time, {claims.PREDICTED_TIME:g}x either way: {'; '.join(allowed_text)}." if allowed_text else None)
+vllm_shared = reuse_table[(reuse_table.engine == "vLLM") & (reuse_table.group == "shared")]
+if "vLLM" in gains and len(vllm_shared) and vllm_shared.hit_tokens.iloc[0] < shared:  # vLLM reused only whole blocks
+    v_row, v_cores = vllm_shared.iloc[0], compute_threads("vLLM", n_threads)
+    v_cold = reuse_table[(reuse_table.engine == "vLLM") & (reuse_table.group == "unique")].ttft_ms.iloc[0]
+    more = gains["vLLM"].low > saving.high  # more beyond both intervals; "less" the same way; else about as much
+    less = gains["vLLM"].high < saving.low
+    show(f"vLLM reused {v_row.hit_tokens:.0f} of the {shared} shared tokens (its whole blocks of "
+         f"{v_row.block_tokens:.0f}), and saved " + (
+             f"more than the in-process run did for all {shared}: it computes on {v_cores} of this machine's "
+             f"{n_threads} cores, so each token costs it more (a cold first token took it {v_cold:.0f} ms, against "
+             f"{cold.mid:.0f} ms in-process)." if more and v_cores < n_threads and v_cold > cold.mid else
+             f"{'more' if more else 'less' if less else 'about as much (the two ranges overlap)'} "
+             f"{'as' if not (more or less) else 'than'} the in-process run did for all {shared} "
+             f"({gains['vLLM'].text('.0f', 'ms')} against {saving.text('.0f', 'ms')}; a cold first token took it "
+             f"{v_cold:.0f} ms, against {cold.mid:.0f} ms in-process)."))
 
 # %% [markdown]
 # **Takeaway: judge a prefix cache by its blocks: the tokens its engine can reuse are the whole blocks of the
@@ -834,13 +849,15 @@ if alone_1t is not None and len(alone_1t) and have_two:
                        f"scaled by the cost model). Here, beside the decode worker streaming the weights on the other "
                        f"core, B's prefill took about {b_prefill:,.0f} ms (its TTFT less the hand-over): "
                        f"{b_prefill / alone_b:.2f}x, "
-                       + ("about its time alone: sharing the memory bus and the last-level cache with a neighbour cost it "
-                          "little." if 1 / 1.1 <= b_prefill / alone_b <= 1.1 else
+                       + (f"about its time alone (this chapter ran at {pace_now:.2f}x chapter 0's pace); sharing the "
+                          "memory bus and the last-level cache with the neighbour may add some of it, which this run "
+                          "does not time apart." if 1 / claims.PREDICTED_TIME <= b_prefill / alone_b
+                          <= claims.PREDICTED_TIME else
                           f"slower than alone, though this chapter also ran at {pace_now:.2f}x chapter 0's pace, which "
                           "may account for it as much as the neighbour does (this run does not time that sharing "
-                          "apart)." if b_prefill > alone_b and slow_host else "slower than alone, as sharing the "
-                          "memory bus and the last-level cache with a neighbour would make it (this run does not time "
-                          "that sharing apart)." if b_prefill > alone_b else
+                          "apart)." if b_prefill > alone_b and slow_host else "slower than alone: sharing the memory "
+                          "bus and the last-level cache with the neighbour may be why, which this run does not time "
+                          "apart." if b_prefill > alone_b else
                           "less than alone, so chapter 2's pass and this one differ by more than the neighbour.")
                        + (f" Chapter 2's time is not this machine's speed now, though: {paces_apart('02_prefill_sweep')}."
                           if paces_apart("02_prefill_sweep") else ""))
@@ -870,11 +887,12 @@ show(claims.pick(
 
 # %% [markdown]
 # The hand-over: B's cache is `b_prompt_len` tokens of keys and values, its bytes copied twice, each priced as
-# its bytes read and written at a rate chapter 0 measured on one thread. The prefill worker writes into the
-# shared buffer, whose pages both workers mapped at start: chapter 0's copy rate. The decode worker reads into
-# new tensors (transformers' cache grows by concatenation), whose pages the kernel maps as they are first
-# written: chapter 0's fresh-pages copy rate. One layer down, the decode worker reads the same bytes again,
-# after A's stream, into the tensors it now holds: a copy into mapped pages, at the copy rate.
+# its bytes read and written at chapter 0's one-thread copy of caches that size, plus each page fault the copy
+# took at chapter 0's cost per fault. The prefill worker writes into the shared buffer, whose pages both workers
+# mapped at start (no faults expected). The decode worker reads into new tensors (transformers' cache grows by
+# concatenation), whose pages the kernel maps as they are first written: the same copy's price plus its faults.
+# One layer down, the decode worker reads the same bytes again, after A's stream, into the tensors it now holds:
+# a copy into mapped pages.
 
 # %%
 def write_alone() -> float:
@@ -908,9 +926,15 @@ alone_ok = claims.within(alone_ms, copy_ms, claims.PREDICTED_TIME) == claims.HEL
 slowed = hand.write_ms.median() > alone_ms * claims.PREDICTED_TIME
 
 # %%
+worker_x, alone_x = hand.write_ms.median() / copy_ms, alone_ms / copy_ms  # the write in the worker, and alone
+at_limit = all(abs(x / claims.PREDICTED_TIME - 1) < 0.08 for x in (worker_x, alone_x))  # both near the limit
 alone_says = (f"The same write timed here alone, on one thread with nothing else running, took {prose.ms(alone_ms / 1e3)}, "
-              f"{alone_ms / copy_ms:.2f}x its price of {prose.ms(copy_ms / 1e3)}: "
-              + ("the copy runs at its price by itself, so in the worker something else took the time: what ran "
+              f"{alone_x:.2f}x its price of {prose.ms(copy_ms / 1e3)}, against {worker_x:.2f}x in the worker: "
+              + (f"both about {claims.PREDICTED_TIME:g}x their price, right at the limit the book counts as priced "
+                 f"(the one in the worker {'past' if worker_x > claims.PREDICTED_TIME else 'inside'} it, the one alone "
+                 f"{'past' if alone_x > claims.PREDICTED_TIME else 'inside'} it), so the write runs a little slower "
+                 "than chapter 0's copy both alone and in the worker." if at_limit and not slowed else
+                 "the copy runs at its price by itself, so in the worker something else took the time: what ran "
                  "beside it (the decode worker on the other core) is one candidate, which this chapter does not time "
                  "apart." if alone_ok and slowed else
                  "about its price, and about what it took in the worker." if alone_ok else
@@ -919,7 +943,8 @@ alone_says = (f"The same write timed here alone, on one thread with nothing else
                  if not slowed else
                  "off its price even alone, and slower still in the worker beside the decode worker."))
 than = {k: "longer" if v.median() > p else "less time" for k, (v, p) in sides.items()}  # than its price
-off = " ".join({"write": f"Writing into the shared buffer took {than['write']} than its price. " + alone_says,
+off = " ".join({"write": alone_says.replace("The same write", f"Writing into the shared buffer took {than['write']} "
+                                                                  "than its price in the worker; the same write", 1),
                 "read": f"Reading into new tensors took {than['read']} than its price even with the faults it took "
                         "counted: in this process a new page did not cost what it cost in chapter 0's copy into "
                         "fresh memory.",
@@ -939,13 +964,16 @@ verdict = register.record(
 mb = f"{handover_bytes / 1e6:.1f} MB of cache"
 copies = "; ".join(f"{k} in **{Spread.of(v).text('.1f', 'ms')}** with {faults_of[k].median():,.0f} page faults, "
                    f"against {prose.ms(p / 1e3)}" for k, (v, p) in sides.items())
+whole_hand = (f" The whole hand-over, written and read, took about "
+              f"{prose.ms((hand.write_ms.median() + hand.read_ms.median()) / 1e3)} of B's "
+              f"{prose.ms(hand.b_ttft_ms.median() / 1e3)} wait for its first token." if have_two else "")
 show(claims.pick(
-    verdict, held=f"{mb}, each copy within the tolerance of its price: {copies}. The first read's extra time is the "
-                  "kernel mapping new pages, not the copy; the whole hand-over is small beside the prefill it spares "
-                  "the decode worker.",
-    not_held=f"{mb}, each copy against its price: {copies}. {off}",
-    unresolved=f"{mb}, each copy against its price: {copies}; where an interval straddles its prediction's "
-               "tolerance, more runs would decide it.",
+    verdict, held=f"{mb}, each copy about its price: {copies}. The first read's extra time is the kernel mapping new "
+                  f"pages, not the copy; the whole hand-over is small beside the prefill it spares the decode worker."
+                  f"{whole_hand}",
+    not_held=f"{mb}, each copy against its price: {copies}. {off}{whole_hand}",
+    unresolved=f"{mb}, each copy against its price: {copies}; too close to call for some of them, which more runs "
+               f"would decide.{whole_hand}",
     not_measured=f"{statement} This run does not decide it: two workers did not run here, or chapter 0 measured no "
                  "one-thread copy rates."))
 
@@ -1065,7 +1093,21 @@ def served_alone(name: str) -> str | None:
             + f": a request of {prompt} prompt tokens and {out} output "
             f"tokens is priced at {prose.ms(prefill_s)} of prefill and {prose.ms(step_s)} a decode step, "
             f"**{prose.ms(alone_s)}** served alone; at {top:g} arrivals a second, one after another would need "
-            f"**{top * alone_s:.1f} seconds of serving per second**")
+            f"**{top * alone_s:.1f} seconds of serving per second**" + utilisation(mine_.rate_per_s.min(), alone_s))
+
+
+def utilisation(rate: float, alone_s: float) -> str:
+    """A queue's **utilisation** at ``rate`` arrivals a second of requests that take ``alone_s`` seconds each, and what
+    it predicts of a first-come queue's wait (a clause to end a sentence with)."""
+    u = rate * alone_s
+    if u >= 1:
+        return (f"; at the lowest rate, {rate:g}/s x {prose.ms(alone_s)} gives a **utilisation** (arrival rate times "
+                f"a request's service time) of {u:.1f}: at 1 or more a first-come queue serving one request at a time "
+                "is overloaded, its wait growing with every arrival, from the lowest rate tried")
+    wait = u / (2 * (1 - u)) * alone_s  # Poisson arrivals, one fixed service time (M/D/1)
+    return (f"; at the lowest rate, {rate:g}/s x {prose.ms(alone_s)} gives a **utilisation** (arrival rate times a "
+            f"request's service time) of {u:.2f}: below 1, a first-come queue's mean wait is about u / (2 (1 - u)) "
+            f"service times for Poisson arrivals and one fixed service time, {prose.ms(wait)} here")
 
 
 if ch7_rates is not None:
@@ -1184,11 +1226,11 @@ _ = results.table(replayed, "replay")
 # %%
 print(replay_missing or "objectives (chapter 7's): " + "; ".join(f"{n}: TTFT <= {g.ttft_ms:.0f} ms, TPOT <= {g.tpot_ms:.0f} ms"
                                                                for n, g in (goals or {"all": fallback_goals}).items()) + "; "
-      + "; ".join(f"{n}: steps at {c[0]:.2f}x the cost model, {c[1] * 1e3:+.0f} ms before the scheduler"
-                  for n, c in calibrations.items() if c)
+      + "; ".join(f"{n}: steps at {c[0]:.2f}x the cost model, {abs(c[1]) * 1e3:.0f} ms "
+                  f"{'added' if c[1] >= 0 else 'taken off'} before the scheduler" for n, c in calibrations.items() if c)
       + ("" if not any(c and c[1] < 0 for c in calibrations.values()) else
          " (the time before the scheduler is one user's TTFT less its prefill priced at the steps' factor; it is "
-         "negative where the engine's prefill ran faster than that factor says)"))
+         "taken off where the engine's prefill ran faster than that factor says)"))
 prose.shown(replayed.round(1).assign(goodput=replayed.goodput.round(2)))  # a fraction: two places
 
 # %% [markdown]
@@ -1318,19 +1360,29 @@ for name in ([] if replay_missing else replayed.engine.unique()):
     k, overhead = calibrations[name] or (np.nan, np.nan)
     batch_text, kind = batching_sentence(name)
     worst = max(cal_ratios, key=lambda c: abs(np.log(cal_ratios[c].mid))) if cal_ratios else None
+    cal_pooled, unc_pooled = (by_latency(cal_ratios), by_latency(ratios)) if cal_ratios else ({}, {})
+    on_own = ("Replayed on the engine's own costs, its measured " + " and ".join(
+        f"{kind} came to {v.mid:.2f}x" for kind, v in cal_pooled.items()) + " the replayed ones across the rates "
+        f"(the furthest single rate: {worst}, {cal_ratios[worst].mid:.2f}x)") if cal_ratios else ""
+    further = [kind for kind, v in cal_pooled.items()
+               if kind in unc_pooled and abs(np.log(v.mid)) > abs(np.log(unc_pooled[kind].mid))]
+    moved_off = ("" if not further else " Calibrating on one user's costs moved " + " and ".join(
+        f"{kind} further off ({cal_pooled[kind].mid:.2f}x against {unc_pooled[kind].mid:.2f}x on the cost model's)"
+        for kind in further) + ": what one user alone costs the engine does not carry over to it under load.")
     if not cal_ratios:
         which = "Chapter 7 has no one-user row for this engine, so the parts cannot be told apart."
     elif inside(cal_ratios):
-        which = (f"Replayed on the engine's own costs, it matches (furthest: {worst}, {cal_ratios[worst].mid:.2f}x), so "
+        which = (f"{on_own}: as predicted, so "
                  f"most of what is off is the price of a pass: this engine's steps cost {k:.2f}x the cost model's, "
                  f"and its TTFT is {abs(overhead) * 1e3:.0f} ms {'longer' if overhead > 0 else 'shorter'} than its "
                  "steps alone.")
     else:
-        which = (f"Replayed on the engine's own costs, it is still off (worst: {worst}, {cal_ratios[worst].mid:.2f}x), "
-                 "so more than the price of a pass is wrong: "
+        which = (f"{on_own}: " + ("still off, so more than the price of a pass is wrong: "
+                                  if verdict_of_ratios(cal_ratios) == claims.NOT_HELD else
+                                  "not clearly as predicted, so more than the price of a pass may be wrong: ")
                  + ("the engine's batched steps, which grow unlike the priced ones (below)." if kind in ("cheaper", "dearer") else
                     "not its batching, which grows as priced (below)." if kind == "as priced" else
-                    "the batching, or how the engine queues and admits requests."))
+                    "the batching, or how the engine queues and admits requests.")) + moved_off
     apart = requests_apart(name, key_at[worst][0]) if worst and not inside(cal_ratios) and worst.startswith("TTFT") else ""
     below = [x for x in ((apart + ".") if apart else "", batch_text + ".") if x]  # one layer down: whom it waited for, the batch
     if name == "vLLM" and pd.notna(got.wait_ms).all():
@@ -1646,13 +1698,14 @@ flatter = {claims.HELD: f"separating the phases kept the stream flattest, the ne
 priced_at = f"{predicted_saving.mid * 1e3:,.0f} ms" if predicted_saving else ""  # as the claim's prediction reads
 as_priced = {claims.NOT_HELD: f" (not the {priced_at} predicted)"}  # a miss is told; a match is the evidence's
 engines_saved = [f"{g.text('.0f', 'ms') if g.mid >= 0 else sooner(g)} through {n}" for n, g in gains.items()]
-text = (f"On this machine ({prose.machine(cpu, 'fp32')}), a cached {shared}-token system prompt brought the first "
-        f"token {sooner(saving, True)} in-process"
+text = (f"On this machine ({prose.machine(cpu, 'fp32')}), a cached {shared}-token system prompt brought {MODEL}'s "
+        f"first token {sooner(saving, True)} in-process"
         f"{as_priced.get(register.verdict('reuse_saves_the_prefix_prefill'), '')}"
         + (f", {' and '.join(engines_saved)}" if engines_saved else "") + ". ")
 workers_told = ""  # the two workers' sentence, which the shortest telling leaves to the body
 if have_two:
-    workers_told = (f"With prefill and decode each on a core of its own, a decoding stream's worst gap was "
+    workers_told = (f"With prefill and decode each on a core of its own, a {separation_model} decoding stream's worst "
+                    "gap was "
                     f"**{spread(two, 'a_worst_gap_ms').text(',.0f', 'ms')}**, against {gaps.iloc[0]:,.0f} ms when one worker "
                     f"did both ({gaps.iloc[1]:,.0f} ms with the prompt in chunks); a long newcomer waited "
                     f"**{spread(two, 'b_ttft_ms').text(',.0f', 'ms')}** for its first token, against {ttfts.iloc[0]:,.0f} ms "
@@ -1685,21 +1738,7 @@ opening.write(text + ".", in_process_only + ".", in_process_only.replace(replaye
               after="" if not pacer.note() else (  # lib.machine.pace_note's verdict, in plain words
                   f"The machine {'may have run' if _maybe else 'ran'} at another speed than in chapter 0, so prices "
                   f"here {'may be' if _maybe else 'are'} off (the pace finding near the end says how far)."))
-vllm_shared = reuse_table[(reuse_table.engine == "vLLM") & (reuse_table.group == "shared")]
-if "vLLM" in gains and len(vllm_shared) and vllm_shared.hit_tokens.iloc[0] < shared:  # vLLM reused only whole blocks
-    v_row, v_cores = vllm_shared.iloc[0], compute_threads("vLLM", n_threads)
-    v_cold = reuse_table[(reuse_table.engine == "vLLM") & (reuse_table.group == "unique")].ttft_ms.iloc[0]
-    more = gains["vLLM"].low > saving.high  # more beyond both intervals; "less" the same way; else about as much
-    less = gains["vLLM"].high < saving.low
-    show(f"vLLM reused {v_row.hit_tokens:.0f} of the {shared} shared tokens (its whole blocks of "
-         f"{v_row.block_tokens:.0f}), and saved " + (
-             f"more than the in-process run did for all {shared}: it computes on {v_cores} of this machine's "
-             f"{n_threads} cores, so each token costs it more (a cold first token took it {v_cold:.0f} ms, against "
-             f"{cold.mid:.0f} ms in-process)." if more and v_cores < n_threads and v_cold > cold.mid else
-             f"{'more' if more else 'less' if less else 'about as much (the two intervals overlap)'} "
-             f"{'as' if not (more or less) else 'than'} the in-process run did for all {shared} "
-             f"({gains['vLLM'].text('.0f', 'ms')} against {saving.text('.0f', 'ms')}; a cold first token took it "
-             f"{v_cold:.0f} ms, against {cold.mid:.0f} ms in-process)."))
+
 
 # %% [markdown]
 # ## Key terms
