@@ -416,14 +416,14 @@ gap_how = (f"The glossary's line for a stall is twice a run's median gap, held w
 # The medians over runs, the longest gap between two tokens, and how the runs fared against the objectives:
 
 # %%
-display(Markdown(
+show(
     f"Medians over {count(runs, 'run')}: TTFT {ranged('ttft_ms')}, TPOT {ranged('tpot_ms', '.1f')}, worst gap "
     f"{ranged('worst_gap_ms', '.1f')}, end-to-end {ranged('e2e_ms')}. "
     + ("The worst gap's range leaves the slowest runs out: the" if over_runs.worst_gap_ms_high < run_table.worst_gap_ms.max()
        else "The")
-    + f" longest single gap of all, in run {run_table.run[worst]}, was **{longest:.0f} ms**, {where_gap}."
-    + ("" if stalled == near_line == 0 else f"\n\n<details><summary>{prose.HOW_DECIDED}</summary>\n\n{gap_how}\n\n</details>")
-    + "\n\n"
+    + f" longest single gap of all, in run {run_table.run[worst]}, was **{longest:.0f} ms**, {where_gap}.",
+    how=None if stalled == near_line == 0 else gap_how)
+show(
     f"Objectives ({source}): TTFT at most {goals.ttft_ms:.0f} ms, TPOT at most {goals.tpot_ms:.0f} ms, worst gap "
     f"at most {goals.worst_gap_ms:.0f} ms. They are fixed budgets, typed, not measured here: they do not follow this "
     "machine's speed, so whether a run meets them says as much about the machine as about the request. At most, a "
@@ -434,7 +434,7 @@ display(Markdown(
     + (f"; {count(int((~run_table.meets_objectives).sum()), 'run')} missed ("
        + ("run " if (~run_table.meets_objectives).sum() == 1 else "runs ")
        + ", ".join(str(r) for r in run_table.run[~run_table.meets_objectives]) + "), on "
-       f"{' and '.join([', '.join(missed[:-1]), missed[-1]] if len(missed) > 1 else missed)}." if missed else ".")))
+       f"{' and '.join([', '.join(missed[:-1]), missed[-1]] if len(missed) > 1 else missed)}." if missed else "."))
 
 # %%
 register.claim("short_question_is_a_decode_job", "A one-line question with a paragraph of answer spends most of "
