@@ -61,6 +61,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
+from lib import prose
+
 __all__ = ["HELD", "NOT_HELD", "UNRESOLVED", "NOT_MEASURED", "VERDICTS", "EVIDENCE_COLUMNS", "CONFIDENCE", "PREDICTED_TIME",
            "PREDICTED_RATIO", "PREDICTED_LENGTH", "ACROSS_MACHINES", "NOISE", "HARNESS", "DATASHEET", "SAME_QUANTITY", "median_interval", "Spread", "Claim",
            "Claims", "InvariantBroken", "invariant", "within", "allowed", "at_most", "at_least", "below", "every", "some",
@@ -578,6 +580,18 @@ class Claims:
     def summary(self) -> str:
         """How many claims and each outcome's count (:func:`tally`)."""
         return tally(self.frame().verdict)
+
+    def misses(self) -> str:
+        """The chapter's misses counted for its opening paragraph, in the one wording the book uses: "2 predictions
+        failed and 1 was left open: see the evidence table." (empty when every claim held). Introduced in chapter 3."""
+        verdicts = self.frame().verdict
+        failed, left = int((verdicts == NOT_HELD).sum()), int((verdicts == UNRESOLVED).sum())
+        parts = [f"{prose.count(failed, 'prediction')} failed"] if failed else []
+        if left:  # "two failed and one was left open", the noun said once
+            parts.append(f"{prose.count(left, 'prediction').split()[0] if failed else prose.count(left, 'prediction')} "
+                         f"{'was' if left == 1 else 'were'} left open")
+        told = " and ".join(parts)
+        return f"{told[:1].upper()}{told[1:]}: see the evidence table." if told else ""
 
 
 def pick(verdict: str, *, held: str, not_held: str, unresolved: str, not_measured: str = "") -> str:

@@ -276,18 +276,20 @@ def _summarised(row: dict, samples: Sequence[float], reads: Sequence[float] | No
     """``row`` with the statistics of its (whole-pass) ``samples``: the fastest, median and slowest call, their
     rates and the spread; the samples kept for :func:`_merged` (dropped from the table).
 
-    With ``reads`` the row is a difference: each sample less the read timed just before it. Its fastest is then
-    the fastest sample less the fastest read, each the statistic of a ceiling (the fastest of a noisy difference
-    would be the noise, not the floor: a read that ran slow makes a pass look free); its median and slowest are
-    the paired differences', at least that fastest."""
+    With ``reads`` the row is a difference: each sample less the read timed just before it. It has two estimates
+    of its ceiling: the fastest sample less the fastest read (each the statistic of a ceiling; the fastest of a
+    noisy difference would be the noise, not the floor: a read that ran slow makes a pass look free) and the
+    paired differences' median. Its fastest and median are the lower and the higher of the two, so where they
+    disagree (the fastest read came in a quick spell the passes did not share) the row's spread says by how much,
+    and a price built on its fastest and median calls spans both; its slowest is the paired differences'."""
     if reads is None:
         t = Timing.of(samples)
         best, median, worst, n = t.low, t.median, t.high, len(t.samples)
     else:
         differences = [s - r for s, r in zip(samples, reads, strict=True)]
-        best = max(min(samples) - min(reads), 1e-6)
-        median = max(statistics.median(differences), best)
-        best, median, worst, n = best, median, max(max(differences), median), len(differences)
+        floor, paired = min(samples) - min(reads), statistics.median(differences)
+        best, median = max(min(floor, paired), 1e-6), max(floor, paired, 1e-6)
+        worst, n = max(max(differences), median), len(differences)
     row = dict(row, best_s=best, median_s=median, worst_s=worst, repeats=n, spread=median / best - 1,
                gb_s=row["bytes_per_call"] / best / 1e9, gb_s_median=row["bytes_per_call"] / median / 1e9,
                gflop_s=row["flops_per_call"] / best / 1e9, gflop_s_median=row["flops_per_call"] / median / 1e9,

@@ -1777,12 +1777,7 @@ batch_text = "" if top == one else (
         claims.NOT_HELD: f", where {gains['dynamic'][1]:.1f}x and {gains['static'][1]:.1f}x were predicted. ",
         claims.UNRESOLVED: " (against the prediction, too close to call). ",
     }[register.verdict("batching_follows_its_bound")])
-n_failed, n_open = (int((found.verdict == v).sum()) for v in (claims.NOT_HELD, claims.UNRESOLVED))  # the table's misses
-counted = " and ".join(filter(None, (
-    f"{prose.count(n_failed, 'prediction')} failed" if n_failed else "",
-    f"{prose.count(n_open, 'prediction').split()[0] if n_failed else prose.count(n_open, 'prediction')} "
-    f"{'was' if n_open == 1 else 'were'} left open" if n_open else "")))
-counted = f"{counted[:1].upper()}{counted[1:]}: see the evidence table." if counted else ""
+counted = register.misses()  # the evidence table's misses, in the book's one wording
 opening.write(head + grew_text + ". " + price + parts_text + narrow_text + batch_text + counted,  # the longest that fits
               head + ". " + price + parts_text + narrow_text + batch_text + counted,
               head + ". " + price + parts_text + batch_text + counted,

@@ -971,13 +971,7 @@ chunked = (f"With {shown.name}-token chunks, the smallest tried," if best == b_p
            f"{shown.name} tokens ({guess}): there" if stop is None else
            f"Chunked, B's prefill stopped cutting A's stall {cut_rule} at {shown.name}-token chunks ({guess}): there")
 median_there = f", its median gap {shown.a_median_gap_ms:,.0f} ms against {unchunked.a_median_gap_ms:,.0f}"
-n_failed = sum(r.verdict == claims.NOT_HELD for r in register.rows.values())
-n_open = sum(r.verdict == claims.UNRESOLVED for r in register.rows.values())
-missed = " and ".join(filter(None, (
-    f"{prose.count(n_failed, 'prediction')} failed" if n_failed else "",
-    f"{prose.count(n_open, 'prediction').split()[0] if n_failed else prose.count(n_open, 'prediction')} "
-    f"{'was' if n_open == 1 else 'were'} left open" if n_open else "")))
-misses = f" {missed[:1].upper()}{missed[1:]}: see the evidence table." if missed else ""
+misses = " " + register.misses() if register.misses() else ""  # the evidence table's misses
 told = (
     f"On this machine ({prose.machine(device, dtype)}), {lm.name}'s stream A received a token every "
     f"**{Spread.in_row(unchunked, 'a_median_gap_ms').text('.0f', 'ms')}** until request B's {b_prompt_len:,}-token "

@@ -2018,15 +2018,9 @@ beat = any(register.verdict(f"{x.replace(' ', '_')}_under_the_roof") == claims.N
 roofs = (", and no pass ran above the roof" if under else
          ", and some passes ran above the roof: a ceiling is understated" if beat else
          ", and some passes came too near the roof to call")
-verdicts = [r.verdict for r in register.rows.values()]
-n_failed, n_open = verdicts.count(claims.NOT_HELD), verdicts.count(claims.UNRESOLVED)
 
 # %%
-missed = " and ".join(filter(None, (
-    f"{prose.count(n_failed, 'prediction')} failed" if n_failed else "",
-    f"{prose.count(n_open, 'prediction').split()[0] if n_failed else prose.count(n_open, 'prediction')} "
-    f"{'was' if n_open == 1 else 'were'} left open" if n_open else "")))
-misses = f"{missed[:1].upper()}{missed[1:]}: see the evidence table. " if missed else ""
+misses = register.misses() + " " if register.misses() else ""  # the evidence table's misses
 
 
 def opening_text(prefill: bool = True, sizes_said: bool = True, transition_said: bool = True) -> str:

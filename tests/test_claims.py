@@ -331,3 +331,21 @@ def test_a_summary_tables_three_columns_read_back_as_one_spread_from_any_kind_of
         assert seconds.mid == pytest.approx(0.104) and seconds.high == pytest.approx(expected.high / 1e3)
     with pytest.raises(ValueError, match="tpot_ms_low"):
         Spread.in_row(table.iloc[0], "tpot_ms")
+
+
+def test_an_opening_counts_the_misses_in_one_wording():
+    """Every chapter's opening counts its misses with :meth:`Claims.misses`: failed first, then left open, the noun
+    said once; nothing when every claim held."""
+    def register_of(*verdicts):
+        r = Claims()
+        for i, v in enumerate(verdicts):
+            r.claim(f"c{i}", "A statement.")
+            r.record(f"c{i}", v, predicted="1", measured="2", evidence="a table")
+        return r
+    assert register_of(HELD, HELD).misses() == ""
+    assert register_of(HELD, NOT_HELD).misses() == "One prediction failed: see the evidence table."
+    assert register_of(UNRESOLVED).misses() == "One prediction was left open: see the evidence table."
+    assert (register_of(NOT_HELD, NOT_HELD, UNRESOLVED).misses()
+            == "Two predictions failed and one was left open: see the evidence table.")
+    assert register_of(NOT_HELD, UNRESOLVED, UNRESOLVED).misses() == \
+        "One prediction failed and two were left open: see the evidence table."

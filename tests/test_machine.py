@@ -179,7 +179,8 @@ def test_two_rounds_measure_every_ceiling_once(monkeypatch):
 def test_a_difference_is_floored_by_its_fastest_halves_not_by_its_noise():
     """Dispatch is a pass less the weights' reads timed just before it. A read that ran slow once must not make
     the pass look free: the fastest is the fastest pass less the fastest read; the median is the paired
-    differences'; two rounds join both halves."""
+    differences'; two rounds join both halves. Where the two estimates disagree (the fastest read came in a quick
+    spell the passes did not share), the row spans both, its spread not clamped to 0."""
     base = dict(device="cpu", dtype="fp32", threads=1)
     passes, reads = [0.024, 0.027, 0.026], [0.020, 0.026, 0.021]  # the second read was slow: 1 ms left
     row = machine._row(base, "dispatch", Timing.of(passes), rows=1, reads=reads, operations=100)
@@ -189,6 +190,10 @@ def test_a_difference_is_floored_by_its_fastest_halves_not_by_its_noise():
     merged = machine._merged([row, again])[0]
     assert merged["repeats"] == 4 and merged["best_s"] == pytest.approx(0.023 - 0.020)
     assert "reads" not in merged
+    quick_read = machine._row(base, "dispatch", Timing.of([0.030, 0.031, 0.032]), rows=1,
+                              reads=[0.020, 0.027, 0.027], operations=100)  # paired: 10, 4 and 5 ms
+    assert quick_read["best_s"] == pytest.approx(0.005) and quick_read["median_s"] == pytest.approx(0.010)
+    assert quick_read["spread"] == pytest.approx(1.0)
     plain = machine._row(base, "read", Timing.of([0.02, 0.03]), bytes_=1e9)
     assert plain["best_s"] == 0.02 and plain["gb_s"] == pytest.approx(50.0)
 
