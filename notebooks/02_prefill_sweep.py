@@ -212,6 +212,9 @@ prose.prediction(f"A balance point of **{balance:.1f} FLOP/byte**, where chapter
                  f"{block_bytes / read_bw * 1e3:.3g} ms; at the fastest rate one token's FLOPs take "
                  f"{flops_per_token / f_many * 1e3:.3g} ms. So by the balance point a pass should cost about the same up to "
                  f"**{balance_tokens:.0f} {main_dt} tokens** on this machine, and grow with its arithmetic after that.")
+register.claim("floor_ends_at_balance_point", "A prefill costs about what its 1-token pass costs up to the balance "
+               "point's length, the matrices' fastest rate over the streaming read in tokens (within one step of the "
+               "sweep's grid).")
 
 # %% [markdown]
 # ## What the cost model predicts
@@ -646,14 +649,18 @@ by_rows = pd.DataFrame({"rows": f_rates.index, "F_gflop_s": f_rates.to_numpy() /
                         "weight_read_ms": ceilings.matrices(model_name, main_dt, most, "blocks", 1).best * 1e3
                         }).set_index("rows")  # the one-row product: the weights read at the kernel's own rate
 off = next((int(p) for p in sorted(mine.prompt_tokens) if p > flats.mid), None)  # the first length off the floor
-if off is None:
-    gives = f"It never leaves the floor up to {tokens(flats.mid)}, the longest prompt here."
-else:
+censored = bool(flats.high >= fm.longest_prompt_tokens)  # a reading flat to the longest prompt: its floor may go on
+low_b, high_b = claims.allowed(balance_tokens, claims.PREDICTED_LENGTH)
+verdict = register.record("floor_ends_at_balance_point", claims.verdict_of(False, flats.low > high_b) if censored
+                          else claims.within(flats, balance_tokens, claims.PREDICTED_LENGTH),
+                          predicted=f"floor to {balance_tokens:.0f} tokens (the balance point), within {claims.PREDICTED_LENGTH:g}x",
+                          measured=(f"floor to {flats.text('.0f', 'tokens')}" if any(floored) else "no floor")
+                          + (", or later: a reading reaches the longest prompt" if censored else ""),
+                          evidence=f"{label(*main)}, margin {margin:.0%}; chapter 0's F(M) and streaming read")
+gives = ""  # what chapter 0 measured at the first length off the floor, one layer down
+if off is not None:
     at_off = by_rows.loc[off]
-    lead = (f"It gives way sooner because at few rows the matrices do not run at their fastest: at {tokens(off)}"
-            if off <= balance_tokens else
-            f"It stays flat about as long as the balance point says, or longer; at {tokens(off)}, where it gives way,")
-    gives = (f"{lead} chapter 0 measured F({off}) = **{at_off.F_gflop_s:.1f} GFLOP/s**, "
+    gives = (f"{tokens(off)}, where it gives way, chapter 0 measured F({off}) = **{at_off.F_gflop_s:.1f} GFLOP/s**, "
              f"{at_off.F_gflop_s * 1e9 / f_many:.0%} of the {f_many / 1e9:.0f} GFLOP/s of many rows. So the matrices "
              f"take {at_off.matrices_at_F_ms:.3g} ms where their arithmetic at the fastest rate would take "
              f"{at_off.arithmetic_at_fastest_ms:.3g} ms, {'more' if at_off.matrices_at_F_ms > at_off.weight_read_ms else 'less'} "
@@ -669,9 +676,31 @@ else:
                                          "kernel that takes another, slower path for more than one row (what that "
                                          "path does inside the library, chapter 0 does not measure)."
                                          if first_row > 3 * max(per_row, 0) else "."))
+longest_here = f" It never leaves the floor up to {tokens(flats.mid)}, the longest prompt here."
 show(f"By the balance point a pass should cost about the same up to **{balance_tokens:.0f} tokens**; measured, it "
-     f"stays within {margin:.0%} of the 1-token pass " + (f"up to **{tokens(flats.mid)}**. " if floored[1] else
-                                                         f"only at {tokens(first_tok)}: it has no floor. ") + gives)
+     f"stays within {margin:.0%} of the 1-token pass " + (f"up to **{tokens(flats.mid)}**" if floored[1] else
+                                                         f"only at {tokens(first_tok)} (it has no floor)")
+     + claims.pick(
+         verdict, held=f", within a factor of {claims.PREDICTED_LENGTH:g} of the balance point. At {gives}",
+         not_held=(f", far sooner than the balance point says, because at few rows the matrices do not run at their "
+                   f"fastest. At {gives}"
+                   if flats.mid < balance_tokens else
+                   f", far longer than the balance point says, because it sets the arithmetic against the weights' read "
+                   f"at the streaming rate, {block_bytes / read_bw * 1e3:.3g} ms, and the 1-token pass took "
+                   f"{prose.ms(fm.floor_ms / 1e3)}, {fm.floor_ms / (block_bytes / read_bw * 1e3):.0f}x that: the margin is "
+                   "a share of the whole pass, so more tokens' arithmetic hides under it."
+                   + (f" At {gives}" if gives else longest_here)),
+         unresolved=(f"; against the balance point that is {close_call(flats, low_b, high_b)}. At {gives}" if gives else
+                     f", the longest prompt here, too short a sweep to tell whether its floor ends within a factor of "
+                     f"{claims.PREDICTED_LENGTH:g} of the balance point.")),
+     how=f"The balance point's length is its FLOP per byte times the blocks' bytes over one token's FLOPs, "
+         f"{balance_tokens:.1f} tokens. The floor's end (the last length within the margin; {tokens(first_tok)} means "
+         f"no floor) is read off the points' medians and off the two ends of their intervals: "
+         f"{', '.join(tokens(r.flat_until_tokens) for r in readings)}. It is as the balance point says when every "
+         f"reading lies within one step of the sweep's grid (a factor of {claims.PREDICTED_LENGTH:g}) of it, "
+         f"{low_b:.1f} to {high_b:.1f} tokens" + ("; a reading flat to the longest prompt only says the floor ends "
+                                                  "there or later" if censored else "")
+         + (f". In this run {lean(flats, low_b, high_b, '.0f', ' tokens')}." if verdict == claims.UNRESOLVED else "."))
 prose.shown(by_rows[by_rows.index <= max(off or 0, 2 * balance_tokens)].round(1))
 
 # %%
@@ -1196,7 +1225,8 @@ priced_all = bool(over_price) and len(over_price) == len(saving)
 zero = [p for p, v in over_price.items() if v.low <= 0]  # an extra time not told apart from none (or below it)
 geo = claims.geomean_of(list(over_price.values())) if priced_all and not zero else None
 verdict = register.record("last_logits_saving_as_predicted", None if not priced_all else
-                          claims.within(geo, Spread(1.0, 1.0, band_top.mid), claims.PREDICTED_TIME) if geo else
+                          claims.within(geo, Spread(min(band_top.mid, 1.0), 1.0, max(band_top.mid, 1.0)),
+                                        claims.PREDICTED_TIME) if geo else
                           claims.NOT_HELD if any(over_price[p].high <= 0 for p in zero) else claims.UNRESOLVED,
                           predicted=f"1x their price (up to {band_top.mid:.2f}x at chapter 0's median calls)"
                           if priced_all else "",
@@ -1462,6 +1492,8 @@ _arith = {claims.HELD: f"At {tokens(n_top)} the matrices' arithmetic takes {arit
                              f"({arith_share.mid:.0%}). "}.get(said("longest_prompt_compute_bound"), "")
 _answer = ("So on this machine a prompt is nearly free up to its longest length here." if never else
            "So on this machine a prompt's cost grows from its second token on." if not floored[1] else
+           f"So on this machine a prompt costs about one token's pass up to {tokens(flats.mid)}, the longest here "
+           "at the median." if flats.mid >= fm.longest_prompt_tokens else
            f"So on this machine a prompt costs one token's pass up to about {tokens(flats.mid)}, then more with "
            "each token.")
 opening.write(_times + _floor + _knee + _arith + _answer,
