@@ -523,6 +523,49 @@ else:
     register.record("llama_close_to_the_read", None, evidence=llama_why)
     show(register.undecided("llama_close_to_the_read", f"{llama_why}."))
 
+# %%
+# One layer down. Reading the weights and a step's fixed costs (building and launching its graph, the one row of
+# logits) come once per pass; the kernels' arithmetic (unpacking the 4-bit blocks, the dot products) comes again for
+# every token in it. So llama.cpp also runs one pass over `batch` tokens against one over a single token, each the
+# prefill of a fresh random prompt (a `decode` request of no steps), taking turns, `sweep_runs` times.
+batch, llama_passes = 4, []
+if use_llama:
+    for run in range(1, sweep_runs + 1):
+        for k in (1, batch, 1, batch):
+            start = time.perf_counter()
+            worker.request(kind="decode", context=k, steps=0, seed=1000 + len(llama_passes))  # a new prompt each
+            llama_passes.append(dict(run=run, tokens=k, wall_s=time.perf_counter() - start))
+    walls = pd.DataFrame(llama_passes)
+    results.table(walls, "llama_batch_runs")
+    by_run = walls.pivot_table(index="run", columns="tokens", values="wall_s", aggfunc="median")
+    per_token = Spread.of((by_run[batch] - by_run[1]) / (batch - 1) * 1e3)  # ms each added token costs a pass
+    step0 = spread[("q4_1", contexts[0])].mid  # the sweep's one-token step (ms)
+    at_read_ms = step_bytes("q4_1", contexts[0] + steps // 2) / read * 1e3  # its bytes at the streaming read
+    over = step0 - at_read_ms  # what the step takes beyond reading its bytes at the streaming read
+    near = reached == claims.HELD or over <= 0
+    arithmetic = claims.at_least(per_token / over, 0.5) if not near else None
+    said = "all" if per_token.mid >= over else f"{per_token.mid / over:.0%}"
+    show(f"One layer down, each token added to one llama.cpp pass cost **{per_token.text('.1f', 'ms')}** more, " + (
+        f"while its {step0:.1f} ms step at {contexts[0]} cached tokens is close to its bytes' {at_read_ms:.1f} ms at "
+        "the streaming read: reading them sets the step, and the arithmetic runs alongside the read." if near else
+        f"which is {said} of the {over:.1f} ms its {step0:.1f} ms step at {contexts[0]} cached tokens takes beyond its "
+        f"bytes' {at_read_ms:.1f} ms at the streaming read" + claims.pick(
+            arithmetic,
+            held=": the kernels' arithmetic (unpacking the 4-bit blocks, the dot products), added to the read rather "
+                 "than hidden under it, is what keeps the step from the read.",
+            not_held=": a cost paid once per pass beyond reading its bytes (building and launching the step, its row "
+                     "of logits, or a slower read than the streaming one), not its arithmetic, keeps the step from "
+                     "the read.",
+            unresolved=": the arithmetic and the cost paid once per pass are too close to say which keeps the step "
+                       "from the read more.")),
+        how=f"A pass over k tokens is a `decode` request of no steps over a fresh random prompt of k tokens: its "
+            f"prefill, one pass, and the saving of its cache, timed from the chapter; k = 1 and {batch}, twice each in "
+            f"each of {by_run.index.size} runs, the median of the two kept (median wall times "
+            f"{by_run[1].median() * 1e3:.1f} ms over one token, {by_run[batch].median() * 1e3:.1f} ms over {batch}). "
+            f"Their difference over {batch - 1} is one token's work, with the 95 % interval of its median over runs; "
+            "both passes compute one row of logits. Its share of the step's excess over the read is decided against "
+            "one half on that interval" + ("" if near else f" ({(per_token / over).text('.0%')})") + ".")
+
 # %% [markdown]
 # What stops it? A step waiting on memory gains from more threads no more than chapter 0's streaming read does; a
 # step whose arithmetic (unpacking 4-bit blocks, the dot products) splits evenly over two threads nearly halves. So
@@ -554,9 +597,8 @@ if llama_one:
                  "memory sets its time." if q4_read >= close_to_read else
                  f"Its step took {spread[('q4_1', contexts[0])].mid:.1f} ms at {contexts[0]} cached tokens, where its "
                  f"bytes at chapter 0's streaming read would take {at_read_ms:.1f} ms ({q4_read:.0%} of the read, below "
-                 f"the {close_to_read:.0%} this chapter counts as close): reading its bytes is not what fills its step, "
-                 "and this page does not measure what does. Timing its kernels alone, as the int8 matrices are timed "
-                 "above, or its threads' gain on a machine with more cores than its memory needs would take it apart.")
+                 f"the {close_to_read:.0%} this chapter counts as close): reading its bytes is not what fills its step; "
+                 f"the pass over {batch} tokens above says what does.")
     bound = register.record("llama_bound_by_its_cores",
                             claims.verdict_of(gain.low > read_gain, gain.high <= read_gain) if decidable else None,
                             predicted=f"more than the read's {read_gain:.2f}x",
@@ -1445,13 +1487,7 @@ answer = {claims.HELD: f"{took}: fewer bytes pay only where the kernel is fast."
                            "findings say what did).",
           claims.UNRESOLVED: f"{took}: too close to call whether that sets a step's time here.",
           }.get(v("step_follows_its_bytes"), "")
-verdicts = register.frame().verdict
-n_failed, n_open = int((verdicts == claims.NOT_HELD).sum()), int((verdicts == claims.UNRESOLVED).sum())
-missed = " and ".join(filter(None, (
-    f"{prose.count(n_failed, 'prediction')} failed" if n_failed else "",
-    f"{prose.count(n_open, 'prediction').split()[0] if n_failed else prose.count(n_open, 'prediction')} "
-    f"{'was' if n_open == 1 else 'were'} left open" if n_open else "")))
-misses = f"{missed[:1].upper()}{missed[1:]}: see the evidence table." if missed else ""
+misses = register.misses()  # the evidence table's misses
 cheapest = {"llama.cpp, Q4_1": "llama.cpp on the Q4_1 file", "vLLM (CPU build, HTTP)": "vLLM's CPU build",
             "fastest PyTorch: compiled fp32": "the compiled step"}.get(top.path, top.path.removeprefix("fastest PyTorch: "))
 side_found = (f"On chapter 1's question, {cheapest} was fastest: {top.speedup_over_eager_loop:.2f}x the eager loop. "
