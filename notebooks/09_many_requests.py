@@ -499,6 +499,8 @@ def engine_saving(r, model: costmodel.CostModel | None) -> Spread | None:
                                                                      past=int(r.reusable_tokens))
     rest_copy = rest.term("cache copy")
     best = whole.best - (rest.best - rest_copy.best)
+    if best <= 0:  # the rest after the prefix priced no cheaper than the whole (a tiny model): no saving to test
+        return None
     return Spread(best, best, max(best, whole.median - (rest.median - rest_copy.median)))
 
 
@@ -1462,6 +1464,106 @@ results.figure(fig, "replay")
 plt.show()
 
 # %% [markdown]
+# ### How many requests the engine holds: Little's law
+#
+# Part of each TTFT in the figure is time a request waited for others.
+# [Little's law](glossary.md#littles-law) ties such a wait to a count: over a stretch of time that starts and ends
+# with no request in the system, the mean number of requests in it, L, is the rate they arrived at, λ, times the
+# mean time each spent in it, W: **L = λW**, whatever the arrivals and the scheduler. Both sides add up the same
+# request-seconds. Each of chapter 7's runs is such a stretch, from its first arrival to its last token; the
+# requests that finished, rate by rate:
+
+# %%
+def stays(g: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Each request's arrival and last token (s from its run's start): chapter 7's offset, then its TTFT and a TPOT
+    for every token after the first."""
+    ends = g.offset_s + (g.ttft_ms + g.tpot_ms.fillna(0) * (g.output_tokens - 1)) / 1e3
+    return g.offset_s.to_numpy(float), ends.to_numpy(float)
+
+
+little_rows, intervals = [], {}  # intervals: (engine, rate) -> (arrivals, last tokens) of the finished requests
+for (name, rate), g in ([] if ch7_requests is None else ch7_requests.groupby(["engine", "rate_per_s"], sort=False)):
+    arrive, end = intervals[(name, rate)] = stays(g[g.ok])
+    if len(arrive) and end.max() > arrive.min():
+        window = end.max() - arrive.min()  # no request of the run in the engine at either end
+        little_rows.append(dict(engine=name, rate_per_s=rate, requests=len(arrive), failed=int((~g.ok).sum()),
+                                arrivals_span_s=arrive.max() - arrive.min(), window_s=window,
+                                arrivals_per_s=len(arrive) / window, mean_in_engine_s=(end - arrive).mean()))
+little = pd.DataFrame(little_rows, columns=["engine", "rate_per_s", "requests", "failed", "arrivals_span_s", "window_s",
+                                           "arrivals_per_s", "mean_in_engine_s"])
+if not len(little):
+    print("chapter 7 kept no finished request here (run `python -m lib.make.book 07_over_the_wire`)")
+prose.shown(little.drop(columns="arrivals_span_s"), {"window_s": 2, "arrivals_per_s": 2, "mean_in_engine_s": 2})
+
+# %% [markdown] tags=["predict"]
+# **Predict first.** Take one engine's lowest rate in the table: its requests arrived at *arrivals (per s)* over
+# the window and each spent *mean in engine (s)* in the engine. How many requests were in the engine on average?
+# And from its lowest rate to its busiest, do you expect that count to grow by more or by less than the arrivals
+# per second did?
+
+# %% [markdown]
+# <details><summary>The book's prediction (open it once you have written yours)</summary>
+#
+# The product of the two, to the last digit. By more: near its capacity each request also waits longer, so W
+# grows with λ, and L with both.
+#
+# </details>
+#
+# The count, from each request's interval (one more in the engine at each arrival, one fewer at each last token):
+
+# %%
+def in_flight_counted(arrive: np.ndarray, end: np.ndarray) -> tuple[float, int]:
+    """The mean number of requests in the engine over the window from the first arrival to the last token (the
+    area under the count, over the window's length), and the most at once."""
+    t = np.concatenate([arrive, end])
+    step = np.concatenate([np.ones(len(arrive)), -np.ones(len(end))])
+    order = np.lexsort((step, t))  # at one instant, a last token before an arrival
+    t, n = t[order], np.cumsum(step[order])
+    return float((n[:-1] * np.diff(t)).sum() / (t[-1] - t[0])), int(n.max())
+
+
+counted = [in_flight_counted(*intervals[(r.engine, r.rate_per_s)]) for r in little.itertuples()]
+little["in_flight"], little["most_at_once"] = [c[0] for c in counted], [c[1] for c in counted]
+little["rate_times_time"] = little.arrivals_per_s * little.mean_in_engine_s
+claims.invariant(bool(np.allclose(little.in_flight.astype(float), little.rate_times_time.astype(float), rtol=1e-9)),
+                 "Little's law: the requests counted in flight over a window that starts and ends empty must equal "
+                 "its arrivals per second times their mean time in the engine")
+
+
+def changed(x: float) -> str:
+    return f"grew {x:.1f}x" if x >= 1 else f"fell {1 / x:.1f}x"
+
+
+for name, g in little.groupby("engine", sort=False):
+    low, top = g.loc[g.rate_per_s.idxmin()], g.loc[g.rate_per_s.idxmax()]
+    both = [low] if top.rate_per_s == low.rate_per_s else [low, top]
+    text = (f"Counted from {name}'s traces, the engine held on average " + " and ".join(
+        f"**{r.in_flight:.1f} requests** in the run at {r.rate_per_s:g}/s" for r in both) + "; over each run's window "
+        "(its first arrival to its last token) the arrivals per second times their mean time in the engine give the "
+        "same, " + " and ".join(
+            f"{r.arrivals_per_s:.2f}/s × {r.mean_in_engine_s:.2f} s = {r.rate_times_time:.1f}" for r in both) + ".")
+    if len(both) == 2:
+        rate_x, count_x, wait_x = (top[c] / low[c] for c in ("arrivals_per_s", "in_flight", "mean_in_engine_s"))
+        text += (f" From the lowest rate to the busiest the arrivals per second {changed(rate_x)} and the count "
+                 f"{changed(count_x)}" + (
+                     f", more than the rate because each request's time in the engine {changed(wait_x)} as well: "
+                     "nearer a utilisation of 1 each request waits longer, so the engine holds more requests, each "
+                     "with its KV cache, at once." if wait_x > 1 + claims.NOISE else
+                     f", while each request's time in the engine changed only {wait_x:.2f}x: at a steady W the count "
+                     "follows the rate alone, and outgrows it only once the wait grows, as utilisation nears 1."
+                     if wait_x >= 1 - claims.NOISE else f", while each request's time in the engine "
+                     f"{changed(wait_x)}, so the count moved less than the rate did (L = λW)."))
+    named = top.rate_per_s * top.mean_in_engine_s
+    show(text, how="Each window runs from a run's first arrival to its last token: " + "; ".join(
+        f"at {r.rate_per_s:g}/s, {r.requests} requests over {r.window_s:.1f} s, counted {r.in_flight:.3f} against "
+        f"{r.arrivals_per_s:.3f}/s × {r.mean_in_engine_s:.3f} s = {r.rate_times_time:.3f}, at most {r.most_at_once} "
+        "at once" + (f" ({prose.count(r.failed, 'failed request')}, with no last token, left out of both)" if r.failed else "")
+        for r in g.itertuples()) + f". The rate chapter 7 names its busiest run by, {top.rate_per_s:g}/s, times the "
+        f"mean time in the engine would give {named:.1f}, {named / top.in_flight:.1f}x the count: its {top.requests} "
+        f"arrivals came within {top.arrivals_span_s:.1f} s of a {top.window_s:.1f} s window, and the law needs the "
+        "rate over the same window as the count.")
+
+# %% [markdown]
 # Every price in this chapter is made of chapter 0's ceilings, measured minutes or an hour before. The same
 # one-row matrices chapter 0 timed, timed again before the first experiment and after the replay
 # (`lib.machine.pace`), say whether the machine itself ran at another speed meanwhile:
@@ -1722,12 +1824,7 @@ if pooled_of:
                          for (n, (r, _)), w in zip(pooled_of.items(), said))
                      + f", {said[0]}" * (len(set(said)) == 1) + ". ")
     text += replayed_told
-_missed = sum(r.verdict == claims.NOT_HELD for r in register.rows.values())
-_open = sum(r.verdict == claims.UNRESOLVED for r in register.rows.values())
-_told = " and ".join(filter(None, (f"{prose.count(_missed, 'prediction')} failed" if _missed else "",
-                                   f"{prose.count(_open, 'prediction').split()[0] if _missed else prose.count(_open, 'prediction')}"
-                                   f" {'was' if _open == 1 else 'were'} left open" if _open else "")))
-text += f"{_told[:1].upper()}{_told[1:]}: see the evidence table. " if _told else ""
+text += register.misses() + " " if register.misses() else ""  # the evidence table's misses
 v_flat = register.verdict("two_workers_keep_the_stream_flat")
 text += ("So cache what requests share" if saving.low > 0 else "So reusing a shared prefix saved no sure time here")
 text += f"; {flatter[v_flat]}" if v_flat in flatter else ""
@@ -1743,7 +1840,7 @@ opening.write(text + ".", in_process_only + ".", in_process_only.replace(replaye
 # %% [markdown]
 # ## Key terms
 #
-# [KV cache](glossary.md#kv-cache), [Prefix caching](glossary.md#prefix-caching), [Disaggregation](glossary.md#disaggregation), [Prefill](glossary.md#prefill), [Decode](glossary.md#decode), [TTFT, ITL, TPOT, worst gap, goodput](glossary.md#ttft-itl-tpot-worst-gap-goodput), [Price](glossary.md#price), [Tolerance](glossary.md#tolerance), [Pace](glossary.md#pace). Each links to the book's glossary, which says how the book measures it.
+# [KV cache](glossary.md#kv-cache), [Prefix caching](glossary.md#prefix-caching), [Disaggregation](glossary.md#disaggregation), [Little's law](glossary.md#littles-law), [Prefill](glossary.md#prefill), [Decode](glossary.md#decode), [TTFT, ITL, TPOT, worst gap, goodput](glossary.md#ttft-itl-tpot-worst-gap-goodput), [Price](glossary.md#price), [Tolerance](glossary.md#tolerance), [Pace](glossary.md#pace). Each links to the book's glossary, which says how the book measures it.
 
 # %% [markdown]
 # ## Evidence in this chapter
