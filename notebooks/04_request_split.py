@@ -49,7 +49,7 @@ import pandas as pd
 import torch
 from IPython.display import Markdown, display
 
-from lib import claims, costmodel, machine, metrics, objectives, params, phases, prose, shapes, sweeps, timing
+from lib import claims, costmodel, machine, metrics, objectives, params, phases, profiling, prose, shapes, sweeps, timing
 from lib.claims import Spread
 from lib.device import describe_environment, resolve_dtype
 from lib.models import load_model, random_prompt
@@ -446,6 +446,94 @@ dispatch_slope = ((cost.decode(int(c_high)).term("dispatch").best - cost.decode(
 results.table(parts, "cache_work")
 prose.shown(parts.round(3))
 
+# %% [markdown]
+# One layer down, a real decode step: the same model, dtype and threads as the grid, its cache grown by
+# concatenation as in the requests, decodes one token from the grid's shortest and longest mean context under the
+# profiler (`lib.profiling.operators`, averaged over three steps), the two contexts in turn, a few times each. Each
+# operator's own time (its *self* time) is its median over those times; the time no operator holds, Python issuing
+# the next one, is one more row, *between operators*. Per 1,000 tokens of context, what each grew, largest first:
+
+# %%
+inside_repeats = 2 if quick else 5  # profiled passes per context: a few seconds at full size
+inside_at = (int(c_low), int(c_high)) if lines and int(c_high) > int(c_low) else ()  # none: no slope to explain
+stepped, seen, faulted = {}, {c: [] for c in inside_at}, {}
+
+
+def one_step(c: int) -> None:
+    """One decode step from ``c`` cached tokens: the growing cache rolled back to ``c``, then one token decoded."""
+    kv, token = stepped[c]
+    phases.truncate_cache(kv, c)
+    phases.decode(lm, token, kv, 1)
+
+
+with torch.inference_mode():
+    for c in inside_at:  # one growing cache per context, rolled back to it before each step
+        logits, kv = phases.prefill(lm, random_prompt(c, lm.vocab_size, device=device))
+        stepped[c] = (kv, logits[:, -1:].argmax(dim=-1))
+    for _ in range(inside_repeats if inside_at else 0):
+        for c in inside_at:
+            seen[c].append(profiling.operators(lambda c=c: one_step(c), passes=3, device=device)
+                           .set_index("operator").self_ms)
+    for c in inside_at:  # the same step's page faults, unprofiled: the fresh pages it maps (three steps' mean)
+        before = timing.page_faults()
+        for _ in range(3):
+            one_step(c)
+        faulted[c] = (timing.page_faults() - before) / 3
+inside = pd.DataFrame({c: pd.concat(s, axis=1).median(axis=1) if s else pd.Series(dtype=float)
+                       for c, s in seen.items()}).fillna(0.0)
+inside.columns = [f"self_ms_at_{c}" for c in inside_at]
+inside["term"] = [profiling.term_of(op) for op in inside.index]
+inside["grew_ms_per_1k"] = ((inside.iloc[:, 1] - inside.iloc[:, 0]) * 1e3 / max(inside_at[1] - inside_at[0], 1)
+                            if len(inside) else pd.Series(dtype=float))
+inside = inside.sort_values("grew_ms_per_1k", ascending=False).rename_axis("operator").reset_index()
+results.table(inside, "step_inside_by_context")
+prose.shown(inside.head(8).round(3))
+
+# %% [markdown]
+# Those operators set beside the parts timed alone: attention's kernel and the concatenation against their own
+# timing alone, every other operator whole, since nothing timed alone stood for it.
+
+# %%
+timed_alone = {"attention": per_1k["attention"], "cache copy": per_1k["concatenation"]}  # ms per 1k tokens
+inside_total = float(inside.grew_ms_per_1k.sum()) if len(inside) else np.nan  # the whole profiled step's growth
+beyond_alone = inside_total - cache_slope  # what the profiled step grew beyond the parts timed alone
+extra = slope - cache_slope  # what the line grew beyond them
+faults_1k = (faulted[inside_at[1]] - faulted[inside_at[0]]) * 1e3 / (inside_at[1] - inside_at[0]) if inside_at else 0.0
+faults_ms = faults_1k * cost.ceilings.fault_cost(dtype, cost.threads) * 1e3  # ms per 1k tokens, chapter 0's cost
+named = {"(between operators)": "the time between operators", "attention": "attention's kernel",
+         "cache copy": "the concatenation"}
+added = []  # (what, its growth beyond the parts timed alone, how it is told), largest first below
+for term, alone in timed_alone.items():
+    ops = inside[inside.term == term]
+    grew = float(ops.grew_ms_per_1k.sum())
+    what = named[term] + (" (" + " + ".join(f"`{o}`" for o in ops.operator) + ")" if len(ops) else "")
+    added.append((what, grew - alone, f"{grew:+.2f} against {alone:.2f} timed alone"))
+for r in inside[~inside.term.isin(list(timed_alone))].itertuples():
+    added.append((named.get(r.operator, f"`{r.operator}`"), r.grew_ms_per_1k, f"{r.grew_ms_per_1k:+.2f}"))
+added.sort(key=lambda a: -a[1])
+grew_most = [f"{what} {told}" for what, more, told in added[:3] if more >= 0.05]
+one_layer_down = "" if not len(inside) else (
+    f" One layer down, the model's own decode step under the profiler grew **{inside_total:.2f} ms** per 1,000 tokens "
+    f"of context from {inside_at[0]} to {inside_at[1]} cached tokens, **{beyond_alone:+.2f} ms** beyond the parts timed "
+    f"alone, against the line's {extra:+.2f} ms beyond them. "
+    + (f"What grew most beyond them, in ms per 1,000 tokens: {prose.and_list(grew_most)}. " if grew_most else
+       "No operator grew more than 0.05 ms per 1,000 tokens beyond them. ")
+    + (f"Unprofiled, the same step took **{faults_1k:,.0f}** more page faults per 1,000 tokens of context, about "
+       f"{faults_ms:.2f} ms at chapter 0's cost per fault, which the profiler counts inside the operator that first "
+       "writes the fresh pages, the concatenation. " if faults_1k >= 1 else
+       f"Unprofiled, the same step's page faults did not grow with the context ({faults_1k:+,.1f} per 1,000 tokens). ")
+    + ("So the line grows no faster than the parts timed alone, "
+       + ("and neither does the profiled step." if beyond_alone <= 0 else "though the profiled step does.")
+       if extra <= 0 else
+       f"So the profiled step accounts for the line's extra growth (within {tol:g}x)."
+       if extra / tol <= beyond_alone <= extra * tol else
+       f"So the profiled step grows {beyond_alone - extra:.2f} ms per 1,000 more than the line does beyond those parts: "
+       "its operators hold more than the line's extra growth." if beyond_alone > extra * tol else
+       f"So the profiled step accounts for {format(beyond_alone, '.2f') if beyond_alone > 0 else 'none'} of the "
+       f"line's extra {extra:.2f} ms per 1,000; "
+       f"the other {extra - max(beyond_alone, 0):.2f} did not show in a step profiled on its own, neither in an operator "
+       "nor between them, and this run does not say where it goes."))
+
 # %%
 steps3 = load_table("03_decode_sweep", "growth_by_run", quick=quick)  # chapter 3's growth: two contexts, run by run
 steps3 = None if steps3 is None or steps3.attrs.get("model") != model_name else steps3[
@@ -456,34 +544,10 @@ if lines and steps3 is not None and len(steps3):
     c3 = tuple(int(x) for x in steps3.comparison.iloc[0].removeprefix("context ").split(" against "))
     grown3 = Spread.of(steps3.difference_s) * (1e6 / (c3[1] - c3[0]))  # seconds over c3 -> ms per 1,000 tokens
     apart3 = grown3.high < slope_spread.low or grown3.low > slope_spread.high
-    in_chapter_3 = (f" Chapter 3's steps of the same model grew **{(Spread.of(steps3.difference_s) * 1e3).text('+.1f', 'ms')}** "
-                    f"from context {c3[0]} to {c3[1]} (the median of its runs' own differences), "
-                    f"**{grown3.text('.1f', 'ms')}** per 1,000 tokens, "
+    in_chapter_3 = (f" Chapter 3's steps of the same model, timed in a sweep over one cache cropped back to each "
+                    f"context, grew **{grown3.text('.1f', 'ms')}** per 1,000 tokens from context {c3[0]} to {c3[1]}, "
                     + (f"{'less' if grown3.high < slope_spread.low else 'more'} than this line's {slope:.1f}, their "
-                       "ranges apart. The two measure the growth differently: chapter 3 times steps in a sweep over one "
-                       "cache cropped back to each context, this line whole requests whose caches grow as they decode; "
-                       "this book does not take that difference apart." if apart3 else
-                       f"a range overlapping this line's {slope:.1f}: the same growth, measured twice (chapter 3 in a "
-                       "sweep over one cache cropped back to each context, this line over whole requests)."))
-inside3 = load_table("03_decode_sweep", "steps_inside_by_context", quick=quick)  # chapter 3's profiled steps
-_n3 = torch.get_num_threads()
-inside3 = None if inside3 is None else inside3[(inside3.configuration == f"{dtype}, {_n3} threads")
-                                               & ~inside3.term.isin(["attention", "cache copy"])]  # chapter 3's rest
-_at3 = [] if inside3 is None else sorted(int(c.split("_")[1]) for c in inside3.columns if c.startswith("dynamic_"))
-if lines and inside3 is not None and len(inside3) and len(_at3) == 2:  # one layer down: the growing step's rest
-    _r3, (_lo3, _hi3) = inside3.sum(numeric_only=True), _at3
-    _grew3 = _r3[f"dynamic_{_hi3}_ms"] - _r3[f"dynamic_{_lo3}_ms"]
-    _rest3 = _grew3 * 1e3 / (_hi3 - _lo3)  # ms per 1k tokens
-    in_chapter_3 += (f" One layer down, chapter 3's profiler saw the rest of a growing-cache step (the matrices, "
-                     f"dispatch and the time between operators: all but attention and the copy) grow "
-                     f"{_grew3:+.1f} ms from {_lo3} to {_hi3} cached tokens, about "
-                     f"{_rest3:.1f} ms per 1,000. "
-                     + (f"That is within {tol:g}x of the {slope - cache_slope:.1f} ms per 1,000 the line grows beyond the "
-                        "parts timed alone: the growth they leave out."
-                        if slope > cache_slope and _rest3 > 0 and claims.within(_rest3, slope - cache_slope, tol) == claims.HELD
-                        else "Here the line grows no more than the parts timed alone." if slope <= cache_slope
-                        else f"The line grows {slope - cache_slope:.1f} ms per 1,000 beyond the parts timed alone, not "
-                        f"within {tol:g}x of that, so the profiled rest does not account for the line's extra growth."))
+                       "ranges apart." if apart3 else f"a range overlapping this line's {slope:.1f}."))
 
 # %% [markdown]
 # Then the finding: does TPOT's line grow by what the cache's copy and its attention, timed alone, add per 1,000 tokens?
@@ -512,10 +576,10 @@ show(claims.pick(
            if dispatch_slope >= 0.05 else
            f"did not grow with its cache when chapter 0 timed it ({dispatch_slope:.1f} ms per 1,000 tokens), so the cost "
            "model prices only the same two parts, at chapter 0's rates")
-        + f" (its slope, {model_slope:.2f} ms per 1,000 tokens, leaves {max(slope - model_slope, 0):.1f} unpriced). This chapter does not take it further apart; chapter 3 "
-        "profiles both its caches' steps at a short and a long context, one layer down, and says which parts of the "
-        f"step grew.{in_chapter_3}" if lines and slope > cache_slope else
-        "The parts alone grow faster than the line: timed alone they miss the overlap a real step gives them."),
+        + f" (its slope, {model_slope:.2f} ms per 1,000 tokens, leaves {max(slope - model_slope, 0):.1f} unpriced)."
+        f"{one_layer_down}{in_chapter_3}" if lines and slope > cache_slope else
+        "The parts alone grow faster than the line: timed alone they miss the overlap a real step gives them."
+        + one_layer_down),
     unresolved=f"{parts_text}. " + (
         (f"The line grows {slope / cache_slope:.2f}x as fast as their sum" if slope > 0 else
          "The line does not rise (its median slope is not positive), while their sum does")
@@ -524,8 +588,9 @@ show(claims.pick(
            f"{tol * cache_slope:.1f} ms, so the runs lean to growth the parts leave out"
            if len(slopes) and (slopes > tol * cache_slope).all() else
            ": more runs of the grid would decide whether they account for the growth")
-        + f".{in_chapter_3}" if lines and cache_slope > 0 else
-        "Timed alone, the parts did not grow with the context, so their sum cannot be set against the line's slope."),
+        + f".{one_layer_down}{in_chapter_3}" if lines and cache_slope > 0 else
+        "Timed alone, the parts did not grow with the context, so their sum cannot be set against the line's slope."
+        + one_layer_down),
     not_measured="The grid has one context length only, so this run does not decide whether the growth of TPOT with "
                  "the context is the cache's concatenation and attention."),
      how=(f"The line's slope, {slope_spread.text('.2f', 'ms')} per 1,000 tokens, is Theil and Sen's with its 95 % "
@@ -784,7 +849,8 @@ show(pacer.claim(register, results, "the requests"))  # whether the machine ran 
 # * **One request at a time.** No batching and no other request competing; chapter 5 adds one.
 # * **Random weights and random prompts** for the GPT-2 models: timing does not depend on the tokens.
 # * **The parts of the cache's cost were timed alone**, outside the model: inside it they share the processor's
-#   caches and memory bandwidth with the weights, so their sum need not equal the growth of TPOT.
+#   caches and memory bandwidth with the weights, so their sum need not equal the growth of TPOT; the profiled
+#   step says which operators grew beyond them, but only on average over a few steps, with the profiler's own cost.
 # * **A 1,024-position model.** Real workloads send prompts of tens of thousands of tokens, where attention's
 #   quadratic term makes prefill grow faster than linearly (chapter 6), and where a cache that is copied at every
 #   step costs far more than here.
@@ -967,13 +1033,7 @@ opening_head = (f"On this machine ({prose.machine(device, dtype)}), over {len(sp
                 f"each, {ttft_text}{tpot_text}. ")
 opening_tail = (f"So both lengths decide where the time goes: prefill took {job(light, 'request')} and "
                 f"{job(heavy, 'one')}.")
-verdicts = register.frame().verdict  # the evidence table's misses, counted as the whole book counts them
-n_failed, n_open = int((verdicts == claims.NOT_HELD).sum()), int((verdicts == claims.UNRESOLVED).sum())
-counted = " and ".join(filter(None, (
-    f"{prose.count(n_failed, 'prediction')} failed" if n_failed else "",
-    f"{prose.count(n_open, 'prediction').split()[0] if n_failed else prose.count(n_open, 'prediction')} "
-    f"{'was' if n_open == 1 else 'were'} left open" if n_open else "")))
-counted = f" {counted[:1].upper()}{counted[1:]}: see the evidence table." if counted else ""
+counted = " " + register.misses() if register.misses() else ""  # the evidence table's misses
 short_head = f"On this machine ({prose.machine(device, dtype)}), {ttft_text}{tpot_text}. "
 opening.write(opening_head + model_text + opening_tail + " " + goodput_text.rstrip() + counted,
               opening_head + model_text + opening_tail + counted,
