@@ -958,6 +958,30 @@ class Ceilings:
         between them)."""
         return sorted(int(r) for r in self._rows(dtype, threads, kernel, model).rows)
 
+    def row_steps(self, model: str, dtype: str, threads: int, up_to: int = 16) -> tuple[str, str]:
+        """How the model's block matrices' time grows with their rows, from the row counts chapter 0 timed up to
+        ``up_to`` (fastest calls): ``(shape, told)``. ``shape`` is ``"one-off"`` (the step from one row to two is
+        more than twice every later step between timed row counts: another kernel path for more than one row),
+        ``"per row"`` (each added row costs within 2x of every other's share), ``"steps"`` (uneven steps between
+        row counts: the kernel changes its path with the row count) or ``""`` (fewer than three row counts from
+        1 and 2). ``told``: the times and steps in a sentence, for chapters 0 and 2. Introduced in chapter 0."""
+        rows = [r for r in self.rows_measured(model, dtype, threads, "blocks") if r <= up_to]
+        if len(rows) < 3 or rows[:2] != [1, 2]:
+            return "", ""
+        t = {r: self.matrices(model, dtype, threads, "blocks", r).best * 1e3 for r in rows}  # ms
+        steps = [(a, b, t[b] - t[a]) for a, b in zip(rows, rows[1:])]
+        per_row = [d / (b - a) for a, b, d in steps]
+        times = ", ".join(f"{t[r]:.1f} ms at {r} row{'s' * (r > 1)}" if r == 1 else f"{t[r]:.1f} at {r}" for r in rows)
+        steps_told = ", ".join(f"{d:+.1f} ms from {a} to {b}" if i == 0 else f"{d:+.1f} from {a} to {b}"
+                               for i, (a, b, d) in enumerate(steps))
+        if steps[0][2] > 2 * max(max(d for *_, d in steps[1:]), 0):
+            shape = "one-off"
+        elif min(per_row) > 0 and max(per_row) <= 2 * min(per_row):
+            shape = "per row"
+        else:
+            shape = "steps"
+        return shape, f"The block matrices took {times}: steps of {steps_told}"
+
     def dispatch_rows_measured(self, model: str, dtype: str, threads: int, pass_kind: str = "prefill") -> list[int]:
         """The sizes (a prefill's tokens, a decode step's sequences) chapter 0 timed the hollowed pass at
         (:meth:`dispatch` interpolates between them, and goes on in proportion beyond the largest)."""
@@ -1311,12 +1335,18 @@ def pace_note(paced: dict[str, Pace]) -> str:
         worst = max(near, key=lambda r: max(abs(math.log(r.low)), abs(math.log(r.high))))
         slow = abs(math.log(worst.high)) >= abs(math.log(worst.low))
         edge = worst.high if slow else worst.low
-        return (f"The model's one-row matrices took {worst.mid:.2f}x their chapter 0 time here, some calls {edge:.2f}x, "
-                f"so times priced from chapter 0 may run up to that much too {'low' if slow else 'high'}{tail}")
+        return (f"The model's one-row matrices took {worst.mid:.2f}x their chapter 0 time here, and {edge:.2f}x in "
+                f"some runs, so times priced from chapter 0 may run up to that much too {'low' if slow else 'high'}{tail}")
     moved = pace_moved(paced)
-    if moved is None or claims.within(moved[2], 1.0, claims.PREDICTED_TIME) == claims.HELD:
+    changed = None if moved is None else claims.within(moved[2], 1.0, claims.PREDICTED_TIME)
+    if changed in (None, claims.HELD):
         return ""
     a, b, r = moved
+    if changed == claims.UNRESOLVED:  # the change's runs reach past the tolerance, its median not: say how far
+        edge = max((r.low, r.high), key=lambda x: abs(math.log(x)))
+        return (f"The machine may have changed speed while the chapter ran: the model's one-row matrices took "
+                f"{r.mid:.2f}x as long {b} as {a}, and {edge:.2f}x in some runs, so prices made of chapter 0's ceilings "
+                f"may fit one part of the chapter and miss the other by up to that much{tail}")
     return (f"The machine changed speed while the chapter ran: the model's one-row matrices took {r.mid:.2f}x as long "
             f"{b} as {a}, so prices made of chapter 0's ceilings may fit one part of the chapter and miss the other by "
             f"up to that much{tail}")

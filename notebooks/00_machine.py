@@ -393,14 +393,15 @@ few = 2 if not quick else 4
 t1, t2 = (ceilings.matrices(model, "fp32", most, "blocks", r) for r in (1, few))
 measured_ratio = claims.Spread(t2.best / t1.median, t2.best / t1.best, t2.median / t1.best)
 block_bytes = MODELS[model][0].layers * MODELS[model][0].block_params * 4
-far = max(r for r in (4, 8, 16) if r > few) if not quick else few
-t_far = ceilings.matrices(model, "fp32", most, "blocks", far)
-extra, per_row = t2.best - t1.best, (t_far.best - t2.best) / (far - few) if far > few else 0.0
+extra = t2.best - t1.best  # seconds the extra rows add
 g_few, square = ceilings.matrix_rate(model, "fp32", most, few) / 1e9, ceilings.square_flops("fp32", most) / 1e9
 faults = ceilings.matrix_faults(model, "fp32", most, "blocks", few)
 fault_s = 0.0 if on_gpu else faults * ceilings.fault_cost("fp32", most)
 fault_text = ("it takes no page faults" if faults < 1 else
               f"its {faults:,.0f} page faults cost {prose.ms(fault_s)}")
+shape, steps_told = ceilings.row_steps(model, "fp32", most)  # how the time grows between the rows timed, one layer down
+far_rows = max((r for r in ceilings.rows_measured(model, "fp32", most, "blocks") if r <= 16), default=few)
+far_arith = far_rows * 2 * block_bytes / 4 / (square * 1e9)  # seconds: that many rows' FLOPs at the square product's rate
 
 # %%
 if extra > 0 and fault_s >= extra / 2:  # why the extra rows cost more, from the kernels' own rows (the short form opens the page)
@@ -411,19 +412,22 @@ elif g_few * claims.PREDICTED_RATIO >= square:
     why_short = f"at {few} rows the arithmetic already sets the time"
     why = (f"at {few} rows the product already runs at {g_few:.1f} GFLOP/s, near the square product's {square:.0f}: "
            "its arithmetic, not its weights' bytes, sets its time")
-elif far > few and per_row * (few - 1) * 2 < extra:
+elif shape == "one-off":
     why_short = "a one-off step at the first extra row"
-    why = (f"the extra time is not the extra row's arithmetic: each row from {few} to {far} adds only "
-           f"{prose.ms(per_row)}, against {prose.ms(extra)} for going from one row to {few} (at {few} rows the product "
-           f"runs {g_few:.1f} GFLOP/s, far below the square product's {square:.0f}), and {fault_text}. So the time "
-           f"steps up once, going from one row to {few}, and then grows only a little with each further "
-           "row: the shape of a kernel that takes another, slower path for more than one row, a step in its time, not a "
-           "cost per row. What that path does inside the library, this chapter does not measure")
-elif far > few:
+    why = (f"{steps_told[:1].lower()}{steps_told[1:]}: the time steps up once, going from one row to two, and then "
+           f"grows only a little (at {few} rows the product runs {g_few:.1f} GFLOP/s, far below the square product's "
+           f"{square:.0f}), and {fault_text}: the shape of a kernel that takes another, slower path for more than one "
+           "row, not a cost per row")
+elif shape == "steps":
+    why_short = "the kernel changes its path with the row count"
+    why = (f"{steps_told[:1].lower()}{steps_told[1:]}: the time rises in uneven steps, not by a cost per row, while "
+           f"{far_rows} rows' arithmetic at the square product's rate would take only {prose.ms(far_arith)}, and "
+           f"{fault_text}: the kernel changes its path, and its speed, with the row count")
+elif shape == "per row":
     why_short = "each extra row adds its own time, at a fraction of the machine's FLOP rate"
-    why = (f"each row from {few} to {far} adds {prose.ms(per_row)}, about what the first extra row did, and at {few} "
-           f"rows the product runs {g_few:.1f} GFLOP/s, far below the square product's {square:.0f}; {fault_text}: "
-           "the kernel's time grows with its rows' arithmetic, done slowly, not with the weights' bytes")
+    why = (f"{steps_told[:1].lower()}{steps_told[1:]}: each added row costs about the same, and at {few} rows the "
+           f"product runs {g_few:.1f} GFLOP/s, far below the square product's {square:.0f}; {fault_text}: the "
+           "kernel's time grows with its rows' arithmetic, done slowly, not with the weights' bytes")
 else:
     why_short = "neither the arithmetic nor page faults take the extra time"
     why = (f"at {few} rows the product runs {g_few:.1f} GFLOP/s, far below the square product's {square:.0f}, and "
@@ -509,16 +513,19 @@ if all(g is not None for g in grown.values()):
              f"{_no_growth}. On this machine the work outside the matrices and attention does not grow with the "
              "cache, and the cost model adds nothing for it.", how=_told_how)
 peaks = ok[ok.kernel == "square_matmul"][["dtype", "threads", "note", "gflop_s", "spread", "hardware_support"]]
-_fp32_at = dict(zip(peaks[peaks.dtype == "fp32"].threads, peaks[peaks.dtype == "fp32"].gflop_s))
-_one = {dt: float(g.gflop_s.iloc[0]) for dt, g in peaks[peaks.threads == 1].groupby("dtype")}
+_at = {(r.dtype, r.threads, r.note): r.gflop_s for r in peaks.itertuples()}  # each ratio at the same size
 display(prose.shown(peaks.rename(columns={"hardware_support": "instructions_for_dtype"}).assign(
-    x_fp32=lambda d: d.gflop_s / d.threads.map(_fp32_at),
-    x_one_thread=lambda d: d.gflop_s / d.dtype.map(_one)).round(2)))
+    x_fp32=[r.gflop_s / _at.get(("fp32", r.threads, r.note), float("nan")) for r in peaks.itertuples()],
+    x_one_thread=[r.gflop_s / _at.get((r.dtype, 1, r.note), float("nan")) for r in peaks.itertuples()]).round(2)))
 if most > 1 and not on_gpu:  # what the flags say, beside what the square product did with them
-    _gain = {dt: ceilings.square_flops(dt, most) / ceilings.square_flops(dt, 1) for dt in ceilings.dtypes()}
+    _one_size = {dt: next((n for (d, t, n) in _at if d == dt and t == 1), None) for dt in ceilings.dtypes()}
+    _gain = {dt: _at[(dt, most, n)] / _at[(dt, 1, n)] if (dt, most, n) in _at else
+             ceilings.square_flops(dt, most) / ceilings.square_flops(dt, 1)  # one size for both, where timed
+             for dt, n in _one_size.items()}
     _flat = [dt for dt, g in _gain.items() if g < 1 + claims.NOISE * 2]
     show("; ".join(f"{dt}'s square product on {most} threads ran **{ceilings.square_flops(dt, most) / 1e9:,.0f} GFLOP/s**, "
-                   f"{_gain[dt]:.2f} times its one thread's"
+                   + (f"and at {_one_size[dt]}, the size one thread was timed at, {_gain[dt]:.2f} times one thread's"
+                      if _one_size[dt] else f"{_gain[dt]:.2f} times its one thread's")
                    + ("" if dt == "fp32" else f" and {ceilings.square_flops(dt, most) / ceilings.square_flops('fp32', most):.1f} times fp32's")
                    for dt in ceilings.dtypes())
          + ". The flags say only whether the CPU has instructions for a dtype (*instructions_for_dtype*), not what "
@@ -565,9 +572,10 @@ show(f"Clock reads and the token read-back cost **{(cost['clock'] + cost['readba
 
 # %%
 def up_to(best: float, median: float, unit: str) -> str:
-    """A rate for the opening: its typical (median) call, bold, and the fastest in parentheses."""
+    """A rate for the opening: its fastest call, bold (the ceiling every later chapter prices with), and its
+    typical (median) call in parentheses."""
     fmt = ",.0f" if best >= 100 else ".1f" if best >= 1 else ".3f"
-    return f"**{median:{fmt}} {unit}** (up to {best:{fmt}})"
+    return f"**{best:{fmt}} {unit}** at best ({median:{fmt}} typically)"
 
 
 f_rows = ok[(ok.kernel == "blocks") & (ok.model == model) & (ok.dtype == "fp32") & (ok.threads == most)]

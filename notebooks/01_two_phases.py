@@ -47,6 +47,8 @@ tpot_slo_ms = None
 worst_gap_slo_ms = None  # None: twice the TPOT objective
 
 # %%
+import math
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -317,8 +319,12 @@ show(claims.pick(
          f"step's one row at {f_step / 1e9:.0f} GFLOP/s: the same weights, used {T} times per read in one phase and "
          "once in the other; and a decode step pays the issuing of a whole pass for its one token.",
     not_held=f"{told}, while the cost model predicted {predicted_ratio:.1f}x: {priced}.",
-    unresolved=f"{told}, close to the {predicted_ratio:.1f}x the cost model predicted, too close to call; more runs "
-               f"would decide it ({priced}).",
+    unresolved=f"{told}, close to the {predicted_ratio:.1f}x the cost model predicted, too close to call ({priced}"
+               + (f": the prefill ran {ph.prefill_ms / 1e3 / pre_pred.best:.2f}x its price and a decode step "
+                  f"{ph.decode_step_ms / 1e3 / dec_pred.best:.2f}x, so the phase further from its price moves the "
+                  "ratio)." if abs(math.log(ph.prefill_ms / 1e3 / pre_pred.best) - math.log(ph.decode_step_ms / 1e3
+                                                                                          / dec_pred.best)) > 0.1
+                  else "; more runs would decide it)."),
     not_measured=register.undecided("prompt_token_cheaper", "the answer had a single token, so there is no decode "
                                     "step to compare.")),
      how=None if cheaper is None else
@@ -762,10 +768,11 @@ _gap_told = (f"A run's longest gap was {run_table.worst_gap_ms.median():.0f} ms 
              f"{longest:.0f} ms at most (run {run_table.run[worst]}, token {worst_at}"
              + (f", over the {goals.worst_gap_ms:.0f} ms objective" if longest > goals.worst_gap_ms else "")
              + ("; one run's slow spell). " if alone and runs > 1 else "). "))
-_why = (f"Prefill pushes all {T} tokens through each weight it reads, at "
-        f"{model.ceilings.matrix_rate(model_name, dtype, model.threads, T) / 1e9:.0f} GFLOP/s; each decode step "
-        f"reads every weight for one token, at {model.ceilings.matrix_rate(model_name, dtype, model.threads, 1) / 1e9:.0f}, "
-        "and pays for issuing a whole pass. ")
+_why = (f"Prefill pushes all {T} tokens through each weight it reads (chapter 0's matrices ran "
+        f"{model.ceilings.matrix_rate(model_name, dtype, model.threads, T) / 1e9:.0f} GFLOP/s at {T} rows); each decode "
+        f"step reads every weight for one token (at one row, "
+        f"{model.ceilings.matrix_rate(model_name, dtype, model.threads, 1) / 1e9:.0f} GFLOP/s) and pays for issuing a "
+        "whole pass. ")
 _told = (
     f"On this machine ({prose.machine(device, dtype)}), {lm.name} answered a {T}-token question with "
     f"{prose.tokens(m.n_tokens)}. Over {count(runs, 'run')}, the first token typically "

@@ -665,17 +665,12 @@ if off is not None:
              f"take {at_off.matrices_at_F_ms:.3g} ms where their arithmetic at the fastest rate would take "
              f"{at_off.arithmetic_at_fastest_ms:.3g} ms, {'more' if at_off.matrices_at_F_ms > at_off.weight_read_ms else 'less'} "
              f"than the {at_off.weight_read_ms:.3g} ms the one-row product takes to read their weights.")
-    timed_rows = [r for r in ceilings.rows_measured(model_name, main_dt, most, "blocks") if r <= 16]
-    if len(timed_rows) >= 3 and timed_rows[:2] == [1, 2]:
-        t_r = {r: ceilings.matrices(model_name, main_dt, most, "blocks", r).best * 1e3 for r in timed_rows}
-        far_r = timed_rows[-1]
-        first_row, per_row = t_r[2] - t_r[1], (t_r[far_r] - t_r[2]) / (far_r - 2)
-        gives += (f" Chapter 0's block matrices took {t_r[1]:.1f} ms at one row, {t_r[2]:.1f} at two and "
-                  f"{t_r[far_r]:.1f} at {far_r}: the second row added {first_row:.1f} ms, each row after it "
-                  f"{per_row:.2f} ms" + (": a one-off step at the second row, not a cost per row, the shape of a "
-                                         "kernel that takes another, slower path for more than one row (what that "
-                                         "path does inside the library, chapter 0 does not measure)."
-                                         if first_row > 3 * max(per_row, 0) else "."))
+    shape, steps_told = ceilings.row_steps(model_name, main_dt, most)  # chapter 0's times between the rows it timed
+    gives += "" if not shape else f" One layer down, in chapter 0 {steps_told[:1].lower()}{steps_told[1:]}" + {
+        "one-off": ": a one-off step at the second row, not a cost per row, the shape of a kernel that takes another, "
+                   "slower path for more than one row.",
+        "steps": ": uneven steps, not a cost per row: the kernel changes its path, and its speed, with the row count.",
+        "per row": ": each added row costs about the same, at a rate far below the fastest."}[shape]
 longest_here = f" It never leaves the floor up to {tokens(flats.mid)}, the longest prompt here."
 show(f"By the balance point a pass should cost about the same up to **{balance_tokens:.0f} tokens**; measured, it "
      f"stays within {margin:.0%} of the 1-token pass " + (f"up to **{tokens(flats.mid)}**" if floored[1] else
