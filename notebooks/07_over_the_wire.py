@@ -628,7 +628,9 @@ for name in urls:
                                tpot_ms=np.median([m.tpot for m in scored if m.tpot]) * 1e3,
                                e2e_ms=np.median([m.e2e for m in scored]) * 1e3,
                                requests_per_s=len(ok) / span_s,
-                               goodput=good, goodput_low=low, goodput_high=high))
+                               goodput=good, goodput_low=low, goodput_high=high,  # and the cost model's step of c
+                               priced_step_ms=priced_on[engine_cores.get(name, in_process_threads)].decode(  # (ch. 9
+                                   load_context, batch=c).best * 1e3))  # quotes it) on the engine's cores
 sweep = pd.DataFrame(sweep_rows)
 results.table(sweep, "concurrency_sweep")
 goals_table = pd.DataFrame([dict(engine=n, ttft_slo_ms=g.ttft_ms, tpot_slo_ms=g.tpot_ms, slo_scale=slo_scale,
@@ -671,7 +673,7 @@ def tpot_growth(name: str, lo, hi) -> str:
     """How engine ``name``'s median TPOT grew from closed-loop level ``lo`` to ``hi`` (sweep rows), beside the cost
     model's decode step for those batch sizes on the cores the engine computes on."""
     cores = engine_cores.get(name, in_process_threads)
-    s0, s1 = (priced_on[cores].decode(load_context, batch=int(c)).best * 1e3 for c in (lo.concurrency, hi.concurrency))
+    s0, s1 = lo.priced_step_ms, hi.priced_step_ms  # the cost model's step of that many sequences on those cores
     x, sx = hi.tpot_ms / lo.tpot_ms, s1 / s0
     price = (f"one decode step of {lo.concurrency} to {hi.concurrency} sequences as the cost model prices it on "
              f"{prose.count(cores, 'core')} ({s0:.0f} to {s1:.0f} ms, {sx:.2f}x)")
@@ -1026,6 +1028,14 @@ bench_missing = ("bench_rounds is 0" if not bench_rounds else None) or (
 bench_rows = []
 
 # %%
+def interval_of(n: int, whose: str) -> str:
+    """What the deciding interval of ``n`` runs is, in words: with too few runs for any narrower interval to reach
+    95 % (five or fewer, `lib.claims.median_interval`) it is their whole range, else the 95 % interval of the median."""
+    low, _, high = claims.median_interval(range(max(n, 1)))
+    return (f"the range of {whose}" if (low, high) == (0, max(n, 1) - 1) else
+            f"the {claims.CONFIDENCE * 100:g} % interval of the median of {whose}")
+
+
 if bench_missing is None:
     with tempfile.TemporaryDirectory() as folder:
         try:
@@ -1092,8 +1102,8 @@ else:
          + f" By the book's own definitions its TTFT was {bench_summary.loc[book_tool, 'book_ttft_ms']:,.1f} ms and "
            f"its TPOT {bench_summary.loc[book_tool, 'book_tpot_ms']:,.1f} ms: the first token, not the first event, "
            "ends its TTFT.",
-         how=f"Round by round, the book's client's median over the benchmark's, over {bench_rounds} rounds (the 95 % "
-             "interval of the rounds' paired ratios): " + "; ".join(
+         how=f"Round by round, the book's client's median over the benchmark's, over {bench_rounds} rounds ("
+             + interval_of(bench_rounds, f"the {bench_rounds} rounds' paired ratios") + "): " + "; ".join(
                  f"{label[c]} {ratio[c].mid:.4f}x ({ratio[c].low:.4f}-{ratio[c].high:.4f})" for c in BENCHED)
              + f". The two agree where every interval lies within {tol}"
              + (f"; the {prose.and_list(across)} interval{'s' * (len(across) != 1)} reach{'es' * (len(across) == 1)} "
@@ -1304,19 +1314,34 @@ verdict = register.record(
 where = lambda r: f"{r.engine} (budget {r.budget_tokens:.0f})"  # noqa: E731  (a setting, in words)
 as_priced = [where(r) for r, v in zip(tested, ok) if v == claims.HELD]
 
+# %% [markdown]
+# Where a setting missed its price, the same piece of B timed in-process on as many cores tells who missed: when the
+# in-process piece keeps the price, the engine ran it differently; when it misses too, the price itself is off.
 
+# %%
 def miss(r, v: str) -> str:
     """Where setting ``r`` (verdict ``v``) missed its price, by how much, and what the same piece took in-process."""
     if r.case not in ("one_stall", "pieces"):
         return f"at {where(r)} B's prefill did not stall A at all (the list above says what happened)"
     ratio, less = r.a_worst_gap_ms / r.predicted_worst_gap_ms, r.a_worst_gap_ms < r.predicted_worst_gap_ms
     subject = "it" if as_priced else "A's worst gap"  # after the settings that matched, or first
-    return (f"at {where(r)} {subject} was {r.a_worst_gap_ms:,.0f} ms against {r.predicted_worst_gap_ms:,.0f} ms predicted "
-            f"({ratio:.2f}x, {abs(1 - ratio):.0%} {'less' if less else 'more'})"
-            + (", too close to call" if v == claims.UNRESOLVED else "")
-            + f": the engine ran that piece {'faster' if less else 'slower'} than the cost model prices it on "
-            f"{prose.count(r.priced_threads, 'core')} (the same piece timed in-process on {n_threads}, plus an "
-            f"ordinary gap, took {r.in_process_worst_gap_ms:,.0f} ms)")
+    head = (f"at {where(r)} {subject} was {r.a_worst_gap_ms:,.0f} ms against {r.predicted_worst_gap_ms:,.0f} ms "
+            f"predicted ({ratio:.2f}x, {abs(1 - ratio):.0%} {'less' if less else 'more'})"
+            + (", too close to call" if v == claims.UNRESOLVED else ""))
+    here, own = r.in_process_worst_gap_ms, r.a_worst_gap_ms / r.in_process_worst_gap_ms  # engine over in-process
+    piece = (f"the same piece timed in-process on {prose.count(n_threads, 'thread')}, plus an ordinary gap, took "
+             f"{here:,.0f} ms")
+    if r.priced_threads != n_threads:  # in-process ran on other cores than the price's: it does not test the price
+        return (head + f": the engine ran that piece {'faster' if less else 'slower'} than the cost model prices it "
+                f"on {prose.count(r.priced_threads, 'core')} ({piece}, on more cores than the engine's)")
+    lo, hi = claims.allowed(r.predicted_worst_gap_ms, claims.PREDICTED_TIME)
+    if lo <= here <= hi:  # in-process kept the price: the engine is what differs
+        return (head + f": the engine ran that piece {'faster' if less else 'slower'} than the cost model prices it "
+                f"on {prose.count(r.priced_threads, 'core')}, while {piece}, within the price's range")
+    return (head + f"; {piece}, itself {here / r.predicted_worst_gap_ms:.2f}x the price, so the cost model prices "
+            f"this piece too {'low' if here > r.predicted_worst_gap_ms else 'high'}, and the engine took "
+            + (f"about as long as in-process ({own:.2f}x)" if 1 / claims.PREDICTED_TIME <= own <= claims.PREDICTED_TIME
+               else f"{own:.2f}x the in-process time, {'slower' if own > 1 else 'faster'} than in-process as well"))
 
 
 matched = (f"A's worst gap was one ordinary gap plus the cost model's price of one piece of B at "
@@ -1325,8 +1350,9 @@ missed = "; ".join(miss(r, v) for r, v in zip(tested, ok) if v != claims.HELD)
 told = f"{matched}{missed}"
 told = told[:1].upper() + told[1:]  # the settings that matched their price, then each miss and by how much
 decided = {claims.HELD: "within it", claims.NOT_HELD: "outside it", claims.UNRESOLVED: "straddling its edge"}
-how = (f"Each setting's worst gap over its runs (the 95 % interval of their median) is held to "
-       f"{1 / claims.PREDICTED_TIME:.2f}–{claims.PREDICTED_TIME:g}x its predicted gap (`lib.claims.PREDICTED_TIME`): "
+_ns = sorted({len(by_setting[(r.engine, r.budget_tokens)].runs) for r in tested}) or [runs]  # runs per setting
+how = (f"Each setting's worst gap over its runs ({interval_of(max(_ns), f'its {prose.and_list(_ns)} runs')}) is held "
+       f"to {1 / claims.PREDICTED_TIME:.2f}–{claims.PREDICTED_TIME:g}x its predicted gap (`lib.claims.PREDICTED_TIME`): "
        + "; ".join(f"{where(r)} {by_setting[(r.engine, r.budget_tokens)].text(',.0f', 'ms')} against "
                    "{:,.0f}–{:,.0f} ms allowed, ".format(*claims.allowed(r.predicted_worst_gap_ms, claims.PREDICTED_TIME))
                    + decided[v] for r, v in zip(tested, ok))
@@ -1747,7 +1773,10 @@ def fell_at(name: str) -> str:
     at_top = all(collapsed[n] >= poisson[poisson.engine == n].rate_per_s.max() for n in held)  # the grid's last rate
     there = [poisson[(poisson.engine == n) & (poisson.rate_per_s >= collapsed[n])].sort_values("rate_per_s").goodput.iloc[0]
              for n in held]  # each engine's goodput at the rate from which it collapsed
-    return (f"goodput fell to {prose.and_list(f'{g:.0%}' for g in there)} at "
+    shares = [f"{g:.0%}" for g in there]
+    to = (shares[0] + ("" if len(held) == 1 else " for both engines" if len(held) == 2 else " for every engine")
+          if len(set(shares)) == 1 else prose.and_list(f"{s} for {called(n)}" for s, n in zip(shares, held)))
+    return (f"goodput fell to {to} at "
             + (f"{low:.0f}" if round(low) == round(high) else f"{low:.0f} to {high:.0f}")
             + f" times {'each' if len(held) > 1 else 'the'} engine's capacity"
             + (", the highest rate tried" if at_top else ""))

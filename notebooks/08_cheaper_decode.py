@@ -545,6 +545,8 @@ if use_llama:
     near = reached == claims.HELD or over <= 0
     arithmetic = claims.at_least(per_token / over, 0.5) if not near else None
     said = "all" if per_token.mid >= over else f"{per_token.mid / over:.0%}"
+    portion = ("" if per_token.mid >= 0.95 * over else "most of " if per_token.mid >= 2 / 3 * over else
+               "more than half of " if per_token.mid > over / 2 else "about half of ")  # the share, in words
     show(f"One layer down, each token added to one llama.cpp pass cost **{per_token.text('.1f', 'ms')}** more, " + (
         f"while its {step0:.1f} ms step at {contexts[0]} cached tokens is close to its bytes' {at_read_ms:.1f} ms at "
         "the streaming read: reading them sets the step, and the arithmetic runs alongside the read." if near else
@@ -552,7 +554,9 @@ if use_llama:
         f"bytes' {at_read_ms:.1f} ms at the streaming read" + claims.pick(
             arithmetic,
             held=": the kernels' arithmetic (unpacking the 4-bit blocks, the dot products), added to the read rather "
-                 "than hidden under it, is what keeps the step from the read.",
+                 f"than hidden under it, is {portion}what keeps the step from the read" + (
+                     "." if not portion else "; the rest is paid once per pass (building and launching the step, its "
+                     "row of logits)."),
             not_held=": a cost paid once per pass beyond reading its bytes (building and launching the step, its row "
                      "of logits, or a slower read than the streaming one), not its arithmetic, keeps the step from "
                      "the read.",
@@ -589,9 +593,13 @@ if llama_one:
     q4_rows = sweep[(sweep.precision == "q4_1") & (sweep.context_tokens == contexts[0])].of_read
     q4_read = float(q4_rows.iloc[0]) if len(q4_rows) else float("nan")  # its step's fraction of the streaming read
     results.table(pd.DataFrame(llama_one).assign(all_threads_median_s=lambda f: f.run.map(many)), "llama_threads_runs")
-    # One core that does not saturate the memory leaves no room between the read's gain and the cores': the test
-    # cannot then tell a step waiting on memory from one waiting on its cores, so it is not decided at all.
+    # One core that does not saturate the memory leaves little room between the read's gain and the cores': a gain
+    # wholly above or wholly below the read's still decides (more than memory gives; no more than it gives), but one
+    # whose interval straddles it is then no sign of either, so that one alone is left not decided.
     decidable = read_gain * claims.PREDICTED_RATIO < threads
+    by_read = claims.verdict_of(gain.low > read_gain, gain.high <= read_gain)  # which side of the read's gain it lies
+    if not decidable and by_read == claims.UNRESOLVED:
+        by_read = None
     at_read_ms = step_bytes("q4_1", contexts[0] + steps // 2) / read * 1e3  # its bytes at chapter 0's streaming read
     held_back = (f"It moved {q4_read:.0%} of the read in the sweep, at least the {close_to_read:.0%} counted close: "
                  "memory sets its time." if q4_read >= close_to_read else
@@ -599,15 +607,14 @@ if llama_one:
                  f"bytes at chapter 0's streaming read would take {at_read_ms:.1f} ms ({q4_read:.0%} of the read, below "
                  f"the {close_to_read:.0%} this chapter counts as close): reading its bytes is not what fills its step; "
                  f"the pass over {batch} tokens above says what does.")
-    bound = register.record("llama_bound_by_its_cores",
-                            claims.verdict_of(gain.low > read_gain, gain.high <= read_gain) if decidable else None,
+    bound = register.record("llama_bound_by_its_cores", by_read,
                             predicted=f"more than the read's {read_gain:.2f}x",
                             measured=gain.text(".2f", "x"),
                             evidence="llama_threads_runs.csv; data/00_machine (read at 1 and all threads)"
-                            + ("" if decidable else f"; not decided: the read itself gains {read_gain:.2f}x on {threads} "
-                               f"threads, within the tolerance of an even split's {threads}x, so no step could gain "
-                               "clearly more"))
-    if decidable:
+                            + ("" if by_read is not None else f"; not decided: the read itself gains {read_gain:.2f}x "
+                               f"on {threads} threads, within the tolerance of an even split's {threads}x, and the "
+                               "step's gain straddles it"))
+    if by_read is not None:
         show(f"On {threads} threads llama.cpp's step ran {gain.text('.2f', 'x')} faster than on one, " + claims.pick(
             bound, held=f"more than the {read_gain:.2f}x chapter 0's streaming read gains: memory does not set its "
                         "time, its cores' arithmetic does, so on this machine it cannot reach the read. Published "
@@ -617,11 +624,11 @@ if llama_one:
             unresolved=f"against the {read_gain:.2f}x chapter 0's streaming read gains: too close to tell whether it "
                        f"gains more than a step waiting on memory could. Published figures for comparison: {reference}."))
     else:
-        show(f"On {threads} threads llama.cpp's step ran **{gain.text('.2f', 'x')}** faster than on one. That cannot "
-             "tell cores from memory on this machine: chapter 0's streaming read itself gains "
-             f"{read_gain:.2f}x from {threads} threads (one core does not saturate the memory), close to a perfectly "
-             f"even split's {threads}x, so no step could gain clearly more than the read, and the claim that it would "
-             f"(the evidence table) is left unmeasured here. {held_back}")
+        show(f"On {threads} threads llama.cpp's step ran **{gain.text('.2f', 'x')}** faster than on one, neither "
+             f"clearly more nor clearly less than the {read_gain:.2f}x chapter 0's streaming read itself gains from "
+             f"{threads} threads (one core does not saturate the memory). With the read that close to a perfectly even "
+             f"split's {threads}x, a gain near it cannot tell cores from memory, so the claim (the evidence table) is "
+             f"left not decided here. {held_back}")
 else:
     no_second = llama_why if not use_llama else "this run has one thread, so there is no second to add"
     register.record("llama_bound_by_its_cores", None, evidence=no_second)
@@ -880,7 +887,8 @@ why = (f"One layer down: widening one layer's fp8 keys to fp32 and scaling them,
               claims.NOT_HELD: f"{part}.",
               claims.UNRESOLVED: (f"about what the step lost, a little {'more' if repriced > extra.mid else 'less'}"
                                   if 1 / claims.PREDICTED_TIME <= repriced / extra.mid <= claims.PREDICTED_TIME
-                                  else f"{repriced / extra.mid:.2f}x what the step lost at the median") + "; too close "
+                                  else f"{'more' if repriced > extra.mid else 'less'} than the step lost at the median"
+                                  ) + "; too close "
                                  "to call whether the conversion accounts for all of it."}.get(repriced_fits, f"{part}.")
           if slow_widen else "the conversion keeps the copy's rate, so the rest is elsewhere in the step."))
 fp8_low, fp8_high = claims.allowed(predicted_extra, claims.PREDICTED_TIME)
@@ -1471,8 +1479,8 @@ slower = [n for n in ranked if levers[n].high < 1]
 then = prose.and_list(f"{n} {levers[n].mid:.2f}x" for n in faster[1:3])  # the runners-up, if any
 sped = (f"The fastest lever was **{lead}**, **{levers[lead].text('.2f', 'x')}** as fast"
         + (f", then {then}." if then else ".") if faster else "No lever was clearly faster than the eager step.")
-slowed = (" It ran slower with " + prose.and_list(f"{n} {levers[n].mid:.2f}x" for n in slower) + "."
-          if slower else "")
+slowed = (f" {prose.count(len(slower), 'lever').capitalize()} slowed the step: {prose.and_list(slower)}, "
+          + prose.and_list(f"{levers[n].mid:.2f}x" for n in slower) + " as fast." if slower else "")
 read_said = ""
 if use_llama:
     lo, hi = min(f.mid for f in frac.values()), max(f.mid for f in frac.values())

@@ -1253,16 +1253,23 @@ def batching_sentence(name: str) -> tuple[str, str | None]:
     if len(g) < 2 or g.concurrency.iloc[0] != 1:
         return "chapter 7 has no closed loop from one user here to tell how the engine's step grows with its batch", None
     top = int(g.concurrency.iloc[-1])
-    context = int(ch7_requests.prompt_tokens.median()) + int(ch7_params.get("load_tokens", 16)) // 2
-    price = prices.get(name, prices.get("transformers serve"))
-    priced = price(replay.Step(contexts=(context,) * top)) / price(replay.Step(contexts=(context,)))
+    if "priced_step_ms" in g and g.priced_step_ms.notna().all():  # chapter 7's own price, quoted as it printed it
+        priced, whose = g.priced_step_ms.iloc[-1] / g.priced_step_ms.iloc[0], "chapter 7's price of one step"
+    else:  # a chapter 7 table from before it kept its price: this chapter's, at the arrivals' prompt length
+        context = int(ch7_requests.prompt_tokens.median()) + int(ch7_params.get("load_tokens", 16)) // 2
+        price = prices.get(name, prices.get("transformers serve"))
+        priced = price(replay.Step(contexts=(context,) * top)) / price(replay.Step(contexts=(context,)))
+        whose = f"the cost model's step at the arrivals' {context} tokens of context"
     grew = g.tpot_ms.iloc[-1] / g.tpot_ms.iloc[0]
     x, tol, margin = grew / priced, claims.PREDICTED_RATIO, 1 + claims.NOISE  # one ratio of medians: no interval,
     kind = ("as priced" if 1 / tol * margin <= x <= tol / margin else  # so within the noise of an edge is no answer
             "cheaper" if x < 1 / tol / margin else "dearer" if x > tol * margin else "edge")
+    rest = ("" if round(grew, 2) <= round(priced, 2) else  # chapter 7's reading of any growth beyond the price
+            "; what the TPOT grew beyond that is what chapter 7 reads as the newcomers' prefills run between steps")
     return (f"One layer down, in chapter 7's closed loop the engine's TPOT grew {grew:.2f}x from 1 user to {top}, where "
-            f"the cost model's step grows {priced:.2f}x from 1 sequence to {top}: "
-            + {"as priced": "the engine batches about as the model prices it",
+            f"{whose} grows {priced:.2f}x from 1 sequence to {top}: "
+            + {"as priced": f"within the tolerance of that growth, so the engine's steps batch about as the model "
+                            f"prices them{rest}",
                "edge": f"{x:.2f}x the model's growth, too close to {tol:g}x to say whether the engine batches as "
                        "priced (one ratio of medians, with no range)",
                "cheaper": "the engine's TPOT grew less than the model's step (a closed loop's TPOT also carries the "
@@ -1547,10 +1554,11 @@ for name, g in little.groupby("engine", sort=False):
         text += (f" From the lowest rate to the busiest the arrivals per second {changed(rate_x)} and the count "
                  f"{changed(count_x)}" + (
                      f", more than the rate because each request's time in the engine {changed(wait_x)} as well: "
-                     "nearer a utilisation of 1 each request waits longer, so the engine holds more requests, each "
-                     "with its KV cache, at once." if wait_x > 1 + claims.NOISE else
+                     "as arrivals outpace what the engine serves, each request waits longer, so the engine holds more "
+                     "requests, each with its KV cache, at once." if wait_x > 1 + claims.NOISE else
                      f", while each request's time in the engine changed only {wait_x:.2f}x: at a steady W the count "
-                     "follows the rate alone, and outgrows it only once the wait grows, as utilisation nears 1."
+                     "follows the rate alone, and outgrows it only once the wait grows, as arrivals near what the "
+                     "engine serves."
                      if wait_x >= 1 - claims.NOISE else f", while each request's time in the engine "
                      f"{changed(wait_x)}, so the count moved less than the rate did (L = λW)."))
     named = top.rate_per_s * top.mean_in_engine_s
@@ -1785,16 +1793,16 @@ waits = [("longer" if spread(two, "b_ttft_ms").low > spread(w, "b_ttft_ms").high
          for w, _ in settings] if have_two else []  # the newcomer's wait against each way, on the runs' intervals
 
 
-def against_way(word: str, what: str, whose: str) -> str:
-    """The newcomer's wait against one way (``what``; ``whose``, its wait): longer, less, or not told apart."""
-    return f"a wait the runs do not tell apart from {whose}" if word == "not told apart" else f"{word} than {what}"
+def against_way(word: str, what: str) -> str:
+    """The newcomer's wait against one way (``what``): longer, less, or about as long (the runs' intervals overlap)."""
+    return f"about as long as {what}" if word == "not told apart" else f"{word} than {what}"
 
 
-newcomer = (against_way(waits[0], "with one worker, chunked or not", "one worker's, chunked or not")
-            if len(set(waits)) == 1 else
-            f"{against_way(waits[0], 'one worker unchunked', 'one worker unchunked')}, "
-            f"{against_way(waits[1], 'chunked', 'the chunked wait')}") if waits else ""
-flatter = {claims.HELD: f"separating the phases kept the stream flattest, the newcomer waiting {newcomer}",
+newcomer = (against_way(waits[0], "with one worker, chunked or not") if len(set(waits)) == 1 else
+            f"{against_way(waits[0], 'with the prompt whole on one worker')}, "
+            f"{against_way(waits[1], 'with it in chunks')}") if waits else ""
+flatter = {claims.HELD: "separating the phases kept the stream flattest"
+                        + (f", and the long newcomer waited {newcomer}" if newcomer else ""),
            claims.NOT_HELD: "separating the phases did not keep the stream flatter here",
            claims.UNRESOLVED: "whether separating the phases keeps the stream flatter is too close to call here"}
 priced_at = f"{predicted_saving.mid * 1e3:,.0f} ms" if predicted_saving else ""  # as the claim's prediction reads
