@@ -16,8 +16,9 @@
 #
 # A decode step feeds one new position through every layer. Its arithmetic is small, about `2 x weights` FLOPs, but
 # it must read every weight and the whole KV cache to do it. The textbook says such a step is
-# [**memory-bound**](glossary.md#regimes): its time is bytes divided by bandwidth, so it should barely depend on the
-# context until the cache is large, and it should halve when the bytes halve.
+# **bandwidth-bound**: its time is its bytes divided by the memory's bandwidth (its *streaming floor*), so it should
+# barely depend on the context until the cache is large, and it should halve when the bytes halve. This chapter
+# names each step's [regime](glossary.md#regimes) by what its time is made of.
 #
 # This chapter tests that with the cost model (`lib.costmodel`): the weights at the rate the model's own
 # matrix-vector products stream them (chapter 0), attention's read of the cache, the copy a growing cache makes
@@ -272,6 +273,16 @@ def wholly_above(m: dict, step: Spread) -> bool:
     return step.low * 1e3 > regime.REGIME_SLACK * m["floor"]
 
 
+def plain_bound(m: dict, dt: str, n: int) -> str:
+    """What a step's parts say bounds it, in plain words (no regime label), with the kernel's rate against the
+    streaming read when that is what bounds it."""
+    if m["largest"] == "weights" and m["slow_kernel"]:
+        return (f"bound by its matrix-vector kernel's rate ({ceilings.weight_rate(model_name, dt, n) / 1e9:.1f} GB/s "
+                f"against the streaming read's {ceilings.stream_bandwidth(dt, n) / 1e9:.1f})")
+    return {"weights": f"held above its streaming floor by {ABOVE_NAMES[m['above']]} most of all",
+            "dispatch": "bound by dispatch, the cost of issuing it", "cache": "bound by its cache's work"}[m["largest"]]
+
+
 def bound_by(m: dict, step: Spread) -> str:
     """The regime the parts say of a step measured at ``step`` (seconds, over runs), in words a reader of the
     roofline literature reads correctly (the table's labels, :func:`by_parts`)."""
@@ -469,10 +480,9 @@ within_slack = at_contexts("within", "took")
 rule_says = list(dict.fromkeys(r.label for r in mine_labels))  # the regime rule's labels, by the largest term
 table_says = list(dict.fromkeys(mine.regime))  # the table's regime column: the rule's, or by the parts above the floor
 said = {k: prose.and_list(f"*{x}*" for x in v) for k, v in (("rule", rule_says), ("table", table_says))}
-named_as = (f"The regime rule and the table's regime column label these steps {said['table']}" if table_says == rule_says
-            else f"The regime rule labels these steps {said['rule']}, by their largest term; the table's regime column "
-            f"says {said['table']}, because a step whose whole interval lies over {slack:g}x its streaming floor is "
-            "named there by what adds most above that floor (the glossary's Regimes)")
+named_as = (f"The table's regime column names these steps by their parts, {said['table']}"
+            + ("" if table_says == rule_says else f": a step whose whole interval lies over {slack:g}x its streaming "
+               "floor is named there by what adds most above that floor (the glossary's Regimes)"))
 
 
 def other_threads(dt: str, n: int) -> str:
@@ -486,7 +496,8 @@ def other_threads(dt: str, n: int) -> str:
     core = "on one core" if n == 1 else f"on {n} threads"
     if not near:
         took = prose.span(g.over_streaming_floor.min(), g.over_streaming_floor.max(), ".2f", "x")
-        return f"With {label(dt, n)}, the steps took {took} their streaming floor, none of them memory-bound in the table above."
+        return (f"With {label(dt, n)}, the steps took {took} their streaming floor, none of them within {slack:g}x of "
+                "it: none is bandwidth-bound.")
     return (f"With {label(dt, n)}, the steps took {times} their streaming floor {where_}"
             + (f", within {slack:g}x of it" if all(g.over_streaming_floor[c] <= slack for c in near) else "")
             + f": memory-bound in the table above, the textbook's regime {core}"
@@ -526,7 +537,9 @@ show(f"What a step is made of ({label(*main)}, context {contexts[0]}): the cost 
      + f". The matrix-vector kernel reads the weights at {w_rate:.1f} GB/s against the streaming read's {s_rate:.1f}"
      + (", so the kernel is not what keeps the step above its bytes' time" if kernel_fast
         and wholly_above(kind_of, step_first) else "")
-     + ("; the step is not bandwidth-bound in the roofline's sense." if wholly_above(kind_of, step_first) else
+     + (f"; the step is {plain_bound(kind_of, *main).split(' (')[0]}, "
+        f"{step_first.mid * 1e3 / kind_of['floor']:.1f}x its streaming floor, not bound by the memory's bandwidth."
+        if wholly_above(kind_of, step_first) else
         ": the step is near its streaming floor, bandwidth-bound in the roofline's sense." if w_rate < s_rate else
         ": the step is near its streaming floor only because a kernel faster than the streaming read offsets dispatch, "
         "a nearness the two parts make, not the memory's bound."),
@@ -581,7 +594,7 @@ show(pacer.claim(register, results, "the sweep"))
 # %% [markdown]
 # ### What limits a narrower dtype
 #
-# Halving the bytes should halve a memory-bound step, if the kernels that read them keep their rate. The cost
+# Halving the bytes should halve a step whose time is its bytes, if the kernels that read them keep their rate. The cost
 # model prices the 2-byte dtype's step at that dtype's own rates from chapter 0, so it predicts the ratio of the
 # two steps.
 
@@ -894,11 +907,21 @@ for dt, n in growth_configs:
             attn.dynamic - attn.static, (priced_dyn.term("attention").best - priced_stat.term("attention").best) * 1e3),
         "dispatch and the time between operators": (
             disp.dynamic - disp.static, (priced_dyn.term("dispatch").best - priced_stat.term("dispatch").best) * 1e3)}
-    off_most = max(saving_parts, key=lambda k: abs(saving_parts[k][0] - saving_parts[k][1]))
+    saved_got = found[(dt, n)]["saved"] * 1e3  # the saving measured without the profiler, ms, over runs
+    sum_in, sum_priced = (sum(v[i] for v in saving_parts.values()) for i in (0, 1))  # the parts together, ms
+    gap = saved_got.mid - found[(dt, n)]["model_saved"] * 1e3  # the unprofiled saving against its price
+    same_way = {k: m - p_ for k, (m, p_) in saving_parts.items() if (m - p_) * gap > 0}  # parts off as the saving is
+    off_most = max(same_way, key=lambda k: abs(same_way[k])) if same_way else None
     why_saved = (f" Under the profiler, inside the two steps at context {c1}, the saving's parts: "
                  + "; ".join(f"{k} {m:+.1f} ms (priced {p_:+.1f})" for k, (m, p_) in saving_parts.items())
-                 + f". The part furthest from its price is {off_most}, "
-                 f"{saving_parts[off_most][0] - saving_parts[off_most][1]:+.1f} ms against it.")
+                 + f". Together they come to **{sum_in:+.2f} ms** (priced {sum_priced:+.2f}), "
+                 + ("within the range of the saving measured without the profiler" if saved_got.low <= sum_in <= saved_got.high
+                    else "more than the saving measured without the profiler" if sum_in > saved_got.high else
+                    "less than the saving measured without the profiler")
+                 + f" ({saved_got.text('.2f', 'ms')})"
+                 + (f"; the part that lies off its price the way that saving does is {off_most}, "
+                    f"{same_way[off_most]:+.1f} ms against it." if off_most else
+                    f"; no part lies off its price the way that saving does ({gap:+.1f} ms against its price)."))
     found[(dt, n)].update(missed=missed, why_grew=why_grew, why_alone=why_alone, why_saved=why_saved)
 
 # %% [markdown]
@@ -1730,15 +1753,19 @@ grew_text = "" if grew_row is None else {
     claims.UNRESOLVED: f", growing {grew_row.measured} against {grew_row.predicted} predicted",
 }.get(grew_row.verdict, "")
 over_c = [c for c in contexts if side[c] == "over"]
+over_bound = [plain_bound(made_of((*main, c)), *main) for c in over_c]  # what bounds each, by its parts
+over_words = "" if not over_bound else (
+    f"{'each is' if len(over_c) == len(contexts) else 'those are'} {over_bound[0]}" if len(set(over_bound)) == 1
+    else f"at {over_c[0]} tokens the step is {over_bound[0]}")
 
 
 def rule(that: str) -> str:
     """The regime verdict of the first configuration's steps, in a clause; ``that`` names their streaming floor."""
     return {claims.NOT_HELD: ("every step" if len(over_c) == len(contexts) else f"at {prose.and_list(over_c)} tokens "
                                                                                  "the steps")
-            + f" took over {regime.REGIME_SLACK:g}x {that}, so " + ("none is" if len(over_c) == len(contexts)
-                                                                    else "those are not")
-            + " bandwidth-bound: halving the bytes would not halve them",
+            + f" took over {regime.REGIME_SLACK:g}x {that}: "
+            + over_words
+            + ", so halving the bytes would not halve them",
             claims.HELD: f"every step took at most {regime.REGIME_SLACK:g}x {that}: bandwidth-bound, as the textbook says",
             claims.UNRESOLVED: f"whether every step took at most {regime.REGIME_SLACK:g}x {that}, bandwidth-bound, is too "
                                "close to call"}[register.verdict("decode_memory_bound")]
@@ -1757,7 +1784,8 @@ top_excess = max(kind_of["excess"], key=kind_of["excess"].get)
 parts_text = (f"At {contexts[0]} tokens that is **{over_floor[contexts[0]].text('.2f', 'x')}** its bytes' time at the "
               "memory's streaming rate"
               + (f", mostly for {excess_names[top_excess]} ({prose.ms(kind_of['excess'][top_excess] / 1e3)})"
-                 if kind_of["excess"][top_excess] > 0 else "") + f"; {rule('that')}. ")
+                 if kind_of["excess"][top_excess] > 0 and not (over_bound and "kernel" in over_bound[0]) else "")
+              + f"; {rule('that')}. ")
 
 # %%
 narrow_text = ""
@@ -1791,7 +1819,9 @@ opening.write(head + grew_text + ". " + price + parts_text + narrow_text + batch
 #
 # * **An eager PyTorch loop.** Every step runs Python, transformers' cache bookkeeping and hundreds of small
 #   operations; `torch.compile` or CUDA graphs would lower the cost of issuing them, not measured here.
-# * **One small model.** A 7B model's weights make its step memory-bound on almost any hardware (chapter 6).
+# * **One small model.** Only GPT-2 small's steps were timed. For a larger model chapter 6 has arithmetic, not
+#   measurements: the roofline of Llama-3-8B's batch-1 decode step on a GPU, from the model's shape and the chip's
+#   datasheet.
 # * **A copied cache in batched decode.** Every sequence's cache has the same contents; the bytes and shapes are
 #   real, the text is not.
 # * **Parts timed alone.** Chapter 0 timed each part by itself, with the caches and the CPU to itself; inside a

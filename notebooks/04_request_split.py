@@ -196,8 +196,9 @@ prose.prediction(
 # slope is the exponent, and two to that power is the factor per doubling.
 
 # %%
-ttft_by_prompt = split.groupby("prompt_tokens").agg(ttft_ms=("ttft_ms", "median"), low=("ttft_ms_low", "min"),
-                                                     high=("ttft_ms_high", "max"))
+# each prompt length's middle pair (by median TTFT; the lower of two), its median and interval kept together
+ttft_by_prompt = pd.DataFrame({p: g.sort_values("ttft_ms").iloc[(len(g) - 1) // 2] for p, g in split.groupby("prompt_tokens")}
+                              ).T.rename(columns={"ttft_ms_low": "low", "ttft_ms_high": "high"}).astype(float)
 first, last = ttft_by_prompt.iloc[0], ttft_by_prompt.iloc[-1]
 register.claim("ttft_rises_with_prompt", "TTFT rises with the prompt: the slope of log TTFT against log prompt "
                "length over every request of the grid (Theil and Sen's, with its 95 % interval) is positive.")
@@ -207,18 +208,43 @@ verdict = register.record("ttft_rises_with_prompt", claims.verdict_of(rise.low >
                           measured=", ".join(f"{p}: {t:.0f} ms" for p, t in ttft_by_prompt.ttft_ms.items()),
                           evidence=f"{runs} runs per pair, {lm.name}, {dtype}, {where}")
 exponent = rise.text(".2f") if rise else ""
+# growth per doubling from the end points, and a line through each run's medians per prompt length on log axes
+# (the way the cost model's exponent above is fitted), so that the two are set side by side alike
+doublings = np.log2(ttft_by_prompt.index[-1] / ttft_by_prompt.index[0]) if rise else 1.0
+per_doubling = (last.ttft_ms / first.ttft_ms) ** (1 / doublings)
+fit = claims.trend(grid.groupby(["run", "prompt_tokens"]).ttft_ms.median().reset_index(), "prompt_tokens",
+                   "ttft_ms") if rise else None
+fit_text = "" if fit is None else (
+    f" A line through each run's median TTFT at each prompt length, on log axes, has the exponent **{fit.mid:.2f}** "
+    f"({2 ** fit.mid:.2f}x per doubling); the cost model's, fitted the same way, is {priced_exponent:.2f}: "
+    + ("the same growth, within the runs' spread." if fit.low <= priced_exponent <= fit.high else
+       "the measured TTFT grows faster with the prompt than its price does." if priced_exponent < fit.low else
+       "the measured TTFT grows more slowly with the prompt than its price does."))
+against_2x = "less than" if per_doubling < 1.95 else "more than" if per_doubling > 2.05 else "about"
 went = (f"**{first.ttft_ms:.0f} ms ({prose.span(first.low, first.high, '.0f', 'ms')} over runs)** at "
         f"{ttft_by_prompt.index[0]} prompt tokens to **{last.ttft_ms:.0f} ms "
         f"({prose.span(last.low, last.high, '.0f', 'ms')})** at {ttft_by_prompt.index[-1]}")
 show(claims.pick(
-    verdict, held=f"TTFT rose from {went}: each doubling of the prompt multiplied it by "
-                  f"{2 ** (rise.mid if rise else 0):.2f}x (the fitted exponent {exponent}).",
+    verdict, held=f"TTFT rose from {went}, {last.ttft_ms / first.ttft_ms:.1f}x for "
+                  f"{ttft_by_prompt.index[-1] / ttft_by_prompt.index[0]:.0f}x the tokens: about **{per_doubling:.2f}x** "
+                  f"per doubling of the prompt over its {doublings:.1f} doublings, {against_2x} the 2x of arithmetic "
+                  f"alone.{fit_text}",
     not_held="TTFT did not rise with the prompt ("
              + ", ".join(f"{p} tokens {t:.0f} ms" for p, t in ttft_by_prompt.ttft_ms.items())
              + f"; the fitted exponent {exponent}).",
     unresolved=f"TTFT went from {went}, too close to call: the fitted exponent {exponent} reaches zero, so a flat "
                "TTFT is not ruled out.",
-    not_measured="The grid has a single prompt length, so this run does not decide whether TTFT rises with the prompt."))
+    not_measured="The grid has a single prompt length, so this run does not decide whether TTFT rises with the prompt."),
+     how=None if rise is None else (
+         f"The claim is decided on Theil and Sen's slope of log TTFT against log prompt length over every request, "
+         f"{exponent} with its 95 % interval. It is the median of the slopes between every two requests of different "
+         "lengths, so it weighs the growth between neighbouring lengths as much as the growth between the ends, and it "
+         f"lies {'above' if rise.mid > fit.mid else 'below'} the line through the medians ({fit.text('.2f')} over "
+         f"{fit.n} runs): it says that TTFT rises, not by how much per doubling. The cost model's exponent, "
+         f"{priced_exponent:.2f}, lies "
+         + ("inside its interval." if rise.low <= priced_exponent <= rise.high else
+            f"{'below' if priced_exponent < rise.low else 'above'} its interval: they disagree, but they are not "
+            "fitted alike, and the line through the medians, which is, is the one set beside it above.")))
 
 # %% [markdown]
 # ## Does TPOT grow with the context?
@@ -273,7 +299,6 @@ model_slope = (cost.decode(int(c_high)).best - cost.decode(int(c_low)).best) * 1
 model_slope_median = (cost.decode(int(c_high)).median - cost.decode(int(c_low)).median) * 1e6 / (c_high - c_low)
 # the price's slope at chapter 0's fastest and median calls: the range every cost-model price is allowed (lib.claims)
 price_slope = Spread(min(model_slope, model_slope_median), model_slope, max(model_slope, model_slope_median))
-priced_growth = cost.decode(int(c_high)).best / cost.decode(int(c_low)).best - 1  # the cost model's, shortest to longest
 slope = claims.theil_sen(decoded.context_tokens, decoded.tpot_ms * 1e3).mid if lines else np.nan  # ms per 1k tokens
 # the requests' own TPOTs at the shortest and the longest context (medians over their runs), not a line's ends
 measured_growth = (decoded[decoded.context_tokens == c_high].tpot_ms.median()
@@ -313,7 +338,13 @@ show(claims.pick(
     unresolved=f"{growth_text}, {times_price} the cost model's {model_slope:.2f} ms (its bytes alone: {bytes_slope:.2f} ms)"
                + (f". Every run's own slope lies {lean_way} what the price allows, but the line fitted over all "
                   f"{len(slopes)} runs is not sure enough to rule the price out: not resolved, leaning to a miss; more "
-                  "runs would decide." if runs_lean else ": too close to call; more runs of the grid would decide."),
+                  "runs would decide." if runs_lean else
+                  ": too close to call, the median "
+                  + {"above": "above what the price allows, leaning to a miss",
+                     "below": "below what the price allows, leaning to a miss",
+                     "on": "within what the price allows, leaning to agreement"}[
+                      claims.leaning(slope_spread, *allowed_slope).split()[0] if lines else "on"]
+                  + ", though its interval reaches across the edge; more runs of the grid would decide."),
     not_measured="The grid has one context length only, so there is no slope to measure: this run does not decide "
                  "whether TPOT grows with the context as the cost model's decode step does."),
      how=(f"The line is Theil and Sen's over the grid's requests, its slope {slope_spread.text('.1f', 'ms')} with its "
@@ -512,6 +543,7 @@ for r in inside[~inside.term.isin(list(timed_alone))].itertuples():
     added.append((named.get(r.operator, f"`{r.operator}`"), r.grew_ms_per_1k, f"{r.grew_ms_per_1k:+.2f}"))
 added.sort(key=lambda a: -a[1])
 grew_most = [f"{what} {told}" for what, more, told in added[:3] if more >= 0.05]
+concat_top = bool(added) and added[0][0].startswith(named["cache copy"]) and faults_1k >= 1  # its faults, the most
 one_layer_down = "" if not len(inside) else (
     f" One layer down, the model's own decode step under the profiler grew **{inside_total:.2f} ms** per 1,000 tokens "
     f"of context from {inside_at[0]} to {inside_at[1]} cached tokens, **{beyond_alone:+.2f} ms** beyond the parts timed "
@@ -527,8 +559,10 @@ one_layer_down = "" if not len(inside) else (
        if extra <= 0 else
        f"So the profiled step accounts for the line's extra growth (within {tol:g}x)."
        if extra / tol <= beyond_alone <= extra * tol else
-       f"So the profiled step grows {beyond_alone - extra:.2f} ms per 1,000 more than the line does beyond those parts: "
-       "its operators hold more than the line's extra growth." if beyond_alone > extra * tol else
+       f"Under the profiler the step grew more than the line did beyond those parts ({beyond_alone:+.2f} against "
+       f"{extra:+.2f} ms per 1,000 tokens), so the profiled operators cover the line's extra growth"
+       + (", mostly the concatenation's page faults." if concat_top and faults_ms >= added[0][1] / 2 else
+          f", most of it in {added[0][0]}." if added else ".") if beyond_alone > extra * tol else
        f"So the profiled step accounts for {format(beyond_alone, '.2f') if beyond_alone > 0 else 'none'} of the "
        f"line's extra {extra:.2f} ms per 1,000; "
        f"the other {extra - max(beyond_alone, 0):.2f} did not show in a step profiled on its own, neither in an operator "
@@ -548,6 +582,18 @@ if lines and steps3 is not None and len(steps3):
                     f"context, grew **{grown3.text('.1f', 'ms')}** per 1,000 tokens from context {c3[0]} to {c3[1]}, "
                     + (f"{'less' if grown3.high < slope_spread.low else 'more'} than this line's {slope:.1f}, their "
                        "ranges apart." if apart3 else f"a range overlapping this line's {slope:.1f}."))
+sweep3 = load_table("03_decode_sweep", "decode_sweep", quick=quick)  # its steps' page faults, point by point
+sweep3 = None if sweep3 is None or sweep3.attrs.get("model") != model_name else sweep3[
+    (sweep3.dtype == dtype) & (sweep3.threads == torch.get_num_threads())]
+if in_chapter_3 and sweep3 is not None and len(sweep3) and len(inside) and faults_1k >= 1:
+    f3 = sweep3.loc[sweep3.context_tokens.idxmax()]  # chapter 3's longest context
+    f4 = faulted[inside_at[1]]  # this step's faults at the longest context
+    in_chapter_3 += (f" Over a cache built by a prefill and cropped back the same way, they took "
+                     f"{f3.faults_per_step:,.0f} page faults a step at context {f3.context_tokens:.0f} (a run's median "
+                     f"step), where this step, unprofiled, took {f4:,.0f} at {inside_at[1]}: "
+                     + ("the same step does not always get fresh pages from the operating system; here its "
+                        "concatenation did, there it did not." if f3.faults_per_step < 0.1 * f4 else
+                        "there too its concatenation took fresh pages."))
 
 # %% [markdown]
 # Then the finding: does TPOT's line grow by what the cache's copy and its attention, timed alone, add per 1,000 tokens?
@@ -587,7 +633,13 @@ show(claims.pick(
         + (f": every run's own line ({', '.join(f'{x:.1f}' for x in slopes)} ms) is steeper than "
            f"{tol * cache_slope:.1f} ms, so the runs lean to growth the parts leave out"
            if len(slopes) and (slopes > tol * cache_slope).all() else
-           ": more runs of the grid would decide whether they account for the growth")
+           ": the median lies " + {"above": f"above what the parts allow ({tol * cache_slope:.1f} ms), leaning to growth "
+                                             "they leave out, though not every run's own line is steeper",
+                                   "below": f"below what the parts allow ({cache_slope / tol:.1f} ms), leaning to a line "
+                                            "that grows less than they do",
+                                   "on": "within what the parts allow, leaning to their accounting for the growth, "
+                                         "though the interval reaches beyond it"}[
+               claims.leaning(slope_spread, cache_slope / tol, cache_slope * tol).split()[0]])
         + f".{one_layer_down}{in_chapter_3}" if lines and cache_slope > 0 else
         "Timed alone, the parts did not grow with the context, so their sum cannot be set against the line's slope."
         + one_layer_down),
@@ -610,7 +662,9 @@ for label, rate, style in ((f"bytes: {bytes_slope:.1f} ms per 1k tokens", bytes_
     ax.plot(span_c, tpot_at_0 + rate * span_c / 1e3, style, label=label)
 ax.set_xlabel("mean context while decoding (tokens)")
 ax.set_ylabel("TPOT (ms)")
-ax.set_title(f"TPOT grew {measured_growth:+.0%} over the grid's contexts; the cost model predicts {priced_growth:+.0%}")
+ax.set_title(f"TPOT grew {slope_spread.text('.1f', 'ms')} per 1,000 tokens of context (each run's own line: median "
+             f"{slopes.median():.1f});\nthe cost model prices {model_slope:.1f} ms per 1,000 tokens" if lines else
+             "One context length: no TPOT slope to set against the cost model's", fontsize=10)
 ax.legend(fontsize=8)
 results.figure(fig, "tpot_against_context")
 plt.show()
