@@ -240,12 +240,12 @@ def predict(chunk: int) -> dict:
                 predicted_b_ttft_ms=min(len(costs), a_left) * a_step_ms + sum(costs))
 
 
-def stopping_point(chunks, gaps) -> tuple[int, int | None]:
+def stopping_point(chunks, gaps, threshold: float | None = None) -> tuple[int, int | None]:
     """(best, stop) down a list of chunk sizes, largest first: `stop` is the first size that cuts the worst
-    gap by at most `stops_helping` against the size before it, `best` that size before it.
+    gap by at most `threshold` (`stops_helping`) against the size before it, `best` that size before it.
     (the smallest size, None) when every step down paid off."""
     for bigger, size, g_bigger, g in zip(chunks, chunks[1:], gaps, gaps[1:]):
-        if 1 - g / g_bigger <= stops_helping:
+        if 1 - g / g_bigger <= (stops_helping if threshold is None else threshold):
             return int(bigger), int(size)
     return int(chunks[-1]), None
 
@@ -265,6 +265,13 @@ gap = predicted.predicted_a_worst_gap_ms
 predicted["predicted_worst_gap_cut"] = 1 - gap / gap.shift(1)
 if added:
     print(f"added chunk sizes {added}, so the sizes run lie on both sides of the predicted best size")
+ROUNDING = 0.0005  # a cut this near `stops_helping` prints as the threshold itself (to 0.1%): on the line
+alike = sorted({stopping_point(sizes, gap.tolist(), stops_helping + d)[0] for d in (ROUNDING, -ROUNDING)},
+               reverse=True)  # the sizes the price predicts, a cut on the line read either way
+on_line = next((int(c) for c, x in zip(sizes[1:], predicted.predicted_worst_gap_cut[1:])
+                if abs(x - stops_helping) < ROUNDING), None) if len(alike) > 1 else None  # the deciding cut's size
+alike = alike if on_line else [best_pred]
+pred_words = (f"{alike[0]} or {alike[-1]} tokens alike" if on_line else tokens(best_pred))  # the prediction, said
 prose.shown(predicted.round(3))
 
 # %%
@@ -277,7 +284,10 @@ display(Markdown(
     f"{floor_reach}, and its time per token stopped "
     f"falling at {tokens(floor2.knee_tokens)}. With A's step at {a_step_ms:.1f} ms, the predicted worst gap "
     f"falls from {predicted.predicted_a_worst_gap_ms.iloc[0]:,.0f} ms unchunked to "
-    f"{predicted.predicted_a_worst_gap_ms.min():,.0f} ms, and the **predicted best chunk size is {best_pred} tokens**"
+    f"{predicted.predicted_a_worst_gap_ms.min():,.0f} ms, and "
+    + (f"the price cuts A's worst gap by {predicted.set_index('chunk_tokens').predicted_worst_gap_cut[on_line]:.1%} "
+       f"at {on_line} tokens, on the {stops_helping:.0%} line, so it predicts **{pred_words}** as the best chunk size"
+       if on_line else f"the **predicted best chunk size is {best_pred} tokens**")
     + (f": going down to {stop_pred} tokens would give "
        f"{cut_words(predicted.set_index('chunk_tokens').predicted_worst_gap_cut[stop_pred])}." if stop_pred else
        ": every step down still pays, to a single token.")
@@ -345,8 +355,9 @@ unchunked = summary[summary.chunk_tokens == b_prompt_len].iloc[0]   # select by 
 stall = prose.span(unchunked.a_worst_gap_ms_low, unchunked.a_worst_gap_ms_high, ",.0f", "ms")
 mean_x = unchunked.a_tpot_ms / unchunked.a_median_gap_ms      # how far the mean moved off the stream's pace
 worst_x = unchunked.a_worst_gap_ms / unchunked.a_median_gap_ms  # how far the worst gap moved
-mean_moved = (f"the mean shows the stall too, {mean_x:.1f} times the median gap, against the worst gap's "
-              f"{worst_x:.0f}: the worst gap is {worst_x / mean_x:.1f} times TPOT" if mean_x >= claims.PREDICTED_TIME
+mean_moved = (f"the mean moves too, to {mean_x:.1f} times the median gap, but it spreads the stall over "
+              f"{a_tokens} tokens and so understates it: the worst gap is {worst_x / mean_x:.1f} times TPOT"
+              if mean_x >= claims.PREDICTED_TIME
               else f"the mean sits only {mean_x - 1:.0%} above the median gap while the worst gap is {worst_x:.0f} times "
                    "it: the mean hides the stall")
 register.claim("tpot_hides_the_stall", f"Unchunked, A's worst gap is more than {hides:g} times its TPOT: the worst "
@@ -359,13 +370,13 @@ verdict = register.record("tpot_hides_the_stall", claims.at_least(tpot_x, hides)
 show(f"Unchunked, A's stream froze for **{stall}**, {worst_x:.0f} times its median gap of "
      f"{unchunked.a_median_gap_ms:.0f} ms, while its TPOT (the mean gap over {a_tokens} tokens) reads "
      f"{unchunked.a_tpot_ms:.0f} ms"
-     + claims.pick(verdict, held=": the mean understates the stall that the worst gap shows.",
+     + claims.pick(verdict, held=f": {mean_moved}.",
                    not_held=f": the worst gap is only {unchunked.a_worst_gap_ms / unchunked.a_tpot_ms:.1f} times TPOT, "
                             "because on this machine B's whole prefill costs little beside A's own steps.",
                    unresolved=": whether the worst gap tells more than the mean is too close to call from these runs."),
      how=f"The claim: unchunked, the worst gap is more than {hides:g} times TPOT. Run by run it was "
          f"{tpot_x.text('.1f', 'x')} TPOT" + claims.pick(
-             verdict, held=f"; {mean_moved}.", not_held=".",
+             verdict, held=f", wholly above {hides:g}x.", not_held=".",
              unresolved=f", an interval that reaches both sides of {hides:g}x (its median is "
                         f"{claims.leaning(tpot_x, hides)}); more runs would narrow it."))
 
@@ -429,7 +440,9 @@ for ax, r in zip(axes, example):
     ax.legend(fontsize=7, loc="upper right")
 axes[-1].set_xlabel("time since A's request (ms)")
 shorter = unchunked.a_worst_gap_ms / summary.set_index("chunk_tokens").a_worst_gap_ms[best_pred]
-fig.suptitle(f"{best_pred}-token chunks (the predicted best) cut A's worst gap {shorter:.1f}x (medians of {runs} runs)")
+fig.suptitle(f"{best_pred}-token chunks ("
+             + ("one of the two sizes the price predicts alike" if on_line else "the predicted best")
+             + f") cut A's worst gap {shorter:.1f}x (medians of {runs} runs)")
 fig.tight_layout()
 results.figure(fig, "a_gaps_over_time")
 plt.show()
@@ -459,7 +472,11 @@ ax.plot(summary.predicted_b_ttft_ms, summary.predicted_a_worst_gap_ms, "s:", col
 for r in summary.itertuples():
     ax.annotate(f"{r.chunk_tokens}", (r.b_ttft_ms, r.a_worst_gap_ms), textcoords="offset points", xytext=(5, 5),
                 fontsize=8)
-for size, marker, text in [(best, "*", "measured best"), (best_pred, "D", "predicted best")]:
+lowest = int(summary.chunk_tokens[summary.a_worst_gap_ms.idxmin()])  # the lowest measured worst gap's size
+marked = [(best, "*", f"where halving stopped paying {stops_helping:.0%}")] + [
+    (c, "D", "predicted" + (" (one of two alike)" if on_line else "")) for c in alike] + [
+    (lowest, "v", "lowest measured worst gap")] * (lowest != best)
+for size, marker, text in marked:
     row = summary[summary.chunk_tokens == size].iloc[0]
     ax.plot(row.b_ttft_ms, row.a_worst_gap_ms, marker, ms=14, mfc="none", label=f"{text}: {size} tokens")
 ax.set(xscale="log", yscale="log", xlabel="B's time to first token (ms)", ylabel="A's worst gap (ms)",
@@ -467,7 +484,8 @@ ax.set(xscale="log", yscale="log", xlabel="B's time to first token (ms)", ylabel
               "No chunk size cut A's worst gap enough to pay" if best == b_prompt_len else
               f"Chunking first stopped paying off below {best} tokens"
               + (", though smaller chunks cut it again" if len(paid_again) else ""))
-       + f"\n(predicted best: {best_pred})")
+       + f"\n(predicted: {pred_words}"
+       + (f"; lowest measured worst gap at {lowest} tokens)" if lowest != best else ")"))
 ax.legend(fontsize=8)
 ax.grid(True, alpha=0.3)
 results.figure(fig, "tradeoff")
@@ -482,34 +500,39 @@ cut_at = lambda col, size: "none (every step paid)" if size is None else f"{by_s
 below = (f"going down to {stop} tokens gave {cut_words(by_size.worst_gap_cut[stop])}, while B's TTFT "
          f"grew {by_size.b_ttft_ms[stop] / by_size.b_ttft_ms[best] - 1:.0%}" if stop else
          f"it still paid at the smallest size run, {sizes[-1]} tokens")
+below += (f"; the lowest worst gap measured, {by_size.a_worst_gap_ms[lowest]:,.0f} ms, came at {tokens(lowest)}, "
+          f"against {by_size.a_worst_gap_ms[best]:,.0f} ms at {best}" if lowest != best else "")
+pred_spread = Spread(alike[-1], best_pred, alike[0]) if on_line else best_pred  # both sizes alike, on the line
+pred_lo, pred_hi = claims.allowed(pred_spread, claims.PREDICTED_LENGTH)
 per_run_best = [stopping_point(sizes, [runs_table[(runs_table.chunk_tokens == c) & (runs_table.run == r)].a_worst_gap_ms.iloc[0]
                                        for c in sizes])[0] for r in range(1, runs + 1)]
 best_spread = Spread.of(per_run_best)  # each run's own best size: the interval of their median
 register.claim("chunk_size_prediction", "Chunking stops paying off (a smaller chunk cuts A's worst gap by at most the "
                "chosen fraction) within one step of the chunk sizes' grid of the size the cost model predicts.")
-verdict = register.record("chunk_size_prediction", claims.within(best_spread, best_pred, claims.PREDICTED_LENGTH),
-                          predicted=f"best {best_pred} tokens; cut {cut_at('predicted_worst_gap_cut', stop_pred)}",
+verdict = register.record("chunk_size_prediction", claims.within(best_spread, pred_spread, claims.PREDICTED_LENGTH),
+                          predicted=f"best {pred_words}; cut {cut_at('predicted_worst_gap_cut', stop_pred)}",
                           measured=f"best {best} tokens (runs {prose.span(min(per_run_best), max(per_run_best), '.0f')}); "
                                    f"cut {cut_at('worst_gap_cut', stop)}",
                           evidence="measured cut per step down: " + ", ".join(
                               f"{c}: {x:.0%}" for c, x in zip(summary.chunk_tokens[1:], summary.worst_gap_cut[1:])))
 paid, each = paid_off(best, costs=True), ", ".join(map(str, per_run_best))
 plain = (paid_off(best).replace(PAID_RULE, "") + claims.pick(
-    verdict, held=(", where the cost model put it" if best == best_pred else ", within one step of the grid (a factor "
-                   f"of {claims.PREDICTED_LENGTH:g}) of the cost model's **{tokens(best_pred)}**") + f"; {below}.",
-    not_held=f", more than one step of the grid from the predicted **{tokens(best_pred)}**; {below}. What a chunk "
+    verdict, held=(", one of the two sizes the cost model predicts alike" if on_line and best in alike else
+                   ", where the cost model put it" if best in alike else ", within one step of the grid (a factor "
+                   f"of {claims.PREDICTED_LENGTH:g}) of the cost model's **{pred_words}**") + f"; {below}.",
+    not_held=f", more than one step of the grid from the predicted **{pred_words}**; {below}. What a chunk "
              "costs, below, shows where the prediction's inputs differ from the run.",
-    unresolved=f"; the cost model predicted {tokens(best_pred)}, but the runs' own best sizes ({each}) spread too wide "
+    unresolved=f"; the cost model predicted {pred_words}, but the runs' own best sizes ({each}) spread too wide "
                f"to say whether the best lies within one step of it; {below}."))
 show(plain[:1].upper() + plain[1:], how=(
     f"A smaller size pays off when it cuts A's worst gap (the median of {runs} runs) by more than {stops_helping:.0%} "
     f"against the next larger size; each run alone stopped at {each} tokens. The cost model's best was found the same "
     f"way on its predicted worst gaps. The prediction holds when the interval of the runs' best sizes lies within one "
     f"step of the grid (a factor of {claims.PREDICTED_LENGTH:g}) of it, from "
-    f"{tokens(int(best_pred / claims.PREDICTED_LENGTH))} to {tokens(int(best_pred * claims.PREDICTED_LENGTH))}"
+    f"{tokens(int(pred_lo))} to {tokens(int(pred_hi))}"
     + (f": that interval is {best_spread.text('.0f')} tokens." if verdict != claims.UNRESOLVED else
        f"; the interval {best_spread.text('.0f')} tokens reaches across that range's edge (its median lies "
-       + ("inside it" if best_pred / claims.PREDICTED_LENGTH <= best_spread.mid <= best_pred * claims.PREDICTED_LENGTH
+       + ("inside it" if pred_lo <= best_spread.mid <= pred_hi
           else "outside it") + "), and more runs would narrow it.")
     + (f" At that size{paid[paid.index('; there') + 7:-1]}." if "; there" in paid else "")))
 
@@ -776,9 +799,10 @@ show(f"This section runs **k = {', '.join(map(str, stream_counts))}** streams (t
 # %% [markdown]
 # <details><summary>The book's prediction (open it once you have written yours)</summary>
 #
-# The cost model predicts that a `k`-stream step costs what it prices a batch at, less than `k` one-stream steps
-# (the weights are shared), and that unchunked, every one of the `k` streams stalls for B's whole prefill plus one
-# `k`-stream step.
+# The cost model predicts that a `k`-stream step costs what it prices a batch at, less than `k` one-stream steps:
+# its weights' products for `k` rows cost what chapter 0's matrix kernel took for `k` rows (printed above against
+# one row, the same weights read once), and each stream adds only its own cache. And unchunked, every one of the
+# `k` streams stalls for B's whole prefill plus one `k`-stream step.
 #
 # </details>
 
@@ -839,7 +863,12 @@ per = stream_runs[stream_runs.chunk_tokens == b_prompt_len].pivot(index="run", c
 batch_ratio = Spread.of(per[kn] / per[k1]) if kn != k1 else None
 model_ratio = cost.decode(context + 5, batch=kn).best / cost.decode(context + 5, batch=k1).best
 shared = ("Several streams decoding as one batch take the step the cost model predicts for that batch over one "
-          "stream's, within the tolerance for a ratio (the weights are shared).")
+          "stream's, within the tolerance for a ratio (its weights' products priced at chapter 0's matrix kernel for "
+          "that many rows).")
+rows_x = _weights(cost.decode(context + 5, batch=kn)) / _weights(cost.decode(context + 5, batch=k1))
+w_share = _weights(cost.decode(context + 5, batch=k1)) / cost.decode(context + 5, batch=k1).best
+why_ratio = (f" (its weights' products, {w_share:.0%} of a {k1}-stream step, take {rows_x:.2f}x as long for {kn} rows "
+             f"as for {k1}: chapter 0's matrix kernel, reading the same weights once)")  # the prediction's mechanism
 register.claim("streams_share_the_weights", shared)
 one_count = "only one stream count was run; set stream_counts to two or more"  # why a claim is not measured
 ratio_text = batch_ratio.text(".2f", "x") if batch_ratio else ""
@@ -853,10 +882,11 @@ gaps = (f"With {kn} streams, each stream's median gap is {many.a_median_gap_ms:.
 leans = {"on the held side": "toward the prediction", "above what would hold": "above it",
          "below what would hold": "below it"}  # an unresolved median's side, in words
 show(claims.pick(
-    verdict, held=f"{gaps}; the cost model predicted {model_ratio:.2f}x.",
-    not_held=f"{gaps}, not the cost model's {model_ratio:.2f}x: the batch's step is "
+    verdict, held=f"{gaps}; the cost model predicted {model_ratio:.2f}x{why_ratio}.",
+    not_held=f"{gaps}, not the cost model's {model_ratio:.2f}x{why_ratio}: the batch's step is "
              f"{'dearer' if batch_ratio and batch_ratio.mid > model_ratio else 'cheaper'} than priced.",
-    unresolved=f"{gaps}, against the cost model's {model_ratio:.2f}x: too close to call, the median leaning " + (
+    unresolved=f"{gaps}, against the cost model's {model_ratio:.2f}x{why_ratio}: too close to call, the median "
+               "leaning " + (
         "" if batch_ratio is None else leans[claims.leaning(batch_ratio, *claims.allowed(model_ratio,
                                                                                        claims.PREDICTED_RATIO))]) + ".",
     not_measured=f"{shared} This run does not decide it: {one_count}."),
@@ -942,9 +972,9 @@ smallest = summary[summary.chunk_tokens == sizes[-1]].iloc[0]
 chunk_line = (f"with {sizes[-1]}-token chunks A's worst gap was {smallest.a_worst_gap_ms:,.0f} ms against "
               f"{unchunked.a_worst_gap_ms:,.0f} ms unchunked, and B's TTFT {smallest.b_ttft_ms:,.0f} ms against "
               f"{unchunked.b_ttft_ms:,.0f} ms.")
-foreseen = {claims.HELD: f"the cost model predicted {best_pred} tokens, within one step of the grid",
-            claims.NOT_HELD: f"the cost model predicted {best_pred}",
-            claims.UNRESOLVED: f"the cost model predicted {best_pred}; the runs' bests ranged "
+foreseen = {claims.HELD: f"the cost model predicted {pred_words}, within one step of the grid",
+            claims.NOT_HELD: f"the cost model predicted {pred_words}",
+            claims.UNRESOLVED: f"the cost model predicted {pred_words}; the runs' bests ranged "
                                f"{prose.span(min(per_run_best), max(per_run_best), '.0f')} tokens, too wide to call",
             claims.NOT_MEASURED: "not checked against chapter 2's passes"}[register.verdict("chunk_size_prediction")]
 display(Markdown("\n".join([
@@ -959,9 +989,9 @@ display(Markdown("\n".join([
 
 # %%
 shown = by_size.loc[best if best != b_prompt_len else sizes[-1]]  # the best size, or the smallest if none paid
-guess = {claims.HELD: "as predicted" if best == best_pred else f"{best_pred} predicted",  # by the cost model
-         claims.NOT_HELD: f"{best_pred} predicted, a miss"}.get(register.verdict("chunk_size_prediction"),
-                                                                f"{best_pred} predicted")
+_said = f"{alike[0]} or {alike[-1]} predicted alike" if on_line else f"{best_pred} predicted"  # by the cost model
+guess = {claims.HELD: "as predicted" if best in alike and not on_line else _said,
+         claims.NOT_HELD: f"{_said}, a miss"}.get(register.verdict("chunk_size_prediction"), _said)
 answer = {claims.HELD: "Chunking bounds one stream's stall at the cost of the newcomer's first token.",
           claims.NOT_HELD: "Here chunking bounded A's stall without delaying B's first token.",
           claims.UNRESOLVED: "Chunking bounded A's stall; whether it delays B is too close to call here."}
@@ -970,6 +1000,8 @@ chunked = (f"With {shown.name}-token chunks, the smallest tried," if best == b_p
            f"Chunked, B's prefill kept cutting A's stall {cut_rule} down to the smallest chunks tried, "
            f"{shown.name} tokens ({guess}): there" if stop is None else
            f"Chunked, B's prefill stopped cutting A's stall {cut_rule} at {shown.name}-token chunks ({guess}): there")
+lowest_there = (f" ({by_size.a_worst_gap_ms[lowest]:,.0f} ms at {lowest}-token chunks, the lowest)"
+                if lowest != shown.name else "")  # a smaller size that measured lower than the rule's choice
 median_there = f", its median gap {shown.a_median_gap_ms:,.0f} ms against {unchunked.a_median_gap_ms:,.0f}"
 misses = " " + register.misses() if register.misses() else ""  # the evidence table's misses
 told = (
@@ -977,7 +1009,8 @@ told = (
     f"**{Spread.in_row(unchunked, 'a_median_gap_ms').text('.0f', 'ms')}** until request B's {b_prompt_len:,}-token "
     f"prompt arrived. Prefilled at once, B froze A for "
     f"**{Spread.in_row(unchunked, 'a_worst_gap_ms').text(',.0f', 'ms')}**, {worst_x:.0f} times that gap. "
-    f"{chunked} A's worst gap was **{Spread.in_row(shown, 'a_worst_gap_ms').text(',.0f', 'ms')}**{median_there}, and "
+    f"{chunked} A's worst gap was **{Spread.in_row(shown, 'a_worst_gap_ms').text(',.0f', 'ms')}**{lowest_there}"
+    f"{median_there}, and "
     f"B's first token came after **{Spread.in_row(shown, 'b_ttft_ms').text(',.0f', 'ms')}**, not "
     f"{unchunked.b_ttft_ms:,.0f} ms. "
     + ("Here no chunk size shortened A's stall enough to pay." if best == b_prompt_len
@@ -1118,7 +1151,8 @@ _moves = lambda was, now: f"stays at **{now} tokens**" if was == now else f"move
 display(Markdown(
     f"<details><summary>What to expect</summary>\n\nA step down must now cut A's worst gap by more than {_limit:.0%} "
     f"to pay, {'not' if _limit > stops_helping else 'instead of'} {stops_helping:.0%}, so the best size can only move "
-    f"to {'larger' if _limit > stops_helping else 'smaller'} chunks: the cost model's best {_moves(best_pred, _pred)}, "
+    f"to {'larger' if _limit > stops_helping else 'smaller'} chunks: the cost model's best "
+    f"{_moves(pred_words if on_line else best_pred, _pred)}, "
     f"and the measured medians' {_moves(best, _meas)} (run by run: {', '.join(map(str, _each))}). "
     + ("" if all(_e == _meas for _e in _each) else
        "A run taken alone can stop at another size than the medians do: its worst gaps are noisier than their "

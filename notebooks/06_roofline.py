@@ -392,7 +392,10 @@ except (ValueError, IndexError) as error:  # chapter 0 did not time this model's
 # within the tolerance for a predicted time of each other, the model cannot say which sets the time: **mixed**.
 # And a pass the rule calls memory-bound (a decode step, or a prefill of one token) but whose every run took more
 # than 1.25 times its bytes at the streaming read (the whole interval over runs, as chapter 3 decides it for a
-# decode step) is **above its streaming floor**: its bytes are its largest term, but not what sets its time.
+# decode step) is named by its parts, as chapter 3 names a decode step: [**bound by the kernel's
+# rate**](glossary.md#regimes) where its weights are its largest part and the matrix-vector kernel reads them more
+# than 1.25 times slower than the streaming read, else **above its streaming floor**: its bytes are its largest
+# term, but not what sets its time.
 
 # %%
 ridge = peak / read  # the textbook ridge the figure draws, FLOP/byte
@@ -411,17 +414,24 @@ def shown_regime(r: regime.Regime, pred: costmodel.Prediction) -> str:
 
 
 def point_regime(r: regime.Regime, pred: costmodel.Prediction, series: str, low_s: float, bytes_: float,
-                 read_rate: float) -> str:
+                 read_rate: float, weight_bytes: float) -> str:
     """The label a point gets on this page: :func:`shown_regime`'s, except that a pass it calls memory-bound (a
     decode step of any ``series``, or a prefill of one token) whose whole interval (``low_s``, seconds) lies more than
-    the slack above its ``bytes_`` at ``read_rate`` (bytes per second, the streaming read) is, as chapter 3 says of a
-    decode step, "above its streaming floor": one rule for every series."""
+    the slack above its ``bytes_`` at ``read_rate`` (bytes per second, the streaming read) is named by its parts, as
+    chapter 3 names a decode step's (the glossary's Regimes): "bound by the kernel's rate" where its weights are its
+    largest part and their kernel reads them more than the slack below the streaming read (``weight_bytes`` at
+    ``read_rate``), else "above its streaming floor": one rule for every series."""
     shown = shown_regime(r, pred)
     if shown == "memory-bound" and low_s > regime.REGIME_SLACK * bytes_ / read_rate:
+        w = sum(t.best for t in pred.terms if t.name in ("block matrices", "LM head") and t.limit == "memory")
+        cache = sum(pred.term(t).best for t in ("attention", "cache copy", "page faults"))
+        if w >= max(cache, pred.term("dispatch").best) and w > regime.REGIME_SLACK * weight_bytes / read_rate:
+            return "bound by the kernel's rate"  # the weights, read well below the streaming read, are most of it
         return "above its streaming floor"  # chapter 3's word for a step the bytes alone do not set
     return shown
 
 
+BYTES_LABELS = {"memory-bound", "above its streaming floor", "bound by the kernel's rate"}  # its bytes the largest term
 rows, placed = [], {}
 for series, table in (("prefill", prefill), ("decode", decode), ("batched decode", batched)):
     for r in table.itertuples():
@@ -447,7 +457,8 @@ for series, table in (("prefill", prefill), ("decode", decode), ("batched decode
                          second_share=top2[1].best / pred.best,
                          predicted=("few-row-kernel-bound" if label.limit == "compute" and cost.intensity < ridge
                                     else f"{label.limit}-bound"), rule_label=label.label,
-                         regime=point_regime(label, pred, series, r.measured_ms_low / 1e3, cost.bytes, read),
+                         regime=point_regime(label, pred, series, r.measured_ms_low / 1e3, cost.bytes, read,
+                                             shape.weight_bytes),
                          explained=label.explained,
                          blocks_ms=pred.term("block matrices").best * 1e3,
                          blocks_one_row_ms=model.kernel("blocks", 1).best * 1e3,
@@ -850,8 +861,15 @@ side = size_plan.set_index("size").side
 side_ms = size_plan.set_index("size")
 past = [n for n in side.index if side[n] == "past the floor"]
 past_ratio = claims.geomean(side_ms[f"{low16}_over_fp32"][past]) if past and low16 in size_dtypes else None
-placed = {"on the floor": "on its floor", "past the floor": "past its floor, in the textbook regime",
-          "between": "between its floor and the textbook regime, which the sweep reaches further up"}
+stream32 = ceilings.stream_bandwidth("fp32", threads)  # the streaming read, against the weights' kernel's rate
+slow_kernel = rate["fp32"] * regime.REGIME_SLACK < stream32  # the glossary's "bound by the kernel's rate"
+past_said = (f"past its floor and [bound by the kernel's rate](glossary.md#regimes): its matrix-vector kernel reads "
+             f"the weights at {rate['fp32'] / 1e9:.1f} GB/s against a {stream32 / 1e9:.1f} GB/s streaming read, so a "
+             "faster matrix-vector kernel or fewer bytes, not fewer operations, would shorten it" if slow_kernel else
+             f"past its floor, in the textbook regime: its weights stream at {rate['fp32'] / 1e9:.1f} GB/s against a "
+             f"{stream32 / 1e9:.1f} GB/s streaming read")
+placed = {"on the floor": "on its floor", "past the floor": past_said,
+          "between": "between its floor and the weights' regime, which the sweep reaches further up"}
 show(f"Predicted ({where}): a GPT-2 step issues {fixed_ops:.0f} operations outside its blocks and {per_layer:.0f} per layer, "
      f"{twelve} for 12 layers"
      + (f", priced at **{prose.span(floor_range.min(), floor_range.max(), '.1f')} ms** from the narrowest 12-layer "
@@ -1243,6 +1261,29 @@ else:
 # its price:
 
 # %%
+def against_textbook(m: Spread) -> str:
+    """A 16-bit step over fp32's on the floor, ``m``, against the textbook's no change (1.00x), in words."""
+    slower, v = "slower" if m.mid > 1 else "faster", claims.within(m, 1.0, claims.PREDICTED_RATIO)
+    outside = claims.leaning(m, 1 / claims.PREDICTED_RATIO, claims.PREDICTED_RATIO) != "on the held side"
+    return {claims.HELD: "the textbook's no change holds too",
+            claims.NOT_HELD: f"against the textbook it is clearly {slower}: on this machine the {low16} step itself "
+                             f"costs {'more' if m.mid > 1 else 'less'}",
+            claims.UNRESOLVED: f"against the textbook, its median is {slower} by {max(m.mid, 1 / m.mid):.2f}x, "
+                               + ("beyond" if outside else "within") + f" the tolerance of {claims.PREDICTED_RATIO:g}x, "
+                               "though its spread reaches " + ("back within it" if outside else "beyond it")
+                               + ": too close to call"}[v]
+
+
+def added_words(growth: Spread) -> str:
+    """The milliseconds a longer context added over those its price adds, in words: a ratio only where every
+    reading of it is above zero, since one whose interval crosses zero is not told apart from no time at all."""
+    return (f"adding **{growth.text('.2f', 'x')}** the time their price adds" if growth.low > 0 else
+            "but the time the longer context added is not told apart from none: run by run it lies on both sides of "
+            "zero, where their price adds time" if growth.high > 0 else
+            "yet run by run the longer context took less time, where their price adds time")
+
+
+# %%
 for where_, which in (("on_the_floor", "on the floor"), ("past_the_floor", "past the floor")):
     names = [n for n in ran if prices.side[n] == which]
     precision_, context_ = f"precision_{where_}_as_priced", f"context_{where_}_as_priced"
@@ -1262,17 +1303,12 @@ for where_, which in (("on_the_floor", "on the floor"), ("past_the_floor", "past
                                   evidence=f"{', '.join(names)}; {low16} and fp32 in the same runs, context {short_c}")
         lean = {"on the held side": "the price"}.get(claims.leaning(measured_, *claims.allowed(priced, claims.PREDICTED_RATIO)),
                                                        "a miss")  # an unresolved median's side, in words
-        textbook_v = claims.within(measured_, 1.0, claims.PREDICTED_RATIO)  # the floor's textbook: no change
-        textbook_said = {
-            claims.HELD: "as the textbook's 1.00x (no change on the floor) has it",
-            claims.NOT_HELD: f"clearly {'slower' if measured_.mid > 1 else 'faster'} than the textbook's 1.00x (no change "
-                             f"on the floor): on this machine the {low16} step itself costs "
-                             f"{'more' if measured_.mid > 1 else 'less'}",
-            claims.UNRESOLVED: "near the textbook's 1.00x (no change on the floor), too near to call"}[textbook_v]
+        textbook_said = against_textbook(measured_)
         show(f"{at_side} a {low16} step took **{measured_.text('.2f', 'x')}** fp32's time"
-             + (f": {textbook_said}. Against the {priced:.2f}x priced, " + claims.pick(
-                 verdict, held="the price holds.", not_held=f"the price misses it.{below}",
-                 unresolved=f"it is too close to call, leaning to {lean}.{below}")
+             + (f", against {priced:.2f}x priced and the textbook's 1.00x (no change on the floor). " + claims.pick(
+                 verdict, held="The price holds", not_held="The price misses it",
+                 unresolved=f"Against the price it is too close to call, leaning to {lean}")
+                + f"; {textbook_said}.{below}"
                 if which == "on the floor" else
                 f", against {priced:.2f}x priced{direction}" + claims.pick(
                  verdict, held=".", not_held=f": the price misses it.{below}",
@@ -1305,7 +1341,7 @@ for where_, which in (("on_the_floor", "on the floor"), ("past_the_floor", "past
                               measured=growth.text(".2f", "x"), evidence=f"{', '.join(names)}; fp32, contexts "
                               f"{short_c} and {long_c} in the same runs")
     show(f"{at_side} the fp32 steps grew {prose.span(min(grew), max(grew), '.2f')}x from context {short_c} to "
-         f"{long_c}, adding **{growth.text('.2f', 'x')}** the time their price adds" + claims.pick(
+         f"{long_c}, {added_words(growth)}" + claims.pick(
              verdict, held=".", not_held=f": the price misses it. {why_context}",
              unresolved=f": too close to call. {why_context}"),
          how=f"Run by run, the milliseconds a step added over those its price adds (their geometric mean over the "
@@ -1324,7 +1360,8 @@ for name, g in size_prefill.dropna(subset=["time_ms"]).groupby("size", sort=Fals
                                        threads, int(t)).best for t in g.prompt_tokens]
     flat[name], flat_priced[name] = readings[1], sweeps.floor_and_knee(g.prompt_tokens, priced).flat_until_tokens
     factors = [max(r / flat_priced[name], flat_priced[name] / r) for r in readings]  # a factor either way
-    off[name] = Spread(min(factors), factors[1], max(factors))  # the median's reading, and the readings' range
+    bracket = min(readings) <= flat_priced[name] <= max(readings)  # readings on both sides: the price among them
+    off[name] = Spread(1.0 if bracket else min(factors), factors[1], max(factors))  # the median's, and the range
 farthest = max(off, key=lambda n: (off[n].mid, off[n].low))  # farthest at its median reading
 length_verdict = claims.verdict_of(all(v.high <= claims.PREDICTED_LENGTH for v in off.values()),
                                    any(v.low > claims.PREDICTED_LENGTH for v in off.values()))
@@ -1353,13 +1390,17 @@ median_said = (f" By those medians, {prose.count(len(by_median), 'size')} of {le
 show(f"Each size's prefill cost about what its one-token pass costs up to a prompt of {lengths} tokens, against "
      f"{lengths_priced} by its price." + claims.pick(
          verdict, held=" Every size lay within a step of the grid of its price, however its points' spread is read.",
-         not_held=f"{median_said} {prose.and_list(beyond_all)} stayed that far off at either end of "
+         not_held=f"{median_said} {prose.and_list(beyond_all)} stayed more than a step off, on the same side of "
+                  f"{'its' if len(beyond_all) == 1 else 'their'} price, at both ends of "
                   f"{'its' if len(beyond_all) == 1 else 'their'} measurements' spread too, which decides the miss. "
                   "Near the floor's end a pass's growth decides the length: the prompts of 4 tokens, below, show how "
                   "close to the margin the sizes grew.",
          unresolved=f"{median_said} Whether every size lies within a step of the grid of its price is too close to call: "
-                    + prose.and_list(beyond_some) + f" {'lies' if len(beyond_some) == 1 else 'lie'} more than a step off "
-                    "at one end of the measurements' spread and within it at another."),
+                    + "; ".join(f"{n}'s readings lie on both sides of its priced {flat_priced[n]} tokens "
+                                f"({readings_by[n][0]} at the fast end, {readings_by[n][2]} at the slow)"
+                                if min(readings_by[n]) <= flat_priced[n] <= max(readings_by[n]) else
+                                f"{n} lies more than a step off at one end of its measurements' spread and within "
+                                "it at the other" for n in beyond_some) + "."),
      how=f"A floor's length is where a pass first costs more than {edge_x:.2f}x the one-token pass, read "
          "off the points' medians and off both ends of their intervals (the table below); the prediction holds when "
          f"every size's readings lie within a step of the grid (a factor of {claims.PREDICTED_LENGTH:g}) of its priced "
@@ -1895,14 +1936,15 @@ if _priced:  # chapters 2 and 3 timed one thread too: label those passes by the 
                             (roofline.decode_cost(_shape, 1, _mid), _cm.decode(_mid, batch=1, fresh_pages=_f)))
             _label = regime.regime(Spread.in_row(_r, _col, 1e-3), _pred,
                                    intensity=_cost.intensity, balance=_peak1 / _read1)  # one thread's ridge
-            _shown = point_regime(_label, _pred, _series, getattr(_r, f"{_col}_low") / 1e3, _cost.bytes, _read1)
+            _shown = point_regime(_label, _pred, _series, getattr(_r, f"{_col}_low") / 1e3, _cost.bytes, _read1,
+                                  _shape.weight_bytes)
             _now = points[(points.series == _series) & (points.tokens == _tok) & (points.batch == 1)]
             if len(_now):
                 _n += 1
                 _was = _now.regime.iloc[0]
                 if _was != _shown:
                     _slowed = getattr(_r, _col) / _now.measured_ms.iloc[0]  # this pass, one thread over all
-                    _floor_test = {_was, _shown} == {"memory-bound", "above its streaming floor"}
+                    _floor_test = {_was, _shown} <= BYTES_LABELS  # both labels say its bytes lead
                     _changed.append(f"the {_series} at {prose.tokens(_tok)} ({_was} at {threads} threads, {_shown} "
                                     f"at one: " + (f"it slowed {_slowed:.2f}x while the streaming read slowed "
                                                    f"{read / _read1:.2f}x, so it sits "
@@ -1974,14 +2016,17 @@ display(Markdown(
 # * **Few-row-kernel-bound** (left of the ridge, yet the matrix kernel at that many rows is slower than its bytes):
 #   a kernel made for few rows, or more rows per call (a larger batch, a longer chunk).
 # * **Mixed** (two terms of different limits about the same size): shrinking one alone buys at most about half.
-# * **Above its streaming floor** (a pass whose bytes are its largest term but not what sets its time):
-#   what fills the rest (chapter 3 splits it), often dispatch: fewer, larger operations, as for dispatch-bound.
+# * **Bound by the kernel's rate** (the weights its largest part, read by a matrix-vector kernel well below the
+#   streaming read): a faster matrix-vector kernel, or fewer bytes where the narrower dtype's kernel keeps its rate.
+# * **Above its streaming floor** (a pass whose bytes are its largest term, read near the streaming read, but not
+#   what sets its time): what fills the rest (chapter 3 splits it), often dispatch: fewer, larger operations.
 # * **Unexplained** (far above its prediction): measure one layer down before optimising anything.
 
 # %%
 waits = {"memory-bound": "memory", "compute-bound": "arithmetic", "dispatch-bound": "issuing its operations and its small kernels",
          "few-row-kernel-bound": "the few-row kernel",
          "above its streaming floor": "more than its bytes",
+         "bound by the kernel's rate": "the matrix-vector kernel's rate",
          "slow-kernel-bound": "a slow kernel", "page-faults-bound": "page faults",
          "below its floor: a ceiling is wrong": "a ceiling chapter 0 understated"}
 
