@@ -500,8 +500,8 @@ cut_at = lambda col, size: "none (every step paid)" if size is None else f"{by_s
 below = (f"going down to {stop} tokens gave {cut_words(by_size.worst_gap_cut[stop])}, while B's TTFT "
          f"grew {by_size.b_ttft_ms[stop] / by_size.b_ttft_ms[best] - 1:.0%}" if stop else
          f"it still paid at the smallest size run, {sizes[-1]} tokens")
-below += (f"; the lowest worst gap measured, {by_size.a_worst_gap_ms[lowest]:,.0f} ms, came at {tokens(lowest)}, "
-          f"against {by_size.a_worst_gap_ms[best]:,.0f} ms at {best}" if lowest != best else "")
+below += (f"; the lowest worst gap measured, {prose.ms(by_size.a_worst_gap_ms[lowest] / 1e3)}, came at "
+          f"{tokens(lowest)}, against {prose.ms(by_size.a_worst_gap_ms[best] / 1e3)} at {best}" if lowest != best else "")
 pred_spread = Spread(alike[-1], best_pred, alike[0]) if on_line else best_pred  # both sizes alike, on the line
 pred_lo, pred_hi = claims.allowed(pred_spread, claims.PREDICTED_LENGTH)
 per_run_best = [stopping_point(sizes, [runs_table[(runs_table.chunk_tokens == c) & (runs_table.run == r)].a_worst_gap_ms.iloc[0]
@@ -1000,7 +1000,7 @@ chunked = (f"With {shown.name}-token chunks, the smallest tried," if best == b_p
            f"Chunked, B's prefill kept cutting A's stall {cut_rule} down to the smallest chunks tried, "
            f"{shown.name} tokens ({guess}): there" if stop is None else
            f"Chunked, B's prefill stopped cutting A's stall {cut_rule} at {shown.name}-token chunks ({guess}): there")
-lowest_there = (f" ({by_size.a_worst_gap_ms[lowest]:,.0f} ms at {lowest}-token chunks, the lowest)"
+lowest_there = (f" ({prose.ms(by_size.a_worst_gap_ms[lowest] / 1e3)} at {lowest}-token chunks, the lowest)"
                 if lowest != shown.name else "")  # a smaller size that measured lower than the rule's choice
 median_there = f", its median gap {shown.a_median_gap_ms:,.0f} ms against {unchunked.a_median_gap_ms:,.0f}"
 misses = " " + register.misses() if register.misses() else ""  # the evidence table's misses
