@@ -310,7 +310,7 @@ SESSIONS: tuple[Session, ...] = (
             "a 1-token one, and by how much.",
             (("00_machine", 2), ("02_prefill_sweep", 1), ("03_decode_sweep", 1), ("03_decode_sweep", 2))),
     Session("The book in two sessions, 1 of 2: one request on one machine", 90,
-            (("00_machine", (FOUND, "Predict first")),
+            (("00_machine", (FOUND,)),
              ("01_two_phases", (FOUND, "A real answer, token by token", "The shapes of the two phases",
                                 "The numbers a user feels")),
              ("02_prefill_sweep", (FOUND, "The floor and the knee, read from the data")),
