@@ -267,11 +267,16 @@ prose.shown(pd.DataFrame({"F(M), GFLOP/s": f_rates / 1e9,
 # the lowest time per token of any length)?
 
 # %%
-predicted = pd.DataFrame([dict(dtype=dt, threads=n, prompt_tokens=p, **{f"{t.name.replace(' ', '_')}_ms": t.best * 1e3
-                                                                           for t in pred.terms},
-                               predicted_ms=pred.best * 1e3, predicted_median_ms=pred.median * 1e3,
-                               floor_ms=pred.floor * 1e3, largest_term=pred.dominant.name)
-                          for (dt, n), c in cost.items() for p in prompts for pred in [c.prefill(p)]])
+def price_table(cost: dict) -> pd.DataFrame:
+    """Every configuration's price at every prompt length, term by term (ms at the fastest calls)."""
+    return pd.DataFrame([dict(dtype=dt, threads=n, prompt_tokens=p, **{f"{t.name.replace(' ', '_')}_ms": t.best * 1e3
+                                                                       for t in pred.terms},
+                              predicted_ms=pred.best * 1e3, predicted_median_ms=pred.median * 1e3,
+                              floor_ms=pred.floor * 1e3, largest_term=pred.dominant.name)
+                         for (dt, n), c in cost.items() for p in prompts for pred in [c.prefill(p)]])
+
+
+predicted = price_table(cost)
 expected = {c: sweeps.floor_and_knee(g.prompt_tokens, g.predicted_ms / 1e3, margin=margin)
             for c, g in predicted.groupby(["dtype", "threads"], sort=False)}
 first = predicted[(predicted.dtype == main_dt) & (predicted.threads == most)].set_index("prompt_tokens")
@@ -332,7 +337,11 @@ print("skipped (predicted over the budget): " + ("none" if not skipped else "; "
 
 # %% [markdown]
 # Each pass is set beside its price run by run: the cost model at chapter 0's fastest calls, with the page faults
-# that pass took. A point's **ratio** to its prediction is taken in each run, and a point is the median of its
+# that pass took, at the speed the machine ran during the sweep. A shared machine's speed drifts (another tenant,
+# the clock), so the chapter timed the kernel a 1-token pass rests on, the model's matrices at one row, the way
+# chapter 0 did, before the sweep and after it (`lib.machine.Pacer`, nine calls each), and scales every price by
+# how much slower or faster it ran (`CostModel.at_pace`: the fastest calls by the quicker moment, the median calls
+# by the slower). A point's **ratio** to its prediction is taken in each run, and a point is the median of its
 # runs with the 95 % interval of that median. A point whose ratio's interval straddles the edge of the tolerance
 # is measured again, interleaved, for at most `settle_s` seconds.
 
@@ -374,11 +383,12 @@ def measure_again() -> None:
     spread, ratio = point_spreads(runs_table)
 
 
+pacer.check("after it")
+cost = {c: pacer.price(m) for c, m in cost.items()}  # every price from here on at the machine's speed in the sweep
 runs_table = priced(pd.concat(passes, ignore_index=True))
 spread, ratio = point_spreads(runs_table)
 before = len(straddlers())
 again = claims.settle(measure_again, lambda: not straddlers(), budget_s=settle_s, max_runs=20)
-pacer.check("after it")
 results.table(runs_table[["run", *keys, "passes", "time_ms", "faults", "priced_ms", "ratio", "status"]], "prefill_runs")
 print(f"{before} of {len(ratio)} points straddled their band after {runs} runs; {again} more run{'s' * (again != 1)} of those "
       f"(budget {settle_s:g} s) left {len(straddlers())}")
@@ -396,7 +406,8 @@ print(f"{before} of {len(ratio)} points straddled their band after {runs} runs; 
 # %%
 faults = runs_table.groupby(keys, sort=False).faults.median()
 sweep = (timing.median_range(runs_table[runs_table.status == "ok"], keys, ["time_ms", "ratio"])
-         .merge(predicted, on=keys).merge(faults.rename("faults").reset_index(), on=keys))
+         .merge(price_table(cost), on=keys)  # the prices at the sweep's pace
+         .merge(faults.rename("faults").reset_index(), on=keys))
 sweep["runs"] = [spread[tuple(k)].n for k in sweep[keys].itertuples(index=False)]
 sweep["tokens_per_s"] = sweep.prompt_tokens / sweep.time_ms * 1e3
 sweep["achieved_gflop_s"] = [roofline.prefill_cost(base_shape, p, logits="last").flops / (t * 1e-3) / 1e9
@@ -501,7 +512,7 @@ def as_predicted(claim: str, statement: str, points: list) -> tuple[str, str]:
         f" ({missed} of those passes by enough to count as a miss on its own)")
     top_mid = max(points, key=lambda k: abs(np.log(ratio[k].mid)))
     text = (f"The passes of {'; '.join(dict.fromkeys(label(*k[:2]) for k in points))} took **{pooled.text('.2f', 'x')}** "
-            "the time the cost model priced them at, from chapter 0's kernel rates: " + claims.pick(
+            "the time the cost model priced them at, from chapter 0's kernel rates at the machine's speed during the sweep: " + claims.pick(
                 verdict, held="as priced",
                 not_held=f"{direction} than priced (the section below takes the furthest pass apart)",
                 unresolved=f"{direction} than priced by the median, but too close to call")
@@ -520,11 +531,7 @@ show(*as_predicted("passes_as_predicted", "The prefills of the first configurati
                   [k for k in ratio if k[:2] == main]))
 
 # %% [markdown]
-# Every price above is made of chapter 0's ceilings, measured minutes earlier. A shared machine's speed drifts
-# (another tenant, the clock), so the chapter timed the kernel the price of a 1-token pass rests on, the model's
-# matrices at one row, the way chapter 0 did, once before the sweep and once after it (`lib.machine.Pacer`, nine
-# calls each). If the machine ran that kernel at another speed, a price made of chapter 0's ceilings is off by about
-# as much on that account alone.
+# How fast the machine ran while the sweep ran, against chapter 0, the speed every price above was scaled to:
 
 # %%
 show(pacer.claim(register, results, "the sweep"))
@@ -850,7 +857,8 @@ show("The model's matrices, at chapter 0's rates for their rows, take " + claims
 
 # %%
 register.claim("rise_is_matmuls", "A short pass rises over the 1-token pass by what the cost model's pass rises (each "
-               "run's own rise), most of it its matrices' rise, within the tolerance for a predicted time.")
+               "run's own rise), within the tolerance for a predicted time, and most of that rise is in its matrix "
+               "products (under the profiler).")
 one, top = short.iloc[0], short.iloc[-1]
 in_runs = runs_table[(runs_table.dtype == main_dt) & (runs_table.threads == most)].pivot_table(
     index="run", columns="prompt_tokens", values="time_ms").dropna(subset=[one.prompt_tokens, top.prompt_tokens])
@@ -859,29 +867,51 @@ rise_mm = top.matrices_ms - one.matrices_ms
 p_top, p_one = cost[main].prefill(int(top.prompt_tokens)), cost[main].prefill(1)
 rise_model = (p_top.best - p_one.best) * 1e3
 rise_issue = (p_top.term("dispatch").best - p_one.term("dispatch").best) * 1e3
+per_call_ms = profiling.cost_per_operator(device)
+lm_main = models[main_dt]
+one_ids, top_ids = (random_prompt(t, lm_main.vocab_size, device=device) for t in (1, int(top.prompt_tokens)))
+
+
+def profiled(ids) -> tuple[float, float]:
+    """One profiled pass over ``ids``: its time in the matrix products and elsewhere (ms), the profiler's own cost
+    per operator call taken off."""
+    o = profiling.operators(lambda: phases.prefill(lm_main, ids), passes=2, device=device)
+    on, off = o[o.term == "matrices"], o[o.term != "matrices"]
+    return tuple(max(g.self_ms.sum() - per_call_ms * g.calls.sum(), 1e-6) for g in (on, off))
+
+
+with use_threads(most):  # the two lengths profiled in turns, nine times: the rise's split has an interval
+    split = [(profiled(top_ids), profiled(one_ids)) for _ in range(max(profiled_runs, 9))]
+mm_share = Spread.of([min(max((t[0] - o[0]) / max(sum(t) - sum(o), 1e-6), 0.0), 1.0) for t, o in split])  # 0 to 100 %
+priced_rise = (claims.within(rise, rise_model, claims.PREDICTED_TIME) if rise.low > 0 and rise_model > 0 else
+               claims.NOT_HELD if rise.high <= 0 < rise_model else claims.UNRESOLVED)
 verdict = register.record(
-    "rise_is_matmuls", claims.within(rise, rise_model, claims.PREDICTED_TIME) if rise.low > 0 and rise_model > 0 else
-    claims.NOT_HELD if rise.high <= 0 < rise_model else claims.UNRESOLVED,
-    predicted=f"{rise_model:+.1f} ms (the cost model)", measured=f"{rise.text('+.1f', 'ms')} (the pass)",
-    evidence=f"{label(*main)}, each run's own rise")
+    "rise_is_matmuls", claims.every([priced_rise, claims.at_least(mm_share, 0.5)]),
+    predicted=f"{rise_model:+.1f} ms (the cost model), at least half in the matrices",
+    measured=f"{rise.text('+.1f', 'ms')} (the pass); {mm_share.text('.0%')} of the profiled rise in the matrices",
+    evidence=f"{label(*main)}, each run's own rise; torch.profiler, {len(split)} runs")
 parts = (f"of that price, the matrices' rates account for {rise_mm:+.1f} ms and the longer pass's small kernels and "
          f"issuing for {rise_issue:+.1f} ms")
+in_mm = f"Under the profiler, {mm_share.mid:.0%} of the rise is in the matrix products"
 show(f"From 1 to {tokens(top.prompt_tokens)} the pass grows by {rise.text('+.1f', 'ms')}, " + claims.pick(
-    verdict, held=f"as priced ({rise_model:+.1f} ms). Of that price, the matrices' rates (chapter 0's, timed alone) "
-                  f"account for {rise_mm:+.1f} ms and the longer pass's small kernels and issuing for "
-                  f"{rise_issue:+.1f} ms; the pass's own rise is measured whole, not split.",
-    not_held=f"{'more' if rise.mid > rise_model else 'less'} than the {rise_model:+.1f} ms priced ({parts}). Beyond "
-             f"the matrices' priced rise the pass grew {rise.mid - rise_mm:+.1f} ms, so the parts timed alone do not "
-             "account for its rise here.",
+    priced_rise, held=f"as priced ({rise_model:+.1f} ms); {parts}.",
+    not_held=f"{'more' if rise.mid > rise_model else 'less'} than the {rise_model:+.1f} ms priced ({parts}).",
     unresolved=f"against {rise_model:+.1f} ms priced ({parts}): " + (
         close_call(rise, rise_model / claims.PREDICTED_TIME, rise_model * claims.PREDICTED_TIME)
-        if rise_model > 0 else "the cost model priced no rise to compare it with") + "."),
+        if rise_model > 0 else "the cost model priced no rise to compare it with") + ".")
+     + " " + claims.pick(claims.at_least(mm_share, 0.5), held=f"{in_mm}, as the model has it.",
+                         not_held=f"{in_mm}: most of it is elsewhere, in the small operators and between them.",
+                         unresolved=f"{in_mm}, about half."),
     how=f"The rise is taken within each run (both lengths ran in every run); its range is the 95 % interval of the "
         f"median rise. It counts as priced within {claims.PREDICTED_TIME:g}x of the price either way"
         + (f" ({prose.span(rise_model / claims.PREDICTED_TIME, rise_model * claims.PREDICTED_TIME, '+.1f', 'ms')})"
            if rise_model > 0 else "")
-        + (f"; in this run {lean(rise, rise_model / claims.PREDICTED_TIME, rise_model * claims.PREDICTED_TIME, '+.1f', ' ms')}."
-           if verdict == claims.UNRESOLVED and rise_model > 0 else "."))
+        + (f"; in this run {lean(rise, rise_model / claims.PREDICTED_TIME, rise_model * claims.PREDICTED_TIME, '+.1f', ' ms')}"
+           if priced_rise == claims.UNRESOLVED and rise_model > 0 else "")
+        + f". The split is measured apart: the two lengths profiled in turns, {len(split)} times, each pass's time in "
+          f"the matrix products and elsewhere (the profiler's own cost per operator call taken off); the share is the "
+          f"matrices' rise over the whole profiled rise, {mm_share.text('.0%')}, and counts as most when its whole "
+          "interval is at least half.")
 
 # %% [markdown]
 # The rest of a 1-token pass, its time less its matrices, is the difference of two larger numbers, each with an
@@ -896,9 +926,6 @@ register.claim("rest_is_launch_floor", "What is not matrix product in a 1-token 
 p1 = cost[main].prefill(1)
 issue_ = Spread(p1.term("dispatch").best + p1.term("attention").best, p1.term("dispatch").best + p1.term("attention").best,
                 p1.term("dispatch").median + p1.term("attention").median)
-per_call_ms = profiling.cost_per_operator(device)
-lm_main = models[main_dt]
-one_ids = random_prompt(1, lm_main.vocab_size, device=device)
 one_token_runs = max(profiled_runs, 9)  # a 1-token pass profiles in milliseconds: nine give its median an interval
 with use_threads(most):                 # that leaves out the slowest and fastest runs (lib.claims.Spread.of)
     rest_runs, matrix_runs = [], []

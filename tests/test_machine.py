@@ -271,6 +271,35 @@ def test_pace_times_chapter_0s_kernel_and_its_claim_can_fail_both_ways():
     assert machine.pace_moved({"before": early}) is None
 
 
+def test_a_chapter_that_prices_at_its_pace_says_so_instead_of_saying_its_prices_may_be_off():
+    """Chapter 2 of build 100: the passes ran 1.22x their price while the pace ran 1.22x to 1.29x chapter 0's time;
+    priced at that speed, the page says the prices were made at it, not that they may run too low."""
+    from lib import claims
+    before = machine.Pace(ratio=claims.Spread(1.24, 1.29, 1.33), fastest=1.25, calls=9, reference_best=0.99)
+    after = machine.Pace(ratio=claims.Spread(1.17, 1.22, 1.68), fastest=1.2, calls=9, reference_best=0.99)
+    pacer = machine.Pacer(None, "gpt2-small", "fp32", 2, CPU, {"before the sweep": before, "after it": after})
+    assert pacer.speed().low == 1.22 and pacer.speed().high == 1.29 and 1.22 < pacer.speed().mid < 1.29
+    assert machine.Pacer(None, "gpt2-small", "fp32", 2, CPU).speed() is None
+
+    class Priced:  # stands for a CostModel: what it is handed
+        def at_pace(self, speed):
+            return speed
+    assert not pacer.scaled and pacer.price(Priced()) == pacer.speed() and pacer.scaled
+    note = pacer.note()
+    assert "1.22x to 1.29x their chapter 0 time" in note and "prices are made at that speed" in note
+    assert "too low" not in note
+    register = claims.Claims()
+    said = machine.pace_claim(register, pacer.moments, "the sweep", scaled=True)
+    assert "This chapter's prices are made at these speeds" in said and "about that much too low" not in said
+    assert register.frame().verdict.tolist() == [claims.UNRESOLVED]  # the drift itself is still decided
+    slow = machine.Pace(ratio=claims.Spread(1.6, 1.65, 1.7), fastest=1.6, calls=9)
+    register = claims.Claims()
+    said = machine.pace_claim(register, {"before": slow}, "the sweep", scaled=True)
+    assert register.frame().verdict.tolist() == [claims.NOT_HELD] and "times 1.65" in said.split("\n\n")[0]
+    same = machine.Pace(ratio=claims.Spread.of([0.98, 1.0, 1.02] * 3), fastest=1.0, calls=9)
+    assert machine.pace_note({"before": same}, scaled=True) == ""  # nothing to say at chapter 0's speed
+
+
 def test_a_pacer_checks_its_moments_claims_on_them_and_writes_its_evidence():
     """The chapters' one watch on the machine's speed: two moments timed, one claim on both, ``pace.csv`` written
     through the chapter's results; a model chapter 0 did not time at one row is neither timed nor claimed."""
