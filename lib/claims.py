@@ -581,10 +581,22 @@ class Claims:
         """How many claims and each outcome's count (:func:`tally`)."""
         return tally(self.frame().verdict)
 
-    def misses(self) -> str:
-        """The chapter's misses counted for its opening paragraph, in the one wording the book uses: "2 predictions
-        failed and 1 was left open: see the evidence table." (empty when every claim held). Introduced in chapter 3."""
-        verdicts = self.frame().verdict
+    def misses(self, names: dict[str, str] | None = None, only_named: bool = False) -> str:
+        """The chapter's misses for its opening paragraph, in the one wording the book uses. With ``names`` (each
+        claim's id to what a reader calls it, "the step's growth with its cache"), each miss named: "Two predictions
+        failed: A and B. Left open: C." (a claim without a name is named by its id in words, or with
+        ``only_named`` left out: the opening says it itself); without, counted:
+        "2 predictions failed and 1 was left open: see the evidence table." Empty when every claim held.
+        Introduced in chapter 3."""
+        frame = self.frame()
+        verdicts = frame.verdict
+        if names is not None:
+            named = {v: [names.get(c, c.replace("_", " ")) for c in frame[verdicts == v].claim
+                         if c in names or not only_named] for v in (NOT_HELD, UNRESOLVED)}
+            return " ".join(filter(None, [
+                f"{prose.count(len(named[NOT_HELD]), 'prediction').capitalize()} failed: "
+                f"{prose.and_list(named[NOT_HELD])}." if named[NOT_HELD] else "",
+                f"Left open: {prose.and_list(named[UNRESOLVED])}." if named[UNRESOLVED] else ""]))
         failed, left = int((verdicts == NOT_HELD).sum()), int((verdicts == UNRESOLVED).sum())
         parts = [f"{prose.count(failed, 'prediction')} failed"] if failed else []
         if left:  # "two failed and one was left open", the noun said once

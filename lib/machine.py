@@ -1231,7 +1231,7 @@ SCALED_BY_PACE = ("It scales what is priced or measured in absolute units (milli
                   "larger than that has another cause.")
 
 
-def pace_claim(register, paced: dict[str, Pace], what: str, model: str = "", scaled: bool = False) -> str:
+def pace_claim(register, paced: dict[str, Pace], what: str, model: str = "", scaled: "Spread | None" = None) -> str:
     """Declare and decide ``machine_kept_its_pace`` in a chapter's ``register`` (a :class:`lib.claims.Claims`):
     at every moment of ``paced`` the kernel ran within :data:`lib.claims.PREDICTED_TIME` of chapter 0's calls, from
     its fastest to its median (:meth:`Pace.expected`), the span and the tolerance every price of the chapter is
@@ -1239,8 +1239,8 @@ def pace_claim(register, paced: dict[str, Pace], what: str, model: str = "", sca
     or slowed down by more during the chapter held none of its speeds throughout, though each moment alone may
     lie inside chapter 0's band). Chapter 0's median alone is one of a few calls and moved by a quarter between
     quiet builds; a pace read against it alone called a machine running at chapter 0's fastest call "faster".
-    ``scaled``: the chapter prices at the pace it timed (:meth:`Pacer.price`), and the sentence says so instead of
-    saying its prices may be off by it. Returns the finding (markdown): a plain sentence, and the intervals that
+    ``scaled``: the speed the chapter priced at (:meth:`Pacer.price`), and the sentence says so instead of saying its
+    prices may be off by the pace. Returns the finding (markdown): a plain sentence, and the intervals that
     decided it folded below it (:func:`lib.prose.show`'s ``how``)."""
     from lib import claims
     from lib.prose import HOW_DECIDED
@@ -1248,11 +1248,11 @@ def pace_claim(register, paced: dict[str, Pace], what: str, model: str = "", sca
     moments = "; ".join(f"{p.ratio.text('.2f', 'x')} {when}" for when, p in paced.items())
     slowest = max(paced.values(), key=lambda p: p.ratio.mid).ratio.mid
     drift = (f" At the median it ran up to {slowest - 1:.0%} slower than chapter 0's median call, and a price made of chapter 0's "
-             "ceilings is then about that much too low." if slowest > 1 + claims.NOISE and not scaled else "")
-    lowest = min(p.ratio.mid for p in paced.values())
-    at_pace = (f" This chapter's prices are made at these speeds: chapter 0's fastest calls times {lowest:.2f}, its "
-               f"median calls times {slowest:.2f} (the slowest moment), so a price below misses by what the machine's "
-               "drift does not explain." if scaled else "")
+             "ceilings is then about that much too low." if slowest > 1 + claims.NOISE and scaled is None else "")
+    at_pace = "" if scaled is None else (
+        f" This chapter's prices are made at the speed it measured: chapter 0's fastest calls times {scaled.low:.2f}, "
+        f"its median calls times {scaled.high:.2f}, so a price below misses by what the machine's drift does not "
+        "explain.")
     moved = pace_moved(paced)
     kept = [claims.within(p.ratio, p.expected(), claims.PREDICTED_TIME) for p in paced.values()]
     steady = claims.HELD if moved is None else claims.within(moved[2], 1.0, claims.PREDICTED_TIME)
@@ -1282,14 +1282,14 @@ def pace_claim(register, paced: dict[str, Pace], what: str, model: str = "", sca
         plain = f"While {what} ran, the machine kept the speed chapter 0 measured: {took}."
     elif verdict == claims.NOT_HELD and (off_band or moved is None):
         plain = (f"While {what} ran, the machine ran at another speed than chapter 0 measured: {took}. "
-                 + (at_pace.strip() if scaled else SCALED_BY_PACE))
+                 + (at_pace.strip() if scaled is not None else SCALED_BY_PACE))
     elif verdict == claims.NOT_HELD:
         plain = (f"While {what} ran, the machine changed speed: {took}: {moved[2].mid:.2f}x as long {moved[1]} as "
-                 f"{moved[0]}. " + ("The prices here span both speeds." if scaled else
+                 f"{moved[0]}. " + ("The prices here span both speeds." if scaled is not None else
                                     "A price made of chapter 0's ceilings can fit one of these moments at best."))
     else:
         plain = (f"While {what} ran, the machine ran at about the speed chapter 0 measured, too close to call whether "
-                 f"it kept it: {took}." + (" This chapter's prices are made at these speeds." if scaled else ""))
+                 f"it kept it: {took}." + (" This chapter's prices are made at the speed it measured." if scaled is not None else ""))
     how = (f"Against chapter 0's median call, {model or 'the model'}'s matrices at one row took {moments} (95 % "
            f"intervals of {', '.join(str(p.calls) for p in paced.values())} calls), where chapter 0's fastest call "
            f"was {fastest:.2f}x its median: each moment is held to that span, within the tolerance of "
@@ -1313,19 +1313,19 @@ def pace_moved(paced: dict[str, Pace]) -> tuple[str, str, "Spread"] | None:
     return a, b, pb.ratio / pa.ratio
 
 
-def pace_note(paced: dict[str, Pace], scaled: bool = False) -> str:
+def pace_note(paced: dict[str, Pace], scaled: "Spread | None" = None) -> str:
     """The sentence a chapter's opening adds when the machine's pace (:func:`pace`, at the moments of ``paced``)
     was not within the tolerance every price is held to at every moment, as :func:`pace_claim` decides it: how
     far, at which moments when not at all, and which way the chapter's prices miss for it; where no moment lies
     wholly outside but one straddles the tolerance's edge, the furthest such moment, with its interval, as what the
     prices may be off by; where every moment lies inside but the machine changed speed between them
     (:func:`pace_moved`) by more than the tolerance, or by an amount across its edge, that change. With ``scaled``
-    (the chapter priced at the pace it timed, :meth:`Pacer.price`) the sentence says how far the machine moved and
-    that the prices were made at its speed. Empty when the pace held or was not measured."""
+    (the speed the chapter priced at, :meth:`Pacer.price`) the sentence says how far the machine moved and that the
+    prices were made at that speed. Empty when the pace held or was not measured."""
     from lib import claims
 
-    if scaled:
-        return _scaled_note(paced)
+    if scaled is not None:
+        return _scaled_note(paced, scaled)
 
     verdicts = {k: claims.within(p.ratio, p.expected(), claims.PREDICTED_TIME) for k, p in paced.items()}
     outside = {k: paced[k].ratio.mid for k, v in verdicts.items() if v == claims.NOT_HELD}
@@ -1363,7 +1363,7 @@ def pace_note(paced: dict[str, Pace], scaled: bool = False) -> str:
             f"up to that much{tail}")
 
 
-def _scaled_note(paced: dict[str, Pace]) -> str:
+def _scaled_note(paced: dict[str, Pace], scaled: "Spread") -> str:
     """:func:`pace_note` for a chapter that prices at the pace it timed: how far the machine ran from chapter 0's
     speed, when not within the tolerance, and that the prices were made at that speed."""
     from lib import claims
@@ -1374,10 +1374,9 @@ def _scaled_note(paced: dict[str, Pace]) -> str:
     if all(v == claims.HELD for v in kept) and changed in (None, claims.HELD):
         return ""
     mids = [p.ratio.mid for p in paced.values()]
-    low, high = min(mids), max(mids)
-    times = f"{low:.2f}x" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}x to {high:.2f}x"
-    return (f"The machine ran the model's one-row matrices at {times} their chapter 0 time while this chapter ran, "
-            f"so its prices are made at that speed (chapter 0's ceilings scaled by it).")
+    span = lambda lo, hi: f"{lo:.2f}x" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}x to {hi:.2f}x"  # noqa: E731
+    return (f"The machine ran the model's one-row matrices at {span(min(mids), max(mids))} their chapter 0 time while "
+            f"this chapter ran, so its prices are made at {span(scaled.low, scaled.high)} chapter 0's ceilings.")
 
 
 def release_pace() -> None:
@@ -1400,7 +1399,7 @@ class Pacer:
     threads: int
     device: torch.device
     moments: dict[str, Pace] = dataclasses.field(default_factory=dict)
-    scaled: bool = False  # whether the chapter priced at the pace (price)
+    scaled: "Spread | None" = None  # the speed the chapter priced at (price), if it did
 
     def check(self, when: str) -> Pace | None:
         """Time the pace now, as the moment ``when`` ("before the sweep"); its weights are dropped after."""
@@ -1432,7 +1431,8 @@ class Pacer:
         unchanged when nothing was timed): call it after the last :meth:`check` whose moment the prices should
         span. The pace's sentences then say that the prices were made at that speed. Introduced in chapter 2."""
         speed = self.speed()
-        self.scaled = self.scaled or speed is not None
+        if speed is not None:
+            self.scaled = speed
         return cost.at_pace(speed)
 
     def speed(self) -> "Spread | None":

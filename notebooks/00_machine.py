@@ -17,21 +17,21 @@
 # Every later chapter predicts how long a pass of a model should take, and then measures it. The prediction
 # is a sum (`lib.costmodel`): an eager pass runs its kernels one after another, so its time is what each kernel
 # takes plus the cost of issuing them. Each part is priced at a rate measured here, once for the whole book,
-# for the kernel that actually does that work:
+# for the kernel that actually does that work.
 #
 # * [**streaming**](glossary.md#streaming-read), as STREAM measures it: a read (a sum), a second read that does
 #   almost no arithmetic (a running maximum over the bits as whole numbers), a copy, a copy into freshly allocated memory (what a growing cache
-#   does) and a triad, over arrays at least four times the CPU's last-level cache (STREAM's rule), so that they
-#   stream from memory;
+#   does) and a triad. Its arrays are at least four times the CPU's last-level cache (STREAM's rule), so that
+#   they stream from memory.
 # * **the model's own matrices, in its own layout**: GPT-2's layers call `addmm` on `[in, out]` weights, a Llama's
-#   (SmolLM2's) call `F.linear` on `[out, in]`; at one row (a decode step) this is the rate the weights stream at,
-#   and at `M` rows it is [`F(M)`](glossary.md#matrix-rate-fm), the FLOP rate those shapes reach with `M` rows;
+#   (SmolLM2's) call `F.linear` on `[out, in]`. At one row (a decode step) this is the rate the weights stream at,
+#   and at `M` rows it is [`F(M)`](glossary.md#matrix-rate-fm), the FLOP rate those shapes reach with `M` rows.
 # * **attention** over a prompt and over a cache, with the model's heads (a cache read after as many bytes as the
-#   model's weights have streamed past it, as in a decode step);
+#   model's weights have streamed past it, as in a decode step).
 # * [**dispatch**](glossary.md#dispatch): a pass of the same model with its matrix products and attention hollowed
 #   out (each returns zeros), so it issues every operation and runs its small kernels at the model's width and does
-#   nothing else, with its operations counted; a decode step's also from a longer cache, since the rest of a step
-#   grows with its cache;
+#   nothing else. Its operations are counted, and a decode step's is timed from a longer cache too, since the rest
+#   of a step grows with its cache.
 # * **the square product**, the peak a textbook roofline uses.
 #
 # Every chapter reads this chapter's table (`lib.machine.load_ceilings`), so a ceiling cannot drift between
@@ -40,10 +40,10 @@
 # %% [markdown]
 # **After this chapter you can**
 #
-# * measure this machine's streaming read in GB/s, and check one reading with a second, different one;
-# * compare the model's own matrix-vector rate (the kernel rate) with the streaming read, and say which of the two a decode step will meet;
-# * read the matrix rate with few rows, F(M), and say why a pass of a few tokens does not get the rate of a long one;
-# * estimate what issuing one operation costs (dispatch) and what the timer itself adds to a measurement.
+# * Measure this machine's streaming read in GB/s, and check one reading with a second, different one.
+# * Compare the model's own matrix-vector rate (the kernel rate) with the streaming read, and say which of the two a decode step will meet.
+# * Read the matrix rate with few rows, F(M), and say why a pass of a few tokens does not get the rate of a long one.
+# * Estimate what issuing one operation costs (dispatch) and what the timer itself adds to a measurement.
 
 # %% tags=["parameters"]
 quick = False
@@ -94,15 +94,15 @@ opening = prose.Opening()
 _llc = machine.last_level_cache_bytes() if not on_gpu else None
 show("Weights (the matrices a pass multiplies by), " + ", ".join(
     f"{m}: **{MODELS[m][0].with_dtype('fp32').weight_bytes / 2**20:,.0f} MiB** in fp32" for m in [*models, *models_one_stream])
-     + ("." if _llc is None else f"; this CPU's last-level cache: **{_llc / 2**20:,.0f} MiB** (shared with the "
+     + ("." if _llc is None else f". This CPU's last-level cache holds **{_llc / 2**20:,.0f} MiB** (shared with the "
         "host's other cores where this is a virtual machine)."))
 
 # %% [markdown] tags=["predict"]
 # ## Predict first
 #
-# **Predict first.** Below this point nothing has been measured yet: the tables above say only which device this
-# is, its cores and (on a CPU) its flags and caches, and what the models weigh (the paragraph at the very top holds
-# this run's answers; a student copy shows it only once the chapter has run). A streaming read moves each byte of
+# **Predict first.** Below this point nothing has been measured yet. The tables above say only which device this
+# is, its cores and (on a CPU) its flags and caches, and what the models weigh. The paragraph at the very top holds
+# this run's answers; a student copy shows it only once the chapter has run. A streaming read moves each byte of
 # an array once; a matrix-vector product reads every weight once and does two FLOPs per weight. Write down your
 # guesses for this machine:
 #
@@ -119,34 +119,46 @@ show("Weights (the matrices a pass multiplies by), " + ", ".join(
 # %% [markdown]
 # ## The measurements
 #
-# Each kernel is timed within a budget, in rounds: in the first round it is warmed up once, and that call's time
-# sets how many repeats fit; every ceiling is measured once per round, in every dtype and at every thread count,
-# before the next round begins, so a slow spell of a shared machine that lasts a few seconds lands on one round of
-# everything, not on every repeat of the few kernels (or the one dtype) timed during it (the plan this run used is printed below
-# the table). **A ceiling is the fastest repeat**: other programs on a shared machine only ever slow a
-# kernel down, so the fastest call is the one closest to what the kernel can do, and the one a slow spell moves
-# least (a host whose own speed drifts between two builds moves every ceiling alike, and the chapters' times
-# with them, so the chapters compare a measured time with its price from the same build). The median of the same repeats is kept beside it, and `spread` (median over fastest, less one)
-# says how noisy the machine was. A product that would not fit its budget is timed on part of the model
-# (`measured_fraction`) and scaled, each call after a read of as many bytes as the whole model's weights, so that
-# its part does not sit in the caches between calls; up to 16 rows every layer is timed, so the weights stream
-# from memory as in a pass. The streaming kernels and the model's matrices, as they are timed:
+# Each kernel is timed many times. **A ceiling is the fastest repeat**: other programs on a shared machine only
+# ever slow a kernel down, so the fastest call is the one closest to what the kernel can do. The median of the
+# same repeats is kept beside it, and `spread` (median over fastest, less one) says how noisy the machine was.
+#
+# <details><summary>How the repeats are scheduled</summary>
+#
+# Each kernel is timed within a budget, in rounds. In the first round it is warmed up once, and that call's time
+# sets how many repeats fit. Every ceiling is measured once per round, in every dtype and at every thread count,
+# before the next round begins. So a slow spell of a shared machine that lasts a few seconds lands on one round of
+# everything, not on every repeat of the few kernels (or the one dtype) timed during it. The plan this run used is
+# folded below the table.
+#
+# The fastest repeat is also the one a slow spell moves least. A host whose own speed drifts between two builds
+# moves every ceiling alike, and the chapters' times with them, so the chapters compare a measured time with its
+# price from the same build.
+#
+# A product that would not fit its budget is timed on part of the model (`measured_fraction`) and scaled. Each
+# call follows a read of as many bytes as the whole model's weights, so that its part does not sit in the caches
+# between calls. Up to 16 rows every layer is timed, so the weights stream from memory as in a pass.
+# </details>
+#
+# The code below times the streaming kernels and the model's matrices.
 
 # %%
 display(prose.source(machine.stream, machine.fresh_memory, machine.model_matrices))
 
 # %% [markdown]
-# One table, one row per dtype, thread count and kernel (and model and rows, where they apply):
+# The table has one row per dtype, thread count and kernel (and model and rows, where they apply).
 
 # %%
+took = []  # how long each dtype and thread count took: the instrument's log, folded below
 ceilings_table = machine.measure_ceilings(device, dtypes, threads, models=models, models_one_stream=models_one_stream,
-                                          quick=quick)
+                                          quick=quick, log=took.append)
 results.table(ceilings_table, "ceilings")
 ceilings = machine.Ceilings(machine.check_ceilings(ceilings_table), str(device))
 ok = ceilings_table[ceilings_table.status == "ok"]
 plan = machine.budget(device, quick)
-print(f"plan: {plan.rounds} round(s) of {plan.seconds:g} s a ceiling, {plan.min_repeats} to {plan.max_repeats} repeats "
-      f"a round; streamed arrays of {plan.stream_bytes >> 20} MiB")
+show(f"The table below holds {len(ok):,} ceilings, one a row, each the fastest of its repeats.",
+     how=f"The plan: {plan.rounds} round(s) of {plan.seconds:g} s a ceiling, {plan.min_repeats} to {plan.max_repeats} "
+         f"repeats a round; streamed arrays of {plan.stream_bytes >> 20} MiB. " + "; ".join(took) + ".")
 for row in ceilings_table[ceilings_table.status != "ok"].itertuples():
     print(f"{row.dtype}, {row.threads} threads, {row.kernel} {row.model} {row.rows}: {row.status} ({row.note})")
 prose.shown(ok[["dtype", "threads", "kernel", "model", "rows", "best_s", "spread", "gb_s", "gflop_s", "repeats"]].round(4))
@@ -154,10 +166,10 @@ prose.shown(ok[["dtype", "threads", "kernel", "model", "rows", "best_s", "spread
 # %% [markdown]
 # ## Streaming, and a second read to check the first
 #
-# A sum does an addition per element, so a slow adder could hold it back; a running maximum over the same bytes
+# A sum does an addition per element, so a slow adder could hold it back. A running maximum over the same bytes
 # read as whole numbers does one integer comparison. If both read at the same rate, neither kernel's arithmetic
-# sets it. (Read as bf16 values, a maximum converts every value on a CPU without bf16 instructions, which
-# is arithmetic again: hence whole numbers.)
+# sets it. Read as bf16 values, a maximum would convert every value on a CPU without bf16 instructions, which
+# is arithmetic again: hence whole numbers.
 
 # %%
 register.claim("streaming_read_cross_checked", "A streaming read and a second read kernel that does almost no "
@@ -197,9 +209,9 @@ show(_streaming + ".")
 # page and zeroing it), so a copy into fresh memory should be slower than a copy into memory already in use. On
 # Linux a large allocation (from 32 MiB, glibc's largest threshold) always gets fresh pages; a smaller one gets
 # them or not, as the allocator decides. The copy into fresh memory is timed with its faults counted (the
-# operating system's count, `lib.timing.page_faults`), so the cost of one fault is measured here, in fp32 only (a
-# fault is the operating system's work, whatever the values' type), and every later chapter prices the faults a
-# pass takes at it. A GPU's caching allocator reuses its memory, so there the two
+# operating system's count, `lib.timing.page_faults`), so the cost of one fault is measured here. Every later
+# chapter prices the faults a pass takes at it. It is measured in fp32 only: a fault is the operating system's
+# work, whatever the values' type. A GPU's caching allocator reuses its memory, so there the two
 # copies should agree.
 
 # %%
@@ -225,7 +237,7 @@ show(claims.pick(
     verdict,
     held=f"{copied}: slower, as predicted. The fresh copy took {fresh_row.faults_per_call:,.0f} page faults for its "
          f"{fresh_pages:,.0f} pages of {timing.PAGE_BYTES / 1024:g} KiB. Each costs {fault_us:.2f} us on {where} and "
-         f"{fault_us_1:.2f} us on one thread, which the cost model adds for every fault a pass takes.",
+         f"{fault_us_1:.2f} us on one thread. The cost model adds that for every fault a pass takes.",
     not_held=f"{copied}: not as predicted, the fresh copy is not clearly slower. Its {fresh_row.faults_per_call:,.0f} page faults for "
              f"{fresh_pages:,.0f} pages cost {fault_us:.2f} us each on {where}, so the cost model's page faults cost "
              "next to nothing here.",
@@ -280,7 +292,7 @@ one_note = "" if not one or short else (  # the one-thread pair, which later cha
        else f"the one core's kernel drawing {'more' if gemv_1 > read_1 else 'less'} than one core's streaming read)"))
 others = [m for m in gemv if m != model and MODELS[m][1] != MODELS[model][1]]
 layouts = "" if not others or not short else (
-    f" {others[0]}'s products, in the other layout ({MODELS[others[0]][1]}), read {gemv[others[0]]:.1f} GB/s: "
+    f" In the other layout ({MODELS[others[0]][1]}), {others[0]}'s products read {gemv[others[0]]:.1f} GB/s: "
     + ("both layouts' kernels fall short of the read, so the gap is the kernels', not the layout's."
        if gemv[others[0]] * claims.PREDICTED_RATIO < rates["read"] else
        "that layout's kernel comes close to the read, so the gap is this layout's kernel."))
@@ -307,7 +319,7 @@ show(claims.pick(
          "price them at the products' own rate."
          + (f" A kernel reading faster than the memory streams gets part of its weights from a cache{cache_note}."
             if gemv[model] > rates["read"] * (1 + claims.NOISE) else ""),
-    not_held=f"{fastest}, {compare}{threads_note}.{layouts} {which}, so every later chapter prices a decode step's "
+    not_held=f"{fastest}, {compare}{threads_note}.{layouts} {which}. So every later chapter prices a decode step's "
              "weights at the kernels' rate, not the memory's.",
     unresolved=f"With {where}, {model}'s matrix-vector products read their weights at "
                f"{gemv_spread.text('.1f', 'GB/s')} and the streaming read moves {read_spread.text('.1f', 'GB/s')}: "
@@ -350,7 +362,7 @@ else:
     show(claims.pick(
         verdict,
         held=f"The streaming read goes from {r1:.1f} GB/s on one thread to {rates['read']:.1f} GB/s on {most}, "
-             f"{rates['read'] / r1:.2f}x, more as predicted; the model's matrix-vector products go from {g1:.1f} to "
+             f"{rates['read'] / r1:.2f}x, more as predicted. The model's matrix-vector products go from {g1:.1f} to "
              f"{gm:.1f} GB/s, {gm / g1:.2f}x.",
         not_held=f"The streaming read moves {moves} ({rates['read'] / r1:.2f}x): one core already draws what this "
                  f"memory gives. The model's matrix-vector products: {gm / g1:.2f}x.",
@@ -363,7 +375,7 @@ else:
 # %% [markdown]
 # ## The matrix rate with few rows: F(M)
 #
-# With `M` rows a product does `M` times the FLOPs for the same weight bytes, so the textbook expects its time
+# With `M` rows a product does `M` times the FLOPs for the same weight bytes. So the textbook expects its time
 # to stay flat while the bytes dominate, and its FLOP rate to climb toward the square product's peak. The
 # figure shows the rate the model's block matrices reach with each number of rows, against the square product.
 
@@ -406,32 +418,31 @@ far_arith = far_rows * 2 * block_bytes / 4 / (square * 1e9)  # seconds: that man
 # %%
 if extra > 0 and fault_s >= extra / 2:  # why the extra rows cost more, from the kernels' own rows (the short form opens the page)
     why_short = "page faults took most of the extra time"
-    why = (f"the product at {few} rows takes {faults:,.0f} page faults, {prose.ms(fault_s)} of its extra "
-           f"{prose.ms(extra)}: the extra time is the operating system's, mapping its output afresh")
+    why = (f"The product at {few} rows takes {faults:,.0f} page faults, {prose.ms(fault_s)} of its extra "
+           f"{prose.ms(extra)}. The extra time is the operating system's, mapping the product's output afresh")
 elif g_few * claims.PREDICTED_RATIO >= square:
     why_short = f"at {few} rows the arithmetic already sets the time"
-    why = (f"at {few} rows the product already runs at {g_few:.1f} GFLOP/s, near the square product's {square:.0f}: "
-           "its arithmetic, not its weights' bytes, sets its time")
+    why = (f"At {few} rows the product already runs at {g_few:.1f} GFLOP/s, near the square product's {square:.0f}. "
+           "Its arithmetic, not its weights' bytes, sets its time")
 elif shape == "one-off":
     why_short = "a one-off step at the first extra row"
-    why = (f"{steps_told[:1].lower()}{steps_told[1:]}: the time steps up once, going from one row to two, and then "
-           f"grows only a little (at {few} rows the product runs {g_few:.1f} GFLOP/s, far below the square product's "
-           f"{square:.0f}), and {fault_text}: the shape of a kernel that takes another, slower path for more than one "
-           "row, not a cost per row")
+    why = (f"The time steps up once, going from one row to two, and then grows only a little. At {few} rows the "
+           f"product runs {g_few:.1f} GFLOP/s, far below the square product's {square:.0f}, and {fault_text}. That is "
+           "the shape of a kernel that takes another, slower path for more than one row, not a cost per row")
 elif shape == "steps":
     why_short = "the kernel changes its path with the row count"
-    why = (f"{steps_told[:1].lower()}{steps_told[1:]}: the time rises in uneven steps, not by a cost per row, while "
-           f"{far_rows} rows' arithmetic at the square product's rate would take only {prose.ms(far_arith)}, and "
-           f"{fault_text}: the kernel changes its path, and its speed, with the row count")
+    why = (f"The time rises in uneven steps as rows are added, not by a cost per row. Yet {far_rows} rows' arithmetic "
+           f"at the square product's rate would take only {prose.ms(far_arith)}, and {fault_text}. The kernel "
+           "changes its path, and its speed, with the row count")
 elif shape == "per row":
     why_short = "each extra row adds its own time, at a fraction of the machine's FLOP rate"
-    why = (f"{steps_told[:1].lower()}{steps_told[1:]}: each added row costs about the same, and at {few} rows the "
-           f"product runs {g_few:.1f} GFLOP/s, far below the square product's {square:.0f}; {fault_text}: the "
-           "kernel's time grows with its rows' arithmetic, done slowly, not with the weights' bytes")
+    why = (f"Each added row costs about the same, and at {few} rows the product runs {g_few:.1f} GFLOP/s, far below "
+           f"the square product's {square:.0f}. Since {fault_text}, the kernel's time grows with its rows' arithmetic, "
+           "done slowly, not with the weights' bytes")
 else:
     why_short = "neither the arithmetic nor page faults take the extra time"
-    why = (f"at {few} rows the product runs {g_few:.1f} GFLOP/s, far below the square product's {square:.0f}, and "
-           f"{fault_text}: neither the arithmetic's rate nor the operating system takes the extra time, so the "
+    why = (f"At {few} rows the product runs {g_few:.1f} GFLOP/s, far below the square product's {square:.0f}, and "
+           f"{fault_text}. Neither the arithmetic's rate nor the operating system takes the extra time, so the "
            "kernel's own path for more than one row does")
 ratio = t2.best / t1.best
 verdict = register.record("two_rows_cost_no_more", claims.at_most(measured_ratio, claims.PREDICTED_RATIO),
@@ -440,12 +451,11 @@ show(f"The block matrices of {model} take {prose.ms(t1.best)} at one row and {pr
      f"({ratio:.2f}x" + claims.pick(
          verdict, held="): the weights' bytes set both.",
          not_held=f") for the same weight bytes: one row streams the weights at "
-                  f"{block_bytes / t1.best / 1e9:.1f} GB/s, {few} rows at {block_bytes / t2.best / 1e9:.1f} GB/s, so "
-                  "with more than one row the product's kernel no longer streams the weights at the one-row rate. One "
-                  f"layer down, {why}. Every short prompt of chapter 2 meets this, and so does any decode step that "
-                  "checks several tokens at once.",
+                  f"{block_bytes / t1.best / 1e9:.1f} GB/s, {few} rows at {block_bytes / t2.best / 1e9:.1f} GB/s. "
+                  f"One layer down: {why[:1].lower()}{why[1:]}. Every short prompt of chapter 2 meets this, and so does any decode step "
+                  "that checks several tokens at once.",
          unresolved="): too close to call whether the extra rows cost more than one."),
-     how=f"Both times are fastest calls. Paired the other ways (one's fastest call with the other's median) the ratio "
+     how=(f"{steps_told}. " if steps_told and verdict == claims.NOT_HELD else "") + f"Both times are fastest calls. Paired the other ways (one's fastest call with the other's median) the ratio "
          f"runs {prose.span(measured_ratio.low, measured_ratio.high, '.2f', 'x')}; a few rows count as costing no more "
          f"than one while all of that stays within {claims.PREDICTED_RATIO:g}x, and as costing more when none of it "
          "does.")
@@ -453,16 +463,15 @@ show(f"The block matrices of {model} take {prose.ms(t1.best)} at one row and {pr
 # %% [markdown]
 # ## Issuing the work, and what limits each dtype
 #
-# The hollowed model issues the same operations as the real one and runs its small kernels (norms, activations,
-# residual adds) at the same width. The table times it two ways. **Alone** (`setting` "alone") is the hollowed
-# pass run by itself, divided by the operations it issues: what issuing one operation costs when nothing else
-# uses the caches. **Between weight streams** is the same pass with every product still reading its weights,
+# The hollowed model issues the real one's operations and runs its small kernels at the same width. The table
+# times it two ways. **Alone** (`setting` "alone") is the hollowed pass run by itself, divided by the operations
+# it issues: what issuing one operation costs when nothing else uses the caches. **Between weight streams** is the same pass with every product still reading its weights,
 # less the reads' own time: what the same operations cost inside a real pass, whose weights flush the caches
 # the interpreter and the small kernels work from. The cost model prices a pass's dispatch at the second,
 # between weight streams. A decode step is timed that way from 16 cached tokens and again from longer caches
-# (`lib.machine.LONG_CACHES`): the difference, less what a growing cache's own copy grows when it is timed alone
-# (the cost model prices that copy apart), is how much the rest of a step grows with its cache, and the cost model
-# adds it to a step's dispatch at its cache's size. The square product can reach the
+# (`lib.machine.LONG_CACHES`). The difference, less the growth of the cache's own copy timed alone (priced
+# apart), is how much the rest of a step grows with its cache. The cost model adds it to a step's dispatch at its
+# cache's size. The square product can reach the
 # arithmetic units' rate only where the hardware has instructions for the dtype (the CPU's flags or the GPU's
 # compute capability say which); without them its rate is a slow kernel's. Its table gives each dtype's rate
 # against fp32's and against one thread's.
@@ -505,13 +514,16 @@ if all(g is not None for g in grown.values()):
                   "model prices apart, was no slower than at 16)") if _same else ""
     if _longer:
         show(f"From a cache of 1,000 tokens instead of 16, the rest of {model}'s step (fp32, {most} threads) takes "
-             + ", and ".join(list(_longer.values()) + [_no_growth] * bool(_same))
-             + ". That is work outside the matrices and attention that grows with the cache, which the cost model adds to "
-             "a step's dispatch at the first figure (chapter 3 takes it apart under the profiler).", how=_told_how)
+             + ", and ".join(_longer.values()) + "."
+             + (f" With a {' or a '.join(_same)} cache it took no longer: its step at 1,000 tokens, less what the cost "
+                "model prices apart, was no slower than at 16." if _same else "")
+             + " The growth is work outside the matrices and attention that grows with the cache. The cost model adds the "
+             "first figure to a step's dispatch, and chapter 3 takes it apart under the profiler.", how=_told_how)
     else:
         show(f"From a cache of 1,000 tokens instead of 16, the rest of {model}'s step (fp32, {most} threads) takes "
              f"{_no_growth}. On this machine the work outside the matrices and attention does not grow with the "
              "cache, and the cost model adds nothing for it.", how=_told_how)
+# %%
 peaks = ok[ok.kernel == "square_matmul"][["dtype", "threads", "note", "gflop_s", "spread", "hardware_support"]]
 _at = {(r.dtype, r.threads, r.note): r.gflop_s for r in peaks.itertuples()}  # each ratio at the same size
 display(prose.shown(peaks.rename(columns={"hardware_support": "instructions_for_dtype"}).assign(
@@ -523,15 +535,17 @@ if most > 1 and not on_gpu:  # what the flags say, beside what the square produc
              ceilings.square_flops(dt, most) / ceilings.square_flops(dt, 1)  # one size for both, where timed
              for dt, n in _one_size.items()}
     _flat = [dt for dt, g in _gain.items() if g < 1 + claims.NOISE * 2]
-    show("; ".join(f"{dt}'s square product on {most} threads ran **{ceilings.square_flops(dt, most) / 1e9:,.0f} GFLOP/s**, "
-                   + (f"and at {_one_size[dt]}, the size one thread was timed at, {_gain[dt]:.2f} times one thread's"
-                      if _one_size[dt] else f"{_gain[dt]:.2f} times its one thread's")
-                   + ("" if dt == "fp32" else f" and {ceilings.square_flops(dt, most) / ceilings.square_flops('fp32', most):.1f} times fp32's")
-                   for dt in ceilings.dtypes())
-         + ". The flags say only whether the CPU has instructions for a dtype (*instructions_for_dtype*), not what "
-         "rate its kernel reaches with them"
-         + (f". In {' and '.join(_flat)} the rate does not grow with more threads, so the cores' arithmetic units "
-            "working side by side do not set it; this chapter does not take apart what does." if _flat else "."))
+    show(" ".join(f"In {dt} the square product on {most} threads ran **{ceilings.square_flops(dt, most) / 1e9:,.0f} "
+                  f"GFLOP/s**, {_gain[dt]:.2f} times one thread's"
+                  + ("" if dt == "fp32" else f" and {ceilings.square_flops(dt, most) / ceilings.square_flops('fp32', most):.1f} times fp32's")
+                  + "." for dt in ceilings.dtypes())
+         + " The flags say only whether the CPU has instructions for a dtype (*instructions_for_dtype*), not what "
+         "rate its kernel reaches with them."
+         + (f" In {' and '.join(_flat)} the rate does not grow with more threads, so the cores' arithmetic units "
+            "working side by side do not set it; this chapter does not take apart what does." if _flat else ""),
+         how="Each dtype's gain over one thread is taken at the size one thread was timed at ("
+             + "; ".join((f"{dt}: {_one_size[dt]}" if _one_size[dt] else f"{dt}: each count's own size") for dt in ceilings.dtypes())
+             + "), fastest calls.")
 ridge = ceilings.square_flops("fp32", most) / ceilings.stream_bandwidth("fp32", most)
 show(f"The textbook **balance point** in fp32 on {where}: the square product's {ceilings.square_flops('fp32', most) / 1e9:.1f} "
      f"GFLOP/s over the streaming read's {rates['read']:.1f} GB/s is {ridge:.1f} FLOP per byte. "
@@ -613,10 +627,10 @@ opening.write(_rates_told + _rows_told + _two + _issue + _answer,
 # %% [markdown]
 # ## What these numbers do not show
 #
-# * **A quiet machine.** Other programs share the cores and the memory bus; the spreads show how much.
-# * **Peak figures.** STREAM's kernels and one square product are what simple code reaches, not a datasheet's
+# * **A quiet machine**. Other programs share the cores and the memory bus; the spreads show how much.
+# * **Peak figures**. STREAM's kernels and one square product are what simple code reaches, not a datasheet's
 #   peak; the chapters compare against what this machine demonstrably does.
-# * **Every kernel a model runs.** Normalisation, activations and the cache's bookkeeping are priced inside
+# * **Every kernel a model runs**. Normalisation, activations and the cache's bookkeeping are priced inside
 #   dispatch (the hollowed model runs them too); where that is not enough, a chapter measures one layer down.
 #
 # ## Takeaways
@@ -654,8 +668,8 @@ opening.write(_rates_told + _rows_told + _two + _issue + _answer,
 #
 # ## Try it
 #
-# * Set `threads = [1]` and re-run this chapter, then chapter 3 with `configs = [("fp32", 1)]` (chapter 0 now
-#   measures one thread only, and chapter 3 prices only what chapter 0 measured): which of its steps move?
+# * Set `threads = [1]` and re-run this chapter, then chapter 3 with `configs = [("fp32", 1)]`. Chapter 0 then
+#   measures one thread only, and chapter 3 prices only what chapter 0 measured. Which of chapter 3's steps move?
 
 # %% jupyter={"source_hidden": true} tags=["answer"]
 if on_gpu:
@@ -710,10 +724,10 @@ display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</deta
 # ## Evidence in this chapter
 #
 # Each claim this chapter made, what was predicted, what this run measured, the verdict, and the data it came
-# from. A verdict here is decided on a range one lucky or one slow call cannot fake: a kernel's time or rate from
-# its fastest call to its median one, or the 95 % interval of a median where calls were repeated as runs (the
-# fold under each finding says which; `lib.claims` says how): *held* when all of the range agrees with the
-# prediction, *did not hold* when none of it does, *not resolved* when it straddles the line. `data/00_machine/claims.csv` holds the same rows, and the book's status page counts them.
+# from. A verdict here is decided on a range one lucky or one slow call cannot fake. That range is a kernel's time
+# or rate from its fastest call to its median one, or the 95 % interval of a median where calls were repeated as
+# runs (the fold under each finding says which; `lib.claims` says how). A claim *held* when all of the range agrees
+# with the prediction, *did not hold* when none of it does, and is *not resolved* when the range crosses the line. `data/00_machine/claims.csv` holds the same rows, and the book's status page counts them.
 
 # %%
 results.table(register.frame(), "claims")

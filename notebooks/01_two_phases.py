@@ -20,8 +20,8 @@
 # distribution of the first answer token. The stream is **decode**: one token per pass, each pass
 # reading every weight and the whole cache again to produce one more token.
 #
-# This chapter runs a real pretrained model, SmolLM2-135M-Instruct, on your machine, stamps the time of
-# every token as it is read back to the host, and defines on that trace the numbers a user feels: time
+# This chapter runs a real pretrained model, SmolLM2-135M-Instruct, on your machine, and stamps the time of
+# every token as it is read back to the host. On that trace it defines the numbers a user feels: time
 # to first token (TTFT), the gaps between tokens (ITL), time per output token (TPOT), end-to-end latency,
 # and goodput. Every number in the prose below is computed on this page; the [glossary](glossary.md) defines
 # the words the chapters use.
@@ -29,10 +29,10 @@
 # %% [markdown]
 # **After this chapter you can**
 #
-# * run one request and split its time into the prompt's pass (TTFT) and the decode steps after it;
-# * explain, from the shapes of the two passes, why a prompt token costs far less than a generated one;
-# * compute TTFT, TPOT, ITL and the worst gap from the times at which tokens arrived, and say which one a user feels;
-# * say why two runs with the same TPOT can feel different to a user.
+# * Run one request and split its time into the prompt's pass (TTFT) and the decode steps after it.
+# * Explain, from the shapes of the two passes, why a prompt token costs far less than a generated one.
+# * Compute TTFT, TPOT, ITL and the worst gap from the times at which tokens arrived, and say which one a user feels.
+# * Say why two runs with the same TPOT can feel different to a user.
 
 # %% tags=["parameters"]
 quick = False            # quick mode: fewer tokens and runs, outputs under build/quick/
@@ -112,14 +112,15 @@ opening = prose.Opening()
 # the token. The first request on a fresh process can pay one-time costs (memory allocation, kernel
 # selection), so one warm-up request runs first and is kept out of the timings; a sentence after the answer
 # says whether it was slower here. Greedy decoding of the same
-# prompt should choose the same tokens in every run, which makes the runs comparable. The loop that is timed:
+# prompt should choose the same tokens in every run, which makes the runs comparable. The code below is the loop
+# that is timed.
 
 # %%
 display(prose.source(phases.run_request))
 
 # %% [markdown]
-# Before it runs: the prompt's length in tokens, and the rates chapter 0 measured for this model's matrices with
-# as many rows as the prompt has, `F(T)`, and with one row, as in a decode step:
+# Before it runs, the page prints the prompt's length in tokens and two rates chapter 0 measured for this model's
+# matrices. `F(T)` is their rate with as many rows as the prompt has, and `F(1)` with one row, as in a decode step.
 
 # %%
 tokenizer = lm.tokenizer
@@ -131,20 +132,20 @@ phases.check_fits(lm, prompt_tokens, max_new_tokens)
 eos = tokenizer.eos_token_id
 ceilings = machine.load_ceilings(device, quick=quick)  # chapter 0's one measurement of this machine
 f_prompt, f_step = (ceilings.matrix_rate(model_name, dtype, torch.get_num_threads(), rows) for rows in (prompt_tokens, 1))
-show(f"{lm.name} in {dtype} on {where}: the prompt is `T` = **{prose.tokens(prompt_tokens)}** with the chat template; "
+show(f"For {lm.name} in {dtype} on {where}, the prompt is `T` = **{prose.tokens(prompt_tokens)}** with the chat template; "
      f"F({prompt_tokens}) = **{f_prompt / 1e9:.0f} GFLOP/s**, F(1) = **{f_step / 1e9:.0f} GFLOP/s** (its weights "
      f"streaming at {ceilings.weight_rate(model_name, dtype, torch.get_num_threads()) / 1e9:.1f} GB/s).")
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** Counted in FLOPs and bytes (`lib.roofline.prefill_cost` and `decode_cost`, whose conventions
-# chapter 6 states), a prefill does `T` times a decode step's arithmetic in the blocks' matrices (the LM head
-# runs at the last position only, once for the whole prompt) but reads each weight once, just as a decode step
-# does. If moving the weights were the whole cost, a prompt token would be `T` times cheaper than a decoded one;
+# chapter 6 states), a prefill does `T` times a decode step's arithmetic in the blocks' matrices but reads each
+# weight once, just as a decode step does. The LM head runs at the last position only, once for the whole
+# prompt. If moving the weights were the whole cost, a prompt token would be `T` times cheaper than a decoded one;
 # if arithmetic at one rate were the whole cost, only a little cheaper (the prompt's tokens share the LM head's
 # one row). Here the prompt's matrices run at `F(T)` and a decode step's at `F(1)`, both printed just above. From
 # those two rates, before the request runs: about how many times as much as a prompt token will a decoded token
-# cost on this machine? (The request below measures it; the claim after *The shapes of the two phases* gives the
-# ratio, beside the book's own prediction.)
+# cost on this machine? The request below measures it, and the finding after *The shapes of the two phases* gives
+# the ratio beside the book's own prediction.
 
 # %% [markdown]
 # One warm-up request, then `runs` timed ones. A number measured over runs is their median; the range in
@@ -260,15 +261,21 @@ shape_table
 
 # %% [markdown]
 # So a prefill does `T` times a decode step's arithmetic in the blocks' matrices but reads each weight once, as a
-# decode step does: a prompt token costs from about as much as a decoded one down to `T` times less, by how much faster the
-# prompt's matrices run at `F(T)` than a step's at `F(1)` (the rates printed before the request ran, with the
-# prediction asked there), and by the rest of a pass (issuing its operations, attention, the LM head), which a
-# prefill pays once for all `T` tokens and decode once for every token. The book's prediction: a prompt token costs less than a decoded token, and the cost model (`lib.costmodel`, on
-# chapter 0's ceilings) says where in that range this machine lands: the model's matrices at `T` rows
-# run at the rate `F(T)` chapter 0 measured, a decode step's at one row, and attention and issuing the pass are
-# priced beside them. (A [price](glossary.md#price) is the cost model's prediction at chapter 0's fastest calls; a
-# measurement agrees with it within a [tolerance](glossary.md#tolerance), a factor `lib.claims` sets; the machine's
-# [pace](glossary.md#pace), checked before and after the runs, says whether it still ran at chapter 0's speed.)
+# decode step does. A prompt token therefore costs from about as much as a decoded one down to `T` times less. Where
+# it lands depends on how much faster the prompt's matrices run at `F(T)` than a step's at `F(1)` (the rates printed
+# before the request ran). It also depends on the rest of a pass (issuing its operations, attention, the LM head),
+# which a prefill pays once for all `T` tokens and decode once for every token.
+#
+# The book's prediction: a prompt token costs less than a decoded token. The cost model (`lib.costmodel`, on
+# chapter 0's ceilings) says where in that range this machine lands. It runs the model's matrices at `T` rows at the
+# rate `F(T)` chapter 0 measured, a decode step's at one row, and prices attention and issuing the pass beside them.
+#
+# <details><summary>Price, tolerance, pace</summary>
+#
+# A [price](glossary.md#price) is the cost model's prediction at chapter 0's fastest calls. A measurement agrees
+# with it within a [tolerance](glossary.md#tolerance), a factor `lib.claims` sets. The machine's
+# [pace](glossary.md#pace), checked before and after the runs, says whether it still ran at chapter 0's speed.
+# </details>
 
 # %%
 pre_cost = roofline.prefill_cost(shape, T, logits="last")
@@ -310,32 +317,33 @@ verdict = register.record(
     evidence=f"median decode step over prefill time per prompt token; {runs} runs, {lm.name}, {dtype}, {where}")
 told = f"A decoded token cost **{cheaper.mid:.1f}x** as much as a prompt token" if cheaper else ""
 lean = claims.leaning(cheaper, *claims.allowed(predicted_ratio, claims.PREDICTED_RATIO)) if cheaper else ""
-priced = (f"prefill {prose.ms(ph.prefill_ms / 1e3)} against {prose.ms(pre_pred.best)}, a decode step (a run's median "
-          f"gap between two tokens) {prose.ms(ph.decode_step_ms / 1e3)} against {prose.ms(dec_pred.best)}")
+priced = (f"The prefill took {prose.ms(ph.prefill_ms / 1e3)} against its price of {prose.ms(pre_pred.best)}; a decode "
+          f"step (a run's median gap between two tokens) took {prose.ms(ph.decode_step_ms / 1e3)} against "
+          f"{prose.ms(dec_pred.best)}")
 show(claims.pick(
     verdict,
     held=f"{told}, as the cost model predicted ({predicted_ratio:.1f}x). A pass that only "
          f"read weights would give {T}x. Prefill's matrices run {T} rows at {f_prompt / 1e9:.0f} GFLOP/s, a decode "
          f"step's one row at {f_step / 1e9:.0f} GFLOP/s: the same weights, used {T} times per read in one phase and "
          "once in the other; and a decode step pays the issuing of a whole pass for its one token.",
-    not_held=f"{told}, while the cost model predicted {predicted_ratio:.1f}x: {priced}.",
-    unresolved=f"{told}, close to the {predicted_ratio:.1f}x the cost model predicted, too close to call ({priced}"
-               + (f": the prefill ran {ph.prefill_ms / 1e3 / pre_pred.best:.2f}x its price and a decode step "
+    not_held=f"{told}, while the cost model predicted {predicted_ratio:.1f}x. {priced}.",
+    unresolved=f"{told}, close to the {predicted_ratio:.1f}x the cost model predicted: too close to call. {priced}"
+               + (f". The prefill ran {ph.prefill_ms / 1e3 / pre_pred.best:.2f}x its price and a decode step "
                   f"{ph.decode_step_ms / 1e3 / dec_pred.best:.2f}x, so the phase further from its price moves the "
-                  "ratio)." if abs(math.log(ph.prefill_ms / 1e3 / pre_pred.best) - math.log(ph.decode_step_ms / 1e3
+                  "ratio." if abs(math.log(ph.prefill_ms / 1e3 / pre_pred.best) - math.log(ph.decode_step_ms / 1e3
                                                                                           / dec_pred.best)) > 0.1
-                  else "; more runs would decide it)."),
+                  else "; more runs would decide it."),
     not_measured=register.undecided("prompt_token_cheaper", "the answer had a single token, so there is no decode "
                                     "step to compare.")),
      how=None if cheaper is None else
      f"The {cheaper.mid:.1f}x is the median over runs, its 95 % interval {prose.span(cheaper.low, cheaper.high, '.1f', 'x')}; it counts "
      f"as predicted when all of that interval lies within the {claims.PREDICTED_RATIO:g}x tolerance for a ratio of the "
      f"{predicted_ratio:.1f}x" + (f" (here the median is {lean})" if verdict == claims.UNRESOLVED else "")
-     + f". Each phase beside its price: {priced}; a ratio holds when both are off alike.")
+     + (f". {priced}; a" if verdict == claims.HELD else ". A") + " ratio holds when both phases are off their prices alike.")
 
 # %% [markdown]
 # **Takeaway: prefill pushes many tokens through each weight it reads and decode pushes one, so arithmetic
-# predicts a prompt token to be cheaper than a decoded one; the claim above says by how much on this machine.**
+# predicts a prompt token to be cheaper than a decoded one**. The finding above says by how much on this machine.
 #
 # ## The numbers a user feels
 #
@@ -397,8 +405,8 @@ where_gap = (f"before token {worst_at} of {per_run[worst].n_tokens}; no run's lo
              f"gap (they lay at {ratios} of it), so the longest is the steps' own spread, not a stall"
              if stalled == near_line == 0 else
              f"before token {worst_at} of {per_run[worst].n_tokens}, {stands_out[worst]:.2f} times its run's median gap, "
-             + (f"and no other run's worst gap came within half of it (the next longest, {others.max():.0f} ms): it "
-                "stands alone, one run's slow spell such as an interruption by another program, not a cost of decode's "
+             + (f"and no other run's worst gap came within half of it (the next longest, {others.max():.0f} ms). It "
+                "stands alone: one run's slow spell such as an interruption by another program, not a cost of decode's "
                 "steps" if alone and len(others) else
                 "and it is the only run" if alone else
                 f"and {others_near} came within half of it (the next longest, {others.max():.0f} ms). Each run's "
@@ -575,7 +583,7 @@ show(f"One layer down, the argmax and its read-back alone, on a row of {shape.vo
      f"**{argmax_s * 1e6:.0f} us** here: {logit_bytes / argmax_s / 1e9:.1f} GB/s, "
      f"{'well below' if logit_bytes / argmax_s < read_gb_s * 1e9 / 2 else 'near'} the streaming read, so "
      f"{'its kernel, not the memory, sets its pace' if logit_bytes / argmax_s < read_gb_s * 1e9 / 2 else 'the memory sets its pace'}"
-     + (f"; the rest of choosing's {choice_ms.median():.2f} ms is what the first call after a prefill pays beyond it, "
+     + (f". The rest of choosing's {choice_ms.median():.2f} ms is what the first call after a prefill pays beyond it, "
         "which this chapter does not take apart." if choice_ms.median() > 2 * argmax_s * 1e3 else "."))
 
 # %%
@@ -589,11 +597,11 @@ show(f"Both choose id {first} ({tokenizer.decode([first])!r})." if uncached_firs
      "the two paths enough to change a close choice.")
 
 # %% [markdown]
-# **Takeaway: the first token comes out of the prefill; a decode step is the cost of every token after it.**
+# **Takeaway: the first token comes out of the prefill; a decode step is the cost of every token after it**.
 #
 # ## What these numbers do not show
 #
-# * **One small model, batch size 1.** A 135M-parameter model is far from a served 8B or 70B model; which
+# * **One small model, batch size 1**. A 135M-parameter model is far from a served 8B or 70B model; which
 #   resource limits each phase can change with size (chapters 3 and 6).
 # * **No client, queue or network.** TTFT here starts at the prefill call. A real TTFT adds
 #   tokenisation, queueing behind other requests and delivery.
@@ -638,7 +646,7 @@ show(f"Both choose id {first} ({tokenizer.decode([first])!r})." if uncached_firs
 # Their number is too large by about one TPOT.
 # </details>
 #
-# 4. With an objective "TPOT at most 100 ms", how is a request that produced a single token judged?
+# 4. With a TPOT objective set, how is a request that produced a single token judged?
 #
 # <details><summary>Answer</summary>
 #
@@ -795,9 +803,9 @@ opening.write(_told, _told.replace(_gap_told, ""),  # the shorter tellings leave
 # ## Evidence in this chapter
 #
 # Each claim this chapter made, what was predicted, what this run measured, the verdict, and the data it came
-# from. A verdict is decided on the 95 % interval of the median over runs (`lib.claims` says how): *held* when
-# all of the interval agrees with the prediction, *did not hold* when none of it does, *not resolved* when it
-# straddles the line. `data/01_two_phases/claims.csv` holds the same rows, and the book's status page counts them.
+# from. A verdict is decided on the 95 % interval of the median over runs (`lib.claims` says how). A claim *held*
+# when all of the interval agrees with the prediction, *did not hold* when none of it does, and is *not resolved*
+# when the interval crosses the line. `data/01_two_phases/claims.csv` holds the same rows, and the book's status page counts them.
 
 # %%
 results.table(register.frame(), "claims")

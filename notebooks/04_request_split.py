@@ -23,10 +23,10 @@
 # %% [markdown]
 # **After this chapter you can**
 #
-# * split a request's time into TTFT and TPOT over a grid of prompt and output lengths;
-# * fit TTFT against the prompt and TPOT against the context, and say what each slope is made of;
-# * call a workload a prefill job or a decode job, and say which phase to make cheaper;
-# * compute goodput against stated objectives, and say which fix each kind of miss needs.
+# * Split a request's time into TTFT and TPOT over a grid of prompt and output lengths.
+# * Fit TTFT against the prompt and TPOT against the context, and say what each slope is made of.
+# * Call a workload a prefill job or a decode job, and say which phase to make cheaper.
+# * Compute goodput against stated objectives, and say which fix each kind of miss needs.
 
 # %% tags=["parameters"]
 quick = False
@@ -337,27 +337,27 @@ show(claims.pick(
              "whether they account for the growth.",
     unresolved=f"{growth_text}, {times_price} the cost model's {model_slope:.2f} ms (its bytes alone: {bytes_slope:.2f} ms)"
                + (f". Every run's own slope lies {lean_way} what the price allows, but the line fitted over all "
-                  f"{len(slopes)} runs is not sure enough to rule the price out: not resolved, leaning to a miss; more "
-                  "runs would decide." if runs_lean else
-                  ": too close to call, the median "
+                  f"{len(slopes)} runs cannot rule the price out: it leans to a miss." if runs_lean else
+                  ": too close to call. The median lies "
                   + {"above": "above what the price allows, leaning to a miss",
                      "below": "below what the price allows, leaning to a miss",
                      "on": "within what the price allows, leaning to agreement"}[
                       claims.leaning(slope_spread, *allowed_slope).split()[0] if lines else "on"]
-                  + ", though its interval reaches across the edge; more runs of the grid would decide."),
+                  + ", but its interval reaches past the edge."),
     not_measured="The grid has one context length only, so there is no slope to measure: this run does not decide "
                  "whether TPOT grows with the context as the cost model's decode step does."),
      how=(f"The line is Theil and Sen's over the grid's requests, its slope {slope_spread.text('.1f', 'ms')} with its "
           f"95 % interval; each run's own least-squares slope: {', '.join(f'{x:.1f}' for x in slopes)}. The price "
           f"runs from chapter 0's fastest calls to its median ones ({price_slope.text('.2f')}), and the tolerance of "
-          f"{tol:g}x around that allows {allowed_slope[0]:.2f}-{allowed_slope[1]:.2f} ms per 1,000 tokens.")
+          f"{tol:g}x around that allows {allowed_slope[0]:.2f}-{allowed_slope[1]:.2f} ms per 1,000 tokens."
+          + (" More runs of the grid would decide it." if verdict == claims.UNRESOLVED else ""))
      if lines else None)
 
 # %% [markdown] tags=["predict"]
 # ## Each request, predicted
 #
-# The cost model (`lib.costmodel`, on chapter 0's ceilings) prices a request as the book's loop runs it: TTFT is a
-# prefill of the prompt with last-position logits, TPOT the mean of its decode steps, each at its own context
+# The cost model (`lib.costmodel`, on chapter 0's ceilings) prices a request as the book's loop runs it. TTFT is a
+# prefill of the prompt with last-position logits. TPOT is the mean of its decode steps, each at its own context
 # (the prompt plus the tokens decoded before it).
 #
 # **Predict first.** Each term of that price is chapter 0's fastest call of its kernel, timed alone. A request runs
@@ -433,16 +433,21 @@ plt.show()
 # %% [markdown] tags=["predict"]
 # ## What grows with the cache
 #
-# Two pieces of a decode step's work grow with the context, and each can be timed alone, at the shortest and
-# longest mean context of the grid, on tensors of the model's own shapes (`lib.sweeps.cache_costs`, the same
-# timer chapter 3 uses; the concatenation each time after as many bytes as the model's weights have streamed past,
-# as in a step, so that a cache small enough for the last-level cache is not timed warm):
+# Two pieces of a decode step's work grow with the context. Each can be timed alone, at the shortest and longest
+# mean context of the grid.
 #
 # * **Concatenating the cache.** transformers' `DynamicCache` does not write the new position into free space:
 #   every step, for every layer, it builds a keys tensor and a values tensor one position longer
-#   (`torch.cat`), which reads the whole cache and writes it again, twice the cache's bytes.
+#   (`torch.cat`). That reads the whole cache and writes it again, twice the cache's bytes.
 # * **Attention over the cache**: one query against `C` keys and values per head and layer
 #   (`scaled_dot_product_attention`), which reads the cache once.
+#
+# <details><summary>How the two parts are timed</summary>
+#
+# On tensors of the model's own shapes, with `lib.sweeps.cache_costs`, the same timer chapter 3 uses. The
+# concatenation is timed each time after as many bytes as the model's weights have streamed past, as in a step, so
+# that a cache small enough for the last-level cache is not timed warm.
+# </details>
 #
 # **Predict first.** The cost model's slope, printed above, prices these two parts at chapter 0's rates and adds
 # a third: whatever the hollowed step's own work (its dispatch) grew with a long cache when chapter 0 timed it. Timed
@@ -478,9 +483,9 @@ results.table(parts, "cache_work")
 prose.shown(parts.round(3))
 
 # %% [markdown]
-# One layer down, a real decode step: the same model, dtype and threads as the grid, its cache grown by
-# concatenation as in the requests, decodes one token from the grid's shortest and longest mean context under the
-# profiler (`lib.profiling.operators`, averaged over three steps), the two contexts in turn, a few times each. Each
+# One layer down, a real decode step runs under the profiler (`lib.profiling.operators`, averaged over three
+# steps). It has the same model, dtype and threads as the grid, and its cache grows by concatenation as in the
+# requests. It decodes one token from the grid's shortest and longest mean context, in turn, a few times each. Each
 # operator's own time (its *self* time) is its median over those times; the time no operator holds, Python issuing
 # the next one, is one more row, *between operators*. Per 1,000 tokens of context, what each grew, largest first:
 
@@ -553,7 +558,7 @@ one_layer_down = "" if not len(inside) else (
     + (f"Unprofiled, the same step took **{faults_1k:,.0f}** more page faults per 1,000 tokens of context, about "
        f"{faults_ms:.2f} ms at chapter 0's cost per fault, which the profiler counts inside the operator that first "
        "writes the fresh pages, the concatenation. " if faults_1k >= 1 else
-       f"Unprofiled, the same step's page faults did not grow with the context ({faults_1k:+,.1f} per 1,000 tokens). ")
+       "")
     + ("So the line grows no faster than the parts timed alone, "
        + ("and neither does the profiled step." if beyond_alone <= 0 else "though the profiled step does.")
        if extra <= 0 else
@@ -574,6 +579,8 @@ steps3 = None if steps3 is None or steps3.attrs.get("model") != model_name else 
     (steps3.dtype == dtype) & (steps3.threads == torch.get_num_threads())
     & steps3.comparison.str.startswith("context ")]
 in_chapter_3 = ""  # the same step's growth as chapter 3 measured and shows it, beside this line
+faults_told = (f" Unprofiled, the profiled step's page faults did not grow with the context ({faults_1k:+,.1f} per "
+               "1,000 tokens)." if len(inside) and faults_1k < 1 else "")  # chapter 3's against this step's, for the fold
 if lines and steps3 is not None and len(steps3):
     c3 = tuple(int(x) for x in steps3.comparison.iloc[0].removeprefix("context ").split(" against "))
     grown3 = Spread.of(steps3.difference_s) * (1e6 / (c3[1] - c3[0]))  # seconds over c3 -> ms per 1,000 tokens
@@ -588,12 +595,12 @@ sweep3 = None if sweep3 is None or sweep3.attrs.get("model") != model_name else 
 if in_chapter_3 and sweep3 is not None and len(sweep3) and len(inside) and faults_1k >= 1:
     f3 = sweep3.loc[sweep3.context_tokens.idxmax()]  # chapter 3's longest context
     f4 = faulted[inside_at[1]]  # this step's faults at the longest context
-    in_chapter_3 += (f" Over a cache built by a prefill and cropped back the same way, they took "
-                     f"{f3.faults_per_step:,.0f} page faults a step at context {f3.context_tokens:.0f} (a run's median "
-                     f"step), where this step, unprofiled, took {f4:,.0f} at {inside_at[1]}: "
-                     + ("the same step does not always get fresh pages from the operating system; here its "
-                        "concatenation did, there it did not." if f3.faults_per_step < 0.1 * f4 else
-                        "there too its concatenation took fresh pages."))
+    in_chapter_3 += (" Chapter 3's cropped cache took far fewer page faults a step than this step did, for a cause "
+                     "this run does not measure."
+                     if f3.faults_per_step < 0.1 * f4 else " There too the concatenation took fresh pages.")
+    faults_told += (f" Page faults: chapter 3's steps, over a cache built by a prefill and cropped back, took "
+                   f"{f3.faults_per_step:,.0f} a step at context {f3.context_tokens:.0f} (a run's median step); this "
+                   f"step, unprofiled, took {f4:,.0f} at {inside_at[1]}.")
 
 # %% [markdown]
 # Then the finding: does TPOT's line grow by what the cache's copy and its attention, timed alone, add per 1,000 tokens?
@@ -649,7 +656,8 @@ show(claims.pick(
           f"interval; it is set against the parts' {cache_slope:.2f} ms with the tolerance for a predicted time, "
           f"{tol:g}x either way ({cache_slope / tol:.2f} to {cache_slope * tol:.2f} ms)"
           + claims.pick(verdict, held=".", not_held=".", unresolved=f", the median "
-                        f"{claims.leaning(slope_spread, cache_slope / tol, cache_slope * tol)}.")) if lines else None)
+                        f"{claims.leaning(slope_spread, cache_slope / tol, cache_slope * tol)}.") + faults_told)
+     if lines else None)
 
 # %%
 fig, ax = plt.subplots(figsize=(8, 4))
@@ -735,8 +743,8 @@ show(claims.pick(
 # %% [markdown]
 # ## Workload archetypes
 #
-# Three shapes of traffic, each a prompt and an output length (the `archetypes` parameter, at the top), and the
-# TPOT line of the section above:
+# Three shapes of traffic, each a prompt and an output length (the `archetypes` parameter, at the top). Below them
+# is the TPOT line of the section above.
 
 # %%
 show(f"The TPOT line: **{tpot_at_0:.1f} ms** a step at no context (the median of the runs' own lines), plus "
@@ -749,10 +757,10 @@ prose.shown(pd.DataFrame(archetypes, index=["prompt_tokens", "output_tokens"]).T
 # prefill?
 
 # %% [markdown]
-# The book predicts each one's time from the grid alone: TTFT from a straight line through the grid's median
-# TTFTs against the prompt (its residuals below say how well a line fits), then one TPOT per later token from the
-# TPOT line at the archetype's mean context; beside it, the cost model's prediction from chapter 0's kernels
-# alone. The dominant phase is the larger of the two. **Measure**: the archetypes ran in the grid's loop.
+# The book predicts each one's time from the grid alone. TTFT comes from a straight line through the grid's median
+# TTFTs against the prompt (its residuals below say how well a line fits). Each later token then costs one TPOT,
+# from the TPOT line at the archetype's mean context. Beside it is the cost model's prediction from chapter 0's
+# kernels alone. The dominant phase is the larger of the two. **Measure**: the archetypes ran in the grid's loop.
 
 # %%
 ttft_line = np.polyfit(split.prompt_tokens, split.ttft_ms, 1)
@@ -832,13 +840,12 @@ show(claims.pick(
 # Goodput is the fraction of requests that meet every objective. The objectives are parameters; the defaults
 # come from `lib.objectives`, one per kind of device, for the book's small models, and are stated here so the
 # verdict is explicit rather than implied. They are **fixed budgets**, the same milliseconds on every CPU (or
-# every GPU), not derived from this machine's measured speed: the same requests can meet them on a fast machine and
+# every GPU), not derived from this machine's measured speed. The same requests can meet them on a fast machine and
 # miss them on a slow one, so the goodput below says as much about this machine's speed as about the requests.
 #
 # The two objectives are two different problems. TTFT is one prefill, so it grows with the prompt and is cured by
-# a cheaper prompt pass; TPOT is a decode step, so it grows with the context and is cured by making the decode
-# step cheaper (what chapter 8 measures: fewer bytes where the kernel keeps its rate, less dispatch, a smaller
-# batch). The two lines above say which pairs should miss which objective; the list below says which did.
+# a cheaper prompt pass. TPOT is a decode step, so it grows with the context and is cured by a cheaper decode step.
+# Chapter 8 measures ways to get one: fewer bytes where the kernel keeps its rate, less dispatch, a smaller batch. The two lines above say which pairs should miss which objective; the list below says which did.
 
 # %%
 good = metrics.goodput([m for m, r in zip(scored, records) if r["workload"] == "grid"], goals.ttft_s, goals.tpot_s)
@@ -863,8 +870,7 @@ source = (f"the defaults for {'a GPU' if on_gpu else 'a CPU'}" if goals.defaults
           f"yours; the defaults here are {default_ttft_s * 1e3:.0f} ms and {default_tpot_s * 1e3:.0f} ms")
 headroom = {k: goal / worst for k, goal, worst in (("TTFT", goals.ttft_ms, per_pair.ttft_ms.max()),
                                                     ("TPOT", goals.tpot_ms, per_pair.tpot_ms.max())) if worst > 0}
-budget_text = (" These objectives are fixed budgets, not scaled to this machine's speed. "
-               + " ".join(f"The slowest pair's median {k} is {1 / h:.0%} of its budget, so "
+budget_text = (" " + " ".join(f"The slowest pair's median {k} is {1 / h:.0%} of its budget, so "
                           + (f"a machine about {h:.1f} times slower would miss it." if h >= 1.5 else
                              f"a machine about {h - 1:.0%} slower would miss it." if h >= 1.005 else
                              "a machine any slower would miss it." if h > 1 else "this machine misses it.")
@@ -888,9 +894,9 @@ display(Markdown(
 prose.shown(per_pair.round(2))
 
 # %% [markdown]
-# Every price in this chapter is made of chapter 0's ceilings. The same one-row matrices chapter 0 timed, timed
-# before the grid and the archetypes and again now (`lib.machine.Pacer`), say whether the machine itself ran at another speed
-# meanwhile; the answer is a row of the evidence table, and the opening says so when it did.
+# Every price in this chapter is made of chapter 0's ceilings. The same one-row matrices chapter 0 timed were timed
+# again before the grid and the archetypes and now (`lib.machine.Pacer`). They say whether the machine itself ran at
+# another speed meanwhile.
 
 # %%
 pacer.check("after the archetypes")
@@ -902,12 +908,12 @@ show(pacer.claim(register, results, "the requests"))  # whether the machine ran 
 # * **TTFT from the model call.** No tokenisation, queueing, network or delivery: a client's TTFT is longer.
 # * **One request at a time.** No batching and no other request competing; chapter 5 adds one.
 # * **Random weights and random prompts** for the GPT-2 models: timing does not depend on the tokens.
-# * **The parts of the cache's cost were timed alone**, outside the model: inside it they share the processor's
-#   caches and memory bandwidth with the weights, so their sum need not equal the growth of TPOT; the profiled
+# * **The parts of the cache's cost were timed alone**, outside the model. Inside it they share the processor's
+#   caches and memory bandwidth with the weights, so their sum need not equal the growth of TPOT. The profiled
 #   step says which operators grew beyond them, but only on average over a few steps, with the profiler's own cost.
-# * **A 1,024-position model.** Real workloads send prompts of tens of thousands of tokens, where attention's
-#   quadratic term makes prefill grow faster than linearly (chapter 6), and where a cache that is copied at every
-#   step costs far more than here.
+# * **A 1,024-position model**. Real workloads send prompts of tens of thousands of tokens. There attention's
+#   quadratic term makes prefill grow faster than linearly (chapter 6), and a cache copied at every step costs far
+#   more than here.
 #
 # ## Takeaways
 #
@@ -980,7 +986,8 @@ else:
 display(Markdown(f"<details><summary>What to expect</summary>\n\n{_text}\n</details>"))
 
 # %% [markdown]
-# * Set `tpot_slo_ms` to your own reading speed (a fast reader manages about 8 tokens per second: 125 ms).
+# * Set `tpot_slo_ms` to your own reading speed. A fast reader manages about 8 tokens per second: what TPOT, in
+#   ms, is that?
 
 # %% jupyter={"source_hidden": true} tags=["answer"]
 _reader_s = 1 / 8  # a fast reader: 8 tokens per second, as the exercise says
@@ -1087,7 +1094,11 @@ opening_head = (f"On this machine ({prose.machine(device, dtype)}), over {len(sp
                 f"each, {ttft_text}{tpot_text}. ")
 opening_tail = (f"So both lengths decide where the time goes: prefill took {job(light, 'request')} and "
                 f"{job(heavy, 'one')}.")
-counted = " " + register.misses() if register.misses() else ""  # the evidence table's misses
+_what = {  # the claims the opening does not already tell, in plain words, to name a miss
+    "tpot_growth_is_cache_work": "the cache's copy and attention making up TPOT's growth",
+    "more_prefill_heavy_than_reference": "a larger prefill share than the reference GPU's",
+    "archetypes_predicted_from_grid": "the grid's lines predicting the archetypes"}
+counted = f" {m}" if (m := register.misses(_what, only_named=True)) else ""  # each miss named
 short_head = f"On this machine ({prose.machine(device, dtype)}), {ttft_text}{tpot_text}. "
 opening.write(opening_head + model_text + opening_tail + " " + goodput_text.rstrip() + counted,
               opening_head + model_text + opening_tail + counted,
@@ -1105,9 +1116,9 @@ opening.write(opening_head + model_text + opening_tail + " " + goodput_text.rstr
 # ## Evidence in this chapter
 #
 # Each claim this chapter made, what was predicted, what this run measured, the verdict, and the data it came
-# from. A verdict is decided on the 95 % interval of the median over runs (`lib.claims` says how): *held* when
-# all of the interval agrees with the prediction, *did not hold* when none of it does, *not resolved* when it
-# straddles the line. `data/04_request_split/claims.csv` holds the same rows, and the book's status page counts them.
+# from. A verdict is decided on the 95 % interval of the median over runs (`lib.claims` says how). A claim *held*
+# when all of the interval agrees with the prediction, *did not hold* when none of it does, and is *not resolved*
+# when the interval crosses the line. `data/04_request_split/claims.csv` holds the same rows, and the book's status page counts them.
 
 # %%
 results.table(register.frame(), "claims")

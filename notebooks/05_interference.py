@@ -20,19 +20,19 @@
 # between consecutive decode steps of the stream, bounding the stall at the price of the newcomer's time to
 # first token.
 #
-# The experiment, the smallest shared server there is (`lib.schedule.interference`): stream A is decoding;
+# The experiment is the smallest shared server there is (`lib.schedule.interference`). Stream A is decoding;
 # after A's token number `arrival_step` (the tenth by default), request B arrives with a `b_prompt_len`-token
-# prompt (1,000 by default); every iteration then runs one A decode step followed by one B prefill chunk, until
-# B's first token is chosen. Every token's host time is recorded
-# for both. Every conclusion is a named claim decided by this run's data (`lib.claims`), saved in `claims.csv`.
+# prompt (1,000 by default). Every iteration then runs one A decode step followed by one B prefill chunk, until
+# B's first token is chosen. Every token's host time is recorded for both. Every conclusion is a named claim
+# decided by this run's data (`lib.claims`), saved in `claims.csv`.
 
 # %% [markdown]
 # **After this chapter you can**
 #
-# * predict, from chapter 2's prices, how long one user's long prompt stalls another user's stream;
-# * measure the stall as the worst gap between tokens, and say what the mean gap shows of it;
-# * choose a chunk size for chunked prefill from the trade-off between the stall and the long prompt's TTFT, and say where chunking stops paying off;
-# * say what several streams decoding at once do to each other's steps.
+# * Predict, from chapter 2's prices, how long one user's long prompt stalls another user's stream.
+# * Measure the stall as the worst gap between tokens, and say what the mean gap shows of it.
+# * Choose a chunk size for chunked prefill from the trade-off between the stall and the long prompt's TTFT, and say where chunking stops paying off.
+# * Say what several streams decoding at once do to each other's steps.
 
 # %% tags=["parameters"]
 quick = False
@@ -146,19 +146,19 @@ def paid_off(size: int, costs: bool = False) -> str:
 # Chapter 2 timed one prefill pass of `T` tokens on this machine and set each beside the cost model
 # (`lib.costmodel`). A chunk of `c` tokens is such a pass, except that it also attends to the `p` tokens of B's
 # prompt already in the cache, and appends to that cache (a growing cache copies its `p` positions): the cost
-# model prices a chunk with both, `cost.prefill(c, past=p)`. With `a` for one of A's decode steps, measured
-# below, and `k` the A steps that run while B is being prefilled (one before each chunk, as long as A still has
-# tokens to produce):
+# model prices a chunk with both, `cost.prefill(c, past=p)`. Write `a` for one stream's decode step (measured
+# below) and `k` for the A steps that run while B is being prefilled: one before each chunk, as long as A still
+# has tokens to produce. Then:
 #
 # * A's worst gap = `a` + the costliest chunk that A waits behind;
 # * B's TTFT = `k x a` + the sum of every chunk's cost.
 #
 # Shrinking the chunk shortens A's stall only while a shorter pass is a quicker pass. Chapter 2 measured how far
 # a pass's cost stays flat as the prompt shrinks (its floor, where the machine has one): below it, a smaller chunk
-# buys A little and costs B one more floor per chunk. The **predicted best chunk size** is found going down the sizes
-# from the whole prompt: it is the last size reached while every step down has cut the predicted worst gap by more
-# than `stops_helping`; the first step down that cuts less is where chunking stops paying off (a smaller size further
-# down may cut more again, but the search stops at the first that does not pay). Chapter 2's passes on this machine, in milliseconds by prompt length:
+# buys A little and costs B one more floor per chunk. The **predicted best chunk size** is found by going down the
+# sizes from the whole prompt. Each step down must cut the predicted worst gap by more than `stops_helping`; the
+# first step that cuts less is where chunking stops paying off, and the size just above it is the best. A smaller
+# size further down may cut more again, but the search stops at the first step that does not pay.
 
 # %%
 sweep2 = load_table("02_prefill_sweep", "prefill_sweep", quick=quick)
@@ -171,8 +171,8 @@ if section2.prompt_tokens.nunique() < 2:
     raise FileNotFoundError(f"chapter 2 has no {dtype_name(torch_dtype)} sweep with {threads} threads: run chapter 2 "
                             f"with dtypes=['{dtype_name(torch_dtype)}'] and {threads} threads first")
 if b_prompt_len > section2.prompt_tokens.max():
-    print(f"chapter 2 measured passes up to {section2.prompt_tokens.max()} tokens: longer chunks are predicted in "
-          f"proportion to their length")
+    print(f"Chapter 2 measured passes up to {section2.prompt_tokens.max()} tokens: longer chunks are predicted in "
+          f"proportion to their length.")
 floor2 = load_table("02_prefill_sweep", "floor", quick=quick)
 floor2 = floor2[(floor2.dtype == dtype_name(torch_dtype)) & (floor2.threads == threads)].iloc[0]
 after_floor = section2.prompt_tokens[section2.prompt_tokens > floor2.flat_until_tokens]
@@ -191,11 +191,8 @@ prose.shown(section2[["prompt_tokens", "time_ms", "time_ms_low", "time_ms_high"]
 # %% [markdown] tags=["predict"]
 # **Predict first.** Take one of A's decode steps as about chapter 2's 1-token pass, and a chunk of `c` tokens as
 # about chapter 2's pass of `c` tokens (both in the table just above). Unchunked, about how many milliseconds is
-# A's worst gap? And halving the chunk from `b_prompt_len` tokens down, at which chunk size does a step down first
-# cut that worst gap by the fraction just printed or less: where would you put the best chunk size? (The book's
-# own prediction below refines both inputs: it times A's step at the context B arrives at, and prices each chunk
-# with the cost model, which adds the attention over the tokens already cached that a fresh pass of `c` tokens
-# does not do. The line after it says how far its chunks' prices lie from chapter 2's passes on this machine.)
+# A's worst gap? And halving the chunk from `b_prompt_len` tokens down, where would you put the best chunk size:
+# the last size before a step down first cuts that worst gap by the fraction just printed or less?
 
 
 # %%
@@ -215,16 +212,18 @@ def chunk_ms(start: int, end: int) -> float:
 
 
 # %% [markdown]
-# A's decode step, measured at the context B arrives at, is the prediction's other input:
+# The book's own prediction refines both inputs. It times one stream's decode step alone, at the context B
+# arrives at (the median over runs, with its range), and prices each chunk with the cost model, which adds the
+# attention over the tokens already cached that a fresh pass of `c` tokens does not do.
 
 # %%
 context = a_prompt_len + arrival_step
 a_steps = sweeps.decode_sweep(lm, [context], steps=10, runs=runs).assign(step_ms=lambda d: d.median_s * 1e3)
 a_step = timing.median_range(a_steps, "context_tokens", ["step_ms"]).iloc[0]
 a_step_ms = a_step.step_ms
-print(f"A's decode step at context {context}: {a_step_ms:.1f} ms "
-      f"({prose.span(a_step.step_ms_low, a_step.step_ms_high, '.1f', 'ms')} over {runs} runs); the cost model: "
-      f"{cost.decode(context + 5).best * 1e3:.1f} ms")
+print(f"One stream's decode step at context {context}: {a_step_ms:.1f} ms "
+      f"({prose.span(a_step.step_ms_low, a_step.step_ms_high, '.1f', 'ms')} over {runs} runs). The cost model's "
+      f"price for that step: {cost.decode(context + 5).best * 1e3:.1f} ms.")
 
 
 # %%
@@ -233,10 +232,10 @@ def predict(chunk: int) -> dict:
     costs = [chunk_ms(s, e) for s, e in schedule.chunk_schedule(b_prompt_len, chunk)]
     a_left = a_tokens - arrival_step                 # A's tokens still to come when B arrives
     stalls = costs[:max(a_left - 1, 0)]               # chunks with an A step after them: A waits behind these
-    crowded = len(stalls) >= (a_tokens - 1) / 2      # at least half of A's gaps hold a chunk
+    gaps = [a_step_ms + c for c in stalls] + [a_step_ms] * (a_tokens - 1 - len(stalls))  # A's gaps, one a token
     return dict(chunk_tokens=chunk, chunks=len(costs), predicted_first_chunk_ms=costs[0],
                 predicted_a_worst_gap_ms=a_step_ms + max(stalls, default=0.0),
-                predicted_a_median_gap_ms=a_step_ms + (float(np.median(stalls)) if crowded else 0.0),
+                predicted_a_median_gap_ms=float(np.median(gaps)),
                 predicted_b_ttft_ms=min(len(costs), a_left) * a_step_ms + sum(costs))
 
 
@@ -282,7 +281,7 @@ last_over_first = chunk_ms(*_last) / chunk_ms(0, _last[1] - _last[0])
 display(Markdown(
     f"Chapter 2 measured a 1-token pass at **{prose.span(floor2.floor_ms_low, floor2.floor_ms_high, '.1f', 'ms')}**; "
     f"{floor_reach}, and its time per token stopped "
-    f"falling at {tokens(floor2.knee_tokens)}. With A's step at {a_step_ms:.1f} ms, the predicted worst gap "
+    f"falling at {tokens(floor2.knee_tokens)}. With one stream's step at {a_step_ms:.1f} ms, the predicted worst gap "
     f"falls from {predicted.predicted_a_worst_gap_ms.iloc[0]:,.0f} ms unchunked to "
     f"{predicted.predicted_a_worst_gap_ms.min():,.0f} ms, and "
     + (f"the price cuts A's worst gap by {predicted.set_index('chunk_tokens').predicted_worst_gap_cut[on_line]:.1%} "
@@ -301,17 +300,17 @@ display(Markdown(
 # %% [markdown]
 # ## The experiment
 #
-# Every chunk size runs `runs` times, interleaved (every size once, then again), after a warm-up run, so that a
-# slow spell of a shared machine does not land on one size only. Every result below is the median over runs
-# with the lowest and highest run (`lib.timing.median_range`). Each of B's chunks is timed too.
+# Every chunk size runs `runs` times, interleaved: every size once, then again. The interleaving keeps a slow
+# spell of a shared machine from landing on one size only. Every result below is the median over runs with the
+# lowest and highest run (`lib.timing.median_range`). Each of B's chunks is timed too.
 
 # %%
 display(prose.source(schedule.interference))
 
 # %% [markdown]
-# A warm-up run (B's whole prompt in one pass, then in the smallest chunks: the first pass of a size maps its
-# large tensors' memory afresh, every page of it faulting once, and a timed run should not pay for that alone;
-# the page faults each run's prefill took are counted, below), then every chunk size `runs` times:
+# First a warm-up run: B's whole prompt in one pass, then in the smallest chunks. The first pass of a size maps
+# its large tensors' memory afresh, every page of it faulting once, and a timed run should not pay for that alone
+# (the page faults each run's prefill took are counted below). Then every chunk size runs `runs` times:
 
 # %%
 for c in (b_prompt_len, sizes[-1]):  # warm-up
@@ -347,8 +346,8 @@ prose.shown(pd.DataFrame({"chunk_tokens": summary.chunk_tokens, "A worst gap, ms
               "TTFT / predicted": summary.b_ttft_over_predicted.round(2)}).set_index("chunk_tokens"))
 
 # %% [markdown]
-# Unchunked, how far do the mean (TPOT) and the worst gap each move off the stream's pace? And where does A's
-# median gap itself hold a chunk?
+# Unchunked, the mean gap (TPOT) and the worst gap each move off the stream's pace. And at small chunks, A's
+# median gap itself can hold a chunk:
 
 # %%
 unchunked = summary[summary.chunk_tokens == b_prompt_len].iloc[0]   # select by value, never by position
@@ -356,7 +355,7 @@ stall = prose.span(unchunked.a_worst_gap_ms_low, unchunked.a_worst_gap_ms_high, 
 mean_x = unchunked.a_tpot_ms / unchunked.a_median_gap_ms      # how far the mean moved off the stream's pace
 worst_x = unchunked.a_worst_gap_ms / unchunked.a_median_gap_ms  # how far the worst gap moved
 mean_moved = (f"the mean moves too, to {mean_x:.1f} times the median gap, but it spreads the stall over "
-              f"{a_tokens} tokens and so understates it: the worst gap is {worst_x / mean_x:.1f} times TPOT"
+              f"{a_tokens} tokens. The worst gap is {worst_x / mean_x:.1f} times TPOT: the mean understates the stall"
               if mean_x >= claims.PREDICTED_TIME
               else f"the mean sits only {mean_x - 1:.0%} above the median gap while the worst gap is {worst_x:.0f} times "
                    "it: the mean hides the stall")
@@ -368,7 +367,7 @@ verdict = register.record("tpot_hides_the_stall", claims.at_least(tpot_x, hides)
                           measured=f"worst gap {unchunked.a_worst_gap_ms / unchunked.a_tpot_ms:.1f}x TPOT",
                           evidence=f"unchunked, {b_prompt_len} tokens, {runs} runs")
 show(f"Unchunked, A's stream froze for **{stall}**, {worst_x:.0f} times its median gap of "
-     f"{unchunked.a_median_gap_ms:.0f} ms, while its TPOT (the mean gap over {a_tokens} tokens) reads "
+     f"{unchunked.a_median_gap_ms:.0f} ms. Its TPOT, the mean gap over {a_tokens} tokens, reads "
      f"{unchunked.a_tpot_ms:.0f} ms"
      + claims.pick(verdict, held=f": {mean_moved}.",
                    not_held=f": the worst gap is only {unchunked.a_worst_gap_ms / unchunked.a_tpot_ms:.1f} times TPOT, "
@@ -378,7 +377,10 @@ show(f"Unchunked, A's stream froze for **{stall}**, {worst_x:.0f} times its medi
          f"{tpot_x.text('.1f', 'x')} TPOT" + claims.pick(
              verdict, held=f", wholly above {hides:g}x.", not_held=".",
              unresolved=f", an interval that reaches both sides of {hides:g}x (its median is "
-                        f"{claims.leaning(tpot_x, hides)}); more runs would narrow it."))
+                        f"{claims.leaning(tpot_x, hides)}); more runs would narrow it.")
+         + f" A's median gap is one stream's decode step, measured inside these runs (the median over its gaps and "
+           f"runs, {Spread.in_row(unchunked, 'a_median_gap_ms').text('.0f', 'ms')}); timed alone before them, the "
+           f"step took {a_step_ms:.1f} ms ({prose.span(a_step.step_ms_low, a_step.step_ms_high, '.1f', 'ms')}).")
 
 # %%
 def listed(mask) -> str:
@@ -386,35 +388,54 @@ def listed(mask) -> str:
             if any(mask) else "no size")
 
 
-register.claim("crowded_median_gap", "A's median gap holds a chunk (is over 1.5x the unchunked median) exactly at the "
-               "sizes where half or more of A's gaps hold a chunk and a chunk costs over half an A step.")
-limit = 1.5 * unchunked.a_median_gap_ms
-crowded_pred = list(summary.predicted_a_median_gap_ms > 1.5 * a_step_ms)
-crowded = [claims.at_least(Spread.in_row(r, "a_median_gap_ms"), limit) for r in summary.itertuples()]
-agree = [v if p else {claims.HELD: claims.NOT_HELD, claims.NOT_HELD: claims.HELD}.get(v, v) for v, p in zip(crowded, crowded_pred)]
-measured_mask = [v == claims.HELD for v in crowded]
-verdict = register.record("crowded_median_gap", claims.every(agree), predicted=listed(crowded_pred),
-                          measured=listed(measured_mask), evidence=f"A decodes {a_tokens} tokens, B arrives after "
-                          f"{arrival_step}; median gaps (ms): " + ", ".join(
-                              f"{c}: {g:.0f}" for c, g in zip(summary.chunk_tokens, summary.a_median_gap_ms)))
-crowded_words = (f"A's median gap held a chunk (rose over {limit:.0f} ms, 1.5 times the unchunked median) at "
-                 f"{listed(measured_mask)}, where the cost model predicted {listed(crowded_pred)}")
-open_sizes = [r for r, v in zip(summary.itertuples(), crowded) if v == claims.UNRESOLVED]
-show(claims.pick(verdict, held=f"At chunk {listed(measured_mask)}, B's prefill is spread over so many of A's gaps that even "
-                               "A's *median* gap includes a chunk: the stall is no longer one event but the stream's "
-                               f"normal pace (predicted at chunk {listed(crowded_pred)})." if any(measured_mask) else
-                               "No chunk size here spread B's prefill over half of A's gaps, as predicted.",
-                 not_held=crowded_words + ".",
-                 unresolved=crowded_words + ". At " + prose.and_list(
-                     f"{r.chunk_tokens} tokens (a median gap of {r.a_median_gap_ms:.0f} ms, "
-                     f"{'over' if r.a_median_gap_ms > limit else 'under'} {limit:.0f})" for r in open_sizes)
-                 + " it is too close to call."),
-     how=f"A median gap holds a chunk when the interval of its median over runs lies wholly above {limit:.0f} ms (1.5 "
-         "times the unchunked median), and none when it lies wholly below; the cost model predicts a chunk there "
-         "where half or more of A's gaps hold one and a chunk costs over half an A step. Median gaps by chunk "
-         "size: " + "; ".join(
-             f"{r.chunk_tokens} tokens {prose.span(r.a_median_gap_ms_low, r.a_median_gap_ms_high, '.0f', 'ms')}"
-             for r in summary.itertuples()) + ".")
+register.claim("crowded_median_gap", "A's median gap is what the cost model predicts, within the tolerance for a "
+               "predicted time (the geometric mean over the chunk sizes, run by run): the median of A's gaps, each one "
+               "stream's step timed alone plus the price of the chunk it waits behind, if any.")
+crowded_pred = list(summary.predicted_a_median_gap_ms > a_step_ms)  # the predicted median gap holds a chunk
+gap_runs = runs_table.merge(predicted[["chunk_tokens", "predicted_a_median_gap_ms"]], on="chunk_tokens")
+gap_x = Spread.of(gap_runs.assign(x=gap_runs.a_median_gap_ms / gap_runs.predicted_a_median_gap_ms)
+                  .groupby("run").x.agg(claims.geomean))  # each run's geometric mean over the sizes
+gap_lo, gap_hi = claims.allowed(1.0, claims.PREDICTED_TIME)
+by_gap = summary.set_index("chunk_tokens")
+size_x = by_gap.a_median_gap_ms / by_gap.predicted_a_median_gap_ms
+far_c = int(size_x.index[np.abs(np.log(size_x.to_numpy())).argmax()])  # the size furthest from its prediction
+verdict = register.record("crowded_median_gap", claims.within(gap_x, 1.0, claims.PREDICTED_TIME),
+                          predicted=f"median gap / predicted within {prose.span(gap_lo, gap_hi, '.2f', 'x')}",
+                          measured=gap_x.text(".2f", "x"), evidence=f"A decodes {a_tokens} tokens, B arrives after "
+                          f"{arrival_step}; a chunk in the median gap predicted at {listed(crowded_pred)}; furthest "
+                          f"at {far_c} tokens, {size_x[far_c]:.2f}x")
+stalling = chunk_table[chunk_table.chunk_index < a_tokens - arrival_step - 1]  # the chunks A's gaps wait behind
+stall_chunk = stalling.groupby("chunk_tokens")[["chunk_ms", "predicted_ms"]].median()
+far = by_gap.loc[far_c]
+why_far = (f"where A's gaps wait behind chunks that took a median {prose.ms(stall_chunk.chunk_ms[far_c] / 1e3)} against "
+           f"a price of {prose.ms(stall_chunk.predicted_ms[far_c] / 1e3)}" if far.predicted_a_median_gap_ms > a_step_ms
+           else f"where the median gap is a plain step, {far.a_median_gap_ms / a_step_ms:.2f}x the step timed alone")
+furthest = (f"furthest at {tokens(far_c)}: {prose.ms(far.a_median_gap_ms / 1e3)} against "
+            f"{prose.ms(far.predicted_a_median_gap_ms / 1e3)} predicted, {why_far}")
+crowd = by_gap[[bool(p) for p in crowded_pred]]
+gap_f = ".0f" if a_step_ms >= 10 else ".1f"  # the folded table's digits
+show(claims.pick(verdict, held=f"A's median gap came out as predicted: {gap_x.mid:.2f}x its prediction on average over "
+                               "the chunk sizes.",
+                 not_held=f"A's median gap missed its prediction: on average over the chunk sizes it ran "
+                          f"{gap_x.text('.2f', 'x')} the prediction.",
+                 unresolved=f"A's median gap ran {gap_x.text('.2f', 'x')} its prediction on average over the chunk "
+                            f"sizes, too close to call (the median lies {claims.leaning(gap_x, gap_lo, gap_hi)}).")
+     + f" It was {furthest}."
+     + (f" At {prose.and_list(crowd.index)} tokens, B's prefill is spread over half or more of A's gaps, so the cost "
+        f"model puts a chunk even in A's *median* gap: there it measured "
+        f"{prose.and_list(prose.ms(g / 1e3) for g in crowd.a_median_gap_ms)}, against one stream's step of "
+        f"{a_step_ms:.1f} ms."
+        + claims.pick(verdict, held=" The stall is no longer one event but the stream's normal pace.", not_held="",
+                      unresolved="") if len(crowd) else
+        " No chunk size here spread B's prefill over half of A's gaps, so the cost model puts a plain step in A's "
+        "median gap at every size."),
+     how=f"A's predicted median gap is the median of its {a_tokens - 1} gaps: each is one stream's step timed alone "
+         f"({a_step_ms:.1f} ms) plus the price of the chunk it waits behind, if any. Each run's median gap over that "
+         f"prediction, its geometric mean over the chunk sizes run by run, is {gap_x.text('.2f', 'x')}; the claim holds "
+         f"within the tolerance for a predicted time, {prose.span(gap_lo, gap_hi, '.2f', 'x')}. By chunk size, "
+         "measured (the interval of the median over runs) against predicted: " + "; ".join(
+             f"{r.chunk_tokens} tokens {prose.span(r.a_median_gap_ms_low, r.a_median_gap_ms_high, gap_f, 'ms')} "
+             f"against {r.predicted_a_median_gap_ms:{gap_f}}" for r in summary.itertuples()) + ".")
 
 # %% [markdown]
 # One run's traces, unchunked and at the predicted best size:
@@ -450,8 +471,8 @@ plt.show()
 # %% [markdown]
 # ## The trade-off, and where chunking stops paying off
 #
-# Each step down in chunk size is judged as the prediction was: by how much it cuts A's worst gap against the
-# next larger size (measured, medians of runs), and what it adds to B's TTFT.
+# Each step down in chunk size is judged as the prediction was, by how much it cuts A's worst gap against the
+# next larger size (measured, medians of runs). Beside that stands what the step adds to B's TTFT.
 
 # %%
 steps = summary[["chunk_tokens", "a_worst_gap_ms", "worst_gap_cut", "predicted_worst_gap_cut", "b_ttft_ms"]].copy()
@@ -497,11 +518,11 @@ plt.show()
 # %%
 by_size = summary.set_index("chunk_tokens")
 cut_at = lambda col, size: "none (every step paid)" if size is None else f"{by_size[col][size]:.0%} at {size} tokens"
-below = (f"going down to {stop} tokens gave {cut_words(by_size.worst_gap_cut[stop])}, while B's TTFT "
-         f"grew {by_size.b_ttft_ms[stop] / by_size.b_ttft_ms[best] - 1:.0%}" if stop else
-         f"it still paid at the smallest size run, {sizes[-1]} tokens")
-below += (f"; the lowest worst gap measured, {prose.ms(by_size.a_worst_gap_ms[lowest] / 1e3)}, came at "
-          f"{tokens(lowest)}, against {prose.ms(by_size.a_worst_gap_ms[best] / 1e3)} at {best}" if lowest != best else "")
+below = (f"Going down to {stop} tokens gave {cut_words(by_size.worst_gap_cut[stop])}, while B's TTFT "
+         f"grew {by_size.b_ttft_ms[stop] / by_size.b_ttft_ms[best] - 1:.0%}." if stop else
+         f"It still paid at the smallest size run, {sizes[-1]} tokens.")
+below += (f" The lowest worst gap measured, {prose.ms(by_size.a_worst_gap_ms[lowest] / 1e3)}, came at "
+          f"{tokens(lowest)}, against {prose.ms(by_size.a_worst_gap_ms[best] / 1e3)} at {best}." if lowest != best else "")
 pred_spread = Spread(alike[-1], best_pred, alike[0]) if on_line else best_pred  # both sizes alike, on the line
 pred_lo, pred_hi = claims.allowed(pred_spread, claims.PREDICTED_LENGTH)
 per_run_best = [stopping_point(sizes, [runs_table[(runs_table.chunk_tokens == c) & (runs_table.run == r)].a_worst_gap_ms.iloc[0]
@@ -519,11 +540,11 @@ paid, each = paid_off(best, costs=True), ", ".join(map(str, per_run_best))
 plain = (paid_off(best).replace(PAID_RULE, "") + claims.pick(
     verdict, held=(", one of the two sizes the cost model predicts alike" if on_line and best in alike else
                    ", where the cost model put it" if best in alike else ", within one step of the grid (a factor "
-                   f"of {claims.PREDICTED_LENGTH:g}) of the cost model's **{pred_words}**") + f"; {below}.",
-    not_held=f", more than one step of the grid from the predicted **{pred_words}**; {below}. What a chunk "
+                   f"of {claims.PREDICTED_LENGTH:g}) of the cost model's **{pred_words}**") + f". {below}",
+    not_held=f", more than one step of the grid from the predicted **{pred_words}**. {below} What a chunk "
              "costs, below, shows where the prediction's inputs differ from the run.",
-    unresolved=f"; the cost model predicted {pred_words}, but the runs' own best sizes ({each}) spread too wide "
-               f"to say whether the best lies within one step of it; {below}."))
+    unresolved=f". The cost model predicted {pred_words}, but the runs' own best sizes ({each}) spread too wide "
+               f"to say whether the best lies within one step of it. {below}"))
 show(plain[:1].upper() + plain[1:], how=(
     f"A smaller size pays off when it cuts A's worst gap (the median of {runs} runs) by more than {stops_helping:.0%} "
     f"against the next larger size; each run alone stopped at {each} tokens. The cost model's best was found the same "
@@ -548,8 +569,8 @@ verdict = register.record("smaller_chunks_delay_b", claims.verdict_of(ttft_trend
 ttft_all = ", ".join(f"{c}: {t.text(',.0f')}" for c, t in zip(summary.chunk_tokens, ttft))
 show(claims.pick(
     verdict, held=f"B's TTFT rose from {ttft[0].mid:,.0f} ms unchunked to {ttft[-1].mid:,.0f} ms with {sizes[-1]}-token "
-                  "chunks: more chunks mean more passes, each issuing all of the model's operations and reading all of "
-                  "its weights again, and, while A still decodes, one more of A's steps before each.",
+                  "chunks. More chunks mean more passes, each issuing all of the model's operations and reading all of "
+                  "its weights again; and while A still decodes, each chunk waits for one more of A's steps.",
     not_held=f"In this run smaller chunks did not delay B: TTFT (ms) {ttft_all} (the fitted exponent, run by run, "
              f"{ttft_trend.text('.2f')}).",
     unresolved=f"B's TTFT (ms) went {ttft_all} as chunks shrank, but the fitted exponent of TTFT in chunk size, run by "
@@ -559,8 +580,8 @@ show(claims.pick(
 # %% [markdown]
 # ## What a chunk costs
 #
-# Each chunk was timed on its own, so the prediction can be checked where it is made: a chunk's measured cost
-# against the cost model's chunk (the pass of that length, its attention to the prefix and the cache's copy).
+# Each chunk was timed on its own, so the prediction can be checked where it is made. A chunk's measured cost is
+# set against the cost model's chunk: the pass of that length, its attention to the prefix and the cache's copy.
 # The first chunk of each run has no prefix (it is chapter 2's pass, run between A's steps); the last full-size
 # chunk has the longest.
 
@@ -651,10 +672,11 @@ show(f"A's worst gap ran {spread(summary.a_worst_gap_over_predicted)} times its 
      + (" (one chunk: the whole prompt in one pass)." if int(_far.chunk_tokens) == b_prompt_len else "."))
 
 # %% [markdown]
-# **Where chunking stops helping.** A chunk is a pass, and every pass costs some time however short it is (its
-# dispatch and one read of the weights; on a machine with a [floor](glossary.md#floor), all of its cost below some
-# length): a smaller chunk is then quicker by less than its share of the tokens. The chunks this run timed say how
-# much less (each run's first chunk, which has no prefix, the median over runs):
+# **Where chunking stops helping.** A chunk is a pass, and every pass costs some time however short it is: its
+# [dispatch](glossary.md#dispatch) and one read of the weights. On a machine with a [floor](glossary.md#floor),
+# that is all of a pass's cost below some length. So a smaller chunk is quicker by less than its share of the
+# tokens. The chunks this run timed say how much less (each run's first chunk, which has no prefix, the median
+# over runs):
 
 # %%
 alone = first.groupby("chunk_tokens").chunk_ms.median().sort_index()  # a chunk with no prefix, median over runs
@@ -667,13 +689,13 @@ quicker = 1 - alone[smallest_c] / alone[next_c]  # a pass as costly as its token
 share = 1 - smallest_c / next_c
 quicker_words = ("no quicker" if quicker <= 0 else f"only {quicker:.0%} quicker" if quicker < share / 2 else
                  f"{quicker:.0%} quicker")
-halved = (f"going from {next_c}- to {smallest_c}-token chunks made a chunk {quicker_words} "
-          f"({prose.ms(alone[next_c] / 1e3)} to {prose.ms(alone[smallest_c] / 1e3)}) for {share:.0%} fewer tokens, and "
-          f"all of B's chunks together took {prose.ms(total[smallest_c] / 1e3)} with {smallest_c}-token chunks against "
+halved = (f"Going from {next_c}- to {smallest_c}-token chunks made a chunk {quicker_words} "
+          f"({prose.ms(alone[next_c] / 1e3)} to {prose.ms(alone[smallest_c] / 1e3)}) for {share:.0%} fewer tokens. "
+          f"All of B's chunks together took {prose.ms(total[smallest_c] / 1e3)} with {smallest_c}-token chunks against "
           f"{prose.ms(total[next_c] / 1e3)} with {next_c}-token ones")  # said in full once, below
 halved_short = f"halving the {next_c}-token chunks made each {quicker_words}"  # how the page refers to it after
-show(f"A chunk is a pass, and a shorter pass was quicker by {'less than' if quicker < share else 'about'} its share of "
-     f"the tokens: {halved}."
+show(f"Here a shorter pass was quicker by {'less than' if quicker < share else 'about'} its share of the tokens. "
+     f"{halved}."
      + (f" Measured by A's worst gap, chunking first stopped paying off at the step down to {tokens(stop)}"
         + ("." if paid_again.empty else
            ", though the step down to " + " and to ".join(f"{r.chunk_tokens} cut it by {r.worst_gap_cut:.0%} again"
@@ -702,17 +724,6 @@ show(f"A chunk is a pass, and a shorter pass was quicker by {'less than' if quic
 # **Predict first.** How far apart, in multiples of `eps` of the largest logit, will B's chunked and unchunked
 # logits be: exactly equal, a few `eps`, or about the logits' own size?
 
-# %% [markdown]
-# <details><summary>The book's prediction (open it once you have written yours)</summary>
-#
-# Both compute the same function, so they should agree to rounding.
-#
-# </details>
-#
-# Rounding scales with the dtype: the tolerance
-# is `32 x eps(dtype)` relative to the largest logit. A different function (a chunk that did not see its prefix)
-# would miss by about the logits' own size, far beyond it; that would fail the build.
-
 # %%
 eps = torch.finfo(torch_dtype).eps
 diffs = pd.DataFrame([
@@ -734,9 +745,20 @@ display(Markdown(
     f"{facts['chunked_vs_unchunked_logit_diff_lo']:.1e} to {facts['chunked_vs_unchunked_logit_diff_hi']:.1e}."))
 
 # %% [markdown]
+# <details><summary>The book's prediction (open it once you have set yours beside the line above)</summary>
+#
+# Both compute the same function, so they should agree to rounding.
+#
+# </details>
+#
+# Rounding scales with the dtype: the tolerance is `32 x eps(dtype)` relative to the largest logit. A different
+# function (a chunk that did not see its prefix) would miss by about the logits' own size, far beyond it; that
+# would fail the build.
+
+# %% [markdown]
 # ## Beside the reference runs
 #
-# The source chapter ran the same loop on a GPU (`data/reference/ch09_interference_gpu.csv`); the Word Factory
+# The source chapter ran the same loop on a GPU (`data/reference/ch09_interference_gpu.csv`). The Word Factory
 # blog ran the idea with eight typers on a 2-core CPU (`data/reference/wordfactory_part3_cpu.csv`).
 
 # %%
@@ -775,7 +797,7 @@ display(Markdown(
 # %% [markdown]
 # ## Extension: several streams decoding at once
 #
-# With `k` A streams decoding as one batch, every A step reads `k` caches but the same weights once; B's chunks
+# With `k` A streams decoding as one batch, every A step reads `k` caches but the same weights once. B's chunks
 # still interleave with A's steps.
 
 # %%
@@ -784,27 +806,19 @@ _one, _many = cost.decode(context + 5), cost.decode(context + 5, batch=_k)
 _weights = lambda p: p.term("block matrices").best + p.term("LM head").best  # noqa: E731  the shared weights' products
 _per_stream = lambda p: p.term("attention").best + p.term("cache copy").best + p.term("page faults").best  # noqa: E731
 show(f"This section runs **k = {', '.join(map(str, stream_counts))}** streams (the parameter `stream_counts`), "
-     f"B's chunks at {', '.join(map(str, stream_chunks))} tokens. Chapter 0's parts of a step at context "
-     f"{context + 5} (the middle of the ten steps A's step was timed over, from context {context}, where B arrives): "
-     f"the weights' products take **{prose.ms(_weights(_one))}** at one row and **{prose.ms(_weights(_many))}** at "
-     f"{_k} rows (the same weights, read once); each stream's own cache (its read and its copy) "
-     f"**{prose.ms(_per_stream(_one))}**; issuing the step **{prose.ms(_one.term('dispatch').best)}** for one stream.")
+     f"B's chunks at {', '.join(map(str, stream_chunks))} tokens. Priced from chapter 0's parts, the weights' "
+     f"products in a step take **{prose.ms(_weights(_one))}** at one row and **{prose.ms(_weights(_many))}** at "
+     f"{_k} rows (the same weights, read once). Each stream's own cache (its read and its copy) takes "
+     f"**{prose.ms(_per_stream(_one))}**, and issuing the step **{prose.ms(_one.term('dispatch').best)}** for one "
+     "stream.", how=f"The parts are priced at context {context + 5}: the middle of the ten steps one stream's step was "
+     f"timed over, from context {context}, where B arrives. The cost model's price for the whole one-stream step is "
+     f"{prose.ms(_one.best)}.")
 
 # %% [markdown] tags=["predict"]
-# **Predict first.** One stream's decode step is printed above (A's decode step at the context B arrives at), and
-# one stream's unchunked stall is the worst gap in the interference table above. With `k = max(stream_counts)`
+# **Predict first.** One stream's decode step is printed near the top (timed alone, at the context B arrives at),
+# and one stream's unchunked stall is the worst gap in the interference table. With `k = max(stream_counts)`
 # streams, how many times one stream's step will each stream's step take: `k` times, or fewer? And unchunked, how
 # many milliseconds will each of the `k` streams stall?
-
-# %% [markdown]
-# <details><summary>The book's prediction (open it once you have written yours)</summary>
-#
-# The cost model predicts that a `k`-stream step costs what it prices a batch at, less than `k` one-stream steps:
-# its weights' products for `k` rows cost what chapter 0's matrix kernel took for `k` rows (printed above against
-# one row, the same weights read once), and each stream adds only its own cache. And unchunked, every one of the
-# `k` streams stalls for B's whole prefill plus one `k`-stream step.
-#
-# </details>
 
 # %%
 stream_sizes = sorted({min(c, b_prompt_len) for c in stream_chunks} | {b_prompt_len}, reverse=True)
@@ -823,6 +837,16 @@ streams = timing.median_range(stream_runs, ["a_streams", "chunk_tokens"],
                               ["a_worst_gap_ms", "a_median_gap_ms", "b_ttft_ms"])
 results.table(streams, "several_streams")
 prose.shown(streams.round(1))
+
+# %% [markdown]
+# <details><summary>The book's prediction (open it once you have set yours beside the table above)</summary>
+#
+# The cost model predicts that a `k`-stream step costs what it prices a batch at, less than `k` one-stream steps:
+# its weights' products for `k` rows cost what chapter 0's matrix kernel took for `k` rows (printed above against
+# one row, the same weights read once), and each stream adds only its own cache. And unchunked, every one of the
+# `k` streams stalls for B's whole prefill plus one `k`-stream step.
+#
+# </details>
 
 # %% [markdown]
 # One stream's unchunked stall was timed twice, in the experiment above and here. One layer down, the page faults
@@ -867,8 +891,8 @@ shared = ("Several streams decoding as one batch take the step the cost model pr
           "that many rows).")
 rows_x = _weights(cost.decode(context + 5, batch=kn)) / _weights(cost.decode(context + 5, batch=k1))
 w_share = _weights(cost.decode(context + 5, batch=k1)) / cost.decode(context + 5, batch=k1).best
-why_ratio = (f" (its weights' products, {w_share:.0%} of a {k1}-stream step, take {rows_x:.2f}x as long for {kn} rows "
-             f"as for {k1}: chapter 0's matrix kernel, reading the same weights once)")  # the prediction's mechanism
+why_ratio = (f" The price rests on the weights' products: {w_share:.0%} of a {k1}-stream step, they take {rows_x:.2f}x "
+             f"as long for {kn} rows as for {k1} (chapter 0's matrix kernel, reading the same weights once).")
 register.claim("streams_share_the_weights", shared)
 one_count = "only one stream count was run; set stream_counts to two or more"  # why a claim is not measured
 ratio_text = batch_ratio.text(".2f", "x") if batch_ratio else ""
@@ -876,23 +900,24 @@ verdict = register.record("streams_share_the_weights", None if batch_ratio is No
                           claims.within(batch_ratio, model_ratio, claims.PREDICTED_RATIO),
                           predicted=f"{model_ratio:.2f}x (cost model)", measured=ratio_text,
                           evidence=f"median gaps, unchunked runs, {runs} runs" if batch_ratio else one_count)
-gaps = (f"With {kn} streams, each stream's median gap is {many.a_median_gap_ms:.0f} ms against "
-        f"{one.a_median_gap_ms:.0f} ms for {k1}: {batch_ratio.mid if batch_ratio else np.nan:.2f}x the time for "
-        f"{kn / k1:g}x the tokens")
+gaps = (f"With {kn} streams, each stream's median gap was {many.a_median_gap_ms:.0f} ms, "
+        f"{batch_ratio.mid if batch_ratio else np.nan:.2f}x one stream's in the same runs, for {kn / k1:g}x the "
+        "tokens")
 leans = {"on the held side": "toward the prediction", "above what would hold": "above it",
          "below what would hold": "below it"}  # an unresolved median's side, in words
 show(claims.pick(
-    verdict, held=f"{gaps}; the cost model predicted {model_ratio:.2f}x{why_ratio}.",
-    not_held=f"{gaps}, not the cost model's {model_ratio:.2f}x{why_ratio}: the batch's step is "
-             f"{'dearer' if batch_ratio and batch_ratio.mid > model_ratio else 'cheaper'} than priced.",
-    unresolved=f"{gaps}, against the cost model's {model_ratio:.2f}x{why_ratio}: too close to call, the median "
-               "leaning " + (
+    verdict, held=f"{gaps}; the cost model predicted {model_ratio:.2f}x.{why_ratio}",
+    not_held=f"{gaps}; the cost model predicted {model_ratio:.2f}x: the batch's step is "
+             f"{'dearer' if batch_ratio and batch_ratio.mid > model_ratio else 'cheaper'} than priced.{why_ratio}",
+    unresolved=f"{gaps}; the cost model predicted {model_ratio:.2f}x, too close to call, the median leaning " + (
         "" if batch_ratio is None else leans[claims.leaning(batch_ratio, *claims.allowed(model_ratio,
-                                                                                       claims.PREDICTED_RATIO))]) + ".",
+                                                                                       claims.PREDICTED_RATIO))])
+               + f".{why_ratio}",
     not_measured=f"{shared} This run does not decide it: {one_count}."),
      how=None if batch_ratio is None else
      f"Run by run, the {kn}-stream median gap over the one-stream median gap of the same run, {ratio_text} (the "
-     f"interval of its median), against the cost model's ratio within the tolerance for a ratio, "
+     f"interval of its median; one stream's median gap in these runs was {one.a_median_gap_ms:.0f} ms, against "
+     f"{many.a_median_gap_ms:.0f} ms for {kn}), against the cost model's ratio within the tolerance for a ratio, "
      f"{claims.PREDICTED_RATIO:g}x either way ({prose.span(*claims.allowed(model_ratio, claims.PREDICTED_RATIO), '.2f', 'x')}).")
 
 # %%
@@ -948,7 +973,7 @@ if kn != k1 and (many.a_worst_gap_ms_high < one.a_worst_gap_ms_low or many.a_wor
 # %% [markdown]
 # Every price in this chapter is made of chapter 0's ceilings. The same one-row matrices chapter 0 timed, timed
 # before the experiments and again now (`lib.machine.Pacer`), say whether the machine itself ran at another speed
-# meanwhile; the answer is a row of the evidence table, and the opening says so when it did.
+# meanwhile. The finding below answers, and the opening says so too when it did.
 
 # %%
 pacer.check("after the streams")
@@ -972,20 +997,19 @@ smallest = summary[summary.chunk_tokens == sizes[-1]].iloc[0]
 chunk_line = (f"with {sizes[-1]}-token chunks A's worst gap was {smallest.a_worst_gap_ms:,.0f} ms against "
               f"{unchunked.a_worst_gap_ms:,.0f} ms unchunked, and B's TTFT {smallest.b_ttft_ms:,.0f} ms against "
               f"{unchunked.b_ttft_ms:,.0f} ms.")
-foreseen = {claims.HELD: f"the cost model predicted {pred_words}, within one step of the grid",
-            claims.NOT_HELD: f"the cost model predicted {pred_words}",
-            claims.UNRESOLVED: f"the cost model predicted {pred_words}; the runs' bests ranged "
+foreseen = {claims.HELD: f"The cost model predicted {pred_words}, within one step of the grid",
+            claims.NOT_HELD: f"The cost model predicted {pred_words}",
+            claims.UNRESOLVED: f"The cost model predicted {pred_words}; the runs' bests ranged "
                                f"{prose.span(min(per_run_best), max(per_run_best), '.0f')} tokens, too wide to call",
-            claims.NOT_MEASURED: "not checked against chapter 2's passes"}[register.verdict("chunk_size_prediction")]
+            claims.NOT_MEASURED: "It was not checked against chapter 2's passes"}[register.verdict("chunk_size_prediction")]
 display(Markdown("\n".join([
-    "* Judge a stream by its worst gap, not its TPOT: a mean spreads the stall another request's prefill causes over "
-    "every token (the first finding above says how far the mean and the worst gap each moved on this machine).",
+    "* Judge a stream by its worst gap, not its TPOT. A mean spreads over every token the stall that another "
+    "request's prefill causes (the first finding above says how far each moved on this machine).",
     f"* Judge chunked prefill on both requests, the stream's stall and the newcomer's TTFT: {chunk_line}",
-    f"* Predict where chunking stops paying off from the pass times, then measure: here {paid_off(best, costs=True)}; "
+    f"* Predict where chunking stops paying off from the pass times, then measure. Here {paid_off(best)}. "
     f"{foreseen}.",
-    f"* Read off the chunks' own times what a smaller chunk saves: a chunk is a pass, and once a shorter pass is "
-    f"hardly quicker, a smaller chunk mostly adds passes before the newcomer's first token (here {halved_short}, as "
-    "the chunks' own times showed)."])))
+    "* Read off the chunks' own times what a smaller chunk saves. Once a shorter pass is hardly quicker, a smaller "
+    f"chunk mostly adds passes before the newcomer's first token (here {halved_short})."])))
 
 # %%
 shown = by_size.loc[best if best != b_prompt_len else sizes[-1]]  # the best size, or the smallest if none paid
@@ -1003,7 +1027,13 @@ chunked = (f"With {shown.name}-token chunks, the smallest tried," if best == b_p
 lowest_there = (f" ({prose.ms(by_size.a_worst_gap_ms[lowest] / 1e3)} at {lowest}-token chunks, the lowest)"
                 if lowest != shown.name else "")  # a smaller size that measured lower than the rule's choice
 median_there = f", its median gap {shown.a_median_gap_ms:,.0f} ms against {unchunked.a_median_gap_ms:,.0f}"
-misses = " " + register.misses() if register.misses() else ""  # the evidence table's misses
+topics = {"tpot_hides_the_stall": "the worst gap against TPOT", "crowded_median_gap": "A's median gap",
+          "chunk_size_prediction": "the chunk size where chunking stops paying off",
+          "chunk_cost_as_predicted": "what a chunk costs", "streams_share_the_weights": "several streams' step",
+          "every_stream_waits_the_prefill": "how long several streams stall"}  # the rest the opening says itself
+if not pacer.note():
+    topics["machine_kept_its_pace"] = "whether the machine kept chapter 0's speed"
+misses = f" {m}" if (m := register.misses(topics, only_named=True)) else ""  # named, not counted
 told = (
     f"On this machine ({prose.machine(device, dtype)}), {lm.name}'s stream A received a token every "
     f"**{Spread.in_row(unchunked, 'a_median_gap_ms').text('.0f', 'ms')}** until request B's {b_prompt_len:,}-token "
@@ -1119,8 +1149,8 @@ _read = {claims.HELD: f"this run's {kn} streams took {batch_ratio.text('.2f', 'x
                                                                                                "stream count only")
 display(Markdown(
     f"<details><summary>What to expect</summary>\n\nThe cost model prices an {_k}-stream step at {_ratio:.2f} times one stream's, "
-    f"so each stream's gap should be about {_gap:.0f} ms against {one.a_median_gap_ms:.0f} ms ({_read}). Unchunked, all "
-    f"{_k} streams should freeze for about {_prefill + _gap:,.0f} ms, {(_prefill + _gap) / _gap:.0f} times their gap, "
+    f"so each stream's gap should be about {_gap:.0f} ms against one stream's {one.a_median_gap_ms:.0f} ms in the "
+    f"runs above ({_read}). Unchunked, all {_k} streams should freeze for about {_prefill + _gap:,.0f} ms, {(_prefill + _gap) / _gap:.0f} times their gap, "
     f"and with {_c}-token chunks for about {_chunk + _gap:,.0f} ms, {(_chunk + _gap) / _gap:.1f} times it. The Word "
     f"Factory's eight typers (a 2-core CPU, a 1,024-token newcomer) had a normal gap of {typers['normal']:.0f} ms and "
     f"froze for {typers['unchunked_worst'] / typers['normal']:.0f} times it unchunked and "

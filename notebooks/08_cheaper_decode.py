@@ -29,9 +29,9 @@
 # %% [markdown]
 # **After this chapter you can**
 #
-# * predict what fewer bytes per weight (a 16-bit dtype, quantisation) do to a decode step from the kernel's rate, not from the bytes alone;
-# * compute what fewer bytes per cached token save;
-# * say when speculative decoding by prompt lookup pays, from its acceptance and the cost of the pass that checks it;
+# * predict what fewer bytes per weight (a 16-bit dtype, quantisation) do to a decode step from the kernel's rate, not from the bytes alone.
+# * compute what fewer bytes per cached token save.
+# * say when speculative decoding by prompt lookup pays, from its acceptance and the cost of the pass that checks it.
 # * measure what a preallocated cache and a compiled step save in dispatch, and pick the cheapest path for this machine.
 
 # %% tags=["parameters"]
@@ -153,7 +153,7 @@ cost, unpriced = {}, {}  # a configuration chapter 0 did not measure is timed he
 for p in torch_paths:
     if p != "int8":
         try:
-            cost[p] = costmodel.CostModel(ceilings, model_name, shape.with_dtype(p), p, threads)
+            cost[p] = pacer.price(costmodel.CostModel(ceilings, model_name, shape.with_dtype(p), p, threads))  # at the pace
             cost[p].decode(contexts[0])  # raises, naming what chapter 0 lacks, before any work
         except ValueError as error:
             cost.pop(p, None)
@@ -226,8 +226,9 @@ show(f"{model_name}'s weights are **{shape.weight_bytes / 2**20:,.0f} MiB** in f
 # The book's prices: fp32 and bf16 are priced by the cost model, with the weights at the rate chapter 0 found this
 # model's matrix-vector products stream them. Chapter 0 has no int8 kernel, so int8's matrices are timed alone
 # here, every one of them on one row, with everything else priced as fp32's step (attention, the growing cache,
-# dispatch). For llama.cpp the book has no kernel rate, only the streaming floor: its bytes at chapter 0's read;
-# how close it comes to that floor here, and what stops it, its claims below say.
+# dispatch). For llama.cpp the book has no kernel rate, only the streaming floor: its bytes at chapter 0's read.
+# Its claims below say how close it comes to the streaming floor, and what stops it. The sweep's table, below, sets
+# every price beside the step it measured.
 
 # %%
 def matrices_alone(model, rows: int = 1) -> timing.Timing:
@@ -293,8 +294,7 @@ alone_table = pd.DataFrame([dict(precision=p, matrices_ms=t.median * 1e3, low_ms
                                  weight_mib=weight_bytes[p] / 2**20, gb_s=weight_bytes[p] / t.median / 1e9)
                             for p, t in alone.items()])
 results.table(alone_table, "matrices_alone")
-display(prose.shown(alone_table.round(2)))
-prose.shown(prediction.round(2))
+prose.shown(alone_table.round(2))  # the prices themselves come beside the measured steps, in the sweep's table
 
 # %% [markdown]
 # Which kernel does an int8 matrix run? One int8 step under `torch.profiler` (`lib.profiling.operators`), its
@@ -316,9 +316,9 @@ if "int8" in models:
     display(profiled.head(8).round(3))
     r8, r32 = alone_table.set_index("precision").gb_s[["int8", "fp32"]]
     show(f"Timed alone, that kernel streams int8's {weight_bytes['int8'] / 2**20:.3g} MiB at **{r8:.1f} GB/s**, against "
-         f"fp32's matrix-vector products at {r32:.1f} GB/s timed the same way: " + (
-             f"a quarter of the bytes at {r8 / r32:.0%} of fp32's rate, so int8 weights make this machine's step slower, "
-             "not faster." if r8 * 4 < r32 else "it keeps enough of fp32's rate for the smaller weights to pay."),
+         f"fp32's matrix-vector products at {r32:.1f} GB/s timed the same way. " + (
+             f"That is a quarter of the bytes at {r8 / r32:.0%} of fp32's rate, so int8 weights make this machine's step "
+             "slower, not faster." if r8 * 4 < r32 else "It keeps enough of fp32's rate for the smaller weights to pay."),
          how=(f"Both rates are medians over one module call per matrix, each issued on its own; chapter 0's "
               f"{kernel_rates['fp32'] / 1e9:.1f} GB/s for fp32 is the fastest call of its fused blocks, so it runs "
               "higher." if "fp32" in kernel_rates else None))
@@ -328,10 +328,10 @@ else:
 # %% [markdown]
 # ## The sweep
 #
-# Every path decodes `steps` greedy steps from each context in each of `sweep_runs` runs, the paths taking turns
-# inside a run so a slow spell of a shared machine lands on one run of all of them; a point is the median of its
-# runs, with the 95 % interval of that median (nine runs leave out the slowest and the fastest). The PyTorch paths use `lib.sweeps.decode_sweep`
-# (each context's cache built once by the fp32 model and cropped back every run); llama.cpp runs in its own
+# Every path decodes `steps` greedy steps from each context in each of `sweep_runs` runs. The paths take turns
+# inside a run, so a slow spell of a shared machine lands on one run of all of them. A point is the median of its
+# runs, with the 95 % interval of that median. The PyTorch paths use `lib.sweeps.decode_sweep` (each context's
+# cache built once by the fp32 model and cropped back every run). The llama.cpp path runs in its own
 # process (`lib.llama.LlamaWorker`), one `eval` of one token and its argmax per step, over a random prompt of the
 # context's length. In the same runs, the fp32 model also decodes at the long context over transformers' fp8
 # cache (section 2), and llama.cpp on one thread at the short context (below: what stops it).
@@ -395,7 +395,7 @@ sweep["tokens_per_s"] = 1e3 / sweep.step_ms
 sweep["over_predicted"] = sweep.step_ms / sweep.predicted_ms
 results.table(sweep, "decode_sweep")
 prose.shown(sweep[["precision", "context_tokens", "bytes_per_step", "step_ms", "step_ms_low", "step_ms_high", "predicted_ms",
-       "over_predicted", "gb_s", "of_read", "tokens_per_s"]].round(3))
+       "floor_at_read_ms", "over_predicted", "gb_s", "of_read", "tokens_per_s"]].round(3))
 
 # %% [markdown]
 # Each precision's step against the bytes it reads, with the streaming read's line beside them:
@@ -442,8 +442,8 @@ def taken_apart(p: str, context: int) -> str:
     part, gap = (max if slower else min)(gaps.items(), key=lambda kv: kv[1])
     found = gap > 0 if slower else gap < 0
     return (f"One layer down, {p} at {context} tokens: its matrices timed alone take {alone[p].median * 1e3:.1f} ms "
-            f"against {matrices_priced:.1f} priced, its cache's read and copy {cache_alone:.1f} ms against "
-            f"{cache_priced:.1f} (`lib.sweeps.cache_costs`), for a step {excess:+.1f} ms off its prediction: "
+            f"against {matrices_priced:.1f} priced, and its cache's read and copy {cache_alone:.1f} ms against "
+            f"{cache_priced:.1f} (`lib.sweeps.cache_costs`). The step is {excess:+.1f} ms off its prediction: "
             + (f"{part} account for {abs(gap):.1f} ms of it; the rest is in the step around them." if found else
                f"neither part alone runs {'slower' if slower else 'faster'} than priced, so the difference is in the "
                "step around them (inside a step the parts share the caches and the cores)."))
@@ -468,11 +468,12 @@ if decided:
         measured=f"{pooled_steps.text('.2f', 'x')} geometric mean; per point " + prose.span(low, high, ".2f", "x"),
         evidence="decode_sweep.csv, matrices_alone.csv")
     below_ch0 = all(alone_table.set_index("precision").gb_s.get(dt, 0) * 1e9 < r for dt, r in kernel_rates.items())
-    rates = ", ".join(f"{r.precision} {r.gb_s:.1f} GB/s" for r in alone_table.itertuples()) + (
-        f"; {'these run below' if below_ch0 else 'beside them are'} chapter 0's rates that price the step (" + ", ".join(
-            f"{dt} {r / 1e9:.1f}" for dt, r in kernel_rates.items()) + " GB/s), which time a whole block's matrices "
-        "in one call and keep its fastest, where here each matrix is timed alone and its median kept: how much of the "
-        "difference that accounts for, this page does not measure" if kernel_rates else "")
+    rates = ", ".join(f"{r.precision} {r.gb_s:.1f} GB/s" for r in alone_table.itertuples())
+    ch0_rates = (f" The matrices timed alone {'run below' if below_ch0 else 'compare with'} chapter 0's rates that price the "
+                 "step (" + ", ".join(f"{dt} {r / 1e9:.1f}" for dt, r in kernel_rates.items()) + " GB/s). Chapter 0 "
+                 "times a whole block's matrices in one call and keeps its fastest; here each matrix is timed alone and "
+                 "its median kept. How much of the difference that accounts for, this page does not measure."
+                 if kernel_rates else "")
     show(f"The PyTorch steps took **{pooled_steps.text('.2f', 'x')}** the time predicted from their bytes at their "
          f"kernels' rates ({low:.2f} to {high:.2f}x point by point)" + claims.pick(
              follows,
@@ -487,14 +488,14 @@ if decided:
                      "towards the price") + f". The matrices timed alone stream at {rates}."),
          how=f"Decided on the geometric mean of the points' ratios (the 95 % interval of its median over runs), "
              f"allowed {band}: the tolerance for a predicted time, {claims.PREDICTED_TIME:g}x, around the price at its "
-             f"ceilings' fastest to median calls{off_points}.")
+             f"ceilings' fastest to median calls{off_points}.{ch0_rates}")
 else:
     unpriced_why = "; ".join(unpriced.values()) or "no PyTorch path ran"
     register.record("step_follows_its_bytes", None, evidence=unpriced_why)
     show(register.undecided("step_follows_its_bytes", f"no step has a prediction here: {unpriced_why}"))
 
 # %% [markdown]
-# llama.cpp has no kernel rate in chapter 0, so its claim is the fraction of the machine's streaming read it reaches
+# Chapter 0 has no kernel rate for llama.cpp, so its claim is the fraction of the machine's streaming read it reaches
 # (`close_to_read`, 70 % by default, is where this chapter calls a kernel close to the machine's limit).
 
 # %%
@@ -547,14 +548,14 @@ if use_llama:
     said = "all" if per_token.mid >= over else f"{per_token.mid / over:.0%}"
     portion = ("" if per_token.mid >= 0.95 * over else "most of " if per_token.mid >= 2 / 3 * over else
                "more than half of " if per_token.mid > over / 2 else "about half of ")  # the share, in words
-    show(f"One layer down, each token added to one llama.cpp pass cost **{per_token.text('.1f', 'ms')}** more, " + (
-        f"while its {step0:.1f} ms step at {contexts[0]} cached tokens is close to its bytes' {at_read_ms:.1f} ms at "
+    show(f"One layer down, each token added to one llama.cpp pass cost **{per_token.text('.1f', 'ms')}** more. " + (
+        f"Its {step0:.1f} ms step at {contexts[0]} cached tokens is close to its bytes' {at_read_ms:.1f} ms at "
         "the streaming read: reading them sets the step, and the arithmetic runs alongside the read." if near else
-        f"which is {said} of the {over:.1f} ms its {step0:.1f} ms step at {contexts[0]} cached tokens takes beyond its "
-        f"bytes' {at_read_ms:.1f} ms at the streaming read" + claims.pick(
+        f"Its {step0:.1f} ms step at {contexts[0]} cached tokens takes {over:.1f} ms beyond its bytes' "
+        f"{at_read_ms:.1f} ms at the streaming read, and that added cost is {said} of it" + claims.pick(
             arithmetic,
-            held=": the kernels' arithmetic (unpacking the 4-bit blocks, the dot products), added to the read rather "
-                 f"than hidden under it, is {portion}what keeps the step from the read" + (
+            held=". The kernels' arithmetic (unpacking the 4-bit blocks, the dot products) is added to the read rather "
+                 f"than hidden under it, and it is {portion}what keeps the step from the read" + (
                      "." if not portion else "; the rest is paid once per pass (building and launching the step, its "
                      "row of logits)."),
             not_held=": a cost paid once per pass beyond reading its bytes (building and launching the step, its row "
@@ -653,7 +654,7 @@ show(f"At {contexts[0]} cached tokens, the precisions of this sweep whose eager 
 # first difference, and how far the logits of the prompt's last position move (largest absolute difference, and
 # whether the top token is the same). With SmolLM2, whose fp32 weights are the Q4_1 file's own values, llama.cpp's
 # differences come from its arithmetic (its Q4_1 kernels round the activations to 8 bits before each dot
-# product, and its cache is fp16), not from the weights; int8's come from rounding those weights once more.
+# product, and its cache is fp16), not from the weights. The int8 path's come from rounding those weights once more.
 
 # %%
 question_ids = chat_ids(question, 24)
@@ -703,14 +704,14 @@ show(f"SmolLM2's fp32 weights hold **{real.weight_bytes / 2**20:.1f} MiB**; with
 # %% [markdown] tags=["predict"]
 # **Predict first.** A cached token holds a key and a value for every layer and KV head: 2 x layers x KV heads x
 # head size x bytes per value (SmolLM2: 30 layers, 3 KV heads of 64 values, 4 bytes each in fp32; its weights just
-# above). Section 1's table gives the cache's share of a step at the sweep's contexts as SmolLM2 is. If SmolLM2
-# kept a KV head for each of its 9 query heads instead, how many kilobytes would a cached token hold, what share of
+# above). Section 1's table gives the cache's share of a step at the sweep's contexts as SmolLM2 is. Suppose SmolLM2
+# kept a KV head for each of its 9 query heads instead. How many kilobytes would a cached token hold? What share of
 # the fp32 step's bytes would the cache be at the sweep's longest context, and after how many tokens of context
 # would the cache hold as many bytes as the weights?
 
 # %% [markdown]
-# The arithmetic, for GPT-2 small (multi-head), SmolLM2 as it is, and SmolLM2 as if it kept a KV head per query
-# head:
+# The measurement first: how much the fp32 step grew from the short context to the long one in the sweep's runs,
+# against the cost model's price of that growth. The arithmetic the question asks for follows it.
 
 # %%
 kv_table = pd.DataFrame([dict(model=s.name, kv_heads=s.kv_heads, query_heads=s.heads, kib_per_token=s.kv_bytes_per_token / 1024,
@@ -718,8 +719,7 @@ kv_table = pd.DataFrame([dict(model=s.name, kv_heads=s.kv_heads, query_heads=s.h
                               (s.kv_bytes_per_token * long + s.weight_bytes),
                               tokens_until_cache_equals_weights=s.weight_bytes / s.kv_bytes_per_token)
                          for s in (gpt2, real, mha)])
-results.table(kv_table, "cache_bytes_per_token")
-prose.shown(kv_table.round(3))
+_ = results.table(kv_table, "cache_bytes_per_token")  # shown after the measurement, below
 
 # %%
 g = decode_runs[decode_runs.precision == "fp32"].pivot(index="run", columns="context_tokens", values="step_ms")
@@ -751,18 +751,18 @@ per_k, kib = growth.mid / (long - contexts[0]) * 1e3, shape.kv_bytes_per_token /
 lean = "" if math.isnan(predicted_growth) else claims.leaning(growth, predicted_growth / claims.PREDICTED_TIME,
                                                                predicted_growth * claims.PREDICTED_TIME)
 show(claims.pick(
-    verdict, held=f"The {grew}, about the {priced_as}: {per_k:.2f} ms per 1,000 cached tokens, for {kib:.0f} KiB "
-                  "of cache a token.",
-    not_held=f"The {grew} ({per_k:.2f} ms per 1,000 cached tokens, for {kib:.0f} KiB a token), not the {priced_as}; "
-             "one layer down, below, says where the difference is.",
-    unresolved=f"The {grew}, {growth.mid / predicted_growth:.2f}x the {priced_as}: " + {
-        "above what would hold": f"longer than priced at the median, though the low end of its runs' range "
+    verdict, held=f"The {grew}, about the {priced_as}. That is {per_k:.2f} ms per 1,000 cached tokens, for {kib:.0f} "
+                  "KiB of cache a token.",
+    not_held=f"The {grew} ({per_k:.2f} ms per 1,000 cached tokens, for {kib:.0f} KiB a token). That is not the "
+             f"{priced_as}; one layer down, below, says where the difference is.",
+    unresolved=f"The {grew}, {growth.mid / predicted_growth:.2f}x the {priced_as}. The median ran " + {
+        "above what would hold": f"longer than priced, though the low end of its runs' range "
                                  f"({growth.low:.2f} ms) " + (f"lies within {claims.PREDICTED_TIME:g}x of the price"
                                  if growth.low >= predicted_growth / claims.PREDICTED_TIME else "reaches below it"),
-        "below what would hold": f"shorter than priced at the median, though the high end of its runs' range "
+        "below what would hold": f"shorter than priced, though the high end of its runs' range "
                                  f"({growth.high:.2f} ms) " + (f"lies within {claims.PREDICTED_TIME:g}x of the price"
                                  if growth.high <= predicted_growth * claims.PREDICTED_TIME else "reaches above it")}.get(
-        lean, "near the price") + "; the parts timed alone, next, say where the time goes.",
+        lean, "near the price") + ". The parts timed alone, next, say where the time goes.",
     not_measured=register.undecided("cache_growth_follows_its_bytes",
                                     f"the {grew}, with no prediction here: {unpriced.get('fp32', '')}")),
     how=None if math.isnan(predicted_growth) else
@@ -798,10 +798,10 @@ def growth_beside(per_token: float, per_byte: float, other: str, other_layers: i
     token, ``per_byte`` times ``other``'s: whether fewer bytes a token bought time here (a sentence)."""
     said = f" Per cached token, {model_name}'s step grew {per_token:.2f}x as much as {other}'s, for {per_byte:.2f}x the bytes a token"
     if per_token > per_byte * claims.PREDICTED_TIME:
-        return (said + ": at these sizes the growth does not follow the cache's bytes, so the fewer bytes a token "
+        return (said + ". At these sizes the growth does not follow the cache's bytes: the fewer bytes a token "
                 + ("bought no time here" if per_token >= 1 else "bought less time than they would say")
-                + f" ({model_name} runs attention and the cache's copy in {shape.layers} layers to "
-                f"{other}'s {other_layers}; this page does not take the growth apart by model).")
+                + f". {model_name} runs attention and the cache's copy in {shape.layers} layers to "
+                f"{other}'s {other_layers}; this page does not take the growth apart by model.")
     if per_token < per_byte / claims.PREDICTED_TIME:
         return said + ": it grew less than its bytes alone would say."
     return said + ": about in proportion, as the cache's bytes would say."
@@ -824,6 +824,13 @@ if g3 is not None and not g3.empty:
                                            shape.kv_bytes_per_token / 1024 / kib3, m3, machine.MODELS[m3][0].layers)))
 
 # %% [markdown]
+# The arithmetic the question asked for, for GPT-2 small (multi-head), SmolLM2 as it is, and SmolLM2 as if it kept a
+# KV head per query head:
+
+# %%
+prose.shown(kv_table.round(3))
+
+# %% [markdown]
 # ### A quantized cache: memory or time?
 #
 # transformers' `QuantizedCache` with its fp8 backend stores keys and values in one byte each. Read how it serves
@@ -842,10 +849,16 @@ show(f"At {long:,} cached tokens the fp32 cache holds **{long * shape.kv_bytes_p
 # the fp32 cache, the same, or more, and by about how many milliseconds?
 
 # %% [markdown]
+# <details><summary>The book's prediction (open it once you have written yours)</summary>
+#
 # It appends the new position to the fp8 tensors (a copy, as the growing fp32 cache does, but of one byte a
 # value), then **de-quantises the whole cache** for attention: a widening copy to fp32 and a multiply by the scale.
 # Attention then reads fp32 as before. So it saves memory, and each step moves more bytes, not fewer
 # (`lib.quantize.cache_traffic`): a prediction that it costs time, priced at chapter 0's copy rate.
+#
+# </details>
+#
+# The bytes a step moves per cached value outside attention's own read, as transformers implements each cache:
 
 # %%
 display(prose.source(quantize.cache_traffic))
@@ -955,10 +968,10 @@ if "fp32" in cost:  # a pass over n positions: the decode step with its matrices
     step_price = cost["fp32"].decode(mid).best
     pass_price = {k: step_price + sum(cost["fp32"].kernel(m, k + 1).best - cost["fp32"].kernel(m, 1).best
                                       for m in ("blocks", "head")) for k in lookup_tokens}
-    show(f"The cost model's price of {model_name}'s own checking passes, over a cache of {mid} tokens (the runs' "
-         "middle), as the decode step with its matrices (blocks and LM head) at that many rows: " + "; ".join(
-             f"k = {k}: {k + 1} positions cost **{t / step_price:.2f}x** a one-position pass"
-             for k, t in pass_price.items()) + ".")
+    show(f"The cost model prices {model_name}'s own checking passes as the decode step with its matrices (blocks and "
+         f"LM head) at that many rows, over a cache of {mid} tokens (the runs' middle). " + "; ".join(
+             f"{'A' if i == 0 else 'a'}t k = {k}, {k + 1} positions cost **{t / step_price:.2f}x** a one-position pass"
+             for i, (k, t) in enumerate(pass_price.items())) + ".")
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** The task asks the model to repeat the passage word for word, so most of prompt lookup's
@@ -1041,12 +1054,11 @@ if cheaper:
              "the matrix kernel PyTorch picks for that many rows is the cause, not attention or the cache."
              if matrices_gap >= (pass_cost[a] - pass_cost[b]) / 2 else "not the matrices, so the rest of the pass is."))
 gained = spec_runs.groupby("guesses").acceptance_length.median()
-show(f"The threshold for {model_name}, from these passes: a pass checking k guesses (k + 1 positions) costs as much "
-     "as some number of one-position passes, and guessing pays only while a pass gains more tokens than that "
-     "(were every pass that long). " + "; ".join(
-         f"k = {k}: the check costs {pass_cost[k + 1] / pass_cost[1]:.2f} one-position passes, against "
-         f"{gained[k]:.2f} tokens gained a pass here ({'more' if gained[k] > pass_cost[k + 1] / pass_cost[1] else 'not more'})"
-         for k in lookup_tokens if k + 1 in pass_cost) + "." if any(k + 1 in pass_cost for k in lookup_tokens) else
+show(f"The threshold for {model_name}, from these passes: guessing pays only while a pass gains more tokens than the "
+     "one-position passes its check costs (were every pass that long). " + " ".join(
+         f"At k = {k} the check costs {pass_cost[k + 1] / pass_cost[1]:.2f} one-position passes, against "
+         f"{gained[k]:.2f} tokens gained a pass here ({'more' if gained[k] > pass_cost[k + 1] / pass_cost[1] else 'not more'})."
+         for k in lookup_tokens if k + 1 in pass_cost) if any(k + 1 in pass_cost for k in lookup_tokens) else
      f"No pass checked every one of k guesses here, so {model_name}'s threshold is not timed.")
 prose.shown(pass_table.round(3))
 
@@ -1077,9 +1089,9 @@ pairs, pays = {}, {}
 for r in spec.itertuples():
     s = Spread.in_row(r, "speedup")
     pairs[r.guesses] = (claims.within(s, r.predicted_speedup, claims.PREDICTED_RATIO),
-                        f"k = {r.guesses}: {s.text('.2f', 'x')} against {r.predicted_speedup:.2f}x predicted, with "
-                        f"{r.acceptance_length:.2f} tokens a pass and a checking pass costing {r.check_pass_of_one:.2f}x a "
-                        f"one-token one")
+                        f"At k = {r.guesses} it ran {s.text('.2f', 'x')} as fast, against {r.predicted_speedup:.2f}x "
+                        f"predicted, with {r.acceptance_length:.2f} tokens a pass and a checking pass costing "
+                        f"{r.check_pass_of_one:.2f}x a one-token one.")
     side = r.predicted_speedup > 1
     pays[r.guesses] = (claims.verdict_of((s.low > 1) == side and (s.high > 1) == side, (s.low > 1) != side and (s.high > 1) != side),
                        f"k = {r.guesses}: predicted to {'pay' if side else 'not pay'} ({r.predicted_speedup:.2f}x), "
@@ -1096,7 +1108,7 @@ show("Prompt lookup's speed-up over plain decoding " + claims.pick(
     unresolved="is too close to call against the one its passes predicted, the median running "
                + prose.and_list(sorted({leans[k] for k, (v, _) in pairs.items() if v == claims.UNRESOLVED}))
                + " than predicted",
-) + ": " + "; ".join(t for _, t in pairs.values()) + ".",
+) + ". " + " ".join(t for _, t in pairs.values()),
      how=f"Each k's speed-up over its {runs} runs (the 95 % interval of its median) is held to "
          f"{1 / claims.PREDICTED_RATIO:.2f}–{claims.PREDICTED_RATIO:.2f}x its prediction (the tolerance for a predicted "
          "ratio, `lib.claims.PREDICTED_RATIO`): " + "; ".join(
@@ -1110,7 +1122,8 @@ show(claims.pick(
     pays_verdict, held="Prompt lookup ran faster than plain decoding, or did not, as its prediction said for each k",
     not_held="Prompt lookup's speed-up fell on the other side of 1x from its prediction (for at least one k)",
     unresolved="Whether prompt lookup pays where its prediction says is too close to call in this run",
-) + ": " + "; ".join(t for _, t in pays.values()) + ".")
+) + ("." if pays_verdict == claims.HELD else ": " + "; ".join(t for _, t in pays.values()) + "."),
+     how=("; ".join(t for _, t in pays.values()) + ".").replace("k =", "K =", 1) if pays_verdict == claims.HELD else None)
 differ = [k for k in lookup_tokens if outputs[k] != outputs[0]]
 register.record("speculation_is_greedy", claims.NOT_HELD if differ else claims.HELD, predicted="identical",
                 measured="identical" if not differ else f"k={differ} differ", evidence="speculative_runs.csv")
@@ -1145,15 +1158,7 @@ except ValueError as error:  # chapter 0 did not time this model's step at these
 # step is that?
 
 # %% [markdown]
-# <details><summary>The book's prediction (open it once you have written yours)</summary>
-#
-# The compiled step costs the eager static step's prediction less its dispatch; on a GPU,
-# compiling with CUDA graphs (`mode="reduce-overhead"`) removes the launches as well.
-#
-# </details>
-#
-# Chapter 0's price of the
-# eager step, and of the dispatch inside it:
+# The book's prediction, from chapter 0's price of the eager step and of the dispatch inside it, folded until you have written yours.
 
 # %%
 c0 = contexts[0]
@@ -1179,13 +1184,16 @@ if "fp32" in cost:
         cost["fp32"].decode(c0, cache="static", max_len=static_len)
         priced_as = ""
     except ValueError:  # chapter 0 timed no static step for this model: static_prediction's stand-in
-        priced_as = (" (chapter 0 timed no preallocated-cache step for this model, so the book prices it as the "
-                     "growing cache's step with attention over every preallocated position, masked, and no copy)")
-    show(f"At {c0 + steps // 2} cached tokens (halfway through the {steps} timed steps from {c0}) the cost model prices "
-         f"the eager fp32 step over a growing cache at **{prose.ms(issue_price.best)}**, of which issuing its "
-         f"operations (dispatch) is **{prose.ms(issue_price.term('dispatch').best)}**; over a preallocated cache of "
-         f"{static_len} positions (the compiled step's) at **{prose.ms(static_price.best)}**{priced_as}, of which "
-         f"dispatch is **{prose.ms(static_price.term('dispatch').best)}**.")
+        priced_as = (" Chapter 0 timed no preallocated-cache step for this model, so the book prices it as the "
+                     "growing cache's step with attention over every preallocated position, masked, and no copy.")
+    prose.prediction(
+        "The compiled step costs the eager static step's prediction less its dispatch. "
+        f"At {c0 + steps // 2} cached tokens (halfway through the {steps} timed steps from {c0}) the cost model prices "
+        f"the eager fp32 step over a growing cache at **{prose.ms(issue_price.best)}**, of which issuing its "
+        f"operations (dispatch) is **{prose.ms(issue_price.term('dispatch').best)}**. Over a preallocated cache of "
+        f"{static_len} positions (the compiled step's) it prices the step at **{prose.ms(static_price.best)}**, of "
+        f"which dispatch is **{prose.ms(static_price.term('dispatch').best)}**.{priced_as} On a GPU, compiling with "
+        'CUDA graphs (`mode="reduce-overhead"`) removes the launches as well.')
 else:
     print("chapter 0 has no price for this configuration: " + unpriced.get("fp32", "fp32 is not run"))
 
@@ -1253,13 +1261,13 @@ if compiled is not None and dispatch is not None:
                    f"chapter 0's dispatch of {prose.ms(dispatch.best)}, allowed {edges[0]:.1f}–{edges[1]:.1f} ms "
                    f"(the tolerance for a predicted time, {claims.PREDICTED_TIME:g}x, around its fastest to median "
                    "calls).")
-    show(f"Compiling saved **{saved.text('.1f', 'ms')}** a step (the compiled step took {comp.text('.1f', 'ms')}, the "
-         f"eager one over the same preallocated cache {static_ms.text('.1f', 'ms')}), "
+    show(f"Compiling saved **{saved.text('.1f', 'ms')}** a step: the compiled step took {comp.text('.1f', 'ms')}, the "
+         f"eager one over the same preallocated cache {static_ms.text('.1f', 'ms')}. That is "
          + claims.pick(verdict, held=f"about the {prose.ms(dispatch.best)} chapter 0 measured for issuing its "
                                      "operations: compiling removed the cost of issuing them.",
                        not_held=f"{saved.mid / (dispatch.best * 1e3):.0%} of the {prose.ms(dispatch.best)} chapter 0 "
                                 "measured for issuing its operations" if saved.mid > 0 else
-                                f"nothing of the {prose.ms(dispatch.best)} chapter 0 measured for issuing its operations",
+                                f"none of the {prose.ms(dispatch.best)} chapter 0 measured for issuing its operations",
                        unresolved=f"{saved.mid / (dispatch.best * 1e3):.0%} of the {prose.ms(dispatch.best)} chapter "
                                   "0 measured for issuing its operations at the median" + {
                                       "below what would hold": ", short of it, though the high end of its runs' range "
@@ -1277,19 +1285,22 @@ else:
     register.record("compiled_step_loses_its_dispatch", None, evidence=unissued)
     show(f"The compiled step was not timed in this run ({unissued}), so what compiling saves is not measured here.")
 again, swept = Spread.of(issue_runs[issue_runs.path == "eager, growing cache"].step_ms), spread[("fp32", c0)]
-show(f"The eager growing-cache step is the sweep's fp32 step at {c0} cached tokens (the same model, {threads} "
-     f"thread{'s' * (threads > 1)}, one sequence), timed again in these {issuing_runs} runs, later in the process"
-     + (", after compiling" if compiled is not None else "") + f": **{again.text('.1f', 'ms')}** against the sweep's "
-     f"{swept.text('.1f', 'ms')} over {sweep_runs} runs" + (
-         ", the same within their ranges." if claims.ranges_overlap(again.low, again.high, swept.low, swept.high) else
-         f", {again.mid / swept.mid:.2f}x: the same step ran {'slower' if again.mid > swept.mid else 'faster'} here "
-         "than in the sweep, later in the process" + (" and after compiling" if compiled is not None else "")
-         + ", so this section compares its paths only within these runs, where they took turns."))
+same_step = claims.ranges_overlap(again.low, again.high, swept.low, swept.high)
+show("Timed again in these runs, later in the process" + (" and after compiling" if compiled is not None else "")
+     + ", the eager growing-cache step " + (
+         "took what the sweep's fp32 step took." if same_step else
+         f"ran {again.mid / swept.mid:.2f}x its time in the sweep, so this section compares its paths only within "
+         "these runs, where they took turns."),
+     how=f"The eager growing-cache step is the sweep's fp32 step at {c0} cached tokens (the same model, {threads} "
+         f"thread{'s' * (threads > 1)}, one sequence): **{again.text('.1f', 'ms')}** over these {issuing_runs} runs "
+         f"against the sweep's {swept.text('.1f', 'ms')} over {sweep_runs} runs, "
+         + ("the same within their ranges." if same_step else "apart beyond their ranges."))
 if compiled is not None and dispatch is not None:  # the table's ratio for the compiled step is not what decided it
     x_price = issue.set_index("path").over_predicted
     show(f"In the table, the compiled step took {x_price['compiled, static cache']:.2f}x its price (the eager static "
          f"step's price less all of chapter 0's {prose.ms(dispatch.best)} of dispatch), and the eager static step "
-         f"{x_price['eager, static cache']:.2f}x its own. The finding above is decided on neither ratio but on the "
+         f"{x_price['eager, static cache']:.2f}x its own.",
+         how=f"The finding above is decided on neither ratio but on the "
          f"saving, measured run by run, {saved.text('.1f', 'ms')}, against that dispatch: " + claims.pick(
              verdict, held="it matched, so compiling removed the cost of issuing the step.",
              not_held=f"it came to {saved.mid / (dispatch.best * 1e3):.0%} of it, so compiling removed less than the "
@@ -1321,14 +1332,15 @@ if compiled is not None:
     parts = pd.DataFrame(parts.values())
     results.table(parts, "issuing_parts")
     e, c = parts.set_index("path").loc["eager, static cache"], parts.set_index("path").loc["compiled, static cache"]
-    show(f"Compiled, a step issues **{c.operator_calls:,.0f}** operator calls instead of {e.operator_calls:,.0f} (the "
-         "profiler counts every operator, those called inside another included"
-         + (f", where chapter 0 counted the {_ops:,} operations Python issues" if _ops else "") + "), and what "
-         f"is left of issuing it (the compiled graph's call with its fused kernels, Dynamo's guard check, the gaps) "
-         f"takes **{prose.ms(c.dispatch_ms / 1e3)}** against {prose.ms(e.dispatch_ms / 1e3)}; its matrices take "
-         f"{prose.ms(c.matrices_ms / 1e3)} against {prose.ms(e.matrices_ms / 1e3)}" + (
+    show(f"Compiled, a step issues **{c.operator_calls:,.0f}** operator calls instead of {e.operator_calls:,.0f}. What "
+         f"is left of issuing it takes **{prose.ms(c.dispatch_ms / 1e3)}** against {prose.ms(e.dispatch_ms / 1e3)}; its "
+         f"matrices take {prose.ms(c.matrices_ms / 1e3)} against {prose.ms(e.matrices_ms / 1e3)}" + (
              ": the matrix products, one per weight, are still PyTorch's own and still dominate the step."
-             if c.matrices_ms > c.dispatch_ms else "."))
+             if c.matrices_ms > c.dispatch_ms else "."),
+         how="The profiler counts every operator, those called inside another included"
+             + (f", where chapter 0 counted the {_ops:,} operations Python issues" if _ops else "") + ". What is left "
+             "of issuing the compiled step is the compiled graph's call with its fused kernels, Dynamo's guard check "
+             "and the gaps between them.")
     # the profiler adds its own cost to every operator call it records: on each path, the profiled step less the
     # same step timed without it (above), charged to each term by its share of the path's operator calls
     timed_ms = issue.set_index("path").step_ms  # each path's step, timed without the profiler
@@ -1359,10 +1371,10 @@ if compiled is not None:
 # %% [markdown]
 # ## 5. Side by side: one prompt, every path, the same runs
 #
-# Chapter 1's question, `side_tokens` greedy tokens, on each path in turn for `runs` runs: the book's eager fp32
-# loop, the PyTorch path that ran fastest against it run by run (a narrower precision in the sweep, or the
-# compiled step in section 4), when one did, llama.cpp on the Q4_1 file and, where
-# `.venv-vllm` exists, vLLM's CPU build through HTTP (fp32, started on loopback and stopped after). A path's time per
+# Chapter 1's question, `side_tokens` greedy tokens, on each path in turn for `runs` runs. The paths: the book's
+# eager fp32 loop; the PyTorch path that ran fastest against it run by run, when one did (a narrower precision in
+# the sweep, or the compiled step in section 4); llama.cpp on the Q4_1 file; and, where `.venv-vllm` exists,
+# vLLM's CPU build in fp32, through HTTP. A path's time per
 # output token (TPOT) is the median gap between its tokens; its bandwidth is its bytes per step over that.
 
 # %%
@@ -1446,8 +1458,7 @@ lead = ranked[0] if ranked else None
 lead_text = ("no lever ran here" if lead is None else f"the fastest was **{lead}**" if levers[lead].low > 1 else
              f"none was clearly faster than the eager step ({lead}'s range reaches below 1x)" if levers[lead].mid > 1
              else "none was faster than the eager step")
-show("Each lever's speed against the eager fp32 step (prompt lookup's against plain greedy decoding of the same "
-     "quoting task), taken run by run where both took turns: " + "; ".join(f"{name} **{levers[name].text('.2f', 'x')}**"
+show("Each lever's speed against the eager fp32 step, taken run by run where both took turns: " + "; ".join(f"{name} **{levers[name].text('.2f', 'x')}**"
                                                             for name in ranked) + f". Of these, {lead_text}. "
      f"On chapter 1's question, side by side ({threads} thread{'s' if threads > 1 else ''}), the fastest path in the "
      f"table is **{top.path}**: {top.tokens_per_s:.0f} tokens/s, {top.of_read:.0%} of the streaming read"
@@ -1459,9 +1470,9 @@ if worker:
     worker.close()
 
 # %% [markdown]
-# Every price in this chapter is made of chapter 0's ceilings. The same one-row matrices chapter 0 timed, timed
-# again before the first path and after the last (`lib.machine.pace`), say whether the machine itself ran at
-# another speed meanwhile:
+# Every price in this chapter is made of chapter 0's ceilings at the speed the machine ran the same one-row
+# matrices just before the first path (`lib.machine.Pacer`, `CostModel.at_pace`). Timed again after the last path,
+# they say whether the machine kept that speed meanwhile.
 
 # %%
 pacer.check("after the last")
@@ -1484,7 +1495,7 @@ slowed = (f" {prose.count(len(slower), 'lever').capitalize()} slowed the step: {
 read_said = ""
 if use_llama:
     lo, hi = min(f.mid for f in frac.values()), max(f.mid for f in frac.values())
-    read_said = (f"llama.cpp's 4-bit step took **{spread[('q4_1', c0)].text('.1f', 'ms')}**, moving "
+    read_said = (f"The 4-bit step of llama.cpp took **{spread[('q4_1', c0)].text('.1f', 'ms')}**, moving "
                  f"{prose.span(lo, hi, '.0%')} of what this machine's memory streams" + {
                      claims.HELD: ": close to the limit.", claims.NOT_HELD: ": well short of the limit.",
                      claims.UNRESOLVED: ": near the limit, perhaps."}.get(v("llama_close_to_the_read"), "."))
@@ -1495,15 +1506,24 @@ answer = {claims.HELD: f"{took}: fewer bytes pay only where the kernel is fast."
                            "findings say what did).",
           claims.UNRESOLVED: f"{took}: too close to call whether that sets a step's time here.",
           }.get(v("step_follows_its_bytes"), "")
-misses = register.misses()  # the evidence table's misses
+plain_names = {  # each claim as a reader names it, for the opening's count of what failed
+    "step_follows_its_bytes": "the PyTorch steps' time from their bytes",
+    "llama_close_to_the_read": "llama.cpp's share of the streaming read",
+    "llama_bound_by_its_cores": "what a second thread gives llama.cpp",
+    "cache_growth_follows_its_bytes": "the step's growth with its cache",
+    "fp8_cache_saves_memory_not_time": "what the fp8 cache costs a step",
+    "fp8_cache_is_no_faster": "the fp8 cache being no faster",
+    "speculation_as_predicted": "prompt lookup's speed-up",
+    "speculation_pays_where_predicted": "where prompt lookup pays",
+    "speculation_is_greedy": "prompt lookup's answer being greedy decoding's",
+    "compiled_step_loses_its_dispatch": "what compiling saves",
+    "machine_kept_its_pace": "the machine keeping chapter 0's speed"}
+misses = register.misses(plain_names)  # each miss named (the evidence table at the end gives their numbers)
 cheapest = {"llama.cpp, Q4_1": "llama.cpp on the Q4_1 file", "vLLM (CPU build, HTTP)": "vLLM's CPU build",
             "fastest PyTorch: compiled fp32": "the compiled step"}.get(top.path, top.path.removeprefix("fastest PyTorch: "))
 side_found = (f"On chapter 1's question, {cheapest} was fastest: {top.speedup_over_eager_loop:.2f}x the eager loop. "
               if cheapest != lead and not top.path.startswith("eager fp32") else "")
-maybe = v("machine_kept_its_pace") == claims.UNRESOLVED  # lib.machine.pace_note's verdict, in plain words
-pace_said = "" if not pacer.note() else (f"The machine {'may have run' if maybe else 'ran'} at another speed than in "
-                                         f"chapter 0, so prices here {'may be' if maybe else 'are'} off (the pace "
-                                         "finding near the end says how far).")
+pace_said = pacer.note()  # how far the machine ran from chapter 0's speed, where it did, and that prices used it
 # The longest telling first; the side-by-side, the slower levers, llama.cpp's share of the read, then the levers give
 # way (the evidence table keeps them all; the misses are counted in every telling).
 said = [machine_said, sped + slowed, answer, read_said, side_found.strip(), misses]  # the PyTorch steps' evidence
@@ -1527,8 +1547,7 @@ opening.write(*(" ".join(filter(None, t)) for t in (  # before what it says of t
 # ## Takeaways
 #
 # * Price a decode step as its bytes at the rate its own kernel streams them, then check the price against the
-#   step (the first finding above says how well it priced this machine's): fewer bytes help only through a kernel
-#   that keeps its rate on them.
+#   step. Fewer bytes help only through a kernel that keeps its rate on them.
 # * Measure how close a kernel gets to the machine's read: that is the room a better kernel has.
 # * A quantized cache saves memory; whether it saves time depends on how attention reads it: read how it is
 #   implemented before expecting speed (the fp8 cache's claims above say what it cost here).

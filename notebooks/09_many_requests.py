@@ -34,9 +34,9 @@
 # %% [markdown]
 # **After this chapter you can**
 #
-# * compute what reusing a shared prefix's cache saves in TTFT, and what handing a cache over costs;
-# * compare a prefill worker and a decode worker with chunked prefill on one worker, by TTFT and by the worst gap;
-# * predict a queue's wait from the arrival rate and the service time, and check it against replayed arrivals;
+# * compute what reusing a shared prefix's cache saves in TTFT, and what handing a cache over costs.
+# * compare a prefill worker and a decode worker with chunked prefill on one worker, by TTFT and by the worst gap.
+# * predict a queue's wait from the arrival rate and the service time, and check it against replayed arrivals.
 # * say what changes beyond one machine, with the real engines.
 
 # %% tags=["parameters"]
@@ -186,7 +186,7 @@ prose.shown(pd.DataFrame([dict(prompt="long system prompt", shared_tokens=shared
                    prompt_tokens=[p.shape[1] for p in short_prompts])]))
 
 # %% [markdown]
-# What chapter 0's ceilings say of this machine, before anything is timed here:
+# What chapter 0's ceilings say of this machine, before anything is timed here.
 
 # %%
 if cost is not None:
@@ -214,14 +214,14 @@ else:
 #
 # </details>
 #
-# The in-process recipe, timed:
+# The in-process recipe, timed below.
 
 # %%
 display(prose.source(reuse.first_token_reusing))
 
 # %% [markdown]
 # Each request's first token, cold (its whole prompt prefilled) and reusing the prefix's cache, taking turns
-# `runs` times after one warm-up of each; the two must choose the same first token:
+# `runs` times after one warm-up of each; the two must choose the same first token.
 
 # %%
 kept = reuse.prefix_cache(lm, prompts[0][:, :shared])
@@ -286,9 +286,9 @@ verdict = register.record(
     "reuse_saves_the_prefix_prefill", verdict, predicted=predicted, measured=f"{saving.mid:.0f} ms",
     evidence=f"{questions} questions x {runs} run{'s' * (runs != 1)}; {shared} shared tokens, about {suffix} of each "
              f"request's own; {n_threads} thread{'s' * (n_threads != 1)}")
-why = why_not or (f"one layer down, the cold prefill took {cold.mid / (cold_p.best * 1e3):.2f}x its price and the "
+why = why_not or (f"One layer down, the cold prefill took {cold.mid / (cold_p.best * 1e3):.2f}x its price and the "
                   f"reused path {warm.mid / ((warm_p.best + copy_s) * 1e3):.2f}x its own (copy and prefill over the "
-                  "cached prefix); the saving is their difference, so it strays by neither factor alone"
+                  "cached prefix). The saving is their difference, so it strays by neither factor alone"
                   + (f" ({saving.mid / (predicted_saving.low * 1e3):.2f}x here)"
                      if predicted_saving is not None and predicted_saving.low > 0 else "") + ".")
 came = (f"came {prose.span(shown.low, shown.high, '.0f', 'ms')} {'sooner' if saving.mid >= 0 else 'later'} with the "
@@ -298,7 +298,7 @@ show(claims.pick(
     verdict, held=f"The first token came **{prose.span(shown.low, shown.high, '.0f', 'ms')} sooner** ({cold.mid:.0f} "
                   f"ms cold against {warm.mid:.0f} ms reused), about the {saving_priced} predicted: the time saved is the "
                   "prefix's prefill, as priced.",
-    not_held=f"The first token {came}, not the {saving_priced} predicted: {why}",
+    not_held=f"The first token {came}, not the {saving_priced} predicted. {why}",
     unresolved=f"The first token {came}, against {saving_priced} predicted: close, but its runs spread too far for this run "
                "to say whether the saving is as priced; more runs would decide.",
     not_measured=f"{statement} This run does not decide it: the first token {came}, and nothing here prices it: {why}"),
@@ -308,12 +308,12 @@ show(claims.pick(
 # %% [markdown]
 # ### The engines' prefix caches
 #
-# An engine keeps the cache of every prompt it served, in blocks, and a new prompt that starts with the same
-# tokens reuses the matching **whole** blocks (vLLM's automatic prefix caching; `transformers serve`'s
-# continuous batching shares pages the same way). vLLM counts the tokens it reuses (`vllm:prefix_cache_hits`).
+# An engine keeps the cache of every prompt it served, in blocks. A new prompt that starts with the same tokens
+# reuses the matching **whole** blocks (vLLM's automatic prefix caching; `transformers serve`'s continuous batching
+# shares pages the same way). Of the two, vLLM counts the tokens it reuses (`vllm:prefix_cache_hits`).
 # Each engine's block, and what the cost model prices the long prompt's prefill at on the cores each engine
 # computes on: cold, and with each whole number of its blocks already cached (the rest prefilled, attending over
-# them):
+# them).
 
 # %%
 long_prompt = int(prompts[0].shape[1])
@@ -351,10 +351,9 @@ show(f"The long prompt is {long_prompt} tokens, of which {shared} are shared. "
 #
 # </details>
 #
-# Each engine gets three groups of requests, taking turns:
-# **unique** (every system prompt starts with its own request number, so nothing can be reused: the prefix cache
-# in effect off, without a second engine start), **shared** (the long system prompt, served once before), and
-# **short** (the short system prompt, served once before). Every request asks for two tokens; TTFT is what
+# Each engine gets three groups of requests, taking turns. In **unique**, every system prompt starts with its own
+# request number, so nothing can be reused (the prefix cache in effect off, without a second engine start).
+# **Shared** has the long system prompt and **short** the short one, each served once before. Every request asks for two tokens; TTFT is what
 # changes.
 
 # %%
@@ -440,7 +439,7 @@ _ = results.table(engine_runs, "reuse_engines_runs")
 
 # %% [markdown]
 # Per engine and group: the median TTFT with its range, the tokens the engine's counter says it reused, and the
-# tokens its block size lets it reuse:
+# tokens its block size lets it reuse.
 
 # %%
 groups = {"unique": 0, "shared": shared, "short": short_shared}
@@ -471,15 +470,15 @@ verdict = register.record(
     predicted=", ".join(f"{r.engine} {r.group}: {r.reusable_tokens:.0f}" for r in counted.itertuples()),
     measured=", ".join(f"{r.engine} {r.group}: {r.hit_tokens:.0f}" for r in counted.itertuples()),
     evidence=f"the median of {questions} requests per group; counters read before and after each")
-rows_text = "; ".join(f"{r.engine} {r.group}: **{r.hit_tokens:.0f}** tokens reused of {groups[r.group]} shared "
-                      f"(blocks of {r.block_tokens:.0f}: {r.reusable_tokens:.0f} reusable)" for r in counted.itertuples())
+rows_text = " ".join(f"{r.engine} {r.group}: **{r.hit_tokens:.0f}** tokens reused of {groups[r.group]} shared, "
+                      f"{r.reusable_tokens:.0f} reusable in blocks of {r.block_tokens:.0f}." for r in counted.itertuples())
 uncounted = "; ".join(["transformers serve exposes no metrics"] * ("transformers serve" in wanted)
                       + [f"vLLM did not run: {vllm_missing or 'not among the engines'}"] * ("vLLM" not in wanted and not base_url)
                       + [f"{base_url} reports no vllm:prefix_cache_hits"] * bool(base_url))
 show(claims.pick(
-    verdict, held=f"The hit counters counted exactly the whole blocks of each shared prefix: {rows_text}. A prefix is "
+    verdict, held=f"The hit counters counted exactly the whole blocks of each shared prefix. {rows_text} A prefix is "
                   "reused in whole blocks only: the last, partial block is prefilled again.",
-    not_held=f"The hit counters did not count the whole blocks of each shared prefix: {rows_text}. The engine reuses "
+    not_held=f"The hit counters did not count the whole blocks of each shared prefix. {rows_text} The engine reuses "
              "by another rule than its block size (or evicted the cached blocks between requests).",
     unresolved="",  # a count is exact: held or not
     not_measured=f"{statement} This run does not decide it: no server here counts its prefix-cache hits on /metrics "
@@ -487,7 +486,7 @@ show(claims.pick(
 
 # %% [markdown]
 # And what the reuse saves in TTFT, against the cost model's price of the reusable tokens (the whole prompt's
-# prefill less the prefill of the rest after them; an engine's paged cache copies nothing):
+# prefill less the prefill of the rest after them; an engine's paged cache copies nothing).
 
 # %%
 def engine_saving(r, model: costmodel.CostModel | None) -> Spread | None:
@@ -514,7 +513,7 @@ for name, g in engine_runs.groupby("engine", sort=False):
     own = cost_model(MODEL, cores)  # priced on the cores the engine computes on
     p = engine_saving(t.loc["shared"], own)
     cold_ms = own.prefill(int(t.loc["unique"].prompt_tokens)).best * 1e3 if own else np.nan
-    core_note = (f" (vLLM's CPU build computes on {cores} of this machine's {n_threads} cores, keeping one for its "
+    core_note = (f" (vLLM computes on {cores} of this machine's {n_threads} cores, keeping one for its "
                  "server and scheduler, and is priced on those)" if name == "vLLM" and cores < n_threads else "")
     v = (claims.within(gain / 1e3, p, claims.PREDICTED_TIME) if gain.low > 0 else claims.NOT_HELD) if p else None
     if v == claims.HELD:
@@ -522,12 +521,12 @@ for name, g in engine_runs.groupby("engine", sort=False):
     elif v == claims.UNRESOLVED:
         why = ": close, but its runs spread too far to call"
     elif v == claims.NOT_HELD and gain.mid > p.mid * 1e3:
-        why = (f": more than predicted, and its unique requests' TTFT was {t.loc['unique'].ttft_ms / cold_ms:.2f}x the "
+        why = (f": more than predicted. Its unique requests' TTFT was {t.loc['unique'].ttft_ms / cold_ms:.2f}x the "
                f"cost model's prefill of their whole prompt ({cold_ms:.0f} ms), so reuse skipped a slower prefill than "
-               "the model priced" + core_note)
+               "the model priced" + (f". The CPU build of {core_note.strip(' ()')}" if core_note else ""))
     elif v == claims.NOT_HELD:
-        why = (": less than predicted, the part of each request's time that reuse cannot remove (the request's own "
-               "tokens, the engine's work per request) being larger than the model's")
+        why = (": less than predicted. The part of each request's time that reuse cannot remove (the request's own "
+               "tokens, the engine's work per request) was larger than the model's")
     else:
         why = ""
     reusable = (f"{t.loc['shared'].reusable_tokens:.0f} reusable tokens" if pd.notna(t.loc["shared"].reusable_tokens)
@@ -553,8 +552,8 @@ register.claim("engine_reuse_saves_its_blocks_prefill", statement)
 verdict = register.record("engine_reuse_saves_its_blocks_prefill", claims.every(decided) if decided else None,
                           predicted="; ".join(predicted_text), measured="; ".join(sentences),
                           evidence=f"{questions} questions per group, the groups taking turns; two tokens a request")
-found = "; ".join(sentences)
-show(f"{found[:1].upper()}{found[1:]}." if verdict != claims.NOT_MEASURED else  # the same words, whatever the verdict
+found = " ".join(s[:1].upper() + s[1:] + "." for s in sentences)
+show(found if verdict != claims.NOT_MEASURED else  # the same words, whatever the verdict
      f"{statement} This run does not decide it: no engine ran here, or none could reuse a block: {found or 'none'}",
      how=f"Each engine's saving over its runs (the 95 % interval of its median) is held to the tolerance for a "
          f"predicted time, {claims.PREDICTED_TIME:g}x either way: {'; '.join(allowed_text)}." if allowed_text else None)
@@ -564,9 +563,9 @@ if "vLLM" in gains and len(vllm_shared) and vllm_shared.hit_tokens.iloc[0] < sha
     v_cold = reuse_table[(reuse_table.engine == "vLLM") & (reuse_table.group == "unique")].ttft_ms.iloc[0]
     more = gains["vLLM"].low > saving.high  # more beyond both intervals; "less" the same way; else about as much
     less = gains["vLLM"].high < saving.low
-    show(f"vLLM reused {v_row.hit_tokens:.0f} of the {shared} shared tokens (its whole blocks of "
+    show(f"Of the {shared} shared tokens, vLLM reused {v_row.hit_tokens:.0f} (its whole blocks of "
          f"{v_row.block_tokens:.0f}), and saved " + (
-             f"more than the in-process run did for all {shared}: it computes on {v_cores} of this machine's "
+             f"more than the in-process run did for all {shared}. It computes on {v_cores} of this machine's "
              f"{n_threads} cores, so each token costs it more (a cold first token took it {v_cold:.0f} ms, against "
              f"{cold.mid:.0f} ms in-process)." if more and v_cores < n_threads and v_cold > cold.mid else
              f"{'more' if more else 'less' if less else 'about as much (the two ranges overlap)'} "
@@ -584,8 +583,8 @@ if "vLLM" in gains and len(vllm_shared) and vllm_shared.hit_tokens.iloc[0] < sha
 # Chapter 5's scenario again (its model, `separation_model`): stream A decodes; after its `arrival_step`-th
 # token, B arrives with a `b_prompt_len`-token prompt. Three ways to serve it on this machine's cores:
 #
-# * **one worker**, all cores, B's prompt in one piece (chapter 5's unchunked run);
-# * **one worker with chapter 5's best chunk**, B's prefill interleaved with A's steps;
+# * **one worker**, all cores, B's prompt in one piece (chapter 5's unchunked run).
+# * **one worker with chapter 5's best chunk**, B's prefill interleaved with A's steps.
 # * **two workers**: a prefill worker pinned to one core and a decode worker pinned to another, one torch
 #   thread each (`lib.separation`). The prefill worker prefills B and chooses its first token, then writes B's
 #   cache into shared memory; the decode worker reads it between two of A's steps.
@@ -660,8 +659,8 @@ def chapter5_best() -> tuple[int, str]:
             gaps = r.a_worst_gap_ms.tolist()
             bests.append(best_of(r.chunk_tokens.tolist(), [0] + [1 - b / a for a, b in zip(gaps, gaps[1:])]))
         if min(bests) != max(bests):
-            where += (f"; its runs put their best at {min(bests)} to {max(bests)} tokens, so chapter 5 could not "
-                      "resolve one, and the one-worker comparison below depends on this choice: a larger chunk gives "
+            where += (f". Its runs put their best at {min(bests)} to {max(bests)} tokens, so chapter 5 could not "
+                      "resolve one. The one-worker comparison below depends on this choice: a larger chunk gives "
                       "B an earlier first token and A a longer worst gap (try `chunk = 128`)")
     return int(best), where
 
@@ -673,7 +672,7 @@ print(f"one worker's chunk: {best_chunk} tokens, {chunk_source}. Two workers: "
       + (sep_missing or f"cores {separation.usable_cores()[:2]}") + ".")
 
 # %% [markdown]
-# The three ways, `separation_runs` times each (the two workers are started once, and load the model once):
+# The three ways, `separation_runs` times each (the two workers are started once, and load the model once).
 
 # %%
 small = load_model(separation_model, cpu, torch.float32)
@@ -851,7 +850,7 @@ if alone_1t is not None and len(alone_1t) and have_two:
                        f"scaled by the cost model). Here, beside the decode worker streaming the weights on the other "
                        f"core, B's prefill took about {b_prefill:,.0f} ms (its TTFT less the hand-over): "
                        f"{b_prefill / alone_b:.2f}x, "
-                       + (f"about its time alone (this chapter ran at {pace_now:.2f}x chapter 0's pace); sharing the "
+                       + (f"about its time alone (this chapter ran at {pace_now:.2f}x chapter 0's pace). Sharing the "
                           "memory bus and the last-level cache with the neighbour may add some of it, which this run "
                           "does not time apart." if 1 / claims.PREDICTED_TIME <= b_prefill / alone_b
                           <= claims.PREDICTED_TIME else
@@ -931,8 +930,8 @@ slowed = hand.write_ms.median() > alone_ms * claims.PREDICTED_TIME
 worker_x, alone_x = hand.write_ms.median() / copy_ms, alone_ms / copy_ms  # the write in the worker, and alone
 at_limit = all(abs(x / claims.PREDICTED_TIME - 1) < 0.08 for x in (worker_x, alone_x))  # both near the limit
 alone_says = (f"The same write timed here alone, on one thread with nothing else running, took {prose.ms(alone_ms / 1e3)}, "
-              f"{alone_x:.2f}x its price of {prose.ms(copy_ms / 1e3)}, against {worker_x:.2f}x in the worker: "
-              + (f"both about {claims.PREDICTED_TIME:g}x their price, right at the limit the book counts as priced "
+              f"{alone_x:.2f}x its price of {prose.ms(copy_ms / 1e3)}, against {worker_x:.2f}x in the worker. "
+              + (lambda t: t[:1].upper() + t[1:])(f"both about {claims.PREDICTED_TIME:g}x their price, right at the limit the book counts as priced "
                  f"(the one in the worker {'past' if worker_x > claims.PREDICTED_TIME else 'inside'} it, the one alone "
                  f"{'past' if alone_x > claims.PREDICTED_TIME else 'inside'} it), so the write runs a little slower "
                  "than chapter 0's copy both alone and in the worker." if at_limit and not slowed else
@@ -951,7 +950,7 @@ off = " ".join({"write": alone_says.replace("The same write", f"Writing into the
                         "counted: in this process a new page did not cost what it cost in chapter 0's copy into "
                         "fresh memory.",
                 "read again": f"Even into mapped pages the read took {than['read again']} than the copy rate makes "
-                              f"it, so the copy itself differs here, not only the mapping: the same bytes, written "
+                              f"it, so the copy itself differs here, not only the mapping. The same bytes, written "
                               f"alone on one thread here, took {prose.ms(alone_ms / 1e3)}, and read again in the "
                               f"decode worker {prose.ms(hand.reread_ms.median() / 1e3)} "
                               f"({hand.reread_ms.median() / alone_ms:.2f}x); this run does not take the worker's copy "
@@ -970,11 +969,11 @@ whole_hand = (f" The whole hand-over, written and read, took about "
               f"{prose.ms((hand.write_ms.median() + hand.read_ms.median()) / 1e3)} of B's "
               f"{prose.ms(hand.b_ttft_ms.median() / 1e3)} wait for its first token." if have_two else "")
 show(claims.pick(
-    verdict, held=f"{mb}, each copy about its price: {copies}. The first read's extra time is the kernel mapping new "
+    verdict, held=f"B's {mb}, each copy about its price: {copies}. The first read's extra time is the kernel mapping new "
                   f"pages, not the copy; the whole hand-over is small beside the prefill it spares the decode worker."
                   f"{whole_hand}",
-    not_held=f"{mb}, each copy against its price: {copies}. {off}{whole_hand}",
-    unresolved=f"{mb}, each copy against its price: {copies}; too close to call for some of them, which more runs "
+    not_held=f"B's {mb}, each copy against its price: {copies}. {off}{whole_hand}",
+    unresolved=f"B's {mb}, each copy against its price: {copies}; too close to call for some of them, which more runs "
                f"would decide.{whole_hand}",
     not_measured=f"{statement} This run does not decide it: two workers did not run here, or chapter 0 measured no "
                  "one-thread copy rates."))
@@ -992,7 +991,7 @@ plt.show()
 
 # %% [markdown]
 # The published systems, beside the miniature (`data/reference/disaggregation_headlines.csv`, each as its
-# paper's abstract states it, with the version):
+# paper's abstract states it, with the version).
 
 # %%
 headlines = load_reference("disaggregation_headlines")
@@ -1038,14 +1037,15 @@ def separation_verdict() -> str:
                         + ([f"against {ways(split)} neither way was ahead on both measures beyond the runs' spread"]
                            if split else []))
     turns = f"B's prompt whole inside one of A's steps, or in {-(-b_prompt_len // best_chunk)} pieces between them"
-    cores = (f"all three ways ran on the same {n_threads} cores, so what differs is how the two requests share them "
-             f"(one worker makes them take turns, {turns}; two workers give each request a core of its own), not how "
-             "many the machine has"
+    cores = (f"all three ways ran on the same {n_threads} cores, so what differs is how the two requests share them, "
+             f"not how many the machine has. One worker makes them take turns ({turns}); two workers give each "
+             "request a core of its own"
              if n_threads == 2 else
              f"one worker ran on {n_threads} thread{'s' * (n_threads != 1)}, the two workers on one core each, so the "
              "comparison mixes how many cores the requests get with how they share them")
-    text = "; ".join(said) + ". " + outcome[0].upper() + outcome[1:] + f": {cores}."
-    return text[0].upper() + text[1:]
+    text = " ".join(s[0].upper() + s[1:] + "." for s in said) + " " + outcome[0].upper() + outcome[1:] + ". " \
+        + cores[0].upper() + cores[1:] + "."
+    return text
 
 
 show(separation_verdict())
@@ -1068,10 +1068,23 @@ show(separation_verdict())
 # %%
 ch7, ch7_params = one_run("07_over_the_wire", ["poisson_requests", "poisson_arrivals", "concurrency_sweep", "objectives"])
 ch7_requests, ch7_rates, sweep = ch7["poisson_requests"], ch7["poisson_arrivals"], ch7["concurrency_sweep"]
+achieved = ({} if ch7_rates is None or "realized_per_s" not in ch7_rates else  # (engine, nominal rate) -> achieved
+            {(r.engine, r.rate_per_s): r.realized_per_s for r in ch7_rates.itertuples()})
+
+
+def per_s(name: str, rate: float) -> str:
+    """The arrival rate chapter 7's run of engine ``name`` named ``rate`` (nominal) achieved, for a sentence."""
+    return f"{achieved.get((name, rate), rate):.3g}/s"
+
+
 show("chapter 7 has no arrivals here (run `python -m lib.make.book 07_over_the_wire`)" if ch7_rates is None else
-     "Chapter 7 measured these median TTFTs at its arrival rates: " + "; ".join(
-         f"{name}: " + ", ".join(f"{r.ttft_ms:,.0f} ms at {r.rate_per_s:g}/s" for r in g.itertuples())
-         for name, g in ch7_rates.groupby("engine", sort=False)) + ".")
+     "Chapter 7 measured these median TTFTs, each at the arrival rate its run achieved: " + "; ".join(
+         f"{name}: " + ", ".join(f"{r.ttft_ms:,.0f} ms at {per_s(name, r.rate_per_s)}" for r in g.itertuples())
+         for name, g in ch7_rates.groupby("engine", sort=False)) + ".",
+     how=None if not achieved else "Chapter 7 names each run by the rate it drew its Poisson arrivals at (nominal): "
+     + "; ".join(f"{name}: " + ", ".join(f"{r.rate_per_s:g}/s" for r in g.itertuples())
+                 for name, g in ch7_rates.groupby("engine", sort=False))
+     + ". The folds below name the runs by these nominal rates; the sentences give the rates achieved.")
 
 # %%
 def served_alone(name: str) -> str | None:
@@ -1090,12 +1103,14 @@ def served_alone(name: str) -> str | None:
     alone_s = prefill_s + (out - 1) * step_s
     budget = {"transformers serve": ch7_params.get("tf_batch_tokens", 512),
               "vLLM": (ch7_params.get("vllm_budgets") or [2048])[0]}.get(name)
-    top = mine_.rate_per_s.max()
-    return (f"{name}" + (f" (a token budget of {budget} per step)" if budget else "")
+    top = achieved.get((name, mine_.rate_per_s.max()), mine_.rate_per_s.max())
+    lowest = achieved.get((name, mine_.rate_per_s.min()), mine_.rate_per_s.min())
+    return ((name if name[1:2].isupper() else name[:1].upper() + name[1:])
+            + (f" (a token budget of {budget} per step)" if budget else "")
             + f": a request of {prompt} prompt tokens and {out} output "
             f"tokens is priced at {prose.ms(prefill_s)} of prefill and {prose.ms(step_s)} a decode step, "
-            f"**{prose.ms(alone_s)}** served alone; at {top:g} arrivals a second, one after another would need "
-            f"**{top * alone_s:.1f} seconds of serving per second**" + utilisation(mine_.rate_per_s.min(), alone_s))
+            f"**{prose.ms(alone_s)}** served alone. At the busiest {top:.3g} arrivals a second, serving them one after "
+            f"another would need **{top * alone_s:.1f} seconds of serving per second**." + utilisation(lowest, alone_s))
 
 
 def utilisation(rate: float, alone_s: float) -> str:
@@ -1103,24 +1118,24 @@ def utilisation(rate: float, alone_s: float) -> str:
     it predicts of a first-come queue's wait (a clause to end a sentence with)."""
     u = rate * alone_s
     if u >= 1:
-        return (f"; at the lowest rate, {rate:g}/s x {prose.ms(alone_s)} gives a **utilisation** (arrival rate times "
-                f"a request's service time) of {u:.1f}: at 1 or more a first-come queue serving one request at a time "
-                "is overloaded, its wait growing with every arrival, from the lowest rate tried")
+        return (f" At the lowest rate, {rate:.3g}/s x {prose.ms(alone_s)} gives a **utilisation** (arrival rate times "
+                f"a request's service time) of {u:.1f}. At 1 or more, a first-come queue serving one request at a time "
+                "is overloaded: its wait grows with every arrival.")
     wait = u / (2 * (1 - u)) * alone_s  # Poisson arrivals, one fixed service time (M/D/1)
-    return (f"; at the lowest rate, {rate:g}/s x {prose.ms(alone_s)} gives a **utilisation** (arrival rate times a "
-            f"request's service time) of {u:.2f}: below 1, a first-come queue's mean wait is about u / (2 (1 - u)) "
-            f"service times for Poisson arrivals and one fixed service time, {prose.ms(wait)} here")
+    return (f" At the lowest rate, {rate:.3g}/s x {prose.ms(alone_s)} gives a **utilisation** (arrival rate times a "
+            f"request's service time) of {u:.2f}. Below 1, a first-come queue's mean wait is about u / (2 (1 - u)) "
+            f"service times for Poisson arrivals and one fixed service time: {prose.ms(wait)} here.")
 
 
 if ch7_rates is not None:
     alone_lines = [x for x in (served_alone(n) for n in ch7_rates.engine.unique()) if x]
-    show("Priced by the cost model on each engine's cores. " + " ".join(x[:1].upper() + x[1:] + "." for x in alone_lines)
+    show("Priced by the cost model on each engine's cores. " + " ".join(alone_lines)
          if alone_lines else "chapter 0 measured no ceilings for the engines' cores: nothing here is priced")
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** Chapter 7's closed loop found each engine's total tokens per second rising with its users
-# (its batching claims), and the line above gives the median TTFT it measured at each rate, with what one request
-# costs served alone and what the busiest rate would ask of a server that served them one after another. Which replay do
+# (its batching claims). The lines above give the median TTFT it measured at each rate, what one request costs
+# served alone, and what the busiest rate would ask of a server that served them one after another. Which replay do
 # you expect to come closer to the engines' median TTFT at the highest rate, first-come or token budget, and do
 # you expect the first-come replay's TTFT there to be above or below what was measured?
 
@@ -1226,21 +1241,22 @@ if ch7_rates is not None and "server_queue_ms" in ch7_rates:
 _ = results.table(replayed, "replay")
 
 # %%
-print(replay_missing or "objectives (chapter 7's): " + "; ".join(f"{n}: TTFT <= {g.ttft_ms:.0f} ms, TPOT <= {g.tpot_ms:.0f} ms"
+show(replay_missing or "The replays are scored against chapter 7's objectives, and the third is priced at each "
+     "engine's own one-user costs.", how=None if replay_missing else "Objectives (chapter 7's): " + "; ".join(f"{n}: TTFT <= {g.ttft_ms:.0f} ms, TPOT <= {g.tpot_ms:.0f} ms"
                                                                for n, g in (goals or {"all": fallback_goals}).items()) + "; "
       + "; ".join(f"{n}: steps at {c[0]:.2f}x the cost model, {abs(c[1]) * 1e3:.0f} ms "
                   f"{'added' if c[1] >= 0 else 'taken off'} before the scheduler" for n, c in calibrations.items() if c)
       + ("" if not any(c and c[1] < 0 for c in calibrations.values()) else
          " (the time before the scheduler is one user's TTFT less its prefill priced at the steps' factor; it is "
-         "taken off where the engine's prefill ran faster than that factor says)"))
+         "taken off where the engine's prefill ran faster than that factor says)") + ".")
 prose.shown(replayed.round(1).assign(goodput=replayed.goodput.round(2)))  # a fraction: two places
 
 # %% [markdown]
 # For vLLM, the measured rows' `wait_ms` and `prefill_ms` are the engine's own means (its
 # `request_queue_time` and `request_prefill_time` histograms over each rate's requests, which chapter 7 read);
 # the replay's are its own queue wait and prefill. The third replay, **the engine's own costs**, tells the parts
-# apart: every step is priced at the factor that makes a lone request decode at the engine's TPOT for one user
-# (chapter 7's closed loop of one user, with the same prompt and length as the arrivals), and the rest of that
+# apart. Every step is priced at the factor that makes a lone request decode at the engine's TPOT for one user
+# (chapter 7's closed loop of one user, with the same prompt and length as the arrivals). The rest of that
 # request's TTFT is added before the scheduler sees a request. Where it lands and the cost model's replay does not, the passes were priced wrong and the queueing
 # and batching right. Decided per engine:
 
@@ -1267,17 +1283,17 @@ def batching_sentence(name: str) -> tuple[str, str | None]:
     rest = ("" if round(grew, 2) <= round(priced, 2) else  # chapter 7's reading of any growth beyond the price
             "; what the TPOT grew beyond that is what chapter 7 reads as the newcomers' prefills run between steps")
     return (f"One layer down, in chapter 7's closed loop the engine's TPOT grew {grew:.2f}x from 1 user to {top}, where "
-            f"{whose} grows {priced:.2f}x from 1 sequence to {top}: "
-            + {"as priced": f"within the tolerance of that growth, so the engine's steps batch about as the model "
-                            f"prices them{rest}",
-               "edge": f"{x:.2f}x the model's growth, too close to {tol:g}x to say whether the engine batches as "
-                       "priced (one ratio of medians, with no range)",
-               "cheaper": "the engine's TPOT grew less than the model's step (a closed loop's TPOT also carries the "
+            f"{whose} grows {priced:.2f}x from 1 sequence to {top}. "
+            + {"as priced": f"That is within the tolerance of that growth, so the engine's steps batch about as the "
+                            f"model prices them{rest}",
+               "edge": f"That is {x:.2f}x the model's growth, too close to {tol:g}x to say whether the engine batches "
+                       "as priced (one ratio of medians, with no range)",
+               "cheaper": "The engine's TPOT grew less than the model's step. A closed loop's TPOT also carries the "
                           "newcomers' prefills between steps, and this chapter does not time the engine's own kernels, "
-                          "so which part batches better is not measured here)",
-               "dearer": "the engine's TPOT grew more than the model's step (a closed loop's TPOT also carries the "
+                          "so which part batches better is not measured here",
+               "dearer": "The engine's TPOT grew more than the model's step. A closed loop's TPOT also carries the "
                          "newcomers' prefills between steps, and this chapter does not time the engine's own work per "
-                         "sequence and step, so which part costs more is not measured here)"}[kind]), kind
+                         "sequence and step, so which part costs more is not measured here"}[kind]), kind
 
 
 key_at = {}  # a ratio's name ("TTFT at 0.8/s") -> (rate, the latency's column)
@@ -1311,9 +1327,8 @@ def requests_apart(name: str, rate: float) -> str:
     g["extra"] = g[lat] - g[f"{lat}_replayed"]
     busy, alone = g[g.busy], g[~g.busy]
     lowest = rate == ch7_requests[ch7_requests.engine == name].rate_per_s.min() and len(busy)
-    head = (f"Request by request at {rate:g}/s" + (" (the lowest rate; chapter 7's arrivals are one seeded pattern at "
-                                                   "every rate, only spaced wider, so some still overlap)"
-                                                   if lowest else "") + ", ")
+    head = (("Chapter 7's arrivals are one seeded pattern at every rate, only spaced wider, so some overlap even at "
+             "the lowest rate. " if lowest else "") + f"Request by request at {per_s(name, rate)}, ")
     if not len(busy) or not len(alone):
         return head + (f"all {len(g)} requests arrived {'while another was being served' if len(busy) else 'alone'}, "
                        "so the requests cannot tell the engine's work per request from how it serves several at once; "
@@ -1371,8 +1386,10 @@ for name in ([] if replay_missing else replayed.engine.unique()):
     worst = max(cal_ratios, key=lambda c: abs(np.log(cal_ratios[c].mid))) if cal_ratios else None
     cal_pooled, unc_pooled = (by_latency(cal_ratios), by_latency(ratios)) if cal_ratios else ({}, {})
     on_own = ("Replayed on the engine's own costs, its measured " + " and ".join(
-        f"{kind} came to {v.mid:.2f}x" for kind, v in cal_pooled.items()) + " the replayed ones across the rates "
-        f"(the furthest single rate: {worst}, {cal_ratios[worst].mid:.2f}x)") if cal_ratios else ""
+        f"{kind} came to {v.mid:.2f}x" for kind, v in cal_pooled.items()) + " the replayed ones across the rates") \
+        if cal_ratios else ""
+    worst_said = "" if not cal_ratios else (f" The furthest single rate was {worst.split()[0]} at "
+                                            f"{per_s(name, key_at[worst][0])}, {cal_ratios[worst].mid:.2f}x.")
     further = [kind for kind, v in cal_pooled.items()
                if kind in unc_pooled and abs(np.log(v.mid)) > abs(np.log(unc_pooled[kind].mid))]
     moved_off = ("" if not further else " Calibrating on one user's costs moved " + " and ".join(
@@ -1381,25 +1398,25 @@ for name in ([] if replay_missing else replayed.engine.unique()):
     if not cal_ratios:
         which = "Chapter 7 has no one-user row for this engine, so the parts cannot be told apart."
     elif inside(cal_ratios):
-        which = (f"{on_own}: as predicted, so "
-                 f"most of what is off is the price of a pass: this engine's steps cost {k:.2f}x the cost model's, "
+        which = (f"{on_own}: as predicted.{worst_said} So "
+                 f"most of what is off is the price of a pass. This engine's steps cost {k:.2f}x the cost model's, "
                  f"and its TTFT is {abs(overhead) * 1e3:.0f} ms {'longer' if overhead > 0 else 'shorter'} than its "
                  "steps alone.")
     else:
-        which = (f"{on_own}: " + ("still off, so more than the price of a pass is wrong: "
+        which = (f"{on_own}: " + (f"still off.{worst_said} So more than the price of a pass is wrong: "
                                   if verdict_of_ratios(cal_ratios) == claims.NOT_HELD else
-                                  "not clearly as predicted, so more than the price of a pass may be wrong: ")
+                                  f"not clearly as predicted.{worst_said} So more than the price of a pass may be wrong: ")
                  + ("the engine's batched steps, which grow unlike the priced ones (below)." if kind in ("cheaper", "dearer") else
                     "not its batching, which grows as priced (below)." if kind == "as priced" else
                     "the batching, or how the engine queues and admits requests.")) + moved_off
     apart = requests_apart(name, key_at[worst][0]) if worst and not inside(cal_ratios) and worst.startswith("TTFT") else ""
     below = [x for x in ((apart + ".") if apart else "", batch_text + ".") if x]  # one layer down: whom it waited for, the batch
     if name == "vLLM" and pd.notna(got.wait_ms).all():
-        below.append("vLLM splits its own TTFT into time queued (until a step takes the request) and time prefilling "
+        below.append("In its own metrics, vLLM splits its TTFT into time queued (until a step takes the request) and time prefilling "
                      "(until its first token): " + ", ".join(f"{got.loc[r, 'wait_ms']:.0f} + {got.loc[r, 'prefill_ms']:.0f} ms "
-                     f"at {r:g}/s" for r in got.index) + "; the replay on the engine's own costs splits it "
+                     f"at {per_s(name, r)}" for r in got.index) + ". The replay on the engine's own costs splits it "
                      + ", ".join(f"{cal.loc[r, 'wait_ms']:.0f} + {cal.loc[r, 'prefill_ms']:.0f}" for r in cal.index)
-                     + f". vLLM's CPU build computes on {compute_threads(name, ch7_threads)} of this machine's "
+                     + f". The CPU build of vLLM computes on {compute_threads(name, ch7_threads)} of this machine's "
                        f"{ch7_threads} cores, keeping one for its server and scheduler, and is priced on those.")
     claim = f"replay_predicts_the_queue_{name.split()[0].lower()}"
     statement = (f"{name}: the token-budget replay's median TTFT and median TPOT are what chapter 7 measured, within "
@@ -1474,11 +1491,11 @@ plt.show()
 # ### How many requests the engine holds: Little's law
 #
 # Part of each TTFT in the figure is time a request waited for others.
-# [Little's law](glossary.md#littles-law) ties such a wait to a count: over a stretch of time that starts and ends
-# with no request in the system, the mean number of requests in it, L, is the rate they arrived at, λ, times the
+# [Little's law](glossary.md#littles-law) ties such a wait to a count. Take a stretch of time that starts and ends
+# with no request in the system. The mean number of requests in it, L, is the rate they arrived at, λ, times the
 # mean time each spent in it, W: **L = λW**, whatever the arrivals and the scheduler. Both sides add up the same
 # request-seconds. Each of chapter 7's runs is such a stretch, from its first arrival to its last token; the
-# requests that finished, rate by rate:
+# requests that finished, rate by rate, are in the table below.
 
 # %%
 def stays(g: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -1545,16 +1562,16 @@ for name, g in little.groupby("engine", sort=False):
     low, top = g.loc[g.rate_per_s.idxmin()], g.loc[g.rate_per_s.idxmax()]
     both = [low] if top.rate_per_s == low.rate_per_s else [low, top]
     text = (f"Counted from {name}'s traces, the engine held on average " + " and ".join(
-        f"**{r.in_flight:.1f} requests** in the run at {r.rate_per_s:g}/s" for r in both) + "; over each run's window "
-        "(its first arrival to its last token) the arrivals per second times their mean time in the engine give the "
-        "same, " + " and ".join(
+        f"**{r.in_flight:.1f} requests** in its {'quietest' if r is low else 'busiest'} run" for r in both)
+        + ". Over each run's window (its first arrival to its last token), the arrivals per second times their mean "
+        "time in the engine give the same: " + " and ".join(
             f"{r.arrivals_per_s:.2f}/s × {r.mean_in_engine_s:.2f} s = {r.rate_times_time:.1f}" for r in both) + ".")
     if len(both) == 2:
         rate_x, count_x, wait_x = (top[c] / low[c] for c in ("arrivals_per_s", "in_flight", "mean_in_engine_s"))
-        text += (f" From the lowest rate to the busiest the arrivals per second {changed(rate_x)} and the count "
+        text += (f" From the quietest run to the busiest the arrivals per second {changed(rate_x)} and the count "
                  f"{changed(count_x)}" + (
-                     f", more than the rate because each request's time in the engine {changed(wait_x)} as well: "
-                     "as arrivals outpace what the engine serves, each request waits longer, so the engine holds more "
+                     f", more than the rate because each request's time in the engine {changed(wait_x)} as well. "
+                     "As arrivals outpace what the engine serves, each request waits longer, so the engine holds more "
                      "requests, each with its KV cache, at once." if wait_x > 1 + claims.NOISE else
                      f", while each request's time in the engine changed only {wait_x:.2f}x: at a steady W the count "
                      "follows the rate alone, and outgrows it only once the wait grows, as arrivals near what the "
@@ -1574,14 +1591,14 @@ for name, g in little.groupby("engine", sort=False):
 # %% [markdown]
 # Every price in this chapter is made of chapter 0's ceilings, measured minutes or an hour before. The same
 # one-row matrices chapter 0 timed, timed again before the first experiment and after the replay
-# (`lib.machine.pace`), say whether the machine itself ran at another speed meanwhile:
+# (`lib.machine.pace`), say whether the machine itself ran at another speed meanwhile.
 
 # %%
 pacer.check("after the replay")
 show(pacer.claim(register, results, "this chapter's experiments"))
 
 # %% [markdown]
-# **Takeaway: to predict a scheduler's queue, replay its arrivals with every step priced; where the replay
+# **Takeaway: to predict a scheduler's queue, replay its arrivals with every step priced. Where the replay
 # misses, price the steps at the engine's own one-user costs to tell a wrong price of a pass from the rest, and
 # read the requests one by one to find which of them took the time.**
 #
@@ -1608,7 +1625,7 @@ if base_url:
     results.table(deployment, "deployment_stall")
     display(prose.shown(deployment.round(1)))
 else:
-    print("no base_url: the deployment's stall is not measured (the Try it section says how)")
+    print("No base_url: the deployment's stall is not measured (the Try it section says how).")
 
 # %% [markdown]
 # ## What these numbers do not show
@@ -1619,18 +1636,18 @@ else:
 # * **Two cores are not two GPUs.** The two workers share one memory bus and a last-level cache; their hand-over
 #   is a copy in one machine's memory, not a transfer over a network.
 # * **A replay of chapter 7's arrivals, 24 requests per rate as shipped.** Its p99 lies between its two slowest
-#   requests; the replay knows nothing of the engine's own overheads beyond what one user alone shows (its
+#   requests. The replay knows nothing of the engine's own overheads beyond what one user alone shows (its
 #   calibration).
 #
 # ## Takeaways
 #
-# * Count what a prefix cache can reuse in whole blocks of the shared prefix, and check the engine's hit counter
+# * Count what a prefix cache can reuse in whole blocks of the shared prefix. Check the engine's hit counter
 #   against them, not only TTFT.
 # * Separating the phases keeps the newcomer's prefill out of the decoding streams by construction; what that
 #   costs the newcomer (its worker's share of the cores, the cache's copy) and whether A's stream comes out
 #   flatter than with chunking are measured, not assumed: the findings above give this machine's answer.
-# * Replay a scheduler's latencies from per-step costs; where the replay misses, price its steps at the engine's
-#   own one-user costs, and what still misses is how the engine schedules requests (its queueing, batching or
+# * Replay a scheduler's latencies from per-step costs. Where the replay misses, price its steps at the engine's
+#   own one-user costs. What still misses is how the engine schedules requests (its queueing, batching or
 #   admission of a newcomer beside running streams): the requests one by one say which.
 #
 # ## Check yourself
@@ -1666,8 +1683,8 @@ else:
 #
 # ## Try it
 #
-# * Measure a real disaggregated deployment (an extension: SGLang is not among the book's environments, so install
-#   it apart, on a machine it supports): start SGLang's prefill and decode servers
+# * Measure a real disaggregated deployment. This is an extension: SGLang is not among the book's environments, so
+#   install it apart, on a machine it supports. Start SGLang's prefill and decode servers
 #   (`python -m sglang.launch_server --model-path <model> --disaggregation-mode prefill --port 30000` and the
 #   same with `--disaggregation-mode decode --port 30001`), its router in front
 #   (`python -m sglang_router.launch_router --pd-disaggregation --prefill http://127.0.0.1:30000 --decode
@@ -1832,7 +1849,18 @@ if pooled_of:
                          for (n, (r, _)), w in zip(pooled_of.items(), said))
                      + f", {said[0]}" * (len(set(said)) == 1) + ". ")
     text += replayed_told
-text += register.misses() + " " if register.misses() else ""  # the evidence table's misses
+plain_names = {  # each claim as a reader names it, for the opening's count of what failed
+    "reuse_saves_the_prefix_prefill": "the in-process saving from the cached prefix",
+    "engine_reuses_whole_blocks": "the engines' hit counters",
+    "engine_reuse_saves_its_blocks_prefill": "the engines' saving from their cached blocks",
+    "two_workers_keep_the_stream_flat": "the flat stream with two workers",
+    "newcomer_pays_for_one_core": "the newcomer's wait on one core",
+    "handover_costs_its_bytes": "the cache's hand-over at its bytes' price",
+    "replay_predicts_the_queue_transformers": "the replay of transformers serve's queue",
+    "replay_predicts_the_queue_vllm": "the replay of vLLM's queue",
+    "replay_predicts_the_queue": "the replay of the queue",
+    "machine_kept_its_pace": "the machine keeping chapter 0's speed"}
+text += f"{m} " if (m := register.misses(plain_names)) else ""  # each miss named (the evidence table at the end gives their numbers)
 v_flat = register.verdict("two_workers_keep_the_stream_flat")
 text += ("So cache what requests share" if saving.low > 0 else "So reusing a shared prefix saved no sure time here")
 text += f"; {flatter[v_flat]}" if v_flat in flatter else ""

@@ -349,3 +349,21 @@ def test_an_opening_counts_the_misses_in_one_wording():
             == "Two predictions failed and one was left open: see the evidence table.")
     assert register_of(NOT_HELD, UNRESOLVED, UNRESOLVED).misses() == \
         "One prediction failed and two were left open: see the evidence table."
+
+
+def test_an_opening_names_each_miss_when_the_chapter_names_its_claims():
+    """Chapters 8 and 9 name what failed in their openings ("Two predictions failed: A and B. Left open: C."), a
+    claim without a reader's name by its id in words; nothing when every claim held."""
+    r = Claims()
+    for cid, v in (("step_follows_its_bytes", NOT_HELD), ("machine_kept_its_pace", UNRESOLVED),
+                   ("fp8_cache_is_no_faster", NOT_HELD), ("speculation_is_greedy", HELD)):
+        r.claim(cid, "A statement.")
+        r.record(cid, v, predicted="1", measured="2", evidence="a table")
+    names = {"step_follows_its_bytes": "the steps' time from their bytes", "machine_kept_its_pace": "the machine's speed"}
+    assert r.misses(names) == ("Two predictions failed: the steps' time from their bytes and fp8 cache is no faster. "
+                               "Left open: the machine's speed.")
+    assert r.misses(names, only_named=True) == "One prediction failed: the steps' time from their bytes. Left open: the machine's speed."
+    held = Claims()
+    held.claim("a", "A statement.")
+    held.record("a", HELD, predicted="1", measured="1", evidence="a table")
+    assert held.misses(names) == ""

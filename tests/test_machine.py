@@ -284,20 +284,20 @@ def test_a_chapter_that_prices_at_its_pace_says_so_instead_of_saying_its_prices_
     class Priced:  # stands for a CostModel: what it is handed
         def at_pace(self, speed):
             return speed
-    assert not pacer.scaled and pacer.price(Priced()) == pacer.speed() and pacer.scaled
+    assert pacer.scaled is None and pacer.price(Priced()) == pacer.speed() and pacer.scaled == pacer.speed()
     note = pacer.note()
-    assert "1.22x to 1.29x their chapter 0 time" in note and "prices are made at that speed" in note
+    assert "1.22x to 1.29x their chapter 0 time" in note and "prices are made at 1.22x to 1.29x chapter 0's" in note
     assert "too low" not in note
     register = claims.Claims()
-    said = machine.pace_claim(register, pacer.moments, "the sweep", scaled=True)
-    assert "This chapter's prices are made at these speeds" in said and "about that much too low" not in said
+    said = machine.pace_claim(register, pacer.moments, "the sweep", scaled=pacer.scaled)
+    assert "This chapter's prices are made at the speed it measured" in said and "about that much too low" not in said
     assert register.frame().verdict.tolist() == [claims.UNRESOLVED]  # the drift itself is still decided
     slow = machine.Pace(ratio=claims.Spread(1.6, 1.65, 1.7), fastest=1.6, calls=9)
     register = claims.Claims()
-    said = machine.pace_claim(register, {"before": slow}, "the sweep", scaled=True)
+    said = machine.pace_claim(register, {"before": slow}, "the sweep", scaled=claims.Spread(1.65, 1.65, 1.65))
     assert register.frame().verdict.tolist() == [claims.NOT_HELD] and "times 1.65" in said.split("\n\n")[0]
     same = machine.Pace(ratio=claims.Spread.of([0.98, 1.0, 1.02] * 3), fastest=1.0, calls=9)
-    assert machine.pace_note({"before": same}, scaled=True) == ""  # nothing to say at chapter 0's speed
+    assert machine.pace_note({"before": same}, scaled=claims.Spread(1.0, 1.0, 1.0)) == ""  # nothing to say at chapter 0's speed
 
 
 def test_a_pacer_checks_its_moments_claims_on_them_and_writes_its_evidence():
