@@ -104,6 +104,17 @@ class Prediction:
         a slower moment (:meth:`CostModel.at_pace`) is not a floor, since the machine may run faster again."""
         return max((t.best for t in self.terms if t.limit != "page faults"), default=0.0) / self.pace[0]
 
+    def at_pace(self, speed: "Spread | None") -> "Prediction":
+        """This prediction at the machine's speed during a chapter (:meth:`CostModel.at_pace`, for a price made
+        elsewhere: chapter 6's sizes of GPT-2). Introduced in chapter 6."""
+        if speed is None:
+            return self
+        if not 0 < speed.low <= speed.high or not all(map(math.isfinite, (speed.low, speed.high))):
+            raise ValueError(f"at_pace: the speed must be positive ratios, lowest first; got {speed!r}")
+        lo, hi = float(speed.low) * self.pace[0], float(speed.high) * self.pace[1]
+        return replace(self, pace=(lo, hi), terms=tuple(replace(t, best=t.best * speed.low, median=t.median * speed.high)
+                                                       for t in self.terms))
+
     def term(self, name: str) -> Term:
         """The term called ``name`` (a zero term when the pass has none)."""
         return next((t for t in self.terms if t.name == name), Term(name, 0.0, 0.0, "", "not in this pass"))
@@ -144,11 +155,10 @@ class CostModel:
         return replace(self, pace=(float(speed.low), float(speed.high)))
 
     def _paced(self, p: Prediction) -> Prediction:
+        from lib.claims import Spread
+
         lo, hi = self.pace
-        if (lo, hi) == (1.0, 1.0):
-            return p
-        return replace(p, pace=(lo, hi), terms=tuple(replace(t, best=t.best * lo, median=t.median * hi)
-                                                     for t in p.terms))
+        return p if (lo, hi) == (1.0, 1.0) else p.at_pace(Spread(lo, lo, hi))
 
     def _matrix_terms(self, rows: int, head_rows: int) -> list[Term]:
         c, s, args = self.ceilings, self.shape, (self.model, self.dtype, self.threads)

@@ -23,17 +23,16 @@
 # This chapter tests that with the cost model (`lib.costmodel`): the weights at the rate the model's own
 # matrix-vector products stream them (chapter 0), attention's read of the cache, the copy a growing cache makes
 # at every step, and the cost of issuing the step. It times cached greedy decode of GPT-2 small from a short
-# context to one near its 1,024 positions, `steps` steps per run with the token read back to the host at every
-# step, in several runs; then asks what makes a step grow with the context, whether a second thread helps, and
-# what batching does, where the weights are shared by the batch but every sequence's cache is not.
+# context to one near its 1,024 positions. Then it asks what makes a step grow with the context, whether a second
+# thread helps, and what batching does when the batch shares the weights but not the caches.
 
 # %% [markdown]
 # **After this chapter you can**
 #
-# * compute a decode step's streaming floor from the model's bytes and this machine's kernel rate, and say from its parts which regime a measured step is in;
-# * explain why a step grows with the context (the cache's read and its copy), in milliseconds per 1,000 tokens;
-# * predict what batching does to the step and to tokens per second, and what stops the gain;
-# * compute the KV cache's bytes per token for multi-head and grouped-query attention.
+# * Compute a decode step's streaming floor from the model's bytes, and say from its parts which regime a measured step is in.
+# * Explain why a step grows with the context (the cache's read and its copy), in milliseconds per 1,000 tokens.
+# * Predict what batching does to the step and to tokens per second, and what stops the gain.
+# * Compute the KV cache's bytes per token for multi-head and grouped-query attention.
 
 # %% tags=["parameters"]
 quick = False
@@ -75,6 +74,9 @@ P = params.check(globals(), {
 }, quick=quick, chapter="03_decode_sweep")
 
 # %%
+import contextlib
+import io
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -91,9 +93,8 @@ from lib.results import Results, load_reference
 from lib.shapes import ModelShape
 
 # %% [markdown]
-# The configurations (dtype and threads), their models and their cost models. By default: fp32 on all threads
-# and on one, and the 2-byte dtype (bf16 on a CPU, fp16 on a GPU) at the thread count where chapter 0 found its
-# weights streaming fastest.
+# The configurations (dtype and threads), their models and their cost models. By default, fp32 runs on all
+# threads and on one. The 2-byte dtype (bf16 on a CPU, fp16 on a GPU) runs at its fastest thread count in chapter 0.
 
 # %%
 on_gpu = device.type == "cuda"
@@ -146,13 +147,12 @@ opening = prose.Opening()
 # %% [markdown]
 # ## Predict first
 #
-# Each step is priced at the middle of its run (the context plus half the steps): the weights at one row (the
-# larger of their bytes at the rate the model's matrix-vector products stream them and their FLOPs at
-# [`F(1)`](glossary.md#matrix-rate-fm), chapter 0's matrix rate at one row: the two give the same number),
-# attention's read of the cache at chapter 0's rate for that size, the
-# growing cache's copy, and dispatch (the same step, its matrices and attention hollowed out). The textbook's
-# streaming floor, the same bytes over the streaming read, is shown beside it. What a step reads, and chapter 0's
-# rates for each configuration:
+# The cost model prices a step at the middle of its run (the context plus half the steps), term by term, at
+# chapter 0's rates. The weights cost their bytes at the rate the model's matrix-vector products stream them (the
+# same as their FLOPs at [`F(1)`](glossary.md#matrix-rate-fm)). Attention reads the cache, a growing cache is
+# copied, and [dispatch](glossary.md#dispatch) is the same step with its matrices and attention hollowed out. The
+# textbook's streaming floor, the same bytes over the streaming read, stands beside it. What a step reads, and
+# chapter 0's rates for each configuration:
 
 # %%
 mid_first = contexts[0] + steps // 2  # the shortest context's step, priced at the middle of its run
@@ -181,34 +181,39 @@ step_inputs = pd.DataFrame([dict(configuration=label(dt, n), weights_mb=shape.wi
                                  dispatch_ms=ceilings.dispatch(model_name, dt, n, "decode", positions=mid_first).best * 1e3)
                             for dt, n in configs])
 show(f"The shortest context is {contexts[0]} tokens and a run takes `steps` = {steps} steps, so its step is priced at "
-     f"**{mid_first} cached tokens**. In the table, *cache read (GB/s)* is chapter 0's rate for attention reading a cache "
-     "that size, and *cache copy (GB/s)* its rate for copying it into a longer one (read once and written once, every "
-     "step of a growing cache):")
+     f"**{mid_first} cached tokens**. *Cache read (GB/s)* is chapter 0's rate for attention reading a cache that size; "
+     "*cache copy (GB/s)* its rate for copying it into a longer one, as a growing cache does every step.")
 prose.shown(step_inputs.round(2))
 
 # %% [markdown] tags=["predict"]
-# **Predict first.** From the table above: a step reads every weight once and its cache (*cache (KiB per token)* times
-# the cached tokens just printed), its matrix-vector products stream the weights at *matrix vector (GB/s)*,
-# attention reads the cache at *cache read (GB/s)* and the copy moves it twice at *cache copy (GB/s)*, and issuing the
-# step costs *dispatch (ms)* beside them. For the
+# **Predict first.** A step reads every weight once and its cache (*cache (KiB per token)* times the cached tokens
+# above). The table gives each part's rate: the weights at *matrix vector (GB/s)*, attention at *cache read (GB/s)*,
+# the copy (the cache moved twice) at *cache copy (GB/s)*; issuing the step costs *dispatch (ms)*. For the
 # first configuration at the shortest context, which part is largest, and how many milliseconds should a step
 # take? Is that close to its bytes at the streaming read, or well above them?
 
 # %% [markdown]
 # The cost model's price, term by term, for every configuration and context, with the streaming floor beside it
-# (folded: open it once you have written your answer):
+# (folded: open it once you have written your answer).
 
 # %%
 display(prose.source(costmodel.CostModel.decode))
-rows = []
-for dt, n in configs:
-    for c in contexts:
-        p = cost[(dt, n)].decode(c + steps // 2)
-        nbytes = shape.with_dtype(dt).weight_bytes + shape.with_dtype(dt).kv_bytes_per_token * (c + steps // 2)
-        rows.append(dict(dtype=dt, threads=n, context_tokens=c, bytes_per_step=nbytes, predicted_ms=p.best * 1e3,
-                         **{f"{t.name.replace(' ', '_')}_ms": t.best * 1e3 for t in p.terms},
-                         streaming_floor_ms=nbytes / ceilings.stream_bandwidth(dt, n) * 1e3, largest_term=p.dominant.name))
-predicted = pd.DataFrame(rows)
+def price_rows(cost: dict) -> pd.DataFrame:
+    """Every configuration's step at every context, priced term by term (ms at the fastest calls), with its bytes
+    and its streaming floor."""
+    rows = []
+    for dt, n in configs:
+        for c in contexts:
+            p = cost[(dt, n)].decode(c + steps // 2)
+            nbytes = shape.with_dtype(dt).weight_bytes + shape.with_dtype(dt).kv_bytes_per_token * (c + steps // 2)
+            rows.append(dict(dtype=dt, threads=n, context_tokens=c, bytes_per_step=nbytes, predicted_ms=p.best * 1e3,
+                             **{f"{t.name.replace(' ', '_')}_ms": t.best * 1e3 for t in p.terms},
+                             streaming_floor_ms=nbytes / ceilings.stream_bandwidth(dt, n) * 1e3,
+                             largest_term=p.dominant.name))
+    return pd.DataFrame(rows)
+
+
+predicted = price_rows(cost)
 first = predicted[(predicted.dtype == main[0]) & (predicted.threads == main[1])].iloc[0]
 price_table = prose.shown(predicted[["dtype", "threads", "context_tokens", "block_matrices_ms", "LM_head_ms", "attention_ms",
                                      "cache_copy_ms", "dispatch_ms", "predicted_ms", "streaming_floor_ms"]].round(2))
@@ -222,18 +227,26 @@ prose.prediction(f"Prediction ({label(*main)}, context {first.context_tokens}): 
 # %% [markdown]
 # ## The sweep
 #
-# For each context, one prefill builds the cache; then nine runs by default (`runs`), each of eight greedy steps
-# (`steps`) from every context of every configuration in turn (the cache cropped back to its context first, and
-# `warmup_steps` untimed steps), so that a slow spell of a shared machine lands on one run of everything rather than on one
-# configuration, and a difference or a ratio between two points is taken within a run. Each step's time runs from
-# one token's host readback to the next, and its page faults are counted; a run's step time is the median of its
-# steps, and a point is the median of its runs with the 95 % interval of that median. Each run is set beside its
-# price with the page faults its steps took (the cost model, chapter 0's cost per fault), so a point's ratio to its
-# prediction is taken run by run too.
-# For a dtype other than fp32 the cache is built by the fp32 model and cast: a step's cost depends on the
-# cache's shape and dtype, not its values. The fp32 configurations also decode over a preallocated cache in each
-# run, in turn with the others (its results are read in "Why the step grows with the context", below). The loop
-# that decodes and stamps each step, as it runs (folded):
+# Each run times `steps` greedy steps from every context of every configuration in turn, and the sweep takes
+# `runs` runs. Taking turns puts a slow spell of a shared machine on one run of everything, not on one
+# configuration, so a difference or a ratio between two points is taken within a run. A point is the median of its
+# runs, with the 95 % interval of that median.
+#
+# <details><summary>How the sweep was run</summary>
+#
+# For each context, one prefill builds the cache; each run crops it back to its context and takes `warmup_steps`
+# untimed steps first. A step's time runs from one token's host readback to the next, and its page faults are
+# counted; a run's step time is the median of its steps. Each run is set beside its own price, with the page
+# faults its steps took (chapter 0's cost per fault), at the machine's speed during the sweep (below), so a point's
+# ratio to its prediction is taken run by run too.
+# A point whose interval straddles its tolerance is timed again while `settle_s` seconds last
+# (`lib.claims.settle`). For a dtype other than fp32 the cache is built by the fp32 model and cast: a step's cost
+# depends on the cache's shape and dtype, not its values. The fp32 configurations also decode over a preallocated
+# cache in each run, in turn with the others (read in "Why the step grows with the context", below).
+#
+# </details>
+#
+# The loop that decodes and stamps each step, as it runs (folded).
 
 # %%
 display(prose.source(phases.decode))
@@ -277,7 +290,7 @@ def plain_bound(m: dict, dt: str, n: int) -> str:
     """What a step's parts say bounds it, in plain words (no regime label), with the kernel's rate against the
     streaming read when that is what bounds it."""
     if m["largest"] == "weights" and m["slow_kernel"]:
-        return (f"bound by its matrix-vector kernel's rate ({ceilings.weight_rate(model_name, dt, n) / 1e9:.1f} GB/s "
+        return (f"bound by the matrix-vector kernel's rate ({ceilings.weight_rate(model_name, dt, n) / 1e9:.1f} GB/s "
                 f"against the streaming read's {ceilings.stream_bandwidth(dt, n) / 1e9:.1f})")
     return {"weights": f"held above its streaming floor by {ABOVE_NAMES[m['above']]} most of all",
             "dispatch": "bound by dispatch, the cost of issuing it", "cache": "bound by its cache's work"}[m["largest"]]
@@ -317,7 +330,7 @@ def decode_run(run: int, only: set | None = None) -> None:
             chosen = [c for c in contexts if only is None or (dt, n, c) in only]
             if not chosen:
                 continue
-            with use_threads(n):
+            with use_threads(n), contextlib.redirect_stdout(io.StringIO()):  # no line per configuration and run
                 table = sweeps.decode_sweep(models[dt], chosen, steps=steps, runs=1, prefill_model=fp32, cache=kind,
                                             label=f"{label(dt, n)}, {kind} cache", caches=kept.setdefault((dt, n, kind), {}),
                                             warmup_steps=warmup_steps)
@@ -348,9 +361,7 @@ def spreads() -> tuple[dict, dict]:
     return {k: Spread.of(g.step_ms / 1e3) for k, g in groups}, {k: Spread.of(g.ratio) for k, g in groups}
 
 # %% [markdown]
-# The sweep itself: every configuration and context in turn, `runs` times; a point whose interval straddles its
-# tolerance is timed again while `settle_s` seconds last (`lib.claims.settle`). Then each point beside its price
-# and its streaming floor:
+# The sweep itself, then each point beside its price and its streaming floor.
 
 # %%
 def band_top(k: tuple) -> float:
@@ -373,19 +384,21 @@ def measure_again() -> None:
     spread, ratio = spreads()
 
 
-for run in progress(range(1, runs + 1), desc="decode runs"):
-    decode_run(run)
-decode_runs = priced_runs()
-spread, ratio = spreads()
-before = len(straddlers())
-again = claims.settle(measure_again, lambda: not straddlers(), budget_s=settle_s, max_runs=20)
-pacer.check("after it")
-print(f"{before} of {len(ratio)} points straddled their band after {runs} runs; {again} more run{'s' * (again != 1)} of those "
-      f"(budget {settle_s:g} s) left {len(straddlers())}")
+with contextlib.redirect_stdout(io.StringIO()):  # a build's progress lines; a reader's bar still shows
+    for run in progress(range(1, runs + 1), desc="decode runs"):
+        decode_run(run)
+    pacer.check("after it")
+    cost = {c: pacer.price(m) for c, m in cost.items()}  # every price from here on at the machine's speed in the sweep
+    decode_runs = priced_runs()
+    spread, ratio = spreads()
+    before = len(straddlers())
+    again = claims.settle(measure_again, lambda: not straddlers(), budget_s=settle_s, max_runs=20)
+settled = (f"After {runs} runs, {before} of {len(ratio)} points straddled their band; {again} more run"
+           f"{'s' * (again != 1)} of those (within {settle_s:g} s) left {len(straddlers())}.")  # folded below
 static_runs = pd.concat(static_rows, ignore_index=True)
 results.table(decode_runs, "decode_runs")
 faults = decode_runs.groupby(keys, sort=False).faults_per_step.median()
-decode = (timing.median_range(decode_runs, keys, ["step_ms", "ratio"]).merge(predicted, on=keys)
+decode = (timing.median_range(decode_runs, keys, ["step_ms", "ratio"]).merge(price_rows(cost), on=keys)  # at the pace
           .merge(faults.reset_index(), on=keys))
 step_price = {k: cost[k[:2]].decode(k[2] + steps // 2, fresh_pages=faults[k]) for k in spread}
 labels = {k: regime.regime(s, step_price[k]) for k, s in spread.items()}
@@ -437,7 +450,7 @@ results.figure(fig, "decode_step")
 plt.show()
 
 # %% [markdown]
-# Read the regimes, not the textbook. The rule, shown once (every chapter that labels a point calls it):
+# Read the regimes, not the textbook. The rule, shown once (every chapter that labels a point calls it).
 
 # %%
 display(prose.source(regime.regime))
@@ -463,9 +476,9 @@ def at_contexts(which: str, verb: str) -> str:
 
 c_far = max(contexts, key=lambda c: over_floor[c].mid)  # the step furthest above its floor
 kind_first = made_of((*main, c_far))
-why_far = (f"At {c_far} tokens, the furthest above, "  # the plain why: what adds most beyond the bytes' time
+why_far = (f" At {c_far} tokens, the furthest above, the price's parts beyond its bytes' time: "  # the plain why
            + "; ".join(f"{name} {'adds' if v >= 0 else 'saves'} {prose.ms(abs(v) / 1e3)}"
-                       for name, v in kind_first["excess"].items()) + " beyond that time (split below).")
+                       for name, v in kind_first["excess"].items()) + " (split below).")
 rest = "; ".join(f"{at_contexts(w, 'took')}, {t}" for w, t in (("within", "within it"), ("straddle", "straddling it"))
                  if at_contexts(w, "took"))
 
@@ -482,7 +495,7 @@ table_says = list(dict.fromkeys(mine.regime))  # the table's regime column: the 
 said = {k: prose.and_list(f"*{x}*" for x in v) for k, v in (("rule", rule_says), ("table", table_says))}
 named_as = (f"The table's regime column names these steps by their parts, {said['table']}"
             + ("" if table_says == rule_says else f": a step whose whole interval lies over {slack:g}x its streaming "
-               "floor is named there by what adds most above that floor (the glossary's Regimes)"))
+               "floor is named there by what adds most above its streaming floor (the glossary's Regimes)"))
 
 
 def other_threads(dt: str, n: int) -> str:
@@ -508,18 +521,19 @@ over_cs = [c for c in contexts if side[c] == "over"]
 show(f"With {label(*main)}, the steps took **{floor_span}** the time their bytes take at the streaming read "
      f"({ceilings.stream_bandwidth(*main) / 1e9:.1f} GB/s)" + claims.pick(
          verdict, held=f", every one within {slack:g}x: bandwidth-bound, as the textbook says.",
-         not_held=f"; {'every step' if len(over_cs) == len(contexts) else 'at ' + prose.and_list(over_cs) + ' tokens the steps'}"
+         not_held=f". {'Every step' if len(over_cs) == len(contexts) else 'At ' + prose.and_list(over_cs) + ' tokens the steps'}"
                   f" took more than {slack:g}x, so {'none is' if len(over_cs) == len(contexts) else 'those are not'} "
-                  f"bandwidth-bound in the source chapter's sense: fewer bytes would not speed them in proportion. {why_far}",
+                  f"bandwidth-bound in the source chapter's sense: fewer bytes would not speed them in proportion.",
          unresolved=f"; whether every step is within {slack:g}x of it is too close to call in this run (the median "
-                    f"{'under' if max(o.mid for o in over_floor.values()) <= slack else 'over'} it). {why_far}"),
+                    f"{'under' if max(o.mid for o in over_floor.values()) <= slack else 'over'} it)."),
      how="Each context's step over its streaming floor (the 95 % interval of the median over runs): "
          + "; ".join(f"{c} tokens {o.text('.2f', 'x')}" for c, o in over_floor.items())
-         + f". The source chapter's rule calls a step bandwidth-bound when it takes at most {slack:g}x that floor; "
+         + f". The source chapter's rule calls a step bandwidth-bound when it takes at most {slack:g}x that streaming floor; "
          + claims.pick(verdict, held="every interval lies within it.", not_held=f"{at_contexts('over', 'took')}, wholly over it"
                        f"{f'; {rest}' if rest else ''}.", unresolved=f"{at_contexts('straddle', 'took')}, straddling it"
                        f"{f'; {within_slack}, within it' if within_slack else ''}.")
-         + f" {named_as}; by its parts the step at {c_far} tokens is {bound_by(kind_first, spread[(*main, c_far)])}.")
+         + f" {named_as}; by its parts the step at {c_far} tokens is {bound_by(kind_first, spread[(*main, c_far)])}."
+         + claims.pick(verdict, held="", not_held=why_far, unresolved=why_far))
 for other in [c for c in growth_configs if c != main]:  # the other thread counts, told plainly
     show(other_threads(*other))
 
@@ -537,7 +551,7 @@ show(f"What a step is made of ({label(*main)}, context {contexts[0]}): the cost 
      + f". The matrix-vector kernel reads the weights at {w_rate:.1f} GB/s against the streaming read's {s_rate:.1f}"
      + (", so the kernel is not what keeps the step above its bytes' time" if kernel_fast
         and wholly_above(kind_of, step_first) else "")
-     + (f"; the step is {plain_bound(kind_of, *main).split(' (')[0]}, "
+     + (f". The step is {plain_bound(kind_of, *main).split(' (')[0]}, "
         f"{step_first.mid * 1e3 / kind_of['floor']:.1f}x its streaming floor, not bound by the memory's bandwidth."
         if wholly_above(kind_of, step_first) else
         ": the step is near its streaming floor, bandwidth-bound in the roofline's sense." if w_rate < s_rate else
@@ -580,13 +594,14 @@ show(f"Over all {len(ratio)} points, the steps took **{pooled.mid:.2f}x** their 
                               f"{claims.leaning(pooled, 1 / claims.PREDICTED_TIME, top_band * claims.PREDICTED_TIME)}."),
      how=f"The geometric mean's 95 % interval is {pooled.text('.2f', 'x')}; a price runs from chapter 0's fastest calls "
          f"to its median ones, and the tolerance of {claims.PREDICTED_TIME:g}x around that allows {band}. Each point "
-         f"is priced with the page faults its steps took{detail}")
+         f"is priced with the page faults its steps took{detail} {settled}")
 
 # %% [markdown]
-# These prices are made of chapter 0's ceilings, measured minutes earlier, and a shared machine's speed drifts. The
-# chapter timed the kernel a step spends most of its time in, the model's matrices at one row, the way chapter 0
-# did, before the sweep and after it (`lib.machine.Pacer`): if the machine ran it at another speed, a price above
-# is off by about as much on that account alone.
+# These prices are made of chapter 0's ceilings, measured minutes earlier, and a shared machine's speed drifts. So
+# the chapter timed the kernel a step spends most of its time in, the model's matrices at one row, before the sweep
+# and after it (`lib.machine.Pacer`), and made every price above at the speed it found (`CostModel.at_pace`: the
+# fastest calls by the quicker moment, the median calls by the slower). The streaming floor is not scaled: it is
+# the bytes at chapter 0's read.
 
 # %%
 show(pacer.claim(register, results, "the sweep"))
@@ -594,9 +609,9 @@ show(pacer.claim(register, results, "the sweep"))
 # %% [markdown]
 # ### What limits a narrower dtype
 #
-# Halving the bytes should halve a step whose time is its bytes, if the kernels that read them keep their rate. The cost
-# model prices the 2-byte dtype's step at that dtype's own rates from chapter 0, so it predicts the ratio of the
-# two steps.
+# Halving the bytes should halve a step. It does where the step's time is its bytes and its kernels keep their
+# rate. The cost model prices the 2-byte dtype's step at that dtype's own rates from chapter 0, so it predicts the
+# ratio of the two steps.
 
 # %%
 narrow_claim = ("The 2-byte dtype's step takes the time relative to fp32's that the cost model predicts (each run's own "
@@ -616,9 +631,9 @@ if narrow:
     over_, under_ = slow.ratio[slow.ratio > claims.PREDICTED_TIME], slow.ratio[slow.ratio <= claims.PREDICTED_TIME]
     apart = len(over_) and len(under_) and over_.min() > 1.1 * under_.max()  # two groups with a gap, not one spread
     modes = (f" The {label(*nc)} runs are of two kinds: {two_modes:.0%} of them ran over {claims.PREDICTED_TIME:g}x their "
-             f"price, more than a tenth above the slowest of the rest; a second core that is there for some runs and not for others (another "
-             f"program's, on a shared host) leaves a step on one core's rate, and chapter 0 prices {nc[0]}'s one-row "
-             f"products at {ceilings.weight_rate(model_name, nc[0], 1) / 1e9:.1f} GB/s on one thread against "
+             f"price, more than a tenth above the slowest of the rest. A second core that is there for some runs and not "
+             f"others (another program's, on a shared host) leaves a step on one core's rate: chapter 0 prices {nc[0]}'s "
+             f"one-row products at {ceilings.weight_rate(model_name, nc[0], 1) / 1e9:.1f} GB/s on one thread against "
              f"{ceilings.weight_rate(model_name, *nc) / 1e9:.1f} on {nc[1]}." if 0.1 < two_modes < 0.9 and apart and nc[1] > 1
              and 1 in ceilings.threads(nc[0]) else "")
     # The tolerance for a ratio is wider than the difference the two dtypes are priced at: at every context priced
@@ -665,8 +680,8 @@ else:
     show(f"{narrow_claim} This run does not decide it: no 2-byte dtype beside fp32 at the same thread count in this run.")
 
 # %% [markdown]
-# Next, the source chapter's regime test asks the same from the bytes alone: does the 2-byte step take what the
-# two streaming floors say it should, against fp32's?
+# The source chapter's regime test asks the same from the bytes alone: the 2-byte step against fp32's, beside the
+# ratio of their two streaming floors.
 
 # %%
 if narrow:
@@ -687,23 +702,28 @@ if narrow:
          f"its cost follows the precision.")
 
 # %% [markdown]
-# **Takeaway: price a decode step's weights at the rate the model's own matrix-vector kernels stream them, not
-# at what the memory can deliver, add its dispatch and its cache, and set the sum beside the streaming floor:
-# which part is largest, and which part keeps the step above its streaming floor, names its regime, and tells what halving
-# the bytes can buy before you try it.**
+# **Takeaway: price a decode step's weights at its matrix-vector kernel's rate, add dispatch and the cache, and set
+# the sum beside the streaming floor: the gap is what halving the bytes cannot remove.**
 #
 # ## Why the step grows with the context
 #
-# The textbook counts the cache's bytes once per step, read by attention. transformers' `DynamicCache`, which
-# this loop uses, also grows by concatenation: every step builds new keys and values tensors for every layer,
-# one position longer, and copies the whole cache into them. The cost model prices both. Two more measurements
-# check it: the same decode over a **preallocated** cache (transformers' `StaticCache`, written in place, no
-# copy; attention then reads every preallocated position, masked), and, timed alone in this chapter on a cache
-# of each context's size, the **attention** and the **concatenation** (`lib.sweeps.cache_costs`), the
-# concatenation each time after as many bytes as the weights have streamed past, as a step reaches a cache it
-# last touched a step ago (a cache this small, timed warm, would stay in a large last-level cache between calls).
-# Both were timed in the sweep above, three calls in each run right after that run's steps, so they share the
-# sweep's minutes: a part's time is the median of its runs' median calls, its fastest the fastest call of all.
+# The textbook counts the cache's bytes once per step. Attention reads them, but transformers' `DynamicCache`,
+# which this loop uses, also grows by concatenation: every step builds new key and value tensors for every layer,
+# one position longer, and copies the whole cache into them. The cost model prices both the read and the copy. Two
+# more measurements check it: the same decode over a **preallocated** cache (transformers' `StaticCache`, written
+# in place), and the **attention** and the **concatenation** timed alone on a cache of each context's size
+# (`lib.sweeps.cache_costs`).
+#
+# <details><summary>How the parts were timed alone</summary>
+#
+# A preallocated cache is not copied, but its attention reads every preallocated position, masked. The
+# concatenation is timed each time after as many bytes as the weights have streamed past, as a step reaches a
+# cache it last touched a step ago (a cache this small, timed warm, would stay in a large last-level cache
+# between calls). Both parts were timed in the sweep above, three calls in each run right after that run's steps,
+# so they share the sweep's minutes: a part's time is the median of its runs' median calls, its fastest the
+# fastest call of all.
+#
+# </details>
 
 # %%
 alone = (pd.DataFrame(alone_runs).groupby(keys, sort=False)  # each run's median call, and the fastest of all
@@ -721,14 +741,20 @@ prose.shown(growth[["dtype", "threads", "context_tokens", "step_ms", "predicted_
         "attention_ms", "cache_copy_ms", "attention_alone_ms", "concatenation_ms"]].round(2))
 
 # %% [markdown]
-# From the shortest context to the longest, per configuration: the step's growth against what the cost model adds
-# (its cache terms, and the page faults the steps took), against the same parts timed alone here, and the
-# preallocated cache's saving at the longest context against the model's prediction of it. Both are differences
-# between two points of the sweep above, so each is taken within a run, where the two were decoded seconds apart and
-# a slow spell of the machine lands on both: the growth is the median of the runs' own differences, decided on its
-# 95 % interval, from the same runs as the parts timed alone and as the table above. One layer down, both
-# caches' steps at the shortest and the longest context run under the profiler, in turn, so the saving's parts
-# (the copy it avoids, the masked attention it adds) and the growth's parts can be read inside the steps.
+# From the shortest context to the longest, each fp32 configuration's growth is set against what the cost model
+# adds for its cache and against the parts timed alone. At the longest context, the preallocated cache's saving is
+# set against its price. Each is a difference between two points decoded seconds apart in the same run, so a slow
+# spell of the machine lands on both.
+#
+# <details><summary>How the growth and the saving are decided, and what runs under the profiler</summary>
+#
+# The growth is the median of the runs' own differences, decided on its 95 % interval, from the same runs as the
+# parts timed alone and as the table above; the cost model's growth counts the page faults the steps took. One
+# layer down, both caches' steps at the shortest and the longest context run under the profiler, in turn, so the
+# saving's parts (the copy it avoids, the masked attention it adds) and the growth's parts can be read inside the
+# steps.
+#
+# </details>
 
 # %%
 def per_run(dt: str, n: int, c: int, table: pd.DataFrame | None = None, column: str = "step_ms") -> pd.Series:
@@ -761,7 +787,7 @@ def growth_reason(grew_inside: pd.DataFrame, rest_grew: dict, rest_priced: float
     """Why the step grew beyond its price, from what grew under the profiler (ms) against what the cost model adds
     for it: the cache's own operators (attention and the copy), and the rest of the step (which the cost model grows
     as chapter 0's hollowed step grew from a longer cache)."""
-    missed_text = f"the {missed:.1f} ms by which the step, timed without the profiler, grew beyond its price"
+    missed_text = f"the {missed:.1f} ms by which the step outgrew its price"
     parts = {"the cache's own operators (attention and the copy)": (cache_ops_grew, cache_ops_priced),
              "the rest of the step (the matrices, dispatch and the time between operators)": (rest_grew["dynamic"],
                                                                                                rest_priced)}
@@ -769,9 +795,9 @@ def growth_reason(grew_inside: pd.DataFrame, rest_grew: dict, rest_priced: float
     top = max(beyond, key=beyond.get)
     grown, priced = parts[top]
     if beyond[top] <= 0.25 or grown <= max(priced, 0.0) * claims.PREDICTED_TIME:
-        return (f"So under the profiler each part grew about as priced: {missed_text} did not show in the profiled "
-                "steps, so the profiler does not show where it went.")
-    text = f"So {top} grew {grown:+.1f} ms against {priced:+.1f} ms priced: that is what the cost model misses ({missed_text})."
+        return (f"under the profiler each part grew about as priced, so {missed_text} did not show there, and the "
+                "profiler does not say where it went.")
+    text = f"{top} grew {grown:+.1f} ms against {priced:+.1f} ms priced: that is what the cost model misses ({missed_text})."
     if (top.startswith("the rest") and grew_inside.dynamic["matrices"] > 0.5 * rest_grew["dynamic"]
             and w_gbs > s_gbs * (1 + claims.NOISE)):
         evicts = rest_grew["static"] < 0.5 * rest_grew["dynamic"]  # the cache that copies nothing grew far less
@@ -803,7 +829,7 @@ def spread_of_runs(ms: pd.Series) -> str:
     between them (the gap at least twice the median step between neighbouring runs and 0.6 of the wider group's
     range, each group at least two runs), the two groups: an interval of the median can hide such a split."""
     x = np.sort(np.asarray(ms, dtype=float))
-    text = f"its {len(x)} runs {prose.span(x[0], x[-1], '+.1f', 'ms')}" if len(x) > 1 else f"one run, {x[0]:+.1f} ms"
+    text = f"the {len(x)} runs spread {prose.span(x[0], x[-1], '+.1f', 'ms')}" if len(x) > 1 else f"one run, {x[0]:+.1f} ms"
     if len(x) < 4:
         return text
     gaps = np.diff(x)
@@ -811,7 +837,7 @@ def spread_of_runs(ms: pd.Series) -> str:
     low, high = x[:cut + 1], x[cut + 1:]
     if gaps[cut] < 2 * np.median(gaps) or gaps[cut] < 0.6 * max(np.ptp(low), np.ptp(high)):
         return text
-    return (f"its runs fell in two groups: {len(low)} from {low[0]:+.1f} to {low[-1]:+.1f} ms, {len(high)} from "
+    return (f"the runs fell in two groups: {len(low)} from {low[0]:+.1f} to {low[-1]:+.1f} ms, {len(high)} from "
             f"{high[0]:+.1f} to {high[-1]:+.1f}")
 
 
@@ -826,8 +852,8 @@ def within_runs(a: pd.Series, b: pd.Series, comparison: str) -> pd.DataFrame:
     return both.assign(difference_s=both.b_s - both.a_s, comparison=comparison).rename_axis("run").reset_index()
 
 # %% [markdown]
-# For each fp32 configuration, the growth and the saving run by run, beside what the cost model and the parts timed
-# alone give for them, and both caches' steps under the profiler at the shortest and the longest context:
+# For each fp32 configuration, the growth and the saving run by run, and both caches' steps under the profiler at
+# both ends.
 
 # %%
 inside, inside_growth, run_rows, found = {}, {}, [], {}
@@ -856,8 +882,7 @@ for dt, n in growth_configs:
                           alone_growth=alone_growth, alone_span=alone_span, saved=saved, model_saved=model_saved)
 
 # %% [markdown]
-# Where the growth or the saving misses its price, the profiled steps say which part made the difference; the
-# next cell writes that down, part by part, for each configuration:
+# Where the growth or the saving misses its price, the profiled steps say which part made the difference.
 
 # %%
 for dt, n in growth_configs:
@@ -873,26 +898,26 @@ for dt, n in growth_configs:
     cache_ops_grew = grew_inside.dynamic["attention"] + grew_inside.dynamic["cache copy"]  # under the profiler, ms
     cache_ops_priced = priced_growth["attention"] + priced_growth["cache copy"]
     w_gbs, s_gbs = ceilings.weight_rate(model_name, dt, n) / 1e9, ceilings.stream_bandwidth(dt, n) / 1e9
-    why_grew = (f"{label(dt, n)}, one layer down (both caches at both contexts under the profiler, in turn, "
-                f"{profiled_runs} times): from {c0} to {c1} tokens the growing cache's attention grew {grew_inside.dynamic['attention']:+.1f} ms "
-                f"and its copy {grew_inside.dynamic['cache copy']:+.1f} ms (the cost model adds "
-                f"{priced_growth['attention']:+.1f} and {priced_growth['cache copy']:+.1f}). The rest of the step "
-                f"grew {rest_grew['dynamic']:+.1f} ms (the matrices {grew_inside.dynamic['matrices']:+.1f}, dispatch and "
-                f"the time between operators {grew_inside.dynamic['dispatch']:+.1f}), where the cost model adds "
-                f"{priced_growth['dispatch']:+.1f} ms from chapter 0's hollowed step timed from both caches. With the "
-                f"preallocated cache, which copies nothing, the rest grew {rest_grew['static']:+.1f} ms. "
-                + growth_reason(grew_inside, rest_grew, priced_growth["dispatch"], cache_ops_grew, cache_ops_priced,
-                                copied_mb, w_gbs, s_gbs, missed))
+    rest_text = (f"the rest of the step {rest_grew['dynamic']:+.1f} ms (the matrices {grew_inside.dynamic['matrices']:+.1f}, "
+                 f"dispatch and the time between operators {grew_inside.dynamic['dispatch']:+.1f})")
+    why_grew = (f"One layer down ({label(dt, n)}): " + growth_reason(  # (the finding, its numbers for the fold)
+        grew_inside, rest_grew, priced_growth["dispatch"], cache_ops_grew, cache_ops_priced, copied_mb, w_gbs, s_gbs, missed),
+        f"Both caches at both contexts ran under the profiler, in turn, {profiled_runs} times. From {c0} to {c1} tokens the "
+        f"growing cache's attention grew {grew_inside.dynamic['attention']:+.1f} ms and its copy "
+        f"{grew_inside.dynamic['cache copy']:+.1f} ms (the cost model adds {priced_growth['attention']:+.1f} and "
+        f"{priced_growth['cache copy']:+.1f}); {rest_text}, where the cost model adds {priced_growth['dispatch']:+.1f} ms "
+        f"from chapter 0's hollowed step timed from both caches. With the preallocated cache, which copies nothing, the "
+        f"rest grew {rest_grew['static']:+.1f} ms.")
     inside_more = cache_ops_grew > claims.PREDICTED_TIME * alone_span.high * 1e3
-    why_alone = (f"{label(dt, n)}, one layer down: timed alone, attention and the concatenation grew "
-                 f"{prose.span(alone_span.low * 1e3, alone_span.high * 1e3, '.1f', 'ms')}. Inside the profiled steps (the profiler adds its own cost to every call) they "
-                 f"grew {cache_ops_grew:+.1f} ms (attention {grew_inside.dynamic['attention']:+.1f}, the copy "
-                 f"{grew_inside.dynamic['cache copy']:+.1f}), and the rest of the step {rest_grew['dynamic']:+.1f} ms (the "
-                 f"matrices {grew_inside.dynamic['matrices']:+.1f}, dispatch and the time between operators "
-                 f"{grew_inside.dynamic['dispatch']:+.1f}). "
-                 + ("So the cache's own work costs more inside a step than alone." if inside_more else
-                    "So the rest of the step, which the parts timed alone leave out, grew too." if rest_grew["dynamic"] > 0.25
-                    else "No part grew much beyond its time alone, so the profiler does not show where the difference went."))
+    alone_text = prose.span(alone_span.low * 1e3, alone_span.high * 1e3, '.1f', 'ms')
+    why_alone = (f"One layer down ({label(dt, n)}): " + (
+        f"the cache's own work grew more inside the profiled steps ({cache_ops_grew:+.1f} ms) than alone ({alone_text})."
+        if inside_more else f"the rest of the step, which the parts timed alone leave out, grew too ("
+        f"{rest_grew['dynamic']:+.1f} ms under the profiler)." if rest_grew["dynamic"] > 0.25 else
+        "no part grew much beyond its time alone, so the profiler does not show where the difference went."),
+        f"Timed alone, attention and the concatenation grew {alone_text}. Inside the profiled steps (the profiler adds its "
+        f"own cost to every call) they grew {cache_ops_grew:+.1f} ms (attention {grew_inside.dynamic['attention']:+.1f}, "
+        f"the copy {grew_inside.dynamic['cache copy']:+.1f}), and {rest_text}.")
     priced_dyn, priced_stat = (cost[(dt, n)].decode(c1 + steps // 2, cache=k, max_len=c1 + steps,
                                                     fresh_pages=faults[(dt, n, c1)] if k == "dynamic" else None)
                                for k in ("dynamic", "static"))
@@ -912,21 +937,20 @@ for dt, n in growth_configs:
     gap = saved_got.mid - found[(dt, n)]["model_saved"] * 1e3  # the unprofiled saving against its price
     same_way = {k: m - p_ for k, (m, p_) in saving_parts.items() if (m - p_) * gap > 0}  # parts off as the saving is
     off_most = max(same_way, key=lambda k: abs(same_way[k])) if same_way else None
-    why_saved = (f" Under the profiler, inside the two steps at context {c1}, the saving's parts: "
-                 + "; ".join(f"{k} {m:+.1f} ms (priced {p_:+.1f})" for k, (m, p_) in saving_parts.items())
-                 + f". Together they come to **{sum_in:+.2f} ms** (priced {sum_priced:+.2f}), "
-                 + ("within the range of the saving measured without the profiler" if saved_got.low <= sum_in <= saved_got.high
-                    else "more than the saving measured without the profiler" if sum_in > saved_got.high else
-                    "less than the saving measured without the profiler")
-                 + f" ({saved_got.text('.2f', 'ms')})"
-                 + (f"; the part that lies off its price the way that saving does is {off_most}, "
-                    f"{same_way[off_most]:+.1f} ms against it." if off_most else
-                    f"; no part lies off its price the way that saving does ({gap:+.1f} ms against its price)."))
-    found[(dt, n)].update(missed=missed, why_grew=why_grew, why_alone=why_alone, why_saved=why_saved)
+    saved_parts = (f" Under the profiler, inside the two steps at context {c1}, the saving's parts: "
+                   + "; ".join(f"{k} {m:+.1f} ms (priced {p_:+.1f})" for k, (m, p_) in saving_parts.items())
+                   + f". Together they come to {sum_in:+.2f} ms (priced {sum_priced:+.2f}), "
+                   + ("within the range of" if saved_got.low <= sum_in <= saved_got.high else "more than"
+                      if sum_in > saved_got.high else "less than")
+                   + f" the saving measured without the profiler ({saved_got.text('.2f', 'ms')}).")
+    why_saved = (f" Under the profiler, the part that lies off its price the way the saving does is {off_most}, "
+                 f"{same_way[off_most]:+.1f} ms against it." if off_most else
+                 f" Under the profiler, no part lies off its price the way the saving does ({gap:+.1f} ms against its price).")
+    found[(dt, n)].update(missed=missed, why_grew=why_grew, why_alone=why_alone, why_saved=why_saved,
+                          saved_parts=saved_parts)
 
 # %% [markdown]
-# Then the three findings for each configuration: the growth against its price, the growth against the parts timed
-# alone, and the preallocated cache's saving at the longest context.
+# The findings, configuration by configuration.
 
 # %%
 for dt, n in growth_configs:
@@ -937,7 +961,6 @@ for dt, n in growth_configs:
     by_cache = f"the {prose.ms(model_growth)} the cost model adds for its cache {copy_share(got['g'])}"
     alone_ms = prose.span(alone_span.low * 1e3, alone_span.high * 1e3, '.1f', 'ms')
     runs_of = {k: spread_of_runs(got[r].difference_s * 1e3) for k, r in (("grew", "grow_runs"), ("saved", "save_runs"))}
-    why_saved = got["why_saved"]
     beside_alone = ("above" if grew.mid > alone_span.high else "below" if grew.mid < alone_span.low else "about")
     for claim, statement, verdict, pred, meas, held, not_held, unresolved, how, lean_ in (
         (f"growth_follows_bytes_{tag(dt, n)}", "From the shortest context to the longest, the step grows by what the "
@@ -945,11 +968,11 @@ for dt, n in growth_configs:
          "rest of the step's growth, from chapter 0's hollowed step).",
          claims.within(grew, model_growth, claims.PREDICTED_TIME) if grew.low > 0 and model_growth > 0 else
          claims.NOT_HELD if grew.high <= 0 < model_growth else claims.UNRESOLVED, model_growth, grew,
-         f"the step grew **{prose.ms(grew.mid)}** ({runs_of['grew']}), as {by_cache} predicts.",
-         f"the step grew **{prose.ms(grew.mid)}** ({runs_of['grew']}), not {by_cache}.",
-         f"the step grew **{prose.ms(grew.mid)}** ({runs_of['grew']}), against {by_cache}: too close to call.",
-         f"The growth is each run's own difference between the two contexts, decoded seconds apart: median {grew_ms} "
-         f"with its 95 % interval, against {prose.ms(model_growth)} and the tolerance for a predicted time, "
+         f"the step grew **{prose.ms(grew.mid)}**, as {by_cache} predicts.",
+         f"the step grew **{prose.ms(grew.mid)}**, not {by_cache}.",
+         f"the step grew **{prose.ms(grew.mid)}**, against {by_cache}: too close to call.",
+         f"The growth is each run's own difference between the two contexts, decoded seconds apart ({runs_of['grew']}): "
+         f"median {grew_ms} with its 95 % interval, against {prose.ms(model_growth)} and the tolerance for a predicted time, "
          f"{claims.PREDICTED_TIME:g}x", f"; {across} {lean(grew, model_growth)}"),
         (f"growth_is_cache_work_{tag(dt, n)}", "From the shortest context to the longest, the step's growth is the "
          "attention and the concatenation timed alone in this chapter.",
@@ -968,28 +991,29 @@ for dt, n in growth_configs:
          "chapter 0's hollowed steps, less attention over the unwritten positions).",
          claims.within(saved, model_saved, claims.PREDICTED_TIME) if saved.low > 0 and model_saved > 0 else
          claims.NOT_HELD if saved.high < 0 < model_saved else claims.UNRESOLVED, model_saved, saved,
-         f"At {c1} tokens the preallocated cache's step was **{prose.ms(saved.mid)}** shorter than the growing cache's "
-         f"({runs_of['saved']}), about the {prose.ms(model_saved)} the cost model predicted.",
-         f"At {c1} tokens the preallocated cache's step was **{prose.ms(saved.mid)}** shorter than the growing cache's "
-         f"({runs_of['saved']}), not the {prose.ms(model_saved)} the cost model predicted.{why_saved}",
-         f"At {c1} tokens the preallocated cache's step was **{prose.ms(saved.mid)}** shorter than the growing cache's "
-         f"({runs_of['saved']}), against the {prose.ms(model_saved)} the cost model predicted: too close to call."
-         f"{why_saved}",
-         f"The saving is each run's own difference, the two caches decoded in the same runs: median {saved_ms} with its "
-         f"95 % interval, against the {prose.ms(model_saved)} predicted (the copy, the difference in the two caches' "
-         f"dispatch, less attention over the unwritten positions) and the tolerance for a predicted time, "
+         f"At {c1} tokens the preallocated cache's step was **{prose.ms(saved.mid)}** shorter than the growing cache's, "
+         f"about the {prose.ms(model_saved)} the cost model predicted.",
+         f"At {c1} tokens the preallocated cache's step was **{prose.ms(saved.mid)}** shorter than the growing cache's, "
+         f"not the {prose.ms(model_saved)} the cost model predicted.{got['why_saved']}",
+         f"At {c1} tokens the preallocated cache's step was **{prose.ms(saved.mid)}** shorter than the growing cache's, "
+         f"against the {prose.ms(model_saved)} the cost model predicted: too close to call."
+         f"{got['why_saved']}",
+         f"The saving is each run's own difference, the two caches decoded in the same runs ({runs_of['saved']}): "
+         f"median {saved_ms} with its 95 % interval, against the {prose.ms(model_saved)} predicted (the copy, the "
+         f"difference in the two caches' dispatch, less attention over the unwritten positions) and the tolerance, "
          f"{claims.PREDICTED_TIME:g}x", f"; {across} {lean(saved, model_saved)}")):
         register.claim(claim, statement)
         verdict = register.record(claim, verdict, measured=(meas * 1e3).text("+.1f", "ms"),
                                   predicted=(pred * 1e3).text(".1f", "ms") if isinstance(pred, Spread) else prose.ms(pred),
                                   evidence=f"growth_by_run.csv, {label(dt, n)}")
-        show((f"{label(dt, n)}, {c0} to {c1} tokens: " if claim.startswith("growth_follows") else "")
+        show((f"With {label(dt, n)}, from {c0} to {c1} tokens " if claim.startswith("growth_follows") else "")
              + claims.pick(verdict, held=held, not_held=not_held, unresolved=unresolved),
-             how=how + claims.pick(verdict, held=".", not_held=".", unresolved=f"{lean_}."))
+             how=how + claims.pick(verdict, held=".", not_held=".", unresolved=f"{lean_}.")
+             + (got["saved_parts"] if claim.startswith("static") else ""))
     if register.verdict(f"growth_follows_bytes_{tag(dt, n)}") != claims.HELD and got["missed"] > 0:
-        show(got["why_grew"])
+        show(*got["why_grew"])  # the finding, its numbers folded
     elif register.verdict(f"growth_is_cache_work_{tag(dt, n)}") != claims.HELD:
-        show(got["why_alone"])
+        show(*got["why_alone"])
 
 # %%
 results.table(pd.concat({f"{dt}, {n} threads": t for (dt, n), t in inside.items()}).rename_axis(["configuration", "term"])
@@ -1010,9 +1034,7 @@ _ = results.table(pd.concat(run_rows, ignore_index=True), "growth_by_run")  # no
 #
 # Chapter 0 timed the model's matrix-vector products and the streaming read on one thread and on all. The cost
 # model prices each configuration's step at its own thread count's rates, so it predicts the step's gain from the
-# threads. The measured gain is each run's own ratio (the thread counts took turns within every run), set against
-# the predicted gain at each context; the claim is decided on the geometric mean over the contexts of the measured
-# gain over the predicted one.
+# threads. The thread counts took turns within every run, so each run gives its own measured gain.
 
 # %%
 threads_claim = ("A step gains from more threads what the cost model predicts from chapter 0's kernels at each thread "
@@ -1051,16 +1073,21 @@ else:
 # %% [markdown]
 # ## One layer down: the step furthest from its prediction
 #
-# The profiler splits the step furthest from the cost model (the one whose ratio's interval lies furthest from 1,
-# above or below: furthest beyond doubt, not the one a single slow run pushed) into its operators and sorts them
-# into the model's terms (`lib.profiling`); the part furthest from what the model gave it is what the model
-# missed. The profiler's own
-# cost per operator call is measured too, and taken off each part's profiled time (a part of many small calls
-# reads long under it by their number times that cost). The step is profiled `profiled_runs` times, so each part
-# has an interval, and after each profiled run the same step is timed without the profiler: the profiled step, its
-# per-call cost taken off, need not take what the step takes without it (the profiler's cost is not only per call),
-# so each part is counted as its share of the profiled step times the step timed beside it. Parts whose predicted time is under ten times the profiler's
-# own cost for them are too short to compare.
+# The profiler splits the step furthest from the cost model into its operators and sorts them into the model's
+# terms (`lib.profiling`). The part furthest from what the model gave it is what the model missed. The step is
+# profiled `profiled_runs` times, so each part has an interval.
+#
+# <details><summary>Which step, and how the profiler's own cost is taken off</summary>
+#
+# The step furthest from the cost model is the one whose ratio's interval lies furthest from 1, above or below:
+# furthest beyond doubt, not the one a single slow run pushed. The profiler's own cost per operator call is
+# measured and taken off each part's profiled time (a part of many small calls reads long under it by their number
+# times that cost). After each profiled run the same step is timed without the profiler. The profiled step, its
+# per-call cost taken off, need not take what the step takes without it (the profiler's cost is not only per
+# call), so each part is counted as its share of the profiled step times the step timed beside it. Parts whose
+# predicted time is under ten times the profiler's own cost for them are too short to compare.
+#
+# </details>
 
 # %%
 worst_key = max(ratio, key=lambda k: max(np.log(ratio[k].low), -np.log(ratio[k].high)))  # furthest from 1, either way
@@ -1088,9 +1115,9 @@ apart = tables[0].assign(profiled_ms=corrected.median(axis=1), low_ms=corrected.
                          profiler_ms=tables[0].calls * per_call_ms)
 apart = apart.assign(excess_ms=apart.profiled_ms - apart.predicted_ms).sort_values("excess_ms", ascending=False).reset_index()
 results.table(apart, "worst_step_parts")
-print(f"the profiler's own cost: {per_call_ms * 1e3:.1f} us per operator call; the profiled step, that cost taken "
-      f"off, ran {prose.span(inflation.min(), inflation.max(), '.2f')}x the same step timed beside it "
-      f"({prose.span(min(plain_ms), max(plain_ms), '.1f', 'ms')})")
+profiler_cost = (f"The profiler's own cost: {per_call_ms * 1e3:.1f} us per operator call; the profiled step, that cost "
+                 f"taken off, ran {prose.span(inflation.min(), inflation.max(), '.2f')}x the same step timed beside it "
+                 f"({prose.span(min(plain_ms), max(plain_ms), '.1f', 'ms')}).")  # folded below
 display(prose.shown(ops.head(8).round(3)))
 prose.shown(apart.round(2))
 
@@ -1111,7 +1138,7 @@ row = apart.set_index("term").loc[top_part]
 most_ms = miss_ms.idxmax()  # the part holding most of the step's milliseconds over its price, judged or not
 most = ("" if most_ms == top_part or miss_ms[most_ms] <= 0 else
         f". The part holding most of the step's excess is {most_ms}, +{prose.ms(miss_ms[most_ms] / 1e3)} over its price"
-        + (f" yet near its own price ({timed[most_ms].text('.2f', 'x')}): many parts a little over add up"
+        + (f" yet near its own price ({timed[most_ms].mid:.2f}x): many parts a little over add up"
            if most_ms in timed and most_ms not in outside_parts else ""))
 by_term = apart.set_index("term")
 _short = [f"{t} ({by_term.profiled_ms[t]:.1f} ms against {by_term.predicted_ms[t]:.1f} priced; "
@@ -1127,17 +1154,19 @@ verdict = register.record("worst_step_taken_apart", verdict, predicted="each par
                           evidence=f"worst_step_parts.csv, torch.profiler, {profiled_runs} runs" if timed else
                           "every part of this step is too short to compare under the profiler")
 multiples = ", ".join(f"{t} {v.text('.2f', 'x')}" for t, v in timed.items())
-step_text = f"{label(w_dt, w_n)} at context {w_c} took {ratio[worst_key].mid:.2f}x its prediction; under the profiler "
+step_text = (f"The step furthest from its price, {label(w_dt, w_n)} at context {w_c}, took {ratio[worst_key].mid:.2f}x "
+             "its prediction; under the profiler ")
 show(claims.pick(
-    verdict, held=f"{step_text}each part it can judge took about what the model gave it.{unjudged}",
+    verdict, held=f"{step_text}each part it can judge took about what the model gave it.",
     not_held=f"{step_text}**{top_part}** took {prose.ms(row.profiled_ms / 1e3)} against the "
              f"{prose.ms(row.predicted_ms / 1e3)} the cost model gave it, the largest miss in milliseconds of the parts "
-             f"the profiler can judge.{unjudged}{most.removeprefix('.')}" + ("." if most else ""),
-    unresolved=f"{step_text}no part it can judge is clearly off its price, but at least one is too close to call.{unjudged}",
+             f"the profiler can judge.{most.removeprefix('.')}" + ("." if most else ""),
+    unresolved=f"{step_text}no part it can judge is clearly off its price, but at least one is too close to call.",
     not_measured=f"{step_text}every part of this step is too short to set against its price."),
-     how=f"Each judged part's profiled time over its term, over {profiled_runs} profiled runs: {multiples}; the "
-         f"tolerance for a predicted time is {claims.PREDICTED_TIME:g}x. A part is judged only where its price is at "
-         "least ten times the profiler's own cost for its calls." if timed else None)
+     how=profiler_cost + (f" Each judged part's profiled time over its term, over {profiled_runs} profiled runs: "
+                          f"{multiples}; the tolerance for a predicted time is {claims.PREDICTED_TIME:g}x. A part is judged "
+                          "only where its price is at least ten times the profiler's own cost for its calls."
+                          if timed else "") + unjudged)
 worst_miss = (f"the worst step's {top_part} ({label(w_dt, w_n)}, context {w_c}) took {row.profiled_ms:.1f} ms, priced "
               f"{row.predicted_ms:.1f}")  # for the opening, if this claim missed
 alone_ms = None  # the same work timed alone in this chapter, where it was (the growing configurations' cache parts)
@@ -1147,24 +1176,22 @@ if (w_dt, w_n) in growth_configs and top_part in ("cache copy", "attention"):
     alone_ms = float(growth.set_index(keys).loc[worst_key, "concatenation_ms" if top_part == "cache copy"
                                                  else "attention_alone_ms"])
 if verdict == claims.NOT_HELD:
-    not_alone = (f"this chapter timed the cache's parts alone only for {prose.and_list(label(*c) for c in growth_configs)}"
-                 if top_part in ("cache copy", "attention") else f"this chapter did not time the {top_part} alone")
+    not_alone = (f"This chapter timed the cache's parts alone only for {prose.and_list(label(*c) for c in growth_configs)}"
+                 if top_part in ("cache copy", "attention") else f"This chapter did not time the {top_part} alone")
     of_part = ops[ops.term == top_part]
     op = of_part.sort_values("self_ms").iloc[-1] if len(of_part) and of_part.self_ms.sum() > 0 else None
     off = row.profiled_ms - row.predicted_ms
-    show(f"What the miss exposed. The cost model priced this step's {top_part} at {prose.ms(row.predicted_ms / 1e3)}, "
-         f"from chapter 0's rate for that work; one layer down, the profiler measured {prose.ms(row.profiled_ms / 1e3)} "
-         f"of it inside the step" + (f", {op.self_ms / of_part.self_ms.sum():.0%} of it in `{op.operator}` ({op.calls:.0f} calls a step)"
-                                     if op is not None else "")
-         + ". " + (f"What was measured is that profiled {top_part} against its price, nothing more: {not_alone}. "
-                   f"Timing the same {top_part} alone "
-                   "here, at this step's sizes, would separate the two possible causes: if it took about its price "
-                   "alone, the extra time comes from running inside the step, among its other work; if it took about "
-                   "what it took in the step, chapter 0's rate for this work is wrong at this size." if alone_ms is None else
+    show(f"What the miss exposed: the cost model priced this step's {top_part} at {prose.ms(row.predicted_ms / 1e3)}, "
+         f"from chapter 0's rate for that work, and the profiler measured {prose.ms(row.profiled_ms / 1e3)} of it inside "
+         f"the step" + (f", {op.self_ms / of_part.self_ms.sum():.0%} of it in `{op.operator}` ({op.calls:.0f} calls a step)"
+                        if op is not None else "")
+         + ". " + (f"{not_alone}, so this run cannot tell two causes apart. If, timed alone, it took about its price, the "
+                   "extra time comes from running inside the step, among its other work. If it took what it took in the "
+                   "step, chapter 0's rate for this work is wrong at this size." if alone_ms is None else
                    f"Timed alone in this chapter on a cache of that size, the same work took {prose.ms(alone_ms / 1e3)}, "
-                   + (f"about its price: the price is right for the {top_part} by itself, and the {prose.ms(abs(off) / 1e3)} "
-                      f"{'more' if off > 0 else 'less'} appears only inside the step, among its other work (the "
-                      f"caches and cores shared), which a part timed alone cannot show."
+                   + (f"about its price. So the price is right for the {top_part} by itself; the {prose.ms(abs(off) / 1e3)} "
+                      f"{'more' if off > 0 else 'less'} appears only inside the step, where it shares the caches and cores "
+                      "with the step's other work."
                       if claims.within(alone_ms, row.predicted_ms, claims.PREDICTED_TIME) == claims.HELD else
                       f"off its price too: chapter 0's rate for this work is what the model has wrong at this size.")))
 
@@ -1185,18 +1212,27 @@ display(prose.shown(beside.round(1)))
 show(f"This run ({label('fp32', int(ours.threads.iloc[0]))}): "
      + ", ".join(f"context {r.context_tokens}: {prose.span(r.step_ms_low, r.step_ms_high, '.1f', 'ms')}" for r in ours.itertuples())
      + f". The source's CPU took {ref.cpu_1thread_ms_lo.min():.0f} to {ref.cpu_1thread_ms_hi.max():.0f} ms a step with one "
-     f"thread; its GPU took {ref.gpu_fp32_ms_lo.min():.1f} to {ref.gpu_fp32_ms_hi.max():.1f} ms at every context and "
-     f"implied {facts['decode_implied_bandwidth_fp32_lo']:.0f} to {facts['decode_implied_bandwidth_fp32_hi']:.0f} GB/s of "
+     f"thread. Its GPU took {ref.gpu_fp32_ms_lo.min():.1f} to {ref.gpu_fp32_ms_hi.max():.1f} ms at every context, which implies "
+     f"{facts['decode_implied_bandwidth_fp32_lo']:.0f} to {facts['decode_implied_bandwidth_fp32_hi']:.0f} GB/s of "
      f"its {facts['gpu_memory_bandwidth']:.0f} GB/s.")
 
 # %% [markdown]
 # ## Batched decode: shared weights, private caches
 #
-# Decode `B` sequences at once and the step still reads every weight once, now shared by `B` tokens, but it
-# reads (and, if the cache grows, copies) `B` caches, and its matrices run with `B` rows: at the rate `F(B)`
-# chapter 0 measured for that many rows. The bytes a step reads at context `batch_context`, for each batch, and
-# chapter 0's rates for the memory a growing cache copies into (the copy's destination is fresh memory each step,
-# mapped by the operating system a page at a time):
+# Decode `B` sequences at once and the step still reads every weight once, now shared by `B` tokens. But it reads
+# `B` caches (and copies them, if they grow), and its matrices run with `B` rows, at the rate `F(B)` chapter 0
+# measured for that many rows. Below, the bytes a step reads at context `batch_context` for each batch, and chapter
+# 0's rates for the memory a growing cache copies into (fresh memory each step, mapped a page at a time).
+#
+# <details><summary>The table's columns</summary>
+#
+# *Matrices (ms)* is chapter 0's time for the weights' products at `batch` rows (blocks and LM head). *Cache read
+# (GB/s)* is its rate for attention reading the batch's caches, and *masked read (GB/s)* for reading every position
+# of a preallocated cache (masked). *Dispatch (ms)* and *dispatch static (ms)* are its times for issuing a step of
+# that many sequences over each cache. *Layer tensor (MiB)* is one layer's new key or value tensor in a growing
+# cache.
+#
+# </details>
 
 # %%
 kv_mid = batch_context + batch_steps // 2  # each sequence's cache at the middle of the run, as it is priced
@@ -1221,30 +1257,22 @@ show(f"Chapter 0 ({label(*main)}): the streaming read **{ceilings.stream_bandwid
      f"**{ceilings.stream_bandwidth(*main, 'copy') / 1e9:.1f} GB/s**, and mapping fresh memory **{fault_ms_per_mb:.2f} ms "
      f"per MB** (page faults, on top of the copy), at batch 1 the matrix-vector rate of the weights "
      f"**{ceilings.weight_rate(model_name, *main) / 1e9:.1f} GB/s**. Each sequence's cache holds `batch_context` = "
-     f"{batch_context} tokens, and a step is priced at the middle of its run, {kv_mid} tokens. In the table, "
-     "*matrices (ms)* is chapter 0's time for the weights' products at `batch` rows (blocks and LM head). "
-     "*Cache read (GB/s)* is its rate for attention reading the batch's caches, and *masked read (GB/s)* for reading "
-     f"every position of a preallocated cache of {batch_context + batch_steps} (masked); *dispatch (ms)* and "
-     "*dispatch static (ms)* are its times for issuing a step of that many sequences over each cache. A growing cache's "
-     f"new key or value tensor of one layer (*layer tensor (MiB)*) gets fresh pages from the operating system every "
-     f"step once it is {costmodel.FRESH_PAGES_BYTES >> 20} MiB or more (the allocator's threshold for mapping memory "
-     "afresh), "
+     f"{batch_context} tokens (a preallocated one {batch_context + batch_steps}), and a step is priced at the middle of "
+     f"its run, {kv_mid} tokens. A growing cache's *layer tensor* gets fresh pages from the operating system every step "
+     f"once it is {costmodel.FRESH_PAGES_BYTES >> 20} MiB or more, "
      + (f"here from batch {fresh_from}" if fresh_from else "at none of these batches")
-     + "; a smaller one may get them too, or reuse freed pages, as the allocator decides (the runs below count them).")
+     + "; a smaller one may or may not, as the allocator decides (the runs below count them).")
 prose.shown(batch_inputs.round(1))
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** Batch 1 is one sequence's step, as in the sweep above. In a batch the weights' bytes stay the
-# same while the caches' grow with it, and a growing cache is also copied at every step (the table above gives the
-# products' time at `batch` rows, the caches' sizes and the time to issue a step; the line above it the rates of
-# the streaming read, the copy and fresh memory). At the
-# largest batch, how many times batch 1's tokens per second should the machine give with a growing cache, and how
-# many with a preallocated one: close to the batch, or far less?
+# same while the caches' grow with it, and a growing cache is also copied at every step. From the table and the
+# rates above it: at the largest batch, how many times batch 1's tokens per second should the machine give with a
+# growing cache, and how many with a preallocated one? Close to the batch, or far less?
 
 # %% [markdown]
-# The cost model's terms for each batch at context `batch_context`, over a growing and a preallocated cache. If
-# the step follows them, the tokens per second of the batch over those of one sequence is *predicted gain*
-# (folded: open it once you have written your answer).
+# The cost model's terms for each batch, over both caches (folded: open it once you have written your answer). Its
+# *predicted gain* is the batch's tokens per second over one sequence's.
 
 # %%
 rows = []
@@ -1267,15 +1295,20 @@ prose.prediction(f"At batch {batches[-1]} the cost model gives **{_at_top['dynam
 #
 # One prompt is prefilled and its cache copied to every sequence (a step's cost depends on the cache's shape, not
 # its values). Each batch decodes `batch_steps` steps over the growing `DynamicCache` and over a preallocated
-# `StaticCache` of the same contents. Both sweeps run `batch_runs` times, interleaved (a large batch's step over a
-# growing cache is many times one sequence's, so this sweep has fewer runs than the one above, and its intervals
-# are the ranges of its runs); a batch that does not fit in memory is recorded as such. Each run is priced with
-# the page faults its steps took: a growing cache's new tensors get pages from the operating system afresh, or
-# reuse freed ones, as the allocator decides.
+# `StaticCache` of the same contents, in `batch_runs` interleaved runs. A large batch's step is long, so this sweep
+# has fewer runs than the one above, and its intervals are the ranges of its runs.
+#
+# <details><summary>How the batched runs are priced</summary>
+#
+# A batch that does not fit in memory is recorded as such. Each run is priced with the page faults its steps took:
+# a growing cache's new tensors get pages from the operating system afresh, or reuse freed ones, as the allocator
+# decides.
+#
+# </details>
 
 # %%
 rows = []
-with use_threads(main[1]):
+with use_threads(main[1]), contextlib.redirect_stdout(io.StringIO()):  # a build's progress lines; a reader's bar shows
     for run in progress(range(batch_runs), desc="batched runs"):
         for kind in ("dynamic", "static"):
             t = sweeps.batched_decode_sweep(fp32, batch_context, batches, steps=batch_steps, seed=run, cache=kind,
@@ -1285,25 +1318,6 @@ batched_runs = pd.concat(rows, ignore_index=True)
 fits = batched_runs.groupby("batch").status.agg(lambda s: (s == "ok").all())
 ok_batches = [b for b in batches if fits[b]]
 batched_runs = batched_runs[batched_runs.batch.isin(ok_batches)].reset_index(drop=True)
-
-
-def fresh_pages_text(g: pd.DataFrame) -> str:
-    """Where the growing cache's runs took fresh pages (``g.fresh``), batch by batch, from the faults they counted."""
-    every = [b for b, r in g.groupby("batch") if r.fresh.all()]
-    some = [(b, r) for b, r in g.groupby("batch") if r.fresh.any() and not r.fresh.all()]
-    told = [f"in every run at batch{'es' * (len(every) > 1)} {prose.and_list(every)}"] if every else []
-    for b, r in some:
-        took, other = r[r.fresh], r[~r.fresh]
-        told.append(f"at batch {b} in {len(took)} of {len(r)} runs ({took.faults_per_step.median():,.0f} faults a step; "
-                    f"{'its' if len(took) == 1 else 'their'} step took {prose.ms(took.step_ms.median() / 1e3)} against "
-                    f"{prose.ms(other.step_ms.median() / 1e3)} in the others)")
-    none = [b for b, r in g.groupby("batch") if not r.fresh.any()]
-    if not told:
-        return "Counted in the runs, the growing cache took no fresh pages at any batch."
-    return ("Counted in the runs, the growing cache took fresh pages (a tenth or more of the pages its new tensors "
-            "would need, all mapped afresh) " + "; ".join(told)
-            + (f"; in no run at batch{'es' * (len(none) > 1)} {prose.and_list(none)}" if none else "")
-            + ". Each run is priced with the faults it took.")
 
 
 def batch_price(cache_kind: str, b: int, pages: float | None = None):
@@ -1326,10 +1340,52 @@ bratio = {k: Spread.of(g.ratio) for k, g in bgroups}
 bfaults = {k: float(g.faults_per_step.median()) for k, g in bgroups}
 display(prose.shown(batched[["cache", "batch", "step_ms", "step_ms_low", "step_ms_high", "predicted_ms", "over_predicted",
                              "largest_term", "tokens_per_s"]].round(2)))
+
+# %%
+def fresh_pages_text(g: pd.DataFrame) -> tuple[str, str]:
+    """Where the growing cache's runs took fresh pages (``g.fresh``), batch by batch, from the faults they counted:
+    a sentence, and the detail for its fold."""
+    every = [b for b, r in g.groupby("batch") if r.fresh.all()]
+    some = [(b, r) for b, r in g.groupby("batch") if r.fresh.any() and not r.fresh.all()]
+    none = [b for b, r in g.groupby("batch") if not r.fresh.any()]
+    told = ([f"in every run at batch{'es' * (len(every) > 1)} {prose.and_list(every)}"] if every else []) + [
+        f"at batch {b} in {int(r.fresh.sum())} of {len(r)} runs" for b, r in some]
+    detail = ("A run took fresh pages when it counted a tenth or more of the faults its new tensors would take if all "
+              "were mapped afresh. " + "".join(
+                  f"At batch {b}, {'the run' if r.fresh.sum() == 1 else 'the runs'} that took them "
+                  f"({r[r.fresh].faults_per_step.median():,.0f} faults a step) took "
+                  f"{prose.ms(r[r.fresh].step_ms.median() / 1e3)} against {prose.ms(r[~r.fresh].step_ms.median() / 1e3)} "
+                  "in the others. " for b, r in some) + "Each run is priced with the faults it took.")
+    if not told:
+        return "Counted in the runs, the growing cache took no fresh pages at any batch.", detail
+    return ("Counted in the runs, the growing cache took fresh pages from the operating system " + "; ".join(told)
+            + (f"; in no run at batch{'es' * (len(none) > 1)} {prose.and_list(none)}" if none else "") + "."), detail
+
+
+def one_slow_run(runs_: pd.DataFrame) -> str:
+    """Where one run alone sets the top of a batch's range (three runs or more, the slowest more than the tolerance
+    for a predicted time above the next slowest), named with its time against the others', for a fold."""
+    told = []
+    for (kind, b), r in runs_.groupby(["cache", "batch"], sort=False):
+        t = r.sort_values("step_ms")
+        if len(t) < 3 or t.step_ms.iloc[-1] <= claims.PREDICTED_TIME * t.step_ms.iloc[-2]:
+            continue
+        slow, others = t.iloc[-1], t.iloc[:-1]
+        fmt = ".0f" if others.step_ms.max() >= 100 else ".1f"
+        told.append(f"the {'growing' if kind == 'dynamic' else 'preallocated'} cache at batch {b} took "
+                    f"{prose.ms(slow.step_ms / 1e3)} in run {int(slow.run)}, against "
+                    f"{prose.span(others.step_ms.min(), others.step_ms.max(), fmt, 'ms')} in the others"
+                    + (", with no more page faults than they took" if slow.faults_per_step <= others.faults_per_step.max()
+                       else ""))
+    return "" if not told else (f" One run alone sets the top of {'a range' if len(told) == 1 else 'these ranges'}: "
+                                + "; ".join(told) + ".")
+
+
 grow_runs = batched_runs[batched_runs.cache == "dynamic"]
 afresh = grow_runs.batch * (kv_mid + 1) * shape.kv_bytes_per_token * ceilings.faults_per_byte(*main)  # all mapped afresh
 grow_runs = grow_runs.assign(fresh=grow_runs.faults_per_step >= 0.1 * afresh)  # a tenth of that or more: fresh pages
-show(fresh_pages_text(grow_runs))
+fresh_text, fresh_detail = fresh_pages_text(grow_runs)
+show(fresh_text, how=fresh_detail + one_slow_run(batched_runs))  # a wide range's one slow run, named
 
 # %%
 dyn, stat = (batched[batched.cache == k].set_index("batch") for k in ("dynamic", "static"))
@@ -1366,8 +1422,8 @@ results.figure(fig, "batched_decode")
 plt.show()
 
 # %% [markdown]
-# Does batching pay as priced? From batch 1 to the largest, the machine's tokens per second against the gain
-# the cost model gives each cache:
+# Whether batching pays as priced: from batch 1 to the largest, the machine's tokens per second against the gain
+# the cost model gives each cache.
 
 # %%
 register.claim(
@@ -1422,35 +1478,34 @@ def peak_text(frame: pd.DataFrame, name: str) -> str:
     best = int(frame.tokens_per_s.idxmax())
     after = frame[frame.index > best]
     if after.empty:
-        return (f"with a {name} cache at the largest batch tried ({top}: {frame.tokens_per_s[top]:.1f} tokens/s), so it "
-                f"did not fall within the batches tried")
+        return (f"With a {name} cache throughput peaked at the largest batch tried ({top}: "
+                f"{frame.tokens_per_s[top]:.1f} tokens/s).")
     fell = (after.index / after.step_ms_low).max() < best / frame.step_ms_high[best]  # the ranges' ends
-    return (f"with a {name} cache it peaked at batch {best} ({frame.tokens_per_s[best]:.1f} tokens/s) and "
-            + (f"fell to {frame.tokens_per_s[top]:.1f} at batch {top}, beyond the runs' ranges" if fell else
-               f"no larger batch was lower beyond the runs' ranges ({frame.tokens_per_s[top]:.1f} at batch {top})"))
+    return (f"With a {name} cache throughput peaked at batch {best} ({frame.tokens_per_s[best]:.1f} tokens/s) and "
+            + (f"fell to {frame.tokens_per_s[top]:.1f} at batch {top}, beyond the runs' ranges." if fell else
+               f"no larger batch was lower beyond the runs' ranges ({frame.tokens_per_s[top]:.1f} at batch {top})."))
 
 
 outweigh = next((b for b in ok_batches if b * batch_context * shape.kv_bytes_per_token > shape.weight_bytes), None)
 rose_past = [k for k, f in (("preallocated", stat), ("growing", dyn)) if outweigh is not None
              and f.index.max() > outweigh and f.tokens_per_s[f.index > outweigh].min() > f.tokens_per_s[outweigh]]
-show("Where throughput peaked: " + "; ".join(peak_text(f, k) for f, k in ((dyn, "growing"), (stat, "preallocated")))
-     + ". " + ("Every batch's caches weighed less than the weights." if outweigh is None else
+show(" ".join(peak_text(f, k) for f, k in ((dyn, "growing"), (stat, "preallocated")))
+     + " " + ("Every batch's caches weighed less than the weights." if outweigh is None else
                f"The caches outweigh the weights from batch {outweigh} on ({outweigh * batch_context * shape.kv_bytes_per_token / 1e6:.0f} "
                f"MB against {shape.weight_bytes / 1e6:.0f} MB)" + (
-                   f", yet with a {' and a '.join(rose_past)} cache throughput kept rising past it: from batch "
+                   f". Yet with a {' and a '.join(rose_past)} cache throughput kept rising past it: from batch "
                    f"{outweigh} to {top} " + " and ".join(
                        f"the {k} cache's step grew {f.step_ms[top] / f.step_ms[outweigh]:.1f}x"
                        for k, f in (("preallocated", stat), ("growing", dyn)) if k in rose_past)
-                   + f" while the batch grew {top / outweigh:g}x." if rose_past else "."))
-     )
+                   + f" while the batch grew {top / outweigh:g}x." if rose_past else ".")),
+     how=one_slow_run(batched_runs).strip() or None)  # the runs' ranges above, where one run sets their top
 
 # %% [markdown]
 # ## Where the batched step's time goes
 #
-# The cost model's terms for each batch, beside the measured step (the rest is what they leave unexplained), and
-# at the largest batch two of the parts timed alone in this chapter on caches of that size, as a check on
-# chapter 0's: the attention and the concatenation. The largest batch's growing-cache step also runs under the
-# profiler, so what the caches cost inside it is measured, not priced.
+# The measured step beside the cost model's terms, for each batch. The rest is what the terms leave unexplained. At
+# the largest batch, the attention and the concatenation are also timed alone on caches of that size, as a check on
+# chapter 0's. Its growing-cache step also runs under the profiler, so what the caches cost inside it is measured.
 
 # %%
 big = int(top)
@@ -1510,7 +1565,7 @@ show(f"At batch {big} the growing cache's step takes {prose.ms(bspread[('dynamic
          verdict, held="about", not_held="not", unresolved="against")
      + f" the {prose.ms(model_saved)} the model gives the difference (the copy "
      f"{prose.ms(dyn_big.term('cache copy').best)}, its {bfaults[('dynamic', big)]:,.0f} page faults a step "
-     f"{prose.ms(dyn_big.term('page faults').best)}); the concatenation timed alone here took "
+     f"{prose.ms(dyn_big.term('page faults').best)}). The concatenation timed alone here took "
      f"{prose.ms(alone_big['concatenation'].median)}." + claims.pick(
          verdict, held="", not_held="", unresolved=" Too close to call"
          + (f": the concatenation timed alone also lies below the least the price allows, "
@@ -1523,8 +1578,8 @@ show(f"At batch {big} the growing cache's step takes {prose.ms(bspread[('dynamic
          f"{claims.leaning(saving_ratio, 1 / claims.PREDICTED_TIME, claims.PREDICTED_TIME)}."))
 
 # %% [markdown]
-# Which costs more at that batch: the caches' work, or the matrices the batch shares? Measured inside the step,
-# under the profiler, `profiled_runs` times (the growing cache's concatenation holds its page faults):
+# At that batch, the caches' work against the matrices the batch shares, measured inside the step under the
+# profiler, `profiled_runs` times (the growing cache's concatenation holds its page faults).
 
 # %%
 register.claim("cache_outweighs_shared_weights", "At the largest batch, the cache's work (attention plus copying) "
@@ -1595,7 +1650,7 @@ show(f"Over the batches, the growing cache's steps took **{pooled_b.mid:.2f}x** 
              "runs of the batched steps would decide it."))
 
 # %% [markdown]
-# Last, attention timed alone here, against chapter 0's kernel for caches of that size:
+# Last, attention timed alone here, against chapter 0's kernel for caches of that size.
 
 # %%
 register.claim("attention_at_its_bytes", "At the largest batch, attention timed alone here reads the caches at "
@@ -1616,14 +1671,14 @@ show(f"Attention over {big} caches ({last.cache_mb:.0f} MB) takes {prose.ms(a.me
                   f"{ceilings.stream_bandwidth(*main) / 1e9:.1f} GB/s).",
     not_held=f"not the {prose.ms(attention_term.best)} chapter 0's kernel at that size predicts.",
     unresolved=f"against the {prose.ms(attention_term.best)} chapter 0's kernel at that size predicts: too close to "
-               "call; more repeats of attention alone would decide it."),
+               "call. More repeats of attention alone would decide it."),
      how=f"Its calls, against {around}" + claims.pick(verdict, held=".", not_held=".", unresolved=", the median "
          f"{claims.leaning(Spread.of(a.samples), *_attention_band)}."))
 
 # %% [markdown]
 # ### Beside the Word Factory reference
 #
-# The reference ran a NumPy model of GPT-2 small's shape on a 2-core CPU, with the same batches at context 512
+# The reference ran a NumPy model of GPT-2 small's shape on a 2-core CPU at context 512, with the same batches
 # (`data/reference/wordfactory_part3_cpu.csv`). Its bytes column says what its step read: the weights once plus
 # each user's cache, so the weights it counted are read off the batch-1 and largest-batch rows. Its machine's
 # "memory bandwidth" was measured by pushing one token through the model's weight table: a matrix-vector
@@ -1660,42 +1715,44 @@ if same_shape:
     static_top = batch_price("static", top)  # its price's parts: what runs at the matrix-vector rate, and the rest
     not_gemv = (static_top.best - static_top.term("block matrices").best - static_top.term("LM head").best) / (
         static_top.best - (static_top.term("LM head").best if head_left_out else 0.0))
-    where = (f"This machine's preallocated step at batch {top} ({prose.ms(bspread[('static', top)].mid)}: no copy)"
-             + (f" less its LM head ({prose.ms(head_ms / 1e3)}), which the reference's {ref_weights_mb:.0f} MB of weights "
-                "leave out," if head_left_out else "") + " was scaled as a whole by the two machines' matrix-vector rates "
-             f"({comparison.matrix_vector_gb_s.iloc[1]:.1f} over {comparison.matrix_vector_gb_s.iloc[0]:.1f} GB/s), as if "
-             f"its attention and dispatch ({not_gemv:.0%} of its price) slowed on the reference in the same proportion as "
-             f"the weights' products: that gives **{prose.ms(like_ref.mid / 1e3)}**")
+    scaled = (f"scaled by the two machines' matrix-vector rates ({comparison.matrix_vector_gb_s.iloc[1]:.1f} over "
+              f"{comparison.matrix_vector_gb_s.iloc[0]:.1f} GB/s)")
+    where = (f"This machine's preallocated step at batch {top} took {prose.ms(bspread[('static', top)].mid)} (no copy). "
+             + (f"Less its LM head ({prose.ms(head_ms / 1e3)}), which the reference's {ref_weights_mb:.0f} MB of weights "
+                f"leave out, and {scaled}" if head_left_out else scaled[:1].upper() + scaled[1:])
+             + f", it gives **{prose.ms(like_ref.mid / 1e3)}**")
+    assumes = (f"its attention and dispatch ({not_gemv:.0%} of its price) slowed on the reference as much as the "
+               "weights' products")  # what scaling the whole step by the matrix-vector rates assumes
     verdict = register.record("reference_gap_is_head_and_copy", claims.within(like_ref, ref_ms, claims.ACROSS_MACHINES),
                               predicted=f"{prose.ms(ref_ms / 1e3)} (reference)", measured=like_ref.text(".0f", "ms"),
                               evidence="batched_decode.csv; wordfactory_part3_cpu.csv")
     against_ref = f"{like_ref.mid / ref_ms:.1f}x the reference's {prose.ms(ref_ms / 1e3)}"
     show(f"{where}, " + claims.pick(
-        verdict, held=f"within {claims.ACROSS_MACHINES:g}x of the reference's {prose.ms(ref_ms / 1e3)}: on that "
-                      "assumption, the copy, the head and the matrix-vector rates account for the difference.",
+        verdict, held=f"within {claims.ACROSS_MACHINES:g}x of the reference's {prose.ms(ref_ms / 1e3)}. If {assumes}, "
+                      "the copy, the head and the matrix-vector rates account for the difference.",
         not_held=f"{against_ref}, further apart than two machines' times may be: the rest is not "
                  "separated here (NumPy against PyTorch's eager loop, and machines whose other ceilings differ).",
         unresolved=f"{against_ref}: too close to call, the median "
                    f"{claims.leaning(like_ref, ref_ms / claims.ACROSS_MACHINES, ref_ms * claims.ACROSS_MACHINES)}; more "
                    "runs of the batched steps would decide it."),
         how=f"The step over the runs, {like_ref.text('.0f', 'ms')} (the 95 % interval of the median), against the "
-            f"reference's {prose.ms(ref_ms / 1e3)} within the {claims.ACROSS_MACHINES:g}x allowed across machines.")
+            f"reference's {prose.ms(ref_ms / 1e3)} within the {claims.ACROSS_MACHINES:g}x allowed across machines."
+            + claims.pick(verdict, held="", not_held=f" The scaling assumes {assumes}.",
+                          unresolved=f" The scaling assumes {assumes}."))
 else:
     register.record("reference_gap_is_head_and_copy", None, evidence="not the reference's model, context or batch")
     show("The reference machine's batched step is not set beside this run's: the reference ran GPT-2 small at its "
          "context up to its largest batch, and this run is not the same shape.")
 
 # %% [markdown]
-# **Takeaway: price a batched step as the weights read once for the batch plus every user's cache, read and, if
-# it grows by concatenation, copied; throughput (the batch over its step) rises only while the step grows more
-# slowly than the batch, so predict each batch's step, and read where throughput peaks off the sweep, not off
-# which bytes are larger.**
+# **Takeaway: a batched step reads the weights once but every user's cache; throughput rises only while the step
+# grows more slowly than the batch.**
 #
 # ## Multi-head against grouped-query attention: bytes of cache per token
 #
-# GPT-2 keeps a key and a value for each of its 12 heads in each of 12 layers. SmolLM2-135M has 9 query heads but
+# GPT-2 keeps a key and a value per head: 12 heads in each of 12 layers. SmolLM2-135M has 9 query heads but
 # only 3 key-value heads (grouped-query attention): each KV head serves three query heads. Both shapes come from
-# the models' transformers configurations; the measured column divides a real cache's bytes by its length.
+# the models' configurations; the measured column divides a real cache's bytes by its length.
 
 # %%
 smol = load_model("smollm2-135m", device, torch.float32)
@@ -1715,8 +1772,8 @@ claims.invariant((kv.predicted_fp32_bytes_per_token == kv.measured_fp32_bytes_pe
 results.table(kv, "kv_bytes_per_token")
 g, sm = kv.iloc[0], kv.iloc[1]
 show(f"{g.model} stores **{g.bf16_kib_per_token:.1f} KiB** per token in bf16; SmolLM2 stores **{sm.bf16_kib_per_token:.1f} KiB**, "
-     f"with {sm.layers / g.layers:.1f} times as many layers: with {int(sm.kv_heads)} KV heads instead of "
-     f"{int(sm.query_heads)} its cache is {sm.kv_heads / sm.query_heads:.2f} of what multi-head attention would need. In "
+     f"with {sm.layers / g.layers:.1f} times as many layers. With {int(sm.kv_heads)} KV heads instead of "
+     f"{int(sm.query_heads)}, its cache is {sm.kv_heads / sm.query_heads:.2f} of what multi-head attention would need. In "
      f"batched decode the caches outweigh the weights once the batch holds {g.tokens_until_cache_equals_weights:,.0f} "
      f"cached tokens in all for {g.model} and {sm.tokens_until_cache_equals_weights:,.0f} for SmolLM2.")
 prose.shown(kv.round(1))
@@ -1805,7 +1862,14 @@ batch_text = "" if top == one else (
         claims.NOT_HELD: f", where {gains['dynamic'][1]:.1f}x and {gains['static'][1]:.1f}x were predicted. ",
         claims.UNRESOLVED: " (against the prediction, too close to call). ",
     }[register.verdict("batching_follows_its_bound")])
-counted = register.misses()  # the evidence table's misses, in the book's one wording
+topics = {"thread_gain_follows_gemv": "a second thread's gain", "worst_step_taken_apart": "the furthest step's parts",
+          f"static_cache_saves_the_copy_{tag(*main)}": "the preallocated cache's saving",
+          "static_cache_isolates_the_copy": "the batched copy's saving", "parts_add_up": "the batched step's price",
+          "cache_outweighs_shared_weights": "the caches' work against the shared matrices",
+          "reference_gap_is_head_and_copy": "the gap to the reference machine"}  # the rest the opening says itself
+if not pacer.note():
+    topics["machine_kept_its_pace"] = "the machine keeping chapter 0's speed"
+counted = f"{m} " if (m := register.misses(topics, only_named=True)) else ""  # each miss named, not counted
 opening.write(head + grew_text + ". " + price + parts_text + narrow_text + batch_text + counted,  # the longest that fits
               head + ". " + price + parts_text + narrow_text + batch_text + counted,
               head + ". " + price + parts_text + batch_text + counted,
@@ -1818,7 +1882,7 @@ opening.write(head + grew_text + ". " + price + parts_text + narrow_text + batch
 # ## What these numbers do not show
 #
 # * **An eager PyTorch loop.** Every step runs Python, transformers' cache bookkeeping and hundreds of small
-#   operations; `torch.compile` or CUDA graphs would lower the cost of issuing them, not measured here.
+#   operations. `torch.compile` or CUDA graphs would lower the cost of issuing them (not measured here).
 # * **One small model.** Only GPT-2 small's steps were timed. For a larger model chapter 6 has arithmetic, not
 #   measurements: the roofline of Llama-3-8B's batch-1 decode step on a GPU, from the model's shape and the chip's
 #   datasheet.
@@ -1833,12 +1897,11 @@ opening.write(head + grew_text + ". " + price + parts_text + narrow_text + batch
 #
 # * A decode step reads every weight and the whole cache to make one token.
 # * Price its weights at the rate the model's own matrix-vector products read them (chapter 0), and set the
-#   streaming floor beside that price: a step well above its streaming floor spends the rest on a slow kernel, on
-#   dispatch or on its cache's work (the split above says which, on this machine), so fewer bytes will not speed it
-#   in proportion, even where its weights are read at the memory's full rate.
+#   streaming floor beside that price. A step well above its streaming floor spends the rest on a slow kernel, on
+#   dispatch or on its cache's work, so fewer bytes will not speed it in proportion.
 # * A growing cache is copied at every step; a preallocated one is written in place. Measure which you have.
 # * Batching shares weight bytes between users, while each user's cache still has to be read (and copied, if it
-#   grows): throughput rises only while the step grows more slowly than the batch (price each batch's step to
+#   grows). Throughput rises only while the step grows more slowly than the batch (price each batch's step to
 #   know where that stops), and each user waits for the whole batch's step.
 # * Before halving the bytes, split the step: the part priced at the bytes (weights and cache at their kernels'
 #   rates) is all a narrower dtype can shrink; dispatch stays, and a slower 2-byte kernel can cost more than the
@@ -1880,7 +1943,7 @@ opening.write(head + grew_text + ". " + price + parts_text + narrow_text + batch
 # ## Try it
 #
 # * On a machine with four cores or more, run chapter 0 with `threads = [1, 2, 4]`, then this chapter with
-#   `configs = [("fp32", 1), ("fp32", 2), ("fp32", 4)]`: does the step follow the cost model as threads are added?
+#   `configs = [("fp32", 1), ("fp32", 2), ("fp32", 4)]`. Does the step follow the cost model as threads are added?
 
 # %% jupyter={"source_hidden": true} tags=["answer"]
 _fp32 = sorted(n for dt, n in configs if dt == "fp32")

@@ -19,11 +19,11 @@
 # its **roofline bound**. Its **arithmetic intensity**, FLOPs over bytes, says which is larger: below the chip's
 # [**ridge point**](glossary.md#balance-point) (FLOP rate / bandwidth) the pass waits on memory, above it on arithmetic.
 #
-# This chapter reproduces the course's roofline tables for Llama-3-8B on an H100, answers its "try it" questions,
-# then draws this machine's roofline from the kernels' own ceilings chapter 0 measured (with the square product's
-# peak as one line among them) and places on it every pass chapters 2 and 3 timed, each labelled by the one
-# regime rule of `lib.regime` from the cost model's prediction, read against the roofline the page draws. It ends
-# with the same arithmetic for two designs this machine cannot run: a mixture of experts and tensor parallelism.
+# This chapter reproduces the course's roofline tables for Llama-3-8B on an H100 and answers its "try it"
+# questions. It then draws this machine's roofline from chapter 0's ceilings and places on it every pass chapters 2
+# and 3 timed, each labelled by the one regime rule (`lib.regime`). It measures where GPT-2's decode step leaves
+# its floor as the model grows, and ends with two designs this machine cannot run: a mixture of experts and tensor
+# parallelism.
 
 # %% [markdown]
 # **After this chapter you can**
@@ -31,7 +31,7 @@
 # * place a pass on this machine's roofline from its FLOPs and bytes, and say which ceiling it is under;
 # * use the balance point to say how many tokens a pass needs before its arithmetic, not its bytes, sets its time;
 # * say why batching moves decode toward the balance point, and what stops it;
-# * find the model size at which a decode step's bytes overtake its dispatch floor;
+# * find the model size at which a decode step's weights overtake its floor (its dispatch);
 # * do the same arithmetic for another machine, a mixture-of-experts model and tensor parallelism.
 
 # %% tags=["parameters"]
@@ -140,15 +140,15 @@ else:
     display(Markdown(f"The course printed its table for the H100 SXM; this one is for the {gpu.name}."))
 
 # %% [markdown]
-# A request's decode is one step per output token, each reading every weight for one token: at batch 1 it owns the
-# request's time although its arithmetic is a fraction of the prefill's.
+# A request's decode is one step per output token, each reading every weight. At batch 1 it owns the request's
+# time, although its arithmetic is a fraction of the prefill's.
 #
 # ### Where prefill turns compute-bound, and why its throughput then falls
 #
-# A weight matmul over `S` rows does `2 S` FLOPs per weight and reads each weight once (two bytes in BF16), so its
-# intensity is about `S`: prefill should leave the memory roof at a prompt of about as many tokens as the ridge
-# point's FLOP per byte. Past it, speed is the FLOP rate over the FLOPs per token, and that cost grows: every token does
-# `2 x weights` FLOPs of matmul plus attention over the tokens before it (`roofline.prefill_attention_flops`).
+# A weight matmul over `S` rows does `2 S` FLOPs per weight and reads each weight once. With two bytes a weight its
+# intensity is about `S`. Prefill should leave the memory roof at a prompt of about as many tokens as the ridge
+# point's FLOP per byte. Past it, speed is the FLOP rate over the FLOPs per token, and that cost grows: every token
+# also attends to the tokens before it (`roofline.prefill_attention_flops`).
 
 # %%
 crossover = roofline.prefill_crossover(llama8, gpu)
@@ -195,17 +195,17 @@ results.figure(fig, "course_roofline")
 plt.show()
 
 # %% [markdown]
-# **Takeaway: prefill's intensity grows with the prompt and crosses the ridge at a prompt of about as many tokens as
-# the ridge's FLOP per byte with two-byte weights (twice as many with fp32's four; more where the LM head is a large
-# share of the weights, as in GPT-2 small, since a pass reads it once whatever its length); decode's stays near one FLOP per
-# byte or below, far left of the ridge, so at batch 1 its bytes, not its arithmetic, are its largest cost, and it
-# owns most of a request's time.**
+# With fp32's four bytes a weight, the crossing needs twice as many tokens; more still where the LM head is a large
+# share of the weights (GPT-2 small), since a pass reads it once whatever its length.
+#
+# **Takeaway: prefill's intensity grows with the prompt and crosses the ridge at about as many tokens as the
+# ridge's FLOP per byte (with two-byte weights). Decode's stays near one FLOP per byte, far left of the ridge: at
+# batch 1 its bytes are its largest cost.**
 #
 # ## Try it, answered: another GPU and a bigger model
 #
 # The course's first two exercises: swap the GPU, and Llama-3-8B for a bigger model. The roofline gives the times;
-# whether a model fits is a matter of memory capacity, from the same hardware table (`Hardware.memory_bytes`,
-# `roofline.batch_that_fits`), and the cache needs room beside the weights.
+# whether a model fits is a matter of memory capacity (`roofline.batch_that_fits`), with room for the cache.
 
 # %%
 try_it = pd.DataFrame([dict(model=shape.name, gpu=hw.name, ridge_flop_per_byte=hw.ridge,
@@ -225,8 +225,8 @@ display(Markdown(
     f"**{other.name}.** {other.flops / gpu.flops:.2f}x the arithmetic and {other.bandwidth / gpu.bandwidth:.2f}x the "
     f"bandwidth of the {gpu.name} move the ridge from {gpu.ridge:.0f} to **{other.ridge:.0f} FLOP/byte**: prefill "
     f"turns compute-bound at **{int(swapped.prefill_crossover_tokens)} tokens** instead of "
-    f"{int(mine.prefill_crossover_tokens)}. Decode's bandwidth bound (its weights over the bandwidth, which the "
-    f"course page calls the decode floor) goes from {mine.decode_bound_ms:.2f} to "
+    f"{int(mine.prefill_crossover_tokens)}. Decode's bandwidth bound (its weights over the bandwidth) goes from "
+    f"{mine.decode_bound_ms:.2f} to "
     f"**{swapped.decode_bound_ms:.2f} ms**, in proportion to the bandwidth alone.\n\n"
     f"**{big.name}.** {large.weight_gb:,.3g} GB of matmul weights in BF16; its bandwidth bound on one {gpu.name} would "
     f"be **{large.decode_bound_ms:.2f} ms**, " + (
@@ -238,16 +238,16 @@ display(Markdown(
     + f" Llama-3-8B leaves room for {mine.cache_tokens_that_fit:,.0f} tokens."))
 
 # %% [markdown]
-# **Takeaway: another GPU moves the ridge, the prefill crossover and decode's bandwidth bound together; a model whose
-# weights do not fit has a bandwidth bound only on paper: capacity, not bandwidth, decides the first design choice.**
+# **Takeaway: another GPU moves the ridge, the prefill crossover and decode's bandwidth bound together. For a model
+# whose weights do not fit, capacity, not bandwidth, decides the first design choice.**
 #
 # ## Batching moves decode toward the ridge, until the caches stop it
 #
-# A decode step for `B` sequences does `B` times the arithmetic but reads the weights once, so the weights' part of
-# its intensity grows with `B`; every sequence's cache is read in full, so the cache bytes grow with `B` too. As `B`
-# grows without bound the intensity levels off at FLOPs per sequence over cache bytes per sequence
-# (`roofline.decode_intensity_limit`), which falls as the context grows. Below the ridge, no batch makes decode
-# compute-bound; capacity cuts it shorter still, since the caches of `B` sequences must fit beside the weights.
+# A decode step for `B` sequences does `B` times the arithmetic but reads the weights once, so its intensity grows
+# with `B`. Every sequence's cache is read in full, though, so the cache bytes grow with `B` too. For a large batch
+# the intensity levels off at one sequence's FLOPs over its cache bytes (`roofline.decode_intensity_limit`), which
+# falls as the context grows. Where that limit is below the ridge, no batch reaches the ridge; capacity stops the batch
+# sooner still, since every sequence's cache must fit beside the weights.
 
 # %%
 rows = []
@@ -298,17 +298,15 @@ display(Markdown(
     f"{gpu.memory_bytes / 1e9:.0f} GB, {long_.cache_share_of_bytes_at_largest_batch:.0%} of the bytes a step reads."))
 
 # %% [markdown]
-# **Takeaway: batching shares the weights' bytes but not the caches'; at long contexts decode's intensity levels off
-# below the ridge, and fewer cache bytes per token (grouped-query attention, a quantised cache) is the only way up.**
+# **Takeaway: batching shares the weights' bytes but not the caches'. At long contexts decode's intensity levels
+# off below the ridge; only fewer cache bytes per token (grouped-query attention, a quantised cache) raise it.**
 #
 # ## This machine's roofline
 #
-# The same arithmetic on this machine, with the ceilings chapter 0 measured once for the whole build. A
-# textbook roofline has two roofs: the streaming bandwidth (`bandwidth_kernel`) and the square product's peak.
-# This machine's kernels draw their own: the rate the model's matrix-vector products stream its weights at, and
-# `F(M)`, the FLOP rate its matrices reach with `M` rows, which for a weight product sits at an intensity of
-# about `M` over the bytes per weight. On them go chapter 2's prefills (last-position logits), chapter 3's decode
-# steps and its batched steps (growing cache), each with the cost model's prediction.
+# The same arithmetic on this machine, with chapter 0's ceilings. A textbook roofline has two roofs: the streaming
+# read and the square product's peak. This machine's kernels add their own: the rate the model's matrix-vector
+# products stream its weights at, and `F(M)`, the FLOP rate its matrices reach with `M` rows. On them go chapter
+# 2's prefills, chapter 3's decode steps and its batched steps, each with the cost model's prediction.
 
 # %%
 def measured(section: str, name: str, column: str, optional: bool = False) -> pd.DataFrame:
@@ -348,54 +346,49 @@ _head_mb = _ref_shape.vocab * _ref_shape.d_model * _ref_shape.bytes_per_param / 
 show(f"This machine ({where}, {points_dtype}) streams **{read / 1e9:.1f} GB/s** (chapter 0's {'streaming read' if bandwidth_kernel == 'memory' else bandwidth_kernel}) and multiplies "
      f"large matrices at **{peak / 1e9:.1f} GFLOP/s**: the textbook ridge is **{peak / read:.1f} FLOP/byte**, against "
      f"{gpu.ridge:.0f} for the {gpu.name} in BF16. A {reference_model} prefill in {points_dtype} reaches it here at "
-     f"**{prose.tokens(here_ridge_tokens)}** by the two roofs, against {crossover} for Llama-3-8B on the {gpu.name}. "
-     f"Chapter 2's balance point puts it at {model_balance_tokens:.0f}: it takes the model's own matrices' fastest "
-     "rate in place of the square product's, and counts the block matrices' bytes alone, where the two roofs count "
-     f"the whole pass's (the LM head's {_head_mb:,.0f} MB among them, read once by a pass of any length)."
+     f"**{prose.tokens(here_ridge_tokens)}** by the two roofs, against {crossover} for Llama-3-8B on the {gpu.name}."
      + ("" if ceilings.hardware_support(points_dtype) else
-     f" This device has no {points_dtype} matrix instructions: its rates are a slow fallback kernel's."))
+     f" This device has no {points_dtype} matrix instructions: its rates are a slow fallback kernel's."),
+     how=f"Chapter 2's balance point puts that prompt at {prose.tokens(max(1, round(model_balance_tokens)))}. It takes the model's own "
+         "matrices' fastest rate in place of the square product's, and counts the block matrices' bytes alone, where "
+         f"the two roofs count the whole pass's (the LM head's {_head_mb:,.0f} MB among them, read once by a pass of "
+         "any length).")
 ch2_model = prefill.model.iloc[0]  # the model chapter 2 ran
 
 # %%
 try:
     f_rows = [n for n in sorted(prefill.prompt_tokens.unique())
               if n <= max(ceilings.rows_measured(ch2_model, points_dtype, threads, "blocks"))]
-    show(f"The cost model prices a pass's matrices at the larger of their bytes at the rate one row streams "
-         f"{ch2_model}'s weights (**{ceilings.weight_rate(ch2_model, points_dtype, threads) / 1e9:.1f} GB/s**) and "
-         f"their FLOPs (2 per weight per row) at `F(rows)`, the rate its block matrices reach with that many rows: "
-         + ", ".join(f"{ceilings.matrix_rate(ch2_model, points_dtype, threads, n) / 1e9:.0f} GFLOP/s at {n}"
-                     for n in f_rows) + " (chapter 0). Issuing a decode step's operations (its **dispatch** term, "
-         f"the step with its matrices and attention hollowed out) costs "
-         f"**{prose.ms(ceilings.dispatch(ch2_model, points_dtype, threads).best)}** between its weights' streams. "
-         f"{ch2_model}'s weights: **{machine.MODELS[ch2_model][0].with_dtype(points_dtype).weight_bytes / 1e6:,.0f} MB** "
-         f"in {points_dtype}, its blocks' **{machine.MODELS[ch2_model][0].layers * machine.MODELS[ch2_model][0].block_params / 1e6:,.0f} "
-         f"million** of them doing 2 FLOPs each per row.")
+    _r1, _rn = (ceilings.matrix_rate(ch2_model, points_dtype, threads, n) for n in (f_rows[0], f_rows[-1]))
+    show(f"The cost model prices a pass's matrices at the larger of two times: their bytes at the rate one row "
+         f"streams {ch2_model}'s weights (**{ceilings.weight_rate(ch2_model, points_dtype, threads) / 1e9:.1f} "
+         f"GB/s**), and their FLOPs at `F(rows)`, from {_r1 / 1e9:.0f} GFLOP/s at {f_rows[0]} row"
+         f"{'s' * int(f_rows[0] != 1)} to {_rn / 1e9:.0f} at {f_rows[-1]:,}. A decode step's floor, its "
+         f"[**dispatch**](glossary.md#dispatch), costs **{prose.ms(ceilings.dispatch(ch2_model, points_dtype, threads).best)}**.",
+         how=f"`F(rows)` at each of chapter 2's prompt lengths (chapter 0): "
+             + ", ".join(f"{ceilings.matrix_rate(ch2_model, points_dtype, threads, n) / 1e9:.0f} GFLOP/s at {n}"
+                         for n in f_rows) + ". The dispatch is the step with its matrices and attention hollowed "
+             f"out, timed between its weights' streams. {ch2_model}'s weights: "
+             f"{machine.MODELS[ch2_model][0].with_dtype(points_dtype).weight_bytes / 1e6:,.0f} MB in {points_dtype}, "
+             f"its blocks' {machine.MODELS[ch2_model][0].layers * machine.MODELS[ch2_model][0].block_params / 1e6:,.0f} "
+             "million of them doing 2 FLOPs each per row.")
 except (ValueError, IndexError) as error:  # chapter 0 did not time this model's matrices at these threads
     print(f"chapter 0 has no matrix rates for {ch2_model} here: {error}")
 
 # %% [markdown] tags=["predict"]
-# **Predict first.** Each pass's FLOPs and bytes come from `lib.roofline` (the x axis: intensity) and its predicted
-# time from the cost model (`lib.costmodel`), term by term. This machine's textbook ridge, the prompt length a
-# prefill needs to reach it, the rates the cost model prices a pass's matrices at and the cost of issuing a decode
-# step's operations are printed just above. A decode step at batch 1 does two FLOPs per weight it reads (four bytes
-# each in fp32, two in a 16-bit dtype): how many times below the ridge does it sit, and which of the cost model's
-# terms is its largest (the table's *largest term*: the block matrices, the LM head, attention over the cache, or
-# dispatch, issuing its operations)? And from which of chapter 2's prompt lengths on do you expect a prefill's block
-# matrices to be priced at their FLOPs rather than their bytes (the table's `predicted`, the largest term's limit:
-# compute-bound)?
+# **Predict first.** The ridge, the rates the cost model prices matrices at and a step's dispatch are printed just
+# above. A decode step at batch 1 does two FLOPs per weight it reads, of four bytes each in fp32. How many times
+# below the ridge does it sit, and which of its priced terms is the largest (the block matrices, the LM head,
+# attention over the cache, or dispatch)? From which of chapter 2's prompt lengths on do
+# you expect a prefill's block matrices to be priced at their FLOPs rather than their bytes?
 
 # %% [markdown]
-# The label is the one rule's (`lib.regime`: the largest term's limit), read against the roofline drawn below in
-# two ways. Where the largest term is the matrices' FLOPs at `F(rows)` but the pass sits left of the ridge (where
-# the two roofs say bytes set the time), the label says what set it: **few-row-kernel-bound**, the rate this
-# machine's matrix kernel reaches with that few rows. Where the two largest terms have different limits and lie
-# within the tolerance for a predicted time of each other, the model cannot say which sets the time: **mixed**.
-# And a pass the rule calls memory-bound (a decode step, or a prefill of one token) but whose every run took more
-# than 1.25 times its bytes at the streaming read (the whole interval over runs, as chapter 3 decides it for a
-# decode step) is named by its parts, as chapter 3 names a decode step: [**bound by the kernel's
-# rate**](glossary.md#regimes) where its weights are its largest part and the matrix-vector kernel reads them more
-# than 1.25 times slower than the streaming read, else **above its streaming floor**: its bytes are its largest
-# term, but not what sets its time.
+# Each pass gets the one rule's label (`lib.regime`: the limit of its largest priced term), refined four ways.
+# Priced by its FLOPs but left of the ridge, it is **few-row-kernel-bound**. With its two largest terms of
+# different limits and about one size, it is **mixed**. With its bytes leading but its time well over its
+# streaming floor, it is [**bound by the kernel's rate**](glossary.md#regimes) where a slow kernel reads its
+# weights, else **above its streaming floor**. Right of the ridge, it is **compute-bound** only where its
+# matrices' arithmetic took at least half its measured time (chapter 2's test), else **right of the ridge point**.
 
 # %%
 ridge = peak / read  # the textbook ridge the figure draws, FLOP/byte
@@ -414,14 +407,18 @@ def shown_regime(r: regime.Regime, pred: costmodel.Prediction) -> str:
 
 
 def point_regime(r: regime.Regime, pred: costmodel.Prediction, series: str, low_s: float, bytes_: float,
-                 read_rate: float, weight_bytes: float) -> str:
+                 read_rate: float, weight_bytes: float, high_s: float | None = None) -> str:
     """The label a point gets on this page: :func:`shown_regime`'s, except that a pass it calls memory-bound (a
     decode step of any ``series``, or a prefill of one token) whose whole interval (``low_s``, seconds) lies more than
     the slack above its ``bytes_`` at ``read_rate`` (bytes per second, the streaming read) is named by its parts, as
     chapter 3 names a decode step's (the glossary's Regimes): "bound by the kernel's rate" where its weights are its
     largest part and their kernel reads them more than the slack below the streaming read (``weight_bytes`` at
-    ``read_rate``), else "above its streaming floor": one rule for every series."""
+    ``read_rate``), else "above its streaming floor": one rule for every series. A pass it calls compute-bound
+    (right of the ridge) keeps that label only where chapter 2's test holds: its block matrices' FLOPs at F(rows)
+    take at least half of its measured time at the interval's slow end (``high_s``); else "right of the ridge point"."""
     shown = shown_regime(r, pred)
+    if shown == "compute-bound" and high_s is not None and pred.term("block matrices").best < 0.5 * high_s:
+        return "right of the ridge point"  # its arithmetic is not clearly most of its time
     if shown == "memory-bound" and low_s > regime.REGIME_SLACK * bytes_ / read_rate:
         w = sum(t.best for t in pred.terms if t.name in ("block matrices", "LM head") and t.limit == "memory")
         cache = sum(pred.term(t).best for t in ("attention", "cache copy", "page faults"))
@@ -431,6 +428,10 @@ def point_regime(r: regime.Regime, pred: costmodel.Prediction, series: str, low_
     return shown
 
 
+# %% [markdown]
+# Each pass chapters 2 and 3 timed, priced by the cost model and labelled:
+
+# %%
 BYTES_LABELS = {"memory-bound", "above its streaming floor", "bound by the kernel's rate"}  # its bytes the largest term
 rows, placed = [], {}
 for series, table in (("prefill", prefill), ("decode", decode), ("batched decode", batched)):
@@ -458,7 +459,7 @@ for series, table in (("prefill", prefill), ("decode", decode), ("batched decode
                          predicted=("few-row-kernel-bound" if label.limit == "compute" and cost.intensity < ridge
                                     else f"{label.limit}-bound"), rule_label=label.label,
                          regime=point_regime(label, pred, series, r.measured_ms_low / 1e3, cost.bytes, read,
-                                             shape.weight_bytes),
+                                             shape.weight_bytes, r.measured_ms_high / 1e3),
                          explained=label.explained,
                          blocks_ms=pred.term("block matrices").best * 1e3,
                          blocks_one_row_ms=model.kernel("blocks", 1).best * 1e3,
@@ -490,32 +491,28 @@ if len(few):
     shape_f0 = machine.MODELS[f0.model][0]
     f_rate = 2 * rows_f0 * shape_f0.layers * shape_f0.block_params / (f0.blocks_ms / 1e3)  # F(rows), FLOP/s
     n_left = int((points.predicted == "few-row-kernel-bound").sum())  # as priced, before the measured time is read
-    show(f"{n_left} of {len(points)} passes sit left of the ridge ({ridge:.1f} FLOP/byte) with their matrices' FLOPs "
-         f"the cost model's largest term, where the two roofs say bytes set the time"
-         + (f" ({n_left - len(few)} of them are labelled *unexplained overhead* above: they ran more than the rule's "
-            f"{regime.REGIME_SLACK:g}x their price)" if n_left > len(few) else "") + f". The {f0.series} of "
-         f"{prose.tokens(int(f0.tokens))} at batch {int(f0.batch)} ({f0.intensity_flop_per_byte:.2f} FLOP/byte) "
-         f"multiplies {rows_f0} rows, and its block matrices take **{f0.blocks_ms:.0f} ms** at the rate chapter 0 "
-         f"measured for {rows_f0} rows, against {f0.blocks_one_row_ms:.0f} ms to stream their bytes at one row. The "
-         f"cost model prices each term at the kernel that runs it, and this machine's kernel reached "
-         f"{f_rate / 1e9:.1f} GFLOP/s with {rows_f0} rows, against {peak / 1e9:.1f} for the square product: a roof of "
-         "its own, which the two textbook roofs do not draw (the dashed F(M) line below does)."
-         + (f" Chapter 2 draws this line otherwise: at its balance point, {_f_model / read:.1f} FLOP/byte (the "
-            "model's own matrices' fastest rate over the read, not the square product's), against the block "
-            "matrices' intensity alone, `2T / b` (the LM head's bytes, which every pass reads whatever its length, "
-            f"left out). So {', '.join(between)} here {'is' if len(between) == 1 else 'are'} compute-bound there: both "
-            "labels say the matrices' FLOPs at F(rows) set the time, and differ only on the line drawn."
-            if between else ""))
+    show(f"{n_left} of {len(points)} passes sit left of the ridge ({ridge:.1f} FLOP/byte) yet are priced by their "
+         "matrices' FLOPs. The two roofs say bytes set their time; this machine's matrix kernel says otherwise. "
+         f"The {f0.series} of {prose.tokens(int(f0.tokens))} at batch {int(f0.batch)} multiplies {rows_f0} rows, "
+         f"and its block matrices take **{f0.blocks_ms:.0f} ms** at the kernel's rate for {rows_f0} rows, against "
+         f"{f0.blocks_one_row_ms:.0f} ms to stream their bytes at one row. That kernel reached "
+         f"{f_rate / 1e9:.1f} GFLOP/s with {rows_f0} rows, against {peak / 1e9:.1f} for the square product: a roof "
+         "of its own, the dashed F(M) line below.",
+         how=(f"{n_left - len(few)} of the {n_left} are labelled *unexplained overhead*: they ran more than the rule's "
+              f"{regime.REGIME_SLACK:g}x their price. " if n_left > len(few) else "")
+         + f"The {f0.series} of {prose.tokens(int(f0.tokens))} sits at {f0.intensity_flop_per_byte:.2f} FLOP/byte."
+         + (f" Chapter 2 draws the line elsewhere: at its balance point, {_f_model / read:.1f} FLOP/byte (the "
+            "model's own matrices' fastest rate over the read), against the block matrices' intensity alone, "
+            f"`2T / b` (the LM head's bytes left out). So {', '.join(between)} here "
+            f"{'lies' if len(between) == 1 else 'lie'} right of chapter 2's line. Both pages price the matrices' "
+            "FLOPs at F(rows); they differ only on the line drawn." if between else ""))
 
 # %% [markdown]
-# **Measure, then place.** The figure draws the roofs of this machine's kernels and places every pass at its
-# intensity and achieved FLOP rate; its label is its fraction of the textbook roof. That roof is chapter 0's
-# streaming read (a long array read from memory) and its square product. The model's own matrix-vector products,
-# the dotted line, may read their weights faster than the streaming read: chapter 0 found that where they do, part
-# of the weights comes from a cache rather than from memory. Whether each pass took what the cost model predicts
-# was decided in chapters 2 and 3; here each series is one claim about the textbook roof: no pass should run above
-# it. One that did would have moved its bytes faster than memory streams them, or done its arithmetic faster than
-# the square product: either a cache served it, or chapter 0 understated the machine.
+# **Measure, then place.** The figure places every pass at its intensity and achieved FLOP rate, labelled with its
+# fraction of the textbook roof (chapter 0's streaming read and square product). The dotted line, the model's own
+# matrix-vector products, may beat the streaming read where a cache serves part of the weights (chapter 0). Each
+# series is one claim: no pass runs above the textbook roof. One that did would have been served by a cache, or
+# chapter 0 understated the machine.
 
 # %%
 fig, ax = plt.subplots(figsize=(10, 6))
@@ -564,6 +561,9 @@ for series, g in points.groupby("series", sort=False):
     priced_at = "; ".join(f"{name}, {prose.span(o.over_median_price.min(), o.over_median_price.max(), '.2f')}x"
                           for name, o in by_regime)
     top_reach = highest.text(".0%")
+    arith_ = [f"{r.blocks_ms / r.measured_ms_high:.0%} at "
+              + (f"batch {int(r.batch)}" if series == "batched decode" else prose.tokens(int(r.tokens)))
+              for r in g.itertuples() if r.regime in ("compute-bound", "right of the ridge point")]
     closest = (f"batch {int(near.batch)}" if near.batch > 1 else
                f"{int(near.tokens):,} token{'s' * (int(near.tokens) != 1)}")
     verdict = register.record(claim, claims.at_most(highest, 1.0), predicted="at most the roof",
@@ -571,7 +571,7 @@ for series, g in points.groupby("series", sort=False):
                               f"{points_dtype}, {where}")
     show(claims.pick(
         verdict, held=f"The {series} passes reach at most **{highest.mid:.0%}** of the textbook roof ({closest}). By "
-                      f"the one rule, read against the roofline drawn, they are {listed}.",
+                      f"the one rule they are {listed}.",
         not_held=f"A {series} pass ran above the textbook roof ({closest}, {highest.mid:.0%} of it): a cache served "
                  f"its bytes, or the streaming read or the square product chapter 0 measured understates this machine. "
                  f"By the one rule they are "
@@ -583,7 +583,10 @@ for series, g in points.groupby("series", sort=False):
              "interval of the median over runs); the claim holds when that interval lies at or under one. Each label "
              "reads the pass's measured time over its price at chapter 0's median calls (the *over median price* "
              f"column): {priced_at}; a pass more than the rule's {regime.REGIME_SLACK:g}x over its price is "
-             "*unexplained overhead*, and one faster than its largest term alone says a ceiling is wrong.")
+             "*unexplained overhead*, and one faster than its largest term alone says a ceiling is wrong."
+             + (" Right of the ridge, a pass is compute-bound where its block matrices' FLOPs at F(rows) take at "
+                "least half of its measured time at the slow end of its interval: " + ", ".join(arith_) + "."
+                if arith_ else ""))
 
 # %% [markdown]
 # Why batched decode's label changes from one batch to the next: the largest term of each step, and the one after it.
@@ -609,26 +612,24 @@ for a, b in zip(g.itertuples(), list(g.itertuples())[1:]):
                   "against them moves the label", "time"))
 if len(g):
     changed = g.regime.nunique() > 1
-    show("Batched decode, step by step. " + " ".join(
-        f"At batch {r.batch} the priced step is {r.largest_share:.0%} {what.get(r.largest_term, r.largest_term)}, "
-        f"then {r.second_share:.0%} {what.get(r.second_term, r.second_term)} (**{r.regime}**)." for r in g.itertuples())
-        + (" Each term grows with the batch at its own pace (the matrices' at the rate F(rows) reaches with more "
-           "rows, the caches' in proportion to the sequences), so which one is largest, and what limits it, changes"
-           + (": " + "; ".join(m for m, _ in moved) + "." if moved else ".")
-           + (" Each change of label here is a change of the largest term or of its limit, not noise."
-              if moved and all(k != "time" for _, k in moved) else "")
-           + "".join(f" Batch {r.batch}'s *{r.regime}* is not a change of term: the step took "
-                     f"{r.over_median_price:.2f}x its price, "
-                     + (f"more than the rule's {regime.REGIME_SLACK:g}x" if r.over_median_price > 1 else
-                        "less than its largest term alone")
-                     + f", while its largest priced term was {what.get(r.largest_term, r.largest_term)}."
-                     for r in g[~g.explained.astype(bool)].itertuples())
-           if changed else " One label at every batch."),
-        how=None if not changed else
-        "A step's price here is at chapter 0's median calls (the *over median price* column). Where a step ran within "
-        f"the rule's {regime.REGIME_SLACK:g}x of it, the label follows its largest term; where two terms of different "
-        f"limits are within {claims.PREDICTED_TIME:g}x of each other the label says mixed rather than pick one by "
-        "noise.")
+    show(("Batched decode's label changes with the batch because each priced term grows at its own pace: the "
+          "matrices' with the rate F(rows) reaches, the caches' with the sequences"
+          + "".join(f". {m[:1].upper()}{m[1:]}" for m, _ in moved) + "."
+          + "".join(f" Batch {r.batch}'s *{r.regime}* is not a change of term: the step took "
+                    f"{r.over_median_price:.2f}x its price, "
+                    + (f"more than the rule's {regime.REGIME_SLACK:g}x" if r.over_median_price > 1 else
+                       "less than its largest term alone")
+                    + f", while its largest priced term was {what.get(r.largest_term, r.largest_term)}."
+                    for r in g[~g.explained.astype(bool)].itertuples())
+          if changed else f"Batched decode has one label at every batch: *{g.regime.iloc[0]}*."),
+         how=" ".join(f"At batch {r.batch} the priced step is {r.largest_share:.0%} "
+                      f"{what.get(r.largest_term, r.largest_term)}, then {r.second_share:.0%} "
+                      f"{what.get(r.second_term, r.second_term)} ({r.regime})." for r in g.itertuples())
+         + (" Each change of label here is a change of the largest term or of its limit, not noise."
+            if moved and all(k != "time" for _, k in moved) else "")
+         + " A step's price here is at chapter 0's median calls (the *over median price* column). Where a step ran "
+         f"within the rule's {regime.REGIME_SLACK:g}x of it, the label follows its largest term; where two terms of "
+         f"different limits are within {claims.PREDICTED_TIME:g}x of each other the label says mixed.")
 
 # %% [markdown]
 # Two more checks: batching's FLOP rate, and (on a GPU) the measured ceilings beside the datasheet's:
@@ -667,12 +668,12 @@ if step_verdicts:  # two batch sizes or more, so the largest batch's prediction 
         evidence=f"chapter 3's batched decode, {points_dtype}; GFLOP/s")
     steps = "; ".join(step_text)
     open_steps = [t.split(":")[0] for t, v in zip(step_text, step_verdicts) if v == claims.UNRESOLVED]
-    show(f"Batched decode's achieved FLOP rate changed {prose.and_list(step_plain)}" + claims.pick(
-        verdict, held=": it moved as predicted at every step.",
-        not_held=f": not as predicted at every step. At batch {int(rising.batch.max())} the cost model's largest term "
-                 f"is {top_term.name} ({top_term.best / top_pred.best:.0%} of the step).",
-        unresolved=f": whether it moves as predicted at every step is too close to call ({prose.and_list(open_steps)} "
-                   "could go either way)."),
+    show(f"Batched decode's achieved FLOP rate changed {prose.and_list(step_plain)}." + claims.pick(
+        verdict, held=" It moved as predicted at every step.",
+        not_held=f" It did not move as predicted at every step. At batch {int(rising.batch.max())} the cost model's "
+                 f"largest term is {top_term.name} ({top_term.best / top_pred.best:.0%} of the step).",
+        unresolved=f" Whether it moved as predicted at every step is too close to call: {prose.and_list(open_steps)} "
+                   "could go either way."),
          how="Each step's change is taken run by run (the interval of its median over runs); a step is called when "
              f"that interval lies wholly on the predicted side of no change: {steps}.")
 else:
@@ -714,34 +715,26 @@ else:
 
 # %% [markdown]
 # **Takeaway: draw the machine's roofline from its kernels' own ceilings, not only from the streaming read and the
-# square product. A pass's largest term in the cost model is where to look first; its measured time against that
-# term alone says whether the term sets the time or only leads a longer sum (a pass above its streaming floor).**
+# square product. A pass's largest priced term is where to look first.**
 
 # %% [markdown]
 # ## Where the floor gives way to the bytes: GPT-2 from two layers up
 #
-# The source chapter's headline finding was that GPT-2 small on its GPU sat in neither textbook regime: a decode
-# step took the same time whatever the context and the precision (its times are printed below the prediction),
-# which it put down to issuing the step's few hundred operations (inferred there, not isolated). It argued, by
-# arithmetic only, that a model with far more weight bytes would leave that floor. This machine can measure the
-# transition: GPT-2's architecture at the sizes `sizes` lists (`lib.sizes`), with seeded random weights (a step's
-# time does not depend on their values), from the two-layer `tiny-gpt2` through 12-layer models 128 to 512 wide
-# (GPT-2 small's depth, so its operations, with fewer bytes) to GPT-2 small, medium, large and XL, as many as the
-# memory and the budget allow (the plan below says which ran).
+# The source chapter found GPT-2 small's decode step on its GPU in neither textbook regime: it took the same time
+# whatever the context and the precision. It blamed issuing the step's few hundred operations, and argued that a
+# model with far more weight bytes would leave that [floor](glossary.md#floor). This machine measures where: GPT-2
+# from the two-layer `tiny-gpt2` through 12-layer models 128 to 512 wide to GPT-2 small, medium, large and XL.
 #
-# Each size is priced before it is built, from what chapter 0 measured on `reference_model` (GPT-2 small in a full
-# build) and on `tiny-gpt2`:
+# Each size is priced before it is built, from chapter 0's measurements:
 #
-# * its **floor**: the operations its step issues (every GPT-2 block issues the same ones, so their count is a
-#   line in the layers) times what one operation costs. On a CPU an operation costs more when more weight bytes
-#   streamed past since the one before, so the price draws that cost on a straight line in the weight bytes between
-#   the two models chapter 0 measured;
-# * its **weights**: their bytes over the rate the reference's matrix-vector products reached.
+# * its **floor**, the step's dispatch: the operations it issues times what one costs (on a CPU, more when more
+#   weight bytes streamed past since the one before).
+# * its **weights**: their bytes at the rate the matrix-vector products reached.
 #
-# A step's price is the sum, plus its cache's terms. A size is **on the floor** when its weights take at most a
-# quarter of its floor's time, **past the floor** when they take at least four times as long, **between**
-# otherwise; the **transition** lies where the two are equal. On the floor, a narrower dtype or a longer context
-# should change the step only by what its floor and its cache cost; past it, the step should follow the bytes.
+# A size is **on the floor** when its weights take at most a quarter of its floor's time, **past the floor** when
+# they take at least four times as long, **between** otherwise. The **transition** lies where the two are equal.
+# On the floor, a narrower dtype or a longer context should change the step only by what its floor and its cache
+# cost; past it, the step should follow the bytes.
 #
 # <details><summary>Why the floor grows with the bytes, and how the transition is read</summary>
 #
@@ -756,11 +749,14 @@ else:
 # Past the floor, a 16-bit dtype should change the step as its kernel's measured rate allows, not halve it: on some
 # CPUs the 16-bit kernel is the slower.
 #
+# The source inferred its floor's cause; it did not isolate it. The sizes here carry seeded random weights (a
+# step's time does not depend on their values), and as many run as the memory and `size_budget_s` allow. Their
+# prices come from chapter 0's `reference_model` (GPT-2 small in a full build) and `tiny-gpt2`.
+#
 # </details>
 
 # %% [markdown]
-# The inputs, from chapter 0: what one issued operation costs between each measured model's weight streams, how
-# many a step issues, and the rate the weights stream at one row; and each size's layers and weight bytes:
+# The inputs, from chapter 0: what one operation costs, how many a step issues, and the weights' rate:
 
 # %%
 low16 = "fp16" if device.type == "cuda" else "bf16"
@@ -782,13 +778,12 @@ per_operation = {m: gpt2_sizes.operation_cost(ceilings, b, "fp32", threads, "dec
 show(f"Chapter 0 ({where}, fp32): one issued operation costs "
      + " and ".join(f"**{per_operation[m] * 1e6:.1f} us** between {m}'s weight streams ({b / 1e6:,.1f} MB)"
                     for m, b, _ in anchored)
-     + f"; a GPT-2 step issues {fixed_ops:.0f} operations outside its blocks and "
-     f"{per_layer:.0f} per layer. Its matrix-vector products stream fp32 weights at **{rate['fp32'] / 1e9:.1f} GB/s** "
-     f"(the blocks at {block_rate / 1e9:.1f}, the LM head at {head_rate / 1e9:.1f}; each size's blocks and head are "
-     "priced at their own). "
-     "The sizes (layers, fp32 weights): " + ", ".join(f"{n} ({gpt2_sizes.SIZES[n].layers}, "
-                                                       f"{gpt2_sizes.SIZES[n].weight_bytes / 1e6:,.1f} MB)"
-                                                       for n in size_names) + ".")
+     + f". A GPT-2 step issues {fixed_ops:.0f} operations outside its blocks and {per_layer:.0f} per layer. "
+     f"Its matrix-vector products stream fp32 weights at **{rate['fp32'] / 1e9:.1f} GB/s**. The sizes' fp32 "
+     "weights: " + ", ".join(f"{n} {gpt2_sizes.SIZES[n].weight_bytes / 1e6:,.1f} MB" for n in size_names) + ".",
+     how=f"The blocks stream at {block_rate / 1e9:.1f} GB/s and the LM head at {head_rate / 1e9:.1f}; each size's "
+         "blocks and head are priced at their own shapes' rates. Layers: "
+         + ", ".join(f"{n} {gpt2_sizes.SIZES[n].layers}" for n in size_names) + ".")
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** From chapter 0's figures just printed: how many megabytes of fp32 weights should a 12-layer
@@ -800,10 +795,15 @@ pacer = machine.Pacer(ceilings, reference_model, "fp32", threads, device)  # the
 pacer.check("before the size sweep")
 
 
+paced = False  # the sweep's prices at the machine's pace, once it has been timed before and after it
+
+
 def size_price(name: str, dt: str, context: int) -> costmodel.Prediction:
-    """A decode step of size `name` in `dt`, priced from the reference's kernels, at the middle of a run."""
+    """A decode step of size `name` in `dt`, priced from the reference's kernels, at the middle of a run (after the
+    sweep, at the machine's speed during it: `Pacer.price`)."""
     ops = int(fixed_ops + per_layer * gpt2_sizes.SIZES[name].layers)
-    return gpt2_sizes.price_decode(ceilings, name, reference_model, ops, ops_ref, dt, threads, context + size_steps // 2)
+    p = gpt2_sizes.price_decode(ceilings, name, reference_model, ops, ops_ref, dt, threads, context + size_steps // 2)
+    return pacer.price(p) if paced else p
 
 
 def weights_of(p: costmodel.Prediction) -> float:
@@ -870,48 +870,43 @@ past_said = (f"past its floor and [bound by the kernel's rate](glossary.md#regim
              f"{stream32 / 1e9:.1f} GB/s streaming read")
 placed = {"on the floor": "on its floor", "past the floor": past_said,
           "between": "between its floor and the weights' regime, which the sweep reaches further up"}
-show(f"Predicted ({where}): a GPT-2 step issues {fixed_ops:.0f} operations outside its blocks and {per_layer:.0f} per layer, "
-     f"{twelve} for 12 layers"
-     + (f", priced at **{prose.span(floor_range.min(), floor_range.max(), '.1f')} ms** from the narrowest 12-layer "
-        "model to the widest, since wider ones stream more bytes between their operations"
-        if len(floor_range) > 1 and len(anchored) > 1 else "")
-     + f"; fp32 weights stream at **{rate['fp32'] / 1e9:.1f} GB/s**. A line through the 12-layer prices starts at "
-     f"**{floor_pred:.1f} ms** with no bytes and rises as if the bytes streamed at **{1 / slope_pred:.1f} GB/s** (the "
-     f"weights' rate, slowed by the floor's growth): its bytes' term equals its floor at "
-     f"**{predicted_transition / 1e6:,.0f} MB** (GPT-2 small has {gpt2_sizes.SIZES['gpt2-small'].weight_bytes / 1e6:,.0f}). "
-     f"On the floor: {', '.join(side[side == 'on the floor'].index) or 'none of the sizes'}; past it (the floor under "
-     f"a fifth of the step): {', '.join(side[side == 'past the floor'].index) or 'none'}."
-     + (f" GPT-2 small's weights take {side_ms.weights_ms['gpt2-small']:.0f} ms beside a floor of "
-        f"{side_ms.floor_ms['gpt2-small']:.1f} ms, {side_ms.weights_ms['gpt2-small'] / side_ms.step_ms['gpt2-small']:.0%} "
-        f"of its priced step: {placed[side['gpt2-small']]}; on the source's GPU its "
-        f"{float(facts['gpt2_small_fp32_weight_bytes']) * 2**20 / 1e6:.0f} MB took "
-        f"{float(facts['gpt2_small_fp32_weight_bytes']) * 2**20 / source_bw * 1e3:.1f} ms under a "
-        f"{prose.ms(source_floor)} floor." if "gpt2-small" in side_ms.index else "")
-     + (f" In {low16} the weights stream at {rate[low16] / 1e9:.1f} GB/s: alone they would take "
-        f"{rate['fp32'] / rate[low16] / 2:.2f}x fp32's time, and with the floor, a step past it "
-        f"{past_ratio:.2f}x. The {low16} floor is priced from its own chapter-0 measurement: "
-        f"{ceilings.dispatch(reference_model, low16, threads).best * 1e3:.1f} ms between weight streams against "
-        f"{ceilings.dispatch(reference_model, 'fp32', threads).best * 1e3:.1f} in fp32." if low16 in rate and past_ratio else "")
-     + f" On the source's GPU, GPT-2 small's decode steps took {prose.span(*source_gpu_ms)} ms at every context "
-     f"from {source_steps.context_tokens.min()} to {source_steps.context_tokens.max()} tokens, in fp32 and fp16. "
-     f"That GPU (a floor of {prose.ms(source_floor)}, {source_bw / 1e9:.0f} GB/s) would leave its floor at "
-     f"**{source_transition / 1e9:.1f} GB** of weights, just above GPT-2 large in fp32 "
-     f"({gpt2_sizes.SIZES['gpt2-large'].weight_bytes / 1e9:.1f} GB) or GPT-2 XL in fp16. Past it in this section's "
-     f"sense (weights four times the floor) needs about {4 * source_transition / 1e9:.0f} GB, the source's 7B model "
-     "in fp16: why it called GPT-2 small the wrong size.")
+prose.prediction(
+    f"Predicted ({where}): a 12-layer GPT-2 step issues {twelve} operations"
+    + (f", priced at **{prose.span(floor_range.min(), floor_range.max(), '.1f')} ms** from the narrowest 12-layer "
+       "model to the widest, since wider ones stream more bytes between their operations"
+       if len(floor_range) > 1 and len(anchored) > 1 else "")
+    + f". A line through the 12-layer prices starts at **{floor_pred:.1f} ms** with no bytes and rises as if the "
+    f"bytes streamed at **{1 / slope_pred:.1f} GB/s** (the weights' {rate['fp32'] / 1e9:.1f} GB/s, slowed by the "
+    f"floor's growth). Its bytes' term equals its floor at **{predicted_transition / 1e6:,.0f} MB** (GPT-2 small has "
+    f"{gpt2_sizes.SIZES['gpt2-small'].weight_bytes / 1e6:,.0f}). On the floor: "
+    f"{', '.join(side[side == 'on the floor'].index) or 'none of the sizes'}; past it: "
+    f"{', '.join(side[side == 'past the floor'].index) or 'none'}."
+    + (f" GPT-2 small's weights take {side_ms.weights_ms['gpt2-small']:.0f} ms beside a floor of "
+       f"{side_ms.floor_ms['gpt2-small']:.1f} ms, {side_ms.weights_ms['gpt2-small'] / side_ms.step_ms['gpt2-small']:.0%} "
+       f"of its priced step: {placed[side['gpt2-small']]}." if "gpt2-small" in side_ms.index else "")
+    + (f" GPT-2 large's step is priced at {side_ms.step_ms['gpt2-large'] / side_ms.step_ms['gpt2-small']:.1f}x "
+       "GPT-2 small's." if {"gpt2-small", "gpt2-large"} <= set(side_ms.index) else "")
+    + (f" In {low16} the weights stream at {rate[low16] / 1e9:.1f} GB/s: alone they would take "
+       f"{rate['fp32'] / rate[low16] / 2:.2f}x fp32's time, and a step past the floor {past_ratio:.2f}x. The {low16} "
+       f"floor is priced from its own chapter-0 measurement, "
+       f"{ceilings.dispatch(reference_model, low16, threads).best * 1e3:.1f} ms against "
+       f"{ceilings.dispatch(reference_model, 'fp32', threads).best * 1e3:.1f} in fp32." if low16 in rate and past_ratio
+       else ""))
+show(f"On the source's GPU, GPT-2 small's decode steps took {prose.span(*source_gpu_ms)} ms at every context, in fp32 "
+     f"and fp16. That GPU would leave its floor at **{source_transition / 1e9:.1f} GB** of weights, and pass it (weights "
+     f"four times the floor) at about {4 * source_transition / 1e9:.0f} GB, the source's 7B model in fp16: why it "
+     "called GPT-2 small the wrong size.",
+     how=f"The source's steps ran at contexts from {source_steps.context_tokens.min()} to "
+         f"{source_steps.context_tokens.max()} tokens; its GPU has a floor of {prose.ms(source_floor)} and "
+         f"{source_bw / 1e9:.0f} GB/s. GPT-2 small's {float(facts['gpt2_small_fp32_weight_bytes']) * 2**20 / 1e6:.0f} MB "
+         f"took {float(facts['gpt2_small_fp32_weight_bytes']) * 2**20 / source_bw * 1e3:.1f} ms there. "
+         f"{source_transition / 1e9:.1f} GB is just above GPT-2 large in fp32 "
+         f"({gpt2_sizes.SIZES['gpt2-large'].weight_bytes / 1e9:.1f} GB) or GPT-2 XL in fp16.")
 prose.shown(size_plan.round(2))
 
 # %% [markdown]
-# **The sweep, within its budget.** Before any work each size is checked against the memory free now (its
-# weights in every dtype, its caches and a quarter more) and against `size_budget_s`, with its predicted cost:
-# building its weights (written once into fresh memory, at chapter 0's copy rate and cost per page fault), three
-# runs, its prefills and its floor. A size that does not fit is skipped and named with the reason; the budget left
-# gives the cheaper sizes more runs, up to `size_runs`. Then, one size at a time: its models are built, the
-# operations its step issues are counted (they must be the predicted ones), and each run decodes `size_steps` steps
-# from both contexts in fp32 and in the 16-bit dtype, in turn, each cache of random values (a step's cost
-# depends on the cache's shape, not its values); then its fp32 prefills of `size_prompts` tokens; last, one layer
-# down, the floor its step pays: the step hollowed (every matrix product and attention a zero tensor) five times
-# with the caches to itself and five times between its own weights' streams, as chapter 0 timed its models.
+# **The sweep.** Each size runs if it fits in the memory free now and in `size_budget_s`; then its decode steps in
+# both dtypes, its prefills and its floor are timed, one size at a time.
 
 # %%
 free = gpt2_sizes.free_memory(device)
@@ -939,8 +934,22 @@ plan["predicted_s"] = (plan.build_s + plan.runs * plan.run_s + plan.prefill_s + 
 results.table(plan, "size_plan")
 skipped = plan[plan.status != "run"]
 show(f"**{(plan.status == 'run').sum()} of the {len(plan)} sizes run**"
-     + (", smallest first; skipped: " + "; ".join(f"{r.size} ({r.status.removeprefix('skipped: ')})"
-                                                   for r in skipped.itertuples()) + "." if len(skipped) else "."))
+     + "".join(f"; skipped, {why}: {prose.and_list(names_)}" for why, names_ in (
+         ("for lack of memory", [r.size for r in skipped.itertuples() if "needs" in r.status]),
+         ("for lack of time in the budget", [r.size for r in skipped.itertuples() if "needs" not in r.status]))
+               if names_) + ".",
+     how="Before any work each size is checked against the memory free now (its weights in every dtype, its caches "
+         "and a quarter more) and against `size_budget_s`, with its predicted cost: building its weights (at chapter "
+         "0's copy rate and cost per page fault), three runs, its prefills and its floor. The budget left gives the "
+         "cheaper sizes more runs, up to `size_runs`. "
+         + ("Skipped: " + "; ".join(f"{r.size} ({r.status.removeprefix('skipped: ')})" for r in skipped.itertuples())
+            + ". " if len(skipped) else "")
+         + "Then, one size at a time: its models are built and the operations its step issues counted (they must be "
+         "the predicted ones). Each run decodes `size_steps` steps from both contexts in fp32 and in the 16-bit dtype, "
+         "each cache of random values (a step's cost depends on the cache's shape, not its values); then come its "
+         "fp32 prefills of `size_prompts` tokens. Last, one layer down, the floor its step pays: the step hollowed "
+         "(every matrix product and attention a zero tensor) five times with the caches to itself and five times "
+         "between its own weights' streams, as chapter 0 timed its models.")
 prose.shown(plan.round(2))
 
 # %%
@@ -996,6 +1005,9 @@ for p in progress(list(plan[plan.status == "run"].itertuples()), desc="size swee
 # %%
 sweep_s = time.perf_counter() - sweep_started
 pacer.check("after it")
+paced = True  # every size price from here on at the speed the machine ran the sweep
+if pacer.speed() is not None:  # and the plan's prices (at the fastest calls) with them
+    size_plan = size_plan.assign(**{c: size_plan[c] * pacer.speed().low for c in ("floor_ms", "weights_ms", "step_ms")})
 size_runs_table = pd.concat(size_rows, ignore_index=True)[["size", "dtype", "context_tokens", "run", "step_ms",
                                                             "faults_per_step"]]
 size_prefill = pd.concat(prefill_rows, ignore_index=True)
@@ -1006,12 +1018,13 @@ results.table(built, "size_costs")
 floor_runs = pd.DataFrame(paid_rows)
 results.table(floor_runs, "size_floor_runs")
 fault_us = built.build_s.sum() / max(built.build_faults.sum(), 1) * 1e6
-show(f"The sweep took **{sweep_s:.0f} s** ({plan.predicted_s.sum():.0f} s predicted), "
+show(f"The sweep took {sweep_s:.0f} s.",
+     how=f"The sweep took {sweep_s:.0f} s ({plan.predicted_s.sum():.0f} s predicted), "
      f"{built.build_s.sum():.0f} s of it building weights ({built.predicted_build_s.sum():.0f} s predicted, at chapter "
      f"0's {ceilings.fault_cost('fp32', threads) * 1e6:.1f} us a page fault: the builds took "
      f"{built.build_faults.sum():,.0f} faults, {fault_us:.1f} us of building each); GPT-2 XL "
      + (f"alone {built.set_index('size').seconds['gpt2-xl']:.0f} s." if "gpt2-xl" in set(built["size"]) else
-        "was not run: " + plan.set_index("size").status.get("gpt2-xl", "not chosen") + "."))
+        "was not run: " + plan.set_index("size").status.get("gpt2-xl", "not chosen").removeprefix("skipped: ") + "."))
 prose.shown(built.round(2))
 
 # %% [markdown]
@@ -1056,10 +1069,20 @@ if {"gpt2-small", "gpt2-large"} <= set(ran):
     _rate = {n: b.weight_mb[n] / b.weights_ms[n] for n in ("gpt2-small", "gpt2-large")}  # priced GB/s
     show(f"The prediction asked for: GPT-2 large's step was priced at **{prices_large:.1f}x** GPT-2 small's and took "
          f"**{b.step_ms['gpt2-large'] / b.step_ms['gpt2-small']:.1f}x**, for {_bytes_x:.1f}x the weight bytes. "
-         f"Two things set the price apart from the bytes' ratio: the floor, {b.floor_ms['gpt2-small']:.1f} ms of "
-         f"small's {b.predicted_ms['gpt2-small']:.1f} ms priced step and {b.floor_ms['gpt2-large']:.1f} ms of "
-         f"large's {b.predicted_ms['gpt2-large']:.1f} ms, and the weights' rates, which chapter 0 measured per "
-         f"matrix shape: {_rate['gpt2-small']:.1f} GB/s for small's and {_rate['gpt2-large']:.1f} GB/s for large's.")
+         "The floor and the weights' rates set the price apart from the bytes' ratio.",
+         how=f"The floor is {b.floor_ms['gpt2-small']:.1f} ms of small's {b.predicted_ms['gpt2-small']:.1f} ms priced "
+             f"step and {b.floor_ms['gpt2-large']:.1f} ms of large's {b.predicted_ms['gpt2-large']:.1f} ms. Chapter 0 "
+             f"measured the weights' rates per matrix shape: {_rate['gpt2-small']:.1f} GB/s for small's and "
+             f"{_rate['gpt2-large']:.1f} GB/s for large's.")
+_ch3 = decode[decode.context_tokens == short_c]  # chapter 3's step of its model at the sweep's short context
+if ch2_model in set(by_size["size"]) and len(_ch3) and decode.model.iloc[0] == ch2_model and points_dtype == "fp32":
+    _sweep_ms = by_size.set_index("size").step_ms[ch2_model]
+    show(f"Two measurements of one step: {ch2_model}'s decode step at context {short_c} took **{_sweep_ms:.1f} ms** "
+         f"in this sweep (*the sweep's step*, random weights) and {_ch3.measured_ms.iloc[0]:.1f} ms in chapter 3 "
+         "(*chapter 3's step*, the one on the roofline above). The size claims use the sweep's step; chapter 3's was "
+         "timed earlier, in runs of its own.",
+         how=f"Chapter 3's step over the sweep's: {_ch3.measured_ms.iloc[0] / _sweep_ms:.2f}x. Each is the median of "
+             f"its own runs ({int(by_size.set_index('size').runs[ch2_model])} here).")
 prose.shown(by_size.round(3))
 
 # %%
@@ -1125,9 +1148,8 @@ plt.show()
 
 # %% [markdown]
 # **What the sweep decides.** Each size's step against its price; where the 12-layer models' steps leave their
-# floor, from a line fitted to the k-th run of each (its intercept the floor, its slope one over the rate the
-# weights stream at; the sizes ran one after another, so a run index pairs no common moment); what the 16-bit dtype does on each side of the transition and what the context does, each taken
-# within a run; and, for prefill, how long a prompt each size's pass stays on its floor.
+# floor; what the 16-bit dtype and a longer context do on each side of the transition; and how long a prompt each
+# size's prefill stays on its floor, its 1-token pass.
 
 # %%
 register.claim(
@@ -1145,9 +1167,9 @@ for where_, text, textbook in (("on_the_floor", "On the floor", "the textbook ex
         f"{text}, the 16-bit dtype changes the step as its price says (its time over fp32's, run by run, against "
         f"the priced ratio; {textbook}).")
     sides_said[f"context_{where_}_as_priced"] = (
-        f"{text}, a step adds the time its cache's price adds from the short context to the long one (the milliseconds "
-        "added over the milliseconds the price adds, run by run; their geometric mean over the sizes, or their mean "
-        "where a run did not grow: a step that did not grow scores 0, one that shrank below 0).")
+        f"{text}, a step adds the time its cache's price adds from the short context to the long one. Measured as the "
+        "milliseconds added over those the price adds, run by run: their geometric mean over the sizes, or their mean "
+        "where a run did not grow (a step that did not grow scores 0, one that shrank below 0).")
 for claim_, statement_ in sides_said.items():
     register.claim(claim_, statement_)
 
@@ -1207,7 +1229,7 @@ show(f"Over the {len(ran)} sizes, from {prices.weight_mb[ran].min():,.1f} MB of 
                           "its price, ")
                        + (f"{inside_words} by less than a price may miss by; furthest, {worst} at "
                           f"{ratios[worst].mid:.2f}x."),
-         not_held=f", more than a price may miss by: {why}" + (f" {pacer.note()}" if pacer.note() else ""),
+         not_held=f", more than a price may miss by: {why}",
          unresolved=", too near the edge of what a price may miss by to call."),
      how=f"The geometric mean over the sizes of each size's step over its price at chapter 0's fastest calls, run by "
          f"run, against {1 / claims.PREDICTED_TIME:.2f}x to {span_top * claims.PREDICTED_TIME:.2f}x: the price's span "
@@ -1223,7 +1245,7 @@ if len(quick_):
              f"{r.size} {r.step_ms:.1f} ms (at most {r.step_ms_high:.1f}) against {r.weights_ms:.1f} ms for its "
              f"weights, which therefore streamed at **{r.implied_gb_s:.1f} GB/s** at least, against "
              f"{r.weight_mb / r.weights_ms:.1f} priced" for r in quick_.itertuples())
-         + f". By the one rule, a step below its floor means a ceiling is wrong: the rate chapter 0 measured on "
+         + f". A step faster than its largest priced term alone means a ceiling is wrong: the rate chapter 0 measured on "
          f"{reference_model}'s matrices understates what these larger matrices stream at. "
          + (f"It does not mean they beat memory: the streaming read is "
             f"{ceilings.stream_bandwidth('fp32', threads) / 1e9:.1f} GB/s."
@@ -1231,6 +1253,11 @@ if len(quick_):
             f"They were faster even than chapter 0's streaming read, "
             f"{ceilings.stream_bandwidth('fp32', threads) / 1e9:.1f} GB/s: that ceiling understates the machine too."))
 
+
+# %% [markdown]
+# Where the 12-layer models' steps leave their floor, against where their prices said:
+
+# %%
 if len(series) >= 2:
     target = predicted_transition / 1e6
     verdict = claims.within(transition, target, claims.PREDICTED_LENGTH) if transition.low > 0 else (
@@ -1239,16 +1266,30 @@ if len(series) >= 2:
     verdict = register.record("floor_gives_way_where_predicted", verdict, predicted=f"{target:,.0f} MB",
                               measured=at_mb, evidence=f"{len(series)} 12-layer sizes, {len(fits)} runs, fp32, "
                               f"context {short_c}")
-    show(f"A line through the 12-layer steps starts at {floors.text('.1f', 'ms')} with no weights and rises as if the "
-         f"bytes streamed at {1 / slopes.mid:.1f} GB/s: a step takes twice that start at **{at_mb}** of weights"
+    # the transition is the floor over the cost per MB: each part's own ratio to its price, and whether they cancel
+    floor_x, slope_x = floors.mid / floor_pred, slopes.mid / slope_pred
+    off_ = lambda x: x > claims.PREDICTED_TIME or x < 1 / claims.PREDICTED_TIME  # noqa: E731
+    cancel = off_(floor_x) and off_(slope_x) and (floor_x > 1) == (slope_x > 1)  # both parts miss the same way
+    parts_said = (f"the floor was {floor_x:.2f}x its price and each megabyte {slope_x:.2f}x its price; their ratio, "
+                  f"{floor_x / slope_x:.2f}x, is about how far the transition moved ({transition.mid / target:.2f}x)")
+    show(f"A line through the 12-layer steps starts at {floors.text('.1f', 'ms')} with no weights. A step takes "
+         f"twice that at **{at_mb}** of weights"
          + claims.pick(
-             verdict, held=f", where the prices put it ({target:,.0f} MB).",
-             not_held=f", {transition.mid / target:.2g}x the {target:,.0f} MB the prices put it at. The floor, taken "
-                      "apart one layer down below, shows where the price's line parts from the steps'.",
+             verdict, held=f", where the prices put it ({target:,.0f} MB)."
+                           + (f" It lands there partly because both parts missed the same way: {parts_said}." if cancel
+                              else ""),
+             not_held=f", {transition.mid / target:.2g}x the {target:,.0f} MB the prices put it at: {parts_said}. "
+                      "The floor, taken apart one layer down below, shows where the price's line parts from the steps'.",
              unresolved=f", against {target:,.0f} MB by the prices: too close to call."),
          how=f"The line is fitted to the k-th run of each 12-layer size (its intercept the floor, its slope one over the "
-             f"rate); the same line through the prices starts at {floor_pred:.1f} ms and rises at "
-             f"{1 / slope_pred:.1f} GB/s. The prediction holds when the measured transition lies within a factor of "
+             f"rate the bytes seem to stream at, here {1 / slopes.mid:.1f} GB/s); the sizes ran one after another, so a "
+             f"run index pairs no common moment. The same line through the prices starts at {floor_pred:.1f} ms and "
+             f"rises at {1 / slope_pred:.1f} GB/s. The transition is the floor over the cost per megabyte, so errors "
+             f"in the two parts divide out: {parts_said}. Off their prices by more than the tolerance for a predicted "
+             f"time ({claims.PREDICTED_TIME:g}x): "
+             + ("both parts" if off_(floor_x) and off_(slope_x) else "the floor alone" if off_(floor_x) else
+                "the cost per megabyte alone" if off_(slope_x) else "neither part")
+             + ". The prediction holds when the measured transition lies within a factor of "
              f"{claims.PREDICTED_LENGTH:g} of the priced one"
              + (f": {lean_words(transition, target, claims.PREDICTED_LENGTH)}." if verdict == claims.UNRESOLVED else "."))
 else:
@@ -1268,19 +1309,25 @@ def against_textbook(m: Spread) -> str:
     return {claims.HELD: "the textbook's no change holds too",
             claims.NOT_HELD: f"against the textbook it is clearly {slower}: on this machine the {low16} step itself "
                              f"costs {'more' if m.mid > 1 else 'less'}",
-            claims.UNRESOLVED: f"against the textbook, its median is {slower} by {max(m.mid, 1 / m.mid):.2f}x, "
-                               + ("beyond" if outside else "within") + f" the tolerance of {claims.PREDICTED_RATIO:g}x, "
-                               "though its spread reaches " + ("back within it" if outside else "beyond it")
-                               + ": too close to call"}[v]
+            claims.UNRESOLVED: f"against the textbook, {max(m.mid, 1 / m.mid):.2f}x {slower} is too close to call"}[v]
+
+
+def textbook_how(m: Spread) -> str:
+    """How :func:`against_textbook` decided, for the fold: where the median and the spread lie against 1.00x."""
+    outside = claims.leaning(m, 1 / claims.PREDICTED_RATIO, claims.PREDICTED_RATIO) != "on the held side"
+    return (f" Against the textbook's 1.00x, within the same tolerance: the median lies "
+            + ("beyond" if outside else "within") + " it, and the spread reaches "
+            + ("back within it." if outside else "beyond it.")
+            if claims.within(m, 1.0, claims.PREDICTED_RATIO) == claims.UNRESOLVED else "")
 
 
 def added_words(growth: Spread) -> str:
     """The milliseconds a longer context added over those its price adds, in words: a ratio only where every
     reading of it is above zero, since one whose interval crosses zero is not told apart from no time at all."""
-    return (f"adding **{growth.text('.2f', 'x')}** the time their price adds" if growth.low > 0 else
-            "but the time the longer context added is not told apart from none: run by run it lies on both sides of "
-            "zero, where their price adds time" if growth.high > 0 else
-            "yet run by run the longer context took less time, where their price adds time")
+    return (f"The longer context added **{growth.mid:.2f}x** the time their price adds" if growth.low > 0 else
+            "The time the longer context added is not told apart from none (run by run it lies on both sides of "
+            "zero), where their price adds time" if growth.high > 0 else
+            "Run by run the longer context took less time, where their price adds time")
 
 
 # %%
@@ -1304,8 +1351,8 @@ for where_, which in (("on_the_floor", "on the floor"), ("past_the_floor", "past
         lean = {"on the held side": "the price"}.get(claims.leaning(measured_, *claims.allowed(priced, claims.PREDICTED_RATIO)),
                                                        "a miss")  # an unresolved median's side, in words
         textbook_said = against_textbook(measured_)
-        show(f"{at_side} a {low16} step took **{measured_.text('.2f', 'x')}** fp32's time"
-             + (f", against {priced:.2f}x priced and the textbook's 1.00x (no change on the floor). " + claims.pick(
+        show(f"{at_side} a {low16} step took **{measured_.mid:.2f}x** fp32's time"
+             + (f", against {priced:.2f}x priced and the textbook's 1.00x. " + claims.pick(
                  verdict, held="The price holds", not_held="The price misses it",
                  unresolved=f"Against the price it is too close to call, leaning to {lean}")
                 + f"; {textbook_said}.{below}"
@@ -1313,10 +1360,11 @@ for where_, which in (("on_the_floor", "on the floor"), ("past_the_floor", "past
                 f", against {priced:.2f}x priced{direction}" + claims.pick(
                  verdict, held=".", not_held=f": the price misses it.{below}",
                  unresolved=f": too close to call.{below}")),
-             how=f"Run by run, the {low16} step over the fp32 step of the same run, against the priced ratio within "
-                 f"the tolerance for a ratio, {claims.PREDICTED_RATIO:g}x either way"
+             how=f"Run by run, the {low16} step over the fp32 step of the same run, "
+                 f"{measured_.text('.2f', 'x')}, against the priced ratio within the tolerance for a ratio, "
+                 f"{claims.PREDICTED_RATIO:g}x either way"
                  + (f": {lean_words(measured_, priced, claims.PREDICTED_RATIO)}." if verdict == claims.UNRESOLVED
-                    else "."))
+                    else ".") + (textbook_how(measured_) if which == "on the floor" else ""))
     if not names:
         why_not = f"no size predicted {which} ran"
         register.record(context_, None, evidence=why_not)
@@ -1333,7 +1381,7 @@ for where_, which in (("on_the_floor", "on the floor"), ("past_the_floor", "past
     adds = {t.name: (t.best - short_p.term(t.name).best) * 1e3 for t in long_p.terms}
     step_added = Spread.paired(step_spread(far_n, "fp32", long_c), step_spread(far_n, "fp32", short_c),
                                lambda a, b: a - b).mid  # run by run, as the claim measures it
-    why_context = (f"{far_n}'s step added {step_added:+.2f} ms (the median of its runs' differences), where its price adds "
+    why_context = (f"Run by run, {far_n}'s step added {step_added:+.2f} ms (the median), where its price adds "
                    + ", ".join(f"{v:+.2f} ms for {k}" for k, v in adds.items() if abs(v) >= 0.005) + ".")
     context_verdict = claims.within(growth, 1.0, claims.PREDICTED_RATIO) if growth.low > 0 else (
         claims.NOT_HELD if growth.high < 1 / claims.PREDICTED_RATIO else claims.UNRESOLVED)  # runs that did not grow
@@ -1341,12 +1389,13 @@ for where_, which in (("on_the_floor", "on the floor"), ("past_the_floor", "past
                               measured=growth.text(".2f", "x"), evidence=f"{', '.join(names)}; fp32, contexts "
                               f"{short_c} and {long_c} in the same runs")
     show(f"{at_side} the fp32 steps grew {prose.span(min(grew), max(grew), '.2f')}x from context {short_c} to "
-         f"{long_c}, {added_words(growth)}" + claims.pick(
-             verdict, held=".", not_held=f": the price misses it. {why_context}",
-             unresolved=f": too close to call. {why_context}"),
+         f"{long_c}. {added_words(growth)}" + claims.pick(
+             verdict, held=", as priced.", not_held=f": a miss. {why_context}", unresolved=": too close to call."),
          how=f"Run by run, the milliseconds a step added over those its price adds (their geometric mean over the "
-             f"sizes), against 1.00x within the tolerance for a ratio, {claims.PREDICTED_RATIO:g}x either way"
-             + (f": {lean_words(growth, 1.0, claims.PREDICTED_RATIO)}." if verdict == claims.UNRESOLVED else "."))
+             f"sizes, {growth.text('.2f', 'x')}), against 1.00x within the tolerance for a ratio, "
+             f"{claims.PREDICTED_RATIO:g}x either way"
+             + (f": {lean_words(growth, 1.0, claims.PREDICTED_RATIO)}. {why_context}" if verdict == claims.UNRESOLVED
+                else "."))
 
 flat, flat_priced, off, readings_by, longest = {}, {}, {}, {}, max(size_prompts)
 edge_x = 1 + sweeps.floor_and_knee([1, 2], [1.0, 1.0]).margin  # where a floor ends: a pass over the one-token pass
@@ -1387,20 +1436,19 @@ median_said = (f" By those medians, {prose.count(len(by_median), 'size')} of {le
                + prose.and_list(f"{n}, {off[n].mid:.0f}x {way(n)}" for n in by_median) + "." if by_median else
                f" By those medians, every size stayed flat within a step of the grid (a factor of "
                f"{claims.PREDICTED_LENGTH:g}) of the priced length.")
-show(f"Each size's prefill cost about what its one-token pass costs up to a prompt of {lengths} tokens, against "
-     f"{lengths_priced} by its price." + claims.pick(
-         verdict, held=" Every size lay within a step of the grid of its price, however its points' spread is read.",
-         not_held=f"{median_said} {prose.and_list(beyond_all)} stayed more than a step off, on the same side of "
-                  f"{'its' if len(beyond_all) == 1 else 'their'} price, at both ends of "
-                  f"{'its' if len(beyond_all) == 1 else 'their'} measurements' spread too, which decides the miss. "
+show(f"A prefill stays on its floor while it costs about its one-token pass. Each size's stayed there up to a "
+     f"prompt of {lengths} tokens; its price said {lengths_priced}." + claims.pick(
+         verdict, held=" Every size lay within a step of the grid of its price.",
+         not_held=f" {prose.and_list(beyond_all)} stayed more than a step of the grid off "
+                  f"{'its' if len(beyond_all) == 1 else 'their'} price at both ends of "
+                  f"{'its' if len(beyond_all) == 1 else 'their'} measurements' spread, which decides the miss. "
                   "Near the floor's end a pass's growth decides the length: the prompts of 4 tokens, below, show how "
                   "close to the margin the sizes grew.",
-         unresolved=f"{median_said} Whether every size lies within a step of the grid of its price is too close to call: "
-                    + "; ".join(f"{n}'s readings lie on both sides of its priced {flat_priced[n]} tokens "
-                                f"({readings_by[n][0]} at the fast end, {readings_by[n][2]} at the slow)"
+         unresolved=" Whether every size lies within a step of the grid of its price is too close to call: "
+                    + "; ".join(f"{n}'s readings lie on both sides of its priced {flat_priced[n]} tokens"
                                 if min(readings_by[n]) <= flat_priced[n] <= max(readings_by[n]) else
-                                f"{n} lies more than a step off at one end of its measurements' spread and within "
-                                "it at the other" for n in beyond_some) + "."),
+                                f"{n} lies more than a step off at one end of its measurements' spread only"
+                                for n in beyond_some) + "."),
      how=f"A floor's length is where a pass first costs more than {edge_x:.2f}x the one-token pass, read "
          "off the points' medians and off both ends of their intervals (the table below); the prediction holds when "
          f"every size's readings lie within a step of the grid (a factor of {claims.PREDICTED_LENGTH:g}) of its priced "
@@ -1409,26 +1457,25 @@ show(f"Each size's prefill cost about what its one-token pass costs up to a prom
          + f"; within a step at every reading, {len(within_all)}; beyond it at every reading, {len(beyond_all)}"
          + (f" ({prose.and_list(beyond_all)})" if beyond_all else "")
          + f"; beyond it at some readings only, {len(beyond_some)}"
-         + (f" ({prose.and_list(beyond_some)})" if beyond_some else "") + ".")
+         + (f" ({prose.and_list(beyond_some)})" if beyond_some else "") + "." + median_said
+         + "".join(f" {n}: {readings_by[n][0]} tokens at the fast end, {readings_by[n][2]} at the slow."
+                   for n in beyond_some))
 prose.shown(readings_table)
 
 
 # %% [markdown]
-# Every price in this sweep is made of chapter 0's ceilings, measured minutes earlier, and a shared machine's speed
-# drifts (another tenant, the clock). So the chapter timed the kernel a decode step's price rests on, the reference
-# model's matrices at one row, the way chapter 0 did, once before the size sweep and once after it
-# (`lib.machine.Pacer`, nine calls each). If the machine ran it at another speed, every price above is off by about
-# as much on that account alone.
+# Every price here rests on chapter 0's ceilings, measured minutes earlier, and a shared machine's speed drifts. So
+# the chapter timed the reference model's matrices at one row before the size sweep and after it
+# (`lib.machine.Pacer`), and priced every size at the speed it found (`Prediction.at_pace`: the fastest calls by
+# the quicker moment, the median calls by the slower):
 
 # %%
 show(pacer.claim(register, results, "the size sweep"))
 
 # %% [markdown]
-# **Where a price can miss, one layer down.** The sweep timed each size's floor as chapter 0 timed its models':
-# the step hollowed, with the caches to itself, and between its own weights' streams (less those streams timed
-# alone), as a real step pays it. The table below sets that floor beside its price, and the step less the floor
-# beside the weights' price; the profiler shows where a 16-bit step's time went on the floor; and each prefill's
-# growth from one token to four, measured and priced, shows how the price of a short prompt was set:
+# **Where a price can miss, one layer down.** The sweep timed each size's floor as chapter 0 did: the step
+# hollowed, alone and between its own weights' streams. Below, that floor beside its price, a 16-bit step on the
+# floor under the profiler, and each prefill's growth from one token to four:
 
 # %%
 twelve_sizes = [n for n in ran if gpt2_sizes.SIZES[n].layers == 12]
@@ -1457,29 +1504,32 @@ if len(twelve_sizes) >= 2:
     others = all_paid.drop(twelve_sizes)
     every_word = "Every" if (all_paid > 1).all() else "No" if (all_paid <= 1).all() else "Not every"
     all_said = "" if others.empty else (
-        f" {every_word} size's floor ran over its price: {prose.span(all_paid.min(), all_paid.max(), '.2f')}x across "
-        f"all {len(all_paid)}, the others " + ", ".join(f"{n} {x:.2f}x" for n, x in others.items()) + ".")
+        f" {every_word} size's floor ran over its price ({prose.span(all_paid.min(), all_paid.max(), '.2f')}x across "
+        f"all {len(all_paid)}).")
     why_floor = (
-        f"Hollowed, with the caches to itself, a 12-layer step's {twelve} operations took "
-        f"**{prose.span(f12.alone_ms.min(), f12.alone_ms.max(), '.1f')} ms** at every width; between their own "
+        f"Alone, a 12-layer step's {twelve} operations took "
+        f"**{prose.span(f12.alone_ms.min(), f12.alone_ms.max(), '.1f')} ms** at every width. Between their own "
         f"weights' streams they cost **{f12.paid_ms[narrow]:.1f} ms** at {f12.weight_mb[narrow]:,.0f} MB ({narrow}) "
         f"and **{f12.paid_ms[wide]:.1f} ms** at {f12.weight_mb[wide]:,.0f} MB ({wide}). "
-        + ("The floor grew with the bytes that streamed between the operations (the book's explanation, not measured "
-           "here: they push the interpreter's and the small kernels' data out of the faster caches), so on this CPU "
-           "a wider model pays a higher floor."
-           + (f" A line through the steps therefore rises as if the weights streamed at {1 / slopes.mid:.1f} GB/s "
-              f"where they stream at {rate['fp32'] / 1e9:.1f}." if slopes is not None else "") + " "
+        + ("So on this CPU a wider model pays a higher floor: the floor grows with the bytes streamed between the "
+           "operations. "
            if grew else "The floor fell as the weights grew, which the price does not expect. "
            if f12.paid_ms[narrow] > claims.PREDICTED_TIME * f12.paid_ms[wide] else
            f"The floor stayed within {claims.PREDICTED_TIME:g}x of one number across the widths. ")
         + f"The {twelve_words} paid floors of {prose.span(ratio.min(), ratio.max(), '.2f')}x their prices"
         + (", as priced." if as_priced.all() else
-           f"; {prose.and_list(ratio.index[~as_priced])} missed by more than {claims.PREDICTED_TIME:g}x: the price "
-           "draws the floor on a straight line in the bytes, and the eviction need not grow in proportion to them."
-           if len(anchored) > 1 else f"; {prose.and_list(ratio.index[~as_priced])} missed by more than "
-           f"{claims.PREDICTED_TIME:g}x.")
+           f"; {prose.and_list(ratio.index[~as_priced])} missed by more than {claims.PREDICTED_TIME:g}x.")
         + all_said)
-    how_floor = (
+    how_floor_why = (
+        ("Why the floor grows is the book's explanation, not measured here: the bytes push the interpreter's and the "
+         "small kernels' data out of the faster caches."
+         + (f" A line through the steps therefore rises as if the weights streamed at {1 / slopes.mid:.1f} GB/s "
+            f"where they stream at {rate['fp32'] / 1e9:.1f}." if slopes is not None else "") + " " if grew else "")
+        + ("The price draws the floor on a straight line in the bytes, and the eviction need not grow in proportion "
+           "to them. " if len(anchored) > 1 and not as_priced.all() else "")
+        + ("" if others.empty else "The other sizes' floors over their prices: "
+           + ", ".join(f"{n} {x:.2f}x" for n, x in others.items()) + ". "))
+    how_floor = how_floor_why + (
         f"The hollowed step's time is the fastest of {floor_repeats}, {f12.alone_ms.min() / twelve * 1e3:.1f} us an "
         f"operation or more (chapter 0, alone too: {ops_alone[1]:.1f} us for {reference_model}); between the "
         f"weights' streams, {f12.us_per_operation[narrow]:.1f} to {f12.us_per_operation[wide]:.1f} us an operation. "
@@ -1498,7 +1548,7 @@ if len(twelve_sizes) >= 2:
         how_floor += (f" From {reference_model} up the reads are most of the hollowed pass ({r_.reads_ms.min():.1f} of "
                       f"{r_.between_ms.min():.1f} ms for {reference_model}), so its floor is a small difference of two "
                       f"long times: this run puts it at {ft.paid_ms[reference_model]:.1f} ms, chapter 0 at "
-                      f"{ceilings.dispatch(reference_model, 'fp32', threads).best * 1e3:.1f}, and its step less its "
+                      f"{ceilings.dispatch(reference_model, 'fp32', threads).best * 1e3:.1f}, and the sweep's step less its "
                       f"weights' price leaves {less_weights:.1f} (the table gives every size's).")
 
 # %%
@@ -1512,7 +1562,7 @@ if profiled:
     top = [o for o in extra.index if o != profiling.BETWEEN][:2]
     slower = per_op[low16].sum() > per_op["fp32"].sum()
     prof_share = extra[top].sum() / (per_op[low16].sum() - per_op["fp32"].sum()) if slower else None
-    why_dtype = (f" One {profiled_size} step under the profiler took {per_op[low16].sum():.1f} ms in {low16} against "
+    why_prof = (f" One {profiled_size} step under the profiler took {per_op[low16].sum():.1f} ms in {low16} against "
                  f"{per_op['fp32'].sum():.1f} ms in fp32; "
                  + (f"{extra[top].sum() / (per_op[low16].sum() - per_op['fp32'].sum()):.0%} of the difference is "
                     if slower else f"the {low16} step's largest extra operators are ")
@@ -1521,7 +1571,7 @@ if profiled:
                     "read half the bytes" + ("" if slower else f", and the profiler's other operators, its own cost "
                                             "included, more than made up for them") + "."
                     if extra[top].sum() > 0 else "."))
-    how_dtype = ("Under the profiler: " + " and ".join(
+    how_dtype = (why_prof.strip() + " Under the profiler: " + " and ".join(
         f"`{o}` +{extra[o]:.2f} ms over {calls.get(o, 0):.0f} call{'' if calls.get(o, 0) == 1 else 's'}" for o in top)
                  + (f", {extra[profiling.BETWEEN]:+.2f} ms between operators"
                     if slower and abs(extra.get(profiling.BETWEEN, 0.0)) >= 0.01 else "")
@@ -1541,7 +1591,8 @@ if dtype_rows:  # the price's two halves, measured again with the dtypes in turn
     _sh = gpt2_sizes.SIZES[profiled_size].with_dtype(low16)
     bytes_us = _sh.layers * _sh.block_params * _sh.bytes_per_param / n_products / ceilings.stream_bandwidth(low16, threads) * 1e6
     why_dtype += (
-        f" Its {n_products} block products cost **{d_.alone_us[low16]:.0f} us** a call in {low16} against "
+        f" On the floor, {profiled_size}'s {n_products} block products cost **{d_.alone_us[low16]:.0f} us** a call in "
+        f"{low16} against "
         f"{d_.alone_us['fp32']:.1f} us in fp32"
         + (f": at this size a {low16} product costs its kernel's fixed cost per call, not its bytes ({bytes_us:.1f} us "
            "at chapter 0's streaming read)." if d_.alone_us[low16] > 2 * bytes_us else
@@ -1566,14 +1617,14 @@ if dtype_rows:  # the price's two halves, measured again with the dtypes in turn
                   f"timed here on its own." if placed_ < 0 else
                   f" Of the {gap_:.2f} ms between the two steps, these parts, timed without the profiler, place "
                   f"{placed_:.2f} ms; the other {gap_ - placed_:.2f} ms shows only in the whole step, in no part timed "
-                  "here on its own"
-                  + ("." if prof_share is None else
-                     f": the profiler's {prof_share:.0%} is a share of its own step, slowed by what it adds to every "
-                     "call, and timed alone the same kernels account for less.")
+                  "here on its own."
                   if gap_ - placed_ > claims.NOISE * gap_ else
                   f" These parts add up to {placed_:.2f} ms, more than the {gap_:.2f} ms between the two steps."
                   if placed_ - gap_ > claims.NOISE * gap_ else
                   f" These parts place the {gap_:.2f} ms between the two steps.")
+    if prof_share is not None and gap_ - placed_ > claims.NOISE * gap_ > 0 and placed_ >= 0:
+        how_dtype += (f" The profiler's {prof_share:.0%} is a share of its own step, slowed by what it adds to every "
+                      "call; timed alone the same kernels account for less.")
 growth_rows = []
 for name, g in size_prefill.dropna(subset=["time_ms"]).groupby("size", sort=False):
     g = g.set_index("prompt_tokens").time_ms
@@ -1590,54 +1641,47 @@ if growth_rows:
     gr["as_priced"] = [claims.within(r.measured_4_over_1, r.priced_4_over_1, claims.PREDICTED_RATIO) == claims.HELD
                        for r in gr.itertuples()]
     agree, miss = gr[gr.as_priced], gr[~gr.as_priced]
-    why_prefill = (" A prompt of 4 tokens took " + ", ".join(f"{r.measured_4_over_1:.2f}x ({r.size})" for r in gr.itertuples())
+    grew_said = "; ".join(f"{r.size} grew {'more' if r.measured_4_over_1 > r.priced_4_over_1 else 'less'}"
+                          for r in miss.itertuples())
+    why_prefill = (" From one token to four, "
+                   + ("every size's prefill grew as priced." if not len(miss) else
+                      f"no size's prefill grew as priced: {grew_said}." if not len(agree) else
+                      f"{prose.and_list(agree['size'])} grew as priced; {grew_said}.")
+                   + f" A growth near the {edge_x:.2f}x margin that ends a floor moves its length by a grid step or "
+                     "more.")
+    how_prefill = ("A prompt of 4 tokens took " + ", ".join(f"{r.measured_4_over_1:.2f}x ({r.size})"
+                                                           for r in gr.itertuples())
                    + " the one-token pass, against " + ", ".join(f"{r.priced_4_over_1:.2f}x" for r in gr.itertuples())
-                   + " priced."
-                   + (f" {', '.join(agree['size'])} grew as priced; "
-                      + "; ".join(f"{r.size} grew {'more' if r.measured_4_over_1 > r.priced_4_over_1 else 'less'}"
-                                  for r in miss.itertuples()) if len(agree) and len(miss) else
-                      " All missed their price" if len(miss) else "")
-                   + (f"; {reference_model}'s price is chapter 0's own kernels unscaled, so its miss lies between "
-                      "those kernels timed alone and the same kernels inside a pass, and this run does not take it "
-                      "apart." if reference_model in set(miss["size"]) else "." if len(miss) else "")
-                   + f" A floor's length is read where a pass first costs more than {edge_x:.2f}x the one-token "
-                     "pass, so a growth near that margin, measured or priced, moves the length by a grid step or more.")
-    how_prefill = (f"A size grew as priced where its 4-token pass over its 1-token pass lies within the tolerance for a "
-                   f"ratio, {claims.PREDICTED_RATIO:g}x either way, of the priced ratio; a floor's length is read off "
-                   "the points' medians and off both ends of their intervals, as in the table above.")
+                   + " priced. "
+                   + (f"{reference_model}'s price is chapter 0's own kernels unscaled, so its miss lies between those "
+                      "kernels timed alone and the same kernels inside a pass; this run does not take it apart. "
+                      if reference_model in set(miss["size"]) else "")
+                   + f"A size grew as priced where its 4-token pass over its 1-token pass lies within the tolerance "
+                   f"for a ratio, {claims.PREDICTED_RATIO:g}x either way, of the priced ratio; a floor's length is "
+                   "read off the points' medians and off both ends of their intervals, as in the table above.")
 show("\n\n".join(part.strip() for part in (why_floor, why_dtype, why_prefill) if part.strip()),  # a paragraph each
      how="\n\n".join(part.strip() for part in (how_floor, how_dtype, how_prefill) if part.strip()) or None)
 prose.shown(floor_table.round(3))
 
 # %% [markdown]
 # **Takeaway: before expecting fewer bytes to speed up a decode step, set its weights' time at the kernel's rate
-# beside its floor, and measure where the two meet: the transition depends on the machine (its cost per operation,
-# its rate) and, on a CPU, on the model too, since both are measured on one model's matrices and need not carry over
-# to another size's (the paragraph above says how far they carried here). The claims above say whether this run's
-# steps followed their price on each side.**
+# beside its floor, and measure where the two meet. The transition depends on the machine (its cost per operation,
+# its rate) and, on a CPU, on the model's size too.**
 
 # %% [markdown]
 # ## Two designs priced with the same calculator: a mixture of experts, and tensor parallelism
 #
-# Neither runs on this machine, but both are arithmetic: `lib.roofline` counts their FLOPs and bytes, and they are
-# priced from the cost model's price of the page's own dense step (`lib.costmodel`, the price its roofline table
-# gives: chapter 0's dispatch, the weights, attention over the cache and the cache's copy), with what each design
-# changes changed. The example model is an **assumption**: the page's
-# model (the shape chapter 2 ran) with its feed-forward network turned into `moe_experts` experts of the same
-# size, `moe_active` of them per token, tokens routed uniformly and independently.
+# Neither runs on this machine, but both are arithmetic: each changes the cost model's price of the page's own dense
+# decode step. The example model is an **assumption**: chapter 2's model with its feed-forward network turned into
+# `moe_experts` experts of the same size, `moe_active` of them per token, routed uniformly.
 #
-# * **Mixture of experts.** A decode step of one sequence reads the attention weights, the LM head and only the
-#   active experts' weights. A batch routes each of its tokens to its own experts, so the step reads every expert at
-#   least one token chose: on average `E x (1 - (1 - k/E)^B)` of the `E` per layer at batch `B`. Its weights' term
-#   is the dense one scaled by the bytes it reads (or, where the cost model prices the matrices by their arithmetic,
-#   by the FLOPs of `k` experts); the rest of the step is the dense one's.
-# * **Tensor parallelism** over `N` devices: each device holds and reads `1/N` of every weight matrix and of the
-#   caches (the heads are split), so the weights, attention and the cache's copy divide by `N`, but not the dispatch
-#   (every device issues every layer's operations); and every layer then adds two all-reduces
-#   of the batch's activations (after attention and after the feed-forward network), which cost a latency and the
-#   bytes over the link. This machine has no link to measure, so the link is an **assumption** too, its best case:
-#   chapter 0's streaming copy for its bandwidth, and chapter 0's cost of issuing one operation for each
-#   all-reduce's latency; the table then says what latency would make the all-reduces cost as much as the bytes.
+# * **Mixture of experts.** A step of one sequence reads the attention weights, the LM head and only the active
+#   experts. A batch reads every expert at least one of its tokens chose: on average `E x (1 - (1 - k/E)^B)` of the
+#   `E` per layer at batch `B`.
+# * **Tensor parallelism** over `N` devices: each device reads `1/N` of every weight matrix and of the caches, but
+#   still issues every layer's operations, so its floor (the dispatch) does not divide. Every layer adds two
+#   all-reduces of the activations over a link. This machine has no link to measure, so the link is an
+#   **assumption** too, its best case: chapter 0's streaming copy, and one issued operation's cost as its latency.
 
 # %%
 example = machine.MODELS[model_name][0].with_dtype(points_dtype)  # the shape chapter 2 ran, in the points' dtype
@@ -1682,8 +1726,8 @@ show(f"The example mixture: **E = {moe_experts}** experts per layer, **k = {moe_
      f"{example.name}'s decode step at batch 1 and context {moe_context} on one device, "
      f"**{prose.ms((alone_step['floor_ms'] + alone_step['bytes_ms']) / 1e3)}**. The assumed link between devices: "
      f"**{link / 1e9:.1f} GB/s** and **{latency * 1e6:.1f} us** per all-reduce, two all-reduces in each of its "
-     f"{example.layers} layers.", how=f"The dense step's price: chapter 0's dispatch "
-     f"(**{prose.ms(alone_step['floor_ms'] / 1e3)}**), its weights ({prose.ms(alone_step['weights_ms'] / 1e3)}, at "
+     f"{example.layers} layers.", how=f"The dense step's price: its floor, the dispatch chapter 0 measured, at "
+     f"context {moe_context} (**{prose.ms(alone_step['floor_ms'] / 1e3)}**), its weights ({prose.ms(alone_step['weights_ms'] / 1e3)}, at "
      f"the rate its matrix-vector products stream, **{kernel_rate / 1e9:.1f} GB/s**) and attention and the cache's "
      f"copy ({prose.ms(alone_step['cache_ms'] / 1e3)}), at context {moe_context} with no page faults counted (the "
      f"roofline table above prices the middle of a run's context, with the faults it counted). A design's weights "
@@ -1726,20 +1770,21 @@ results.table(moe, "mixture_of_experts_decode")
 first_, last_ = moe.iloc[0], moe.iloc[-1]
 low_ = moe.loc[moe.ms_per_token.idxmin()]  # the batch a token costs least at
 most = moe[moe.experts_read >= 0.9 * moe_experts]
-show(f"The example: {example.name}'s shape with {moe_experts} experts of "
-     f"{expert * example.layers * example.bytes_per_param / 1e6:,.0f} MB each (all layers), {moe_active} active: "
-     f"{all_read / 1e6:,.0f} MB of weights in all, of which one token uses {active_only / 1e6:,.0f} MB. At batch "
-     f"{int(first_.batch)} a step reads **{first_.experts_read:.1f} of {moe_experts}** experts per layer, "
-     f"{first_.step_mb:,.0f} MB, in **{first_.step_ms:.1f} ms**; at batch {int(last_.batch)} it reads "
+show(f"At batch {int(first_.batch)} the mixture's step reads **{first_.experts_read:.1f} of {moe_experts}** experts "
+     f"per layer, {first_.step_mb:,.0f} MB, in **{first_.step_ms:.1f} ms**. At batch {int(last_.batch)} it reads "
      f"{last_.experts_read:.1f} of {moe_experts}, {last_.step_mb:,.0f} MB, in {last_.step_ms:.1f} ms"
-     + (f", nearly every expert from batch {int(most.batch.iloc[0])} on (90 % or more)" if len(most) else
+     + (f"; from batch {int(most.batch.iloc[0])} on it reads nearly every expert" if len(most) else
         ", still short of every expert")
-    + f". The bytes a step reads grow with the batch toward every expert's weights, and only then does a larger batch "
-    f"add no weight bytes, as it adds none for a dense model. Per token the step costs {first_.ms_per_token:.1f} ms at "
-    f"batch {int(first_.batch)} and {last_.ms_per_token:.2f} ms at {int(last_.batch)}"
-    + (f", least at batch {int(low_.batch)} ({low_.ms_per_token:.2f} ms), after which the caches' work grows faster than "
-       "the batch shares the weights" if low_.batch < last_.batch else "") + ".",
-    how=f"At batch {int(first_.batch)}: the floor {first_.floor_ms:.1f} ms, {first_.weights_ms:.1f} ms of weights (set "
+     + ". Only once every expert is read does a larger batch add no weight bytes, as for a dense model. Per token the "
+     f"step costs {first_.ms_per_token:.1f} ms at batch {int(first_.batch)} and {last_.ms_per_token:.2f} ms at "
+     f"{int(last_.batch)}"
+     + (f", least at batch {int(low_.batch)} ({low_.ms_per_token:.2f} ms); beyond it the caches' work grows faster than "
+        "the batch shares the weights" if low_.batch < last_.batch else "") + ".",
+    how=f"The example: {example.name}'s shape with {moe_experts} experts of "
+        f"{expert * example.layers * example.bytes_per_param / 1e6:,.0f} MB each (all layers), {moe_active} active: "
+        f"{all_read / 1e6:,.0f} MB of weights in all, of which one token uses {active_only / 1e6:,.0f} MB. Nearly "
+        "every expert means 90 % or more. "
+        + f"At batch {int(first_.batch)}: the floor {first_.floor_ms:.1f} ms, {first_.weights_ms:.1f} ms of weights (set "
         f"by their {first_.limit}) and {first_.cache_ms:.1f} ms of cache work. At batch {int(last_.batch)}: the floor "
         f"{last_.floor_ms:.1f} ms, {last_.weights_ms:.1f} ms of weights (set by their {last_.limit}) and "
         f"{last_.cache_ms:.1f} ms of its {int(last_.batch)} caches' work"
@@ -1774,30 +1819,29 @@ best_n = tp.loc[tp.step_ms.idxmin()]
 show(f"{example.name} at batch 1, context {moe_context}: on {int(one_.devices)} device{'s' if one_.devices > 1 else ''} a "
      f"step is priced at **{prose.ms(one_.step_ms / 1e3)}**; on {int(top_.devices)} it is **{top_.speedup:.1f} times "
      f"quicker**, not {top_.devices / one_.devices:.0f}. Each device reads {one_.bytes_ms / top_.bytes_ms:.0f} times fewer "
-     f"bytes ({prose.ms(top_.bytes_ms / 1e3)}), but still issues every layer's operations, so the floor only falls from "
-     f"{prose.ms(one_.floor_ms / 1e3)} to {prose.ms(top_.floor_ms / 1e3)}, {top_.floor_share:.0%} of the step. "
+     f"bytes, but still issues every layer's operations, so the floor only falls from {prose.ms(one_.floor_ms / 1e3)} "
+     f"to {prose.ms(top_.floor_ms / 1e3)}, {top_.floor_share:.0%} of the step. "
      + (f"The quickest split here is {int(best_n.devices)} devices: past it the all-reduces cost more than the bytes "
-        "they save." if best_n.devices < top_.devices else
-        "The most devices tried is the quickest split here: the bytes divide by N, the floor falls by less and the "
-        "all-reduces grow.")
-     + f" Over a real link an all-reduce is a round trip: at **{top_.break_even_us:,.0f} us** each the "
-     f"{2 * example.layers} all-reduces take as long as the bytes each of {int(top_.devices)} devices still reads, and "
-     f"the split would be {one_.step_ms / (top_.step_ms + top_.bytes_ms - top_.communication_ms):.1f} times quicker. "
-     "The fewer bytes each device reads, the lower that latency: the more devices, the sooner the link, not the "
-     "memory, sets the step.",
+        "they save. " if best_n.devices < top_.devices else "")
+     + f"Over a real link, at **{top_.break_even_us:,.0f} us** an all-reduce the {2 * example.layers} all-reduces take "
+     f"as long as the bytes each of {int(top_.devices)} devices still reads. The more devices, the sooner the link, "
+     "not the memory, sets the step.",
      how=f"On one device the floor is {prose.ms(one_.floor_ms / 1e3)} and the bytes {prose.ms(one_.bytes_ms / 1e3)}. "
          f"Split, each operation is priced cheaper with fewer bytes streamed between them, as the size sweep found. At "
          f"the assumed {latency * 1e6:.1f} us and {link / 1e9:.1f} GB/s, the {2 * example.layers} all-reduces add "
          f"{top_.communication_ms:.2f} ms on {int(top_.devices)} devices, {top_.communication_share:.0%} of the step; "
-         "the latency at which they cost as much as the bytes is the table's *break_even_us* column.")
+         "the latency at which they cost as much as the bytes is the table's *break_even_us* column. At that latency "
+         f"the {int(top_.devices)}-device split would be "
+         f"{one_.step_ms / (top_.step_ms + top_.bytes_ms - top_.communication_ms):.1f} times quicker than one device, "
+         f"each device's bytes then taking {prose.ms(top_.bytes_ms / 1e3)}."
+         + ("" if best_n.devices < top_.devices else " The most devices tried is the quickest split here: the bytes "
+            "divide by N, the floor falls by less and the all-reduces grow."))
 prose.shown(tp.round(3).set_index("devices"))
 
 # %% [markdown]
-# **Takeaway: a mixture of experts makes a single sequence's decode read only its active experts, but a batch reads
-# the union of its tokens' experts, so its bytes per step grow with the batch until every expert is read; tensor
-# parallelism divides decode's bytes by the devices but not its operations (their cost falls only as far as the
-# bytes streamed between them do), and adds a cost per layer that does not divide either, so the gain shrinks as the
-# bytes per device do.**
+# **Takeaway: a single sequence's decode reads only its active experts, but a batch reads the union of its tokens'
+# experts, so its bytes grow with the batch until every expert is read. Tensor parallelism divides decode's bytes
+# by the devices but not its floor, and adds a cost per layer, so the gain shrinks as the bytes per device do.**
 
 # %% [markdown]
 # ## What these numbers do not show
@@ -1816,19 +1860,18 @@ show(f"* **Models past {ran[-1]}**: the size sweep ran {len(ran)} of {len(plan)}
        "still.")
 
 # %% [markdown]
-# * **One moment**: chapter 0's ceilings and chapters 2 and 3's times were measured minutes apart, under whatever else
-#   the machine was doing; compare regimes, not third digits.
+# * **One moment**: chapter 0's ceilings and chapters 2 and 3's times were measured minutes apart; compare regimes,
+#   not third digits.
 #
 # ## Takeaways
 #
-# * A pass's roofline bound is the larger of FLOPs over the FLOP rate and bytes over the bandwidth; a weight
-#   matmul's intensity is about the number of tokens it carries, and long prompts cost more per token.
+# * A pass's roofline bound is the larger of FLOPs over the FLOP rate and bytes over the bandwidth. A weight
+#   matmul's intensity is about the number of tokens it carries.
 # * Batching lifts decode toward the ridge only while the caches are small beside the weights.
 # * On a real machine, price each pass from the kernels it runs and label it with one rule before explaining it.
-# * Price a decode step as its floor plus its weights' time at the kernel's rate, then test both parts of that
-#   price across model sizes (the size sweep): the size where the weights pass the floor can land where it was
-#   priced even when the floor and the cost per byte are both off by the same factor, so check each part's own
-#   price (the floors paid, the fitted line's slope) before trusting a model size you have not measured.
+# * Price a decode step as its floor plus its weights' time at the kernel's rate, and test both parts across model
+#   sizes. The transition can land where it was priced even when both parts are off by the same factor, so check
+#   each part's own price before trusting a model size you have not measured.
 # * Halving the bytes pays only where the 16-bit kernel streams at least half as fast as fp32's: compare chapter
 #   0's two rates before choosing a 16-bit dtype for decode.
 #
@@ -1937,7 +1980,7 @@ if _priced:  # chapters 2 and 3 timed one thread too: label those passes by the 
             _label = regime.regime(Spread.in_row(_r, _col, 1e-3), _pred,
                                    intensity=_cost.intensity, balance=_peak1 / _read1)  # one thread's ridge
             _shown = point_regime(_label, _pred, _series, getattr(_r, f"{_col}_low") / 1e3, _cost.bytes, _read1,
-                                  _shape.weight_bytes)
+                                  _shape.weight_bytes, getattr(_r, f"{_col}_high") / 1e3)
             _now = points[(points.series == _series) & (points.tokens == _tok) & (points.batch == 1)]
             if len(_now):
                 _n += 1
@@ -2006,11 +2049,11 @@ display(Markdown(
 # Every chapter of this book comes down to one rule: **find out which regime a pass is in before optimising it.**
 #
 # * **Memory-bound**: fewer bytes per token: quantised weights, a smaller cache (grouped-query attention), batching.
-#   Fewer bytes help only where the narrower dtype's kernels keep their rate: chapters 3 and 8 time whether they
-#   do on this machine, and a step bound by its kernel's rate rather than the memory gains nothing from them.
-# * **Compute-bound**: fewer FLOPs or faster arithmetic: last-position logits, a cached prefix, tensor cores.
-# * **Dispatch-bound** (issuing the operations and the small kernels between the matrices; on a GPU, its kernel
-#   launches: launch-bound): fewer, larger operations: fused kernels, CUDA graphs, `torch.compile`, bigger chunks.
+#   Fewer bytes help only where the narrower dtype's kernels keep their rate (chapters 3 and 8 time it).
+# * **Compute-bound**: fewer FLOPs or faster arithmetic: last-position logits, a cached prefix, tensor cores. A pass
+#   merely **right of the ridge point** (its arithmetic under half its time): take its other terms apart first.
+# * **Dispatch-bound** (issuing the operations and the small kernels; on a GPU, launch-bound): fewer, larger
+#   operations: fused kernels, CUDA graphs, `torch.compile`, bigger chunks.
 # * **Page-faults-bound** (a growing cache copied into freshly mapped memory every step): a preallocated cache,
 #   written in place (chapter 3).
 # * **Few-row-kernel-bound** (left of the ridge, yet the matrix kernel at that many rows is slower than its bytes):
@@ -2024,7 +2067,7 @@ display(Markdown(
 
 # %%
 waits = {"memory-bound": "memory", "compute-bound": "arithmetic", "dispatch-bound": "issuing its operations and its small kernels",
-         "few-row-kernel-bound": "the few-row kernel",
+         "few-row-kernel-bound": "the few-row kernel", "right of the ridge point": "no single term",
          "above its streaming floor": "more than its bytes",
          "bound by the kernel's rate": "the matrix-vector kernel's rate",
          "slow-kernel-bound": "a slow kernel", "page-faults-bound": "page faults",
@@ -2065,7 +2108,18 @@ roofs = (", and no pass ran above the roof" if under else
          ", and some passes came too near the roof to call")
 
 # %%
-misses = register.misses() + " " if register.misses() else ""  # the evidence table's misses
+missed_words = {  # each claim in a reader's words, for naming a miss in the opening
+    "size_steps_as_priced": "a GPT-2 decode step's time",
+    "floor_gives_way_where_predicted": "the model size where a decode step leaves its floor",
+    "precision_on_the_floor_as_priced": "a 16-bit step on the floor",
+    "precision_past_the_floor_as_priced": "a 16-bit step past the floor",
+    "context_on_the_floor_as_priced": "a longer context's cost on the floor",
+    "context_past_the_floor_as_priced": "a longer context's cost past the floor",
+    "prefill_floor_length_as_priced": "how long each size's prefill stays on its floor",
+    "batching_raises_the_rate": "how batched decode's FLOP rate moves",
+    "machine_kept_its_pace": "the machine's pace", "gpu_near_its_datasheet": "the GPU's datasheet peaks",
+    **{f"{s.replace(' ', '_')}_under_the_roof": f"the {s} passes under the textbook roof" for s in roof_reach}}
+misses = f"{m} " if (m := register.misses(missed_words)) else ""  # each miss named
 
 
 def opening_text(prefill: bool = True, sizes_said: bool = True, transition_said: bool = True) -> str:
@@ -2085,10 +2139,7 @@ def opening_text(prefill: bool = True, sizes_said: bool = True, transition_said:
                "this machine's roofline, below, names each prefill's regime."))
 
 
-pace_v = register.verdict("machine_kept_its_pace")  # lib.machine.pace_note's verdict, in plain words
-pace_said = "" if not pacer.note() else pacer.note() if pace_v not in (claims.NOT_HELD, claims.UNRESOLVED) else (
-    f"The machine {'may have run' if pace_v == claims.UNRESOLVED else 'ran'} at another speed than in chapter 0, so "
-    f"prices here {'may be' if pace_v == claims.UNRESOLVED else 'are'} off (the pace finding near the end says how far).")
+pace_said = pacer.note()  # how far the machine ran from chapter 0's speed, and that the size prices used it
 opening.write(opening_text(),  # too long (a long machine name): the transition, the prefills' regimes, the sizes out
               opening_text(transition_said=False), opening_text(prefill=False, transition_said=False),
               opening_text(prefill=False, sizes_said=False),
@@ -2105,7 +2156,7 @@ opening.write(opening_text(),  # too long (a long machine name): the transition,
 # Each claim this chapter made, what was predicted, what this run measured, the verdict, and the data it came
 # from. A verdict is decided on the 95 % interval of the median over runs (`lib.claims` says how): *held* when
 # all of the interval agrees with the prediction, *did not hold* when none of it does, *not resolved* when it
-# straddles the line. `data/06_roofline/claims.csv` holds the same rows, and the book's status page counts them.
+# crosses the line. `data/06_roofline/claims.csv` holds the same rows, and the book's status page counts them.
 
 # %%
 results.table(register.frame(), "claims")

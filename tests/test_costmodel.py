@@ -187,5 +187,7 @@ def test_prices_at_a_pace_scale_the_fastest_calls_by_the_quickest_moment_and_the
         assert b.best == pytest.approx(a.best * 1.2) and b.median == pytest.approx(a.median * 1.3)
         assert b.floor == pytest.approx(a.floor)  # a floor stays chapter 0's fastest: the machine may speed up again
     assert base.at_pace(None) is base
+    twice = base.prefill(64).at_pace(Spread(1.2, 1.25, 1.3))  # a price made elsewhere, scaled the same way
+    assert twice.best == pytest.approx(paced.prefill(64).best) and twice.floor == pytest.approx(base.prefill(64).floor)
     with pytest.raises(ValueError, match="positive ratios"):
         base.at_pace(Spread(0.0, 1.0, 1.2))
