@@ -21,11 +21,11 @@
 # own environment `.venv-vllm`, where it can run). It streams requests to them with `lib.client`, which
 # stamps every chunk as it arrives, and scores the traces with `lib.metrics`, as in chapter 1.
 #
-# Four experiments: one request in-process beside the same request through each engine (what the HTTP path
-# and the engine add); load, from one user to several at once and as random (Poisson) arrivals, against stated
-# objectives; chapter 5's stall inside a real scheduler; and one set of traces scored the way four public
-# benchmark tools define their metrics. Set `base_url` to measure any OpenAI-compatible deployment instead of
-# the local engines.
+# Four experiments follow. The first sets one request in-process beside the same request through each engine.
+# The second loads each engine, with several users at once and then with random (Poisson) arrivals, against
+# stated objectives. The third finds chapter 5's stall inside a real scheduler, and the fourth scores one set of
+# traces the way four public benchmark tools define their metrics. Set `base_url` to measure any
+# OpenAI-compatible deployment instead of the local engines.
 
 # %% [markdown]
 # **After this chapter you can**
@@ -152,12 +152,11 @@ opening = prose.Opening()
 # %% [markdown]
 # ## The engines
 #
-# With no `base_url`, `lib.engines` starts each engine in `engines` on `127.0.0.1` at a free port, waits until
-# its `/health` answers, and stops it at the end of the chapter, or when the chapter fails, or when its
-# kernel dies (the engine runs in its own process group, which is killed as a whole). A start that fails
-# shows the end of the engine's log. Both engines get the same converted SmolLM2 folder the book loads
-# in-process, in fp32. vLLM runs with its prefix cache off (`lib.engines.vllm_engine`): this chapter repeats
-# requests, and a cached prefix would skip the very prefill it times.
+# With no `base_url`, `lib.engines` starts each engine in `engines` on `127.0.0.1` at a free port and waits
+# until its `/health` answers; it stops the engine when the chapter ends or fails. Both engines get the same
+# converted SmolLM2 folder the book loads in-process, in fp32. In vLLM the prefix cache is off
+# (`lib.engines.vllm_engine`): this chapter repeats requests, and a cached prefix would skip the very prefill it
+# times.
 
 # %%
 vllm_missing = vllm_unavailable()
@@ -229,24 +228,22 @@ http_t = timing.measure(lambda: client.http_get(f"http://127.0.0.1:{loopback.ser
 loopback.shutdown()
 _all, _T = torch.get_num_threads(), prompt_ids.shape[1]
 _vllm_n = compute_threads("vLLM", _all)
-_fewer = (f" vLLM's CPU build computes on {_vllm_n} of the {_all} cores (it keeps one for its scheduler process), "
+_fewer = (f" Of the {_all} cores, vLLM's CPU build computes on {_vllm_n} (it keeps one for its scheduler process), "
           "where the cost model prices this prompt's prefill at "
           f"{costmodel.CostModel(ceilings, MODEL, priced.shape, 'fp32', _vllm_n).prefill(_T).best / priced.prefill(_T).best:.2f}x "
           "its price on all of them." if "vLLM" in wanted and _all > 1 else "")
-show(f"For scale, timed here: applying the chat template and tokenising the question takes "
-     f"**{template_t.low_ms:.2f} ms** (once a request); one HTTP exchange on a new loopback connection (Python's "
-     f"standard-library server, a 2-byte reply) **{http_t.low_ms:.2f} ms** (once a request); detokenising one token "
-     f"{detok_t.low_ms * 1e3:.0f} us and encoding its server-sent event as JSON {event_t.low_ms * 1e3:.0f} us (once a "
-     f"token).{_fewer} The engines' own HTTP servers and schedulers are not timed here. The book counts a gap as the "
-     f"in-process one when it lies between {1 / claims.PREDICTED_TIME:.2f} and **{claims.PREDICTED_TIME:.2f} times** it "
-     "(`lib.claims.PREDICTED_TIME`, the same factor for every predicted time).")
+show(f"For scale, timed here: the chat template and tokenisation take **{template_t.low_ms:.2f} ms** a request, and "
+     f"one HTTP exchange on a new loopback connection **{http_t.low_ms:.2f} ms**. Per token, detokenising takes "
+     f"{detok_t.low_ms * 1e3:.0f} us and encoding its server-sent event {event_t.low_ms * 1e3:.0f} us.{_fewer} The "
+     "engines' own HTTP servers and schedulers are not timed here.",
+     how="Each time is the fastest of its repeats (`lib.timing.measure`). The HTTP exchange is Python's "
+         "standard-library server answering a 2-byte reply; the event is one token's chunk encoded as JSON.")
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** What an engine adds (the HTTP request, the template, the scheduler, writing each token to
 # the socket) is work per request and per token, not per weight. Through an engine, how many milliseconds
 # later (or sooner) than in-process do you expect the first token to come, and do you expect the gaps between
-# tokens to stay within the book's tolerance for a predicted time (`lib.claims.PREDICTED_TIME`) of the
-# in-process gaps, or to move further?
+# tokens to stay close to the in-process gaps, or to move further?
 
 # %% [markdown]
 # <details><summary>The book's prediction (open it once you have written yours)</summary>
@@ -268,14 +265,13 @@ rows = [dict(path="in-process", run=i + 1, prompt_tokens=prompt_ids.shape[1], ou
 print(f"in-process answer ({len(local[0].token_ids)} tokens): {local_text}")
 
 # %% [markdown]
-# Now the engines start (the first vLLM start on a machine compiles for minutes; later ones read
-# `~/.cache/vllm`).
+# The book's client (`lib.client.stream_chat`) stamps each chunk of a streamed reply as it arrives.
 
 # %%
 display(prose.source(client.stream_chat))
 
 # %% [markdown]
-# The engines start:
+# The engines start (the first vLLM start on a machine compiles for minutes; later ones read `~/.cache/vllm`).
 
 # %%
 live, urls, model_ids, startup = {}, {}, {}, {}
@@ -427,8 +423,7 @@ show(claims.pick(
 prose.shown(own.round(1).rename(columns={"client_ttft_ms": "mean client TTFT (ms)", "server_ttft_ms": "mean server TTFT (ms)"}))
 
 # %% [markdown]
-# Each engine against the in-process path, TTFT first: decided per engine, each path's median over its runs with
-# its interval (the range of its few runs).
+# Each engine against the in-process path, TTFT first:
 
 # %%
 for name, reply in replies.items():
@@ -536,8 +531,8 @@ for r in engine_rows.itertuples():
         evidence=f"{runs} runs per path; in-process on {in_process_threads} threads, the engine on {cores}")
     was, ratio = f"Through {r.path}, the median gap between tokens was", gap_ratio.text(".2f", "x")
     against = (f"{gap_ratio.mid:.2f}x the in-process {base.median_gap_ms:.0f} ms" if cores == in_process_threads else
-               f"against {base.median_gap_ms:.0f} ms in-process on {prose.count(in_process_threads, 'thread')}; "
-               f"in-process would take about {expected_gap.mid:.0f} ms on the {prose.count(cores, 'core')} the engine "
+               f"against {base.median_gap_ms:.0f} ms in-process on {prose.count(in_process_threads, 'thread')}. "
+               f"In-process would take about {expected_gap.mid:.0f} ms on the {prose.count(cores, 'core')} the engine "
                f"computes on, and the engine's gap was {gap_ratio.mid:.2f}x that")
     allowed = f"the allowed {1 / claims.PREDICTED_TIME:.2f}–{claims.PREDICTED_TIME:.2f}x of the in-process gap"
     how = (f"The in-process gap, {Spread.in_row(base, 'median_gap_ms').text('.1f', 'ms')} on {in_process_threads} "
@@ -551,8 +546,8 @@ for r in engine_rows.itertuples():
             "the per-token work of serving (detokenising, one server-sent event, timed above in microseconds) is "
             "small beside the forward pass" if gap_ratio.low <= 1 <= gap_ratio.high else
             f"each token took {abs(r.median_gap_ms - expected_gap.mid):.1f} ms {'more' if above else 'less'} than "
-            "in-process on those cores, far more than detokenising and a server-sent event cost (timed above, in "
-            "microseconds), so the "
+            "in-process on those cores. That is far more than detokenising and a server-sent event cost (microseconds, "
+            "timed above): the "
             + ("rest is presumably the engine's own loop" if above else
                "engine's own kernels or its compute thread pinned to a core run the step faster")
             + ", which this chapter does not take apart") + ".",
@@ -562,15 +557,15 @@ for r in engine_rows.itertuples():
             "Each token costs the engine more than the plain model call: its own loop (scheduling, its cache's "
             "bookkeeping, a Python server thread beside the model's) and its threads (*Threads*, below), which this "
             "chapter does not take apart."),
-        unresolved=f"{was} {r.median_gap_ms:.0f} ms, {against}: too close to call whether the engine keeps the "
-                   "in-process pace on its cores; more runs would decide.",
+        unresolved=f"{was} {r.median_gap_ms:.0f} ms, {against}: too close to call whether the engine keeps that "
+                   "pace; more runs would decide.",
         not_measured=f"{was} {r.median_gap_ms:.0f} ms, not set beside the in-process gap: the server serves another "
                      "model than the in-process path."), how=how if same_model else None)
 
 # %% [markdown]
 # ## Load: many users at once
 #
-# Each level of the **closed loop** below keeps `c` users busy: each sends its next request when the last one
+# Each level of the **closed loop** below keeps `c` users busy. Each sends its next request when the last one
 # ends. The first level, one user alone, also sets this chapter's objectives under load: `slo_scale` times that
 # user's median TTFT and TPOT on the same engine (DistServe's "SLO scale"), since whether a server is overloaded
 # depends on how fast this machine runs it.
@@ -669,18 +664,20 @@ def e2e_of(name: str, c: int) -> Spread:
     return Spread.of(t.metrics().e2e for t in sweep_traces[(name, c)] if t.ok)
 
 
-def tpot_growth(name: str, lo, hi) -> str:
-    """How engine ``name``'s median TPOT grew from closed-loop level ``lo`` to ``hi`` (sweep rows), beside the cost
-    model's decode step for those batch sizes on the cores the engine computes on."""
+def tpot_growth(name: str, lo, hi) -> tuple[str, str]:
+    """How engine ``name``'s median TPOT grew from closed-loop level ``lo`` to ``hi`` (sweep rows): the factor
+    (``"1.72x"``) and a sentence setting it beside the cost model's decode step for those batch sizes on the cores
+    the engine computes on."""
     cores = engine_cores.get(name, in_process_threads)
     s0, s1 = lo.priced_step_ms, hi.priced_step_ms  # the cost model's step of that many sequences on those cores
     x, sx = hi.tpot_ms / lo.tpot_ms, s1 / s0
-    price = (f"one decode step of {lo.concurrency} to {hi.concurrency} sequences as the cost model prices it on "
-             f"{prose.count(cores, 'core')} ({s0:.0f} to {s1:.0f} ms, {sx:.2f}x)")
-    return (f"{x:.2f}x, as much as {price}: more sequences in every step" if round(x, 2) == round(sx, 2) else
-            f"{x:.2f}x, more than {price}: besides more sequences in every step, a closed loop's TPOT carries the "
-            "newcomers' prefills run between steps (chapter 9)" if x > sx else
-            f"{x:.2f}x, less than {price}, which this chapter does not take apart")
+    price = (f"The cost model prices a decode step of {hi.concurrency} sequences at {sx:.2f}x one of "
+             f"{lo.concurrency} on {prose.count(cores, 'core')} ({s0:.0f} to {s1:.0f} ms)")
+    return f"{x:.2f}x", (
+        f"{price}, as much: more sequences in every step explain it." if round(x, 2) == round(sx, 2) else
+        f"{price}, less than TPOT grew: a closed loop's TPOT also carries the newcomers' prefills between steps "
+        "(chapter 9)." if x > sx else
+        f"{price}, more than TPOT grew, which this chapter does not take apart.")
 
 
 gains = {}  # each engine's throughput gain from the fewest users to the most (None: one level only)
@@ -701,13 +698,13 @@ for name, g in sweep.groupby("engine", sort=False):
         evidence=f"closed loop, {requests_per_user} requests per user of {load_tokens} tokens; {len(g)} levels")
     gain_x = gain_interval.text(".1f", "x") if gain_interval else ""
     tps = f"{first.tokens_per_s:.1f} to {last.tokens_per_s:.1f} tokens/s"
+    grew, beside_price = tpot_growth(name, first, last)
     show(f"{name}: " + claims.pick(
         verdict,
         held=f"from {first.concurrency} to {last.concurrency} concurrent users, the total output tokens per second "
-             f"rose **{gain_x}** (from the requests' end-to-end times; {tps} counted over each level): each step "
-             "carries the whole batch but reads the weights once for all of it (chapter 3). Each user waited longer: "
-             f"the median TPOT went from {first.tpot_ms:.0f} to **{last.tpot_ms:.0f} ms**, "
-             f"{tpot_growth(name, first, last)}.",
+             f"rose **{gain_x}**: each step carries the whole batch but reads the weights once for all of it "
+             f"(chapter 3). Each user waited longer: the median TPOT went from {first.tpot_ms:.0f} to "
+             f"**{last.tpot_ms:.0f} ms** ({grew}). {beside_price}",
         not_held=f"from {first.concurrency} to {last.concurrency} concurrent users, the total output tokens per second "
                  f"did not rise: it went from {tps} ({gain_x}) and each user's median TPOT from {first.tpot_ms:.0f} to "
                  f"{last.tpot_ms:.0f} ms: on this machine a larger batch costs about its size in time (a step already "
@@ -716,12 +713,16 @@ for name, g in sweep.groupby("engine", sort=False):
                    f"second went from {tps} ({gain_x}): too close to call whether batching raised throughput, the "
                    "gain's range reaching 1x.",
         not_measured="whether more users at once raise the total tokens per second is not measured in this run: one "
-                     "concurrency level only."))
+                     "concurrency level only."),
+        how=(f"The gain is {last.concurrency} users over {first.concurrency} times the median end-to-end time at "
+             f"{first.concurrency} over the one at {last.concurrency}, each median with its interval; the gain "
+             "rose where its whole interval lies above 1x. Counted over each level's span, the total went from "
+             f"{tps}.") if gain_interval else None)
 
 # %% [markdown]
 # ## Random arrivals and the load at which goodput collapses
 #
-# Real users do not wait for each other: requests arrive at random. An **open loop** sends requests at the
+# Real users do not wait for each other. Requests arrive at random. An **open loop** sends requests at the
 # times of a seeded Poisson process, whether or not earlier ones have finished. The rates are fractions
 # (`rate_fractions`) of the capacity each engine showed above (the requests per second of its most concurrent
 # closed loop), so the sweep brackets that capacity on any machine, and its objectives are the ones set from one
@@ -729,11 +730,11 @@ for name, g in sweep.groupby("engine", sort=False):
 # over requests (a failed request meets none).
 
 # %%
-show("Each engine's capacity, its most requests per second in the closed loop: " + "; ".join(
-    f"{r.engine} **{r.requests_per_s:.2f} requests/s** ({r.concurrency} users), with a median TTFT of "
-    f"{r.ttft_ms:.0f} ms against its objective of {goals[r.engine].ttft_ms:.0f} ms and a median TPOT of "
-    f"{r.tpot_ms:.0f} ms against {goals[r.engine].tpot_ms:.0f} ms"
-    for r in sweep.loc[sweep.groupby("engine", sort=False).requests_per_s.idxmax()].itertuples()) + ".")
+show("Each engine's capacity is its most requests per second in the closed loop:\n\n" + "\n".join(
+    f"* **{r.engine}**: **{r.requests_per_s:.2f} requests/s** at {r.concurrency} users, where its median TTFT was "
+    f"{r.ttft_ms:.0f} ms against an objective of {goals[r.engine].ttft_ms:.0f} ms and its median TPOT "
+    f"{r.tpot_ms:.0f} ms against {goals[r.engine].tpot_ms:.0f} ms."
+    for r in sweep.loc[sweep.groupby("engine", sort=False).requests_per_s.idxmax()].itertuples()))
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** The line above gives each engine's capacity and where it stood against the objectives. At an
@@ -750,8 +751,8 @@ show("Each engine's capacity, its most requests per second in the closed loop: "
 # </details>
 #
 # The capacity above is only what the closed loop's most users drew out: an engine that batches more
-# requests than that serves more, so its collapse can come above that rate, which is why the sweep goes to four
-# times it. Where the engine reports them (vLLM), its mean time queued and prefilling per request are kept beside the
+# requests than that serves more, so its collapse can come above that rate, which is why the sweep goes well past
+# it (`rate_fractions`). Where the engine reports them (vLLM), its mean time queued and prefilling per request are kept beside the
 # client's TTFT, and every request's figures are saved (`poisson_requests.csv`): chapter 9 replays these
 # arrivals through a model of the scheduler.
 
@@ -762,8 +763,6 @@ for name in urls:
     least = arrivals / arrivals_budget_s  # a slower rate would keep the chapter waiting past its budget
     rates_of[name] = arrival_rates or sorted({max(r, float(f"{least:.3g}"))
                                               for r in objectives.load_rates(capacity, rate_fractions)})
-    print(f"{name}: capacity {capacity:.2f} requests/s at {int(sweep[sweep.engine == name].concurrency.max())} users; "
-          f"arrival rates {', '.join(f'{r:g}' for r in rates_of[name])} per second")
     # Untimed, a few requests at once first: in build 13 vLLM's first open-loop requests (after the other engine's)
     # took up to 3 s to their first token, then 0.1 s, which put the collapse at the lowest rate.
     users = int(sweep[sweep.engine == name].concurrency.max())
@@ -789,7 +788,9 @@ for name in urls:
                          for t, at in zip(traces, offsets)]
         good, low, high = conventions.bootstrap_fraction([conventions.meets(t, goals[name].ttft_s, goals[name].tpot_s)
                                                           for t in traces], resamples, seed=seed)
-        poisson_rows.append(dict(engine=name, rate_per_s=rate, realized_per_s=(len(offsets) - 1) / offsets[-1],
+        sends = sorted(t.sent for t in traces)  # the rate achieved, from the requests' send times (the rate asked
+        poisson_rows.append(dict(engine=name, rate_per_s=rate, realized_per_s=(len(sends) - 1) / (sends[-1] - sends[0]),
+                                 # for is rate_per_s: one seeded pattern, scaled, runs faster or slower than it)
                                  requests=len(traces),
                                  failures=str(client.failures(traces) or "none"),
                                  ttft_ms=np.median([m.ttft for m in ok]) * 1e3 if ok else np.nan,
@@ -816,22 +817,29 @@ def in_flight(name: str, rate: float) -> float:
     return float((ends - g.offset_s).sum() / (ends.max() - g.offset_s.min()))
 
 
-at_capacity = {name: min(rates_of[name], key=lambda r: abs(np.log(r / float(sweep[sweep.engine == name].requests_per_s.max()))))
-               for name in urls}
-achieved = float((poisson.realized_per_s / poisson.rate_per_s).median())  # the rate sent over the rate named
-show(f"Every rate replays one seeded pattern of {arrivals} arrivals, scaled, so the requests actually came at "
-     f"{achieved:.2f} times the rate each run is named by (`realized_per_s`), as a Poisson sample of that size may: "
-     "the rates in the table and the figure below are these nominal ones, "
-     + (f"about {abs(1 / achieved - 1):.0%} {'above' if achieved < 1 else 'below'} the rates achieved"
-        if round(achieved, 2) != 1 else "the same as the rates achieved")
-     + ". The book's goodput is a fraction, the share of requests that met both objectives (the benchmark tools "
-       "below report goodput as a rate, requests or tokens per second). At the rate "
-     "nearest its capacity, " + "; ".join(
-         f"{name} had **{in_flight(name, r):.1f} requests** in flight on average (their summed time over the run's "
-         f"span) against the closed loop's {int(sweep[sweep.engine == name].concurrency.max())}"
-         for name, r in at_capacity.items())
-     + ": arrivals at a closed loop's throughput do not keep as many requests in the engine, so its goodput there "
-       "need not be the closed loop's.")
+achieved_of = dict(zip(zip(poisson.engine, poisson.rate_per_s), poisson.realized_per_s))  # (engine, asked) -> achieved
+capacity_of = {name: float(sweep[sweep.engine == name].requests_per_s.max()) for name in urls}
+users_of = {name: int(sweep[sweep.engine == name].concurrency.max()) for name in urls}  # the closed loop's most
+at_capacity = {name: min(rates_of[name], key=lambda r: abs(np.log(achieved_of[(name, r)] / capacity_of[name])))
+               for name in urls}  # the rate whose arrivals came nearest the capacity
+achieved = float((poisson.realized_per_s / poisson.rate_per_s).median())  # the rate achieved over the rate asked for
+flight = {name: in_flight(name, r) for name, r in at_capacity.items()}
+kept = ("fewer" if all(flight[n] < users_of[n] for n in flight) else
+        "more" if all(flight[n] > users_of[n] for n in flight) else "")
+show("Counted from their send times, the requests arrived at " + "; ".join(
+         f"{prose.and_list(f'{achieved_of[(name, r)]:.3g}' for r in rates_of[name])} requests/s through {name}"
+         for name in urls) + f", about {achieved:.2f} times the rates asked for. At the arrival rate nearest its capacity, "
+     + prose.and_list(f"{name} had **{flight[name]:.1f} requests** in flight on average against the closed loop's "
+                      f"{users_of[name]} users" for name in urls) + ". "
+     + (f"Random arrivals at a closed loop's throughput kept {kept} requests in the engine than its users, so goodput "
+        "there need not be the closed loop's." if kept else
+        "Random arrivals at a closed loop's throughput need not keep as many requests in the engine as its users."),
+     how=f"Every rate replays one seeded Poisson pattern of {arrivals} arrivals, scaled, and a sample of that size "
+         "runs faster or slower than its rate: the table's `rate_per_s` is the rate asked for, `realized_per_s` the "
+         "rate achieved (the arrivals less one over the span from the first send to the last), which the figure and "
+         "the sentences use. Requests in flight are the requests' summed time from send to last token over the "
+         "run's span (Little's law). The book's goodput is a fraction, the share of requests that met both "
+         "objectives; the benchmark tools below report goodput as a rate, requests or tokens per second.")
 prose.shown(poisson.round(2))
 
 # %% [markdown]
@@ -840,13 +848,13 @@ prose.shown(poisson.round(2))
 # %%
 fig, ax = plt.subplots(figsize=(7, 4))
 for name, g in poisson.groupby("engine", sort=False):
-    ax.errorbar(g.rate_per_s, g.goodput, yerr=[g.goodput - g.goodput_low, g.goodput_high - g.goodput],
+    ax.errorbar(g.realized_per_s, g.goodput, yerr=[g.goodput - g.goodput_low, g.goodput_high - g.goodput],
                 fmt="o-", capsize=3, label=name)
 ax.axhline(collapse_below, color="grey", ls=":", label=f"collapse: interval below {collapse_below:.0%}")
-collapsed = poisson[poisson.goodput_high < collapse_below].groupby("engine").rate_per_s.min()
-ax.set(xscale="log", xlabel=f"nominal arrival rate (requests / s; achieved {achieved:.2f}x this)",
+collapsed = poisson[poisson.goodput_high < collapse_below].groupby("engine").realized_per_s.min()  # achieved rates
+ax.set(xscale="log", xlabel="arrival rate achieved (requests / s)",
        ylabel="goodput (fraction meeting objectives)",
-       ylim=(-0.05, 1.05), title=("goodput collapses at " + ", ".join(f"{r:g}/s ({n})" for n, r in collapsed.items()))
+       ylim=(-0.05, 1.05), title=("goodput collapses at " + ", ".join(f"{r:.3g}/s ({n})" for n, r in collapsed.items()))
        if len(collapsed) else "goodput did not collapse at the rates tried")
 ax.legend(fontsize=8)
 results.figure(fig, "goodput_against_rate")
@@ -854,19 +862,19 @@ plt.show()
 
 # %%
 def collapse_text(g: pd.DataFrame, where) -> str:
-    """Where one engine's goodput interval fell, as computed: the rate from which its top is below
+    """Where one engine's goodput interval fell, as computed: the rate (achieved) from which its top is below
     ``collapse_below`` (a collapse), else the lowest rate whose interval reaches below it, else none."""
     if where is not None:
-        down = g[g.goodput_high < collapse_below].rate_per_s
-        if (down >= where).sum() == (g.rate_per_s >= where).sum():  # every rate from there up collapsed
-            return f"It collapsed (its whole range below {collapse_below:.0%}) from **{where:g} requests/s**."
+        down = g[g.goodput_high < collapse_below].realized_per_s
+        if (down >= where).sum() == (g.realized_per_s >= where).sum():  # every rate from there up collapsed
+            return f"It collapsed (its whole range below {collapse_below:.0%}) from **{where:.3g} requests/s**."
         return (f"Its whole range fell below {collapse_below:.0%} (a collapse) only at "
-                + ", ".join(f"{r:g}" for r in down) + " requests/s, not at every rate above.")
+                + ", ".join(f"{r:.3g}" for r in down) + " requests/s, not at every rate above.")
     reached = g[g.goodput_low < collapse_below]
     if len(reached):
         r = reached.iloc[0]
         return (f"No rate's goodput fell clearly below {collapse_below:.0%}, this chapter's mark of a collapse; its "
-                f"range first reached below it at {r.rate_per_s:g} requests/s ({r.goodput:.0%}, from "
+                f"range first reached below it at {r.realized_per_s:.3g} requests/s ({r.goodput:.0%}, from "
                 f"{r.goodput_low:.0%} to {r.goodput_high:.0%}).")
     return (f"No rate tried reached a collapse: goodput stayed at or above {collapse_below:.0%} at every rate, its "
             "whole range included.")
@@ -881,37 +889,36 @@ for name, g in poisson.groupby("engine", sort=False):
     verdict = register.record(
         claim, claims.below(Spread.in_row(high_rate, "goodput"), Spread.in_row(low_rate, "goodput"))
         if len(g) > 1 else None, predicted="high at low rates, collapsing above what the engine can serve",
-        measured=", ".join(f"{r.rate_per_s:g}/s: {r.goodput:.0%} [{r.goodput_low:.0%}, {r.goodput_high:.0%}]"
-                           for r in g.itertuples()),
+        measured=", ".join(f"{r.realized_per_s:.3g}/s: {r.goodput:.0%} [{r.goodput_low:.0%}, {r.goodput_high:.0%}]"
+                           for r in g.itertuples()) + " (rates achieved)",
         evidence=f"{arrivals} Poisson arrivals per rate (seed {seed}); objectives TTFT <= {goals[name].ttft_ms:.0f} "
                  f"ms, TPOT <= {goals[name].tpot_ms:.0f} ms; {resamples} bootstrap resamples")
-    g0, g1, r0, r1 = low_rate.goodput, high_rate.goodput, low_rate.rate_per_s, high_rate.rate_per_s
+    g0, g1, r0, r1 = low_rate.goodput, high_rate.goodput, low_rate.realized_per_s, high_rate.realized_per_s  # achieved
     ttfts = f"median TTFT went from {low_rate.ttft_ms:.0f} to {high_rate.ttft_ms:.0f} ms"
     show(f"{name}: goodput " + claims.pick(
         verdict,
-        held=f"fell from **{g0:.0%}** at {r0:g} requests/s to **{g1:.0%}** at {r1:g}/s; {ttfts}. ",
-        not_held=f"did not fall between {r0:g} and {r1:g} requests/s ({g0:.0%} against {g1:.0%}); the highest rate was "
-                 f"{r1 / sweep[sweep.engine == name].requests_per_s.max():.1f}x the capacity the closed loop "
+        held=f"fell from **{g0:.0%}** at {r0:.3g} requests/s to **{g1:.0%}** at {r1:.3g}/s; {ttfts}. ",
+        not_held=f"did not fall between {r0:.3g} and {r1:.3g} requests/s ({g0:.0%} against {g1:.0%}). The highest rate "
+                 f"was {r1 / capacity_of[name]:.1f}x the capacity the closed loop "
                  f"measured, and {ttfts} against an objective of {goals[name].ttft_ms:.0f} ms. " + (
                      f"With {arrivals} arrivals per rate, no queue at the highest rate grew long enough to break the "
                      "objectives. " if g1 == 1 else f"Median TPOT went from {low_rate.tpot_ms:.0f} to "
                      f"{high_rate.tpot_ms:.0f} ms against an objective of {goals[name].tpot_ms:.0f} ms. "),
-        unresolved=f"went from {g0:.0%} at {r0:g} requests/s to {g1:.0%} at {r1:g}/s: too close to call with "
+        unresolved=f"went from {g0:.0%} at {r0:.3g} requests/s to {g1:.0%} at {r1:.3g}/s: too close to call with "
                    f"{arrivals} arrivals per rate, their ranges overlapping. ",
         not_measured="was measured at one arrival rate only, so whether it falls with load is not measured here.")
          + ("" if verdict == claims.NOT_MEASURED else collapse_text(g, where)))
 
 # %% [markdown]
-# **Takeaway: judge an engine under load by its total tokens per second beside each user's TPOT, and under
-# random arrivals by goodput against stated objectives: throughput alone does not say when it is overloaded.
-# The findings above say what this machine's engines did.**
+# **Takeaway: judge an engine under load by its total tokens per second beside each user's TPOT. Under random
+# arrivals, judge it by goodput against stated objectives: throughput alone does not say when it is overloaded**.
 #
 # ## One set of traces, five ways to score it
 #
 # Benchmark tools do not agree on what TTFT, ITL and TPOT mean (`lib.conventions` cites each one's code).
-# vLLM's benchmark ends TTFT at the first streamed event that carries a `choices` list, even an empty one;
+# In vLLM's benchmark, TTFT ends at the first streamed event that carries a `choices` list, even an empty one.
 # GuideLLM's time per output token and LLMPerf's inter-token latency both include the wait for the first
-# token; GenAI-Perf's inter-token latency is the book's TPOT. The traces of the largest concurrency level
+# token. GenAI-Perf's inter-token latency is the book's TPOT. The traces of the largest concurrency level
 # above, scored by each:
 
 # %%
@@ -938,18 +945,19 @@ def first_choice(name: str) -> str:
     if lead > 1.0:
         return (f" In {early} of {len(ok)} requests {name} first sent an event without a token (a role chunk in "
                 f"{roles} of them), a median {at:,.0f} ms after each was sent and {lead:,.0f} ms before its first "
-                "token. vLLM's benchmark stops its clock at that event, the book at the first token, so what lies "
-                "between is the prefill and the wait for it.")
+                "token. Here vLLM's benchmark stops its clock at that event and the book at the first token, so what "
+                "lies between is the prefill and the wait for it.")
     return (f" They nearly agree: {name}'s first event with a choice came a median {lead:.1f} ms before its first "
             f"token ({roles} of {len(ok)} a role chunk), so the two definitions end at about the same moment.")
 
 
 def quoted(per_token: dict) -> str:
-    """The tools that quote the same number per token, grouped: ``"81.1 ms by the book's TPOT and GenAI-Perf's ..."``."""
+    """The tools that quote the same number per token, grouped: ``"The book's TPOT and GenAI-Perf's ... give 81.1 ms"``."""
     groups = {}
     for tool, ms in per_token.items():
         groups.setdefault(f"{ms:.1f}", []).append(tool)
-    return "; ".join(f"{ms} ms by {prose.and_list(tools)}" for ms, tools in groups.items())
+    said = "; ".join(f"{prose.and_list(tools)} give{'s' * (len(tools) == 1)} {ms} ms" for ms, tools in groups.items())
+    return said[:1].upper() + said[1:]
 
 
 spreads_by = {}
@@ -961,9 +969,9 @@ for name, g in scored.groupby("engine", sort=False):
                  "GenAI-Perf's inter_token_latency": g.loc["genai-perf", "itl_mean_ms"]}
     spreads_by[name] = (per_token, max(per_token.values()) / min(per_token.values()), g)
 show("\n".join(f"* **{name}**: the same requests are quoted at **{min(p.values()):.1f}** to **{max(p.values()):.1f} ms** "
-                f"per token ({spread:.2f}x apart) depending on the tool: {quoted(p)}. vLLM's benchmark scores their "
-                f"mean TTFT at {g.loc['vllm', 'ttft_mean_ms']:.0f} ms, the book at {g.loc['book', 'ttft_mean_ms']:.0f} "
-                f"ms.{first_choice(name)}" for name, (p, spread, g) in spreads_by.items())
+                f"per token ({spread:.2f}x apart) depending on the tool. {quoted(p)}. Their mean TTFT is "
+                f"{g.loc['vllm', 'ttft_mean_ms']:.0f} ms by vLLM's benchmark and {g.loc['book', 'ttft_mean_ms']:.0f} "
+                f"ms by the book's.{first_choice(name)}" for name, (p, spread, g) in spreads_by.items())
      + "\n\nThey differ by definition, not by noise: GuideLLM and LLMPerf spread TTFT over the tokens. Quote the "
        "definition with the number.")
 
@@ -971,14 +979,12 @@ show("\n".join(f"* **{name}**: the same requests are quoted at **{min(p.values()
 # ### The book's client beside vLLM's own benchmark
 #
 # The scores above are the book's traces scored by each tool's definitions. Whether the book's client times
-# what a real benchmark client times is a measurement of its own: the same request (the question above, its
+# what a real benchmark client times is a measurement of its own. The same request (the question above,
 # `max_new_tokens` tokens, greedy, `ignore_eos`) goes to the same vLLM server from `vllm bench serve` (vLLM's
-# benchmark, run from `.venv-vllm`) and from the book's client, one request at a time, in alternating rounds of
-# `runs` requests, so a slow spell of the machine lands on both. The book's traces are scored twice: by vLLM's
-# benchmark's definitions (its clock stops at the first event with a choice, and TPOT runs from there to the last
-# one), which tests the book's clock against vLLM's, and by the book's own. The two clients agree if the interval
-# of their round-by-round ratio lies within `lib.claims.SAME_QUANTITY` of 1, the factor the book allows two
-# instruments scoring the same requests (the claim below prints it).
+# benchmark, run from `.venv-vllm`) and from the book's client. Both send one request at a time, in alternating
+# rounds of `runs` requests, so a slow spell of the machine lands on both. The book's traces are scored twice: by
+# vLLM's benchmark's definitions (its clock stops at the first event with a choice, and TPOT runs from there to
+# the last one), which tests the book's clock against vLLM's, and by the book's own.
 
 
 # %%
@@ -1071,8 +1077,7 @@ else:
     pairs = ", ".join(f"{label[c]} {bench_summary.loc[book_tool, c]:,.1f} against {bench_summary.loc[bench_tool, c]:,.1f} ms"
                       for c in BENCHED)  # medians over every request: the book's client's, then the benchmark's
     lower = [label[c] for c in BENCHED if bench_summary.loc[book_tool, c] < bench_summary.loc[bench_tool, c]]
-    lean_words = ("these medians over every request put the book's client lower on "
-                  + (prose.and_list(lower) if lower else "none of them"))
+    lean_words = ("the book's client lower on " + (prose.and_list(lower) if lower else "none of them"))
     across = [label[c] for c, v in zip(BENCHED, verdicts) if v == claims.UNRESOLVED]
     worst = max(BENCHED, key=lambda c: abs(np.log((rounds[c].unstack("tool")[book_tool]
                                                    / rounds[c].unstack("tool")[bench_tool]).values)).max())
@@ -1094,20 +1099,21 @@ else:
                                        f"{max_new_tokens} tokens with ignore_eos; beside_vllm_bench.csv")
     tol = f"{claims.SAME_QUANTITY:g}x ({1 / claims.SAME_QUANTITY:.4f}-{claims.SAME_QUANTITY:.4f})"
     show("Scored alike, the book's client and `vllm bench serve` " + claims.pick(
-        verdict, held=f"agreed on the same requests within {claims.SAME_QUANTITY:g}x: {pairs}.",
-        not_held=f"did not agree within {claims.SAME_QUANTITY:g}x: {pairs}; {lean_words}.{outlier}",
-        unresolved=f"came out at {pairs} (medians over every request; {lean_words}): too close to call whether "
-                   f"they agree within {claims.SAME_QUANTITY:g}x round by round; more rounds (`bench_rounds`) would "
-                   f"decide.{outlier}")
+        verdict, held=f"agreed on the same requests: {pairs}.",
+        not_held=f"did not agree: {pairs}, {lean_words}.{outlier}",
+        unresolved=f"came out at {pairs}. Round by round it is too close to call whether they agree; more rounds "
+                   "(`bench_rounds`) would decide.")
          + f" By the book's own definitions its TTFT was {bench_summary.loc[book_tool, 'book_ttft_ms']:,.1f} ms and "
            f"its TPOT {bench_summary.loc[book_tool, 'book_tpot_ms']:,.1f} ms: the first token, not the first event, "
            "ends its TTFT.",
-         how=f"Round by round, the book's client's median over the benchmark's, over {bench_rounds} rounds ("
+         how=f"The sentence's figures are medians over every request, the book's client's first. Round by round, the "
+             f"book's client's median over the benchmark's, over {bench_rounds} rounds ("
              + interval_of(bench_rounds, f"the {bench_rounds} rounds' paired ratios") + "): " + "; ".join(
                  f"{label[c]} {ratio[c].mid:.4f}x ({ratio[c].low:.4f}-{ratio[c].high:.4f})" for c in BENCHED)
-             + f". The two agree where every interval lies within {tol}"
+             + f". Two instruments scoring the same requests may differ by `lib.claims.SAME_QUANTITY`, {tol}, what "
+               "one tool's clock placement and parsing can add: the two agree where every interval lies within it"
              + (f"; the {prose.and_list(across)} interval{'s' * (len(across) != 1)} reach{'es' * (len(across) == 1)} "
-                "across it." if across else "."))
+                "across it." if across else ".") + (outlier if verdict == claims.UNRESOLVED else ""))
 
 
 # %% [markdown]
@@ -1119,9 +1125,8 @@ else:
 # `tf_batch_tokens`). A prompt longer than the budget is prefilled in pieces of at most the budget, one piece per
 # step beside A's decode token (**chunked prefill**). B's prompt starts with a different request number in every
 # run, so no engine can skip its prefill by reusing a cached prefix (vLLM also runs with its prefix cache off
-# throughout this chapter). A asks for a story, so that its reply outlasts B's arrival; a reply that ends sooner
-# (an engine that stops at the end of a turn) leaves nothing to stall, and the case below then says so. The cost
-# model's price of a prefill of each budget's piece, in-process on this machine (chapter 0's ceilings):
+# throughout this chapter). A asks for a story, so that its reply outlasts B's arrival. Below, the cost model
+# prices each budget's piece in-process on this machine (chapter 0's ceilings).
 
 # %%
 vllm_cores = compute_threads("vLLM", torch.get_num_threads())
@@ -1138,8 +1143,9 @@ show(f"B's prompt is **{b_len:,} tokens** as this chapter's tokenizer counts it 
      f"({stall_prompt_tokens:,} of text; each engine counts its own template's, below); vLLM's budgets are "
      f"{', '.join(f'{b:,}' for b in vllm_budgets)} tokens, `transformers serve`'s {tf_batch_tokens:,}. On {torch.get_num_threads()} threads the cost model prices "
      "a prefill of " + ", ".join(f"{n:,} tokens at **{priced.prefill(n).best * 1e3:,.0f} ms**" for n in piece_sizes)
-     + f"; vLLM's CPU build keeps one core for its server and scheduler processes and computes on {vllm_cores}, where the same "
-       "prefills are priced at " + ", ".join(f"**{on_vllm_cores.prefill(n).best * 1e3:,.0f} ms**" for n in piece_sizes) + ".")
+     + f". On the {prose.count(vllm_cores, 'core')} vLLM's CPU build computes on (it keeps one for its server and "
+       "scheduler processes), the same prefills are priced at "
+     + ", ".join(f"**{on_vllm_cores.prefill(n).best * 1e3:,.0f} ms**" for n in piece_sizes) + ".")
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** A's ordinary gap through each engine is in the one-request table above, and a step that
@@ -1259,10 +1265,12 @@ else:
 # What did each engine do with B's prompt while A streamed? `lib.stall.stall_case` reads it from the two traces
 # alone. A's ordinary gap is its median gap before B arrived; a gap of A that overlaps B's wait (from B's arrival
 # to B's first token) is elevated when it is more than `elevated_factor` times the ordinary gap, and its excess
-# is what it holds beyond it. One elevated gap holding at least 80 % of A's excess is **one stall** (B's prefill
-# ran inside A's stream in one go); several are **pieces** interleaved with A's decode; none, with B's first
-# token after A's last, means B was **queued** until A finished; none, with B served before A ended, means A did
-# not notice B. A setting's case is the one most of its runs showed, with those runs' medians.
+# is what it holds beyond it. A setting's case is the one most of its runs showed, with those runs' medians:
+#
+# * **one stall**: one elevated gap holds at least 80 % of A's excess (B's prefill ran inside A's stream in one go).
+# * **pieces**: several elevated gaps, B's prefill interleaved with A's decode.
+# * **queued**: no elevated gap, and B's first token after A's last (B waited until A finished).
+# * **A did not notice**: no elevated gap, and B served before A ended.
 
 # %%
 def stall_sentence(r) -> str:
@@ -1322,33 +1330,31 @@ as_priced = [where(r) for r, v in zip(tested, ok) if v == claims.HELD]
 def miss(r, v: str) -> str:
     """Where setting ``r`` (verdict ``v``) missed its price, by how much, and what the same piece took in-process."""
     if r.case not in ("one_stall", "pieces"):
-        return f"at {where(r)} B's prefill did not stall A at all (the list above says what happened)"
+        return f"At {where(r)} B's prefill did not stall A at all (the list above says what happened)."
     ratio, less = r.a_worst_gap_ms / r.predicted_worst_gap_ms, r.a_worst_gap_ms < r.predicted_worst_gap_ms
-    subject = "it" if as_priced else "A's worst gap"  # after the settings that matched, or first
-    head = (f"at {where(r)} {subject} was {r.a_worst_gap_ms:,.0f} ms against {r.predicted_worst_gap_ms:,.0f} ms "
+    head = (f"At {where(r)} A's worst gap was {r.a_worst_gap_ms:,.0f} ms against {r.predicted_worst_gap_ms:,.0f} ms "
             f"predicted ({ratio:.2f}x, {abs(1 - ratio):.0%} {'less' if less else 'more'})"
-            + (", too close to call" if v == claims.UNRESOLVED else ""))
+            + (", too close to call" if v == claims.UNRESOLVED else "") + ".")
     here, own = r.in_process_worst_gap_ms, r.a_worst_gap_ms / r.in_process_worst_gap_ms  # engine over in-process
     piece = (f"the same piece timed in-process on {prose.count(n_threads, 'thread')}, plus an ordinary gap, took "
              f"{here:,.0f} ms")
+    ran = f" The engine ran that piece {'faster' if less else 'slower'} than the cost model prices it on " \
+          f"{prose.count(r.priced_threads, 'core')}"
     if r.priced_threads != n_threads:  # in-process ran on other cores than the price's: it does not test the price
-        return (head + f": the engine ran that piece {'faster' if less else 'slower'} than the cost model prices it "
-                f"on {prose.count(r.priced_threads, 'core')} ({piece}, on more cores than the engine's)")
+        return head + f"{ran} ({piece}, on more cores than the engine's)."
     lo, hi = claims.allowed(r.predicted_worst_gap_ms, claims.PREDICTED_TIME)
     if lo <= here <= hi:  # in-process kept the price: the engine is what differs
-        return (head + f": the engine ran that piece {'faster' if less else 'slower'} than the cost model prices it "
-                f"on {prose.count(r.priced_threads, 'core')}, while {piece}, within the price's range")
-    return (head + f"; {piece}, itself {here / r.predicted_worst_gap_ms:.2f}x the price, so the cost model prices "
-            f"this piece too {'low' if here > r.predicted_worst_gap_ms else 'high'}, and the engine took "
-            + (f"about as long as in-process ({own:.2f}x)" if 1 / claims.PREDICTED_TIME <= own <= claims.PREDICTED_TIME
-               else f"{own:.2f}x the in-process time, {'slower' if own > 1 else 'faster'} than in-process as well"))
+        return head + f"{ran}: {piece}, within the price's range."
+    return (head + f" The price itself is off: {piece}, {here / r.predicted_worst_gap_ms:.2f}x the price, so the cost "
+            f"model prices this piece too {'low' if here > r.predicted_worst_gap_ms else 'high'}. The engine took "
+            + (f"about as long as in-process ({own:.2f}x)." if 1 / claims.PREDICTED_TIME <= own <= claims.PREDICTED_TIME
+               else f"{own:.2f}x the in-process time, {'slower' if own > 1 else 'faster'} than in-process as well."))
 
 
 matched = (f"A's worst gap was one ordinary gap plus the cost model's price of one piece of B at "
-           f"{prose.and_list(as_priced)}; " if as_priced else "")
-missed = "; ".join(miss(r, v) for r, v in zip(tested, ok) if v != claims.HELD)
-told = f"{matched}{missed}"
-told = told[:1].upper() + told[1:]  # the settings that matched their price, then each miss and by how much
+           f"{prose.and_list(as_priced)}. " if as_priced else "")
+missed = " ".join(miss(r, v) for r, v in zip(tested, ok) if v != claims.HELD)
+told = f"{matched}{missed}"  # the settings that matched their price, then each miss and by how much
 decided = {claims.HELD: "within it", claims.NOT_HELD: "outside it", claims.UNRESOLVED: "straddling its edge"}
 _ns = sorted({len(by_setting[(r.engine, r.budget_tokens)].runs) for r in tested}) or [runs]  # runs per setting
 how = (f"Each setting's worst gap over its runs ({interval_of(max(_ns), f'its {prose.and_list(_ns)} runs')}) is held "
@@ -1365,8 +1371,8 @@ show(claims.pick(
                      for r in tested)
          + ". A production scheduler stalls a decoding stream for one step holding a piece of the newcomer's prompt, "
            "as chapter 5's loop did.",
-    not_held=f"{told} (the list above says what the traces show).",
-    unresolved=f"{told}.",
+    not_held=told,
+    unresolved=told,
     not_measured=("The stall was not set beside its price: the server serves another model than the one the cost "
                   "model prices (its stall is shown above)." if not same_model else
                   "The stall was not measured: in no setting was A still streaming when B arrived. "
@@ -1382,10 +1388,9 @@ statement = ("In vLLM, a smaller --max-num-batched-tokens shortens A's worst gap
 register.claim("chunking_trades_stall_for_ttft", statement)
 gaps_by = [Spread.of(stalls[(stalls.engine == "vLLM") & (stalls.budget_tokens == b)].a_worst_gap_ms) for b in vl.budget_tokens]
 ttfts_by = [Spread.of(stalls[(stalls.engine == "vLLM") & (stalls.budget_tokens == b)].b_ttft_ms) for b in vl.budget_tokens]
+sides = [claims.below(gaps_by[-1], gaps_by[0]), claims.below(ttfts_by[0], ttfts_by[-1])] if len(vl) > 1 else []
 verdict = register.record(
-    "chunking_trades_stall_for_ttft",
-    claims.every([claims.below(gaps_by[-1], gaps_by[0]), claims.below(ttfts_by[0], ttfts_by[-1])])
-    if len(vl) > 1 else None, predicted="worst gap falls, B's TTFT rises, as the budget shrinks",
+    "chunking_trades_stall_for_ttft", claims.every(sides) if sides else None, predicted="worst gap falls, B's TTFT rises, as the budget shrinks",
     measured="; ".join(f"budget {r.budget_tokens:.0f}: A's worst gap {r.a_worst_gap_ms:.0f} ms, B's TTFT "
                        f"{r.b_ttft_ms:.0f} ms" for r in vl.itertuples()),
     evidence=f"{runs} runs per budget; a fresh vLLM per budget")
@@ -1394,6 +1399,9 @@ if len(vl) > 1:
     wide, narrow = vl.iloc[0], vl.iloc[-1]
     trade = dict(b0=wide.budget_tokens, b1=narrow.budget_tokens, gap0=wide.a_worst_gap_ms, gap1=narrow.a_worst_gap_ms,
                  ttft0=wide.b_ttft_ms, ttft1=narrow.b_ttft_ms)
+    b_tokens = stalls[stalls.engine == "vLLM"].b_prompt_tokens.median()  # as vLLM counted B's prompt
+    b_tokens = int(b_tokens) if np.isfinite(b_tokens) else b_len
+    steps, steps0 = (-(-b_tokens // int(budget)) for budget in (narrow.budget_tokens, wide.budget_tokens))  # its pieces
     took = (f"took A's worst gap from {wide.a_worst_gap_ms:.0f} to {narrow.a_worst_gap_ms:.0f} ms and B's TTFT "
             f"from {wide.b_ttft_ms:.0f} to {narrow.b_ttft_ms:.0f} ms")
     show(f"In vLLM, shrinking the budget from {wide.budget_tokens:.0f} to {narrow.budget_tokens:.0f} tokens "
@@ -1402,8 +1410,13 @@ if len(vl) > 1:
              held=f"cut A's worst gap from {wide.a_worst_gap_ms:.0f} to **{narrow.a_worst_gap_ms:.0f} ms** and "
                   f"lengthened B's TTFT from {wide.b_ttft_ms:.0f} to **{narrow.b_ttft_ms:.0f} ms**, beyond the runs' "
                   "ranges: chunked prefill in a production scheduler makes chapter 5's trade.",
-             not_held=f"{took}: not chapter 5's trade (a shorter stall bought with a longer TTFT), so with this prompt "
-                      "and machine something other than the piece's size, such as each step's fixed cost, set them.",
+             not_held=f"{took}: not chapter 5's trade, a shorter stall bought with a longer TTFT." + (
+                 " The worst gap did not shrink with the piece, so something other than the piece's size, such as "
+                 "each step's fixed cost, set it." if sides[0] == claims.NOT_HELD else "") + (
+                 f" B's TTFT did not grow: the {prose.count(steps, 'step')} its prompt took at budget "
+                 f"{narrow.budget_tokens:.0f} cost no more in all than the {prose.count(steps0, 'step')} at "
+                 f"{wide.budget_tokens:.0f}, so "
+                 "chunking's price did not show here." if sides[1] == claims.NOT_HELD else ""),
              unresolved=f"{took}: too close to call whether the budget made chapter 5's trade, the runs' ranges "
                         "of one of the two overlapping (the table above has both)."))
 else:
@@ -1442,8 +1455,8 @@ plt.show()
 
 # %%
 def went(a: float, b: float, why: str = "") -> str:
-    """``a`` to ``b`` ms in words, with ``why`` where it rose."""
-    if abs(b - a) <= 0.05 * a:
+    """``a`` to ``b`` ms in words, with ``why`` where it rose; "about" within the book's noise (`lib.claims.NOISE`)."""
+    if abs(b - a) <= claims.NOISE * a:
         return f"stayed about {a:,.0f} ms ({b:,.0f})"
     return f"went from {a:,.0f} to {b:,.0f} ms" + (f" ({why})" if b > a and why else "")
 
@@ -1452,9 +1465,8 @@ lines = []
 for name, g in sweep.groupby("engine", sort=False):
     lo, hi = g.iloc[0], g.iloc[-1]
     lines.append(f"* **{name}**, {lo.concurrency} to {hi.concurrency} users at once: the median TTFT "
-                 f"{went(lo.ttft_ms, hi.ttft_ms)} (how much of it was waiting and how much prefilling beside the others, "
-                 f"this sweep does not split), and each user's "
-                 f"TPOT {went(lo.tpot_ms, hi.tpot_ms, tpot_growth(name, lo, hi))}.")
+                 f"{went(lo.ttft_ms, hi.ttft_ms)}, and each user's TPOT "
+                 f"{went(lo.tpot_ms, hi.tpot_ms, tpot_growth(name, lo, hi)[0])}.")
 queued = own.dropna(subset=["server_queue_ms", "server_prefill_ms"])
 lines += [f"* **{r.path}**'s own histograms split one lone request's TTFT into {r.server_queue_ms:.1f} ms queued and "
           f"{r.server_prefill_ms:.0f} ms prefilling" + (": alone, its TTFT is almost all prefill." if r.server_queue_ms
@@ -1471,20 +1483,22 @@ if trade:
                  + (": the smaller budget did not shorten the gaps here" if trade["gap1"] >= trade["gap0"] else
                     ": chunking shortened the gaps at the newcomer's expense" if trade["ttft1"] > trade["ttft0"] else
                     ": the gaps shortened and the newcomer waited no longer, so this run did not show chunking's price")
-                 + " (the chunking finding above says whether this run could tell).")
-show("\n".join(lines))
+                 + ".")
+show("\n".join(lines), how="Each figure is a median over its runs. The closed-loop sweep does not split a TTFT into "
+     "waiting and prefilling beside the others; whether a budget's differences lie beyond the runs' ranges, the "
+     "chunking finding above says." if trade else "Each figure is a median over its runs. The closed-loop sweep "
+     "does not split a TTFT into waiting and prefilling beside the others.")
 
 # %% [markdown]
-# **Takeaway: the book's two phases can be measured over the wire with its own tools: set a served request
-# beside the in-process one to see what the engine's path adds or saves, load the engine to see what batching
-# buys and costs, and send a long prompt into a stream to see how its scheduler places the prefill. The findings
-# above say what each engine did on this machine.**
+# **Takeaway: the book's two phases can be measured over the wire with its own tools**. Set a served request
+# beside the in-process one to see what the engine's path adds or saves. Load the engine to see what batching
+# buys and costs. Send a long prompt into a stream to see how its scheduler places the prefill.
 #
 # ## What these numbers do not show
 #
 # * **A 135M-parameter model on a shared CPU.** Production engines serve billion-parameter models on GPUs,
-#   where a decode step is memory-bound far longer and batching pays much more; the shapes, not the sizes, carry
-#   over.
+#   where a decode step is memory-bound far longer and batching pays much more. The shapes, not the sizes,
+#   carry over.
 # * **Loopback only.** No real network: a deployment adds its round trip to TTFT and may buffer a stream.
 # * **Threads.** vLLM's CPU build keeps one core for its server and scheduler processes
 #   (`VLLM_CPU_NUM_OF_RESERVED_CPU`) and computes on the rest, one pinned thread per core; the in-process path
@@ -1495,14 +1509,14 @@ show("\n".join(lines))
 #   the seeded arrivals make a run repeatable, not representative.
 # * **Greedy decoding, one prompt per experiment.** Sampling and long contexts are not exercised; prefix
 #   caching across different prompts is chapter 9's.
-# * **`ignore_eos`**: vLLM is asked to produce exactly the requested tokens; transformers serve ignores the
-#   field, so its replies may end earlier (their token counts come from its usage report).
+# * **`ignore_eos`**: vLLM is asked for exactly the requested tokens. `transformers serve` ignores the field, so
+#   its replies may end earlier; their token counts come from its usage report.
 #
 # ## Takeaways
 #
-# * A client's clock starts before the server's and stops after it, so its TTFT should cover the server's own
-#   plus what the server cannot see; where an engine reports its own histograms, set them beside the client's
-#   (the finding above says whether they nested here).
+# * A client's clock starts before the server's and stops after it, so its TTFT should cover the server's own.
+#   Where an engine reports its own histograms, set them beside the client's (the finding above says whether they
+#   nested here).
 # * Report load as total tokens per second beside each user's TPOT, which continuous batching is meant to trade
 #   against each other; state the objectives and report goodput with its interval.
 # * A closed loop's queue is bounded by its users: it cannot grow without bound, but each user's latency, and so
@@ -1573,11 +1587,11 @@ show("\n".join(lines))
 # something between you buffers the stream.
 # </details>
 #
-# * Measure llama.cpp, the engine a laptop user would pick, on the book's own Q4_1 file: start its
+# * Measure llama.cpp, the engine a laptop user would pick, on the book's own Q4_1 file. Start its
 #   OpenAI-compatible server from chapter 8's environment (`make .venv-llama`, then
-#   `.venv-llama/bin/python -m llama_cpp.server --model <the GGUF file> --port 8000 --interrupt_requests False`;
-#   chapter 8 prints the whole command with the file's path; without the last option a new request cuts off the
-#   one streaming) and set `base_url = "http://127.0.0.1:8000"`.
+#   `.venv-llama/bin/python -m llama_cpp.server --model <the GGUF file> --port 8000 --interrupt_requests False`)
+#   and set `base_url = "http://127.0.0.1:8000"`. Chapter 8 prints the whole command with the file's path;
+#   without the last option a new request cuts off the one streaming.
 #
 # <details><summary>What to expect</summary>
 #
@@ -1598,19 +1612,20 @@ _said = []
 for _name, _g in poisson.groupby("engine", sort=False):
     _alone = float(sweep[(sweep.engine == _name) & (sweep.concurrency == 1)].tpot_ms.iloc[0])
     _over = _g[_g.tpot_ms > _slo_ms]
-    _near = _g[(_g.tpot_ms / _slo_ms - 1).abs() < 0.05]  # within 5 %: a median there can fall either side
+    _near = _g[(_g.tpot_ms / _slo_ms - 1).abs() < claims.NOISE]  # within the noise: a median there can fall either side
     if len(_over) == len(_g):
         _said.append(f"{_name}'s median TPOT is above {_slo_ms:.0f} ms at every rate ({_g.tpot_ms.iloc[0]:.1f} ms at the "
                      f"lowest; one user alone {_alone:.1f} ms), so expect goodput below half from the lowest rate up")
     elif len(_over):
-        _said.append(f"{_name}'s median TPOT passed {_slo_ms:.0f} ms from {_over.rate_per_s.iloc[0]:g} requests/s "
+        _said.append(f"{_name}'s median TPOT passed {_slo_ms:.0f} ms from {_over.realized_per_s.iloc[0]:.3g} requests/s "
                      f"({_over.tpot_ms.iloc[0]:.1f} ms there, {_g.tpot_ms.iloc[0]:.1f} ms at the lowest rate), so expect "
                      "its goodput to fall below half from that rate")
     else:
         _said.append(f"{_name}'s median TPOT stayed at or below {_slo_ms:.0f} ms at every rate (at most "
                      f"{_g.tpot_ms.max():.1f} ms), so expect its goodput to move little")
     if len(_near):
-        _said[-1] += (f" (at {', '.join(f'{r:g}' for r in _near.rate_per_s)} requests/s the median lies within 5 % of "
+        _said[-1] += (f" (at {', '.join(f'{r:.3g}' for r in _near.realized_per_s)} requests/s the median lies within "
+                      f"{claims.NOISE:.0%} of "
                       "the objective, so a re-run can land either side of half there)")
 display(Markdown(
     "<details><summary>What to expect</summary>\n\n"
@@ -1759,8 +1774,8 @@ batched = by_engine(lambda n: {claims.HELD: "batching raised throughput",
                                }.get(of("batching_raises_throughput", n), ""), "the engines differed in what batching gained")
 nil_at_first = {n: poisson[poisson.engine == n].goodput.iloc[0] == 0 for n in urls}  # below the objectives from the start
 def times_capacity(name: str) -> float:
-    """The arrival rate from which engine ``name``'s goodput collapsed, over its closed loop's capacity (nominal)."""
-    return collapsed[name] / float(sweep[sweep.engine == name].requests_per_s.max())
+    """The arrival rate (achieved) from which engine ``name``'s goodput collapsed, over its closed loop's capacity."""
+    return collapsed[name] / capacity_of[name]
 
 # %%
 def fell_at(name: str) -> str:
@@ -1770,14 +1785,14 @@ def fell_at(name: str) -> str:
     if not held or not all(n in collapsed.index for n in held):
         return "goodput fell by the highest arrival rate"
     low, high = min(times_capacity(n) for n in held), max(times_capacity(n) for n in held)
-    at_top = all(collapsed[n] >= poisson[poisson.engine == n].rate_per_s.max() for n in held)  # the grid's last rate
-    there = [poisson[(poisson.engine == n) & (poisson.rate_per_s >= collapsed[n])].sort_values("rate_per_s").goodput.iloc[0]
+    at_top = all(collapsed[n] >= poisson[poisson.engine == n].realized_per_s.max() for n in held)  # the grid's last
+    there = [poisson[(poisson.engine == n) & (poisson.realized_per_s >= collapsed[n])].sort_values("realized_per_s").goodput.iloc[0]
              for n in held]  # each engine's goodput at the rate from which it collapsed
     shares = [f"{g:.0%}" for g in there]
     to = (shares[0] + ("" if len(held) == 1 else " for both engines" if len(held) == 2 else " for every engine")
           if len(set(shares)) == 1 else prose.and_list(f"{s} for {called(n)}" for s, n in zip(shares, held)))
     return (f"goodput fell to {to} at "
-            + (f"{low:.0f}" if round(low) == round(high) else f"{low:.0f} to {high:.0f}")
+            + (f"{low:.1f}" if round(low, 1) == round(high, 1) else f"{low:.1f} to {high:.1f}")
             + f" times {'each' if len(held) > 1 else 'the'} engine's capacity"
             + (", the highest rate tried" if at_top else ""))
 
@@ -1788,9 +1803,13 @@ loaded = by_engine(lambda n: {claims.HELD: fell_at(n),
                               "fall by the top arrival rate",
                               claims.UNRESOLVED: "how far more arrivals cut the share of requests meeting their "
                                                  "latency objectives was unclear",
-                              }.get(of("goodput_falls_with_load", n), ""), "the engines' goodput under load differed (the evidence table says which)")
+                              }.get(of("goodput_falls_with_load", n), ""), "")
+if not loaded:  # the engines differed: each engine's own
+    loaded = "; ".join(f"for {called(n)}, {w}" for n in urls for w in [{
+        claims.HELD: "goodput fell with the arrival rate", claims.NOT_HELD: "goodput did not fall",
+        claims.UNRESOLVED: "whether goodput fell was unclear"}.get(of("goodput_falls_with_load", n), "")] if w)
 under = ", and ".join(x for x in (batched, loaded) if x)
-answer = "; ".join(x for x in (lone, f"under load, {under}" if under else "") if x)
+answer = " ".join(x for x in (f"So {lone}." if lone else "", f"Under load, {under}." if under else "") if x)
 chunked = {claims.HELD: f"; at budget {trade.get('b1', 0):.0f} vLLM held it to {trade.get('gap1', 0):,.0f} ms, "
                         "delaying the newcomer",
            claims.NOT_HELD: "; smaller vLLM budgets did not make chapter 5's trade",
@@ -1824,7 +1843,7 @@ first = (f"On this machine ({prose.machine(cpu, 'fp32')}), one request's first t
 gaps = (f"Tokens came every {prose.and_list(every)}" + (f", where in-process would take about {scaled}" if scaled
                                                         else "") + ". ") if same_model else ""
 users = f"From {levels[0]} to {levels[-1]} users, throughput {rose} {gains_text}. " if gains_text else ""
-so = f"So {answer}." if answer else ""
+so = answer
 # The longest telling first; the users' gains, the budgets' trade, the gaps' ratios, then the stall give way when the
 # paragraph runs long (the evidence table keeps them).
 opening.write(first + gaps + users + froze(chunked) + so,
