@@ -33,8 +33,7 @@ Introduced in chapter 2 (a prefill's cost); used by every chapter that predicts 
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 import pandas as pd
@@ -72,7 +71,6 @@ class Prediction:
     batch: int
     context: int
     terms: tuple[Term, ...]
-    pace: tuple[float, float] = (1.0, 1.0)  # what the terms were scaled by (CostModel.at_pace): fastest, median
 
     @property
     def best(self) -> float:
@@ -100,20 +98,8 @@ class Prediction:
     def floor(self) -> float:
         """The largest term alone at its fastest, of those priced at a ceiling: no pass can take less (seconds).
         Page faults are not a ceiling but a count (a pass the allocator served from freed memory takes none), so
-        they never set the floor. Always at chapter 0's fastest calls, as measured: a price scaled to the pace of
-        a slower moment (:meth:`CostModel.at_pace`) is not a floor, since the machine may run faster again."""
-        return max((t.best for t in self.terms if t.limit != "page faults"), default=0.0) / self.pace[0]
-
-    def at_pace(self, speed: "Spread | None") -> "Prediction":
-        """This prediction at the machine's speed during a chapter (:meth:`CostModel.at_pace`, for a price made
-        elsewhere: chapter 6's sizes of GPT-2). Introduced in chapter 6."""
-        if speed is None:
-            return self
-        if not 0 < speed.low <= speed.high or not all(map(math.isfinite, (speed.low, speed.high))):
-            raise ValueError(f"at_pace: the speed must be positive ratios, lowest first; got {speed!r}")
-        lo, hi = float(speed.low) * self.pace[0], float(speed.high) * self.pace[1]
-        return replace(self, pace=(lo, hi), terms=tuple(replace(t, best=t.best * speed.low, median=t.median * speed.high)
-                                                       for t in self.terms))
+        they never set the floor."""
+        return max((t.best for t in self.terms if t.limit != "page faults"), default=0.0)
 
     def term(self, name: str) -> Term:
         """The term called ``name`` (a zero term when the pass has none)."""
@@ -137,28 +123,6 @@ class CostModel:
     shape: ModelShape
     dtype: str
     threads: int
-    pace: tuple[float, float] = (1.0, 1.0)
-
-    def at_pace(self, speed: "Spread | None") -> "CostModel":
-        """The same prices at the speed the machine ran while a chapter measured: ``speed`` is
-        :meth:`lib.machine.Pacer.speed`, the model's one-row matrices' time over chapter 0's median call at each
-        moment the chapter timed them (lowest, mean, highest). Every term at the fastest calls is scaled by its
-        lowest, every term at the median calls by its highest, so a price spans the machine's speeds during the
-        chapter. Chapter 0's ceilings are minutes old when a chapter prices from them, and a shared machine's
-        speed can drift by a price's whole tolerance in that time. ``None`` (the pace was not timed) keeps
-        chapter 0's speed.
-        Introduced in chapter 2."""
-        if speed is None:
-            return self
-        if not 0 < speed.low <= speed.high or not all(map(math.isfinite, (speed.low, speed.high))):
-            raise ValueError(f"at_pace: the speed must be positive ratios, lowest first; got {speed!r}")
-        return replace(self, pace=(float(speed.low), float(speed.high)))
-
-    def _paced(self, p: Prediction) -> Prediction:
-        from lib.claims import Spread
-
-        lo, hi = self.pace
-        return p if (lo, hi) == (1.0, 1.0) else p.at_pace(Spread(lo, lo, hi))
 
     def _matrix_terms(self, rows: int, head_rows: int) -> list[Term]:
         c, s, args = self.ceilings, self.shape, (self.model, self.dtype, self.threads)
@@ -231,7 +195,7 @@ class CostModel:
         terms += self._faults(expected, fresh_pages, c.matrix_faults(*args, "head", head_rows))
         d = c.dispatch(*args, "prefill", batch * tokens)
         terms.append(Term("dispatch", d.best, d.median, "dispatch", "the same pass, its matrices and attention hollowed out"))
-        return self._paced(Prediction("prefill", tokens, batch, past, tuple(terms)))
+        return Prediction("prefill", tokens, batch, past, tuple(terms))
 
     def decode(self, context: int, *, batch: int = 1, cache: Literal["dynamic", "static"] = "dynamic",
                max_len: int | None = None, fresh_pages: float | None = None) -> Prediction:
@@ -262,7 +226,7 @@ class CostModel:
                        positions=context if cache == "dynamic" else max_len)
         terms.append(Term("dispatch", d.best, d.median, "dispatch", "the same step, its matrices and attention hollowed "
                           "out, at this cache's size"))
-        return self._paced(Prediction("decode", batch, batch, context, tuple(terms)))
+        return Prediction("decode", batch, batch, context, tuple(terms))
 
     def kernel(self, kernel: str, rows: int) -> KernelTime:
         """One call of the model's ``blocks`` or ``head`` at ``rows`` rows, as chapter 0 measured it."""

@@ -1231,7 +1231,7 @@ SCALED_BY_PACE = ("It scales what is priced or measured in absolute units (milli
                   "larger than that has another cause.")
 
 
-def pace_claim(register, paced: dict[str, Pace], what: str, model: str = "", scaled: "Spread | None" = None) -> str:
+def pace_claim(register, paced: dict[str, Pace], what: str, model: str = "") -> str:
     """Declare and decide ``machine_kept_its_pace`` in a chapter's ``register`` (a :class:`lib.claims.Claims`):
     at every moment of ``paced`` the kernel ran within :data:`lib.claims.PREDICTED_TIME` of chapter 0's calls, from
     its fastest to its median (:meth:`Pace.expected`), the span and the tolerance every price of the chapter is
@@ -1239,20 +1239,15 @@ def pace_claim(register, paced: dict[str, Pace], what: str, model: str = "", sca
     or slowed down by more during the chapter held none of its speeds throughout, though each moment alone may
     lie inside chapter 0's band). Chapter 0's median alone is one of a few calls and moved by a quarter between
     quiet builds; a pace read against it alone called a machine running at chapter 0's fastest call "faster".
-    ``scaled``: the speed the chapter priced at (:meth:`Pacer.price`), and the sentence says so instead of saying its
-    prices may be off by the pace. Returns the finding (markdown): a plain sentence, and the intervals that
-    decided it folded below it (:func:`lib.prose.show`'s ``how``)."""
+    Returns the finding (markdown): a plain sentence, and the intervals that decided it folded below it
+    (:func:`lib.prose.show`'s ``how``)."""
     from lib import claims
     from lib.prose import HOW_DECIDED
 
     moments = "; ".join(f"{p.ratio.text('.2f', 'x')} {when}" for when, p in paced.items())
     slowest = max(paced.values(), key=lambda p: p.ratio.mid).ratio.mid
     drift = (f" At the median it ran up to {slowest - 1:.0%} slower than chapter 0's median call, and a price made of chapter 0's "
-             "ceilings is then about that much too low." if slowest > 1 + claims.NOISE and scaled is None else "")
-    at_pace = "" if scaled is None else (
-        f" This chapter's prices are made at the speed it measured: chapter 0's fastest calls times {scaled.low:.2f}, "
-        f"its median calls times {scaled.high:.2f}, so a price below misses by what the machine's drift does not "
-        "explain.")
+             "ceilings is then about that much too low." if slowest > 1 + claims.NOISE else "")
     moved = pace_moved(paced)
     kept = [claims.within(p.ratio, p.expected(), claims.PREDICTED_TIME) for p in paced.values()]
     steady = claims.HELD if moved is None else claims.within(moved[2], 1.0, claims.PREDICTED_TIME)
@@ -1281,22 +1276,20 @@ def pace_claim(register, paced: dict[str, Pace], what: str, model: str = "", sca
     if verdict == claims.HELD:
         plain = f"While {what} ran, the machine kept the speed chapter 0 measured: {took}."
     elif verdict == claims.NOT_HELD and (off_band or moved is None):
-        plain = (f"While {what} ran, the machine ran at another speed than chapter 0 measured: {took}. "
-                 + (at_pace.strip() if scaled is not None else SCALED_BY_PACE))
+        plain = f"While {what} ran, the machine ran at another speed than chapter 0 measured: {took}. {SCALED_BY_PACE}"
     elif verdict == claims.NOT_HELD:
         plain = (f"While {what} ran, the machine changed speed: {took}: {moved[2].mid:.2f}x as long {moved[1]} as "
-                 f"{moved[0]}. " + ("The prices here span both speeds." if scaled is not None else
-                                    "A price made of chapter 0's ceilings can fit one of these moments at best."))
+                 f"{moved[0]}. A price made of chapter 0's ceilings can fit one of these moments at best.")
     else:
         plain = (f"While {what} ran, the machine ran at about the speed chapter 0 measured, too close to call whether "
-                 f"it kept it: {took}." + (" This chapter's prices are made at the speed it measured." if scaled is not None else ""))
+                 f"it kept it: {took}.")
     how = (f"Against chapter 0's median call, {model or 'the model'}'s matrices at one row took {moments} (95 % "
            f"intervals of {', '.join(str(p.calls) for p in paced.values())} calls), where chapter 0's fastest call "
            f"was {fastest:.2f}x its median: each moment is held to that span, within the tolerance of "
            f"{claims.PREDICTED_TIME:g}x every price here is held to" + (
                ", and one moment's interval lies beyond it." if off_band else
                ", and one moment's interval reaches across its edge." if claims.UNRESOLVED in kept else
-               ", and every moment lies within it.") + between + drift + (at_pace if verdict == claims.HELD else ""))
+               ", and every moment lies within it.") + between + drift)
     return f"{plain}\n\n<details><summary>{HOW_DECIDED}</summary>\n\n{how}\n\n</details>"
 
 
@@ -1313,19 +1306,15 @@ def pace_moved(paced: dict[str, Pace]) -> tuple[str, str, "Spread"] | None:
     return a, b, pb.ratio / pa.ratio
 
 
-def pace_note(paced: dict[str, Pace], scaled: "Spread | None" = None) -> str:
+def pace_note(paced: dict[str, Pace]) -> str:
     """The sentence a chapter's opening adds when the machine's pace (:func:`pace`, at the moments of ``paced``)
     was not within the tolerance every price is held to at every moment, as :func:`pace_claim` decides it: how
     far, at which moments when not at all, and which way the chapter's prices miss for it; where no moment lies
     wholly outside but one straddles the tolerance's edge, the furthest such moment, with its interval, as what the
     prices may be off by; where every moment lies inside but the machine changed speed between them
-    (:func:`pace_moved`) by more than the tolerance, or by an amount across its edge, that change. With ``scaled``
-    (the speed the chapter priced at, :meth:`Pacer.price`) the sentence says how far the machine moved and that the
-    prices were made at that speed. Empty when the pace held or was not measured."""
+    (:func:`pace_moved`) by more than the tolerance, or by an amount across its edge, that change. Empty when the
+    pace held or was not measured."""
     from lib import claims
-
-    if scaled is not None:
-        return _scaled_note(paced, scaled)
 
     verdicts = {k: claims.within(p.ratio, p.expected(), claims.PREDICTED_TIME) for k, p in paced.items()}
     outside = {k: paced[k].ratio.mid for k, v in verdicts.items() if v == claims.NOT_HELD}
@@ -1346,8 +1335,8 @@ def pace_note(paced: dict[str, Pace], scaled: "Spread | None" = None) -> str:
         worst = max(near, key=lambda r: max(abs(math.log(r.low)), abs(math.log(r.high))))
         slow = abs(math.log(worst.high)) >= abs(math.log(worst.low))
         edge = worst.high if slow else worst.low
-        return (f"The model's one-row matrices took {worst.mid:.2f}x their chapter 0 time here, and {edge:.2f}x in "
-                f"some runs, so times priced from chapter 0 may run up to that much too {'low' if slow else 'high'}{tail}")
+        return (f"The model's one-row matrices took {worst.mid:.2f}x their chapter 0 time here, and its interval "
+                f"reaches {edge:.2f}x, so times priced from chapter 0 may run up to that much too {'low' if slow else 'high'}{tail}")
     moved = pace_moved(paced)
     changed = None if moved is None else claims.within(moved[2], 1.0, claims.PREDICTED_TIME)
     if changed in (None, claims.HELD):
@@ -1356,27 +1345,11 @@ def pace_note(paced: dict[str, Pace], scaled: "Spread | None" = None) -> str:
     if changed == claims.UNRESOLVED:  # the change's runs reach past the tolerance, its median not: say how far
         edge = max((r.low, r.high), key=lambda x: abs(math.log(x)))
         return (f"The machine may have changed speed while the chapter ran: the model's one-row matrices took "
-                f"{r.mid:.2f}x as long {b} as {a}, and {edge:.2f}x in some runs, so prices made of chapter 0's ceilings "
+                f"{r.mid:.2f}x as long {b} as {a}, and their intervals allow {edge:.2f}x, so prices made of chapter 0's ceilings "
                 f"may fit one part of the chapter and miss the other by up to that much{tail}")
     return (f"The machine changed speed while the chapter ran: the model's one-row matrices took {r.mid:.2f}x as long "
             f"{b} as {a}, so prices made of chapter 0's ceilings may fit one part of the chapter and miss the other by "
             f"up to that much{tail}")
-
-
-def _scaled_note(paced: dict[str, Pace], scaled: "Spread") -> str:
-    """:func:`pace_note` for a chapter that prices at the pace it timed: how far the machine ran from chapter 0's
-    speed, when not within the tolerance, and that the prices were made at that speed."""
-    from lib import claims
-
-    kept = [claims.within(p.ratio, p.expected(), claims.PREDICTED_TIME) for p in paced.values()]
-    moved = pace_moved(paced)
-    changed = None if moved is None else claims.within(moved[2], 1.0, claims.PREDICTED_TIME)
-    if all(v == claims.HELD for v in kept) and changed in (None, claims.HELD):
-        return ""
-    mids = [p.ratio.mid for p in paced.values()]
-    span = lambda lo, hi: f"{lo:.2f}x" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}x to {hi:.2f}x"  # noqa: E731
-    return (f"The machine ran the model's one-row matrices at {span(min(mids), max(mids))} their chapter 0 time while "
-            f"this chapter ran, so its prices are made at {span(scaled.low, scaled.high)} chapter 0's ceilings.")
 
 
 def release_pace() -> None:
@@ -1399,7 +1372,6 @@ class Pacer:
     threads: int
     device: torch.device
     moments: dict[str, Pace] = dataclasses.field(default_factory=dict)
-    scaled: "Spread | None" = None  # the speed the chapter priced at (price), if it did
 
     def check(self, when: str) -> Pace | None:
         """Time the pace now, as the moment ``when`` ("before the sweep"); its weights are dropped after."""
@@ -1420,32 +1392,11 @@ class Pacer:
             return (f"Chapter 0 has no one-row matrices of {self.model} at {self.threads} thread"
                     f"{'s' * (self.threads != 1)}: the machine's pace is not checked.")
         results.table(pace_table(self.moments), "pace")  # the claim's evidence; kept, not shown
-        return pace_claim(register, self.moments, what, self.model, scaled=self.scaled)
+        return pace_claim(register, self.moments, what, self.model)
 
     def note(self) -> str:
         """The opening's sentence when the pace did not hold (:func:`pace_note`), else empty."""
-        return pace_note(self.moments, scaled=self.scaled)
-
-    def price(self, cost):
-        """``cost`` (a :class:`lib.costmodel.CostModel`) at the machine's speed timed so far (:meth:`speed`;
-        unchanged when nothing was timed): call it after the last :meth:`check` whose moment the prices should
-        span. The pace's sentences then say that the prices were made at that speed. Introduced in chapter 2."""
-        speed = self.speed()
-        if speed is not None:
-            self.scaled = speed
-        return cost.at_pace(speed)
-
-    def speed(self) -> "Spread | None":
-        """The machine's speed while the chapter ran, as the model's one-row matrices' time over chapter 0's median
-        call: the lowest, geometric mean and highest of the moments' medians (a :class:`lib.claims.Spread` of
-        ratios; 1.2 is a fifth slower than chapter 0). ``None`` when nothing was timed. A chapter prices at it with
-        :meth:`lib.costmodel.CostModel.at_pace`."""
-        from lib.claims import Spread
-
-        if not self.moments:
-            return None
-        mids = [p.ratio.mid for p in self.moments.values()]
-        return Spread(min(mids), float(np.exp(np.mean(np.log(mids)))), max(mids))
+        return pace_note(self.moments)
 
 
 def load_ceilings(device: torch.device, quick: bool = False) -> Ceilings:

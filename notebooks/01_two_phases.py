@@ -433,7 +433,7 @@ gap_how = (f"The glossary's line for a stall is twice a run's median gap, held w
 show(
     f"Medians over {count(runs, 'run')}: TTFT {ranged('ttft_ms')}, TPOT {ranged('tpot_ms', '.1f')}, worst gap "
     f"{ranged('worst_gap_ms', '.1f')}, end-to-end {ranged('e2e_ms')}. "
-    + ("The worst gap's range leaves the slowest runs out: the" if over_runs.worst_gap_ms_high < run_table.worst_gap_ms.max()
+    + ("The worst gap's range leaves out the runs with the longest gaps: the" if over_runs.worst_gap_ms_high < run_table.worst_gap_ms.max()
        else "The")
     + f" longest single gap of all, in run {run_table.run[worst]}, was **{longest:.0f} ms**, {where_gap}.",
     how=None if stalled == near_line == 0 else gap_how)

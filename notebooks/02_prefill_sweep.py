@@ -21,13 +21,12 @@
 # arithmetic; whether it does depends on the rate the matrices reach with a few rows, which chapter 0 measured.
 #
 # This chapter times a prefill of GPT-2 small for prompts of 1 to 1,024 tokens, in two dtypes and (on a CPU) with
-# one thread and with all of them, and sets every point beside the cost model (`lib.costmodel`): the model's own
-# matrices at the rate chapter 0 measured for that many rows, plus attention, plus issuing the pass. It estimates
-# from the [**balance point**](glossary.md#balance-point) how many tokens it takes to keep the arithmetic busy, reads
-# whether there is a floor and where the [**knee**](glossary.md#knee) is (where time per token stops falling) off
-# the points, takes a short pass
-# apart, and tests a saving: computing logits for the last position only. Every conclusion is a named claim decided
-# by this run's data (`lib.claims`), saved in `claims.csv`.
+# one thread and with all of them. It sets every point beside the cost model (`lib.costmodel`): the model's own
+# matrices at the rate chapter 0 measured for that many rows, plus attention, plus issuing the pass. The
+# [**balance point**](glossary.md#balance-point) estimates how many tokens keep the arithmetic busy. The points
+# then say whether there is a floor and where the [**knee**](glossary.md#knee) is (where time per token stops
+# falling). Last, the chapter takes a short pass apart and tests a saving: computing logits for the last position
+# only. Every conclusion is a named claim decided by this run's data (`lib.claims`), saved in `claims.csv`.
 
 # %% [markdown]
 # **After this chapter you can**
@@ -220,10 +219,15 @@ register.claim("floor_ends_at_balance_point", "A prefill costs about what its 1-
 # ## What the cost model predicts
 #
 # A prefill of `T` tokens is priced as the sum of its parts, each at the rate chapter 0 measured for the kernel
-# that does it: the block matrices at `T` rows (the larger of their bytes at the one-row rate and their FLOPs at
-# `F(T)`), the LM head at one row (only the last position's logits are needed), causal attention over `T`
-# tokens, and dispatch (the same pass with its matrices and attention hollowed out: issuing every operation and
-# running the small ones). This is the function, shown once:
+# that does it:
+#
+# * the block matrices at `T` rows: the larger of their bytes at the one-row rate and their FLOPs at `F(T)`;
+# * the LM head at one row (only the last position's logits are needed);
+# * causal attention over `T` tokens;
+# * [dispatch](glossary.md#dispatch): the same pass with its matrices and attention hollowed out, which issues
+#   every operation and runs the small ones.
+#
+# This is the function, shown once:
 
 # %%
 display(prose.source(costmodel.CostModel.prefill, costmodel.CostModel._matrix_terms))
@@ -261,9 +265,9 @@ prose.shown(pd.DataFrame({"F(M), GFLOP/s": f_rates / 1e9,
 
 # %% [markdown] tags=["predict"]
 # **Predict first.** A pass reads the blocks' weights once, and its arithmetic takes `T` times one token's FLOPs at
-# `F(T)` (both printed above); the LM head (the last position only) adds the same to every length, attention and
-# issuing the pass grow with it as the table gives at each length. Up to what prompt length does a prefill cost within the margin just
-# printed of a 1-token pass, and at what length does its time per token stop falling (come within that margin of
+# `F(T)` (both printed above). The LM head (the last position only) adds the same to every length; attention and
+# issuing the pass grow with it as the table gives at each length. Up to what prompt length does a prefill cost
+# within the margin just printed of a 1-token pass, and at what length does its time per token stop falling (come within that margin of
 # the lowest time per token of any length)?
 
 # %%
@@ -298,9 +302,9 @@ prose.shown(first[["block_matrices_ms", "LM_head_ms", "attention_ms", "dispatch_
 # Every configuration runs the list of prompts `runs` times, interleaved (all configurations once, then again),
 # so that a slow spell of a shared machine does not land on one configuration only. The first run warms up every
 # point and skips (and lists) a point the cost model predicts would exceed the budget. A point predicted to take
-# longer than `long_s` runs `long_runs` times (nine here, as many as the others: the 95 % interval of a median needs
-# nine runs to leave out the slowest, `lib.claims`, and three claims rest on the longest prompt); with fewer, its
-# interval is the range of its runs.
+# longer than `long_s` runs `long_runs` times: nine here, as many as the others, since the 95 % interval of a median
+# needs nine runs to leave out the slowest (`lib.claims`) and three claims rest on the longest prompt. With fewer,
+# its interval is the range of its runs.
 # Within a run a short pass is repeated until its passes add up to `tries_s` (at most five) and the run keeps the
 # fastest: a shared machine's interruptions only ever make a pass slower, and chapter 0's ceilings are fastest
 # calls too. Each pass's page faults are counted, and the cost model prices those it took at chapter 0's cost per
@@ -337,11 +341,7 @@ print("skipped (predicted over the budget): " + ("none" if not skipped else "; "
 
 # %% [markdown]
 # Each pass is set beside its price run by run: the cost model at chapter 0's fastest calls, with the page faults
-# that pass took, at the speed the machine ran during the sweep. A shared machine's speed drifts (another tenant,
-# the clock), so the chapter timed the kernel a 1-token pass rests on, the model's matrices at one row, the way
-# chapter 0 did, before the sweep and after it (`lib.machine.Pacer`, nine calls each), and scales every price by
-# how much slower or faster it ran (`CostModel.at_pace`: the fastest calls by the quicker moment, the median calls
-# by the slower). A point's **ratio** to its prediction is taken in each run, and a point is the median of its
+# that pass took. A point's **ratio** to its prediction is taken in each run, and a point is the median of its
 # runs with the 95 % interval of that median. A point whose ratio's interval straddles the edge of the tolerance
 # is measured again, interleaved, for at most `settle_s` seconds.
 
@@ -384,14 +384,15 @@ def measure_again() -> None:
 
 
 pacer.check("after it")
-cost = {c: pacer.price(m) for c, m in cost.items()}  # every price from here on at the machine's speed in the sweep
 runs_table = priced(pd.concat(passes, ignore_index=True))
 spread, ratio = point_spreads(runs_table)
 before = len(straddlers())
 again = claims.settle(measure_again, lambda: not straddlers(), budget_s=settle_s, max_runs=20)
 results.table(runs_table[["run", *keys, "passes", "time_ms", "faults", "priced_ms", "ratio", "status"]], "prefill_runs")
-print(f"{before} of {len(ratio)} points straddled their band after {runs} runs; {again} more run{'s' * (again != 1)} of those "
-      f"(budget {settle_s:g} s) left {len(straddlers())}")
+show(f"No point's interval crossed an edge of the tolerance after {runs} runs." if not before else
+     f"{prose.count(before, 'point').capitalize()} whose interval crossed an edge of the tolerance "
+     f"{'was' if before == 1 else 'were'} timed again.", how=f"After {runs} runs, {before} of {len(ratio)} points' intervals crossed an edge "
+     f"of their band; {again} more run{'s' * (again != 1)} of those (within {settle_s:g} s) left {len(straddlers())}.")
 
 # %% [markdown]
 # The points, with the regime of each by the one rule (`lib.regime`): within `REGIME_SLACK` of its prediction, the
@@ -406,7 +407,7 @@ print(f"{before} of {len(ratio)} points straddled their band after {runs} runs; 
 # %%
 faults = runs_table.groupby(keys, sort=False).faults.median()
 sweep = (timing.median_range(runs_table[runs_table.status == "ok"], keys, ["time_ms", "ratio"])
-         .merge(price_table(cost), on=keys)  # the prices at the sweep's pace
+         .merge(predicted, on=keys)
          .merge(faults.rename("faults").reset_index(), on=keys))
 sweep["runs"] = [spread[tuple(k)].n for k in sweep[keys].itertuples(index=False)]
 sweep["tokens_per_s"] = sweep.prompt_tokens / sweep.time_ms * 1e3
@@ -512,7 +513,7 @@ def as_predicted(claim: str, statement: str, points: list) -> tuple[str, str]:
         f" ({missed} of those passes by enough to count as a miss on its own)")
     top_mid = max(points, key=lambda k: abs(np.log(ratio[k].mid)))
     text = (f"The passes of {'; '.join(dict.fromkeys(label(*k[:2]) for k in points))} took **{pooled.text('.2f', 'x')}** "
-            "the time the cost model priced them at, from chapter 0's kernel rates at the machine's speed during the sweep: " + claims.pick(
+            "the time the cost model priced them at, from chapter 0's kernel rates: " + claims.pick(
                 verdict, held="as priced",
                 not_held=f"{direction} than priced (the section below takes the furthest pass apart)",
                 unresolved=f"{direction} than priced by the median, but too close to call")
@@ -531,7 +532,11 @@ show(*as_predicted("passes_as_predicted", "The prefills of the first configurati
                   [k for k in ratio if k[:2] == main]))
 
 # %% [markdown]
-# How fast the machine ran while the sweep ran, against chapter 0, the speed every price above was scaled to:
+# Every price above is made of chapter 0's ceilings, measured minutes earlier. A shared machine's speed drifts
+# (another tenant, the clock). So the chapter timed the kernel a 1-token pass rests on, the model's matrices at one
+# row, the way chapter 0 did, before the sweep and after it (`lib.machine.Pacer`, nine calls each). If the machine
+# ran that kernel at another speed, a price made of chapter 0's ceilings is off by about as much on that account
+# alone.
 
 # %%
 show(pacer.claim(register, results, "the sweep"))
@@ -579,10 +584,10 @@ prose.shown(floors.round(2).rename(columns={"floor_ms": "one_token_pass_ms", "fl
                                             "floor_ms_high": "one_token_pass_ms_high"}))  # a floor only where it is flat
 
 # %% [markdown]
-# A length read off noisy points is itself noisy: the floor's end and the knee are read three times, off the
-# points' medians and off the two ends of their intervals (each with the same rule), and the claim is decided on
-# the range of those readings, within one step of the sweep's grid (`PREDICTED_LENGTH`: the lengths are a factor
-# of two apart).
+# A length read off noisy points is itself noisy. So the floor's end and the knee are read three times with the
+# same rule: off the points' medians and off the two ends of their intervals. Each claim is decided on the range
+# of those readings, within one step of the sweep's grid (`PREDICTED_LENGTH`: the lengths are a factor of two
+# apart).
 
 # %%
 def reading(g: pd.DataFrame, column: str) -> sweeps.Floor:
@@ -670,16 +675,18 @@ if off is not None:
     gives = (f"{tokens(off)}, where it gives way, chapter 0 measured F({off}) = **{at_off.F_gflop_s:.1f} GFLOP/s**, "
              f"{at_off.F_gflop_s * 1e9 / f_many:.0%} of the {f_many / 1e9:.0f} GFLOP/s of many rows. So the matrices "
              f"take {at_off.matrices_at_F_ms:.3g} ms where their arithmetic at the fastest rate would take "
-             f"{at_off.arithmetic_at_fastest_ms:.3g} ms, {'more' if at_off.matrices_at_F_ms > at_off.weight_read_ms else 'less'} "
-             f"than the {at_off.weight_read_ms:.3g} ms the one-row product takes to read their weights.")
+             f"{at_off.arithmetic_at_fastest_ms:.3g} ms. That is "
+             f"{'more' if at_off.matrices_at_F_ms > at_off.weight_read_ms else 'less'} than the "
+             f"{at_off.weight_read_ms:.3g} ms the one-row product takes to read their weights.")
     shape, steps_told = ceilings.row_steps(model_name, main_dt, most)  # chapter 0's times between the rows it timed
-    gives += "" if not shape else f" One layer down, in chapter 0 {steps_told[:1].lower()}{steps_told[1:]}" + {
-        "one-off": ": a one-off step at the second row, not a cost per row, the shape of a kernel that takes another, "
-                   "slower path for more than one row.",
-        "steps": ": uneven steps, not a cost per row: the kernel changes its path, and its speed, with the row count.",
-        "per row": ": each added row costs about the same, at a rate far below the fastest."}[shape]
+    gives += "" if not shape else " One layer down, chapter 0's block matrices rise with the row count " + {
+        "one-off": "in a one-off step at the second row, not by a cost per row: the shape of a kernel that takes "
+                   "another, slower path for more than one row.",
+        "steps": "in uneven steps, not by a cost per row: the kernel changes its path, and its speed, with the row "
+                 "count.",
+        "per row": "by about the same for each added row, at a rate far below the fastest."}[shape]
 longest_here = f" It never leaves the floor up to {tokens(flats.mid)}, the longest prompt here."
-show(f"By the balance point a pass should cost about the same up to **{balance_tokens:.0f} tokens**; measured, it "
+show(f"By the balance point a pass should cost about the same up to **{balance_tokens:.0f} tokens**. Measured, it "
      f"stays within {margin:.0%} of the 1-token pass " + (f"up to **{tokens(flats.mid)}**" if floored[1] else
                                                          f"only at {tokens(first_tok)} (it has no floor)")
      + claims.pick(
@@ -702,7 +709,8 @@ show(f"By the balance point a pass should cost about the same up to **{balance_t
          f"reading lies within one step of the sweep's grid (a factor of {claims.PREDICTED_LENGTH:g}) of it, "
          f"{low_b:.1f} to {high_b:.1f} tokens" + ("; a reading flat to the longest prompt only says the floor ends "
                                                   "there or later" if censored else "")
-         + (f". In this run {lean(flats, low_b, high_b, '.0f', ' tokens')}." if verdict == claims.UNRESOLVED else "."))
+         + (f". In this run {lean(flats, low_b, high_b, '.0f', ' tokens')}." if verdict == claims.UNRESOLVED else ".")
+         + (f" {steps_told}." if off is not None and shape else ""))
 prose.shown(by_rows[by_rows.index <= max(off or 0, 2 * balance_tokens)].round(1))
 
 # %%
@@ -915,10 +923,9 @@ show(f"From 1 to {tokens(top.prompt_tokens)} the pass grows by {rise.text('+.1f'
 
 # %% [markdown]
 # The rest of a 1-token pass, its time less its matrices, is the difference of two larger numbers, each with an
-# interval of its own, so it is also measured directly: under the profiler, the pass's time that
-# is not in a matrix product (its small operators and the time between operators), less the profiler's own cost
-# per operator call (`lib.profiling.cost_per_operator`), in each of nine profiled passes (or `profiled_runs`, if
-# more).
+# interval of its own. So it is also measured directly, under the profiler: the pass's time that is not in a matrix
+# product (its small operators and the time between operators), less the profiler's own cost per operator call
+# (`lib.profiling.cost_per_operator`). Nine profiled passes (or `profiled_runs`, if more) give it an interval.
 
 # %%
 register.claim("rest_is_launch_floor", "What is not matrix product in a 1-token pass is about the cost of issuing it "
@@ -1084,7 +1091,7 @@ for claim, at in (("half_long_prompt", max), ("half_short_prompt", min)):
 # each operator's own time under `torch.profiler`, sorted into the cost model's terms, and what no operator
 # holds, which is Python issuing the next one). Here it takes apart the pass furthest from its prediction, of
 # every configuration: the one whose ratio's interval lies furthest from 1, above or below (furthest beyond doubt,
-# not the one a single slow run pushed out); the profiler's own cost makes the profiled pass a little longer than
+# not the one a single slow run pushed out). The profiler's own cost makes the profiled pass a little longer than
 # the sweep's. The pass is profiled `profiled_runs` times, so the share of the miss a part holds has an interval;
 # the operators' table gives each operator's median over those runs.
 
@@ -1196,8 +1203,8 @@ prose.shown(pd.DataFrame({"pass, last position (ms)": {p: pass_here.get(p, np.na
 # %% [markdown]
 # The FLOP count predicts the fraction saved (`lib.roofline.last_logits_saving`, the source chapter's prediction);
 # the cost model prices the two passes with the head at `T` rows and at one, at the rates chapter 0 measured for
-# those rows. Each run times both kinds back to back (in alternating order, one pass each, after a warm-up in the
-# first run) at every length, so the extra time is taken within a run; the claim sets each length's extra time
+# those rows. Each run times both kinds back to back at every length (in alternating order, one pass each, after a
+# warm-up in the first run), so the extra time is taken within a run. The claim sets each length's extra time
 # against its price, run by run, and takes the geometric mean of those ratios over the lengths (a sum would be the
 # longest length's alone).
 
@@ -1500,7 +1507,10 @@ _few = (f" With few rows the model's matrices run far below their peak rate: F({
         f"{f_rates[few_rows] / f_many:.0%} of F({f_rates.idxmax():,}).")
 _floor = (f"Every prompt up to {tokens(n_top)} costs about what one token costs. " if never else
           f"There is no flat stretch: {tokens(few_rows)} already take **{second.time_ms / fm.floor_ms:.2f}x** as long "
-          f"as one, {as_model.get(said('floor_flat_as_predicted'), 'not compared')}." + _few + " "
+          f"as one (priced at {p_second:.2f}x): " + {claims.HELD: "no floor, as the cost model predicted",
+                                                     claims.NOT_HELD: "no floor, which the cost model did not predict",
+                                                     claims.UNRESOLVED: "no floor, close to what the cost model predicted"
+                                                     }.get(said("floor_flat_as_predicted"), "no floor") + "." + _few + " "
           if not floored[1] else
           f"The time stays within {margin:.0%} of the 1-token pass up to **{tokens(flats.mid)}**, "
           f"{as_model.get(said('floor_flat_as_predicted'), 'not compared')}. ")

@@ -237,8 +237,7 @@ prose.prediction(f"Prediction ({label(*main)}, context {first.context_tokens}): 
 # For each context, one prefill builds the cache; each run crops it back to its context and takes `warmup_steps`
 # untimed steps first. A step's time runs from one token's host readback to the next, and its page faults are
 # counted; a run's step time is the median of its steps. Each run is set beside its own price, with the page
-# faults its steps took (chapter 0's cost per fault), at the machine's speed during the sweep (below), so a point's
-# ratio to its prediction is taken run by run too.
+# faults its steps took (chapter 0's cost per fault), so a point's ratio to its prediction is taken run by run too.
 # A point whose interval straddles its tolerance is timed again while `settle_s` seconds last
 # (`lib.claims.settle`). For a dtype other than fp32 the cache is built by the fp32 model and cast: a step's cost
 # depends on the cache's shape and dtype, not its values. The fp32 configurations also decode over a preallocated
@@ -388,7 +387,6 @@ with contextlib.redirect_stdout(io.StringIO()):  # a build's progress lines; a r
     for run in progress(range(1, runs + 1), desc="decode runs"):
         decode_run(run)
     pacer.check("after it")
-    cost = {c: pacer.price(m) for c, m in cost.items()}  # every price from here on at the machine's speed in the sweep
     decode_runs = priced_runs()
     spread, ratio = spreads()
     before = len(straddlers())
@@ -398,7 +396,7 @@ settled = (f"After {runs} runs, {before} of {len(ratio)} points straddled their 
 static_runs = pd.concat(static_rows, ignore_index=True)
 results.table(decode_runs, "decode_runs")
 faults = decode_runs.groupby(keys, sort=False).faults_per_step.median()
-decode = (timing.median_range(decode_runs, keys, ["step_ms", "ratio"]).merge(price_rows(cost), on=keys)  # at the pace
+decode = (timing.median_range(decode_runs, keys, ["step_ms", "ratio"]).merge(predicted, on=keys)
           .merge(faults.reset_index(), on=keys))
 step_price = {k: cost[k[:2]].decode(k[2] + steps // 2, fresh_pages=faults[k]) for k in spread}
 labels = {k: regime.regime(s, step_price[k]) for k, s in spread.items()}
@@ -599,9 +597,7 @@ show(f"Over all {len(ratio)} points, the steps took **{pooled.mid:.2f}x** their 
 # %% [markdown]
 # These prices are made of chapter 0's ceilings, measured minutes earlier, and a shared machine's speed drifts. So
 # the chapter timed the kernel a step spends most of its time in, the model's matrices at one row, before the sweep
-# and after it (`lib.machine.Pacer`), and made every price above at the speed it found (`CostModel.at_pace`: the
-# fastest calls by the quicker moment, the median calls by the slower). The streaming floor is not scaled: it is
-# the bytes at chapter 0's read.
+# and after it (`lib.machine.Pacer`). If the machine ran it at another speed, a price above is off by about as much.
 
 # %%
 show(pacer.claim(register, results, "the sweep"))
@@ -1862,11 +1858,16 @@ batch_text = "" if top == one else (
         claims.NOT_HELD: f", where {gains['dynamic'][1]:.1f}x and {gains['static'][1]:.1f}x were predicted. ",
         claims.UNRESOLVED: " (against the prediction, too close to call). ",
     }[register.verdict("batching_follows_its_bound")])
-topics = {"thread_gain_follows_gemv": "a second thread's gain", "worst_step_taken_apart": "the furthest step's parts",
-          f"static_cache_saves_the_copy_{tag(*main)}": "the preallocated cache's saving",
+topics = {"thread_gain_follows_gemv": "a second thread's gain",
+          "worst_step_taken_apart": "the parts of the step furthest from its price",
+          **{f"growth_follows_bytes_{tag(*c)}": f"the step's growth with its context" + ("" if c == main else f" on {label(*c)}") for c in configs},
+          **{f"growth_is_cache_work_{tag(*c)}": f"that growth as the cache's work" + ("" if c == main else f" on {label(*c)}") for c in configs},
+          **{f"static_cache_saves_the_copy_{tag(*c)}": f"the preallocated cache's saving" + ("" if c == main else f" on {label(*c)}") for c in configs},
+          "batching_follows_its_bound": "the batch's gain in tokens per second",
+          "attention_at_its_bytes": "attention at its bytes' price",
           "static_cache_isolates_the_copy": "the batched copy's saving", "parts_add_up": "the batched step's price",
           "cache_outweighs_shared_weights": "the caches' work against the shared matrices",
-          "reference_gap_is_head_and_copy": "the gap to the reference machine"}  # the rest the opening says itself
+          "reference_gap_is_head_and_copy": "the gap to the reference machine"}  # each claim the opening may not say
 if not pacer.note():
     topics["machine_kept_its_pace"] = "the machine keeping chapter 0's speed"
 counted = f"{m} " if (m := register.misses(topics, only_named=True)) else ""  # each miss named, not counted
@@ -1874,7 +1875,8 @@ opening.write(head + grew_text + ". " + price + parts_text + narrow_text + batch
               head + ". " + price + parts_text + narrow_text + batch_text + counted,
               head + ". " + price + parts_text + batch_text + counted,
               head + ". " + price + parts_text + counted,
-              head + ". " + parts_text,
+              head + ". " + parts_text + counted,
+              head + ". " + counted,
               head + "; " + rule("the time their bytes take at the memory's streaming rate") + ".",  # times and regime
               after=pacer.note())  # why the prices missed, when the machine itself ran at another speed
 

@@ -795,15 +795,10 @@ pacer = machine.Pacer(ceilings, reference_model, "fp32", threads, device)  # the
 pacer.check("before the size sweep")
 
 
-paced = False  # the sweep's prices at the machine's pace, once it has been timed before and after it
-
-
 def size_price(name: str, dt: str, context: int) -> costmodel.Prediction:
-    """A decode step of size `name` in `dt`, priced from the reference's kernels, at the middle of a run (after the
-    sweep, at the machine's speed during it: `Pacer.price`)."""
+    """A decode step of size `name` in `dt`, priced from the reference's kernels, at the middle of a run."""
     ops = int(fixed_ops + per_layer * gpt2_sizes.SIZES[name].layers)
-    p = gpt2_sizes.price_decode(ceilings, name, reference_model, ops, ops_ref, dt, threads, context + size_steps // 2)
-    return pacer.price(p) if paced else p
+    return gpt2_sizes.price_decode(ceilings, name, reference_model, ops, ops_ref, dt, threads, context + size_steps // 2)
 
 
 def weights_of(p: costmodel.Prediction) -> float:
@@ -1005,9 +1000,6 @@ for p in progress(list(plan[plan.status == "run"].itertuples()), desc="size swee
 # %%
 sweep_s = time.perf_counter() - sweep_started
 pacer.check("after it")
-paced = True  # every size price from here on at the speed the machine ran the sweep
-if pacer.speed() is not None:  # and the plan's prices (at the fastest calls) with them
-    size_plan = size_plan.assign(**{c: size_plan[c] * pacer.speed().low for c in ("floor_ms", "weights_ms", "step_ms")})
 size_runs_table = pd.concat(size_rows, ignore_index=True)[["size", "dtype", "context_tokens", "run", "step_ms",
                                                             "faults_per_step"]]
 size_prefill = pd.concat(prefill_rows, ignore_index=True)
@@ -1229,7 +1221,7 @@ show(f"Over the {len(ran)} sizes, from {prices.weight_mb[ran].min():,.1f} MB of 
                           "its price, ")
                        + (f"{inside_words} by less than a price may miss by; furthest, {worst} at "
                           f"{ratios[worst].mid:.2f}x."),
-         not_held=f", more than a price may miss by: {why}",
+         not_held=f", more than a price may miss by: {why}" + (f" {pacer.note()}" if pacer.note() else ""),
          unresolved=", too near the edge of what a price may miss by to call."),
      how=f"The geometric mean over the sizes of each size's step over its price at chapter 0's fastest calls, run by "
          f"run, against {1 / claims.PREDICTED_TIME:.2f}x to {span_top * claims.PREDICTED_TIME:.2f}x: the price's span "
@@ -1466,8 +1458,7 @@ prose.shown(readings_table)
 # %% [markdown]
 # Every price here rests on chapter 0's ceilings, measured minutes earlier, and a shared machine's speed drifts. So
 # the chapter timed the reference model's matrices at one row before the size sweep and after it
-# (`lib.machine.Pacer`), and priced every size at the speed it found (`Prediction.at_pace`: the fastest calls by
-# the quicker moment, the median calls by the slower):
+# (`lib.machine.Pacer`): a change of speed there moves every price above by about as much.
 
 # %%
 show(pacer.claim(register, results, "the size sweep"))

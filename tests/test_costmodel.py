@@ -176,18 +176,3 @@ def test_a_batch_step_measured_at_one_sequence_only_widens_as_a_prefill_not_in_p
     assert c.dispatch("gpt2-small", "fp32", 2, "decode", 8).best == pytest.approx(synthetic.DISPATCH["decode"] + wide)
     assert c.dispatch("gpt2-small", "fp32", 2, "decode", 8).best < 2 * synthetic.DISPATCH["decode"]  # not 8 times
     assert c.dispatch("gpt2-small", "fp32", 2, "decode", 1).best == synthetic.DISPATCH["decode"]
-
-
-def test_prices_at_a_pace_scale_the_fastest_calls_by_the_quickest_moment_and_the_medians_by_the_slowest():
-    from lib.claims import Spread
-
-    base = model()
-    paced = base.at_pace(Spread(1.2, 1.25, 1.3))
-    for a, b in ((base.prefill(64), paced.prefill(64)), (base.decode(100), paced.decode(100))):
-        assert b.best == pytest.approx(a.best * 1.2) and b.median == pytest.approx(a.median * 1.3)
-        assert b.floor == pytest.approx(a.floor)  # a floor stays chapter 0's fastest: the machine may speed up again
-    assert base.at_pace(None) is base
-    twice = base.prefill(64).at_pace(Spread(1.2, 1.25, 1.3))  # a price made elsewhere, scaled the same way
-    assert twice.best == pytest.approx(paced.prefill(64).best) and twice.floor == pytest.approx(base.prefill(64).floor)
-    with pytest.raises(ValueError, match="positive ratios"):
-        base.at_pace(Spread(0.0, 1.0, 1.2))
