@@ -1262,7 +1262,7 @@ if len(series) >= 2:
     floor_x, slope_x = floors.mid / floor_pred, slopes.mid / slope_pred
     off_ = lambda x: x > claims.PREDICTED_TIME or x < 1 / claims.PREDICTED_TIME  # noqa: E731
     cancel = off_(floor_x) and off_(slope_x) and (floor_x > 1) == (slope_x > 1)  # both parts miss the same way
-    parts_said = (f"the floor was {floor_x:.2f}x its price and each megabyte {slope_x:.2f}x its price; their ratio, "
+    parts_said = (f"the line's start was {floor_x:.2f}x the priced line's and each megabyte {slope_x:.2f}x its price; their ratio, "
                   f"{floor_x / slope_x:.2f}x, is about how far the transition moved ({transition.mid / target:.2f}x)")
     show(f"A line through the 12-layer steps starts at {floors.text('.1f', 'ms')} with no weights. A step takes "
          f"twice that at **{at_mb}** of weights"
@@ -1271,7 +1271,8 @@ if len(series) >= 2:
                            + (f" It lands there partly because both parts missed the same way: {parts_said}." if cancel
                               else ""),
              not_held=f", {transition.mid / target:.2g}x the {target:,.0f} MB the prices put it at: {parts_said}. "
-                      "The floor, taken apart one layer down below, shows where the price's line parts from the steps'.",
+                      "The line's start is not the hollowed step timed alone: the section below times that, size by "
+                      "size.",
              unresolved=f", against {target:,.0f} MB by the prices: too close to call."),
          how=f"The line is fitted to the k-th run of each 12-layer size (its intercept the floor, its slope one over the "
              f"rate the bytes seem to stream at, here {1 / slopes.mid:.1f} GB/s); the sizes ran one after another, so a "
@@ -1861,8 +1862,8 @@ show(f"* **Models past {ran[-1]}**: the size sweep ran {len(ran)} of {len(plan)}
 # * Batching lifts decode toward the ridge only while the caches are small beside the weights.
 # * On a real machine, price each pass from the kernels it runs and label it with one rule before explaining it.
 # * Price a decode step as its floor plus its weights' time at the kernel's rate, and test both parts across model
-#   sizes. The transition can land where it was priced even when both parts are off by the same factor, so check
-#   each part's own price before trusting a model size you have not measured.
+#   sizes: the transition is their ratio, so it can land where it was priced while both parts are off by the same
+#   factor. Check each part's own price before trusting a model size you have not measured.
 # * Halving the bytes pays only where the 16-bit kernel streams at least half as fast as fp32's: compare chapter
 #   0's two rates before choosing a 16-bit dtype for decode.
 #

@@ -1844,14 +1844,28 @@ gaps = (f"Tokens came every {prose.and_list(every)}" + (f", where in-process wou
                                                         else "") + ". ") if same_model else ""
 users = f"From {levels[0]} to {levels[-1]} users, throughput {rose} {gains_text}. " if gains_text else ""
 so = answer
+plain_names = {  # each claim as a reader names it, for the opening's naming of what failed or was left open
+    "client_ttft_covers_server_ttft": "the client's TTFT covering the engine's own",
+    "client_agrees_with_vllm_bench": "the client matching vllm bench",
+    "stall_is_one_piece": "the stall priced as one budget-sized piece",
+    "chunking_trades_stall_for_ttft": "what smaller vLLM budgets traded",
+    "machine_kept_its_pace": "the machine keeping chapter 0's speed"}
+for name in urls:  # the per-engine claims, each with its engine's name
+    tag, who = name.split()[0].lower(), called(name)
+    plain_names |= {f"engine_adds_to_ttft_{tag}": f"{who}'s first-token delay",
+                    f"engine_gaps_close_to_in_process_{tag}": f"{who}'s token gaps",
+                    f"batching_raises_throughput_{tag}": f"what batching gained {who}",
+                    f"goodput_falls_with_load_{tag}": f"{who}'s goodput falling with load"}
+misses = register.misses(plain_names)  # each miss named (the evidence table at the end gives their numbers)
 # The longest telling first; the users' gains, the budgets' trade, the gaps' ratios, then the stall give way when the
-# paragraph runs long (the evidence table keeps them).
-opening.write(first + gaps + users + froze(chunked) + so,
-              first + gaps + froze(chunked) + so,
-              first + gaps + froze("") + so,
-              first + froze("") + so,
-              first + so,
-              first + (f"So under load, {under}." if under else ""))  # shortest: the findings keep the rest
+# paragraph runs long (the evidence table keeps them; every telling names the misses).
+opening.write(*(f"{t.rstrip()} {misses}".strip() for t in (
+    first + gaps + users + froze(chunked) + so,
+    first + gaps + froze(chunked) + so,
+    first + gaps + froze("") + so,
+    first + froze("") + so,
+    first + so,
+    first + (f"So under load, {under}." if under else ""))))  # shortest: the findings keep the rest
 # No pace note here: the opening quotes measured times, not prices; the machine's pace has its own paragraph above.
 
 # %% [markdown]

@@ -774,13 +774,16 @@ split_over_price = (Spread.of(_paired[two] / _paired[sep.way.iloc[0]]) / priced_
                     if have_two and np.isfinite(priced_split) else None)
 split_fits = (claims.within(split_over_price, 1.0, claims.PREDICTED_RATIO) if split_over_price is not None
               else None)  # one core's prefill against all cores', each run's ratio over its price
+b_fits = claims.within(spread(two, "b_ttft_ms"), predicted_b, claims.PREDICTED_TIME) if have_two and one_core else None
+missed = "miss" if b_fits in (claims.NOT_HELD, claims.UNRESOLVED) else ""  # the claim's verdict: a held one is no miss
 split_said = {  # what that says, plainly
     claims.HELD: " One core against all of them cost about as priced, so what B's TTFT misses lies in the price of "
-                 "the prefill itself, on either core count.",
+                 "the prefill itself, on either core count." if missed else
+                 " One core against all of them cost about as priced, as B's prefill on one core did.",
     claims.NOT_HELD: " One core against all of them did not cost as priced: one core's prefill is not what the "
                      "one-thread ceilings make of it.",
-    claims.UNRESOLVED: " Whether one core against all of them costs as priced is too close to call, so a miss may lie "
-                       "in the split as well as in the prefill's price."}
+    claims.UNRESOLVED: " Whether one core against all of them costs as priced is too close to call" + (
+        ", so a miss may lie in the split as well as in the prefill's price." if missed else ".")}
 split_sentence = (f"With two workers B's first token (its prefill on one core, then the hand-over) took "
                   f"{measured_split:.2f}x its time with one worker on all cores, against {priced_split:.2f}x priced."
                   + split_said.get(split_fits, ""))
@@ -828,10 +831,10 @@ if ch5_unchunked is not None and ch5_params.get("model_name", "gpt2-small") == s
                            f"pass beside A's stream) with B's TTFT at {r5.b_ttft_ms:,.0f} ms, "
                            f"{r5.b_ttft_ms / sep.predicted_b_ttft_ms.iloc[0]:.2f}x this chapter's price for it (chapter "
                            f"5's own price adds one of A's steps), where here it took {ttfts.iloc[0]:,.0f} ms: "
-                           + ("the same within the two runs' intervals, so the miss is the prefill's own."
+                           + (f"the same within the two runs' intervals, so the {missed or 'difference'} is the prefill's own."
                               if claims.ranges_overlap(one_b.low, one_b.high, r5.b_ttft_ms_low, r5.b_ttft_ms_high)
-                              else f"{ttfts.iloc[0] / r5.b_ttft_ms:.2f}x chapter 5's, so part of this miss is "
-                              "this run's, not the prefill's" + (
+                              else f"{ttfts.iloc[0] / r5.b_ttft_ms:.2f}x chapter 5's, so part of this "
+                              f"{missed or 'difference'} is this run's, not the prefill's" + (
                                   f" ({paces_apart('05_interference')})." if paces_apart("05_interference") else
                                   f" (this chapter ran at {pace_now:.2f}x chapter 0's pace, as its pace check says)."
                                   if slow_host else " (a difference this run does not take apart; these workers run "
@@ -864,8 +867,7 @@ if alone_1t is not None and len(alone_1t) and have_two:
                           if paces_apart("02_prefill_sweep") else ""))
 predicted = f"{predicted_b:.0f} ms"
 verdict = register.record(
-    "newcomer_pays_for_one_core", claims.within(spread(two, "b_ttft_ms"), predicted_b, claims.PREDICTED_TIME)
-    if have_two and one_core else None, predicted=predicted, measured=f"{two_ttft:.0f} ms", evidence=sep_runs_text)
+    "newcomer_pays_for_one_core", b_fits, predicted=predicted, measured=f"{two_ttft:.0f} ms", evidence=sep_runs_text)
 one_way = f"{ttfts.iloc[0]:.0f} ms with one worker on all cores"
 against_one = f"({one_way}, against {sep.predicted_b_ttft_ms.iloc[0]:.0f} ms predicted). {split_sentence}"
 b_low, b_high = claims.allowed(predicted_b, claims.PREDICTED_TIME) if np.isfinite(predicted_b) else (np.nan, np.nan)
@@ -1286,7 +1288,8 @@ def batching_sentence(name: str) -> tuple[str, str | None]:
             f"{whose} grows {priced:.2f}x from 1 sequence to {top}. "
             + {"as priced": f"That is within the tolerance of that growth, so the engine's steps batch about as the "
                             f"model prices them{rest}",
-               "edge": f"That is {x:.2f}x the model's growth, too close to {tol:g}x to say whether the engine batches "
+               "edge": f"That is {x:.2f}x the model's growth, too close to {tol if x > 1 else 1 / tol:.2f}x to say "
+                       "whether the engine batches "
                        "as priced (one ratio of medians, with no range)",
                "cheaper": "The engine's TPOT grew less than the model's step. A closed loop's TPOT also carries the "
                           "newcomers' prefills between steps, and this chapter does not time the engine's own kernels, "
@@ -1442,7 +1445,9 @@ for name in ([] if replay_missing else replayed.engine.unique()):
                       "engine's latencies.",
         not_held=f"{came_to}: not as predicted. {which}",
         unresolved=f"{came_to}: too close to call ("
-                   + (f"{prose.and_list(far)} beyond {claims.PREDICTED_TIME:g}x at the median" if far else
+                   + (prose.and_list(f"{kind} " + (f"below {1 / claims.PREDICTED_TIME:.2f}x" if pooled[kind].mid < 1
+                                                   else f"beyond {claims.PREDICTED_TIME:.2f}x") for kind in far)
+                      + " at the median" if far else
                       f"{'both' if len(pooled) > 1 else 'it'} within {claims.PREDICTED_TIME:g}x at the median")
                    + f"). {which}",
         not_measured=f"There is nothing to replay for {name} here: "
@@ -1563,12 +1568,14 @@ for name, g in little.groupby("engine", sort=False):
     both = [low] if top.rate_per_s == low.rate_per_s else [low, top]
     text = (f"Counted from {name}'s traces, the engine held on average " + " and ".join(
         f"**{r.in_flight:.1f} requests** in its {'quietest' if r is low else 'busiest'} run" for r in both)
-        + ". Over each run's window (its first arrival to its last token), the arrivals per second times their mean "
-        "time in the engine give the same: " + " and ".join(
-            f"{r.arrivals_per_s:.2f}/s × {r.mean_in_engine_s:.2f} s = {r.rate_times_time:.1f}" for r in both) + ".")
+        + ". Over each run's window (its first arrival to its last token), the arrivals per second counted over that "
+        "window times their mean time in the engine give the same: " + " and ".join(
+            f"{r.arrivals_per_s:.2f}/s over its window × {r.mean_in_engine_s:.2f} s = {r.rate_times_time:.1f}"
+            for r in both) + ".")
     if len(both) == 2:
         rate_x, count_x, wait_x = (top[c] / low[c] for c in ("arrivals_per_s", "in_flight", "mean_in_engine_s"))
-        text += (f" From the quietest run to the busiest the arrivals per second {changed(rate_x)} and the count "
+        text += (f" From the quietest run to the busiest the arrivals per second over each window {changed(rate_x)} "
+                 f"and the count "
                  f"{changed(count_x)}" + (
                      f", more than the rate because each request's time in the engine {changed(wait_x)} as well. "
                      "As arrivals outpace what the engine serves, each request waits longer, so the engine holds more "
@@ -1581,7 +1588,8 @@ for name, g in little.groupby("engine", sort=False):
     named = top.rate_per_s * top.mean_in_engine_s
     show(text, how="Each window runs from a run's first arrival to its last token: " + "; ".join(
         f"at {r.rate_per_s:g}/s, {r.requests} requests over {r.window_s:.1f} s, counted {r.in_flight:.3f} against "
-        f"{r.arrivals_per_s:.3f}/s × {r.mean_in_engine_s:.3f} s = {r.rate_times_time:.3f}, at most {r.most_at_once} "
+        f"{r.arrivals_per_s:.3f}/s over the window × {r.mean_in_engine_s:.3f} s = {r.rate_times_time:.3f}, at most "
+        f"{r.most_at_once} "
         "at once" + (f" ({prose.count(r.failed, 'failed request')}, with no last token, left out of both)" if r.failed else "")
         for r in g.itertuples()) + f". The rate chapter 7 names its busiest run by, {top.rate_per_s:g}/s, times the "
         f"mean time in the engine would give {named:.1f}, {named / top.in_flight:.1f}x the count: its {top.requests} "
