@@ -662,11 +662,11 @@ show(f"A chunk of B's prefill cost **{pooled_chunk.text('.2f', 'x')}** its price
          + f". The {first_chunk}."
          + (f" The interval's median is {claims.leaning(pooled_chunk, 1 / claims.PREDICTED_TIME, priced.high * claims.PREDICTED_TIME)}."
             if verdict == claims.UNRESOLVED else ""))
-_far = summary.loc[summary.a_worst_gap_over_predicted.idxmax()]  # the size whose worst gap lay furthest over
+_far = summary.loc[np.abs(np.log(summary.a_worst_gap_over_predicted)).idxmax()]  # furthest from its price, either way
 _far_costs = costs.set_index("chunk_tokens").loc[_far.chunk_tokens]
-show(f"A's worst gap ran {spread(summary.a_worst_gap_over_predicted)} times its prediction, furthest at "
+show(f"A's worst gap ran {spread(summary.a_worst_gap_over_predicted)} times its prediction, furthest from it at "
      f"{tokens(int(_far.chunk_tokens))} ({_far.a_worst_gap_over_predicted:.2f}x). A worst gap holds one of B's chunks, "
-     f"so it is as far over its price as that chunk: at that size B's median chunk took "
+     f"so it runs {'over' if _far.a_worst_gap_over_predicted > 1 else 'under'} its price as that chunk does: at that size B's median chunk took "
      f"{_far_costs.chunk_over_predicted:.2f}x its price, and the costliest chunk of a run "
      f"{_far_costs.costliest_over_median_chunk:.2f}x the run's median chunk"
      + (" (one chunk: the whole prompt in one pass)." if int(_far.chunk_tokens) == b_prompt_len else "."))
@@ -1027,10 +1027,11 @@ chunked = (f"With {shown.name}-token chunks, the smallest tried," if best == b_p
 lowest_there = (f" ({prose.ms(by_size.a_worst_gap_ms[lowest] / 1e3)} at {lowest}-token chunks, the lowest)"
                 if lowest != shown.name else "")  # a smaller size that measured lower than the rule's choice
 median_there = f", its median gap {shown.a_median_gap_ms:,.0f} ms against {unchunked.a_median_gap_ms:,.0f}"
-topics = {"tpot_hides_the_stall": "the worst gap against TPOT", "crowded_median_gap": "A's median gap",
-          "chunk_size_prediction": "the chunk size where chunking stops paying off",
-          "chunk_cost_as_predicted": "what a chunk costs", "streams_share_the_weights": "several streams' step",
-          "every_stream_waits_the_prefill": "how long several streams stall"}  # the rest the opening says itself
+topics = {"tpot_hides_the_stall": "that TPOT understates the worst gap",
+          "crowded_median_gap": "the cost model's price of A's median gap", "chunk_size_prediction":
+          "the predicted chunk size where chunking stops paying off", "chunk_cost_as_predicted":
+          "the cost model's price of a chunk", "streams_share_the_weights": "the cost model's price of several "
+          "streams' step", "every_stream_waits_the_prefill": "the predicted stall of several streams"}  # the rest the opening says itself
 if not pacer.note():
     topics["machine_kept_its_pace"] = "whether the machine kept chapter 0's speed"
 misses = f" {m}" if (m := register.misses(topics, only_named=True)) else ""  # named, not counted

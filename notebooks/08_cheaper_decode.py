@@ -153,7 +153,7 @@ cost, unpriced = {}, {}  # a configuration chapter 0 did not measure is timed he
 for p in torch_paths:
     if p != "int8":
         try:
-            cost[p] = pacer.price(costmodel.CostModel(ceilings, model_name, shape.with_dtype(p), p, threads))  # at the pace
+            cost[p] = costmodel.CostModel(ceilings, model_name, shape.with_dtype(p), p, threads)
             cost[p].decode(contexts[0])  # raises, naming what chapter 0 lacks, before any work
         except ValueError as error:
             cost.pop(p, None)
@@ -618,7 +618,9 @@ if llama_one:
     if by_read is not None:
         show(f"On {threads} threads llama.cpp's step ran {gain.text('.2f', 'x')} faster than on one, " + claims.pick(
             bound, held=f"more than the {read_gain:.2f}x chapter 0's streaming read gains: memory does not set its "
-                        "time, its cores' arithmetic does, so on this machine it cannot reach the read. Published "
+                        "time, its cores' work does (the arithmetic or the cost paid once per pass: the pass over "
+                        f"{batch} tokens above says which, where it can), so on this machine it cannot reach the "
+                        "read. Published "
                         f"figures show the fraction falling where a chip has more bandwidth for its cores: {reference}.",
             not_held=f"no more than the {read_gain:.2f}x chapter 0's streaming read gains: a gain that memory could "
                      f"explain. {held_back} Published figures for comparison: {reference}.",
@@ -793,13 +795,16 @@ show(f"One layer down: attention and the growing cache's copy, timed alone on ca
           + ("" if priced_right is None else f" The cost model's price of the parts is held to "
              f"{claims.PREDICTED_TIME:g}x either way of what they cost alone (the tolerance for a predicted time): "
              + ("within it." if priced_right else "outside it."))))
-def growth_beside(per_token: float, per_byte: float, other: str, other_layers: int) -> str:
-    """What this model's growth per cached token, ``per_token`` times model ``other``'s, says beside its bytes a
-    token, ``per_byte`` times ``other``'s: whether fewer bytes a token bought time here (a sentence)."""
+def growth_beside(per_token: float, per_byte: float, other: str, other_layers: int, apart: bool) -> str:
+    """What this model's growth per cached token, ``per_token`` times model ``other``'s (medians; ``apart`` when the
+    two growths' 95 % intervals do not overlap), says beside its bytes a token, ``per_byte`` times ``other``'s:
+    whether fewer bytes a token bought time here (a sentence)."""
     said = f" Per cached token, {model_name}'s step grew {per_token:.2f}x as much as {other}'s, for {per_byte:.2f}x the bytes a token"
     if per_token > per_byte * claims.PREDICTED_TIME:
         return (said + ". At these sizes the growth does not follow the cache's bytes: the fewer bytes a token "
-                + ("bought no time here" if per_token >= 1 else "bought less time than they would say")
+                + ("bought less time than they would say" if per_token < 1 else "bought no time here" if apart
+                   else "bought no time by the medians, but the two growths' intervals overlap, so this run cannot "
+                   "tell whether they bought any")
                 + f". {model_name} runs attention and the cache's copy in {shape.layers} layers to "
                 f"{other}'s {other_layers}; this page does not take the growth apart by model.")
     if per_token < per_byte / claims.PREDICTED_TIME:
@@ -821,7 +826,9 @@ if g3 is not None and not g3.empty:
          f"token). As multi-head, SmolLM2 would store {mha.kv_bytes_per_token / real.kv_bytes_per_token:.0f} times the "
          "bytes a token." + ("" if math.isnan(kib3) or min(grew3.mid, growth.mid) <= 0 or m3 == model_name else
                              growth_beside(growth.mid / (long - contexts[0]) / (grew3.mid / (c3[1] - c3[0])),
-                                           shape.kv_bytes_per_token / 1024 / kib3, m3, machine.MODELS[m3][0].layers)))
+                                           shape.kv_bytes_per_token / 1024 / kib3, m3, machine.MODELS[m3][0].layers,
+                                           apart=growth.low / (long - contexts[0]) > grew3.high / (c3[1] - c3[0])
+                                           or growth.high / (long - contexts[0]) < grew3.low / (c3[1] - c3[0]))))
 
 # %% [markdown]
 # The arithmetic the question asked for, for GPT-2 small (multi-head), SmolLM2 as it is, and SmolLM2 as if it kept a
@@ -1470,9 +1477,9 @@ if worker:
     worker.close()
 
 # %% [markdown]
-# Every price in this chapter is made of chapter 0's ceilings at the speed the machine ran the same one-row
-# matrices just before the first path (`lib.machine.Pacer`, `CostModel.at_pace`). Timed again after the last path,
-# they say whether the machine kept that speed meanwhile.
+# Every price in this chapter is made of chapter 0's ceilings. The same one-row matrices chapter 0 timed, timed
+# again before the first path and after the last (`lib.machine.Pacer`), say whether the machine itself ran at
+# another speed meanwhile.
 
 # %%
 pacer.check("after the last")
@@ -1626,8 +1633,8 @@ else:
                   + f"and it read {_of1:.0%} of one thread's streaming read: "
                   + (f"at or above the {close_to_read:.0%} this chapter counts as close." if _of1 >= close_to_read else
                      f"still short of the {close_to_read:.0%} this chapter counts as close, "
-                     + {claims.HELD: "its cores' arithmetic setting its time (as the second thread's gain above "
-                                     "showed).",
+                     + {claims.HELD: "its cores' work, not memory, setting its time (as the second thread's gain "
+                                     "above showed).",
                         claims.NOT_HELD: "though the second thread's gain above did not show its cores setting its "
                                          "time."}.get(register.verdict("llama_bound_by_its_cores"),
                                                       "and this run's second-thread test above left undecided "
